@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages needed to build, run and test mcp-python-exec-sandbox.
+# Idempotent: does nothing (and needs no network) when every package is present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config clang
+  libmicrohttpd-dev libjansson-dev libssl-dev uuid-dev libseccomp-dev libcmocka-dev
+  bubblewrap python3 python3-venv python3-pip ca-certificates curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

@@ -1,0 +1,91 @@
+/* Backend registry and the `none` backend (no isolation, but still: timeout, tree kill,
+ * output bounds, a clean environment, /dev/null stdin, rlimits). */
+#include "sandbox/sandbox-internal.h"
+
+void sbx_launch_release(sbx_launch_t *l) {
+  cm_strv_free(l->argv);
+  cm_strv_free(l->envp);
+  free(l->kill_name);
+  l->argv = l->envp = NULL;
+  l->kill_name = NULL;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(l->pass_fds); i++) {
+    if (l->pass_fds[i] >= 0) close(l->pass_fds[i]);
+    l->pass_fds[i] = -1;
+  }
+}
+
+char **sbx_strv_copy(char *const *v) {
+  size_t n = cm_strv_len(v);
+  char **out = xcalloc(n + 1, sizeof *out);
+  for (size_t i = 0; i < n; i++) out[i] = xstrdup(v[i]);
+  return out;
+}
+
+static int none_probe(sbx_backend_t *b, cm_error_t *err) { return 0; }
+
+static int none_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
+                      cm_error_t *err) {
+  launch->argv = sbx_strv_copy(spec->argv);
+  launch->envp = sbx_strv_copy(spec->envp);
+  launch->set_rlimits = true;
+  return 0;
+}
+
+static char *none_describe(sbx_backend_t *b) { return xstrdup("none (no sandboxing)"); }
+
+static const sbx_backend_ops_t none_ops = {
+    .name = "none",
+    .probe = none_probe,
+    .build = none_build,
+    .describe = none_describe,
+};
+
+static const sbx_backend_ops_t *find_ops(const char *name) {
+  if (strcmp(name, "none") == 0) return &none_ops;
+#ifdef MPS_HAVE_BWRAP
+  if (strcmp(name, "bwrap") == 0 || strcmp(name, "native") == 0) return &sbx_bwrap_ops;
+#endif
+#ifdef MPS_HAVE_DOCKER
+  if (strcmp(name, "docker") == 0) return &sbx_docker_ops;
+#endif
+  return NULL;
+}
+
+sbx_backend_t *sbx_backend_new(const char *name, cm_error_t *err) {
+  const sbx_backend_ops_t *ops = find_ops(name);
+  if (!ops) {
+    cm_error_set(err, 0, CM_ERR_INVALID, "Unknown sandbox backend: '%s'", name);
+    return NULL;
+  }
+  sbx_backend_t *b = xcalloc(1, sizeof *b);
+  b->ops = ops;
+  return b;
+}
+
+void sbx_backend_probe(sbx_backend_t *b) {
+  cm_error_t err = CM_ERROR_INIT;
+  free(b->unavailable);
+  b->unavailable = NULL;
+  if (b->ops->probe(b, &err) < 0) {
+    b->available = false;
+    b->unavailable = xstrdup(cm_error_message(&err));
+    cm_error_release(&err);
+  } else {
+    b->available = true;
+  }
+}
+
+const char *sbx_backend_name(const sbx_backend_t *b) { return b->ops->name; }
+
+char *sbx_backend_describe(sbx_backend_t *b) {
+  cleanup_free char *d = b->ops->describe ? b->ops->describe(b) : xstrdup(b->ops->name);
+  if (!b->available && b->unavailable) return xasprintf("%s: unavailable: %s", d, b->unavailable);
+  return steal_pointer(&d);
+}
+
+void sbx_backend_free(sbx_backend_t *b) {
+  if (!b) return;
+  if (b->ops->free) b->ops->free(b);
+  free(b->unavailable);
+  free(b);
+}

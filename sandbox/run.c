@@ -1,0 +1,255 @@
+/* The life of one run: spawn through a backend, stream both pipes, enforce the wall
+ * clock, kill the whole tree (SIGTERM, grace, SIGKILL), reap through the pidfd, and
+ * report exactly once when the tree is gone and the pipes are drained. */
+#include <errno.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+
+#include "sandbox/sbx.h"
+
+/* After the main process exits, how long stray holders of the pipes may keep them open
+ * before we stop reading.  Everything in the process group was killed by then. */
+#define SBX_DRAIN_MS 500
+#define SBX_READ_CHUNK 65536
+/* Per readiness event, so one flooding stream cannot starve the loop. */
+#define SBX_READ_BUDGET (4 * SBX_READ_CHUNK)
+
+struct sbx_run {
+  cm_loop_t *loop;
+  sbx_backend_t *backend;
+  sbx_launch_t launch;
+  sbx_child_t child;
+  sbx_limits_t limits;
+  cm_watch_t *w_pid, *w_out, *w_err;
+  cm_timer_t *t_deadline, *t_grace, *t_drain;
+  sbx_run_callbacks_t cbs;
+  void *data;
+  uint64_t start_us;
+  bool reaped, finished, killing, freed;
+  sbx_result_t result;
+};
+
+static void run_maybe_finish(sbx_run_t *run);
+
+static void close_stream(sbx_run_t *run, sbx_stream_t s) {
+  cm_watch_t **w = s == SBX_STDOUT ? &run->w_out : &run->w_err;
+  int *fd = s == SBX_STDOUT ? &run->child.stdout_fd : &run->child.stderr_fd;
+  cm_watch_remove(*w);
+  *w = NULL;
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
+  sbx_run_t *run = data;
+  sbx_stream_t s = fd == run->child.stdout_fd ? SBX_STDOUT : SBX_STDERR;
+  char buf[SBX_READ_CHUNK];
+  size_t budget = SBX_READ_BUDGET;
+  while (budget > 0) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) {
+      if (run->cbs.on_output && !run->result.cancelled) run->cbs.on_output(run->data, s, buf, (size_t)n);
+      budget -= CM_MIN(budget, (size_t)n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    close_stream(run, s); /* EOF or error */
+    run_maybe_finish(run);
+    return;
+  }
+}
+
+static void kill_tree(sbx_run_t *run, int sig) {
+  if (run->backend && run->backend->ops->kill && run->launch.kill_name)
+    run->backend->ops->kill(run->backend, &run->launch, sig);
+  if (!run->reaped) {
+    sbx_child_kill_tree(&run->child, sig);
+  } else if (run->child.pid > 0) {
+    kill(-run->child.pid, sig);
+  }
+}
+
+static void on_grace(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  sbx_run_t *run = data;
+  run->t_grace = NULL;
+  kill_tree(run, SIGKILL);
+}
+
+static void begin_kill(sbx_run_t *run) {
+  if (run->killing || run->finished) return;
+  run->killing = true;
+  kill_tree(run, SIGTERM);
+  uint64_t grace = run->limits.grace_ms ? run->limits.grace_ms : 1;
+  run->t_grace = cm_loop_timer(run->loop, grace, on_grace, run);
+}
+
+static void on_deadline(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  sbx_run_t *run = data;
+  run->t_deadline = NULL;
+  if (run->reaped) return;
+  run->result.timed_out = true;
+  begin_kill(run);
+}
+
+static void on_drain_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  sbx_run_t *run = data;
+  run->t_drain = NULL;
+  /* Something outside the process group (a daemon that called setsid) still holds a pipe:
+   * stop listening.  Backends with a pid namespace never get here. */
+  kill_tree(run, SIGKILL);
+  if (run->w_out) close_stream(run, SBX_STDOUT);
+  if (run->w_err) close_stream(run, SBX_STDERR);
+  run_maybe_finish(run);
+}
+
+static void record_exit(sbx_run_t *run, const siginfo_t *si, const struct rusage *ru) {
+  sbx_result_t *r = &run->result;
+  r->duration_ms = (cm_now_us() - run->start_us + 500) / 1000;
+  if (si->si_code == CLD_EXITED) {
+    r->exit_code = si->si_status;
+    r->term_signal = 0;
+  } else {
+    r->term_signal = si->si_status;
+    r->exit_code = -si->si_status;
+  }
+  if (r->term_signal == SIGXCPU || (r->term_signal == SIGKILL && !run->killing &&
+                                    run->limits.cpu_seconds &&
+                                    (uint64_t)ru->ru_utime.tv_sec + (uint64_t)ru->ru_stime.tv_sec >=
+                                        run->limits.cpu_seconds))
+    r->cpu_limit = true;
+  if (r->term_signal == SIGXFSZ) r->file_size_limit = true;
+  r->cpu_user_ms = (uint64_t)ru->ru_utime.tv_sec * 1000 + (uint64_t)ru->ru_utime.tv_usec / 1000;
+  r->cpu_system_ms = (uint64_t)ru->ru_stime.tv_sec * 1000 + (uint64_t)ru->ru_stime.tv_usec / 1000;
+  r->max_rss_kib = (uint64_t)ru->ru_maxrss;
+}
+
+static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
+  sbx_run_t *run = data;
+  siginfo_t si;
+  struct rusage ru;
+  if (sbx_child_reap(&run->child, &si, &ru) == 0) return;
+  run->reaped = true;
+  record_exit(run, &si, &ru);
+  cm_watch_remove(run->w_pid);
+  run->w_pid = NULL;
+  /* The main process is gone: whatever it left behind in its group goes too. */
+  kill(-run->child.pid, SIGKILL);
+  if (run->backend && run->backend->ops->kill && run->launch.kill_name)
+    run->backend->ops->kill(run->backend, &run->launch, SIGKILL);
+  cm_timer_cancel(run->t_deadline);
+  run->t_deadline = NULL;
+  if (run->w_out || run->w_err) run->t_drain = cm_loop_timer(loop, SBX_DRAIN_MS, on_drain_timeout, run);
+  run_maybe_finish(run);
+}
+
+static void run_maybe_finish(sbx_run_t *run) {
+  if (run->finished || !run->reaped || run->w_out || run->w_err) return;
+  run->finished = true;
+  cm_timer_cancel(run->t_deadline);
+  cm_timer_cancel(run->t_grace);
+  cm_timer_cancel(run->t_drain);
+  run->t_deadline = run->t_grace = run->t_drain = NULL;
+  if (run->cbs.on_exit) run->cbs.on_exit(run->data, &run->result);
+}
+
+int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spec,
+                  const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out, cm_error_t *err) {
+  if (!backend->available)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "sandbox backend %s is not available: %s",
+                        sbx_backend_name(backend), backend->unavailable ? backend->unavailable : "not probed");
+  sbx_run_t *run = xcalloc(1, sizeof *run);
+  run->loop = loop;
+  run->backend = backend;
+  run->limits = spec->limits;
+  run->cbs = *cbs;
+  run->data = data;
+  run->child.pid = -1;
+  run->child.pidfd = run->child.stdout_fd = run->child.stderr_fd = -1;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(run->launch.pass_fds); i++) run->launch.pass_fds[i] = -1;
+
+  if (backend->ops->build(backend, spec, &run->launch, err) < 0) {
+    sbx_launch_release(&run->launch);
+    free(run);
+    return -1;
+  }
+  size_t n_pass = 0;
+  while (n_pass < CM_ARRAY_SIZE(run->launch.pass_fds) && run->launch.pass_fds[n_pass] >= 0) n_pass++;
+  sbx_spawn_opts_t opts = {
+      .argv = run->launch.argv,
+      .envp = run->launch.envp,
+      .cwd = spec->workdir,
+      .capture_output = true,
+      .limits = run->launch.set_rlimits ? &run->limits : NULL,
+      .pass_fds = run->launch.pass_fds,
+      .n_pass_fds = n_pass,
+  };
+  run->start_us = cm_now_us();
+  if (sbx_spawn(&opts, &run->child, err) < 0) {
+    sbx_launch_release(&run->launch);
+    free(run);
+    return -1;
+  }
+  /* The fds passed to the child are not needed here any more. */
+  for (size_t i = 0; i < n_pass; i++) {
+    close(run->launch.pass_fds[i]);
+    run->launch.pass_fds[i] = -1;
+  }
+  run->w_pid = cm_loop_watch(loop, run->child.pidfd, EPOLLIN, on_pidfd, run, err);
+  run->w_out = run->w_pid ? cm_loop_watch(loop, run->child.stdout_fd, EPOLLIN, on_readable, run, err) : NULL;
+  run->w_err = run->w_out ? cm_loop_watch(loop, run->child.stderr_fd, EPOLLIN, on_readable, run, err) : NULL;
+  if (!run->w_err) {
+    run->finished = true;
+    sbx_run_free(run);
+    return -1;
+  }
+  if (spec->limits.timeout_ms)
+    run->t_deadline = cm_loop_timer(loop, spec->limits.timeout_ms, on_deadline, run);
+  *out = run;
+  return 0;
+}
+
+void sbx_run_cancel(sbx_run_t *run) {
+  if (!run || run->finished) return;
+  run->result.cancelled = true;
+  if (run->reaped) {
+    /* Only the drain is left: stop it now. */
+    if (run->w_out) close_stream(run, SBX_STDOUT);
+    if (run->w_err) close_stream(run, SBX_STDERR);
+    run_maybe_finish(run);
+    return;
+  }
+  begin_kill(run);
+}
+
+pid_t sbx_run_pid(const sbx_run_t *run) { return run->child.pid; }
+
+static void run_destroy(void *p) {
+  sbx_run_t *run = p;
+  sbx_launch_release(&run->launch);
+  free(run);
+}
+
+void sbx_run_free(sbx_run_t *run) {
+  if (!run || run->freed) return;
+  run->freed = true;
+  if (!run->reaped && run->child.pid > 0) {
+    kill_tree(run, SIGKILL);
+    siginfo_t si;
+    syscall_waitid_blocking:;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)run->child.pid, &si, WEXITED) < 0 && errno == EINTR)
+      goto syscall_waitid_blocking;
+    kill(-run->child.pid, SIGKILL);
+    run->reaped = true;
+  }
+  cm_timer_cancel(run->t_deadline);
+  cm_timer_cancel(run->t_grace);
+  cm_timer_cancel(run->t_drain);
+  cm_watch_remove(run->w_pid);
+  cm_watch_remove(run->w_out);
+  cm_watch_remove(run->w_err);
+  sbx_child_close(&run->child);
+  cm_loop_defer(run->loop, run_destroy, run);
+}

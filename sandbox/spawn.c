@@ -1,0 +1,203 @@
+/* The one spawn helper every backend uses (see sbx.h for what the child gets). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "sandbox/sbx.h"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+typedef struct spawn_failure {
+  int errnum;
+  char stage[48];
+} spawn_failure_t;
+
+static void child_fail(int errpipe, const char *stage) {
+  spawn_failure_t f = {.errnum = errno};
+  strncpy(f.stage, stage, sizeof f.stage - 1);
+  (void)!write(errpipe, &f, sizeof f);
+  _exit(127);
+}
+
+static int set_limit(int resource, uint64_t value) {
+  if (value == 0) return 0;
+  struct rlimit rl = {.rlim_cur = (rlim_t)value, .rlim_max = (rlim_t)value};
+  return setrlimit(resource, &rl);
+}
+
+static int apply_rlimits(const sbx_limits_t *l) {
+  if (set_limit(RLIMIT_AS, l->memory_bytes) < 0) return -1;
+  if (l->cpu_seconds) {
+    /* Soft limit sends SIGXCPU; the hard limit one second later is SIGKILL. */
+    struct rlimit rl = {.rlim_cur = (rlim_t)l->cpu_seconds, .rlim_max = (rlim_t)l->cpu_seconds + 1};
+    if (setrlimit(RLIMIT_CPU, &rl) < 0) return -1;
+  }
+  if (set_limit(RLIMIT_NPROC, l->max_processes) < 0) return -1;
+  if (set_limit(RLIMIT_FSIZE, l->file_size_bytes) < 0) return -1;
+  if (set_limit(RLIMIT_NOFILE, l->open_files) < 0) return -1;
+  struct rlimit core = {0, 0};
+  return setrlimit(RLIMIT_CORE, &core);
+}
+
+static void child_main(const sbx_spawn_opts_t *o, pid_t parent, int errpipe, int out_w, int err_w,
+                       const sigset_t *oldmask) {
+  /* Reset every signal disposition, then unblock. */
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    signal(sig, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  (void)oldmask;
+
+  if (setsid() < 0) child_fail(errpipe, "setsid");
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(errpipe, "prctl(PDEATHSIG)");
+  if (getppid() != parent) _exit(127); /* the server died before the prctl */
+
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0) child_fail(errpipe, "open /dev/null");
+  if (dup2(devnull, 0) < 0) child_fail(errpipe, "dup2 stdin");
+  if (dup2(out_w >= 0 ? out_w : devnull, 1) < 0) child_fail(errpipe, "dup2 stdout");
+  if (dup2(err_w >= 0 ? err_w : devnull, 2) < 0) child_fail(errpipe, "dup2 stderr");
+
+  /* Everything else is close-on-exec from here on, except the fds to pass. */
+  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+    for (int fd = 3; fd < 65536; fd++) fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  for (size_t i = 0; i < o->n_pass_fds; i++) {
+    int fd = o->pass_fds[i];
+    if (fd < 0) continue;
+    if (fcntl(fd, F_SETFD, 0) < 0) child_fail(errpipe, "pass fd");
+  }
+  fcntl(errpipe, F_SETFD, FD_CLOEXEC);
+
+  if (o->limits && apply_rlimits(o->limits) < 0) child_fail(errpipe, "setrlimit");
+  if (o->cwd && chdir(o->cwd) < 0) child_fail(errpipe, "chdir");
+  execve(o->argv[0], o->argv, o->envp);
+  child_fail(errpipe, "exec");
+}
+
+int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
+  child->pid = -1;
+  child->pidfd = child->stdout_fd = child->stderr_fd = -1;
+  int outp[2] = {-1, -1}, errp[2] = {-1, -1}, failp[2] = {-1, -1};
+  if (o->capture_output) {
+    if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
+      cm_error_set(err, errno, CM_ERR_IO, "pipe2");
+      goto fail;
+    }
+  }
+  if (pipe2(failp, O_CLOEXEC) < 0) {
+    cm_error_set(err, errno, CM_ERR_IO, "pipe2");
+    goto fail;
+  }
+
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(failp[0]);
+    if (outp[0] >= 0) close(outp[0]);
+    if (errp[0] >= 0) close(errp[0]);
+    child_main(o, parent, failp[1], outp[1], errp[1], &old);
+  }
+  int fork_errno = errno;
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  if (pid < 0) {
+    cm_error_set(err, fork_errno, CM_ERR_IO, "fork");
+    goto fail;
+  }
+  close(failp[1]);
+  failp[1] = -1;
+  if (outp[1] >= 0) close(outp[1]), outp[1] = -1;
+  if (errp[1] >= 0) close(errp[1]), errp[1] = -1;
+
+  /* Blocks only until the child execs (the pipe is close-on-exec). */
+  spawn_failure_t f;
+  ssize_t n;
+  do n = read(failp[0], &f, sizeof f);
+  while (n < 0 && errno == EINTR);
+  close(failp[0]);
+  failp[0] = -1;
+  if (n == (ssize_t)sizeof f) {
+    waitpid(pid, NULL, 0);
+    f.stage[sizeof f.stage - 1] = '\0';
+    cm_error_set(err, f.errnum, f.errnum == ENOENT ? CM_ERR_NOT_FOUND : CM_ERR_UNAVAILABLE,
+                 "cannot start %s (%s)", o->argv[0], f.stage);
+    goto fail;
+  }
+
+  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (pidfd < 0) {
+    cm_error_set(err, errno, CM_ERR_IO, "pidfd_open");
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    goto fail;
+  }
+  fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+  child->pid = pid;
+  child->pidfd = pidfd;
+  if (o->capture_output) {
+    cm_set_nonblock(outp[0], true);
+    cm_set_nonblock(errp[0], true);
+    child->stdout_fd = outp[0];
+    child->stderr_fd = errp[0];
+  }
+  return 0;
+
+fail:
+  for (int i = 0; i < 2; i++) {
+    if (outp[i] >= 0) close(outp[i]);
+    if (errp[i] >= 0) close(errp[i]);
+    if (failp[i] >= 0) close(failp[i]);
+  }
+  return -1;
+}
+
+int sbx_child_reap(sbx_child_t *child, siginfo_t *info, struct rusage *ru) {
+  if (child->pid <= 0) return 1;
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  struct rusage r;
+  memset(&r, 0, sizeof r);
+  long rc = syscall(SYS_waitid, P_PIDFD, child->pidfd, &si, WEXITED | WNOHANG, &r);
+  if (rc < 0) {
+    if (errno == EINTR) return 0;
+    /* ECHILD: already reaped elsewhere; treat as gone. */
+    si.si_code = CLD_KILLED;
+    si.si_status = SIGKILL;
+  } else if (si.si_pid == 0) {
+    return 0;
+  }
+  if (info) *info = si;
+  if (ru) *ru = r;
+  return 1;
+}
+
+void sbx_child_kill_tree(const sbx_child_t *child, int sig) {
+  if (child->pid <= 0) return;
+  /* The child called setsid(), so its pid is its process group. */
+  kill(-child->pid, sig);
+  if (child->pidfd >= 0)
+    syscall(SYS_pidfd_send_signal, child->pidfd, sig, NULL, 0);
+}
+
+void sbx_child_close(sbx_child_t *child) {
+  if (child->pidfd >= 0) close(child->pidfd);
+  if (child->stdout_fd >= 0) close(child->stdout_fd);
+  if (child->stderr_fd >= 0) close(child->stderr_fd);
+  child->pidfd = child->stdout_fd = child->stderr_fd = -1;
+  child->pid = -1;
+}
