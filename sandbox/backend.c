@@ -40,13 +40,32 @@ static const sbx_backend_ops_t none_ops = {
     .describe = none_describe,
 };
 
+/* A backend this binary was built without: it exists, so the server starts and says why
+ * it cannot run anything, but it never runs a script. */
+static int missing_probe(sbx_backend_t *b, cm_error_t *err) {
+  return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "this binary was built without the %s backend", b->ops->name);
+}
+static int missing_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch, cm_error_t *err) {
+  return missing_probe(b, err);
+}
+#ifndef MPS_HAVE_BWRAP
+static const sbx_backend_ops_t missing_bwrap_ops = {.name = "bwrap", .probe = missing_probe, .build = missing_build};
+#endif
+#ifndef MPS_HAVE_DOCKER
+static const sbx_backend_ops_t missing_docker_ops = {.name = "docker", .probe = missing_probe, .build = missing_build};
+#endif
+
 static const sbx_backend_ops_t *find_ops(const char *name) {
   if (strcmp(name, "none") == 0) return &none_ops;
 #ifdef MPS_HAVE_BWRAP
   if (strcmp(name, "bwrap") == 0 || strcmp(name, "native") == 0) return &sbx_bwrap_ops;
+#else
+  if (strcmp(name, "bwrap") == 0 || strcmp(name, "native") == 0) return &missing_bwrap_ops;
 #endif
 #ifdef MPS_HAVE_DOCKER
   if (strcmp(name, "docker") == 0) return &sbx_docker_ops;
+#else
+  if (strcmp(name, "docker") == 0) return &missing_docker_ops;
 #endif
   return NULL;
 }

@@ -1,0 +1,43 @@
+"""A scripted MCP session over stdio against the real binary (stdlib only)."""
+import json
+import subprocess
+import sys
+
+binary, flags = sys.argv[1], sys.argv[2:]
+proc = subprocess.Popen([binary, *flags], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def rpc(msg_id, method, params=None):
+    msg = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    proc.stdin.write(json.dumps(msg) + "\n")
+    proc.stdin.flush()
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            sys.exit("the server closed its output")
+        reply = json.loads(line)
+        if reply.get("id") == msg_id:
+            return reply
+
+
+init = rpc(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                             "clientInfo": {"name": "demo", "version": "1"}})["result"]
+proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+print(f"  server: {init['serverInfo']['name']} {init['serverInfo']['version']}, "
+      f"protocol {init['protocolVersion']}")
+tools = rpc(2, "tools/list")["result"]["tools"]
+print("  tools:", ", ".join(t["name"] for t in tools))
+script = "import sys, platform\nprint('hello from', platform.python_implementation(), platform.python_version())\n"
+print("  execute_python:", json.dumps(script))
+res = rpc(3, "tools/call", {"name": "execute_python", "arguments": {"script": script}})["result"]
+for line in res["content"][0]["text"].splitlines():
+    print("    " + line)
+env = rpc(4, "tools/call", {"name": "check_environment", "arguments": {}})["result"]
+print("  check_environment:")
+for line in env["content"][0]["text"].splitlines():
+    print("    " + line)
+proc.stdin.close()
+proc.wait(timeout=10)
+sys.exit(1 if res.get("isError") else 0)

@@ -1,0 +1,253 @@
+/* Command-line flags, each also settable as MCP_PY_SANDBOX_<FLAG> in the environment
+ * (the flag wins).  The seed's flags keep their names, defaults and messages. */
+#include <errno.h>
+#include <stdio.h>
+
+#include "server/srv.h"
+
+typedef enum opt_kind { OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_HELP, OPT_VERSION } opt_kind_t;
+
+typedef struct opt_def {
+  const char *name; /* without the leading "--" */
+  opt_kind_t kind;
+  size_t offset;
+  const char *metavar;
+  const char *help;
+} opt_def_t;
+
+#define OFF(field) offsetof(srv_config_t, field)
+
+static const opt_def_t options[] = {
+    {"python-version", OPT_STRING, OFF(python_version), "VERSION",
+     "default Python version for calls that do not choose one (e.g. 3.12)"},
+    {"python", OPT_STRING, OFF(python), "PATH", "default Python interpreter (an executable)"},
+    {"sandbox-backend", OPT_STRING, OFF(sandbox_backend), "{native,docker,none}",
+     "sandbox backend: native (bubblewrap, default on Linux), docker, or none (no isolation)"},
+    {"max-timeout", OPT_INT, OFF(max_timeout), "SECONDS", "largest timeout a call may ask for (300)"},
+    {"default-timeout", OPT_INT, OFF(default_timeout), "SECONDS", "timeout of calls that give none (30)"},
+    {"max-output-bytes", OPT_INT, OFF(max_output_bytes), "BYTES",
+     "output kept per stream in a result (102400)"},
+    {"warm-cache", OPT_BOOL_ON, OFF(warm_cache), NULL, "warm the package cache after start-up"},
+    {"no-warm-cache", OPT_BOOL_OFF, OFF(warm_cache), NULL, "do not warm the package cache"},
+    {"uv-path", OPT_STRING, OFF(uv_path), "PATH", "the uv executable (uv)"},
+    {"state-dir", OPT_STRING, OFF(state_dir), "DIR",
+     "state directory (default $XDG_CACHE_HOME/mcp-python-exec-sandbox)"},
+    {"transport", OPT_STRING, OFF(transport), "{stdio}", "transport (stdio)"},
+    {"network", OPT_ONOFF, OFF(network), "{on,off}", "whether scripts may use the network (on)"},
+    {"kill-grace-seconds", OPT_SECONDS_MS, OFF(kill_grace_ms), "SECONDS",
+     "time between SIGTERM and SIGKILL on timeout or cancellation (2)"},
+    {"memory-limit", OPT_SIZE, OFF(memory_bytes), "SIZE", "address-space limit per script, 0 = none (2G)"},
+    {"cpu-limit", OPT_INT, OFF(cpu_seconds), "SECONDS", "CPU time limit per script, 0 = none (0)"},
+    {"max-processes", OPT_INT, OFF(max_processes), "N", "processes per script, 0 = none (256)"},
+    {"max-file-size", OPT_SIZE, OFF(file_size_bytes), "SIZE", "largest file a script may write (1G)"},
+    {"max-open-files", OPT_INT, OFF(open_files), "N", "open files per process (1024)"},
+    {"tmp-size", OPT_SIZE, OFF(tmp_bytes), "SIZE", "size of the sandbox's /tmp (512M)"},
+    {"max-message-bytes", OPT_SIZE, OFF(max_message_bytes), "SIZE", "largest JSON-RPC message (16M)"},
+    {"max-script-bytes", OPT_SIZE, OFF(max_script_bytes), "SIZE", "largest script (4M)"},
+    {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "scripts running at once; more wait (8)"},
+    {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}", "stderr log level (info)"},
+    {"help", OPT_HELP, 0, NULL, "show this help and exit"},
+    {"version", OPT_VERSION, 0, NULL, "show the version and exit"},
+};
+
+void srv_config_defaults(srv_config_t *c) {
+  memset(c, 0, sizeof *c);
+  c->python_version = NULL;
+  c->sandbox_backend = xstrdup("native");
+  c->max_timeout = 300;
+  c->default_timeout = 30;
+  c->max_output_bytes = 102400;
+  c->warm_cache = true;
+  c->uv_path = xstrdup("uv");
+  c->transport = xstrdup("stdio");
+  c->network = true;
+  c->kill_grace_ms = 2000;
+  c->memory_bytes = 2ull << 30;
+  c->cpu_seconds = 0;
+  c->max_processes = 256;
+  c->file_size_bytes = 1ull << 30;
+  c->open_files = 1024;
+  c->tmp_bytes = 512ull << 20;
+  c->max_message_bytes = 16ull << 20;
+  c->max_script_bytes = 4ull << 20;
+  c->max_concurrent = 8;
+  c->log_level = CM_LOG_INFO;
+}
+
+void srv_config_release(srv_config_t *c) {
+  free(c->python_version);
+  free(c->python);
+  free(c->sandbox_backend);
+  free(c->uv_path);
+  free(c->state_dir);
+  free(c->transport);
+  memset(c, 0, sizeof *c);
+}
+
+static int parse_size(const char *s, uint64_t *out) {
+  size_t n = strlen(s);
+  if (n == 0) return -1;
+  uint64_t mult = 1;
+  char last = s[n - 1];
+  if (last == 'b' || last == 'B') {
+    n--;
+    last = n ? s[n - 1] : 0;
+  }
+  switch (last) {
+    case 'k': case 'K': mult = 1ull << 10; n--; break;
+    case 'm': case 'M': mult = 1ull << 20; n--; break;
+    case 'g': case 'G': mult = 1ull << 30; n--; break;
+    case 't': case 'T': mult = 1ull << 40; n--; break;
+    default: break;
+  }
+  cleanup_free char *digits = xstrndup(s, n);
+  uint64_t v;
+  if (cm_parse_u64(digits, UINT64_MAX / mult, &v) < 0) return -1;
+  *out = v * mult;
+  return 0;
+}
+
+static void print_help(void) {
+  printf("usage: %s [options]\n\nAn MCP server that runs Python scripts in a sandbox.\n\noptions:\n", SRV_NAME);
+  for (size_t i = 0; i < CM_ARRAY_SIZE(options); i++) {
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].metavar ? " " : "",
+             options[i].metavar ? options[i].metavar : "");
+    printf("  %-36s %s\n", left, options[i].help);
+  }
+  printf("\nEvery flag can also be set as MCP_PY_SANDBOX_<FLAG> (e.g. MCP_PY_SANDBOX_MAX_TIMEOUT=60).\n");
+}
+
+static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const char *origin, cm_error_t *err) {
+  char *base = (char *)c;
+  uint64_t v;
+  switch (o->kind) {
+    case OPT_STRING: {
+      char **field = (char **)(base + o->offset);
+      free(*field);
+      *field = xstrdup(value);
+      return 0;
+    }
+    case OPT_INT:
+      if (cm_parse_u64(value, UINT32_MAX, &v) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid int value: '%s'%s", o->name, value, origin);
+      *(uint64_t *)(base + o->offset) = v;
+      return 0;
+    case OPT_SECONDS_MS:
+      if (cm_parse_u64(value, 3600, &v) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (0 to 3600 seconds)%s", o->name, value, origin);
+      *(uint64_t *)(base + o->offset) = v * 1000;
+      return 0;
+    case OPT_SIZE:
+      if (parse_size(value, &v) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid size: '%s' (e.g. 512M, 2G)%s", o->name, value, origin);
+      *(uint64_t *)(base + o->offset) = v;
+      return 0;
+    case OPT_BOOL_ON:
+    case OPT_BOOL_OFF: {
+      bool on = o->kind == OPT_BOOL_ON;
+      if (value) {
+        if (!strcmp(value, "0") || !strcasecmp(value, "false") || !strcasecmp(value, "no") || !strcasecmp(value, "off"))
+          on = !on;
+        else if (strcmp(value, "1") && strcasecmp(value, "true") && strcasecmp(value, "yes") && strcasecmp(value, "on"))
+          return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid boolean: '%s'%s", o->name, value, origin);
+      }
+      *(bool *)(base + o->offset) = on;
+      return 0;
+    }
+    case OPT_ONOFF:
+      if (!strcmp(value, "on") || !strcmp(value, "true") || !strcmp(value, "1"))
+        *(bool *)(base + o->offset) = true;
+      else if (!strcmp(value, "off") || !strcmp(value, "false") || !strcmp(value, "0"))
+        *(bool *)(base + o->offset) = false;
+      else
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid choice: '%s' (choose from 'on', 'off')%s", o->name, value, origin);
+      return 0;
+    case OPT_LOGLEVEL: {
+      cm_log_level_t l;
+      if (cm_log_parse_level(value, &l) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid choice: '%s' (choose from 'debug', 'info', 'warning', 'error')%s", o->name, value, origin);
+      *(cm_log_level_t *)(base + o->offset) = l;
+      return 0;
+    }
+    default:
+      return 0;
+  }
+}
+
+static bool takes_value(const opt_def_t *o) {
+  return o->kind != OPT_BOOL_ON && o->kind != OPT_BOOL_OFF && o->kind != OPT_HELP && o->kind != OPT_VERSION;
+}
+
+int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err) {
+  /* Environment first, so flags override it. */
+  for (size_t i = 0; i < CM_ARRAY_SIZE(options); i++) {
+    const opt_def_t *o = &options[i];
+    if (o->kind == OPT_HELP || o->kind == OPT_VERSION) continue;
+    char var[80] = "MCP_PY_SANDBOX_";
+    size_t p = strlen(var);
+    for (const char *q = o->name; *q && p < sizeof var - 1; q++) var[p++] = *q == '-' ? '_' : (char)(*q & ~0x20);
+    var[p] = '\0';
+    const char *value = getenv(var);
+    if (!value) continue;
+    cleanup_free char *origin = xasprintf(" (from %s)", var);
+    if (apply(c, o, value, origin, err) < 0) return -1;
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
+      return cm_error_set(err, 0, CM_ERR_INVALID, "unrecognized arguments: %s", arg);
+    const char *name = arg + 2;
+    const char *eq = strchr(name, '=');
+    size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+    const opt_def_t *o = NULL;
+    for (size_t k = 0; k < CM_ARRAY_SIZE(options); k++) {
+      if (strlen(options[k].name) == name_len && strncmp(options[k].name, name, name_len) == 0) {
+        o = &options[k];
+        break;
+      }
+    }
+    if (!o) return cm_error_set(err, 0, CM_ERR_INVALID, "unrecognized arguments: %s", arg);
+    if (o->kind == OPT_HELP) {
+      print_help();
+      return 1;
+    }
+    if (o->kind == OPT_VERSION) {
+      printf("%s %s\n", SRV_NAME, srv_version());
+      return 1;
+    }
+    const char *value = NULL;
+    if (takes_value(o)) {
+      if (eq) {
+        value = eq + 1;
+      } else {
+        if (i + 1 >= argc) return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: expected one argument", o->name);
+        value = argv[++i];
+      }
+    } else if (eq) {
+      value = eq + 1;
+    }
+    if (apply(c, o, value, "", err) < 0) return -1;
+  }
+  return 0;
+}
+
+int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
+  static const char *const backends[] = {"native", "bwrap", "docker", "none"};
+  bool known = false;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(backends); i++) known |= strcmp(c->sandbox_backend, backends[i]) == 0;
+  if (!known)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid sandbox_backend '%s', must be one of ('native', 'docker', 'none')", c->sandbox_backend);
+  if (c->max_timeout < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_timeout must be >= 1");
+  if (c->default_timeout < 1 || c->default_timeout > c->max_timeout)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "default_timeout must be between 1 and %llu", (unsigned long long)c->max_timeout);
+  if (c->max_output_bytes < 1024) return cm_error_set(err, 0, CM_ERR_INVALID, "max_output_bytes must be >= 1024");
+  if (c->max_output_bytes > (64ull << 20)) return cm_error_set(err, 0, CM_ERR_INVALID, "max_output_bytes must be <= 67108864");
+  if (strcmp(c->transport, "stdio") != 0)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid transport '%s', must be one of ('stdio')", c->transport);
+  if (c->max_message_bytes < 4096) return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be >= 4096");
+  if (c->max_message_bytes > (1ull << 30)) return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be <= 1G");
+  if (c->max_script_bytes < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_script_bytes must be >= 1");
+  if (c->max_concurrent < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
+  return 0;
+}

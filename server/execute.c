@@ -1,0 +1,451 @@
+/* execute_python: validate, wait for the interpreter and a free slot, run the script in
+ * the configured sandbox, stream its output as progress, and answer in the seed's text
+ * format plus structuredContent. */
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include "server/server-internal.h"
+
+/* Progress notifications: at most one per interval per call, each carrying at most this
+ * much text; what a flood produces beyond that is counted and skipped (the final result
+ * still has the head and tail). */
+#define EXEC_PROGRESS_INTERVAL_MS 50
+#define EXEC_PROGRESS_MAX_TEXT 4096
+#define EXEC_MAX_DEPENDENCIES 256
+
+typedef struct exec_job exec_job_t;
+
+struct exec_job {
+  srv_request_t *req;
+  srv_server_t *server;
+  const srv_config_t *cfg;
+  char *script;
+  size_t script_len;
+  uint64_t timeout_s;
+  char *timeout_note;
+  void *py_wait;
+  py_interp_t *py;
+  bool queued; /* waiting for a slot */
+  exec_job_t *queue_next;
+  bool holds_slot;
+  char *workdir;
+  sbx_run_t *run;
+  cm_headtail_t out, err;
+  /* progress */
+  cm_buf_t pending;
+  uint64_t skipped;
+  uint64_t streamed;
+  uint64_t last_flush_ms;
+  cm_timer_t *flush_timer;
+};
+
+/* Slots: at most cfg->max_concurrent scripts run at once; the rest wait in order. */
+static size_t slots_used;
+static exec_job_t *queue_head, *queue_tail;
+
+static void job_start(exec_job_t *job);
+
+static void job_free(exec_job_t *job) {
+  free(job->script);
+  free(job->timeout_note);
+  free(job->workdir);
+  cm_headtail_release(&job->out);
+  cm_headtail_release(&job->err);
+  cm_buf_release(&job->pending);
+  free(job);
+}
+
+static void slot_release(exec_job_t *job) {
+  if (!job->holds_slot) return;
+  job->holds_slot = false;
+  slots_used--;
+  while (queue_head && slots_used < job->cfg->max_concurrent) {
+    exec_job_t *next = queue_head;
+    queue_head = next->queue_next;
+    if (!queue_head) queue_tail = NULL;
+    next->queued = false;
+    next->holds_slot = true;
+    slots_used++;
+    job_start(next);
+  }
+}
+
+static void queue_remove(exec_job_t *job) {
+  exec_job_t *prev = NULL;
+  for (exec_job_t *j = queue_head; j; prev = j, j = j->queue_next) {
+    if (j != job) continue;
+    if (prev) prev->queue_next = j->queue_next;
+    else queue_head = j->queue_next;
+    if (queue_tail == j) queue_tail = prev;
+    job->queued = false;
+    return;
+  }
+}
+
+/* Ends the request with result (stolen) and frees the job. */
+static void job_finish(exec_job_t *job, json_t *result) {
+  cm_timer_cancel(job->flush_timer);
+  job->flush_timer = NULL;
+  if (job->workdir) {
+    cm_error_t err = CM_ERROR_INIT;
+    if (cm_rm_rf(job->workdir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
+    cm_error_release(&err);
+  }
+  if (job->queued) queue_remove(job);
+  srv_request_t *req = job->req;
+  bool had_slot = job->holds_slot;
+  job->holds_slot = false;
+  srv_request_finish(req, result);
+  if (had_slot) {
+    job->holds_slot = true;
+    slot_release(job);
+  }
+  job_free(job);
+}
+
+/* ---------------------------------------------------------------- progress */
+
+static void flush_progress(exec_job_t *job) {
+  if (job->pending.len == 0 && job->skipped == 0) return;
+  cm_buf_t msg;
+  cm_buf_init(&msg, 0);
+  size_t keep = cm_utf8_clip(job->pending.data, job->pending.len);
+  cm_buf_append(&msg, job->pending.data, keep);
+  if (job->skipped) cm_buf_printf(&msg, "\n... [%llu bytes of output skipped in progress; see the result]\n", (unsigned long long)job->skipped);
+  job->streamed += job->pending.len + job->skipped;
+  /* A partial UTF-8 character at the end waits for the next chunk. */
+  cm_buf_consume(&job->pending, keep);
+  job->skipped = 0;
+  job->last_flush_ms = cm_now_ms();
+  srv_request_progress(job->req, (double)job->streamed, msg.data, msg.len);
+  cm_buf_release(&msg);
+}
+
+static void on_flush_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  exec_job_t *job = data;
+  job->flush_timer = NULL;
+  flush_progress(job);
+}
+
+static void stream_progress(exec_job_t *job, const char *buf, size_t len) {
+  if (!srv_request_has_progress(job->req)) return;
+  size_t room = EXEC_PROGRESS_MAX_TEXT > job->pending.len ? EXEC_PROGRESS_MAX_TEXT - job->pending.len : 0;
+  size_t take = CM_MIN(room, len);
+  cm_buf_append(&job->pending, buf, take);
+  job->skipped += len - take;
+  uint64_t now = cm_now_ms();
+  if (now - job->last_flush_ms >= EXEC_PROGRESS_INTERVAL_MS) {
+    cm_timer_cancel(job->flush_timer);
+    job->flush_timer = NULL;
+    flush_progress(job);
+  } else if (!job->flush_timer) {
+    job->flush_timer = cm_loop_timer(srv_server_loop(job->server),
+                                     EXEC_PROGRESS_INTERVAL_MS - (now - job->last_flush_ms), on_flush_timer, job);
+  }
+}
+
+/* ---------------------------------------------------------------- the run */
+
+static void on_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
+  exec_job_t *job = data;
+  cm_headtail_append(stream == SBX_STDOUT ? &job->out : &job->err, buf, len);
+  stream_progress(job, buf, len);
+}
+
+static char *stream_text(const cm_headtail_t *h, uint64_t max) {
+  cleanup_free char *head = NULL, *tail = NULL;
+  size_t head_len, tail_len;
+  cm_headtail_get(h, &head, &head_len, &tail, &tail_len);
+  return srv_truncate_output(head, head_len, tail, tail_len, h->total, max);
+}
+
+static const char *limit_hit(const sbx_result_t *res) {
+  if (res->timed_out) return "timeout";
+  if (res->cpu_limit) return "cpu";
+  if (res->file_size_limit) return "file_size";
+  return NULL;
+}
+
+static void on_exit_cb(void *data, const sbx_result_t *res) {
+  exec_job_t *job = data;
+  sbx_run_free(job->run);
+  job->run = NULL;
+  if (srv_request_cancelled(job->req)) {
+    job_finish(job, json_object());
+    return;
+  }
+  if (job->pending.len || job->skipped) flush_progress(job);
+  const srv_config_t *cfg = job->cfg;
+  cleanup_free char *out = stream_text(&job->out, cfg->max_output_bytes);
+  cleanup_free char *err = stream_text(&job->err, cfg->max_output_bytes);
+  srv_exec_summary_t sum = {
+      .stdout_text = out,
+      .stderr_text = err,
+      .exit_code = res->exit_code,
+      .duration_ms = res->duration_ms,
+      .timed_out = res->timed_out,
+  };
+  cleanup_free char *text = srv_format_result(&sum);
+  sbx_backend_t *b = srv_server_backend(job->server);
+  cm_buf_t t;
+  cm_buf_init(&t, 0);
+  cm_buf_appends(&t, text);
+  /* Additive lines after the seed's block: which sandbox and interpreter ran, what killed it. */
+  cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b), job->py->version,
+                job->py->executable);
+  if (res->term_signal && !res->timed_out)
+    cm_buf_printf(&t, "\n--- killed_by_signal: %d ---", res->term_signal);
+  if (res->cpu_limit) cm_buf_appends(&t, "\n--- limit: cpu time exceeded ---");
+  if (res->file_size_limit) cm_buf_appends(&t, "\n--- limit: file size exceeded ---");
+  if (job->timeout_note) cm_buf_printf(&t, "\n--- note: %s ---", job->timeout_note);
+  cleanup_free char *full = cm_buf_steal(&t);
+  bool truncated = cm_headtail_truncated(&job->out) || cm_headtail_truncated(&job->err) ||
+                   strlen(out) < job->out.total || strlen(err) < job->err.total;
+  truncated = truncated || job->out.total > cfg->max_output_bytes || job->err.total > cfg->max_output_bytes;
+  bool is_error = res->exit_code != 0 || res->timed_out;
+  json_t *result = srv_tool_text_result(full, is_error);
+  json_t *sc = json_pack("{s:s, s:s, s:i, s:I, s:b, s:b, s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}",
+                         "stdout", out, "stderr", err, "exit_code", res->exit_code, "duration_ms",
+                         (json_int_t)res->duration_ms, "timed_out", res->timed_out, "truncated", truncated,
+                         "stdout_bytes", (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total,
+                         "sandbox", sbx_backend_name(b), "python", "version", job->py->version, "path",
+                         job->py->executable, "implementation", job->py->implementation, "cpu_user_ms",
+                         (json_int_t)res->cpu_user_ms, "cpu_system_ms", (json_int_t)res->cpu_system_ms);
+  if (!sc) {
+    /* Only invalid UTF-8 could make packing fail, and the texts were sanitized. */
+    cm_err("building structuredContent failed");
+    sc = json_object();
+  }
+  const char *limit = limit_hit(res);
+  json_object_set_new(sc, "limit", limit ? json_string(limit) : json_null());
+  json_object_set_new(sc, "signal", res->term_signal ? json_integer(res->term_signal) : json_null());
+  json_object_set_new(sc, "max_rss_kib", json_integer((json_int_t)res->max_rss_kib));
+  json_object_set_new(result, "structuredContent", sc);
+  job_finish(job, result);
+}
+
+static char *make_workdir(exec_job_t *job, cm_error_t *err) {
+  char *tmpl = xasprintf("%s/work/run-XXXXXX", srv_server_state_dir(job->server));
+  if (!mkdtemp(tmpl)) {
+    cm_error_set(err, errno, CM_ERR_IO, "creating a work directory");
+    free(tmpl);
+    return NULL;
+  }
+  return tmpl;
+}
+
+static void job_start(exec_job_t *job) {
+  cm_error_t err = CM_ERROR_INIT;
+  job->workdir = make_workdir(job, &err);
+  cleanup_free char *script_path = job->workdir ? xasprintf("%s/script.py", job->workdir) : NULL;
+  if (!job->workdir || cm_write_file(script_path, job->script, job->script_len, 0644, &err) < 0) {
+    job_finish(job, srv_tool_error_result("Cannot prepare the run: %s", cm_error_message(&err)));
+    cm_error_release(&err);
+    return;
+  }
+  const srv_config_t *cfg = job->cfg;
+  char *argv[] = {job->py->executable, "-s", "script.py", NULL};
+  char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
+                  "LANG=C.UTF-8",
+                  "LC_ALL=C.UTF-8",
+                  "PYTHONUNBUFFERED=1",
+                  "PYTHONDONTWRITEBYTECODE=1",
+                  "PYTHONIOENCODING=utf-8",
+                  "MPLBACKEND=Agg",
+                  NULL};
+  char *binds[] = {job->py->prefix, NULL};
+  sbx_spec_t spec = {
+      .argv = argv,
+      .envp = envp,
+      .workdir = job->workdir,
+      .ro_binds = binds,
+      .network = cfg->network,
+      .limits =
+          {
+              .timeout_ms = job->timeout_s * 1000,
+              .grace_ms = cfg->kill_grace_ms,
+              .memory_bytes = cfg->memory_bytes,
+              .cpu_seconds = cfg->cpu_seconds,
+              .max_processes = cfg->max_processes,
+              .file_size_bytes = cfg->file_size_bytes,
+              .open_files = cfg->open_files,
+              .tmp_bytes = cfg->tmp_bytes,
+          },
+  };
+  sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
+  if (sbx_run_start(srv_server_loop(job->server), srv_server_backend(job->server), &spec, &cbs, job, &job->run,
+                    &err) < 0) {
+    job_finish(job, srv_tool_error_result("The sandbox could not start the script: %s", cm_error_message(&err)));
+    cm_error_release(&err);
+  }
+}
+
+static void on_cancel(void *data) {
+  exec_job_t *job = data;
+  if (job->run) {
+    sbx_run_cancel(job->run); /* on_exit_cb follows and finishes */
+    return;
+  }
+  if (job->py_wait) {
+    py_registry_cancel_wait(srv_server_pythons(job->server), job->py_wait);
+    job->py_wait = NULL;
+  }
+  job_finish(job, json_object());
+}
+
+static void on_python(void *data, py_interp_t *py, const char *error) {
+  exec_job_t *job = data;
+  job->py_wait = NULL;
+  if (!py) {
+    job_finish(job, srv_tool_error_result("No Python interpreter is available: %s", error ? error : "unknown error"));
+    return;
+  }
+  job->py = py;
+  sbx_backend_t *b = srv_server_backend(job->server);
+  if (!b->available) {
+    job_finish(job, srv_tool_error_result(
+                        "The %s sandbox is not available on this server, so the script was not run "
+                        "(the server never falls back to running without a sandbox): %s",
+                        sbx_backend_name(b), b->unavailable ? b->unavailable : "unknown reason"));
+    return;
+  }
+  if (slots_used < job->cfg->max_concurrent) {
+    slots_used++;
+    job->holds_slot = true;
+    job_start(job);
+    return;
+  }
+  job->queued = true;
+  if (queue_tail) queue_tail->queue_next = job;
+  else queue_head = job;
+  queue_tail = job;
+}
+
+/* ---------------------------------------------------------------- the tool */
+
+static const char *const known_args[] = {"script", "dependencies", "timeout_seconds"};
+
+void srv_tool_execute_python(srv_request_t *r, json_t *args) {
+  srv_server_t *s = srv_request_server(r);
+  const srv_config_t *cfg = srv_server_config(s);
+  const char *key;
+  json_t *value;
+  json_object_foreach(args, key, value) {
+    bool known = false;
+    for (size_t i = 0; i < CM_ARRAY_SIZE(known_args); i++) known |= strcmp(key, known_args[i]) == 0;
+    if (!known) {
+      cleanup_free char *k = cm_log_excerpt(key, strlen(key), 40);
+      srv_request_finish(r, srv_tool_error_result(
+                                "Unknown argument '%s'. execute_python accepts: script, dependencies, timeout_seconds.", k));
+      return;
+    }
+  }
+  json_t *script = json_object_get(args, "script");
+  if (!json_is_string(script)) {
+    srv_request_finish(r, srv_tool_error_result("'script' is required and must be a string of Python code."));
+    return;
+  }
+  if (json_string_length(script) > cfg->max_script_bytes) {
+    srv_request_finish(r, srv_tool_error_result("The script is %zu bytes; the limit is %llu bytes.",
+                                                json_string_length(script), (unsigned long long)cfg->max_script_bytes));
+    return;
+  }
+  json_t *deps = json_object_get(args, "dependencies");
+  if (deps && !json_is_null(deps)) {
+    if (!json_is_array(deps)) {
+      srv_request_finish(r, srv_tool_error_result("'dependencies' must be a list of requirement strings or null."));
+      return;
+    }
+    if (json_array_size(deps) > EXEC_MAX_DEPENDENCIES) {
+      srv_request_finish(r, srv_tool_error_result("At most %d dependencies are accepted.", EXEC_MAX_DEPENDENCIES));
+      return;
+    }
+    size_t i;
+    json_t *d;
+    json_array_foreach(deps, i, d) {
+      if (!json_is_string(d)) {
+        srv_request_finish(r, srv_tool_error_result("'dependencies' must contain only strings (item %zu is not).", i));
+        return;
+      }
+    }
+    if (json_array_size(deps) > 0) {
+      srv_request_finish(r, srv_tool_error_result(
+                                "This server cannot install dependencies yet: run the script with the standard "
+                                "library only, or without the 'dependencies' argument."));
+      return;
+    }
+  }
+  uint64_t timeout = cfg->default_timeout;
+  char *note = NULL;
+  json_t *t = json_object_get(args, "timeout_seconds");
+  if (t && !json_is_null(t)) {
+    if (!json_is_integer(t) && !(json_is_real(t) && json_real_value(t) == (double)(json_int_t)json_real_value(t))) {
+      srv_request_finish(r, srv_tool_error_result("'timeout_seconds' must be an integer number of seconds."));
+      return;
+    }
+    json_int_t v = json_is_integer(t) ? json_integer_value(t) : (json_int_t)json_real_value(t);
+    if (v < 1) {
+      srv_request_finish(r, srv_tool_error_result("'timeout_seconds' must be at least 1 (got %lld).", (long long)v));
+      return;
+    }
+    if ((uint64_t)v > cfg->max_timeout) {
+      note = xasprintf("timeout_seconds %lld exceeds the server maximum; %llu was used", (long long)v,
+                       (unsigned long long)cfg->max_timeout);
+      v = (json_int_t)cfg->max_timeout;
+    }
+    timeout = (uint64_t)v;
+  }
+  exec_job_t *job = xcalloc(1, sizeof *job);
+  job->req = r;
+  job->server = s;
+  job->cfg = cfg;
+  job->script = xstrndup(json_string_value(script), json_string_length(script));
+  job->script_len = json_string_length(script);
+  job->timeout_s = timeout;
+  job->timeout_note = note;
+  cm_headtail_init(&job->out, cfg->max_output_bytes, cfg->max_output_bytes);
+  cm_headtail_init(&job->err, cfg->max_output_bytes, cfg->max_output_bytes);
+  cm_buf_init(&job->pending, EXEC_PROGRESS_MAX_TEXT + 16);
+  srv_request_on_cancel(r, on_cancel, job);
+  job->py_wait = py_registry_when_ready(srv_server_pythons(s), on_python, job);
+}
+
+json_t *srv_tool_execute_python_describe(srv_server_t *s) {
+  const srv_config_t *cfg = srv_server_config(s);
+  cleanup_free char *desc = xasprintf(
+      "Run a Python script in a sandbox and return its output.\n\n"
+      "The script runs as a file (script.py) in a fresh, empty working directory that is deleted afterwards, "
+      "with no standard input, a clean environment, and these limits: timeout_seconds (default %llu, at most "
+      "%llu; the whole process tree is killed when it expires), %llu bytes of output kept per stream (the "
+      "beginning and the end are kept when it is longer), and the server's memory and process limits. "
+      "Network access is %s.\n\n"
+      "The result is a text block with '--- stdout ---', '--- stderr ---', '--- exit_code: N ---' and "
+      "'--- duration_ms: N ---' sections (plus '--- timed_out: true ---' on timeout), and the same "
+      "fields as structured content. A non-zero exit or a timeout is reported as an error result.\n\n"
+      "Print what you want to see: nothing is returned but the output. Long-running output is streamed "
+      "as progress notifications when the client asks for progress.",
+      (unsigned long long)cfg->default_timeout, (unsigned long long)cfg->max_timeout,
+      (unsigned long long)cfg->max_output_bytes, cfg->network ? "allowed" : "disabled");
+  json_t *input = json_pack(
+      "{s:s, s:{s:{s:s, s:s}, s:{s:[{s:s, s:{s:s}}, {s:s}], s:n, s:s}, s:{s:s, s:I, s:I, s:I, s:s}}, s:[s], s:b}",
+      "type", "object", "properties", "script", "type", "string", "description",
+      "The Python source code to run. It may start with a PEP 723 '# /// script' metadata block.",
+      "dependencies", "anyOf", "type", "array", "items", "type", "string", "type", "null", "default",
+      "description", "Extra requirement strings (PEP 508), merged with the script's PEP 723 dependencies.",
+      "timeout_seconds", "type", "integer", "minimum", (json_int_t)1, "maximum", (json_int_t)cfg->max_timeout,
+      "default", (json_int_t)cfg->default_timeout, "description",
+      "Wall-clock limit in seconds; the script and everything it started are killed when it expires.",
+      "required", "script", "additionalProperties", 0);
+  json_t *output = json_pack(
+      "{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}},"
+      " s:[s, s, s, s, s, s]}",
+      "type", "object", "properties", "stdout", "type", "string", "stderr", "type", "string", "exit_code", "type",
+      "integer", "duration_ms", "type", "integer", "timed_out", "type", "boolean", "truncated", "type", "boolean",
+      "stdout_bytes", "type", "integer", "stderr_bytes", "type", "integer", "sandbox", "type", "string", "python",
+      "type", "object", "required", "stdout", "stderr", "exit_code", "duration_ms", "timed_out", "truncated");
+  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name", "execute_python", "title",
+                   "Run Python in a sandbox", "description", desc, "inputSchema", input, "outputSchema", output,
+                   "annotations", "title", "Run Python in a sandbox", "readOnlyHint", 0, "destructiveHint", 0,
+                   "idempotentHint", 0, "openWorldHint", cfg->network);
+}

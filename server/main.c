@@ -1,0 +1,126 @@
+/* mcp-python-exec-sandbox: parse flags, build the server, serve stdio until EOF or a
+ * termination signal, then cancel what runs, kill every child and exit. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+
+#include "server/srv.h"
+
+typedef struct app {
+  cm_loop_t *loop;
+  srv_server_t *server;
+  srv_session_t *session;
+  tr_stdio_t *stdio;
+  bool shutting_down;
+  cm_timer_t *shutdown_timer;
+} app_t;
+
+static void on_message(void *data, const char *buf, size_t len, tr_sink_t *reply) {
+  app_t *app = data;
+  srv_session_handle(app->session, buf, len, reply);
+}
+
+static void on_oversize(void *data, size_t len, tr_sink_t *reply) {
+  app_t *app = data;
+  srv_session_oversize(app->session, len, reply);
+}
+
+static void check_drained(app_t *app);
+
+static void on_shutdown_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  app_t *app = data;
+  app->shutdown_timer = NULL;
+  cm_warn("shutdown: %zu requests still in flight; stopping anyway", srv_server_inflight(app->server));
+  cm_loop_stop(loop);
+}
+
+static void poll_drained(cm_loop_t *loop, cm_timer_t *t, void *data) { check_drained(data); }
+
+static void check_drained(app_t *app) {
+  if (srv_server_inflight(app->server) == 0) {
+    cm_loop_stop(app->loop);
+    return;
+  }
+  cm_loop_timer(app->loop, 10, poll_drained, app);
+}
+
+static void begin_shutdown(app_t *app, const char *why) {
+  if (app->shutting_down) return;
+  app->shutting_down = true;
+  cm_debug("shutting down: %s", why);
+  tr_stdio_stop_reading(app->stdio);
+  /* Every running script is killed (SIGTERM, grace, SIGKILL); their results are dropped. */
+  srv_server_cancel_all(app->server);
+  uint64_t grace = srv_server_config(app->server)->kill_grace_ms;
+  app->shutdown_timer = cm_loop_timer(app->loop, grace + 3000, on_shutdown_timeout, app);
+  check_drained(app);
+}
+
+static void on_eof(void *data) { begin_shutdown(data, "end of input"); }
+
+static void on_signal(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
+  struct signalfd_siginfo si;
+  while (read(fd, &si, sizeof si) == (ssize_t)sizeof si) begin_shutdown(data, strsignal((int)si.ssi_signo));
+}
+
+int main(int argc, char **argv) {
+  srv_config_t cfg;
+  srv_config_defaults(&cfg);
+  cm_error_t err = CM_ERROR_INIT;
+  int rc = srv_config_parse(&cfg, argc, argv, &err);
+  if (rc == 0) rc = srv_config_validate(&cfg, &err);
+  if (rc != 0) {
+    if (rc < 0) fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
+    cm_error_release(&err);
+    srv_config_release(&cfg);
+    return rc < 0 ? 2 : 0;
+  }
+  cm_log_set_level(cfg.log_level);
+  signal(SIGPIPE, SIG_IGN);
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, NULL);
+  int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+
+  app_t app = {0};
+  app.loop = cm_loop_new(&err);
+  if (!app.loop || sfd < 0) {
+    fprintf(stderr, "%s: error: %s\n", SRV_NAME, app.loop ? "signalfd failed" : cm_error_message(&err));
+    return 1;
+  }
+  app.server = srv_server_new(app.loop, &cfg, &err);
+  if (!app.server) {
+    fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
+    cm_error_release(&err);
+    return 1;
+  }
+  tr_stdio_callbacks_t cbs = {.on_message = on_message, .on_oversize = on_oversize, .on_eof = on_eof};
+  app.stdio = tr_stdio_new(app.loop, STDIN_FILENO, STDOUT_FILENO, cfg.max_message_bytes, &cbs, &app, &err);
+  if (!app.stdio) {
+    fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
+    return 1;
+  }
+  app.session = srv_session_new(app.server, tr_stdio_sink(app.stdio));
+  cm_watch_t *sw = cm_loop_watch(app.loop, sfd, EPOLLIN, on_signal, &app, &err);
+  (void)sw;
+  cm_info("%s %s serving on stdio (sandbox %s)", SRV_NAME, srv_version(), cfg.sandbox_backend);
+
+  if (cm_loop_run(app.loop, &err) < 0) cm_err("event loop: %s", cm_error_message(&err));
+  cm_timer_cancel(app.shutdown_timer);
+  srv_session_free(app.session);
+  tr_stdio_flush(app.stdio, 2000);
+  tr_stdio_free(app.stdio);
+  srv_server_free(app.server);
+  cm_watch_remove(sw);
+  cm_loop_free(app.loop);
+  close(sfd);
+  srv_config_release(&cfg);
+  cm_error_release(&err);
+  return 0;
+}

@@ -1,0 +1,463 @@
+/* The JSON-RPC/MCP router: envelope checks, lifecycle, dispatch, requests in flight,
+ * progress, logging and cancellation.  Transport-neutral: everything goes out through
+ * tr_sink_t. */
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include "server/server-internal.h"
+
+static const char *const mcp_log_levels[] = {"debug",    "info",  "notice", "warning",
+                                             "error",    "critical", "alert", "emergency"};
+
+typedef struct srv_batch {
+  tr_sink_t *sink;
+  json_t *responses; /* array; a slot per element that gets an answer (json null until then) */
+  size_t pending;
+} srv_batch_t;
+
+struct srv_server {
+  cm_loop_t *loop;
+  srv_config_t *cfg;
+  sbx_backend_t *backend;
+  py_registry_t *pythons;
+  char *state_dir;
+  srv_request_t *inflight;
+  size_t n_inflight;
+};
+
+struct srv_session {
+  srv_server_t *server;
+  tr_sink_t *sink;
+  char *protocol;     /* negotiated version; NULL before initialize */
+  bool ready;         /* notifications/initialized received */
+  int log_level;      /* index into mcp_log_levels; -1 = not set: no log notifications */
+  json_t *client_info;
+};
+
+struct srv_request {
+  srv_server_t *server;
+  srv_session_t *session;
+  json_t *id;
+  tr_sink_t *sink;
+  json_t *progress_token;
+  srv_batch_t *batch;
+  size_t batch_slot;
+  bool cancelled;
+  void (*cancel_cb)(void *data);
+  void *cancel_data;
+  double last_progress;
+  srv_request_t *prev, *next;
+};
+
+/* ---------------------------------------------------------------- server */
+
+static char *default_state_dir(void) {
+  const char *xdg = getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg == '/') return xasprintf("%s/%s", xdg, SRV_NAME);
+  const char *home = getenv("HOME");
+  if (home && *home == '/') return xasprintf("%s/.cache/%s", home, SRV_NAME);
+  return xasprintf("/tmp/%s-%u", SRV_NAME, (unsigned)getuid());
+}
+
+srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err) {
+  cleanup_free char *state = cfg->state_dir ? xstrdup(cfg->state_dir) : default_state_dir();
+  if (cm_mkdir_p(state, 0700, err) < 0) {
+    cm_error_wrap(err, "creating the state directory");
+    return NULL;
+  }
+  cleanup_free char *work = xasprintf("%s/work", state);
+  if (cm_mkdir_p(work, 0711, err) < 0) {
+    cm_error_wrap(err, "creating the work directory");
+    return NULL;
+  }
+  chmod(work, 0711);
+  const char *backend_name = cfg->sandbox_backend;
+  sbx_backend_t *backend = sbx_backend_new(backend_name, err);
+  if (!backend) return NULL;
+  sbx_backend_probe(backend);
+  if (!backend->available)
+    cm_warn("sandbox backend %s is not available: %s; executions will be refused (no fall back)",
+            sbx_backend_name(backend), backend->unavailable);
+  srv_server_t *s = xcalloc(1, sizeof *s);
+  s->loop = loop;
+  s->cfg = cfg;
+  s->backend = backend;
+  s->state_dir = steal_pointer(&state);
+  s->pythons = py_registry_new(loop, cfg);
+  py_registry_start(s->pythons);
+  return s;
+}
+
+void srv_server_free(srv_server_t *s) {
+  if (!s) return;
+  py_registry_free(s->pythons);
+  sbx_backend_free(s->backend);
+  free(s->state_dir);
+  free(s);
+}
+
+cm_loop_t *srv_server_loop(srv_server_t *s) { return s->loop; }
+const srv_config_t *srv_server_config(srv_server_t *s) { return s->cfg; }
+sbx_backend_t *srv_server_backend(srv_server_t *s) { return s->backend; }
+py_registry_t *srv_server_pythons(srv_server_t *s) { return s->pythons; }
+const char *srv_server_state_dir(srv_server_t *s) { return s->state_dir; }
+size_t srv_server_inflight(srv_server_t *s) { return s->n_inflight; }
+
+static void request_cancel(srv_request_t *r) {
+  if (r->cancelled) return;
+  r->cancelled = true;
+  if (r->cancel_cb) r->cancel_cb(r->cancel_data);
+}
+
+void srv_server_cancel_all(srv_server_t *s) {
+  srv_request_t *next;
+  for (srv_request_t *r = s->inflight; r; r = next) {
+    next = r->next;
+    request_cancel(r);
+  }
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink) {
+  srv_session_t *ss = xcalloc(1, sizeof *ss);
+  ss->server = s;
+  ss->sink = tr_sink_ref(sink);
+  ss->log_level = -1;
+  return ss;
+}
+
+void srv_session_free(srv_session_t *ss) {
+  if (!ss) return;
+  /* Requests of this session are cancelled and lose their session pointer. */
+  for (srv_request_t *r = ss->server->inflight; r; r = r->next) {
+    if (r->session != ss) continue;
+    request_cancel(r);
+    r->session = NULL;
+  }
+  tr_sink_unref(ss->sink);
+  free(ss->protocol);
+  json_decref(ss->client_info);
+  free(ss);
+}
+
+static void send_json(tr_sink_t *sink, json_t *msg, tr_send_flags_t flags) {
+  size_t len;
+  cleanup_free char *text = srv_jsonrpc_dump(msg, &len);
+  tr_sink_send(sink, text, len, flags);
+}
+
+static void batch_release(srv_batch_t *batch) {
+  if (--batch->pending > 0) return;
+  /* Drop the slots of cancelled requests (they stay null). */
+  json_t *out = json_array();
+  size_t i;
+  json_t *v;
+  json_array_foreach(batch->responses, i, v) if (!json_is_null(v)) json_array_append(out, v);
+  if (json_array_size(out) > 0) send_json(batch->sink, out, TR_SEND_DEFAULT);
+  json_decref(out);
+  json_decref(batch->responses);
+  tr_sink_unref(batch->sink);
+  free(batch);
+}
+
+/* Delivers a response: straight to the sink, or into its batch slot. */
+static void deliver(tr_sink_t *sink, srv_batch_t *batch, size_t slot, json_t *response) {
+  if (!batch) {
+    send_json(sink, response, TR_SEND_DEFAULT);
+    json_decref(response);
+    return;
+  }
+  json_array_set_new(batch->responses, slot, response);
+  batch_release(batch);
+}
+
+static size_t batch_reserve(srv_batch_t *batch) {
+  if (!batch) return 0;
+  json_array_append_new(batch->responses, json_null());
+  batch->pending++;
+  return json_array_size(batch->responses) - 1;
+}
+
+static void reply_error(tr_sink_t *sink, srv_batch_t *batch, json_t *id, int code, const char *message) {
+  deliver(sink, batch, batch_reserve(batch), srv_jsonrpc_error(id, code, message, NULL));
+}
+
+static void reply_result(tr_sink_t *sink, srv_batch_t *batch, json_t *id, json_t *result) {
+  deliver(sink, batch, batch_reserve(batch), srv_jsonrpc_result(id, result));
+  json_decref(result);
+}
+
+/* ---------------------------------------------------------------- requests */
+
+srv_server_t *srv_request_server(srv_request_t *r) { return r->server; }
+srv_session_t *srv_request_session(srv_request_t *r) { return r->session; }
+bool srv_request_cancelled(const srv_request_t *r) { return r->cancelled; }
+bool srv_request_has_progress(const srv_request_t *r) { return r->progress_token != NULL; }
+
+void srv_request_on_cancel(srv_request_t *r, void (*cancel_cb)(void *data), void *data) {
+  r->cancel_cb = cancel_cb;
+  r->cancel_data = data;
+}
+
+void srv_request_progress(srv_request_t *r, double progress, const char *message, size_t len) {
+  if (!r->progress_token || r->cancelled || progress <= r->last_progress) return;
+  r->last_progress = progress;
+  json_t *params = json_pack("{s:O, s:f}", "progressToken", r->progress_token, "progress", progress);
+  if (message) json_object_set_new(params, "message", srv_json_string_lossy(message, len));
+  json_t *n = srv_jsonrpc_notification("notifications/progress", params);
+  send_json(r->sink, n, TR_SEND_DROPPABLE);
+  json_decref(n);
+}
+
+static int level_index(const char *level) {
+  for (size_t i = 0; i < CM_ARRAY_SIZE(mcp_log_levels); i++)
+    if (strcmp(level, mcp_log_levels[i]) == 0) return (int)i;
+  return -1;
+}
+
+void srv_request_log(srv_request_t *r, const char *level, const char *logger, json_t *data) {
+  srv_session_t *ss = r->session;
+  int idx = level_index(level);
+  if (!ss || r->cancelled || ss->log_level < 0 || idx < ss->log_level) {
+    json_decref(data);
+    return;
+  }
+  json_t *params = json_pack("{s:s, s:o}", "level", level, "data", data);
+  if (logger) json_object_set_new(params, "logger", json_string(logger));
+  json_t *n = srv_jsonrpc_notification("notifications/message", params);
+  send_json(r->sink, n, TR_SEND_DROPPABLE);
+  json_decref(n);
+}
+
+static srv_request_t *request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, srv_batch_t *batch) {
+  srv_request_t *r = xcalloc(1, sizeof *r);
+  r->server = ss->server;
+  r->session = ss;
+  r->id = json_incref(id);
+  r->sink = tr_sink_ref(sink);
+  r->batch = batch;
+  r->batch_slot = batch_reserve(batch);
+  srv_server_t *s = ss->server;
+  r->next = s->inflight;
+  if (s->inflight) s->inflight->prev = r;
+  s->inflight = r;
+  s->n_inflight++;
+  return r;
+}
+
+void srv_request_finish(srv_request_t *r, json_t *result) {
+  srv_server_t *s = r->server;
+  if (r->cancelled) {
+    json_decref(result);
+    /* A cancelled request sends nothing; its batch slot stays null. */
+    if (r->batch) deliver(r->sink, r->batch, r->batch_slot, json_null());
+  } else {
+    json_t *response = srv_jsonrpc_result(r->id, result);
+    json_decref(result);
+    deliver(r->sink, r->batch, r->batch_slot, response);
+  }
+  if (r->prev) r->prev->next = r->next;
+  else s->inflight = r->next;
+  if (r->next) r->next->prev = r->prev;
+  s->n_inflight--;
+  json_decref(r->id);
+  json_decref(r->progress_token);
+  tr_sink_unref(r->sink);
+  free(r);
+}
+
+static srv_request_t *find_inflight(srv_session_t *ss, json_t *id) {
+  for (srv_request_t *r = ss->server->inflight; r; r = r->next)
+    if (r->session == ss && json_equal(r->id, id)) return r;
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- methods */
+
+static json_t *server_capabilities(void) {
+  return json_pack("{s:{s:b}, s:{}}", "tools", "listChanged", 0, "logging");
+}
+
+static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink, srv_batch_t *batch) {
+  if (ss->protocol) {
+    reply_error(sink, batch, id, JSONRPC_INVALID_REQUEST, "Invalid Request: the session is already initialized");
+    return;
+  }
+  json_t *pv = params ? json_object_get(params, "protocolVersion") : NULL;
+  if (!json_is_object(params) || !json_is_string(pv)) {
+    reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, "Invalid params: initialize needs a string \"protocolVersion\"");
+    return;
+  }
+  const char *requested = json_string_value(pv);
+  const char *chosen = srv_protocol_supported(requested) ? requested : srv_protocol_versions[0];
+  ss->protocol = xstrdup(chosen);
+  json_t *ci = json_object_get(params, "clientInfo");
+  if (json_is_object(ci)) ss->client_info = json_incref(ci);
+  json_t *result = json_pack(
+      "{s:s, s:o, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", chosen, "capabilities", server_capabilities(),
+      "serverInfo", "name", SRV_NAME, "title", "Python Exec Sandbox", "version", srv_version(), "instructions",
+      "Runs Python scripts in a sandbox. Use execute_python to run a script (declare third-party packages "
+      "in a PEP 723 '# /// script' block or the dependencies argument), validate_script to check one "
+      "without running it, and check_environment to see the interpreters, sandbox and limits.");
+  reply_result(sink, batch, id, result);
+}
+
+static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink, srv_batch_t *batch) {
+  json_t *cursor = params && json_is_object(params) ? json_object_get(params, "cursor") : NULL;
+  if (cursor) {
+    /* Everything fits on one page, so no cursor we could have issued exists. */
+    reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, "Invalid params: unknown cursor");
+    return;
+  }
+  size_t n;
+  const srv_tool_t *tools = srv_tools(&n);
+  json_t *list = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(list, tools[i].describe(ss->server));
+  reply_result(sink, batch, id, json_pack("{s:o}", "tools", list));
+}
+
+static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink, srv_batch_t *batch) {
+  json_t *name = json_is_object(params) ? json_object_get(params, "name") : NULL;
+  if (!json_is_string(name)) {
+    reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, "Invalid params: tools/call needs a string \"name\"");
+    return;
+  }
+  json_t *args = json_object_get(params, "arguments");
+  if (args && !json_is_object(args) && !json_is_null(args)) {
+    reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, "Invalid params: \"arguments\" must be an object");
+    return;
+  }
+  const srv_tool_t *tool = srv_tool_find(json_string_value(name));
+  if (!tool) {
+    cleanup_free char *excerpt = cm_log_excerpt(json_string_value(name), json_string_length(name), 64);
+    cleanup_free char *msg = xasprintf("Invalid params: unknown tool '%s'", excerpt);
+    reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, msg);
+    return;
+  }
+  srv_request_t *r = request_new(ss, id, sink, batch);
+  json_t *meta = json_object_get(params, "_meta");
+  json_t *token = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
+  if (json_is_string(token) || json_is_integer(token)) r->progress_token = json_incref(token);
+  json_t *arguments = json_is_object(args) ? json_incref(args) : json_object();
+  tool->call(r, arguments);
+  json_decref(arguments);
+}
+
+static void handle_set_level(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink, srv_batch_t *batch) {
+  json_t *level = json_is_object(params) ? json_object_get(params, "level") : NULL;
+  int idx = json_is_string(level) ? level_index(json_string_value(level)) : -1;
+  if (idx < 0) {
+    reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
+                "Invalid params: \"level\" must be one of debug, info, notice, warning, error, critical, alert, emergency");
+    return;
+  }
+  ss->log_level = idx;
+  reply_result(sink, batch, id, json_object());
+}
+
+static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch) {
+  const char *method = m->method;
+  if (strcmp(method, "ping") == 0) {
+    reply_result(sink, batch, m->id, json_object());
+    return;
+  }
+  if (strcmp(method, "initialize") == 0) {
+    handle_initialize(ss, m->id, m->params, sink, batch);
+    return;
+  }
+  if (!ss->protocol) {
+    reply_error(sink, batch, m->id, JSONRPC_INVALID_REQUEST,
+                "Invalid Request: the session is not initialized; send initialize first");
+    return;
+  }
+  if (find_inflight(ss, m->id)) {
+    reply_error(sink, batch, m->id, JSONRPC_INVALID_REQUEST, "Invalid Request: a request with this id is still in flight");
+    return;
+  }
+  if (strcmp(method, "tools/list") == 0) {
+    handle_tools_list(ss, m->id, m->params, sink, batch);
+  } else if (strcmp(method, "tools/call") == 0) {
+    handle_tools_call(ss, m->id, m->params, sink, batch);
+  } else if (strcmp(method, "logging/setLevel") == 0) {
+    handle_set_level(ss, m->id, m->params, sink, batch);
+  } else {
+    cleanup_free char *excerpt = cm_log_excerpt(method, strlen(method), 64);
+    cleanup_free char *msg = xasprintf("Method not found: %s", excerpt);
+    reply_error(sink, batch, m->id, JSONRPC_METHOD_NOT_FOUND, msg);
+  }
+}
+
+static void handle_notification(srv_session_t *ss, const srv_msg_t *m) {
+  if (strcmp(m->method, "notifications/initialized") == 0) {
+    ss->ready = true;
+  } else if (strcmp(m->method, "notifications/cancelled") == 0) {
+    json_t *rid = json_is_object(m->params) ? json_object_get(m->params, "requestId") : NULL;
+    if (!rid) return;
+    srv_request_t *r = find_inflight(ss, rid);
+    /* Unknown or finished ids are ignored: the race with a response is allowed. */
+    if (r) {
+      cm_debug("request cancelled by the client");
+      request_cancel(r);
+    }
+  }
+  /* Other notifications need nothing from us. */
+}
+
+static void handle_one(srv_session_t *ss, json_t *msg, tr_sink_t *sink, srv_batch_t *batch) {
+  srv_msg_t m;
+  srv_jsonrpc_classify(msg, &m);
+  switch (m.kind) {
+    case SRV_MSG_REQUEST:
+      handle_request(ss, &m, sink, batch);
+      break;
+    case SRV_MSG_NOTIFICATION:
+      handle_notification(ss, &m);
+      break;
+    case SRV_MSG_RESPONSE:
+      break; /* we send no requests that would expect one */
+    default:
+      reply_error(sink, batch, m.id, JSONRPC_INVALID_REQUEST, m.error);
+      break;
+  }
+}
+
+void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_t *reply) {
+  int code;
+  cleanup_free char *why = NULL;
+  json_t *root = srv_jsonrpc_parse(buf, len, &code, &why);
+  if (!root) {
+    cleanup_free char *excerpt = cm_log_excerpt(buf, len, 80);
+    cm_debug("refused message: %s: %s", why, excerpt);
+    reply_error(reply, NULL, NULL, code, why);
+    return;
+  }
+  if (json_is_array(root)) {
+    if (!ss->protocol || strcmp(ss->protocol, "2025-03-26") != 0) {
+      reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST,
+                  "Invalid Request: batches are only accepted in protocol version 2025-03-26");
+    } else if (json_array_size(root) == 0) {
+      reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, "Invalid Request: empty batch");
+    } else {
+      srv_batch_t *batch = xcalloc(1, sizeof *batch);
+      batch->sink = tr_sink_ref(reply);
+      batch->responses = json_array();
+      batch->pending = 1; /* held until every element is dispatched */
+      size_t i;
+      json_t *el;
+      json_array_foreach(root, i, el) handle_one(ss, el, reply, batch);
+      /* Release the hold; sends the array if every answer is already in. */
+      batch_release(batch);
+    }
+  } else {
+    handle_one(ss, root, reply, NULL);
+  }
+  json_decref(root);
+}
+
+void srv_session_oversize(srv_session_t *ss, size_t len, tr_sink_t *reply) {
+  cleanup_free char *msg = xasprintf("Invalid Request: message of %zu bytes exceeds the limit of %llu bytes", len,
+                                     (unsigned long long)ss->server->cfg->max_message_bytes);
+  cm_warn("%s", msg);
+  reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, msg);
+}

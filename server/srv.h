@@ -1,0 +1,162 @@
+/* server/: configuration, the JSON-RPC/MCP router, the tools, interpreters and jobs.
+ * The only layer that turns internal errors into JSON-RPC errors. */
+#ifndef MPS_SERVER_SRV_H
+#define MPS_SERVER_SRV_H
+
+#include <jansson.h>
+
+#include "common/cm.h"
+#include "sandbox/sbx.h"
+#include "transport/tr.h"
+
+#define SRV_NAME "mcp-python-exec-sandbox"
+
+const char *srv_version(void);
+
+/* ---------------------------------------------------------------- configuration */
+
+typedef struct srv_config {
+  /* Seed flags (same names, defaults and validation messages). */
+  char *python_version;      /* --python-version; NULL = the default interpreter */
+  char *sandbox_backend;     /* --sandbox-backend native|bwrap|docker|none */
+  uint64_t max_timeout;      /* --max-timeout, seconds */
+  uint64_t default_timeout;  /* --default-timeout, seconds */
+  uint64_t max_output_bytes; /* --max-output-bytes, per stream */
+  bool warm_cache;           /* --warm-cache / --no-warm-cache */
+  char *uv_path;             /* --uv-path */
+  /* Ours. */
+  char *python;              /* --python PATH: explicit default interpreter */
+  char *state_dir;           /* --state-dir */
+  char *transport;           /* --transport stdio|http */
+  bool network;              /* --network on|off */
+  uint64_t kill_grace_ms;    /* --kill-grace-seconds */
+  uint64_t memory_bytes;     /* --memory-limit */
+  uint64_t cpu_seconds;      /* --cpu-limit */
+  uint64_t max_processes;    /* --max-processes */
+  uint64_t file_size_bytes;  /* --max-file-size */
+  uint64_t open_files;       /* --max-open-files */
+  uint64_t tmp_bytes;        /* --tmp-size */
+  uint64_t max_message_bytes; /* --max-message-bytes */
+  uint64_t max_script_bytes; /* --max-script-bytes */
+  uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
+  cm_log_level_t log_level;  /* --log-level */
+} srv_config_t;
+
+void srv_config_defaults(srv_config_t *c);
+/* Parses argv (and MCP_PY_SANDBOX_<FLAG> environment variables, which argv overrides).
+ * Returns 0, 1 when --help/--version was handled (exit 0), or -1 with err set. */
+int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err);
+/* The seed's validation, with its messages. */
+int srv_config_validate(const srv_config_t *c, cm_error_t *err);
+void srv_config_release(srv_config_t *c);
+
+/* ---------------------------------------------------------------- interpreters */
+
+typedef struct py_interp {
+  char *path;           /* the executable as found */
+  char *executable;     /* sys.executable, resolved */
+  char *version;        /* "3.11.7" */
+  char *implementation; /* "cpython" */
+  char *prefix;         /* sys.base_prefix: what a sandbox must bind */
+  bool free_threaded;
+  bool ok;              /* identified */
+  char *error;          /* why not, when !ok */
+} py_interp_t;
+
+typedef struct py_registry py_registry_t;
+typedef void (*py_ready_cb)(void *data, py_interp_t *interp, const char *error);
+
+py_registry_t *py_registry_new(cm_loop_t *loop, const srv_config_t *cfg);
+/* Starts identifying the default interpreter in the background. */
+void py_registry_start(py_registry_t *r);
+/* Calls cb once the default interpreter is known, never from inside this call (from the
+ * loop, right after the current callback, if it already is).  Returns a handle that
+ * py_registry_cancel_wait() can cancel before cb runs. */
+void *py_registry_when_ready(py_registry_t *r, py_ready_cb cb, void *data);
+void py_registry_cancel_wait(py_registry_t *r, void *handle);
+py_interp_t *py_registry_default(py_registry_t *r); /* NULL until ready */
+void py_registry_free(py_registry_t *r);
+
+/* ---------------------------------------------------------------- the server and router */
+
+typedef struct srv_server srv_server_t;
+typedef struct srv_session srv_session_t;
+typedef struct srv_request srv_request_t;
+
+srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err);
+void srv_server_free(srv_server_t *s);
+cm_loop_t *srv_server_loop(srv_server_t *s);
+const srv_config_t *srv_server_config(srv_server_t *s);
+sbx_backend_t *srv_server_backend(srv_server_t *s);
+py_registry_t *srv_server_pythons(srv_server_t *s);
+const char *srv_server_state_dir(srv_server_t *s);
+/* Cancels every request in flight (shutdown). */
+void srv_server_cancel_all(srv_server_t *s);
+size_t srv_server_inflight(srv_server_t *s);
+
+/* A session: the stdio connection, or one Mcp-Session-Id.  `sink` is where messages not
+ * tied to a request go (stdout, or the standalone GET stream). */
+srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink);
+void srv_session_free(srv_session_t *ss);
+/* Handles one complete JSON text; answers go to reply. */
+void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_t *reply);
+/* A text that was too large to read. */
+void srv_session_oversize(srv_session_t *ss, size_t len, tr_sink_t *reply);
+
+/* ---------------------------------------------------------------- requests (for tools) */
+
+srv_server_t *srv_request_server(srv_request_t *r);
+srv_session_t *srv_request_session(srv_request_t *r);
+bool srv_request_has_progress(const srv_request_t *r);
+/* Sends notifications/progress (if the client asked for progress).  progress must grow. */
+void srv_request_progress(srv_request_t *r, double progress, const char *message, size_t len);
+/* Sends notifications/message if the session's log level admits it. */
+void srv_request_log(srv_request_t *r, const char *level, const char *logger, json_t *data);
+/* Completes the request with a result (stolen).  Nothing is sent if it was cancelled.
+ * The request is freed. */
+void srv_request_finish(srv_request_t *r, json_t *result);
+/* Registers what to do on notifications/cancelled.  After cancel_cb runs the tool must
+ * still call srv_request_finish (its result is dropped). */
+void srv_request_on_cancel(srv_request_t *r, void (*cancel_cb)(void *data), void *data);
+bool srv_request_cancelled(const srv_request_t *r);
+
+/* ---------------------------------------------------------------- tools */
+
+typedef struct srv_tool {
+  const char *name;
+  const char *title;
+  json_t *(*describe)(srv_server_t *s); /* the Tool object for tools/list (new ref) */
+  /* Runs the tool; must eventually call srv_request_finish(r, result). */
+  void (*call)(srv_request_t *r, json_t *arguments);
+} srv_tool_t;
+
+const srv_tool_t *srv_tools(size_t *count);
+const srv_tool_t *srv_tool_find(const char *name);
+
+/* A tool result with one text block. isError as given. */
+json_t *srv_tool_text_result(const char *text, bool is_error);
+json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+void srv_tool_execute_python(srv_request_t *r, json_t *arguments);
+json_t *srv_tool_execute_python_describe(srv_server_t *s);
+
+/* ---------------------------------------------------------------- output formatting */
+
+/* The seed's truncation: at most max bytes of valid UTF-8, with its marker
+ * "\n... [truncated at NKB]" when cut.  Ours keeps the tail too (see output.c). */
+char *srv_truncate_output(const char *head, size_t head_len, const char *tail, size_t tail_len,
+                          uint64_t total, uint64_t max);
+char *srv_truncation_marker(uint64_t max);
+
+typedef struct srv_exec_summary {
+  const char *stdout_text; /* already truncated */
+  const char *stderr_text;
+  int exit_code;
+  uint64_t duration_ms;
+  bool timed_out;
+} srv_exec_summary_t;
+
+/* The seed's text block: "--- stdout ---\n...\n--- exit_code: N ---\n--- duration_ms: N ---". */
+char *srv_format_result(const srv_exec_summary_t *s);
+
+#endif

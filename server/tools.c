@@ -1,0 +1,149 @@
+/* The tool table, shared result helpers, and check_environment. */
+#include <stdio.h>
+#include <sys/utsname.h>
+
+#include "server/server-internal.h"
+
+json_t *srv_tool_text_result(const char *text, bool is_error) {
+  return json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", text, "isError", is_error);
+}
+
+json_t *srv_tool_error_result(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cleanup_free char *msg = xvasprintf(fmt, ap);
+  va_end(ap);
+  return srv_tool_text_result(msg, true);
+}
+
+static char *human_size(uint64_t v) {
+  if (v == 0) return xstrdup("none");
+  if (v % (1ull << 30) == 0) return xasprintf("%lluG", (unsigned long long)(v >> 30));
+  if (v % (1ull << 20) == 0) return xasprintf("%lluM", (unsigned long long)(v >> 20));
+  if (v % (1ull << 10) == 0) return xasprintf("%lluK", (unsigned long long)(v >> 10));
+  return xasprintf("%llu bytes", (unsigned long long)v);
+}
+
+/* ---------------------------------------------------------------- check_environment */
+
+static json_t *check_environment_describe(srv_server_t *s) {
+  return json_pack(
+      "{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, "
+      "s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s, s, s, s, s]}, s:{s:s, s:b, s:b, s:b, s:b}}",
+      "name", "check_environment", "title", "Check the Python sandbox environment", "description",
+      "Reports the execution environment without running anything: the default Python interpreter "
+      "(version and path), the sandbox backend and whether it works, the network policy, the timeout "
+      "and output limits, the resource limits, and the server version. Use it to find out what "
+      "execute_python will do before calling it.",
+      "inputSchema", "type", "object", "properties", "additionalProperties", 0,
+      "outputSchema", "type", "object", "properties",
+      "python_version", "type", "string",
+      "python_path", "type", "string",
+      "uv", "type", "string",
+      "platform", "type", "string",
+      "sandbox_backend", "type", "string",
+      "sandbox_status", "type", "string",
+      "sandbox_available", "type", "boolean",
+      "default_timeout", "type", "integer",
+      "max_timeout", "type", "integer",
+      "max_output_bytes", "type", "integer",
+      "network", "type", "boolean",
+      "required", "python_version", "sandbox_backend", "sandbox_available", "default_timeout", "max_timeout",
+      "annotations", "title", "Check the Python sandbox environment", "readOnlyHint", 1, "destructiveHint", 0,
+      "idempotentHint", 1, "openWorldHint", 0);
+}
+
+typedef struct env_call {
+  srv_request_t *req;
+  void *wait;
+} env_call_t;
+
+static void check_environment_ready(void *data, py_interp_t *py, const char *error) {
+  env_call_t *c = data;
+  srv_request_t *r = c->req;
+  free(c);
+  srv_server_t *s = srv_request_server(r);
+  const srv_config_t *cfg = srv_server_config(s);
+  sbx_backend_t *b = srv_server_backend(s);
+  struct utsname u;
+  if (uname(&u) < 0) strcpy(u.sysname, "unknown"), strcpy(u.machine, "unknown");
+  cleanup_free char *uv = cm_find_executable(cfg->uv_path);
+  cleanup_free char *status = sbx_backend_describe(b);
+  cleanup_free char *mem = human_size(cfg->memory_bytes);
+  cleanup_free char *fsize = human_size(cfg->file_size_bytes);
+  cleanup_free char *tmp = human_size(cfg->tmp_bytes);
+  cleanup_free char *cpu = cfg->cpu_seconds ? xasprintf("%llus", (unsigned long long)cfg->cpu_seconds) : xstrdup("none");
+  cleanup_free char *pyver = py ? xstrdup(py->version) : xasprintf("unavailable (%s)", error ? error : "unknown");
+  cm_buf_t t;
+  cm_buf_init(&t, 0);
+  /* The seed's nine lines first, with the same labels. */
+  cm_buf_printf(&t, "Python version: %s\n", pyver);
+  cm_buf_printf(&t, "uv: %s\n", uv ? uv : "not found");
+  cm_buf_printf(&t, "Platform: %s %s\n", u.sysname, u.machine);
+  cm_buf_printf(&t, "Sandbox backend: %s\n", sbx_backend_name(b));
+  cm_buf_printf(&t, "Sandbox status: %s\n", status);
+  cm_buf_printf(&t, "Default timeout: %llus\n", (unsigned long long)cfg->default_timeout);
+  cm_buf_printf(&t, "Max timeout: %llus\n", (unsigned long long)cfg->max_timeout);
+  cm_buf_printf(&t, "Max output: %llu bytes\n", (unsigned long long)cfg->max_output_bytes);
+  cm_buf_printf(&t, "Cache warming: %s\n",
+                cfg->warm_cache ? "enabled (no dependency environments yet: nothing to warm)" : "disabled");
+  /* Then what the seed never said. */
+  if (py) cm_buf_printf(&t, "Python interpreter: %s %s (%s)\n", py->implementation, py->version, py->executable);
+  cm_buf_printf(&t, "Sandbox available: %s\n", b->available ? "yes" : "no (executions are refused; no fall back)");
+  cm_buf_printf(&t, "Network: %s\n", cfg->network ? "on" : "off");
+  cm_buf_printf(&t, "Limits: memory %s, CPU %s, processes %llu, file size %s, open files %llu, /tmp %s, kill grace %llums\n",
+                mem, cpu,
+                (unsigned long long)cfg->max_processes, fsize, (unsigned long long)cfg->open_files, tmp,
+                (unsigned long long)cfg->kill_grace_ms);
+  cm_buf_printf(&t, "Concurrent executions: %llu\n", (unsigned long long)cfg->max_concurrent);
+  cm_buf_printf(&t, "Server: %s %s", SRV_NAME, srv_version());
+  cleanup_free char *platform = xasprintf("%s %s", u.sysname, u.machine);
+  json_t *sc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:b, s:s}",
+                         "python_version", py ? py->version : "", "python_path", py ? py->executable : "",
+                         "uv", uv ? uv : "", "platform", platform, "sandbox_backend", sbx_backend_name(b),
+                         "sandbox_status", status, "sandbox_available", b->available,
+                         "default_timeout", (json_int_t)cfg->default_timeout, "max_timeout",
+                         (json_int_t)cfg->max_timeout, "max_output_bytes", (json_int_t)cfg->max_output_bytes,
+                         "network", cfg->network, "server_version", srv_version());
+  cleanup_free char *text = cm_buf_steal(&t);
+  json_t *result = srv_tool_text_result(text, false);
+  json_object_set_new(result, "structuredContent", sc);
+  srv_request_finish(r, result);
+}
+
+static void check_environment_cancel(void *data) {
+  env_call_t *c = data;
+  py_registry_cancel_wait(srv_server_pythons(srv_request_server(c->req)), c->wait);
+  srv_request_t *r = c->req;
+  free(c);
+  srv_request_finish(r, json_object());
+}
+
+static void check_environment_call(srv_request_t *r, json_t *args) {
+  if (json_object_size(args) > 0) {
+    srv_request_finish(r, srv_tool_error_result("check_environment takes no arguments"));
+    return;
+  }
+  env_call_t *c = xcalloc(1, sizeof *c);
+  c->req = r;
+  srv_request_on_cancel(r, check_environment_cancel, c);
+  c->wait = py_registry_when_ready(srv_server_pythons(srv_request_server(r)), check_environment_ready, c);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+static const srv_tool_t tools[] = {
+    {"execute_python", "Run Python in a sandbox", srv_tool_execute_python_describe, srv_tool_execute_python},
+    {"check_environment", "Check the Python sandbox environment", check_environment_describe, check_environment_call},
+};
+
+const srv_tool_t *srv_tools(size_t *count) {
+  *count = CM_ARRAY_SIZE(tools);
+  return tools;
+}
+
+const srv_tool_t *srv_tool_find(const char *name) {
+  for (size_t i = 0; i < CM_ARRAY_SIZE(tools); i++)
+    if (strcmp(tools[i].name, name) == 0) return &tools[i];
+  return NULL;
+}

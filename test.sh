@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The test command: installs whatever is missing, builds, and runs every test suite,
+# first in a normal build, then again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Exits non-zero on any failure.
+#
+#   ./test.sh            everything (what CI runs)
+#   ./test.sh --quick    the normal build only (no sanitizer pass)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+quick=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    *) echo "usage: $0 [--quick]" >&2; exit 2 ;;
+  esac
+done
+
+./deploy/install-deps.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+# pytest comes from Debian's python3-pytest: use the system interpreter, whatever PATH says.
+PYTEST=(/usr/bin/python3 -m pytest -q -p no:cacheprovider)
+
+build() {
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -DMPS_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+}
+
+suite() {
+  local dir=$1 name=$2
+  echo "== $name: unit tests, sandbox tests and fuzz-corpus replays (ctest)"
+  ctest --test-dir "$dir" --output-on-failure -j"$jobs"
+  echo "== $name: integration tests (the real binary over stdio)"
+  MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration
+}
+
+build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+suite build "normal build"
+
+if [ "$quick" = 0 ]; then
+  build build-asan -DCMAKE_BUILD_TYPE=Debug -DMPS_SANITIZE=ON
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  suite build-asan "ASan+UBSan build"
+fi
+echo "== all tests passed"

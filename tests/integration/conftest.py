@@ -1,0 +1,219 @@
+"""Shared fixtures: start the real binary and talk JSON-RPC to it over stdio."""
+import json
+import os
+import queue
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+BINARY = os.environ.get("MPS_BINARY") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "build", "mcp-python-exec-sandbox")
+BINARY = os.path.abspath(BINARY)
+# The backend integration tests run with unless a test asks for another one.
+BACKEND = os.environ.get("MPS_TEST_BACKEND", "none")
+
+
+class Server:
+    def __init__(self, *args, backend=None, state_dir=None, env=None):
+        self.tmp = tempfile.TemporaryDirectory(prefix="mps-itest-")
+        self.state_dir = state_dir or os.path.join(self.tmp.name, "state")
+        argv = [BINARY, "--sandbox-backend", backend or BACKEND, "--state-dir", self.state_dir, *args]
+        self.stderr_path = os.path.join(self.tmp.name, "stderr.log")
+        self.stderr_file = open(self.stderr_path, "wb")
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr_file, env=full_env, bufsize=0)
+        self.lines = queue.Queue()
+        self.notifications = []
+        self.stray = []
+        self.next_id = 1
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    # ------------------------------------------------------------ raw I/O
+    def send_raw(self, data: bytes):
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, obj):
+        self.send_raw(json.dumps(obj).encode() + b"\n")
+
+    def recv(self, timeout=15):
+        """The next message on stdout (every line must be one JSON value)."""
+        line = self.lines.get(timeout=timeout)
+        if line is None:
+            raise EOFError("server closed stdout")
+        assert line.endswith(b"\n")
+        return json.loads(line)
+
+    def recv_response(self, req_id, timeout=15):
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no response to {req_id!r}")
+            msg = self.recv(timeout=left)
+            if isinstance(msg, dict) and "method" in msg and "id" not in msg:
+                self.notifications.append(msg)
+                continue
+            if isinstance(msg, dict) and msg.get("id") == req_id:
+                return msg
+            self.stray.append(msg)
+
+    def request(self, method, params=None, timeout=15, req_id=None):
+        if req_id is None:
+            req_id = self.next_id
+            self.next_id += 1
+        msg = {"jsonrpc": "2.0", "id": req_id, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return self.recv_response(req_id, timeout=timeout)
+
+    def notify(self, method, params=None):
+        msg = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+
+    # ------------------------------------------------------------ MCP
+    def initialize(self, version="2025-06-18"):
+        r = self.request("initialize", {"protocolVersion": version, "capabilities": {},
+                                        "clientInfo": {"name": "itest", "version": "0"}})
+        assert "result" in r, r
+        self.notify("notifications/initialized")
+        return r["result"]
+
+    def call(self, name, arguments=None, timeout=60, progress_token=None, req_id=None):
+        params = {"name": name, "arguments": arguments or {}}
+        if progress_token is not None:
+            params["_meta"] = {"progressToken": progress_token}
+        r = self.request("tools/call", params, timeout=timeout, req_id=req_id)
+        assert "result" in r, r
+        return r["result"]
+
+    def execute(self, script, timeout=60, **kwargs):
+        args = {"script": script, **kwargs}
+        return self.call("execute_python", args, timeout=timeout)
+
+    # ------------------------------------------------------------ process
+    def rss_kib(self, field="VmHWM"):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        return 0
+
+    def stderr_text(self):
+        if not self.stderr_file.closed:
+            self.stderr_file.flush()
+        with open(self.stderr_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def close(self, timeout=10):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr_file.close()
+        rc = self.proc.returncode
+        log = self.stderr_text()
+        self.tmp.cleanup()
+        # Under the sanitizer build, any report in the server's log fails the test.
+        for needle in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+            assert needle not in log, log[-4000:]
+        return rc
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    s.initialize()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def make_server():
+    made = []
+
+    def make(*args, **kwargs):
+        s = Server(*args, **kwargs)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        s.close()
+
+
+def descendants(pid):
+    """Every live process whose ancestry includes pid."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        rest = stat[stat.rfind(")") + 2:].split()
+        state, ppid = rest[0], int(rest[1])
+        if state in ("Z", "X"):
+            continue
+        parents[int(entry)] = ppid
+    out = []
+    for p in parents:
+        q = p
+        seen = 0
+        while q in parents and seen < 64:
+            q = parents[q]
+            seen += 1
+            if q == pid:
+                out.append(p)
+                break
+    return out
+
+
+def processes_with_marker(marker):
+    """Live processes whose command line contains marker (to find escaped daemons)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmd and state not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
+def wait_until(pred, timeout=10.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()

@@ -1,0 +1,53 @@
+"""Flags, environment variables and the seed's validation messages."""
+import subprocess
+
+import pytest
+
+from conftest import BINARY
+
+
+def run(*args, env=None):
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=10, env=env,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--max-timeout", "0"], "max_timeout must be >= 1"),
+    (["--default-timeout", "0"], "default_timeout must be between"),
+    (["--max-timeout", "10", "--default-timeout", "20"], "default_timeout must be between 1 and 10"),
+    (["--max-output-bytes", "100"], "max_output_bytes must be >= 1024"),
+    (["--sandbox-backend", "invalid"], "Invalid sandbox_backend 'invalid', must be one of ('native', 'docker', 'none')"),
+    (["--max-timeout", "abc"], "invalid int value: 'abc'"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--max-timeout"], "expected one argument"),
+])
+def test_validation(args, message):
+    r = run(*args)
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert r.stdout == ""
+
+
+def test_help_and_version():
+    r = run("--help")
+    assert r.returncode == 0
+    for flag in ["--python-version", "--sandbox-backend", "--max-timeout", "--default-timeout",
+                 "--max-output-bytes", "--no-warm-cache", "--uv-path"]:
+        assert flag in r.stdout
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.startswith("mcp-python-exec-sandbox ")
+
+
+def test_environment_variables_and_override():
+    import os
+    env = dict(os.environ, MCP_PY_SANDBOX_MAX_TIMEOUT="0")
+    r = run(env=env)
+    assert r.returncode == 2 and "max_timeout must be >= 1" in r.stderr and "MCP_PY_SANDBOX" not in r.stderr
+    env = dict(os.environ, MCP_PY_SANDBOX_MAX_OUTPUT_BYTES="x")
+    r = run(env=env)
+    assert r.returncode == 2 and "MCP_PY_SANDBOX_MAX_OUTPUT_BYTES" in r.stderr
+    # the flag wins over the environment
+    env = dict(os.environ, MCP_PY_SANDBOX_MAX_TIMEOUT="0")
+    r = subprocess.run([BINARY, "--max-timeout", "5", "--default-timeout", "5", "--sandbox-backend", "none"],
+                       input="", capture_output=True, text=True, timeout=10, env=env)
+    assert r.returncode == 0

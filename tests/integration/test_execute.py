@@ -1,0 +1,312 @@
+"""execute_python and check_environment end to end over stdio (the seed's cases and the
+flaws it had: stdin, timeouts of whole trees, output floods, cancellation, clean-up)."""
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from conftest import Server, descendants, processes_with_marker, wait_until
+
+
+def text_of(res):
+    return res["content"][0]["text"]
+
+
+def test_hello(server):
+    res = server.execute("print('hello from mcp')")
+    t = text_of(res)
+    assert t.startswith("--- stdout ---\nhello from mcp\n\n--- exit_code: 0 ---\n--- duration_ms: ")
+    assert res["isError"] is False
+    sc = res["structuredContent"]
+    assert sc["stdout"] == "hello from mcp\n" and sc["stderr"] == "" and sc["exit_code"] == 0
+    assert sc["timed_out"] is False and sc["truncated"] is False
+    assert isinstance(sc["duration_ms"], int)
+    assert sc["sandbox"] == server_backend()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", sc["python"]["version"])
+
+
+def server_backend():
+    return os.environ.get("MPS_TEST_BACKEND", "none")
+
+
+def test_text_format_exact(server):
+    res = server.execute("import sys\nsys.stdout.write('out')\nsys.stderr.write('err')\nsys.exit(3)")
+    t = text_of(res)
+    assert re.match(r"--- stdout ---\nout\n--- stderr ---\nerr\n--- exit_code: 3 ---\n--- duration_ms: \d+ ---", t), t
+    assert "timed_out" not in t
+    assert res["isError"] is True
+
+
+def test_exit_code_and_stderr(server):
+    res = server.execute("import sys; print('err', file=sys.stderr)\nprint('out')")
+    sc = res["structuredContent"]
+    assert sc["exit_code"] == 0 and "out" in sc["stdout"] and "err" in sc["stderr"]
+    res = server.execute("import sys\nsys.exit(42)")
+    assert res["structuredContent"]["exit_code"] == 42 and "--- exit_code: 42 ---" in text_of(res)
+    res = server.execute("import sys; print('bye'); sys.exit(1)")
+    assert "exit_code: 1" in text_of(res) and "bye" in text_of(res)
+
+
+def test_traceback_line_numbers_are_true(server):
+    res = server.execute("x = 1\ny = 2\nraise ValueError('boom')\n")
+    err = res["structuredContent"]["stderr"]
+    assert 'line 3' in err and "ValueError: boom" in err
+
+
+def test_unicode_and_invalid_utf8(server):
+    res = server.execute("print('Hello 世界 🌍')\nimport sys\nsys.stdout.flush()\nsys.stdout.buffer.write(b'\\xff\\xfe ok\\n')")
+    out = res["structuredContent"]["stdout"]
+    assert "Hello 世界 🌍" in out and "\ufffd" in out and "ok" in out
+
+
+def test_input_gets_eof(server):
+    res = server.execute("try:\n    input()\nexcept EOFError:\n    print('EOF')\nimport sys\nprint(repr(sys.stdin.read()))",
+                         timeout_seconds=10)
+    assert res["structuredContent"]["stdout"] == "EOF\n''\n"
+    # and the server's own stdin (the protocol) was not touched
+    assert server.request("ping")["result"] == {}
+
+
+def test_clean_environment(make_server):
+    s = make_server(env={"SECRET_KEY": "hunter2", "AWS_SECRET_ACCESS_KEY": "x"})
+    s.initialize()
+    res = s.execute("import os, json; print(json.dumps(dict(os.environ)))")
+    env = __import__("json").loads(res["structuredContent"]["stdout"])
+    assert "SECRET_KEY" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+    assert env.get("PYTHONUNBUFFERED") == "1"
+    assert "PATH" in env
+
+
+def test_fresh_workdir_removed_afterwards(server):
+    res = server.execute("import os\nprint(os.getcwd())\nprint(sorted(os.listdir('.')))\nopen('out.txt','w').write('x')")
+    lines = res["structuredContent"]["stdout"].splitlines()
+    cwd = lines[0]
+    assert lines[1] == "['script.py']"
+    if server_backend() == "none":
+        assert not os.path.exists(cwd)
+    work = os.path.join(server.state_dir, "work")
+    assert os.listdir(work) == []
+
+
+def test_timeout_busy_loop(server):
+    t0 = time.monotonic()
+    res = server.execute("while True: pass", timeout_seconds=1)
+    elapsed = time.monotonic() - t0
+    sc = res["structuredContent"]
+    assert sc["timed_out"] is True and "--- timed_out: true ---" in text_of(res)
+    assert sc["exit_code"] < 0
+    assert res["isError"] is True
+    assert elapsed < 1 + 2 + 2  # timeout + grace + slack
+    assert descendants(server.proc.pid) == []
+
+
+def test_timeout_kills_sigterm_ignoring_tree(server):
+    marker = "mps-marker-%d" % os.getpid()
+    script = f"""
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, '-c',
+    'import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\nwhile True: time.sleep(0.1)', '{marker}'])
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print('started', flush=True)
+while True:
+    time.sleep(0.1)
+"""
+    t0 = time.monotonic()
+    res = server.execute(script, timeout_seconds=1)
+    elapsed = time.monotonic() - t0
+    assert res["structuredContent"]["timed_out"] is True
+    assert "started" in res["structuredContent"]["stdout"]
+    assert elapsed < 1 + 2 + 2
+    assert wait_until(lambda: processes_with_marker(marker) == [], timeout=3)
+    assert descendants(server.proc.pid) == []
+
+
+def test_sleep_timeout_returns_promptly(server):
+    t0 = time.monotonic()
+    res = server.execute("import time\ntime.sleep(60)", timeout_seconds=2)
+    assert res["structuredContent"]["timed_out"] is True
+    assert time.monotonic() - t0 < 6
+
+
+def test_timeout_clamped_with_note(make_server):
+    s = make_server("--max-timeout", "2", "--default-timeout", "1")
+    s.initialize()
+    res = s.execute("print('ok')", timeout_seconds=999)
+    assert res["structuredContent"]["exit_code"] == 0
+    assert "exceeds the server maximum" in text_of(res)
+
+
+def test_output_flood_bounded(server):
+    # 1 GB of output: memory stays bounded and the result is truncated with head and tail.
+    script = ("import sys\nchunk = b'x' * (1 << 20)\nw = sys.stdout.buffer.write\n"
+              "for i in range(1024):\n    w(chunk)\nsys.stdout.flush()\nprint('THE END', file=sys.stderr)\n"
+              "sys.stdout.buffer.write(b'\\nLAST LINE\\n')\n")
+    before = server.rss_kib("VmRSS")
+    res = server.execute(script, timeout_seconds=120, timeout=180)
+    sc = res["structuredContent"]
+    assert sc["exit_code"] == 0, text_of(res)[-500:]
+    assert sc["truncated"] is True
+    assert sc["stdout_bytes"] == (1 << 30) + len("\nLAST LINE\n")
+    out = sc["stdout"]
+    assert len(out.encode()) <= 102400
+    assert "truncated at 100KB" in out
+    assert out.endswith("LAST LINE\n")
+    assert "THE END" in sc["stderr"]
+    assert len(text_of(res).encode()) < 3 * 102400
+    peak = server.rss_kib("VmHWM")
+    assert peak - before < 64 * 1024, (before, peak)
+
+
+def test_stderr_flood_and_tiny_output_limit(make_server):
+    s = make_server("--max-output-bytes", "1024")
+    s.initialize()
+    res = s.execute("import sys\nsys.stderr.write('y' * 5000)\nprint('x' * 2000)")
+    sc = res["structuredContent"]
+    assert len(sc["stdout"].encode()) <= 1024 and "truncated at 1KB" in sc["stdout"]
+    assert len(sc["stderr"].encode()) <= 1024 and "truncated" in sc["stderr"]
+
+
+def test_truncation_keeps_utf8_valid(make_server):
+    s = make_server("--max-output-bytes", "1024")
+    s.initialize()
+    res = s.execute("print('Hello 世界 ' * 200)")
+    out = res["structuredContent"]["stdout"]
+    assert "truncated" in out
+    out.encode("utf-8")  # valid
+
+
+def test_cancellation_kills_and_sends_nothing(server):
+    marker = "mps-cancel-%d" % os.getpid()
+    server.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+                 "params": {"name": "execute_python", "arguments": {
+                     "script": f"import time, sys\nprint('{marker}', flush=True)\ntime.sleep(60)",
+                     "timeout_seconds": 120}, "_meta": {"progressToken": "p1"}}})
+    # wait until it is running: the progress notification carries its first output
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        msg = server.recv(timeout=15)
+        if msg.get("method") == "notifications/progress" and marker in msg["params"].get("message", ""):
+            break
+    assert len(descendants(server.proc.pid)) >= 1
+    server.notify("notifications/cancelled", {"requestId": "long", "reason": "user"})
+    assert wait_until(lambda: descendants(server.proc.pid) == [], timeout=5)
+    # nothing is ever sent for the cancelled request
+    r = server.request("ping", req_id="after-cancel")
+    assert r["result"] == {}
+    time.sleep(0.3)
+    server.request("ping", req_id="after-cancel-2")
+    assert all(m.get("id") != "long" for m in server.stray)
+    # cancelling an unknown or finished request is harmless
+    server.notify("notifications/cancelled", {"requestId": "long"})
+    server.notify("notifications/cancelled", {"requestId": 12345})
+    assert server.request("ping")["result"] == {}
+
+
+def test_progress_streams_before_the_end(server):
+    script = "import time\nfor i in range(5):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\n"
+    server.send({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                 "params": {"name": "execute_python", "arguments": {"script": script},
+                            "_meta": {"progressToken": 7}}})
+    progress = []
+    while True:
+        msg = server.recv(timeout=20)
+        if msg.get("id") == 9:
+            result = msg["result"]
+            break
+        assert msg["method"] == "notifications/progress"
+        assert msg["params"]["progressToken"] == 7
+        progress.append(msg["params"])
+    assert len(progress) >= 3
+    values = [p["progress"] for p in progress]
+    assert values == sorted(values) and len(set(values)) == len(values)
+    assert progress[0]["message"].startswith("tick")
+    assert "".join(p["message"] for p in progress) == result["structuredContent"]["stdout"]
+
+
+def test_no_progress_without_token(server):
+    server.execute("print('a', flush=True)")
+    assert server.notifications == []
+
+
+def test_concurrent_calls_each_answered_once(server):
+    n = 12
+    for i in range(n):
+        server.send({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                     "params": {"name": "execute_python",
+                                "arguments": {"script": f"import time\ntime.sleep(0.2)\nprint({i})"}}})
+    seen = {}
+    while len(seen) < n:
+        msg = server.recv(timeout=30)
+        assert msg["id"] not in seen
+        seen[msg["id"]] = msg
+    for i, msg in seen.items():
+        assert msg["result"]["structuredContent"]["stdout"] == f"{i}\n"
+
+
+def test_background_children_do_not_outlive_the_run(server):
+    marker = "mps-bg-%d" % os.getpid()
+    res = server.execute(f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', '{marker}'])\nprint('parent done')")
+    assert res["structuredContent"]["exit_code"] == 0
+    assert wait_until(lambda: processes_with_marker(marker) == [], timeout=3)
+
+
+def test_sigterm_shuts_down_and_kills_children(make_server):
+    s = make_server()
+    s.initialize()
+    marker = "mps-term-%d" % os.getpid()
+    s.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "execute_python", "arguments": {
+                "script": f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])\ntime.sleep(60)"}}})
+    assert wait_until(lambda: processes_with_marker(marker) != [], timeout=10)
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=10) == 0
+    assert wait_until(lambda: processes_with_marker(marker) == [], timeout=3)
+    assert os.listdir(os.path.join(s.state_dir, "work")) == []
+
+
+def test_eof_during_run_kills_children(make_server):
+    s = make_server()
+    s.initialize()
+    marker = "mps-eof-%d" % os.getpid()
+    s.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "execute_python", "arguments": {
+                "script": f"import time\nprint('{marker}')\ntime.sleep(60)"}}})
+    assert wait_until(lambda: len(descendants(s.proc.pid)) > 0, timeout=10)
+    kids = descendants(s.proc.pid)
+    s.proc.stdin.close()
+    assert s.proc.wait(timeout=10) == 0
+    for pid in kids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+
+
+def test_dependencies_refused_clearly(server):
+    res = server.execute("print('hello')", dependencies=["this-package-does-not-exist-xyz123"])
+    assert res["isError"] is True
+    assert "dependencies" in text_of(res)
+
+
+def test_check_environment(server):
+    res = server.call("check_environment")
+    t = text_of(res)
+    lines = t.splitlines()
+    labels = ["Python version:", "uv:", "Platform:", "Sandbox backend:", "Sandbox status:",
+              "Default timeout:", "Max timeout:", "Max output:", "Cache warming:"]
+    for label, line in zip(labels, lines):
+        assert line.startswith(label), (label, line)
+    assert f"Sandbox backend: {server_backend()}" in t
+    assert "Default timeout: 30s" in t and "Max timeout: 300s" in t and "Max output: 102400 bytes" in t
+    sc = res["structuredContent"]
+    assert sc["sandbox_available"] is True and sc["default_timeout"] == 30
+    assert server.call("check_environment", {"x": 1})["isError"] is True
+
+
+def test_unavailable_backend_refuses_without_fallback(make_server):
+    s = make_server(backend="docker" if server_backend() != "docker" else "none")
+    s.initialize()
+    res = s.execute("print('should not run')")
+    if res["isError"] and "not available" in text_of(res):
+        assert "should not run" not in text_of(res)
+        env = text_of(s.call("check_environment"))
+        assert "Sandbox available: no" in env

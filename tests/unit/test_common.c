@@ -1,0 +1,188 @@
+/* Unit tests for common/: errors, buffers, head+tail capture, UTF-8, the event loop. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include "common/cm.h"
+
+static void test_error_set_and_wrap(void **state) {
+  cm_error_t err = CM_ERROR_INIT;
+  assert_int_equal(cm_error_set(&err, 2, CM_ERR_IO, "open %s", "x"), -1);
+  assert_string_equal(cm_error_message(&err), "open x: No such file or directory");
+  assert_int_equal(err.kind, CM_ERR_IO);
+  cm_error_wrap(&err, "loading %d", 3);
+  assert_string_equal(cm_error_message(&err), "loading 3: open x: No such file or directory");
+  cm_error_release(&err);
+  assert_null(err.msg);
+  assert_string_equal(cm_error_message(&err), "unknown error");
+}
+
+static void test_buf_limits(void **state) {
+  cm_buf_t b;
+  cm_buf_init(&b, 10);
+  assert_int_equal(cm_buf_appends(&b, "hello"), 0);
+  assert_int_equal(cm_buf_appends(&b, "world"), 0);
+  assert_int_equal(cm_buf_appends(&b, "!"), -1);
+  assert_int_equal(b.len, 10);
+  assert_string_equal(b.data, "helloworld");
+  cm_buf_consume(&b, 5);
+  assert_string_equal(b.data, "world");
+  cm_buf_printf(&b, "%d", 42);
+  assert_string_equal(b.data, "world42");
+  char *s = cm_buf_steal(&b);
+  assert_string_equal(s, "world42");
+  free(s);
+  cm_buf_release(&b);
+}
+
+static void check_headtail(size_t head_max, size_t tail_max, size_t total, size_t step) {
+  cm_headtail_t h;
+  cm_headtail_init(&h, head_max, tail_max);
+  char *all = malloc(total + 1);
+  for (size_t i = 0; i < total; i++) all[i] = (char)('a' + (i * 7) % 26);
+  for (size_t i = 0; i < total; i += step) cm_headtail_append(&h, all + i, CM_MIN(step, total - i));
+  char *head, *tail;
+  size_t hl, tl;
+  cm_headtail_get(&h, &head, &hl, &tail, &tl);
+  assert_int_equal(h.total, total);
+  size_t expect_head = CM_MIN(total, head_max);
+  assert_int_equal(hl, expect_head);
+  assert_memory_equal(head, all, hl);
+  size_t rest = total - expect_head;
+  size_t expect_tail = CM_MIN(rest, tail_max);
+  assert_int_equal(tl, expect_tail);
+  if (tl) assert_memory_equal(tail, all + total - tl, tl);
+  assert_int_equal(cm_headtail_truncated(&h), total > head_max + tail_max);
+  free(head);
+  free(tail);
+  free(all);
+  cm_headtail_release(&h);
+}
+
+static void test_headtail(void **state) {
+  size_t steps[] = {1, 3, 7, 64, 1000, 100000};
+  size_t totals[] = {0, 5, 10, 15, 20, 21, 100, 5000, 100000};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(steps); i++)
+    for (size_t j = 0; j < CM_ARRAY_SIZE(totals); j++) check_headtail(10, 10, totals[j], steps[i]);
+  check_headtail(100, 0, 1000, 7);
+  check_headtail(0, 100, 1000, 13);
+}
+
+static void test_utf8(void **state) {
+  assert_true(cm_utf8_valid("h\xc3\xa9llo", 6));
+  assert_false(cm_utf8_valid("\xff", 1));
+  assert_false(cm_utf8_valid("\xed\xa0\x80", 3)); /* surrogate */
+  assert_false(cm_utf8_valid("\xc0\xaf", 2));     /* overlong */
+  assert_false(cm_utf8_valid("\xe4\xb8", 2));     /* cut */
+  /* "世" is e4 b8 96 */
+  assert_int_equal(cm_utf8_clip("a\xe4\xb8\x96", 4), 4);
+  assert_int_equal(cm_utf8_clip("a\xe4\xb8\x96", 3), 1);
+  assert_int_equal(cm_utf8_clip("a\xe4\xb8\x96", 2), 1);
+  assert_int_equal(cm_utf8_clip("ab", 2), 2);
+  size_t n;
+  char *s = cm_utf8_sanitize("a\xff" "b", 3, &n);
+  assert_string_equal(s, "a\xef\xbf\xbd" "b");
+  assert_int_equal(n, 5);
+  free(s);
+}
+
+static void test_parse_u64(void **state) {
+  uint64_t v;
+  assert_int_equal(cm_parse_u64("123", 1000, &v), 0);
+  assert_int_equal(v, 123);
+  assert_int_equal(cm_parse_u64("1001", 1000, &v), -1);
+  assert_int_equal(cm_parse_u64("", 1000, &v), -1);
+  assert_int_equal(cm_parse_u64("-1", 1000, &v), -1);
+  assert_int_equal(cm_parse_u64("99999999999999999999999", UINT64_MAX, &v), -1);
+}
+
+static void test_sha256(void **state) {
+  char hex[65];
+  cm_sha256_hex("abc", 3, hex);
+  assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+static void test_rm_rf(void **state) {
+  char tmpl[] = "/tmp/mps-unit-XXXXXX";
+  assert_non_null(mkdtemp(tmpl));
+  char path[256];
+  snprintf(path, sizeof path, "%s/a/b/c", tmpl);
+  cm_error_t err = CM_ERROR_INIT;
+  assert_int_equal(cm_mkdir_p(path, 0755, &err), 0);
+  snprintf(path, sizeof path, "%s/a/b/f", tmpl);
+  assert_int_equal(cm_write_file(path, "x", 1, 0644, &err), 0);
+  snprintf(path, sizeof path, "%s/a/link", tmpl);
+  assert_int_equal(symlink("/etc", path), 0);
+  snprintf(path, sizeof path, "%s/a/b", tmpl);
+  chmod(path, 0); /* unreadable directories go too */
+  assert_int_equal(cm_rm_rf(tmpl, &err), 0);
+  struct stat st;
+  assert_int_equal(stat(tmpl, &st), -1);
+  assert_int_equal(stat("/etc/passwd", &st), 0); /* the link was not followed */
+}
+
+static int fired;
+static void on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  fired += *(int *)data;
+  if (fired >= 11) cm_loop_stop(loop);
+}
+
+static void test_loop_timers(void **state) {
+  cm_error_t err = CM_ERROR_INIT;
+  cm_loop_t *loop = cm_loop_new(&err);
+  assert_non_null(loop);
+  static int one = 1, ten = 10, hundred = 100;
+  fired = 0;
+  cm_loop_timer(loop, 20, on_timer, &ten);
+  cm_loop_timer(loop, 1, on_timer, &one);
+  cm_timer_t *c = cm_loop_timer(loop, 5, on_timer, &hundred);
+  cm_timer_cancel(c);
+  uint64_t t0 = cm_now_ms();
+  assert_int_equal(cm_loop_run(loop, &err), 0);
+  assert_int_equal(fired, 11);
+  assert_true(cm_now_ms() - t0 >= 19);
+  cm_loop_free(loop);
+}
+
+static void on_pipe(cm_loop_t *loop, int fd, uint32_t ev, void *data) {
+  char buf[16];
+  ssize_t n = read(fd, buf, sizeof buf);
+  *(ssize_t *)data = n;
+  cm_watch_t **w = (cm_watch_t **)((ssize_t *)data + 1);
+  cm_watch_remove(*w); /* removal from inside its own callback */
+  cm_loop_stop(loop);
+}
+
+static void test_loop_fd(void **state) {
+  cm_error_t err = CM_ERROR_INIT;
+  cm_loop_t *loop = cm_loop_new(&err);
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  struct {
+    ssize_t n;
+    cm_watch_t *w;
+  } st = {0, NULL};
+  st.w = cm_loop_watch(loop, p[0], 1 /* EPOLLIN */, on_pipe, &st, &err);
+  assert_non_null(st.w);
+  assert_int_equal(write(p[1], "hey", 3), 3);
+  assert_int_equal(cm_loop_run(loop, &err), 0);
+  assert_int_equal(st.n, 3);
+  cm_loop_free(loop);
+  close(p[0]);
+  close(p[1]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buf_limits),
+      cmocka_unit_test(test_headtail),           cmocka_unit_test(test_utf8),
+      cmocka_unit_test(test_parse_u64),          cmocka_unit_test(test_sha256),
+      cmocka_unit_test(test_rm_rf),              cmocka_unit_test(test_loop_timers),
+      cmocka_unit_test(test_loop_fd),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

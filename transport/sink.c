@@ -1,0 +1,16 @@
+#include "transport/tr.h"
+
+void tr_sink_send(tr_sink_t *s, const char *json, size_t len, tr_send_flags_t flags) {
+  if (!s || s->closed) return;
+  s->ops->send(s, json, len, flags);
+}
+
+tr_sink_t *tr_sink_ref(tr_sink_t *s) {
+  if (s) s->refs++;
+  return s;
+}
+
+void tr_sink_unref(tr_sink_t *s) {
+  if (!s) return;
+  if (--s->refs == 0 && s->ops->release) s->ops->release(s);
+}
