@@ -8,7 +8,20 @@ char **sbx_strv_copy(char *const *v);
 
 #ifdef MPS_HAVE_BWRAP
 extern const sbx_backend_ops_t sbx_bwrap_ops;
+
+/* Overrides where the bwrap backend finds bubblewrap and the drop helper (NULL keeps the
+ * default: $MPS_BWRAP or `bwrap` in PATH; $MPS_SANDBOX_DROP or `mps-sandbox-drop` next to
+ * the running executable).  Call before sbx_backend_probe(); b must be a bwrap backend. */
+void sbx_bwrap_set_paths(sbx_backend_t *b, const char *bwrap_path, const char *drop_path);
 #endif
+
+/* seccomp.c: the filter bubblewrap loads before it execs the drop helper.
+ * sbx_seccomp_fd() returns a new sealed, close-on-exec memfd at offset 0 holding the BPF
+ * program (built once per process, then cached); the caller owns it.
+ * sbx_seccomp_build() builds the program afresh into a heap buffer the caller frees. */
+int sbx_seccomp_fd(cm_error_t *err);
+int sbx_seccomp_build(void **bpf, size_t *len, cm_error_t *err);
+
 #ifdef MPS_HAVE_DOCKER
 extern const sbx_backend_ops_t sbx_docker_ops;
 #endif

@@ -33,6 +33,7 @@ class Server:
         self.notifications = []
         self.stray = []
         self.next_id = 1
+        self.closed = False
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -122,6 +123,9 @@ class Server:
             return f.read().decode(errors="replace")
 
     def close(self, timeout=10):
+        if self.closed:
+            return self.proc.returncode
+        self.closed = True
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
