@@ -32,7 +32,22 @@ static const opt_def_t options[] = {
     {"uv-path", OPT_STRING, OFF(uv_path), "PATH", "the uv executable (uv)"},
     {"state-dir", OPT_STRING, OFF(state_dir), "DIR",
      "state directory (default $XDG_CACHE_HOME/mcp-python-exec-sandbox)"},
-    {"transport", OPT_STRING, OFF(transport), "{stdio}", "transport (stdio)"},
+    {"transport", OPT_STRING, OFF(transport), "{stdio,http}", "transport: stdio, or Streamable HTTP (stdio)"},
+    {"host", OPT_STRING, OFF(host), "ADDRESS", "HTTP: address to listen on (127.0.0.1)"},
+    {"port", OPT_INT, OFF(port), "PORT", "HTTP: port to listen on (8765)"},
+    {"path", OPT_STRING, OFF(path), "PATH", "HTTP: the MCP endpoint's path (/mcp)"},
+    {"allowed-hosts", OPT_STRING, OFF(allowed_hosts), "NAMES", "HTTP: extra Host header names to accept (comma-separated)"},
+    {"allowed-origins", OPT_STRING, OFF(allowed_origins), "ORIGINS", "HTTP: extra Origins to accept (comma-separated)"},
+    {"auth-token-file", OPT_STRING, OFF(auth_token_file), "FILE", "HTTP: bearer tokens, one per line ([name:]token)"},
+    {"allow-insecure-remote", OPT_BOOL_ON, OFF(allow_insecure_remote), NULL,
+     "HTTP: allow a non-loopback address without tokens"},
+    {"tls-cert", OPT_STRING, OFF(tls_cert), "FILE", "HTTP: TLS certificate (PEM)"},
+    {"tls-key", OPT_STRING, OFF(tls_key), "FILE", "HTTP: TLS private key (PEM)"},
+    {"tls-self-signed", OPT_BOOL_ON, OFF(tls_self_signed), NULL,
+     "HTTP: serve TLS with a self-signed certificate kept in the state directory"},
+    {"max-sessions", OPT_INT, OFF(max_sessions), "N", "HTTP: sessions at once (256)"},
+    {"session-idle-seconds", OPT_SECONDS_MS, OFF(session_idle_ms), "SECONDS", "HTTP: idle session expiry (1800)"},
+    {"max-connections", OPT_INT, OFF(max_connections), "N", "HTTP: connections at once (512)"},
     {"network", OPT_ONOFF, OFF(network), "{on,off}", "whether scripts may use the network (on)"},
     {"kill-grace-seconds", OPT_SECONDS_MS, OFF(kill_grace_ms), "SECONDS",
      "time between SIGTERM and SIGKILL on timeout or cancellation (2)"},
@@ -72,6 +87,12 @@ void srv_config_defaults(srv_config_t *c) {
   c->max_script_bytes = 4ull << 20;
   c->max_concurrent = 8;
   c->log_level = CM_LOG_INFO;
+  c->host = xstrdup("127.0.0.1");
+  c->port = 8765;
+  c->path = xstrdup("/mcp");
+  c->max_sessions = 256;
+  c->session_idle_ms = 1800ull * 1000;
+  c->max_connections = 512;
 }
 
 void srv_config_release(srv_config_t *c) {
@@ -81,6 +102,13 @@ void srv_config_release(srv_config_t *c) {
   free(c->uv_path);
   free(c->state_dir);
   free(c->transport);
+  free(c->host);
+  free(c->path);
+  free(c->allowed_hosts);
+  free(c->allowed_origins);
+  free(c->auth_token_file);
+  free(c->tls_cert);
+  free(c->tls_key);
   memset(c, 0, sizeof *c);
 }
 
@@ -134,8 +162,8 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
       *(uint64_t *)(base + o->offset) = v;
       return 0;
     case OPT_SECONDS_MS:
-      if (cm_parse_u64(value, 3600, &v) < 0)
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (0 to 3600 seconds)%s", o->name, value, origin);
+      if (cm_parse_u64(value, 86400, &v) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (0 to 86400 seconds)%s", o->name, value, origin);
       *(uint64_t *)(base + o->offset) = v * 1000;
       return 0;
     case OPT_SIZE:
@@ -243,8 +271,15 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
     return cm_error_set(err, 0, CM_ERR_INVALID, "default_timeout must be between 1 and %llu", (unsigned long long)c->max_timeout);
   if (c->max_output_bytes < 1024) return cm_error_set(err, 0, CM_ERR_INVALID, "max_output_bytes must be >= 1024");
   if (c->max_output_bytes > (64ull << 20)) return cm_error_set(err, 0, CM_ERR_INVALID, "max_output_bytes must be <= 67108864");
-  if (strcmp(c->transport, "stdio") != 0)
-    return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid transport '%s', must be one of ('stdio')", c->transport);
+  if (strcmp(c->transport, "stdio") != 0 && strcmp(c->transport, "http") != 0)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid transport '%s', must be one of ('stdio', 'http')", c->transport);
+  if (c->port < 1 || c->port > 65535) return cm_error_set(err, 0, CM_ERR_INVALID, "port must be between 1 and 65535");
+  if (c->path[0] != '/') return cm_error_set(err, 0, CM_ERR_INVALID, "path must start with '/'");
+  if ((c->tls_cert != NULL) != (c->tls_key != NULL))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "--tls-cert and --tls-key go together");
+  if (c->tls_self_signed && c->tls_cert)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "--tls-self-signed and --tls-cert exclude each other");
+  if (c->max_sessions < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_sessions must be >= 1");
   if (c->max_message_bytes < 4096) return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be >= 4096");
   if (c->max_message_bytes > (1ull << 30)) return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be <= 1G");
   if (c->max_script_bytes < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_script_bytes must be >= 1");

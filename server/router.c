@@ -127,6 +127,8 @@ srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink) {
   return ss;
 }
 
+const char *srv_session_protocol(const srv_session_t *ss) { return ss->protocol; }
+
 void srv_session_free(srv_session_t *ss) {
   if (!ss) return;
   /* Requests of this session are cancelled and lose their session pointer. */
@@ -154,7 +156,7 @@ static void batch_release(srv_batch_t *batch) {
   size_t i;
   json_t *v;
   json_array_foreach(batch->responses, i, v) if (!json_is_null(v)) json_array_append(out, v);
-  if (json_array_size(out) > 0) send_json(batch->sink, out, TR_SEND_DEFAULT);
+  if (json_array_size(out) > 0) send_json(batch->sink, out, TR_SEND_RESPONSE);
   json_decref(out);
   json_decref(batch->responses);
   tr_sink_unref(batch->sink);
@@ -164,7 +166,7 @@ static void batch_release(srv_batch_t *batch) {
 /* Delivers a response: straight to the sink, or into its batch slot. */
 static void deliver(tr_sink_t *sink, srv_batch_t *batch, size_t slot, json_t *response) {
   if (!batch) {
-    send_json(sink, response, TR_SEND_DEFAULT);
+    send_json(sink, response, TR_SEND_RESPONSE);
     json_decref(response);
     return;
   }

@@ -40,6 +40,20 @@ typedef struct srv_config {
   uint64_t max_script_bytes; /* --max-script-bytes */
   uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
   cm_log_level_t log_level;  /* --log-level */
+  /* Streamable HTTP (--transport http). */
+  char *host;                /* --host (127.0.0.1) */
+  uint64_t port;             /* --port (8765) */
+  char *path;                /* --path (/mcp) */
+  char *allowed_hosts;       /* --allowed-hosts: comma-separated extra Host names */
+  char *allowed_origins;     /* --allowed-origins: comma-separated extra Origins */
+  char *auth_token_file;     /* --auth-token-file */
+  bool allow_insecure_remote; /* --allow-insecure-remote: non-loopback without tokens */
+  char *tls_cert;            /* --tls-cert */
+  char *tls_key;             /* --tls-key */
+  bool tls_self_signed;      /* --tls-self-signed */
+  uint64_t max_sessions;     /* --max-sessions */
+  uint64_t session_idle_ms;  /* --session-idle-seconds */
+  uint64_t max_connections;  /* --max-connections */
 } srv_config_t;
 
 void srv_config_defaults(srv_config_t *c);
@@ -98,6 +112,8 @@ size_t srv_server_inflight(srv_server_t *s);
  * tied to a request go (stdout, or the standalone GET stream). */
 srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink);
 void srv_session_free(srv_session_t *ss);
+/* The negotiated protocol version; NULL before initialize. */
+const char *srv_session_protocol(const srv_session_t *ss);
 /* Handles one complete JSON text; answers go to reply. */
 void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_t *reply);
 /* A text that was too large to read. */

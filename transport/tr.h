@@ -10,13 +10,17 @@
 
 /* Where the router writes messages related to one incoming text (its responses and the
  * notifications tied to its requests).  Reference-counted: the transport holds one
- * reference, the router one per pending request. */
+ * reference while it hands the text to the router, the router one per pending request.
+ * When the last reference goes, nothing more will be sent on it (for HTTP: the end of that
+ * POST's answer). */
 typedef struct tr_sink tr_sink_t;
 
 typedef enum tr_send_flags {
   TR_SEND_DEFAULT = 0,
   /* May be dropped under back-pressure (progress, log notifications); responses never are. */
   TR_SEND_DROPPABLE = 1,
+  /* A JSON-RPC response (or a batch of them); without it, a notification or a request. */
+  TR_SEND_RESPONSE = 2,
 } tr_send_flags_t;
 
 typedef struct tr_sink_ops {
@@ -61,5 +65,46 @@ size_t tr_stdio_pending(const tr_stdio_t *t);
 /* Writes what is queued, waiting at most timeout_ms. */
 void tr_stdio_flush(tr_stdio_t *t, int timeout_ms);
 void tr_stdio_free(tr_stdio_t *t);
+
+/* ---------------------------------------------------------------- Streamable HTTP */
+
+typedef struct tr_http tr_http_t;
+
+typedef struct tr_http_callbacks {
+  /* A client sent initialize without a session: open a session.  `standalone` is where
+   * messages not tied to a request go (the session's GET stream); the callee keeps a
+   * reference if it wants one.  Returns the caller's session object, or NULL to refuse. */
+  void *(*session_open)(void *data, tr_sink_t *standalone);
+  /* One complete POST body for `session`.  Answers go to `reply`. */
+  void (*on_message)(void *data, void *session, const char *buf, size_t len, tr_sink_t *reply);
+  /* The session's negotiated protocol version, or NULL before initialize was answered. */
+  const char *(*session_protocol)(void *data, void *session);
+  /* DELETE, idle expiry or shutdown: the session is gone (cancel what it runs). */
+  void (*session_close)(void *data, void *session);
+} tr_http_callbacks_t;
+
+typedef struct tr_http_options {
+  const char *host;            /* address to bind (IPv4 or IPv6 literal, or a name) */
+  uint16_t port;               /* 0 = an ephemeral port (tests); see tr_http_port() */
+  const char *path;            /* the MCP endpoint, e.g. "/mcp" */
+  const char *const *allowed_hosts;   /* extra Host names (NULL-terminated, may be NULL) */
+  const char *const *allowed_origins; /* extra Origins (NULL-terminated, may be NULL) */
+  const char *auth_token_file; /* bearer tokens; NULL = no auth */
+  bool allow_insecure_remote;  /* listen on a non-loopback address without tokens */
+  const char *tls_cert_pem;    /* PEM text (not paths); NULL = plain HTTP */
+  const char *tls_key_pem;
+  size_t max_body_bytes;
+  size_t max_sessions;
+  uint64_t session_idle_ms;
+  size_t max_connections;
+  const char *const *protocol_versions; /* supported MCP-Protocol-Version values */
+} tr_http_options_t;
+
+tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts, const tr_http_callbacks_t *cbs,
+                       void *data, cm_error_t *err);
+uint16_t tr_http_port(const tr_http_t *h);
+/* Stops accepting, ends every stream and closes every session (graceful shutdown). */
+void tr_http_shutdown(tr_http_t *h);
+void tr_http_free(tr_http_t *h);
 
 #endif
