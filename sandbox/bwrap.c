@@ -1,0 +1,760 @@
+/* The bubblewrap backend: turns a run spec into a `bwrap` command line.
+ *
+ * What the sandboxed script gets:
+ *   - its own pid, ipc, uts, cgroup and (unless spec->network) network namespaces; bwrap
+ *     dies with the server (--die-with-parent) and the pid namespace dies with bwrap, so no
+ *     process of a run outlives it;
+ *   - a root tmpfs (remounted read-only once set up) holding read-only /usr (and /bin,
+ *     /sbin, /lib* as the host has them: usr-merge symlinks or binds), a minimal /etc (the
+ *     loader cache, the time zone, a synthesized passwd/group with only root and the
+ *     sandbox user, a synthesized hosts; with network the host's resolver files, TLS trust
+ *     and service databases instead of that hosts), fresh /proc and /dev, size-capped tmpfs
+ *     /tmp and /dev/shm, the spec's read-only binds at their host paths (missing parents
+ *     are created empty and 0755, so the rest of a home directory stays hidden), the work
+ *     directory read-write at /work (the cwd), and the drop helper read-only;
+ *   - a clean environment (exactly spec->envp, plus PWD=/work that bwrap sets), no
+ *     controlling terminal, hostname "sandbox";
+ *   - the seccomp filter of seccomp.c;
+ *   - the drop helper (drop.c) as the last step: rlimits, then, when the server is root,
+ *     a switch to a per-run unprivileged uid/gid without supplementary groups or
+ *     capabilities, no_new_privs, exec.
+ *
+ * As root, bwrap runs without a user namespace: mounts are made by real root (so
+ * interpreters under 0700 /root can be bound), and the script's host uid is a real,
+ * unprivileged one.  A user namespace mapped onto uid 0 would leave the script root on
+ * the host for every root-owned file it can reach.  When the server is not root, bwrap
+ * makes a user namespace and the script keeps the user's uid.
+ *
+ * Per-run uid: BWRAP_UID_BASE + (server pid mod 2^15) * 2^12 + slot, where a slot (0..4095)
+ * is reserved from build() until the run must be over (timeout + grace + a margin).  A
+ * fresh uid per run means RLIMIT_NPROC (counted per uid by the kernel) bounds this run
+ * alone, not this run plus concurrent runs plus real users, and runs never share an
+ * identity for files or signals.  The pid part keeps several server processes apart.  The
+ * range 2,000,000,000-2,134,217,727 is far above the ids distributions, systemd
+ * (DynamicUser stops at 65519) and container subuid ranges (allocated in 65536-blocks from
+ * 100000 up) hand out, and stays below 2^31 for tools that treat uids as signed.
+ *
+ * The work directory stays on the host (the server collects output files from it after
+ * the run) and, as root, is handed to the run's uid (chown of the tree, never following a
+ * symlink) so the script can write there and nowhere else.  Its size is not capped here:
+ * RLIMIT_FSIZE caps each file; a total cap needs a filesystem quota or a size-limited
+ * mount the server makes before the run (see the notes in the issue). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "sandbox/sandbox-internal.h"
+
+#define BWRAP_DROP_NAME "mps-sandbox-drop"
+#define BWRAP_DROP_IN_SANDBOX "/run/mps-sandbox-drop"
+#define BWRAP_WORKDIR "/work"
+#define BWRAP_HOSTNAME "sandbox"
+#define BWRAP_UID_BASE 2000000000u
+#define BWRAP_UID_PID_BITS 15
+#define BWRAP_UID_RUN_BITS 12
+#define BWRAP_UID_RUNS (1u << BWRAP_UID_RUN_BITS)
+#define BWRAP_UID_REUSE_MARGIN_MS 60000
+/* /tmp when the spec gives no size: never unbounded (it is RAM). */
+#define BWRAP_DEFAULT_TMP_BYTES (100ULL << 20)
+/* /dev/shm (POSIX semaphores and shared memory for multiprocessing) gets the /tmp size up
+ * to this cap. */
+#define BWRAP_MAX_SHM_BYTES (64ULL << 20)
+#define BWRAP_PROBE_TIMEOUT_MS 10000
+#define BWRAP_PROBE_OUTPUT_MAX 4096
+#define BWRAP_CHOWN_MAX_DEPTH 64
+
+typedef struct bwrap_priv {
+  char *bwrap_path;    /* set by sbx_bwrap_set_paths, or found by the probe */
+  char *drop_path;     /* host path of the drop helper */
+  char *version;       /* "0.8.0" */
+  bool as_root;        /* geteuid() == 0: no user namespace, per-run uid drop */
+  char **system_args;  /* host-layout-dependent mounts, computed by the probe */
+  char **network_args; /* the same, added when the spec asks for network */
+  uint32_t next_slot;
+  uint64_t *slot_busy_until; /* BWRAP_UID_RUNS entries: cm_now_ms() until which a uid is taken */
+} bwrap_priv_t;
+
+/* ---------------------------------------------------------------- argv builder */
+
+typedef struct argv_builder {
+  char **v;
+  size_t n, cap;
+  char *dirs[64]; /* directories already emitted with --dir (a cache: overflow repeats them) */
+  size_t n_dirs;
+} argv_builder_t;
+
+static void args_add1(argv_builder_t *a, const char *s) {
+  if (a->n + 2 > a->cap) {
+    a->cap = a->cap ? a->cap * 2 : 64;
+    a->v = xrealloc(a->v, a->cap * sizeof *a->v);
+  }
+  a->v[a->n++] = xstrdup(s);
+  a->v[a->n] = NULL;
+}
+
+/* Appends each string argument up to a terminating NULL. */
+static void args_add(argv_builder_t *a, ...) __attribute__((sentinel));
+static void args_add(argv_builder_t *a, ...) {
+  va_list ap;
+  va_start(ap, a);
+  for (const char *s; (s = va_arg(ap, const char *));) args_add1(a, s);
+  va_end(ap);
+}
+
+static void args_addf(argv_builder_t *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void args_addf(argv_builder_t *a, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cleanup_free char *s = xvasprintf(fmt, ap);
+  va_end(ap);
+  args_add1(a, s);
+}
+
+/* Emits `--perms 0755 --dir D` for each ancestor D of path (not "/", not already made by
+ * this builder): bwrap would otherwise create missing parents of a mount point 0700,
+ * which the unprivileged sandbox uid cannot traverse. */
+static void args_add_parents(argv_builder_t *a, const char *path) {
+  cleanup_free char *dir = xstrdup(path);
+  for (char *s = strchr(dir + 1, '/'); s; s = strchr(s + 1, '/')) {
+    *s = '\0';
+    bool seen = false;
+    for (size_t i = 0; i < a->n_dirs && !seen; i++) seen = strcmp(a->dirs[i], dir) == 0;
+    if (!seen) {
+      if (a->n_dirs < CM_ARRAY_SIZE(a->dirs)) a->dirs[a->n_dirs++] = xstrdup(dir);
+      args_add(a, "--perms", "0755", "--dir", dir, NULL);
+    }
+    *s = '/';
+  }
+}
+
+static char **args_steal(argv_builder_t *a) {
+  for (size_t i = 0; i < a->n_dirs; i++) free(a->dirs[i]);
+  a->n_dirs = 0;
+  if (!a->v) return xcalloc(1, sizeof(char *));
+  char **v = a->v;
+  a->v = NULL;
+  a->n = a->cap = 0;
+  return v;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static bwrap_priv_t *priv_of(sbx_backend_t *b) {
+  if (!b->priv) b->priv = xcalloc(1, sizeof(bwrap_priv_t));
+  return b->priv;
+}
+
+static bool path_is_under(const char *path, const char *dir) {
+  size_t n = strlen(dir);
+  return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* Absolute, no empty, "." or ".." components, no trailing slash. */
+static bool path_is_clean(const char *p) {
+  if (p[0] != '/') return false;
+  if (p[1] == '\0') return true;
+  for (const char *s = p; *s;) {
+    s++; /* past '/' */
+    const char *e = strchrnul(s, '/');
+    size_t n = (size_t)(e - s);
+    if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.')) return false;
+    s = e;
+  }
+  return true;
+}
+
+/* A memfd holding data, sealed, at offset 0: for bwrap's --file. */
+static int data_fd(const char *name, const char *data, cm_error_t *err) {
+  cleanup_close int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "memfd_create");
+  if (cm_write_all(fd, data, strlen(data)) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "writing %s", name);
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "sealing %s", name);
+  if (lseek(fd, 0, SEEK_SET) < 0) return cm_error_set(err, errno, CM_ERR_IO, "lseek");
+  return steal_fd(&fd);
+}
+
+static bool uid_in_use(uid_t uid) {
+  DIR *d = opendir("/proc");
+  if (!d) return false;
+  bool used = false;
+  struct dirent *e;
+  while (!used && (e = readdir(d))) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && st.st_uid == uid) used = true;
+  }
+  closedir(d);
+  return used;
+}
+
+/* A slot is reserved from build() until the run must be over: its timeout, the grace
+ * period and a margin for teardown.  No /proc scan on the normal path (it costs ~3 us per
+ * host process); only if every slot is reserved (BWRAP_UID_RUNS runs without a timeout, or
+ * that many at once) does a scan pick a slot nobody uses. */
+static uid_t pick_uid(bwrap_priv_t *p, const sbx_limits_t *l) {
+  if (!p->slot_busy_until) p->slot_busy_until = xcalloc(BWRAP_UID_RUNS, sizeof(uint64_t));
+  uint32_t pid_part = ((uint32_t)getpid() & ((1u << BWRAP_UID_PID_BITS) - 1)) << BWRAP_UID_RUN_BITS;
+  uint64_t now = cm_now_ms();
+  uint64_t until =
+      l->timeout_ms ? now + l->timeout_ms + l->grace_ms + BWRAP_UID_REUSE_MARGIN_MS : UINT64_MAX;
+  for (uint32_t i = 0; i < BWRAP_UID_RUNS; i++) {
+    uint32_t slot = p->next_slot++ & (BWRAP_UID_RUNS - 1);
+    if (p->slot_busy_until[slot] > now) continue;
+    p->slot_busy_until[slot] = until;
+    return BWRAP_UID_BASE + (pid_part | slot);
+  }
+  for (uint32_t i = 0; i < BWRAP_UID_RUNS; i++) {
+    uint32_t slot = p->next_slot++ & (BWRAP_UID_RUNS - 1);
+    uid_t uid = BWRAP_UID_BASE + (pid_part | slot);
+    if (!uid_in_use(uid)) return uid;
+  }
+  cm_warn("bwrap: every sandbox uid slot is in use; sharing one");
+  return BWRAP_UID_BASE + (pid_part | (p->next_slot++ & (BWRAP_UID_RUNS - 1)));
+}
+
+static int chown_tree_at(int dirfd_, uid_t uid, gid_t gid, int depth) {
+  if (depth > BWRAP_CHOWN_MAX_DEPTH) return -1;
+  int fd = fcntl(dirfd_, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return -1;
+  }
+  int rc = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    if (fchownat(dirfd(d), e->d_name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0) rc = -1;
+    if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) continue;
+    cleanup_close int sub =
+        openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub >= 0 && chown_tree_at(sub, uid, gid, depth + 1) < 0) rc = -1;
+  }
+  closedir(d);
+  return rc;
+}
+
+/* Hands the work directory (and what the server put in it) to the run's uid, never
+ * following a symlink. */
+static int chown_workdir(const char *workdir, uid_t uid, gid_t gid, cm_error_t *err) {
+  cleanup_close int fd = open(workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "open work directory %s", workdir);
+  if (fchown(fd, uid, gid) < 0 || chown_tree_at(fd, uid, gid, 0) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "handing %s to the sandbox uid", workdir);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- host layout */
+
+static void add_etc_file(argv_builder_t *a, const char *path) {
+  struct stat st;
+  if (lstat(path, &st) < 0) return;
+  if (S_ISLNK(st.st_mode)) {
+    /* /etc/localtime and friends usually point into /usr, which is visible: keep them
+     * symlinks (no mount) when the target is there, else bind what they resolve to. */
+    char target[PATH_MAX];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n > 0) {
+      target[n] = '\0';
+      if (path_is_under(target, "/usr") && path_is_clean(target)) {
+        args_add_parents(a, path);
+        args_add(a, "--symlink", target, path, NULL);
+        return;
+      }
+    }
+    if (stat(path, &st) < 0) return;
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return;
+  args_add_parents(a, path);
+  /* -try: a file that goes away after the probe must not fail every run. */
+  args_add(a, "--ro-bind-try", path, path, NULL);
+}
+
+/* The mounts that depend only on the host: computed once, by the probe.  Every bind costs
+ * bwrap a mount, a remount and a read of mountinfo (~0.1-0.2 ms of CPU), so /etc holds
+ * only what the loader and the interpreter read; the resolver, TLS and service databases
+ * come only with the network (network_args). */
+static char **system_args_new(void) {
+  argv_builder_t a = {0};
+  args_add(&a, "--ro-bind", "/usr", "/usr", NULL);
+  static const char *const top[] = {"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(top); i++) {
+    struct stat st;
+    if (lstat(top[i], &st) < 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      char target[PATH_MAX];
+      ssize_t n = readlink(top[i], target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = '\0';
+      args_add(&a, "--symlink", target, top[i], NULL);
+    } else if (S_ISDIR(st.st_mode)) {
+      args_add(&a, "--ro-bind", top[i], top[i], NULL);
+    }
+  }
+  args_add_parents(&a, "/etc/");
+  static const char *const etc[] = {"/etc/ld.so.cache", "/etc/localtime"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(etc); i++) add_etc_file(&a, etc[i]);
+  return args_steal(&a);
+}
+
+/* With network: name resolution, TLS trust (never /etc/ssl/private) and the service and
+ * protocol databases getaddrinfo() reads. */
+static char **network_args_new(void) {
+  argv_builder_t a = {0};
+  a.dirs[a.n_dirs++] = xstrdup("/etc");
+  static const char *const etc[] = {
+      "/etc/resolv.conf",     "/etc/hosts",           "/etc/nsswitch.conf", "/etc/gai.conf",
+      "/etc/host.conf",       "/etc/services",        "/etc/protocols",     "/etc/ssl/certs",
+      "/etc/ssl/openssl.cnf", "/etc/ca-certificates",
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(etc); i++) add_etc_file(&a, etc[i]);
+  return args_steal(&a);
+}
+
+/* ---------------------------------------------------------------- build */
+
+/* Paths a read-only bind must not cover: our own mounts, and /etc, which would bring
+ * back everything the minimal /etc leaves out. */
+static int check_ro_bind(const char *p, cm_error_t *err) {
+  if (!path_is_clean(p))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "read-only bind '%s' is not a clean absolute path",
+                        p);
+  static const char *const reserved[] = {"/proc", "/dev", "/sys", "/etc", "/run", BWRAP_WORKDIR};
+  if (strcmp(p, "/") == 0 || strcmp(p, "/tmp") == 0)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "read-only bind '%s' would cover the sandbox", p);
+  for (size_t i = 0; i < CM_ARRAY_SIZE(reserved); i++) {
+    if (path_is_under(p, reserved[i]))
+      return cm_error_set(err, 0, CM_ERR_INVALID, "read-only bind '%s' is under reserved %s", p,
+                          reserved[i]);
+  }
+  struct stat st;
+  if (stat(p, &st) < 0)
+    return cm_error_set(err, errno, errno == ENOENT ? CM_ERR_NOT_FOUND : CM_ERR_IO,
+                        "read-only bind %s", p);
+  return 0;
+}
+
+static int check_spec(const sbx_spec_t *spec, cm_error_t *err) {
+  if (!spec->argv || !spec->argv[0] || spec->argv[0][0] != '/')
+    return cm_error_set(err, 0, CM_ERR_INVALID, "the command must be an absolute path");
+  if (!spec->workdir || !path_is_clean(spec->workdir))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "the work directory must be a clean absolute path");
+  struct stat st;
+  if (lstat(spec->workdir, &st) < 0)
+    return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "work directory %s", spec->workdir);
+  if (!S_ISDIR(st.st_mode))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "work directory %s is not a directory",
+                        spec->workdir);
+  for (char *const *e = spec->envp; e && *e; e++) {
+    if (!strchr(*e, '=') || **e == '=')
+      return cm_error_set(err, 0, CM_ERR_INVALID, "environment entry without a name");
+  }
+  for (char *const *p = spec->ro_binds; p && *p; p++) {
+    if (check_ro_bind(*p, err) < 0) return -1;
+  }
+  return 0;
+}
+
+static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
+                       cm_error_t *err) {
+  bwrap_priv_t *p = priv_of(b);
+  if (!p->bwrap_path || !p->drop_path || !p->system_args || !p->network_args)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the bwrap backend was not probed");
+  if (check_spec(spec, err) < 0) return -1;
+
+  uid_t uid = p->as_root ? pick_uid(p, &spec->limits) : getuid();
+  gid_t gid = p->as_root ? (gid_t)uid : getgid();
+  if (p->as_root && chown_workdir(spec->workdir, uid, gid, err) < 0) return -1;
+
+  cleanup_close int seccomp_fd = sbx_seccomp_fd(err);
+  if (seccomp_fd < 0) return -1;
+  cleanup_free char *passwd = xasprintf(
+      "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+      "sandbox:x:%u:%u:sandbox:" BWRAP_WORKDIR ":/usr/sbin/nologin\n",
+      (unsigned)uid, (unsigned)gid);
+  cleanup_free char *group = xasprintf("root:x:0:\nsandbox:x:%u:\n", (unsigned)gid);
+  cleanup_close int passwd_fd = data_fd("mps-passwd", passwd, err);
+  if (passwd_fd < 0) return -1;
+  cleanup_close int group_fd = data_fd("mps-group", group, err);
+  if (group_fd < 0) return -1;
+  cleanup_close int hosts_fd = -1;
+  if (!spec->network) {
+    hosts_fd = data_fd("mps-hosts",
+                       "127.0.0.1\tlocalhost\n"
+                       "::1\tlocalhost ip6-localhost ip6-loopback\n"
+                       "127.0.1.1\t" BWRAP_HOSTNAME "\n",
+                       err);
+    if (hosts_fd < 0) return -1;
+  }
+
+  argv_builder_t a = {0};
+  /* Made by the system mounts already. */
+  a.dirs[a.n_dirs++] = xstrdup("/etc");
+  a.dirs[a.n_dirs++] = xstrdup("/tmp");
+  args_add(&a, p->bwrap_path, NULL);
+  if (!p->as_root) args_add(&a, "--unshare-user", NULL);
+  args_add(&a, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", NULL);
+  if (!spec->network) args_add(&a, "--unshare-net", NULL);
+  /* No --new-session: sbx_spawn() already starts bwrap in a new session without a
+   * controlling terminal (stdin is /dev/null, output goes to pipes), the drop helper
+   * refuses to exec while a terminal is reachable, and seccomp denies TIOCSTI/TIOCLINUX.
+   * A second session would only add its leader's exit, which costs ~5 ms of wall clock per
+   * run on our machines. */
+  args_add(&a, "--die-with-parent", "--hostname", BWRAP_HOSTNAME, "--clearenv", NULL);
+  for (char *const *e = spec->envp; e && *e; e++) {
+    const char *eq = strchr(*e, '=');
+    cleanup_free char *name = xstrndup(*e, (size_t)(eq - *e));
+    args_add(&a, "--setenv", name, eq + 1, NULL);
+  }
+  for (char **s = p->system_args; *s; s++) args_add1(&a, *s);
+  if (spec->network) {
+    for (char **s = p->network_args; *s; s++) args_add1(&a, *s);
+  } else {
+    args_add(&a, "--perms", "0644", "--file", NULL);
+    args_addf(&a, "%d", hosts_fd);
+    args_add(&a, "/etc/hosts", NULL);
+  }
+  /* Plain files in the root tmpfs (no mount each), owned by root, read-only once the root
+   * is remounted read-only below. */
+  args_add(&a, "--perms", "0644", "--file", NULL);
+  args_addf(&a, "%d", passwd_fd);
+  args_add(&a, "/etc/passwd", "--perms", "0644", "--file", NULL);
+  args_addf(&a, "%d", group_fd);
+  args_add(&a, "/etc/group", NULL);
+
+  uint64_t tmp_bytes = spec->limits.tmp_bytes ? spec->limits.tmp_bytes : BWRAP_DEFAULT_TMP_BYTES;
+  uint64_t shm_bytes = CM_MIN(tmp_bytes, BWRAP_MAX_SHM_BYTES);
+  args_add(&a, "--proc", "/proc", "--dev", "/dev", "--size", NULL);
+  args_addf(&a, "%llu", (unsigned long long)shm_bytes);
+  args_add(&a, "--perms", "01777", "--tmpfs", "/dev/shm", "--size", NULL);
+  args_addf(&a, "%llu", (unsigned long long)tmp_bytes);
+  args_add(&a, "--perms", "01777", "--tmpfs", "/tmp", NULL);
+
+  for (char *const *r = spec->ro_binds; r && *r; r++) {
+    if (path_is_under(*r, "/usr")) continue; /* already visible, read-only */
+    args_add_parents(&a, *r);
+    args_add(&a, "--ro-bind", *r, *r, NULL);
+  }
+  args_add_parents(&a, BWRAP_DROP_IN_SANDBOX);
+  args_add(&a, "--ro-bind", p->drop_path, BWRAP_DROP_IN_SANDBOX, NULL);
+  args_add(&a, "--bind", spec->workdir, BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR, NULL);
+  /* Nothing may be written into the root tmpfs itself (it has no size limit); only /work,
+   * /tmp and /dev/shm are writable. */
+  args_add(&a, "--remount-ro", "/", NULL);
+  args_add(&a, "--seccomp", NULL);
+  args_addf(&a, "%d", seccomp_fd);
+
+  /* The drop helper and its limits, then the command. */
+  args_add(&a, "--", BWRAP_DROP_IN_SANDBOX, NULL);
+  if (p->as_root) {
+    args_add(&a, "--uid", NULL);
+    args_addf(&a, "%u", (unsigned)uid);
+    args_add(&a, "--gid", NULL);
+    args_addf(&a, "%u", (unsigned)gid);
+  }
+  const sbx_limits_t *l = &spec->limits;
+  const struct {
+    const char *flag;
+    uint64_t value;
+  } limits[] = {
+      {"--as", l->memory_bytes},       {"--cpu", l->cpu_seconds},   {"--nproc", l->max_processes},
+      {"--fsize", l->file_size_bytes}, {"--nofile", l->open_files},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(limits); i++) {
+    if (!limits[i].value) continue;
+    args_add(&a, limits[i].flag, NULL);
+    args_addf(&a, "%llu", (unsigned long long)limits[i].value);
+  }
+  args_add(&a, "--", NULL);
+  for (char *const *s = spec->argv; *s; s++) args_add1(&a, *s);
+
+  launch->argv = args_steal(&a);
+  launch->envp = xcalloc(1, sizeof(char *)); /* bwrap itself needs no environment */
+  launch->set_rlimits = false;               /* the drop helper applies them */
+  size_t n = 0;
+  launch->pass_fds[n++] = steal_fd(&seccomp_fd);
+  launch->pass_fds[n++] = steal_fd(&passwd_fd);
+  launch->pass_fds[n++] = steal_fd(&group_fd);
+  if (hosts_fd >= 0) launch->pass_fds[n++] = steal_fd(&hosts_fd);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- probe */
+
+/* Runs argv to completion (bounded by timeout_ms), capturing up to
+ * BWRAP_PROBE_OUTPUT_MAX bytes of stdout and stderr.  Closes pass_fds. */
+static int run_capture(char *const *argv, int *pass_fds, size_t n_pass, int timeout_ms, int *status,
+                       cm_buf_t *out, cm_buf_t *errout, cm_error_t *err) {
+  char *const envp[] = {NULL};
+  sbx_spawn_opts_t opts = {
+      .argv = argv,
+      .envp = envp,
+      .capture_output = true,
+      .pass_fds = pass_fds,
+      .n_pass_fds = n_pass,
+  };
+  sbx_child_t child;
+  int rc = sbx_spawn(&opts, &child, err);
+  for (size_t i = 0; i < n_pass; i++) {
+    if (pass_fds[i] >= 0) close(pass_fds[i]);
+    pass_fds[i] = -1;
+  }
+  if (rc < 0) return -1;
+
+  uint64_t deadline = cm_now_ms() + (uint64_t)timeout_ms;
+  bool timed_out = false;
+  while (child.stdout_fd >= 0 || child.stderr_fd >= 0) {
+    uint64_t now = cm_now_ms();
+    if (now >= deadline) {
+      timed_out = true;
+      break;
+    }
+    struct pollfd pfd[2] = {{child.stdout_fd, POLLIN, 0}, {child.stderr_fd, POLLIN, 0}};
+    int n = poll(pfd, 2, (int)(deadline - now));
+    if (n < 0 && errno != EINTR) {
+      timed_out = true; /* cannot watch it any more: stop it */
+      break;
+    }
+    for (int i = 0; i < 2; i++) {
+      if (pfd[i].fd < 0 || !pfd[i].revents) continue;
+      char buf[1024];
+      ssize_t r = read(pfd[i].fd, buf, sizeof buf);
+      if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (r > 0) {
+        cm_buf_t *dst = i == 0 ? out : errout;
+        (void)cm_buf_append(dst, buf, CM_MIN((size_t)r, dst->max - CM_MIN(dst->max, dst->len)));
+        continue;
+      }
+      int *fd = i == 0 ? &child.stdout_fd : &child.stderr_fd;
+      close(*fd);
+      *fd = -1;
+    }
+  }
+  if (timed_out) sbx_child_kill_tree(&child, SIGKILL);
+  int st = 0;
+  while (waitpid(child.pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  child.pid = -1;
+  sbx_child_close(&child);
+  if (timed_out)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s did not finish within %d ms", argv[0],
+                        timeout_ms);
+  *status = st;
+  return 0;
+}
+
+static char *output_excerpt(const cm_buf_t *b) {
+  size_t len = b->len;
+  while (len > 0 && (b->data[len - 1] == '\n' || b->data[len - 1] == ' ')) len--;
+  return len ? cm_log_excerpt(b->data, len, 400) : xstrdup("no output");
+}
+
+static int find_bwrap(bwrap_priv_t *p, cm_error_t *err) {
+  if (p->bwrap_path) {
+    if (access(p->bwrap_path, X_OK) < 0)
+      return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "bubblewrap not found at %s",
+                          p->bwrap_path);
+    return 0;
+  }
+  const char *env = getenv("MPS_BWRAP");
+  p->bwrap_path = cm_find_executable(env && *env ? env : "bwrap");
+  if (!p->bwrap_path)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                        "bubblewrap (%s) not found; install the bubblewrap package",
+                        env && *env ? env : "bwrap in PATH");
+  if (p->bwrap_path[0] != '/') {
+    char *abs = realpath(p->bwrap_path, NULL);
+    if (!abs) return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "%s", p->bwrap_path);
+    free(p->bwrap_path);
+    p->bwrap_path = abs;
+  }
+  return 0;
+}
+
+static int check_drop_helper(bwrap_priv_t *p, const char *path, cm_error_t *err) {
+  struct stat st;
+  if (stat(path, &st) < 0) return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "%s", path);
+  if (!S_ISREG(st.st_mode) || access(path, X_OK) < 0)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s is not an executable file", path);
+  if (p->as_root) {
+    /* It runs as root with every capability inside the sandbox: whoever can replace it
+     * owns the host. */
+    if (st.st_uid != 0 || (st.st_mode & 022))
+      return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                          "%s must be owned by root and writable only by root", path);
+    cleanup_free char *dir = xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    struct stat dst;
+    if (stat(*dir ? dir : "/", &dst) < 0 || dst.st_uid != 0 ||
+        ((dst.st_mode & 022) && !(dst.st_mode & S_ISVTX)))
+      return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                          "the directory of %s must be owned by root and writable only by root",
+                          path);
+  }
+  return 0;
+}
+
+static int find_drop_helper(bwrap_priv_t *p, cm_error_t *err) {
+  if (!p->drop_path) {
+    const char *env = getenv("MPS_SANDBOX_DROP");
+    if (env && *env) {
+      p->drop_path = realpath(env, NULL);
+      if (!p->drop_path)
+        return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "drop helper %s (MPS_SANDBOX_DROP)",
+                            env);
+    } else {
+      cleanup_free char *self = realpath("/proc/self/exe", NULL);
+      if (!self) return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "realpath /proc/self/exe");
+      *strrchr(self, '/') = '\0';
+      const char *candidates[] = {"/" BWRAP_DROP_NAME,
+                                  "/../libexec/mcp-python-exec-sandbox/" BWRAP_DROP_NAME};
+      for (size_t i = 0; i < CM_ARRAY_SIZE(candidates) && !p->drop_path; i++) {
+        cleanup_free char *c = xasprintf("%s%s", self, candidates[i]);
+        p->drop_path = realpath(c, NULL);
+      }
+      if (!p->drop_path)
+        return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                            "the drop helper %s was not found next to %s (set MPS_SANDBOX_DROP)",
+                            BWRAP_DROP_NAME, self);
+    }
+  }
+  return check_drop_helper(p, p->drop_path, err);
+}
+
+static int probe_version(bwrap_priv_t *p, cm_error_t *err) {
+  char *argv[] = {p->bwrap_path, "--version", NULL};
+  cm_buf_t out, errout;
+  cm_buf_init(&out, BWRAP_PROBE_OUTPUT_MAX);
+  cm_buf_init(&errout, BWRAP_PROBE_OUTPUT_MAX);
+  int status = 0;
+  int rc = run_capture(argv, NULL, 0, BWRAP_PROBE_TIMEOUT_MS, &status, &out, &errout, err);
+  if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+    cleanup_free char *why = output_excerpt(&errout);
+    rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s --version failed: %s", p->bwrap_path, why);
+  }
+  if (rc == 0) {
+    const char *v = out.data ? strstr(out.data, "bubblewrap ") : NULL;
+    free(p->version);
+    p->version = v ? xstrndup(v + 11, strcspn(v + 11, " \r\n")) : xstrdup("(unknown version)");
+  }
+  cm_buf_release(&out);
+  cm_buf_release(&errout);
+  return rc;
+}
+
+/* Runs the real thing once: the same argv shape as a run, with /bin/true as the command. */
+static int probe_sandbox(sbx_backend_t *b, cm_error_t *err) {
+  const char *tmpdir = getenv("TMPDIR");
+  cleanup_free char *dir =
+      xasprintf("%s/mps-bwrap-probe-XXXXXX", tmpdir && tmpdir[0] == '/' ? tmpdir : "/tmp");
+  if (!mkdtemp(dir)) return cm_error_set(err, errno, CM_ERR_IO, "mkdtemp %s", dir);
+  char *const argv[] = {access("/usr/bin/true", X_OK) == 0 ? "/usr/bin/true" : "/bin/true", NULL};
+  char *const envp[] = {"PATH=/usr/bin:/bin", NULL};
+  sbx_spec_t spec = {
+      .argv = argv,
+      .envp = envp,
+      .workdir = dir,
+      .limits = {.timeout_ms = BWRAP_PROBE_TIMEOUT_MS,
+                 .memory_bytes = 256ULL << 20,
+                 .max_processes = 16,
+                 .open_files = 64,
+                 .file_size_bytes = 1 << 20,
+                 .tmp_bytes = 1 << 20},
+  };
+  sbx_launch_t launch = {.pass_fds = {-1, -1, -1, -1}};
+  int rc = bwrap_build(b, &spec, &launch, err);
+  if (rc == 0) {
+    size_t n = 0;
+    while (n < CM_ARRAY_SIZE(launch.pass_fds) && launch.pass_fds[n] >= 0) n++;
+    cm_buf_t out, errout;
+    cm_buf_init(&out, BWRAP_PROBE_OUTPUT_MAX);
+    cm_buf_init(&errout, BWRAP_PROBE_OUTPUT_MAX);
+    int status = 0;
+    rc = run_capture(launch.argv, launch.pass_fds, n, BWRAP_PROBE_TIMEOUT_MS, &status, &out,
+                     &errout, err);
+    if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+      cleanup_free char *why = output_excerpt(&errout);
+      if (WIFEXITED(status))
+        rc =
+            cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                         "bwrap cannot create the sandbox (exit %d): %s", WEXITSTATUS(status), why);
+      else
+        rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                          "bwrap cannot create the sandbox (signal %d): %s", WTERMSIG(status), why);
+    }
+    cm_buf_release(&out);
+    cm_buf_release(&errout);
+  }
+  sbx_launch_release(&launch);
+  cm_error_t rm_err = CM_ERROR_INIT;
+  cm_rm_rf(dir, &rm_err);
+  cm_error_release(&rm_err);
+  return rc;
+}
+
+static int bwrap_probe(sbx_backend_t *b, cm_error_t *err) {
+  bwrap_priv_t *p = priv_of(b);
+  p->as_root = geteuid() == 0;
+  if (find_bwrap(p, err) < 0) return -1;
+  if (find_drop_helper(p, err) < 0) return -1;
+  if (probe_version(p, err) < 0) return -1;
+  if (!p->system_args) p->system_args = system_args_new();
+  if (!p->network_args) p->network_args = network_args_new();
+  return probe_sandbox(b, err);
+}
+
+/* ---------------------------------------------------------------- the rest */
+
+static char *bwrap_describe(sbx_backend_t *b) {
+  bwrap_priv_t *p = priv_of(b);
+  if (!p->version) return xasprintf("bubblewrap (%s)", p->bwrap_path ? p->bwrap_path : "bwrap");
+  return xasprintf(
+      "bubblewrap %s (%s): pid/ipc/uts/cgroup namespaces, %s, no capabilities, no_new_privs, "
+      "seccomp filter, rlimits, capped /tmp; network off unless requested",
+      p->version, p->bwrap_path,
+      p->as_root ? "per-run unprivileged uid" : "user namespace with the server's uid");
+}
+
+static void bwrap_free(sbx_backend_t *b) {
+  bwrap_priv_t *p = b->priv;
+  if (!p) return;
+  free(p->bwrap_path);
+  free(p->drop_path);
+  free(p->version);
+  cm_strv_free(p->system_args);
+  cm_strv_free(p->network_args);
+  free(p->slot_busy_until);
+  free(p);
+  b->priv = NULL;
+}
+
+void sbx_bwrap_set_paths(sbx_backend_t *b, const char *bwrap_path, const char *drop_path) {
+  bwrap_priv_t *p = priv_of(b);
+  if (bwrap_path) {
+    free(p->bwrap_path);
+    p->bwrap_path = xstrdup(bwrap_path);
+  }
+  if (drop_path) {
+    free(p->drop_path);
+    p->drop_path = xstrdup(drop_path);
+  }
+}
+
+const sbx_backend_ops_t sbx_bwrap_ops = {
+    .name = "bwrap",
+    .probe = bwrap_probe,
+    .build = bwrap_build,
+    .describe = bwrap_describe,
+    .free = bwrap_free,
+};

@@ -1,0 +1,1197 @@
+/* The bwrap backend, driven for real through sbx_run_start() on a cm_loop_t: every test
+ * runs a (mostly hostile) Python script in a real sandbox and checks that it is contained.
+ *
+ * Needs bubblewrap and the drop helper (built with this test).  Exits 77 when bwrap cannot
+ * create a sandbox on this machine at all. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "sandbox/sandbox-internal.h"
+
+#ifndef MPS_SANDBOX_DROP_PATH
+#define MPS_SANDBOX_DROP_PATH MPS_BINARY_DIR "/mps-sandbox-drop"
+#endif
+
+#define UNUSED __attribute__((unused))
+#define SYSTEM_PYTHON "/usr/bin/python3"
+#define UID_BASE 2000000000u
+/* The 4096 uids the backend hands out in this process (other processes get others). */
+#define OUR_UID_FIRST (UID_BASE + (((uint32_t)getpid() & 0x7fff) << 12))
+#define OUR_UID_END (OUR_UID_FIRST + 4096)
+#define SECRET_ENV_VALUE "hunter2-host-secret"
+
+static struct {
+  sbx_backend_t *backend;
+  sbx_backend_t *none;
+  cm_loop_t *loop;
+  char *root;  /* every file this test makes lives here */
+  char *state; /* a stand-in for the server's state directory */
+  char *pyenv_python, *pyenv_prefix;
+  int seq;
+} g;
+
+/* ---------------------------------------------------------------- running scripts */
+
+typedef struct run_capture run_capture_t;
+
+typedef struct run_opts {
+  sbx_backend_t *backend; /* default g.backend */
+  char *python;           /* default SYSTEM_PYTHON */
+  char *const *argv;      /* overrides python + script */
+  char *ro_bind;          /* one extra read-only bind */
+  bool network;
+  const sbx_limits_t *limits;
+  void (*on_chunk)(run_capture_t *c); /* after each piece of output */
+} run_opts_t;
+
+struct run_capture {
+  cm_buf_t out, err;
+  sbx_result_t result;
+  bool done;
+  char *workdir;
+  void *user;
+  void (*on_chunk)(run_capture_t *c);
+};
+
+static const sbx_limits_t default_limits = {
+    .timeout_ms = 20000,
+    .grace_ms = 500,
+    .memory_bytes = 1ULL << 30,
+    .cpu_seconds = 20,
+    .max_processes = 64,
+    .file_size_bytes = 64ULL << 20,
+    .open_files = 256,
+    .tmp_bytes = 16ULL << 20,
+};
+
+static void on_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
+  run_capture_t *c = data;
+  (void)cm_buf_append(stream == SBX_STDOUT ? &c->out : &c->err, buf, len);
+  if (c->on_chunk) c->on_chunk(c);
+}
+
+static void on_exit_cb(void *data, const sbx_result_t *result) {
+  run_capture_t *c = data;
+  c->result = *result;
+  c->done = true;
+}
+
+static char *new_workdir(void) {
+  char *dir = xasprintf("%s/runs/run-%d", g.root, ++g.seq);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  return dir;
+}
+
+static void write_file(const char *dir, const char *name, const char *text, mode_t mode) {
+  cleanup_free char *path = xasprintf("%s/%s", dir, name);
+  cm_error_t err = CM_ERROR_INIT;
+  if (cm_write_file(path, text, strlen(text), mode, &err) < 0) fail_msg("%s", err.msg);
+}
+
+/* Runs script (in a fresh work directory unless c->workdir is set) to completion. */
+static void run_script(run_capture_t *c, const char *script, const run_opts_t *o) {
+  static const run_opts_t no_opts = {0};
+  if (!o) o = &no_opts;
+  cm_buf_init(&c->out, 1 << 20);
+  cm_buf_init(&c->err, 1 << 20);
+  c->on_chunk = o->on_chunk;
+  if (!c->workdir) c->workdir = new_workdir();
+  if (script) write_file(c->workdir, "script.py", script, 0600);
+
+  char *default_argv[] = {o->python ? o->python : SYSTEM_PYTHON, "-I", "script.py", NULL};
+  char *envp[] = {"PATH=/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8", NULL};
+  char *binds[] = {o->ro_bind, NULL};
+  sbx_spec_t spec = {
+      .argv = o->argv ? o->argv : default_argv,
+      .envp = envp,
+      .workdir = c->workdir,
+      .ro_binds = binds,
+      .network = o->network,
+      .limits = o->limits ? *o->limits : default_limits,
+  };
+  sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
+  sbx_run_t *run = NULL;
+  cm_error_t err = CM_ERROR_INIT;
+  if (sbx_run_start(g.loop, o->backend ? o->backend : g.backend, &spec, &cbs, c, &run, &err) < 0)
+    fail_msg("sbx_run_start: %s", err.msg);
+  while (!c->done) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
+  sbx_run_free(run);
+  assert_int_equal(cm_loop_run_once(g.loop, 0, &err), 0); /* runs the deferred free */
+}
+
+static void capture_release(run_capture_t *c) {
+  cm_buf_release(&c->out);
+  cm_buf_release(&c->err);
+  free(c->workdir);
+  c->workdir = NULL;
+}
+
+static bool has(const cm_buf_t *b, const char *needle) {
+  return b->data && strstr(b->data, needle);
+}
+
+static void dump(const run_capture_t *c) {
+  print_message("--- stdout ---\n%s\n--- stderr ---\n%s\n--- exit %d signal %d timed_out %d\n",
+                c->out.data ? c->out.data : "", c->err.data ? c->err.data : "", c->result.exit_code,
+                c->result.term_signal, c->result.timed_out);
+}
+
+#define assert_has(buf, s)                      \
+  do {                                          \
+    if (!has(buf, s)) {                         \
+      dump(c);                                  \
+      fail_msg("expected \"%s\" in output", s); \
+    }                                           \
+  } while (0)
+#define assert_lacks(buf, s)                      \
+  do {                                            \
+    if (has(buf, s)) {                            \
+      dump(c);                                    \
+      fail_msg("unexpected \"%s\" in output", s); \
+    }                                             \
+  } while (0)
+
+/* "UID=<n>" as the script printed it. */
+static uid_t script_uid(const run_capture_t *c) {
+  const char *p = c->out.data ? strstr(c->out.data, "UID=") : NULL;
+  assert_non_null(p);
+  return (uid_t)strtoul(p + 4, NULL, 10);
+}
+
+/* ---------------------------------------------------------------- host-side /proc */
+
+typedef struct proc_info {
+  pid_t pid;
+  uid_t uid;
+  char state;
+  char status[4096];
+} proc_info_t;
+
+static bool read_proc(pid_t pid, proc_info_t *pi) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, pi->status, sizeof pi->status - 1);
+  close(fd);
+  if (n <= 0) return false;
+  pi->status[n] = '\0';
+  pi->pid = pid;
+  const char *s = strstr(pi->status, "\nState:\t");
+  const char *u = strstr(pi->status, "\nUid:\t");
+  if (!s || !u) return false;
+  pi->state = s[8];
+  pi->uid = (uid_t)strtoul(u + 6, NULL, 10);
+  return true;
+}
+
+/* Live (non-zombie) host processes whose real uid is in [lo, hi). */
+static int count_procs(uid_t lo, uid_t hi, proc_info_t *first) {
+  DIR *d = opendir("/proc");
+  assert_non_null(d);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    proc_info_t pi;
+    if (!read_proc(atoi(e->d_name), &pi) || pi.state == 'Z') continue;
+    if (pi.uid < lo || pi.uid >= hi) continue;
+    if (n++ == 0 && first) *first = pi;
+  }
+  closedir(d);
+  return n;
+}
+
+/* Live processes of uid, waiting up to a second for teardown that is in flight. */
+static int procs_left(uid_t uid) {
+  int n = 0;
+  for (int i = 0; i < 100; i++) {
+    n = count_procs(uid, uid + 1, NULL);
+    if (n == 0) break;
+    usleep(10000);
+  }
+  return n;
+}
+
+static const char *status_field(const proc_info_t *pi, const char *name, char *out, size_t max) {
+  cleanup_free char *key = xasprintf("\n%s:\t", name);
+  const char *p = strstr(pi->status, key);
+  if (!p) return NULL;
+  p += strlen(key);
+  size_t n = strcspn(p, "\n");
+  snprintf(out, max, "%.*s", (int)CM_MIN(n, max - 1), p);
+  return out;
+}
+
+/* ---------------------------------------------------------------- the probe */
+
+static void test_probe_succeeds(void **state UNUSED) {
+  assert_true(g.backend->available);
+  cleanup_free char *d = sbx_backend_describe(g.backend);
+  print_message("backend: %s\n", d);
+  assert_non_null(strstr(d, "bubblewrap "));
+  assert_non_null(strstr(d, "seccomp"));
+  assert_null(strstr(d, "unavailable"));
+}
+
+static void test_probe_bogus_bwrap(void **state UNUSED) {
+  cm_error_t err = CM_ERROR_INIT;
+  sbx_backend_t *b = sbx_backend_new("bwrap", &err);
+  assert_non_null(b);
+  sbx_bwrap_set_paths(b, "/nonexistent/bin/bwrap", MPS_SANDBOX_DROP_PATH);
+  sbx_backend_probe(b);
+  assert_false(b->available);
+  print_message("bogus path: %s\n", b->unavailable);
+  assert_non_null(strstr(b->unavailable, "/nonexistent/bin/bwrap"));
+  cleanup_free char *d = sbx_backend_describe(b);
+  assert_non_null(strstr(d, "unavailable"));
+  /* And a run on it is refused, not run unsandboxed. */
+  run_capture_t c = {0};
+  char *argv[] = {SYSTEM_PYTHON, "-c", "pass", NULL};
+  char *envp[] = {NULL};
+  cleanup_free char *wd = new_workdir();
+  sbx_spec_t spec = {.argv = argv, .envp = envp, .workdir = wd, .limits = default_limits};
+  sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
+  sbx_run_t *run = NULL;
+  assert_int_equal(sbx_run_start(g.loop, b, &spec, &cbs, &c, &run, &err), -1);
+  assert_int_equal(err.kind, CM_ERR_UNAVAILABLE);
+  cm_error_release(&err);
+  sbx_backend_free(b);
+
+  /* A bwrap that runs but cannot make namespaces (as under a userns-restricting LSM). */
+  cleanup_free char *fake = xasprintf("%s/fake-bwrap", g.root);
+  write_file(g.root, "fake-bwrap",
+             "#!/bin/sh\n"
+             "if [ \"$1\" = --version ]; then echo 'bubblewrap 0.8.0'; exit 0; fi\n"
+             "echo 'bwrap: No permissions to create new namespace' >&2\n"
+             "exit 1\n",
+             0755);
+  b = sbx_backend_new("bwrap", &err);
+  sbx_bwrap_set_paths(b, fake, MPS_SANDBOX_DROP_PATH);
+  sbx_backend_probe(b);
+  assert_false(b->available);
+  print_message("no namespaces: %s\n", b->unavailable);
+  assert_non_null(strstr(b->unavailable, "bwrap cannot create the sandbox"));
+  assert_non_null(strstr(b->unavailable, "No permissions to create new namespace"));
+  sbx_backend_free(b);
+}
+
+/* ---------------------------------------------------------------- it works */
+
+static void test_runs_python(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(c,
+             "import os, sys, pwd, socket, ssl, threading, subprocess\n"
+             "print('UID=%d' % os.getuid(), 'GID=%d' % os.getgid(), os.getgroups())\n"
+             "print('CWD=' + os.getcwd(), sys.argv, pwd.getpwuid(os.getuid()).pw_name)\n"
+             "print('HOST=' + socket.gethostname())\n"
+             "t = threading.Thread(target=lambda: print('THREAD'), daemon=True); t.start(); "
+             "t.join()\n"
+             "print(subprocess.run(['/bin/echo', 'SUBPROCESS'], capture_output=True, "
+             "text=True).stdout.strip())\n"
+             "open('out.txt', 'w').write('artifact')\n"
+             "print('ENV=' + ','.join(sorted(os.environ)))\n",
+             NULL);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  uid_t uid = script_uid(c);
+  assert_true(uid >= OUR_UID_FIRST && uid < OUR_UID_END);
+  assert_has(&c->out, "[]"); /* no supplementary groups */
+  assert_has(&c->out, "CWD=/work ['script.py'] sandbox");
+  assert_has(&c->out, "HOST=sandbox");
+  assert_has(&c->out, "THREAD");
+  assert_has(&c->out, "SUBPROCESS");
+  /* Exactly the spec's environment, plus PWD, which bwrap sets to the --chdir directory. */
+  assert_has(&c->out, "ENV=HOME,LANG,PATH,PWD\n");
+  /* Output files land in the host work directory. */
+  cleanup_free char *out = xasprintf("%s/out.txt", c->workdir);
+  struct stat st;
+  assert_int_equal(stat(out, &st), 0);
+  assert_int_equal(st.st_uid, uid);
+  capture_release(c);
+}
+
+static void test_runs_pyenv_python(void **state UNUSED) {
+  if (!g.pyenv_python) {
+    print_message("no pyenv interpreter under /root/.pyenv/versions; skipped\n");
+    skip();
+  }
+  run_capture_t cap = {0}, *c = &cap;
+  run_opts_t o = {.python = g.pyenv_python, .ro_bind = g.pyenv_prefix};
+  run_script(c,
+             "import os, sys\n"
+             "print('PREFIX=' + sys.prefix)\n"
+             "print('ROOT=' + ','.join(sorted(os.listdir('/root'))))\n"
+             "print('VERSIONS=' + ','.join(os.listdir('/root/.pyenv/versions')))\n"
+             "for p in ['/root/.bashrc', '/root/.profile', '/root/.cache', '/root/.ssh']:\n"
+             "    print(('LEAK ' if os.path.exists(p) else 'hidden ') + p)\n",
+             &o);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  cleanup_free char *prefix = xasprintf("PREFIX=%s\n", g.pyenv_prefix);
+  assert_has(&c->out, prefix);
+  assert_has(&c->out, "ROOT=.pyenv\n");
+  cleanup_free char *versions = xasprintf("VERSIONS=%s\n", strrchr(g.pyenv_prefix, '/') + 1);
+  assert_has(&c->out, versions);
+  assert_lacks(&c->out, "LEAK");
+  capture_release(c);
+}
+
+/* ---------------------------------------------------------------- reading and writing */
+
+static void test_host_files_hidden(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  c->workdir = new_workdir();
+  /* Paths the script must not see: the server's state, another run's directory, homes. */
+  cleanup_free char *other = xasprintf("%s/runs/run-1/script.py", g.root);
+  cleanup_free char *paths =
+      xasprintf("%s\n%s/secret.txt\n%s\n%s\n", g.state, g.state, other, g.root);
+  write_file(c->workdir, "paths.txt", paths, 0644);
+  run_script(c,
+             "import os\n"
+             "probe = [l for l in open('paths.txt').read().splitlines() if l]\n"
+             "probe += ['/etc/shadow', '/etc/gshadow', '/etc/sudoers', '/etc/ssl/private',\n"
+             "          '/root', '/root/.bashrc', '/home', '/var', '/opt', '/srv', '/mnt',\n"
+             "          '/sys', '/boot', '/lost+found', '/root/.pyenv',\n"
+             "          '/root/.cache/pip', '/root/.cache/uv', '/var/run/docker.sock']\n"
+             "for p in probe:\n"
+             "    try:\n"
+             "        if os.path.isdir(p): os.listdir(p)\n"
+             "        else: open(p, 'rb').read(1)\n"
+             "        print('LEAK', p)\n"
+             "    except OSError as e:\n"
+             "        print('denied', p, e.errno)\n"
+             "print('ETC=' + ','.join(sorted(os.listdir('/etc'))))\n"
+             "print('PASSWD=' + open('/etc/passwd').read().replace('\\n', '|'))\n",
+             NULL);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_lacks(&c->out, "LEAK");
+  assert_has(&c->out, "denied /etc/shadow");
+  assert_has(&c->out, "ETC=group,hosts,ld.so.cache,localtime,passwd\n");
+  assert_lacks(&c->out, "shadow,");
+  {
+    uid_t uid = 0;
+    const char *p = strstr(c->out.data, "PASSWD=");
+    assert_non_null(p);
+    assert_int_equal(strncmp(p, "PASSWD=root:x:0:0:", 18), 0);
+    const char *s = strstr(p, "|sandbox:x:");
+    assert_non_null(s);
+    uid = (uid_t)strtoul(s + 11, NULL, 10);
+    assert_true(uid >= OUR_UID_FIRST && uid < OUR_UID_END);
+    assert_non_null(strstr(s, ":/work:/usr/sbin/nologin|\n"));
+  }
+  capture_release(c);
+}
+
+static void test_writes_confined(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(c,
+             "import os\n"
+             "for d in ['/', '/etc', '/usr', '/usr/lib', '/usr/bin', '/bin', '/run', '/root',\n"
+             "          '/dev', '/proc', '/etc/ssl/certs', '/dev/pts']:\n"
+             "    try:\n"
+             "        open(os.path.join(d, 'x'), 'w').write('x')\n"
+             "        print('WROTE', d)\n"
+             "    except OSError as e:\n"
+             "        print('refused', d, e.errno)\n"
+             "for f in ['/etc/passwd', '/etc/hosts', '/proc/sys/kernel/hostname',\n"
+             "          '/proc/sysrq-trigger', '/run/mps-sandbox-drop']:\n"
+             "    try:\n"
+             "        open(f, 'a').write('x')\n"
+             "        print('WROTE', f)\n"
+             "    except OSError as e:\n"
+             "        print('refused', f, e.errno)\n"
+             "open('/work/ok', 'w').write('x'); print('OKWORK')\n"
+             "open('/tmp/ok', 'w').write('x'); print('OKTMP')\n"
+             "open('/dev/shm/ok', 'w').write('x'); print('OKSHM')\n",
+             NULL);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_lacks(&c->out, "WROTE");
+  assert_has(&c->out, "OKWORK");
+  assert_has(&c->out, "OKTMP");
+  assert_has(&c->out, "OKSHM");
+  capture_release(c);
+}
+
+static void test_symlink_escape(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  c->workdir = new_workdir();
+  cleanup_free char *secret = xasprintf("%s/secret.txt", g.state);
+  cleanup_free char *l1 = xasprintf("%s/to_shadow", c->workdir);
+  cleanup_free char *l2 = xasprintf("%s/to_state", c->workdir);
+  cleanup_free char *l3 = xasprintf("%s/to_root", c->workdir);
+  assert_int_equal(symlink("/etc/shadow", l1), 0);
+  assert_int_equal(symlink(secret, l2), 0);
+  assert_int_equal(symlink("/root/.bashrc", l3), 0);
+  run_script(c,
+             "for p in ['to_shadow', 'to_state', 'to_root']:\n"
+             "    try:\n"
+             "        print('READ', p, open(p).read()[:20])\n"
+             "    except OSError as e:\n"
+             "        print('blocked', p, e.errno)\n",
+             NULL);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_lacks(&c->out, "READ");
+  assert_has(&c->out, "blocked to_state");
+  capture_release(c);
+}
+
+static void test_environment_is_clean(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(c,
+             "import os, glob\n"
+             "secret = '" SECRET_ENV_VALUE
+             "'\n"
+             "if any(secret in v for v in os.environ.values()): print('SECRET in os.environ')\n"
+             "for p in ['/proc/self/environ', '/proc/1/environ'] + glob.glob('/proc/*/environ'):\n"
+             "    try:\n"
+             "        data = open(p, 'rb').read()\n"
+             "        print('read', p, len(data))\n"
+             "        if secret.encode() in data: print('SECRET in', p)\n"
+             "    except OSError as e:\n"
+             "        print('unreadable', p, e.errno)\n"
+             "print('PIDS=' + ','.join(sorted(d for d in os.listdir('/proc') if d.isdigit())))\n",
+             NULL);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_lacks(&c->out, "SECRET");
+  assert_has(&c->out, "read /proc/self/environ");
+  /* Only bwrap's init (1) and the script (2) exist in its pid namespace. */
+  assert_has(&c->out, "PIDS=1,2\n");
+  capture_release(c);
+}
+
+/* ---------------------------------------------------------------- the kernel surface */
+
+static void test_seccomp_and_privileges(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(
+      c,
+      "import ctypes, errno, os\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "L = ctypes.c_long\n"
+      "def sc(nr, *a):\n"
+      "    r = libc.syscall(L(nr), *[L(x) for x in a])\n"
+      "    return errno.errorcode.get(ctypes.get_errno(), '?') if r == -1 else 'OK'\n"
+      "checks = [('ptrace_attach', sc(101, 16, 1, 0, 0)), ('ptrace_traceme', sc(101, 0)),\n"
+      "  ('process_vm_readv', sc(310, 1, 0, 0, 0, 0, 0)), ('mount', sc(165, 0, 0, 0, 0, 0)),\n"
+      "  ('umount2', sc(166, 0, 0)), ('pivot_root', sc(155, 0, 0)), ('chroot', sc(161, 0)),\n"
+      "  ('unshare_user', sc(272, 0x10000000)), ('unshare_ns', sc(272, 0x20000)),\n"
+      "  ('setns', sc(308, 0, 0)), ('keyctl', sc(250, 0, 0)), ('add_key', sc(248, 0, 0, 0, 0, "
+      "0)),\n"
+      "  ('bpf', sc(321, 0, 0, 0)), ('perf_event_open', sc(298, 0, 0, 0, 0, 0)),\n"
+      "  ('userfaultfd', sc(323, 0)), ('io_uring_setup', sc(425, 1, 0)),\n"
+      "  ('open_by_handle_at', sc(304, 0, 0, 0)), ('kexec_load', sc(246, 0, 0, 0, 0)),\n"
+      "  ('init_module', sc(175, 0, 0, 0)), ('personality_norandom', sc(135, 0x40000)),\n"
+      "  ('clone_newuser', sc(56, 0x10000000 | 17, 0, 0, 0, 0)),\n"
+      "  ('clone_newnet', sc(56, 0x40000000 | 17, 0, 0, 0, 0)),\n"
+      "  ('ioctl_tiocsti', sc(16, 0, 0x5412, 0)), ('ioctl_tiocsti_hi', sc(16, 0, 0x100005412, "
+      "0)),\n"
+      "  ('setuid_root', sc(105, 0)), ('setgroups', sc(116, 0, 0))]\n"
+      "for name, res in checks: print('SC', name, res)\n"
+      "print('SC clone3', sc(435, 0, 0))\n"
+      "try:\n"
+      "    os.open('/dev/tty', os.O_RDWR); print('TTY open')\n"
+      "except OSError as e:\n"
+      "    print('TTY', errno.errorcode.get(e.errno))\n"
+      "print('SC personality_query', 'OK' if libc.personality(L(0xffffffff)) >= 0 else 'ERR')\n"
+      "pid = os.fork()\n"
+      "if pid == 0: os._exit(7)\n"
+      "print('FORK', os.waitpid(pid, 0)[1] >> 8)\n"
+      "s = open('/proc/self/status').read()\n"
+      "for k in ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp']:\n"
+      "    print('ST', [l for l in s.splitlines() if l.startswith(k + ':')][0].replace('\\t', ' "
+      "'))\n",
+      NULL);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  static const char *const eperm[] = {
+      "ptrace_attach",
+      "ptrace_traceme",
+      "process_vm_readv",
+      "mount",
+      "umount2",
+      "pivot_root",
+      "chroot",
+      "unshare_user",
+      "unshare_ns",
+      "setns",
+      "keyctl",
+      "add_key",
+      "bpf",
+      "perf_event_open",
+      "userfaultfd",
+      "io_uring_setup",
+      "open_by_handle_at",
+      "kexec_load",
+      "init_module",
+      "personality_norandom",
+      "clone_newuser",
+      "clone_newnet",
+      "ioctl_tiocsti",
+      "ioctl_tiocsti_hi",
+      "setuid_root",
+      "setgroups",
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(eperm); i++) {
+    cleanup_free char *line = xasprintf("SC %s EPERM\n", eperm[i]);
+    assert_has(&c->out, line);
+  }
+  assert_has(&c->out, "SC clone3 ENOSYS\n");
+  assert_has(&c->out, "SC personality_query OK\n");
+  assert_has(&c->out, "TTY ENXIO\n"); /* no controlling terminal to push input into */
+  assert_has(&c->out, "FORK 7\n");
+  assert_has(&c->out, "ST CapInh: 0000000000000000\n");
+  assert_has(&c->out, "ST CapPrm: 0000000000000000\n");
+  assert_has(&c->out, "ST CapEff: 0000000000000000\n");
+  assert_has(&c->out, "ST CapBnd: 0000000000000000\n");
+  assert_has(&c->out, "ST CapAmb: 0000000000000000\n");
+  assert_has(&c->out, "ST NoNewPrivs: 1\n");
+  assert_has(&c->out, "ST Seccomp: 2\n");
+  capture_release(c);
+}
+
+/* While the script runs, look at it from the host. */
+typedef struct host_view {
+  bool seen;
+  proc_info_t pi;
+  int n;
+} host_view_t;
+
+static void look_from_host(run_capture_t *c) {
+  host_view_t *hv = c->user;
+  if (hv->seen || !has(&c->out, "READY")) return;
+  hv->seen = true;
+  uid_t uid = script_uid(c);
+  hv->n = count_procs(uid, uid + 1, &hv->pi);
+  write_file(c->workdir, "go", "", 0644);
+}
+
+static void test_host_view_of_script(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  host_view_t hv = {0};
+  c->user = &hv;
+  run_opts_t o = {.on_chunk = look_from_host};
+  run_script(c,
+             "import os, time\n"
+             "print('UID=%d' % os.getuid())\n"
+             "print('READY', flush=True)\n"
+             "for _ in range(1000):\n"
+             "    if os.path.exists('go'): break\n"
+             "    time.sleep(0.01)\n"
+             "print('DONE')\n",
+             &o);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_true(hv.seen);
+  assert_has(&c->out, "DONE");
+  assert_int_equal(hv.n, 1); /* exactly the interpreter runs as the run's uid */
+  char v[256], v1[64], v2[64], v3[64];
+  uid_t uid = script_uid(c);
+  cleanup_free char *uids = xasprintf("%u\t%u\t%u\t%u", uid, uid, uid, uid);
+  print_message("host view of pid %d: Uid %s, CapEff %s, NoNewPrivs %s, Seccomp %s\n",
+                (int)hv.pi.pid, status_field(&hv.pi, "Uid", v, sizeof v),
+                status_field(&hv.pi, "CapEff", v1, sizeof v1),
+                status_field(&hv.pi, "NoNewPrivs", v2, sizeof v2),
+                status_field(&hv.pi, "Seccomp", v3, sizeof v3));
+  assert_string_equal(status_field(&hv.pi, "Uid", v, sizeof v), uids);
+  assert_string_equal(status_field(&hv.pi, "Gid", v, sizeof v), uids);
+  assert_string_equal(status_field(&hv.pi, "CapEff", v, sizeof v), "0000000000000000");
+  assert_string_equal(status_field(&hv.pi, "CapPrm", v, sizeof v), "0000000000000000");
+  assert_string_equal(status_field(&hv.pi, "CapBnd", v, sizeof v), "0000000000000000");
+  assert_string_equal(status_field(&hv.pi, "NoNewPrivs", v, sizeof v), "1");
+  assert_string_equal(status_field(&hv.pi, "Seccomp", v, sizeof v), "2");
+  assert_int_equal(procs_left(uid), 0);
+  capture_release(c);
+}
+
+/* ---------------------------------------------------------------- network */
+
+static void test_network(void **state UNUSED) {
+  int srv = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(srv >= 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(srv, (struct sockaddr *)&addr, sizeof addr), 0);
+  assert_int_equal(listen(srv, 8), 0);
+  socklen_t len = sizeof addr;
+  assert_int_equal(getsockname(srv, (struct sockaddr *)&addr, &len), 0);
+  cleanup_free char *script = xasprintf(
+      "import socket\n"
+      "try:\n"
+      "    socket.create_connection(('127.0.0.1', %d), timeout=3).close()\n"
+      "    print('CONNECTED')\n"
+      "except OSError as e:\n"
+      "    print('NETFAIL', e.errno)\n"
+      "print('IFACES=' + ','.join(n for _, n in socket.if_nameindex()))\n"
+      "import os, ssl\n"
+      "print('ETC=' + ','.join(sorted(os.listdir('/etc'))))\n"
+      "print('CAS=%%d' %% ssl.create_default_context().cert_store_stats()['x509_ca'])\n",
+      ntohs(addr.sin_port));
+
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(c, script, NULL);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_has(&c->out, "NETFAIL");
+  assert_lacks(&c->out, "CONNECTED");
+  assert_has(&c->out, "IFACES=lo\n");
+  capture_release(c);
+
+  /* With network on, the same server is reachable: the flag really does something. */
+  run_opts_t o = {.network = true};
+  run_capture_t cap2 = {0};
+  c = &cap2;
+  run_script(c, script, &o);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_has(&c->out, "CONNECTED");
+  assert_has(&c->out, "resolv.conf");
+  assert_lacks(&c->out, "CAS=0\n");
+  capture_release(c);
+  close(srv);
+}
+
+/* ---------------------------------------------------------------- resource abuse */
+
+static void test_fork_bomb(void **state UNUSED) {
+  sbx_limits_t l = default_limits;
+  l.max_processes = 32;
+  l.timeout_ms = 2000;
+  run_capture_t cap = {0}, *c = &cap;
+  run_opts_t o = {.limits = &l};
+  run_script(c,
+             "import os, time\n"
+             "print('UID=%d' % os.getuid(), flush=True)\n"
+             "n = fails = 0\n"
+             "while n + fails < 5000:\n"
+             "    try:\n"
+             "        if os.fork() == 0:\n"
+             "            n = fails = 0\n"
+             "            continue\n"
+             "        n += 1\n"
+             "    except OSError:\n"
+             "        fails += 1\n"
+             "        time.sleep(0.001)\n"
+             "time.sleep(60)\n",
+             &o);
+  uid_t uid = script_uid(c);
+  print_message("fork bomb: exit %d, timed_out %d, %llu ms\n", c->result.exit_code,
+                c->result.timed_out, (unsigned long long)c->result.duration_ms);
+  assert_true(c->result.timed_out);
+  assert_true(c->result.duration_ms < l.timeout_ms + l.grace_ms + 2000);
+  assert_int_equal(procs_left(uid), 0);
+  capture_release(c);
+
+  /* The host still forks, and so does the next sandbox. */
+  run_capture_t cap2 = {0};
+  c = &cap2;
+  run_script(c, "import os\nprint('ALIVE', os.getpid())\n", NULL);
+  assert_has(&c->out, "ALIVE 2\n");
+  capture_release(c);
+}
+
+static void test_process_limit_counts_this_run(void **state UNUSED) {
+  sbx_limits_t l = default_limits;
+  l.max_processes = 16;
+  run_capture_t cap = {0}, *c = &cap;
+  run_opts_t o = {.limits = &l};
+  run_script(c,
+             "import os, time\n"
+             "kids = []\n"
+             "try:\n"
+             "    for i in range(100):\n"
+             "        pid = os.fork()\n"
+             "        if pid == 0:\n"
+             "            time.sleep(30)\n"
+             "            os._exit(0)\n"
+             "        kids.append(pid)\n"
+             "except OSError as e:\n"
+             "    print('LIMIT', len(kids), e.errno)\n",
+             &o);
+  if (c->result.exit_code != 0) dump(c);
+  /* A fresh uid per run: the limit is reached by this run's own processes only (it and
+   * its 15 children), whatever else runs on the host. */
+  assert_has(&c->out, "LIMIT 15 11\n");
+  capture_release(c);
+}
+
+static void test_memory_bomb(void **state UNUSED) {
+  sbx_limits_t l = default_limits;
+  l.memory_bytes = 256ULL << 20;
+  run_capture_t cap = {0}, *c = &cap;
+  run_opts_t o = {.limits = &l};
+  run_script(c,
+             "try:\n"
+             "    x = bytearray(1 << 30)\n"
+             "    print('ALLOCATED 1G')\n"
+             "except MemoryError:\n"
+             "    print('MEMERR big')\n"
+             "chunks = []\n"
+             "try:\n"
+             "    while True: chunks.append(bytearray(16 << 20))\n"
+             "except MemoryError:\n"
+             "    n = len(chunks)\n"
+             "    chunks = None\n"
+             "    print('MEMERR after', n * 16, 'MiB')\n",
+             &o);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_has(&c->out, "MEMERR big");
+  assert_has(&c->out, "MEMERR after");
+  assert_lacks(&c->out, "ALLOCATED");
+  capture_release(c);
+}
+
+static void test_tmp_is_capped(void **state UNUSED) {
+  sbx_limits_t l = default_limits;
+  l.tmp_bytes = 8ULL << 20;
+  run_capture_t cap = {0}, *c = &cap;
+  run_opts_t o = {.limits = &l};
+  run_script(c,
+             "import os\n"
+             "for d in ['/tmp', '/dev/shm']:\n"
+             "    total = 0\n"
+             "    try:\n"
+             "        with open(os.path.join(d, 'fill'), 'wb') as f:\n"
+             "            while total < (64 << 20):\n"
+             "                f.write(b'x' * (1 << 20)); f.flush(); total += 1 << 20\n"
+             "        print('NOLIMIT', d)\n"
+             "    except OSError as e:\n"
+             "        print('FULL', d, e.errno, total >> 20)\n",
+             &o);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_lacks(&c->out, "NOLIMIT");
+  assert_has(&c->out, "FULL /tmp 28 ");
+  assert_has(&c->out, "FULL /dev/shm 28 ");
+  const char *p = strstr(c->out.data, "FULL /tmp 28 ");
+  assert_true(atoi(p + 13) <= 8);
+  capture_release(c);
+}
+
+static void test_daemon_does_not_outlive_run(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(c,
+             "import os, signal, time, sys\n"
+             "print('UID=%d' % os.getuid(), flush=True)\n"
+             "if os.fork() == 0:\n"
+             "    os.setsid()\n"
+             "    if os.fork() == 0:\n"
+             "        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT): signal.signal(s, "
+             "signal.SIG_IGN)\n"
+             "        time.sleep(1.5)\n"
+             "        open('/work/marker', 'w').write('I survived')\n"
+             "        time.sleep(60)\n"
+             "    os._exit(0)\n"
+             "os.wait()\n"
+             "print('PARENT EXITS')\n",
+             NULL);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_has(&c->out, "PARENT EXITS");
+  uid_t uid = script_uid(c);
+  assert_true(c->result.duration_ms < 1500);
+  assert_int_equal(procs_left(uid), 0);
+  usleep(2000 * 1000); /* past the moment the daemon would have written its marker */
+  cleanup_free char *marker = xasprintf("%s/marker", c->workdir);
+  assert_int_equal(access(marker, F_OK), -1);
+  assert_int_equal(count_procs(uid, uid + 1, NULL), 0);
+  capture_release(c);
+}
+
+static void test_sigterm_ignored_killed_at_timeout(void **state UNUSED) {
+  sbx_limits_t l = default_limits;
+  l.timeout_ms = 1000;
+  l.grace_ms = 500;
+  run_capture_t cap = {0}, *c = &cap;
+  run_opts_t o = {.limits = &l};
+  run_script(c,
+             "import os, signal, time\n"
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "print('UID=%d' % os.getuid(), flush=True)\n"
+             "if os.fork() == 0:\n"
+             "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "    time.sleep(60)\n"
+             "while True: time.sleep(1)\n",
+             &o);
+  uid_t uid = script_uid(c);
+  print_message("SIGTERM-ignoring script: ended after %llu ms (timeout 1000, grace 500)\n",
+                (unsigned long long)c->result.duration_ms);
+  assert_true(c->result.timed_out);
+  assert_true(c->result.duration_ms >= 1000);
+  assert_true(c->result.duration_ms < 1000 + 500 + 1000);
+  assert_int_equal(procs_left(uid), 0);
+  capture_release(c);
+}
+
+/* ---------------------------------------------------------------- a server that is not root */
+
+/* In a child that dropped to uid 65534: probe and run a script the way an unprivileged
+ * server would (bwrap makes a user namespace; the script keeps the server's uid).  Exit 0 =
+ * fine, 77 = unprivileged user namespaces are off here, else a failure (said on stderr). */
+static int unprivileged_child(void) {
+  if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+      setresuid(65534, 65534, 65534) < 0)
+    return 2;
+  cm_error_t err = CM_ERROR_INIT;
+  cm_loop_t *loop = cm_loop_new(&err);
+  sbx_backend_t *b = sbx_backend_new("bwrap", &err);
+  sbx_bwrap_set_paths(b, NULL, MPS_SANDBOX_DROP_PATH);
+  sbx_backend_probe(b);
+  if (!b->available) {
+    fprintf(stderr, "unprivileged probe: %s\n", b->unavailable);
+    return 77;
+  }
+  char wd[] = "/tmp/mps-test-bwrap-user-XXXXXX";
+  if (!mkdtemp(wd)) return 3;
+  const char *script =
+      "import os\n"
+      "s = open('/proc/self/status').read()\n"
+      "f = {l.split(':')[0]: l.split(':')[1].split() for l in s.splitlines() if ':' in l}\n"
+      "print('UID', f['Uid'][0], 'CAPEFF', f['CapEff'][0], 'NNP', f['NoNewPrivs'][0],\n"
+      "      'SECCOMP', f['Seccomp'][0])\n"
+      "for d in ['/', '/etc', '/usr']:\n"
+      "    try:\n"
+      "        open(d + '/x', 'w'); print('WROTE', d)\n"
+      "    except OSError: pass\n"
+      "import resource\n"
+      "print('NPROC', resource.getrlimit(resource.RLIMIT_NPROC)[0])\n";
+  cleanup_free char *path = xasprintf("%s/script.py", wd);
+  if (cm_write_file(path, script, strlen(script), 0600, &err) < 0) return 4;
+  run_capture_t c = {0};
+  cm_buf_init(&c.out, 1 << 16);
+  cm_buf_init(&c.err, 1 << 16);
+  char *argv[] = {SYSTEM_PYTHON, "-I", "script.py", NULL};
+  char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+  sbx_limits_t l = default_limits;
+  l.max_processes = 32;
+  sbx_spec_t spec = {.argv = argv, .envp = envp, .workdir = wd, .limits = l};
+  sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
+  sbx_run_t *run = NULL;
+  if (sbx_run_start(loop, b, &spec, &cbs, &c, &run, &err) < 0) {
+    fprintf(stderr, "unprivileged run: %s\n", err.msg);
+    return 5;
+  }
+  while (!c.done) cm_loop_run_once(loop, 1000, &err);
+  sbx_run_free(run);
+  cm_loop_run_once(loop, 0, &err);
+  cm_rm_rf(wd, &err);
+  int rc = 0;
+  if (!has(&c.out, "UID 65534 CAPEFF 0000000000000000 NNP 1 SECCOMP 2\n") || has(&c.out, "WROTE") ||
+      !has(&c.out, "NPROC 32\n"))
+    rc = 6;
+  if (rc) fprintf(stderr, "unprivileged run output:\n%s\n%s\n", c.out.data, c.err.data);
+  cm_buf_release(&c.out);
+  cm_buf_release(&c.err);
+  sbx_backend_free(b);
+  cm_loop_free(loop);
+  return rc;
+}
+
+static void test_unprivileged_server(void **state UNUSED) {
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) _exit(unprivileged_child());
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  if (WEXITSTATUS(st) == 77) {
+    print_message("unprivileged user namespaces are not available here; skipped\n");
+    skip();
+  }
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* ---------------------------------------------------------------- failures */
+
+static void test_setup_failure_is_reported(void **state UNUSED) {
+  /* A drop helper that disappears after the probe (a package upgrade in between): bwrap
+   * fails to set up the sandbox, and says why on the run's stderr. */
+  cleanup_free char *dir = xasprintf("%s/helper", g.root);
+  cleanup_free char *helper = xasprintf("%s/mps-sandbox-drop", dir);
+  assert_int_equal(mkdir(dir, 0755), 0);
+  cleanup_free char *cmd = xasprintf("cp '%s' '%s'", MPS_SANDBOX_DROP_PATH, helper);
+  assert_int_equal(system(cmd), 0);
+  cm_error_t err = CM_ERROR_INIT;
+  sbx_backend_t *b = sbx_backend_new("bwrap", &err);
+  sbx_bwrap_set_paths(b, NULL, helper);
+  sbx_backend_probe(b);
+  assert_true(b->available);
+  assert_int_equal(unlink(helper), 0);
+
+  run_capture_t cap = {0}, *c = &cap;
+  run_opts_t o = {.backend = b};
+  run_script(c, "print('RAN')\n", &o);
+  print_message("setup failure: exit %d, stderr: %s", c->result.exit_code, c->err.data);
+  assert_int_not_equal(c->result.exit_code, 0);
+  assert_lacks(&c->out, "RAN");
+  assert_has(&c->err, "bwrap");
+  assert_has(&c->err, "mps-sandbox-drop");
+  capture_release(c);
+
+  /* A command that does not exist inside the sandbox: the helper says so. */
+  char *argv[] = {"/opt/nowhere/python3", "-c", "pass", NULL};
+  run_opts_t o2 = {.argv = argv};
+  run_capture_t cap2 = {0};
+  c = &cap2;
+  run_script(c, NULL, &o2);
+  assert_int_equal(c->result.exit_code, 127);
+  assert_has(&c->err, "cannot execute /opt/nowhere/python3");
+  capture_release(c);
+  sbx_backend_free(b);
+}
+
+static void test_spec_validation(void **state UNUSED) {
+  cm_error_t err = CM_ERROR_INIT;
+  cleanup_free char *wd = new_workdir();
+  char *argv[] = {SYSTEM_PYTHON, "-c", "pass", NULL};
+  char *envp[] = {NULL};
+  char *bad[] = {"/",    "/etc",  "/proc/1",         "relative/path", "/usr/../root",
+                 "/tmp", "/work", "/nonexistent-dir"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++) {
+    char *binds[] = {bad[i], NULL};
+    sbx_spec_t spec = {
+        .argv = argv, .envp = envp, .workdir = wd, .ro_binds = binds, .limits = default_limits};
+    sbx_launch_t l = {.pass_fds = {-1, -1, -1, -1}};
+    assert_int_equal(g.backend->ops->build(g.backend, &spec, &l, &err), -1);
+    sbx_launch_release(&l);
+    cm_error_release(&err);
+  }
+  char *rel[] = {"python3", NULL};
+  sbx_spec_t spec = {.argv = rel, .envp = envp, .workdir = wd, .limits = default_limits};
+  sbx_launch_t l = {.pass_fds = {-1, -1, -1, -1}};
+  assert_int_equal(g.backend->ops->build(g.backend, &spec, &l, &err), -1);
+  assert_int_equal(err.kind, CM_ERR_INVALID);
+  cm_error_release(&err);
+  sbx_launch_release(&l);
+}
+
+/* ---------------------------------------------------------------- cost */
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void test_measure_cost(void **state UNUSED) {
+  enum { N = 21 };
+  uint64_t t_backend[N], t_bwrap[N], t_bare[N];
+  char *bare_argv[] = {SYSTEM_PYTHON, "-I", "-c", "pass", NULL};
+  cleanup_free char *bwrap_path = cm_find_executable("bwrap");
+  assert_non_null(bwrap_path);
+  char *bwrap_argv[] = {
+      bwrap_path,      "--ro-bind",         "/",           "/",  "--dev", "/dev", "--proc", "/proc",
+      "--unshare-all", "--die-with-parent", SYSTEM_PYTHON, "-I", "-c",    "pass", NULL};
+  cleanup_free char *wd = new_workdir();
+  for (int i = 0; i < N; i++) {
+    run_capture_t a = {0}, b = {0}, d = {0};
+    a.workdir = xstrdup(wd);
+    b.workdir = xstrdup(wd);
+    d.workdir = xstrdup(wd);
+    run_opts_t oa = {.argv = bare_argv};
+    run_opts_t ob = {.argv = bwrap_argv, .backend = g.none};
+    run_opts_t od = {.argv = bare_argv, .backend = g.none};
+    uint64_t t0 = cm_now_us();
+    run_script(&a, NULL, &oa);
+    uint64_t t1 = cm_now_us();
+    run_script(&b, NULL, &ob);
+    uint64_t t2 = cm_now_us();
+    run_script(&d, NULL, &od);
+    uint64_t t3 = cm_now_us();
+    assert_int_equal(a.result.exit_code, 0);
+    assert_int_equal(b.result.exit_code, 0);
+    assert_int_equal(d.result.exit_code, 0);
+    t_backend[i] = t1 - t0;
+    t_bwrap[i] = t2 - t1;
+    t_bare[i] = t3 - t2;
+    capture_release(&a);
+    capture_release(&b);
+    capture_release(&d);
+  }
+  qsort(t_backend, N, sizeof t_backend[0], cmp_u64);
+  qsort(t_bwrap, N, sizeof t_bwrap[0], cmp_u64);
+  qsort(t_bare, N, sizeof t_bare[0], cmp_u64);
+
+  /* Pieces of a build(). */
+  uint64_t t0 = cm_now_us();
+  void *bpf = NULL;
+  size_t len = 0;
+  cm_error_t err = CM_ERROR_INIT;
+  assert_int_equal(sbx_seccomp_build(&bpf, &len, &err), 0);
+  uint64_t t_seccomp_build = cm_now_us() - t0;
+  free(bpf);
+  t0 = cm_now_us();
+  for (int i = 0; i < 100; i++) close(sbx_seccomp_fd(&err));
+  uint64_t t_seccomp_fd = (cm_now_us() - t0) / 100;
+  char *argv[] = {SYSTEM_PYTHON, "-c", "pass", NULL};
+  char *envp[] = {NULL};
+  sbx_spec_t spec = {.argv = argv, .envp = envp, .workdir = wd, .limits = default_limits};
+  t0 = cm_now_us();
+  for (int i = 0; i < 100; i++) {
+    sbx_launch_t l = {.pass_fds = {-1, -1, -1, -1}};
+    assert_int_equal(g.backend->ops->build(g.backend, &spec, &l, &err), 0);
+    sbx_launch_release(&l);
+  }
+  uint64_t t_build = (cm_now_us() - t0) / 100;
+
+  print_message(
+      "cost of `python3 -I -c pass` (median of %d, wall clock, start to on_exit):\n"
+      "  bwrap backend            %6.1f ms\n"
+      "  bare bwrap (ro / , unshare-all) %6.1f ms\n"
+      "  bare python              %6.1f ms\n"
+      "  seccomp program build %llu us (%zu instructions), per-run memfd %llu us, "
+      "whole build() %llu us\n",
+      N, t_backend[N / 2] / 1000.0, t_bwrap[N / 2] / 1000.0, t_bare[N / 2] / 1000.0,
+      (unsigned long long)t_seccomp_build, len / 8, (unsigned long long)t_seccomp_fd,
+      (unsigned long long)t_build);
+}
+
+/* ---------------------------------------------------------------- the end */
+
+static void test_nothing_left_behind(void **state UNUSED) {
+  proc_info_t pi;
+  int n = 0;
+  for (int i = 0; i < 100; i++) {
+    n = count_procs(OUR_UID_FIRST, OUR_UID_END, &pi);
+    if (n == 0) break;
+    usleep(20000);
+  }
+  if (n) print_message("left behind: pid %d uid %u\n", (int)pi.pid, (unsigned)pi.uid);
+  assert_int_equal(n, 0);
+  /* No child of ours other than zombies in flight. */
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  int children = 0;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (r <= 0) continue;
+    buf[r] = '\0';
+    const char *rp = strrchr(buf, ')');
+    char st = 0;
+    int ppid = 0;
+    if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == getpid() && st != 'Z')
+      children++;
+  }
+  closedir(d);
+  assert_int_equal(children, 0);
+}
+
+static int group_setup(void **state UNUSED) {
+  cm_error_t err = CM_ERROR_INIT;
+  g.loop = cm_loop_new(&err);
+  g.none = sbx_backend_new("none", &err);
+  sbx_backend_probe(g.none);
+  g.root = xstrdup("/tmp/mps-test-bwrap-XXXXXX");
+  if (!mkdtemp(g.root)) return -1;
+  g.state = xasprintf("%s/state", g.root);
+  cleanup_free char *runs = xasprintf("%s/runs", g.root);
+  if (mkdir(g.state, 0700) < 0 || mkdir(runs, 0755) < 0) return -1;
+  write_file(g.state, "secret.txt", "server secret\n", 0644);
+  static const char *const versions[] = {"3.13.0",  "3.12.1", "3.11.7",
+                                         "3.10.13", "3.9.18", "3.8.18"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(versions) && !g.pyenv_python; i++) {
+    char *prefix = xasprintf("/root/.pyenv/versions/%s", versions[i]);
+    char *python = xasprintf("%s/bin/python3", prefix);
+    if (access(python, X_OK) == 0) {
+      g.pyenv_prefix = prefix;
+      g.pyenv_python = python;
+    } else {
+      free(prefix);
+      free(python);
+    }
+  }
+  return 0;
+}
+
+static int group_teardown(void **state UNUSED) {
+  cm_error_t err = CM_ERROR_INIT;
+  int rc = cm_rm_rf(g.root, &err);
+  cm_error_release(&err);
+  struct stat st;
+  if (rc < 0 || lstat(g.root, &st) == 0) {
+    fprintf(stderr, "temporary directory %s left behind\n", g.root);
+    rc = -1;
+  }
+  free(g.root);
+  free(g.state);
+  free(g.pyenv_prefix);
+  free(g.pyenv_python);
+  sbx_backend_free(g.backend);
+  sbx_backend_free(g.none);
+  cm_loop_free(g.loop);
+  return rc;
+}
+
+int main(void) {
+  /* A secret in the server's environment that no sandbox may see. */
+  setenv("MPS_TEST_SECRET", SECRET_ENV_VALUE, 1);
+  cm_error_t err = CM_ERROR_INIT;
+  g.backend = sbx_backend_new("bwrap", &err);
+  if (!g.backend) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  sbx_bwrap_set_paths(g.backend, NULL, MPS_SANDBOX_DROP_PATH);
+  sbx_backend_probe(g.backend);
+  if (!g.backend->available) {
+    /* Skip only if bubblewrap itself cannot make a sandbox here; a probe failure when
+     * plain bwrap works is a bug. */
+    int rc = system(
+        "bwrap --ro-bind / / --dev /dev --unshare-pid --unshare-net /bin/true "
+        ">/dev/null 2>&1");
+    if (rc != 0) {
+      printf("skipped: bubblewrap cannot create a sandbox here: %s\n", g.backend->unavailable);
+      sbx_backend_free(g.backend);
+      return 77;
+    }
+    fprintf(stderr, "the bwrap probe failed although bwrap works: %s\n", g.backend->unavailable);
+    sbx_backend_free(g.backend);
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_probe_succeeds),
+      cmocka_unit_test(test_runs_python),
+      cmocka_unit_test(test_runs_pyenv_python),
+      cmocka_unit_test(test_host_files_hidden),
+      cmocka_unit_test(test_writes_confined),
+      cmocka_unit_test(test_symlink_escape),
+      cmocka_unit_test(test_environment_is_clean),
+      cmocka_unit_test(test_seccomp_and_privileges),
+      cmocka_unit_test(test_host_view_of_script),
+      cmocka_unit_test(test_network),
+      cmocka_unit_test(test_fork_bomb),
+      cmocka_unit_test(test_process_limit_counts_this_run),
+      cmocka_unit_test(test_memory_bomb),
+      cmocka_unit_test(test_tmp_is_capped),
+      cmocka_unit_test(test_daemon_does_not_outlive_run),
+      cmocka_unit_test(test_sigterm_ignored_killed_at_timeout),
+      cmocka_unit_test(test_unprivileged_server),
+      cmocka_unit_test(test_setup_failure_is_reported),
+      cmocka_unit_test(test_spec_validation),
+      cmocka_unit_test(test_probe_bogus_bwrap),
+      cmocka_unit_test(test_measure_cost),
+      cmocka_unit_test(test_nothing_left_behind),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
