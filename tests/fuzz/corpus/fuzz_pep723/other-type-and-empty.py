@@ -1,0 +1,8 @@
+# /// pyproject
+# [project]
+# name = "x"
+# ///
+
+# /// script
+# ///
+print(1)

@@ -1,0 +1,7 @@
+# /// script
+# dependencies = ["a"]
+# ///
+
+# /// script
+# dependencies = ["b"]
+# ///
