@@ -5,7 +5,7 @@
 
 #include "server/srv.h"
 
-typedef enum opt_kind { OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_HELP, OPT_VERSION } opt_kind_t;
+typedef enum opt_kind { OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_HELP, OPT_VERSION } opt_kind_t;
 
 typedef struct opt_def {
   const char *name; /* without the leading "--" */
@@ -21,6 +21,8 @@ static const opt_def_t options[] = {
     {"python-version", OPT_STRING, OFF(python_version), "VERSION",
      "default Python version for calls that do not choose one (e.g. 3.12)"},
     {"python", OPT_STRING, OFF(python), "PATH", "default Python interpreter (an executable)"},
+    {"python-dir", OPT_PATH_LIST, OFF(python_dirs), "DIR",
+     "also look for interpreters in DIR (repeatable; DIR, DIR/bin and DIR/<name>/bin)"},
     {"sandbox-backend", OPT_STRING, OFF(sandbox_backend), "{native,docker,none}",
      "sandbox backend: native (bubblewrap, default on Linux), docker, or none (no isolation)"},
     {"max-timeout", OPT_INT, OFF(max_timeout), "SECONDS", "largest timeout a call may ask for (300)"},
@@ -98,6 +100,7 @@ void srv_config_defaults(srv_config_t *c) {
 void srv_config_release(srv_config_t *c) {
   free(c->python_version);
   free(c->python);
+  free(c->python_dirs);
   free(c->sandbox_backend);
   free(c->uv_path);
   free(c->state_dir);
@@ -150,6 +153,13 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
   char *base = (char *)c;
   uint64_t v;
   switch (o->kind) {
+    case OPT_PATH_LIST: {
+      char **field = (char **)(base + o->offset);
+      char *joined = *field ? xasprintf("%s:%s", *field, value) : xstrdup(value);
+      free(*field);
+      *field = joined;
+      return 0;
+    }
     case OPT_STRING: {
       char **field = (char **)(base + o->offset);
       free(*field);

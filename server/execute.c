@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include "server/script.h"
 #include "server/server-internal.h"
 
 /* Progress notifications: at most one per interval per call, each carrying at most this
@@ -24,6 +25,8 @@ struct exec_job {
   size_t script_len;
   uint64_t timeout_s;
   char *timeout_note;
+  char *python_request;   /* the call's python_version, or NULL */
+  char *requires_python;  /* the script's PEP 723 requires-python, or NULL */
   void *py_wait;
   py_interp_t *py;
   bool queued; /* waiting for a slot */
@@ -49,6 +52,8 @@ static void job_start(exec_job_t *job);
 static void job_free(exec_job_t *job) {
   free(job->script);
   free(job->timeout_note);
+  free(job->python_request);
+  free(job->requires_python);
   free(job->workdir);
   cm_headtail_release(&job->out);
   cm_headtail_release(&job->err);
@@ -294,11 +299,13 @@ static void on_cancel(void *data) {
   job_finish(job, json_object());
 }
 
-static void on_python(void *data, py_interp_t *py, const char *error) {
+static void on_python(void *data, py_interp_t *def, const char *def_error) {
   exec_job_t *job = data;
   job->py_wait = NULL;
+  cleanup_free char *why = NULL;
+  py_interp_t *py = py_registry_select(srv_server_pythons(job->server), job->python_request, job->requires_python, &why);
   if (!py) {
-    job_finish(job, srv_tool_error_result("No Python interpreter is available: %s", error ? error : "unknown error"));
+    job_finish(job, srv_tool_error_result("%s", why ? why : "No Python interpreter is available."));
     return;
   }
   job->py = py;
@@ -324,7 +331,7 @@ static void on_python(void *data, py_interp_t *py, const char *error) {
 
 /* ---------------------------------------------------------------- the tool */
 
-static const char *const known_args[] = {"script", "dependencies", "timeout_seconds"};
+static const char *const known_args[] = {"script", "dependencies", "timeout_seconds", "python_version"};
 
 void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   srv_server_t *s = srv_request_server(r);
@@ -337,7 +344,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     if (!known) {
       cleanup_free char *k = cm_log_excerpt(key, strlen(key), 40);
       srv_request_finish(r, srv_tool_error_result(
-                                "Unknown argument '%s'. execute_python accepts: script, dependencies, timeout_seconds.", k));
+                                "Unknown argument '%s'. execute_python accepts: script, dependencies, timeout_seconds, python_version.", k));
       return;
     }
   }
@@ -361,31 +368,36 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
       srv_request_finish(r, srv_tool_error_result("At most %d dependencies are accepted.", EXEC_MAX_DEPENDENCIES));
       return;
     }
-    size_t i;
-    json_t *d;
-    json_array_foreach(deps, i, d) {
-      if (!json_is_string(d)) {
-        srv_request_finish(r, srv_tool_error_result("'dependencies' must contain only strings (item %zu is not).", i));
-        return;
-      }
-    }
-    if (json_array_size(deps) > 0) {
-      srv_request_finish(r, srv_tool_error_result(
-                                "This server cannot install dependencies yet: run the script with the standard "
-                                "library only, or without the 'dependencies' argument."));
-      return;
-    }
   }
+  /* The PEP 723 block is read, never rewritten: line numbers in tracebacks stay true. */
+  srv_script_t prepared;
+  cm_error_t perr = CM_ERROR_INIT;
+  if (srv_script_prepare(json_string_value(script), json_string_length(script), deps, &prepared, &perr) < 0) {
+    srv_request_finish(r, srv_tool_error_result("Invalid script metadata or dependencies: %s", cm_error_message(&perr)));
+    cm_error_release(&perr);
+    return;
+  }
+  if (prepared.n_requirements > 0) {
+    srv_script_release(&prepared);
+    srv_request_finish(r, srv_tool_error_result(
+                              "This server cannot install dependencies yet: run the script with the standard "
+                              "library only (no PEP 723 dependencies and no 'dependencies' argument)."));
+    return;
+  }
+  char *requires_python = prepared.meta.requires_python ? xstrdup(prepared.meta.requires_python) : NULL;
+  srv_script_release(&prepared);
   uint64_t timeout = cfg->default_timeout;
   char *note = NULL;
   json_t *t = json_object_get(args, "timeout_seconds");
   if (t && !json_is_null(t)) {
     if (!json_is_integer(t) && !(json_is_real(t) && json_real_value(t) == (double)(json_int_t)json_real_value(t))) {
+      free(requires_python);
       srv_request_finish(r, srv_tool_error_result("'timeout_seconds' must be an integer number of seconds."));
       return;
     }
     json_int_t v = json_is_integer(t) ? json_integer_value(t) : (json_int_t)json_real_value(t);
     if (v < 1) {
+      free(requires_python);
       srv_request_finish(r, srv_tool_error_result("'timeout_seconds' must be at least 1 (got %lld).", (long long)v));
       return;
     }
@@ -396,7 +408,16 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     }
     timeout = (uint64_t)v;
   }
+  json_t *pv = json_object_get(args, "python_version");
+  if (pv && !json_is_null(pv) && (!json_is_string(pv) || json_string_length(pv) == 0 || json_string_length(pv) > 200)) {
+    free(note);
+    free(requires_python);
+    srv_request_finish(r, srv_tool_error_result("'python_version' must be a version string such as \"3.12\", \"3.13t\" or \">=3.11,<3.13\"."));
+    return;
+  }
   exec_job_t *job = xcalloc(1, sizeof *job);
+  job->python_request = json_is_string(pv) ? xstrdup(json_string_value(pv)) : NULL;
+  job->requires_python = requires_python;
   job->req = r;
   job->server = s;
   job->cfg = cfg;
@@ -437,6 +458,11 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       "default", (json_int_t)cfg->default_timeout, "description",
       "Wall-clock limit in seconds; the script and everything it started are killed when it expires.",
       "required", "script", "additionalProperties", 0);
+  json_object_set_new(json_object_get(input, "properties"), "python_version",
+                      json_pack("{s:s, s:s}", "type", "string", "description",
+                                "Which Python to run: \"3.12\", \"3.12.1\", \"3.13t\" (free-threaded), \"pypy3.10\" or "
+                                "a specifier such as \">=3.11,<3.13\"; the newest match wins. Default: the script's "
+                                "requires-python, else the server's default. check_environment lists them."));
   json_t *output = json_pack(
       "{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}},"
       " s:[s, s, s, s, s, s]}",

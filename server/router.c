@@ -19,6 +19,7 @@ struct srv_server {
   cm_loop_t *loop;
   srv_config_t *cfg;
   sbx_backend_t *backend;
+  sbx_backend_t *host;
   py_registry_t *pythons;
   char *state_dir;
   srv_request_t *inflight;
@@ -82,8 +83,10 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   s->loop = loop;
   s->cfg = cfg;
   s->backend = backend;
+  s->host = sbx_backend_new("none", err);
+  sbx_backend_probe(s->host);
   s->state_dir = steal_pointer(&state);
-  s->pythons = py_registry_new(loop, cfg);
+  s->pythons = py_registry_new(loop, cfg, s->state_dir);
   py_registry_start(s->pythons);
   return s;
 }
@@ -92,6 +95,7 @@ void srv_server_free(srv_server_t *s) {
   if (!s) return;
   py_registry_free(s->pythons);
   sbx_backend_free(s->backend);
+  sbx_backend_free(s->host);
   free(s->state_dir);
   free(s);
 }
@@ -99,6 +103,7 @@ void srv_server_free(srv_server_t *s) {
 cm_loop_t *srv_server_loop(srv_server_t *s) { return s->loop; }
 const srv_config_t *srv_server_config(srv_server_t *s) { return s->cfg; }
 sbx_backend_t *srv_server_backend(srv_server_t *s) { return s->backend; }
+sbx_backend_t *srv_server_host_backend(srv_server_t *s) { return s->host; }
 py_registry_t *srv_server_pythons(srv_server_t *s) { return s->pythons; }
 const char *srv_server_state_dir(srv_server_t *s) { return s->state_dir; }
 size_t srv_server_inflight(srv_server_t *s) { return s->n_inflight; }

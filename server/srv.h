@@ -26,6 +26,7 @@ typedef struct srv_config {
   char *uv_path;             /* --uv-path */
   /* Ours. */
   char *python;              /* --python PATH: explicit default interpreter */
+  char *python_dirs;         /* --python-dir DIR (repeatable): ':'-separated */
   char *state_dir;           /* --state-dir */
   char *transport;           /* --transport stdio|http */
   bool network;              /* --network on|off */
@@ -67,28 +68,45 @@ void srv_config_release(srv_config_t *c);
 /* ---------------------------------------------------------------- interpreters */
 
 typedef struct py_interp {
-  char *path;           /* the executable as found */
+  char *path;           /* the executable as found (the first name it was found under) */
+  char *source;         /* "--python", "PATH", "pyenv", "uv", "--python-dir" */
   char *executable;     /* sys.executable, resolved */
-  char *version;        /* "3.11.7" */
-  char *implementation; /* "cpython" */
-  char *prefix;         /* sys.base_prefix: what a sandbox must bind */
+  char *version;        /* "3.11.7" (platform.python_version()) */
+  char *implementation; /* "cpython", "pypy" */
+  char *prefix;         /* sys.base_prefix, resolved: what a sandbox must bind */
   bool free_threaded;
-  bool ok;              /* identified */
+  bool prerelease;      /* alpha, beta, rc or dev */
+  bool ok;              /* identified and usable */
   char *error;          /* why not, when !ok */
+  bool is_default;
 } py_interp_t;
 
 typedef struct py_registry py_registry_t;
+/* interp: the default interpreter, or NULL with error when there is none. */
 typedef void (*py_ready_cb)(void *data, py_interp_t *interp, const char *error);
 
-py_registry_t *py_registry_new(cm_loop_t *loop, const srv_config_t *cfg);
-/* Starts identifying the default interpreter in the background. */
+py_registry_t *py_registry_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir);
+/* Discovers interpreters (PATH, pyenv, uv, --python-dir, --python) and identifies the new
+ * or changed ones in the background; identities are cached in the state directory keyed
+ * by path, size and mtime, so a warm start runs none of them. */
 void py_registry_start(py_registry_t *r);
-/* Calls cb once the default interpreter is known, never from inside this call (from the
- * loop, right after the current callback, if it already is).  Returns a handle that
+/* Calls cb once discovery is complete, never from inside this call (from the loop, right
+ * after the current callback, if it already is).  Returns a handle that
  * py_registry_cancel_wait() can cancel before cb runs. */
 void *py_registry_when_ready(py_registry_t *r, py_ready_cb cb, void *data);
 void py_registry_cancel_wait(py_registry_t *r, void *handle);
-py_interp_t *py_registry_default(py_registry_t *r); /* NULL until ready */
+py_interp_t *py_registry_default(py_registry_t *r); /* NULL until ready or if none */
+/* Every interpreter found (broken ones too), newest first. */
+py_interp_t *const *py_registry_list(py_registry_t *r, size_t *count);
+/* Chooses the interpreter for a call: `request` (the call's python_version: "3.12",
+ * "3.12.1", "3.13t", "pypy3.10", ">=3.11,<3.13" or a discovered path) first, else the
+ * script's `requires_python`, else the default; the newest match wins; a request must
+ * also satisfy requires_python.  On failure returns NULL and a heap message in *error
+ * that lists what is available. */
+py_interp_t *py_registry_select(py_registry_t *r, const char *request, const char *requires_python,
+                                char **error);
+/* "3.8.18, 3.9.18, 3.11.7 (default)" (heap). */
+char *py_registry_describe_available(py_registry_t *r);
 void py_registry_free(py_registry_t *r);
 
 /* ---------------------------------------------------------------- the server and router */
@@ -102,6 +120,8 @@ void srv_server_free(srv_server_t *s);
 cm_loop_t *srv_server_loop(srv_server_t *s);
 const srv_config_t *srv_server_config(srv_server_t *s);
 sbx_backend_t *srv_server_backend(srv_server_t *s);
+/* The none backend, for trusted host helpers (interpreter probes, syntax checks). */
+sbx_backend_t *srv_server_host_backend(srv_server_t *s);
 py_registry_t *srv_server_pythons(srv_server_t *s);
 const char *srv_server_state_dir(srv_server_t *s);
 /* Cancels every request in flight (shutdown). */
@@ -155,6 +175,8 @@ json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf
 
 void srv_tool_execute_python(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_execute_python_describe(srv_server_t *s);
+void srv_tool_validate_script(srv_request_t *r, json_t *arguments);
+json_t *srv_tool_validate_script_describe(srv_server_t *s);
 
 /* ---------------------------------------------------------------- output formatting */
 

@@ -89,6 +89,25 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                 cfg->warm_cache ? "enabled (no dependency environments yet: nothing to warm)" : "disabled");
   /* Then what the seed never said. */
   if (py) cm_buf_printf(&t, "Python interpreter: %s %s (%s)\n", py->implementation, py->version, py->executable);
+  py_registry_t *reg = srv_server_pythons(s);
+  size_t n_py;
+  py_interp_t *const *pys = py_registry_list(reg, &n_py);
+  cm_buf_printf(&t, "Interpreters (%zu; choose with python_version):\n", n_py);
+  json_t *jpys = json_array();
+  for (size_t i = 0; i < n_py; i++) {
+    py_interp_t *p = pys[i];
+    if (p->ok) {
+      cm_buf_printf(&t, "  - %s %s%s%s (%s, from %s)%s\n", p->implementation, p->version, p->free_threaded ? " free-threaded" : "",
+                    p->prerelease ? " pre-release" : "", p->executable, p->source, p->is_default ? " [default]" : "");
+      json_array_append_new(jpys, json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:b}", "version", p->version, "implementation",
+                                            p->implementation, "path", p->executable, "source", p->source,
+                                            "free_threaded", p->free_threaded, "default", p->is_default, "ok", 1));
+    } else {
+      cm_buf_printf(&t, "  - broken: %s (%s)\n", p->path, p->error ? p->error : "unknown");
+      json_array_append_new(jpys, json_pack("{s:s, s:s, s:s, s:b}", "path", p->path, "source", p->source, "error",
+                                            p->error ? p->error : "unknown", "ok", 0));
+    }
+  }
   cm_buf_printf(&t, "Sandbox available: %s\n", b->available ? "yes" : "no (executions are refused; no fall back)");
   cm_buf_printf(&t, "Network: %s\n", cfg->network ? "on" : "off");
   cm_buf_printf(&t, "Limits: memory %s, CPU %s, processes %llu, file size %s, open files %llu, /tmp %s, kill grace %llums\n",
@@ -105,6 +124,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                          "default_timeout", (json_int_t)cfg->default_timeout, "max_timeout",
                          (json_int_t)cfg->max_timeout, "max_output_bytes", (json_int_t)cfg->max_output_bytes,
                          "network", cfg->network, "server_version", srv_version());
+  json_object_set_new(sc, "interpreters", jpys);
   cleanup_free char *text = cm_buf_steal(&t);
   json_t *result = srv_tool_text_result(text, false);
   json_object_set_new(result, "structuredContent", sc);
@@ -135,6 +155,8 @@ static void check_environment_call(srv_request_t *r, json_t *args) {
 static const srv_tool_t tools[] = {
     {"execute_python", "Run Python in a sandbox", srv_tool_execute_python_describe, srv_tool_execute_python},
     {"check_environment", "Check the Python sandbox environment", check_environment_describe, check_environment_call},
+    {"validate_script", "Check a Python script without running it", srv_tool_validate_script_describe,
+     srv_tool_validate_script},
 };
 
 const srv_tool_t *srv_tools(size_t *count) {
