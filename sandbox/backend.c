@@ -95,6 +95,7 @@ void sbx_backend_probe(sbx_backend_t *b) {
 }
 
 const char *sbx_backend_name(const sbx_backend_t *b) { return b->ops->name; }
+bool sbx_backend_maps_paths(const sbx_backend_t *b) { return b->ops->maps_paths; }
 
 char *sbx_backend_describe(sbx_backend_t *b) {
   cleanup_free char *d = b->ops->describe ? b->ops->describe(b) : xstrdup(b->ops->name);

@@ -54,6 +54,8 @@
 #define BWRAP_DROP_NAME "mps-sandbox-drop"
 #define BWRAP_DROP_IN_SANDBOX "/run/mps-sandbox-drop"
 #define BWRAP_WORKDIR "/work"
+/* Environment builds run as this one identity, below the per-run range. */
+#define BWRAP_BUILDER_UID 1999999999u
 #define BWRAP_HOSTNAME "sandbox"
 #define BWRAP_UID_BASE 2000000000u
 #define BWRAP_UID_PID_BITS 15
@@ -344,6 +346,18 @@ static int check_ro_bind(const char *p, cm_error_t *err) {
   return 0;
 }
 
+/* A mount target: a clean absolute path of its own, outside what the sandbox already
+ * provides and the paths of the host that are bound at their own names. */
+static bool mount_target_ok(const char *t) {
+  if (!path_is_clean(t) || strcmp(t, "/") == 0) return false;
+  static const char *const reserved[] = {"/proc", "/dev", "/sys", "/etc", "/run", "/usr", "/tmp",
+                                         "/bin",  "/sbin", "/lib", "/lib64", "/root", "/home",
+                                         BWRAP_WORKDIR};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(reserved); i++)
+    if (path_is_under(t, reserved[i]) || path_is_under(reserved[i], t)) return false;
+  return true;
+}
+
 static int check_spec(const sbx_spec_t *spec, cm_error_t *err) {
   if (!spec->argv || !spec->argv[0] || spec->argv[0][0] != '/')
     return cm_error_set(err, 0, CM_ERR_INVALID, "the command must be an absolute path");
@@ -362,7 +376,27 @@ static int check_spec(const sbx_spec_t *spec, cm_error_t *err) {
   for (char *const *p = spec->ro_binds; p && *p; p++) {
     if (check_ro_bind(*p, err) < 0) return -1;
   }
+  for (size_t i = 0; i < spec->n_mounts; i++) {
+    const sbx_mount_t *m = &spec->mounts[i];
+    if (!m->host || !path_is_clean(m->host))
+      return cm_error_set(err, 0, CM_ERR_INVALID, "mount source '%s' is not a clean absolute path",
+                          m->host ? m->host : "(null)");
+    if (stat(m->host, &st) < 0 || !S_ISDIR(st.st_mode))
+      return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "mount source %s is not a directory", m->host);
+    if (!m->target || !mount_target_ok(m->target))
+      return cm_error_set(err, 0, CM_ERR_INVALID, "mount target '%s' is not allowed",
+                          m->target ? m->target : "(null)");
+  }
   return 0;
+}
+
+/* Hands a writable mount's directory to the sandbox's uid: the top directory always, the
+ * tree below only when the top changes owner (a cache handed over before stays as is). */
+static int hand_over(const char *dir, uid_t uid, gid_t gid, cm_error_t *err) {
+  struct stat st;
+  if (lstat(dir, &st) < 0) return cm_error_set(err, errno, CM_ERR_IO, "stat %s", dir);
+  if (st.st_uid == uid && st.st_gid == gid) return 0;
+  return chown_workdir(dir, uid, gid, err);
 }
 
 static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
@@ -372,9 +406,11 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the bwrap backend was not probed");
   if (check_spec(spec, err) < 0) return -1;
 
-  uid_t uid = p->as_root ? pick_uid(p, &spec->limits) : getuid();
+  uid_t uid = !p->as_root ? getuid() : spec->builder ? BWRAP_BUILDER_UID : pick_uid(p, &spec->limits);
   gid_t gid = p->as_root ? (gid_t)uid : getgid();
   if (p->as_root && chown_workdir(spec->workdir, uid, gid, err) < 0) return -1;
+  for (size_t i = 0; i < spec->n_mounts && p->as_root; i++)
+    if (spec->mounts[i].writable && hand_over(spec->mounts[i].host, uid, gid, err) < 0) return -1;
 
   cleanup_close int seccomp_fd = sbx_seccomp_fd(err);
   if (seccomp_fd < 0) return -1;
@@ -444,6 +480,11 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
     if (path_is_under(*r, "/usr")) continue; /* already visible, read-only */
     args_add_parents(&a, *r);
     args_add(&a, "--ro-bind", *r, *r, NULL);
+  }
+  for (size_t i = 0; i < spec->n_mounts; i++) {
+    const sbx_mount_t *m = &spec->mounts[i];
+    args_add_parents(&a, m->target);
+    args_add(&a, m->writable ? "--bind" : "--ro-bind", m->host, m->target, NULL);
   }
   args_add_parents(&a, BWRAP_DROP_IN_SANDBOX);
   args_add(&a, "--ro-bind", p->drop_path, BWRAP_DROP_IN_SANDBOX, NULL);
@@ -753,6 +794,7 @@ void sbx_bwrap_set_paths(sbx_backend_t *b, const char *bwrap_path, const char *d
 
 const sbx_backend_ops_t sbx_bwrap_ops = {
     .name = "bwrap",
+    .maps_paths = true,
     .probe = bwrap_probe,
     .build = bwrap_build,
     .describe = bwrap_describe,

@@ -21,13 +21,26 @@ typedef struct sbx_limits {
   uint64_t tmp_bytes;       /* size of the sandbox's /tmp (backends with a private /tmp) */
 } sbx_limits_t;
 
+/* A host directory made visible at another path inside the sandbox (backends that map
+ * paths; the none backend sees everything at its host path). */
+typedef struct sbx_mount {
+  const char *host;   /* clean absolute host path */
+  const char *target; /* clean absolute path inside the sandbox, e.g. "/env" */
+  bool writable;      /* writable by the sandboxed process (the directory is handed to it) */
+} sbx_mount_t;
+
 /* What to run.  Strings and vectors are borrowed for the duration of sbx_run_start(). */
 typedef struct sbx_spec {
   char *const *argv;     /* the command as seen inside the sandbox; argv[0] an absolute path */
   char *const *envp;     /* the complete environment inside the sandbox */
   const char *workdir;   /* host path of the per-run work directory; the command's cwd */
   char *const *ro_binds; /* host paths made visible read-only at the same path (may be NULL) */
+  const sbx_mount_t *mounts; /* extra mounts at their own targets */
+  size_t n_mounts;
   bool network;          /* false: no network at all (backends that can isolate it) */
+  /* An environment build, not a script run: the sandbox runs as the one builder identity
+   * (so the shared download cache stays writable by every build) instead of a fresh one. */
+  bool builder;
   sbx_limits_t limits;
 } sbx_spec_t;
 
@@ -48,6 +61,9 @@ void sbx_launch_release(sbx_launch_t *l);
 
 typedef struct sbx_backend_ops {
   const char *name;
+  /* Whether spec mounts appear at their targets (and the work directory at /work);
+   * false: the command sees host paths. */
+  bool maps_paths;
   /* Checks that the backend can really run a sandbox here (by running one). */
   int (*probe)(sbx_backend_t *b, cm_error_t *err);
   int (*build)(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch, cm_error_t *err);
@@ -71,6 +87,8 @@ sbx_backend_t *sbx_backend_new(const char *name, cm_error_t *err);
 /* Probes the backend and records the outcome in b->available / b->unavailable. */
 void sbx_backend_probe(sbx_backend_t *b);
 const char *sbx_backend_name(const sbx_backend_t *b);
+/* See sbx_backend_ops_t.maps_paths. */
+bool sbx_backend_maps_paths(const sbx_backend_t *b);
 char *sbx_backend_describe(sbx_backend_t *b);
 void sbx_backend_free(sbx_backend_t *b);
 
