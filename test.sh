@@ -33,8 +33,15 @@ suite() {
   local dir=$1 name=$2
   echo "== $name: unit tests, sandbox tests and fuzz-corpus replays (ctest)"
   ctest --test-dir "$dir" --output-on-failure -j"$jobs"
-  echo "== $name: integration tests (the real binary over stdio)"
-  MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration
+  local backend
+  for backend in bwrap none; do
+    echo "== $name: integration tests (the real binary over stdio, sandbox backend $backend)"
+    MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration
+  done
+  echo "== $name: MCP conformance suite over Streamable HTTP (skips until HTTP lands)"
+  MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/conformance/run.sh
+  echo "== $name: end-to-end tests with real MCP clients (TypeScript SDK, Inspector CLI)"
+  MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/e2e/run.sh
 }
 
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo

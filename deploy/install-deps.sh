@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config clang
   libmicrohttpd-dev libjansson-dev libssl-dev uuid-dev libseccomp-dev libcmocka-dev
   bubblewrap python3 python3-venv python3-pip python3-pytest ca-certificates curl procps
+  nodejs
 )
 
 missing=()
@@ -15,6 +16,11 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+
+# npm ships inside some nodejs packages and separately in Debian's.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
