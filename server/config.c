@@ -5,7 +5,7 @@
 
 #include "server/srv.h"
 
-typedef enum opt_kind { OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_HELP, OPT_VERSION } opt_kind_t;
+typedef enum opt_kind { OPT_SPACE_LIST, OPT_DAYS_MS, OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_HELP, OPT_VERSION } opt_kind_t;
 
 typedef struct opt_def {
   const char *name; /* without the leading "--" */
@@ -32,6 +32,14 @@ static const opt_def_t options[] = {
     {"warm-cache", OPT_BOOL_ON, OFF(warm_cache), NULL, "warm the package cache after start-up"},
     {"no-warm-cache", OPT_BOOL_OFF, OFF(warm_cache), NULL, "do not warm the package cache"},
     {"uv-path", OPT_STRING, OFF(uv_path), "PATH", "the uv executable (uv)"},
+    {"installer", OPT_STRING, OFF(installer), "{auto,uv,pip}", "what installs dependencies: uv when found, else pip (auto)"},
+    {"index-url", OPT_STRING, OFF(index_url), "URL", "package index for dependencies (the installer's default)"},
+    {"extra-index-url", OPT_SPACE_LIST, OFF(extra_index_urls), "URL", "an extra package index (repeatable)"},
+    {"find-links", OPT_SPACE_LIST, OFF(find_links), "DIR|URL", "a local wheel directory or page of links (repeatable)"},
+    {"offline", OPT_BOOL_ON, OFF(offline), NULL, "never reach an index: install only from --find-links and the cache"},
+    {"max-cache-bytes", OPT_SIZE, OFF(max_cache_bytes), "SIZE", "environments kept, least recently used evicted beyond (10G)"},
+    {"env-max-age-days", OPT_DAYS_MS, OFF(env_max_age_ms), "DAYS", "re-resolve environments with unpinned requirements after (7)"},
+    {"build-timeout", OPT_SECONDS_MS, OFF(build_timeout_ms), "SECONDS", "limit for building one environment (900)"},
     {"state-dir", OPT_STRING, OFF(state_dir), "DIR",
      "state directory (default $XDG_CACHE_HOME/mcp-python-exec-sandbox)"},
     {"transport", OPT_STRING, OFF(transport), "{stdio,http}", "transport: stdio, or Streamable HTTP (stdio)"},
@@ -89,6 +97,10 @@ void srv_config_defaults(srv_config_t *c) {
   c->max_script_bytes = 4ull << 20;
   c->max_concurrent = 8;
   c->log_level = CM_LOG_INFO;
+  c->installer = xstrdup("auto");
+  c->max_cache_bytes = 10ull << 30;
+  c->env_max_age_ms = 7ull * 86400 * 1000;
+  c->build_timeout_ms = 900ull * 1000;
   c->host = xstrdup("127.0.0.1");
   c->port = 8765;
   c->path = xstrdup("/mcp");
@@ -101,6 +113,10 @@ void srv_config_release(srv_config_t *c) {
   free(c->python_version);
   free(c->python);
   free(c->python_dirs);
+  free(c->installer);
+  free(c->index_url);
+  free(c->extra_index_urls);
+  free(c->find_links);
   free(c->sandbox_backend);
   free(c->uv_path);
   free(c->state_dir);
@@ -153,6 +169,20 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
   char *base = (char *)c;
   uint64_t v;
   switch (o->kind) {
+    case OPT_SPACE_LIST: {
+      char **field = (char **)(base + o->offset);
+      if (strchr(value, ' ') || !*value)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (no spaces)%s", o->name, value, origin);
+      char *joined = *field ? xasprintf("%s %s", *field, value) : xstrdup(value);
+      free(*field);
+      *field = joined;
+      return 0;
+    }
+    case OPT_DAYS_MS:
+      if (cm_parse_u64(value, 36500, &v) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (0 to 36500 days)%s", o->name, value, origin);
+      *(uint64_t *)(base + o->offset) = v * 86400ull * 1000;
+      return 0;
     case OPT_PATH_LIST: {
       char **field = (char **)(base + o->offset);
       char *joined = *field ? xasprintf("%s:%s", *field, value) : xstrdup(value);
@@ -293,6 +323,9 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
   if (c->max_message_bytes < 4096) return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be >= 4096");
   if (c->max_message_bytes > (1ull << 30)) return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be <= 1G");
   if (c->max_script_bytes < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_script_bytes must be >= 1");
+  if (strcmp(c->installer, "auto") && strcmp(c->installer, "uv") && strcmp(c->installer, "pip"))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid installer '%s', must be one of ('auto', 'uv', 'pip')", c->installer);
+  if (c->build_timeout_ms < 1000) return cm_error_set(err, 0, CM_ERR_INVALID, "build_timeout must be >= 1");
   if (c->max_concurrent < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include "server/envcache.h"
 #include "server/script.h"
 #include "server/server-internal.h"
 
@@ -27,6 +28,11 @@ struct exec_job {
   char *timeout_note;
   char *python_request;   /* the call's python_version, or NULL */
   char *requires_python;  /* the script's PEP 723 requires-python, or NULL */
+  char **requirements;    /* merged PEP 723 + argument requirements (NULL-terminated) */
+  size_t n_requirements;
+  void *env_wait;
+  env_handle_t *env;
+  double setup_progress;  /* progress counter while the environment is prepared */
   void *py_wait;
   py_interp_t *py;
   bool queued; /* waiting for a slot */
@@ -54,6 +60,8 @@ static void job_free(exec_job_t *job) {
   free(job->timeout_note);
   free(job->python_request);
   free(job->requires_python);
+  cm_strv_free(job->requirements);
+  env_release(job->env);
   free(job->workdir);
   cm_headtail_release(&job->out);
   cm_headtail_release(&job->err);
@@ -203,6 +211,9 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
     cm_buf_printf(&t, "\n--- killed_by_signal: %d ---", res->term_signal);
   if (res->cpu_limit) cm_buf_appends(&t, "\n--- limit: cpu time exceeded ---");
   if (res->file_size_limit) cm_buf_appends(&t, "\n--- limit: file size exceeded ---");
+  if (job->env)
+    cm_buf_printf(&t, "\n--- environment: %s (%s, %zu packages) ---", job->env->key,
+                  job->env->cached ? "cached" : "built for this call", json_object_size(job->env->packages));
   if (job->timeout_note) cm_buf_printf(&t, "\n--- note: %s ---", job->timeout_note);
   cleanup_free char *full = cm_buf_steal(&t);
   bool truncated = cm_headtail_truncated(&job->out) || cm_headtail_truncated(&job->err) ||
@@ -226,6 +237,10 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   json_object_set_new(sc, "limit", limit ? json_string(limit) : json_null());
   json_object_set_new(sc, "signal", res->term_signal ? json_integer(res->term_signal) : json_null());
   json_object_set_new(sc, "max_rss_kib", json_integer((json_int_t)res->max_rss_kib));
+  json_object_set_new(sc, "environment",
+                      job->env ? json_pack("{s:s, s:b, s:O}", "key", job->env->key, "cached", job->env->cached,
+                                           "packages", job->env->packages)
+                               : json_null());
   json_object_set_new(result, "structuredContent", sc);
   job_finish(job, result);
 }
@@ -240,7 +255,38 @@ static char *make_workdir(exec_job_t *job, cm_error_t *err) {
   return tmpl;
 }
 
+static void job_run(exec_job_t *job);
+
+static void on_env_progress(void *data, const char *message, size_t len) {
+  exec_job_t *job = data;
+  job->setup_progress += 1;
+  srv_request_progress(job->req, job->setup_progress, message, len);
+}
+
+static void on_env(void *data, env_handle_t *env, const char *error) {
+  exec_job_t *job = data;
+  job->env_wait = NULL;
+  if (!env) {
+    job_finish(job, srv_tool_error_result("%s", error ? error : "The environment could not be built."));
+    return;
+  }
+  job->env = env;
+  job_run(job);
+}
+
+/* With a slot: the dependency environment first (cached or built), then the script. */
 static void job_start(exec_job_t *job) {
+  if (job->n_requirements == 0) {
+    job_run(job);
+    return;
+  }
+  job->env_wait = env_store_ensure(srv_server_envs(job->server), job->py, job->requirements, job->n_requirements,
+                                   on_env, on_env_progress, job);
+}
+
+static void job_run(exec_job_t *job) {
+  /* Script output progress continues from where environment progress stopped. */
+  job->streamed = (uint64_t)job->setup_progress;
   cm_error_t err = CM_ERROR_INIT;
   job->workdir = make_workdir(job, &err);
   cleanup_free char *script_path = job->workdir ? xasprintf("%s/script.py", job->workdir) : NULL;
@@ -250,21 +296,32 @@ static void job_start(exec_job_t *job) {
     return;
   }
   const srv_config_t *cfg = job->cfg;
-  char *argv[] = {job->py->executable, "-s", "script.py", NULL};
-  char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
+  char *argv[] = {job->env ? job->env->python : job->py->executable, "-s", "script.py", NULL};
+  /* With an environment, its bin/ comes first (console scripts) and VIRTUAL_ENV names it. */
+  const char *env_root = job->env ? (job->env->mount_target ? job->env->mount_target : job->env->host_dir) : NULL;
+  cleanup_free char *path_var = env_root ? xasprintf("PATH=%s/bin:/usr/local/bin:/usr/bin:/bin", env_root)
+                                         : xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
+  cleanup_free char *venv_var = env_root ? xasprintf("VIRTUAL_ENV=%s", env_root) : NULL;
+  char *envp[] = {path_var,
                   "LANG=C.UTF-8",
                   "LC_ALL=C.UTF-8",
                   "PYTHONUNBUFFERED=1",
                   "PYTHONDONTWRITEBYTECODE=1",
                   "PYTHONIOENCODING=utf-8",
                   "MPLBACKEND=Agg",
+                  venv_var,
                   NULL};
   char *binds[] = {job->py->prefix, NULL};
+  sbx_mount_t env_mount = {.host = job->env ? job->env->host_dir : NULL,
+                           .target = job->env ? job->env->mount_target : NULL,
+                           .writable = false};
   sbx_spec_t spec = {
       .argv = argv,
       .envp = envp,
       .workdir = job->workdir,
       .ro_binds = binds,
+      .mounts = &env_mount,
+      .n_mounts = job->env && job->env->mount_target ? 1 : 0,
       .network = cfg->network,
       .limits =
           {
@@ -295,6 +352,10 @@ static void on_cancel(void *data) {
   if (job->py_wait) {
     py_registry_cancel_wait(srv_server_pythons(job->server), job->py_wait);
     job->py_wait = NULL;
+  }
+  if (job->env_wait) {
+    env_store_cancel(srv_server_envs(job->server), job->env_wait);
+    job->env_wait = NULL;
   }
   job_finish(job, json_object());
 }
@@ -377,13 +438,9 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     cm_error_release(&perr);
     return;
   }
-  if (prepared.n_requirements > 0) {
-    srv_script_release(&prepared);
-    srv_request_finish(r, srv_tool_error_result(
-                              "This server cannot install dependencies yet: run the script with the standard "
-                              "library only (no PEP 723 dependencies and no 'dependencies' argument)."));
-    return;
-  }
+  char **requirements = prepared.requirements;
+  size_t n_requirements = prepared.n_requirements;
+  prepared.requirements = NULL;
   char *requires_python = prepared.meta.requires_python ? xstrdup(prepared.meta.requires_python) : NULL;
   srv_script_release(&prepared);
   uint64_t timeout = cfg->default_timeout;
@@ -392,12 +449,14 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   if (t && !json_is_null(t)) {
     if (!json_is_integer(t) && !(json_is_real(t) && json_real_value(t) == (double)(json_int_t)json_real_value(t))) {
       free(requires_python);
+    cm_strv_free(requirements);
       srv_request_finish(r, srv_tool_error_result("'timeout_seconds' must be an integer number of seconds."));
       return;
     }
     json_int_t v = json_is_integer(t) ? json_integer_value(t) : (json_int_t)json_real_value(t);
     if (v < 1) {
       free(requires_python);
+    cm_strv_free(requirements);
       srv_request_finish(r, srv_tool_error_result("'timeout_seconds' must be at least 1 (got %lld).", (long long)v));
       return;
     }
@@ -412,12 +471,15 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   if (pv && !json_is_null(pv) && (!json_is_string(pv) || json_string_length(pv) == 0 || json_string_length(pv) > 200)) {
     free(note);
     free(requires_python);
+    cm_strv_free(requirements);
     srv_request_finish(r, srv_tool_error_result("'python_version' must be a version string such as \"3.12\", \"3.13t\" or \">=3.11,<3.13\"."));
     return;
   }
   exec_job_t *job = xcalloc(1, sizeof *job);
   job->python_request = json_is_string(pv) ? xstrdup(json_string_value(pv)) : NULL;
   job->requires_python = requires_python;
+  job->requirements = requirements;
+  job->n_requirements = n_requirements;
   job->req = r;
   job->server = s;
   job->cfg = cfg;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include "server/envcache.h"
 #include "server/server-internal.h"
 
 static const char *const mcp_log_levels[] = {"debug",    "info",  "notice", "warning",
@@ -21,6 +22,7 @@ struct srv_server {
   sbx_backend_t *backend;
   sbx_backend_t *host;
   py_registry_t *pythons;
+  env_store_t *envs;
   char *state_dir;
   srv_request_t *inflight;
   size_t n_inflight;
@@ -87,12 +89,14 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   sbx_backend_probe(s->host);
   s->state_dir = steal_pointer(&state);
   s->pythons = py_registry_new(loop, cfg, s->state_dir);
+  s->envs = env_store_new(loop, cfg, s->state_dir, backend);
   py_registry_start(s->pythons);
   return s;
 }
 
 void srv_server_free(srv_server_t *s) {
   if (!s) return;
+  env_store_free(s->envs);
   py_registry_free(s->pythons);
   sbx_backend_free(s->backend);
   sbx_backend_free(s->host);
@@ -105,6 +109,7 @@ const srv_config_t *srv_server_config(srv_server_t *s) { return s->cfg; }
 sbx_backend_t *srv_server_backend(srv_server_t *s) { return s->backend; }
 sbx_backend_t *srv_server_host_backend(srv_server_t *s) { return s->host; }
 py_registry_t *srv_server_pythons(srv_server_t *s) { return s->pythons; }
+env_store_t *srv_server_envs(srv_server_t *s) { return s->envs; }
 const char *srv_server_state_dir(srv_server_t *s) { return s->state_dir; }
 size_t srv_server_inflight(srv_server_t *s) { return s->n_inflight; }
 

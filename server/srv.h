@@ -27,6 +27,15 @@ typedef struct srv_config {
   /* Ours. */
   char *python;              /* --python PATH: explicit default interpreter */
   char *python_dirs;         /* --python-dir DIR (repeatable): ':'-separated */
+  /* Dependencies. */
+  char *installer;           /* --installer auto|uv|pip */
+  char *index_url;           /* --index-url */
+  char *extra_index_urls;    /* --extra-index-url (repeatable): ' '-separated */
+  char *find_links;          /* --find-links (repeatable): ' '-separated */
+  bool offline;              /* --offline */
+  uint64_t max_cache_bytes;  /* --max-cache-bytes */
+  uint64_t env_max_age_ms;   /* --env-max-age-days: unpinned sets are re-resolved after this */
+  uint64_t build_timeout_ms; /* --build-timeout */
   char *state_dir;           /* --state-dir */
   char *transport;           /* --transport stdio|http */
   bool network;              /* --network on|off */
@@ -123,6 +132,8 @@ sbx_backend_t *srv_server_backend(srv_server_t *s);
 /* The none backend, for trusted host helpers (interpreter probes, syntax checks). */
 sbx_backend_t *srv_server_host_backend(srv_server_t *s);
 py_registry_t *srv_server_pythons(srv_server_t *s);
+struct env_store;
+struct env_store *srv_server_envs(srv_server_t *s);
 const char *srv_server_state_dir(srv_server_t *s);
 /* Cancels every request in flight (shutdown). */
 void srv_server_cancel_all(srv_server_t *s);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <sys/utsname.h>
 
+#include "server/envcache.h"
 #include "server/server-internal.h"
 
 json_t *srv_tool_text_result(const char *text, bool is_error) {
@@ -85,8 +86,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   cm_buf_printf(&t, "Default timeout: %llus\n", (unsigned long long)cfg->default_timeout);
   cm_buf_printf(&t, "Max timeout: %llus\n", (unsigned long long)cfg->max_timeout);
   cm_buf_printf(&t, "Max output: %llu bytes\n", (unsigned long long)cfg->max_output_bytes);
-  cm_buf_printf(&t, "Cache warming: %s\n",
-                cfg->warm_cache ? "enabled (no dependency environments yet: nothing to warm)" : "disabled");
+  cm_buf_printf(&t, "Cache warming: %s\n", cfg->warm_cache ? "enabled" : "disabled");
   /* Then what the seed never said. */
   if (py) cm_buf_printf(&t, "Python interpreter: %s %s (%s)\n", py->implementation, py->version, py->executable);
   py_registry_t *reg = srv_server_pythons(s);
@@ -110,6 +110,13 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   }
   cm_buf_printf(&t, "Sandbox available: %s\n", b->available ? "yes" : "no (executions are refused; no fall back)");
   cm_buf_printf(&t, "Network: %s\n", cfg->network ? "on" : "off");
+  size_t n_envs;
+  uint64_t env_bytes;
+  env_store_stats(srv_server_envs(s), &n_envs, &env_bytes);
+  cleanup_free char *env_size = human_size(env_bytes);
+  cleanup_free char *env_max = human_size(cfg->max_cache_bytes);
+  cm_buf_printf(&t, "Dependencies: %s; %zu cached environments (%s of %s)%s\n", env_store_installer(srv_server_envs(s)),
+                n_envs, env_bytes ? env_size : "0", env_max, cfg->offline ? "; offline" : "");
   cm_buf_printf(&t, "Limits: memory %s, CPU %s, processes %llu, file size %s, open files %llu, /tmp %s, kill grace %llums\n",
                 mem, cpu,
                 (unsigned long long)cfg->max_processes, fsize, (unsigned long long)cfg->open_files, tmp,

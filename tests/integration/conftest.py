@@ -25,8 +25,13 @@ class Server:
         self.stderr_path = os.path.join(self.tmp.name, "stderr.log")
         self.stderr_file = open(self.stderr_path, "wb")
         full_env = dict(os.environ)
-        if env:
-            full_env.update(env)
+        # Cache warming would reach for an index at every start: tests opt in explicitly.
+        full_env.setdefault("MCP_PY_SANDBOX_WARM_CACHE", "0")
+        for k, v in (env or {}).items():
+            if v is None:
+                full_env.pop(k, None)
+            else:
+                full_env[k] = v
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr_file, env=full_env, bufsize=0)
         self.lines = queue.Queue()

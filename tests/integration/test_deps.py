@@ -1,0 +1,283 @@
+"""Inline dependencies: PEP 723 + the dependencies argument, resolved into cached,
+immutable environments, from a local wheelhouse (--find-links) or a PEP 503 index served
+over loopback.  No PyPI."""
+import glob
+import http.server
+import json
+import os
+import shutil
+import signal
+import socketserver
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
+import wheelhouse  # noqa: E402
+
+from conftest import BACKEND, Server, wait_until  # noqa: E402
+
+PY311 = "/root/.pyenv/versions/3.11.7/bin/python"
+NO_PIP_ENV = {"PIP_FIND_LINKS": None, "PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None}
+
+
+@pytest.fixture(scope="module")
+def wheels():
+    # Builds run as an unprivileged identity: the wheelhouse must be world-readable (pytest's
+    # own temporary directories are not).
+    import tempfile
+    d = tempfile.mkdtemp(prefix="mps-wheels-")
+    os.chmod(d, 0o755)
+    wheelhouse.build_synthetic(d)
+    if os.access(PY311, os.X_OK):
+        for dist in ["pydantic", "pydantic_core", "annotated-types", "typing_extensions", "typing-inspection"]:
+            try:
+                wheelhouse.repack_installed(d, PY311, dist)
+            except Exception:
+                pass
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def text(res):
+    return res["content"][0]["text"]
+
+
+def envs_of(server):
+    d = os.path.join(server.state_dir, "envs")
+    return sorted(e for e in os.listdir(d) if not e.startswith(".") and not e.endswith(".lock"))
+
+
+@pytest.fixture
+def dep_server(make_server, wheels):
+    def make(*args, **kw):
+        s = make_server("--find-links", wheels, "--offline", *args,
+                        env={**NO_PIP_ENV, **kw.pop("env", {})}, **kw)
+        s.initialize()
+        return s
+    return make
+
+
+def test_dependency_argument_and_transitive(dep_server):
+    s = dep_server()
+    res = s.execute("import mps_beta\nprint(mps_beta.ALPHA)", dependencies=["mps-beta"], timeout=120)
+    assert "structuredContent" in res, text(res)
+    sc = res["structuredContent"]
+    assert sc["exit_code"] == 0, text(res)
+    assert sc["stdout"] == "2.0\n"
+    env = sc["environment"]
+    assert env["cached"] is False
+    assert env["packages"]["mps-beta"] == "1.0" and env["packages"]["mps-alpha"] == "2.0"
+    assert "--- environment: " in text(res)
+
+
+def test_inline_block_and_merge_rule(dep_server):
+    s = dep_server()
+    script = ('# /// script\n# dependencies = ["mps-alpha==1.0", "mps-gamma"]\n# ///\n'
+              'import mps_alpha, mps_gamma\nprint(mps_alpha.__version__)\n')
+    res = s.execute(script, timeout=120)
+    assert res["structuredContent"]["stdout"] == "1.0\n", text(res)
+    # the argument's spec for a name wins over the block's
+    res = s.execute(script, dependencies=["mps_alpha==2.0"], timeout=120)
+    assert res["structuredContent"]["stdout"] == "2.0\n", text(res)
+
+
+def test_cache_hit_second_call(dep_server):
+    s = dep_server()
+    first = s.execute("import mps_gamma", dependencies=["mps-gamma==1.0"], timeout=120)
+    assert first["structuredContent"]["environment"]["cached"] is False
+    manifests = glob.glob(os.path.join(s.state_dir, "envs", "*", "mps-manifest.json"))
+    assert len(manifests) == 1
+    created = json.load(open(manifests[0]))["created"]
+    second = s.execute("import mps_gamma\nprint('ok')", dependencies=["MPS_Gamma == 1.0"], timeout=120)
+    assert second["structuredContent"]["environment"]["cached"] is True
+    assert second["structuredContent"]["environment"]["key"] == first["structuredContent"]["environment"]["key"]
+    assert json.load(open(manifests[0]))["created"] == created
+    assert "(cached," in text(second)
+    # a restarted server finds it too
+    s2 = Server("--find-links", os.path.dirname(manifests[0]), "--offline", state_dir=s.state_dir, env=NO_PIP_ENV)
+    # (different --find-links: a different index setting is a different key)
+    s2.close()
+
+
+def test_concurrent_first_calls_build_once(dep_server):
+    s = dep_server()
+    n = 4
+    for i in range(n):
+        s.send({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+            "name": "execute_python", "arguments": {"script": "import mps_alpha\nprint(mps_alpha.__version__)",
+                                                    "dependencies": ["mps-alpha==2.0", "mps-gamma"]}}})
+    got = {}
+    while len(got) < n:
+        m = s.recv(timeout=120)
+        if "id" in m:
+            got[m["id"]] = m
+    for m in got.values():
+        assert m["result"]["structuredContent"]["stdout"] == "2.0\n", m
+    assert len(envs_of(s)) == 1
+    assert s.stderr_text().count("built in") == 1
+
+
+def test_missing_package_clear_error(dep_server):
+    s = dep_server()
+    res = s.execute("print('hello')", dependencies=["this-package-does-not-exist-xyz123"], timeout=120)
+    assert res["isError"] is True
+    t = text(res)
+    assert "this-package-does-not-exist-xyz123" in t
+    assert "No matching distribution" in t or "not find a version" in t
+    assert envs_of(s) == []
+    assert not glob.glob(os.path.join(s.state_dir, "envs", ".staging-*"))
+
+
+def test_conflict_reported(dep_server):
+    s = dep_server()
+    res = s.execute("pass", dependencies=["mps-conflict", "mps-beta"], timeout=120)
+    assert res["isError"] is True
+    assert "conflict" in text(res).lower() or "ResolutionImpossible" in text(res)
+
+
+def test_console_script_on_path(dep_server):
+    s = dep_server()
+    res = s.execute("import subprocess\nprint(subprocess.run(['mps-tool'], capture_output=True, text=True).stdout)",
+                    dependencies=["mps-tool"], timeout=120)
+    assert "mps-tool ran" in res["structuredContent"]["stdout"], text(res)
+
+
+def test_script_cannot_write_its_environment(dep_server):
+    if BACKEND == "none":
+        pytest.skip("the none backend does not isolate the environment")
+    s = dep_server()
+    script = ("import mps_gamma, os, sys\nd = os.path.dirname(mps_gamma.__file__)\n"
+              "for p in [os.path.join(d, 'evil.py'), os.path.join(sys.prefix, 'evil')]:\n"
+              "    try:\n        open(p, 'w').write('x'); print('WROTE', p)\n"
+              "    except OSError as e:\n        print('refused', e.errno)\n")
+    res = s.execute(script, dependencies=["mps-gamma"], timeout=120)
+    out = res["structuredContent"]["stdout"]
+    assert "WROTE" not in out and out.count("refused") == 2, out
+    env_dir = os.path.join(s.state_dir, "envs", res["structuredContent"]["environment"]["key"])
+    assert not glob.glob(os.path.join(env_dir, "**", "evil*"), recursive=True)
+
+
+def test_each_python_gets_its_own_environment(dep_server):
+    s = dep_server()
+    a = s.execute("import sys, mps_gamma\nprint(sys.version_info[:2])", dependencies=["mps-gamma"],
+                  python_version="3.11", timeout=120)
+    b = s.execute("import sys, mps_gamma\nprint(sys.version_info[:2])", dependencies=["mps-gamma"],
+                  python_version="3.12", timeout=120)
+    if "No Python interpreter" in text(b):
+        pytest.skip("no 3.12 here")
+    assert a["structuredContent"]["stdout"] == "(3, 11)\n" and b["structuredContent"]["stdout"] == "(3, 12)\n"
+    assert a["structuredContent"]["environment"]["key"] != b["structuredContent"]["environment"]["key"]
+
+
+def test_repacked_real_distribution(dep_server, wheels):
+    if not glob.glob(os.path.join(wheels, "pydantic_core-*cp311*.whl")):
+        pytest.skip("no pydantic under CPython 3.11 to re-pack")
+    s = dep_server()
+    script = ("from pydantic import BaseModel\nclass M(BaseModel):\n    x: int\n"
+              "print(M(x='5').model_dump_json())")
+    res = s.execute(script, dependencies=["pydantic>=2.0"], python_version="3.11", timeout=180)
+    assert res["structuredContent"]["stdout"] == '{"x":5}\n', text(res)
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+
+def test_pep503_index_over_loopback(make_server, wheels, tmp_path):
+    root = tmp_path / "index"
+    wheelhouse.index_layout(wheels, str(root))
+    handler = lambda *a, **kw: _Quiet(*a, directory=str(root), **kw)  # noqa: E731
+    httpd = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        s = make_server("--index-url", f"http://127.0.0.1:{port}/simple", env=NO_PIP_ENV)
+        s.initialize()
+        res = s.execute("import mps_beta\nprint(mps_beta.ALPHA)", dependencies=["mps-beta"], timeout=120)
+        assert res["structuredContent"]["stdout"] == "2.0\n", text(res)
+    finally:
+        httpd.shutdown()
+
+
+class _Slow(_Quiet):
+    delay = 0.0
+
+    def do_GET(self):
+        time.sleep(self.delay)
+        return super().do_GET()
+
+
+def test_kill_during_build_then_retry(make_server, wheels, tmp_path):
+    root = tmp_path / "slowindex"
+    wheelhouse.index_layout(wheels, str(root))
+    _Slow.delay = 3.0
+    handler = lambda *a, **kw: _Slow(*a, directory=str(root), **kw)  # noqa: E731
+    httpd = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    state = str(tmp_path / "state")
+    try:
+        args = ("--index-url", f"http://127.0.0.1:{port}/simple")
+        s = make_server(*args, state_dir=state, env=NO_PIP_ENV)
+        s.initialize()
+        s.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "execute_python", "arguments": {"script": "import mps_gamma", "dependencies": ["mps-gamma"]}}})
+        staging = os.path.join(state, "envs", ".staging-*")
+        assert wait_until(lambda: glob.glob(staging), timeout=30)
+        time.sleep(0.5)
+        s.proc.send_signal(signal.SIGKILL)
+        s.proc.wait()
+        assert glob.glob(staging)  # left behind by the crash...
+        _Slow.delay = 0.0
+        s2 = make_server(*args, state_dir=state, env=NO_PIP_ENV)
+        s2.initialize()
+        res = s2.execute("import mps_gamma\nprint('ok')", dependencies=["mps-gamma"], timeout=120)
+        assert res["structuredContent"]["stdout"] == "ok\n", text(res)
+        assert not glob.glob(staging)  # ...and cleaned up, never used
+        assert len(envs_of(s2)) == 1
+    finally:
+        httpd.shutdown()
+
+
+UV_STANDIN = r'''#!/usr/bin/python3
+# A stand-in for uv: records its arguments, then does the work with venv and pip.
+import json, os, subprocess, sys
+args = sys.argv[1:]
+cache = os.environ.get("UV_CACHE_DIR", "/tmp")
+os.makedirs(cache, exist_ok=True)
+with open(os.path.join(cache, "uv-standin-calls.jsonl"), "a") as f:
+    f.write(json.dumps(args) + "\n")
+if args[:1] == ["--version"]:
+    print("uv 0.0.0 (stand-in)"); sys.exit(0)
+if args[:1] == ["venv"]:
+    py = args[args.index("--python") + 1]
+    sys.exit(subprocess.call([py, "-m", "venv", "--without-pip", args[-1]]))
+if args[:2] == ["pip", "install"]:
+    env_py = args[args.index("--python") + 1]
+    base = subprocess.check_output([env_py, "-c", "import sys; print(sys._base_executable)"], text=True).strip()
+    rest = [a for a in args[2:] if a not in ("--python", env_py)]
+    rest = ["--no-index" if a == "--offline" else a for a in rest]
+    sys.exit(subprocess.call([base, "-m", "pip", "--python", env_py, "install"] + rest))
+print("stand-in uv: unsupported " + " ".join(args), file=sys.stderr); sys.exit(2)
+'''
+
+
+def test_uv_path_with_standin(make_server, wheels, tmp_path):
+    uv = tmp_path / "uv-standin"
+    uv.write_text(UV_STANDIN)
+    uv.chmod(0o755)
+    s = make_server("--uv-path", str(uv), "--installer", "uv", "--find-links", wheels, "--offline",
+                    env=NO_PIP_ENV)
+    s.initialize()
+    res = s.execute("import mps_beta\nprint(mps_beta.ALPHA)", dependencies=["mps-beta"], timeout=120)
+    assert res["structuredContent"]["stdout"] == "2.0\n", text(res)
+    calls = [json.loads(l) for l in open(os.path.join(s.state_dir, "downloads", "uv", "uv-standin-calls.jsonl"))]
+    assert calls[0][0] == "venv" and "--python" in calls[0]
+    install = calls[1]
+    assert install[:2] == ["pip", "install"] and "--offline" in install and "--find-links" in install
+    assert install[-1] == "mps-beta"
+    assert "uv (" in s.call("check_environment")["content"][0]["text"]
