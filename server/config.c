@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "server/srv.h"
+#include "server/toml.h"
 
 typedef enum opt_kind { OPT_SPACE_LIST, OPT_DAYS_MS, OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_HELP, OPT_VERSION } opt_kind_t;
 
@@ -71,6 +72,8 @@ static const opt_def_t options[] = {
     {"max-script-bytes", OPT_SIZE, OFF(max_script_bytes), "SIZE", "largest script (4M)"},
     {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "scripts running at once; more wait (8)"},
     {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}", "stderr log level (info)"},
+    {"profile", OPT_STRING, OFF(profile), "NAME|FILE",
+     "a sandbox profile: default, offline, lan (profiles/NAME.toml) or a TOML file; flags override it"},
     {"help", OPT_HELP, 0, NULL, "show this help and exit"},
     {"version", OPT_VERSION, 0, NULL, "show the version and exit"},
 };
@@ -113,6 +116,7 @@ void srv_config_release(srv_config_t *c) {
   free(c->python_version);
   free(c->python);
   free(c->python_dirs);
+  free(c->profile);
   free(c->installer);
   free(c->index_url);
   free(c->extra_index_urls);
@@ -247,8 +251,96 @@ static bool takes_value(const opt_def_t *o) {
   return o->kind != OPT_BOOL_ON && o->kind != OPT_BOOL_OFF && o->kind != OPT_HELP && o->kind != OPT_VERSION;
 }
 
+static const opt_def_t *find_option(const char *name, size_t len) {
+  for (size_t k = 0; k < CM_ARRAY_SIZE(options); k++)
+    if (strlen(options[k].name) == len && strncmp(options[k].name, name, len) == 0) return &options[k];
+  return NULL;
+}
+
+/* Where named profiles live: $MPS_PROFILES_DIR, beside the binary, the source tree the
+ * binary was built in, or the installed share directory. */
+static char *profile_path(const char *name) {
+  if (strchr(name, '/')) return xstrdup(name);
+  const char *env = getenv("MPS_PROFILES_DIR");
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (slash) *slash = '\0';
+  char *candidates[] = {
+      env ? xasprintf("%s/%s.toml", env, name) : NULL,
+      xasprintf("%s/profiles/%s.toml", exe, name),
+      xasprintf("%s/../profiles/%s.toml", exe, name),
+      xasprintf("%s/../share/mcp-python-exec-sandbox/profiles/%s.toml", exe, name),
+  };
+  char *found = NULL;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(candidates); i++) {
+    if (!found && candidates[i] && access(candidates[i], R_OK) == 0)
+      found = candidates[i];
+    else
+      free(candidates[i]);
+  }
+  return found;
+}
+
+/* A profile is a TOML table of flag names (dashes or underscores) and values; it applies
+ * before the environment and the flags, which override it. */
+static int load_profile(srv_config_t *c, const char *name, cm_error_t *err) {
+  cleanup_free char *path = profile_path(name);
+  if (!path)
+    return cm_error_set(err, 0, CM_ERR_NOT_FOUND, "profile '%s' not found (known: default, offline, lan; or give a file path)", name);
+  cleanup_free char *text = NULL;
+  size_t len;
+  if (cm_read_file(path, 1u << 20, &text, &len, err) < 0) return cm_error_wrap(err, "profile '%s'", name);
+  toml_value_t *doc = NULL;
+  if (toml_parse(text, len, NULL, &doc, err) < 0) return cm_error_wrap(err, "profile %s", path);
+  int rc = 0;
+  for (size_t i = 0; i < toml_table_len(doc) && rc == 0; i++) {
+    const char *key;
+    size_t key_len;
+    const toml_value_t *v = toml_table_at(doc, i, &key, &key_len);
+    if (strcmp(key, "description") == 0) continue;
+    char flag[64];
+    if (key_len >= sizeof flag) key_len = sizeof flag - 1;
+    for (size_t k = 0; k < key_len; k++) flag[k] = key[k] == '_' ? '-' : key[k];
+    flag[key_len] = '\0';
+    const opt_def_t *o = find_option(flag, strlen(flag));
+    if (!o || o->kind == OPT_HELP || o->kind == OPT_VERSION || strcmp(o->name, "profile") == 0) {
+      rc = cm_error_set(err, 0, CM_ERR_INVALID, "profile %s (line %zu): unknown setting '%s'", path, toml_line(v), flag);
+      break;
+    }
+    char buf[64];
+    const char *value = NULL;
+    int64_t iv;
+    bool bv;
+    if (toml_type(v) == TOML_STRING) {
+      value = toml_string(v, NULL);
+    } else if (toml_integer(v, &iv)) {
+      snprintf(buf, sizeof buf, "%lld", (long long)iv);
+      value = buf;
+    } else if (toml_boolean(v, &bv)) {
+      value = bv ? "true" : "false";
+    } else {
+      rc = cm_error_set(err, 0, CM_ERR_INVALID, "profile %s (line %zu): '%s' must be a string, an integer or a boolean", path,
+                        toml_line(v), flag);
+      break;
+    }
+    cleanup_free char *origin = xasprintf(" (from profile %s)", path);
+    rc = apply(c, o, value, origin, err);
+  }
+  toml_free(doc);
+  return rc;
+}
+
 int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err) {
-  /* Environment first, so flags override it. */
+  /* The profile first (from the flags or the environment), then the environment, then the
+   * flags: each overrides what came before. */
+  const char *profile = getenv("MCP_PY_SANDBOX_PROFILE");
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--profile") == 0 && i + 1 < argc) profile = argv[i + 1];
+    else if (strncmp(argv[i], "--profile=", 10) == 0) profile = argv[i] + 10;
+  }
+  if (profile && load_profile(c, profile, err) < 0) return -1;
   for (size_t i = 0; i < CM_ARRAY_SIZE(options); i++) {
     const opt_def_t *o = &options[i];
     if (o->kind == OPT_HELP || o->kind == OPT_VERSION) continue;

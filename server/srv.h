@@ -50,6 +50,7 @@ typedef struct srv_config {
   uint64_t max_script_bytes; /* --max-script-bytes */
   uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
   cm_log_level_t log_level;  /* --log-level */
+  char *profile;             /* --profile: the sandbox profile it started from */
   /* Streamable HTTP (--transport http). */
   char *host;                /* --host (127.0.0.1) */
   uint64_t port;             /* --port (8765) */

@@ -117,10 +117,16 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   cleanup_free char *env_max = human_size(cfg->max_cache_bytes);
   cm_buf_printf(&t, "Dependencies: %s; %zu cached environments (%s of %s)%s\n", env_store_installer(srv_server_envs(s)),
                 n_envs, env_bytes ? env_size : "0", env_max, cfg->offline ? "; offline" : "");
-  cm_buf_printf(&t, "Limits: memory %s, CPU %s, processes %llu, file size %s, open files %llu, /tmp %s, kill grace %llums\n",
-                mem, cpu,
-                (unsigned long long)cfg->max_processes, fsize, (unsigned long long)cfg->open_files, tmp,
+  bool isolating = sbx_backend_maps_paths(b);
+  cm_buf_printf(&t,
+                "Limits (enforced with rlimits in the sandboxed process; wall clock by the server, which kills the "
+                "whole process tree): memory %s (RLIMIT_AS), CPU %s (RLIMIT_CPU), processes %llu (RLIMIT_NPROC%s), "
+                "file size %s (RLIMIT_FSIZE), open files %llu (RLIMIT_NOFILE), /tmp %s (%s), kill grace %llums; "
+                "cgroup v2 limits: not used (no delegated cgroup)\n",
+                mem, cpu, (unsigned long long)cfg->max_processes, isolating ? ", counted per run: each run has its own uid" : "",
+                fsize, (unsigned long long)cfg->open_files, tmp, isolating ? "a size-capped tmpfs" : "not isolated: the host /tmp",
                 (unsigned long long)cfg->kill_grace_ms);
+  if (cfg->profile) cm_buf_printf(&t, "Profile: %s\n", cfg->profile);
   cm_buf_printf(&t, "Concurrent executions: %llu\n", (unsigned long long)cfg->max_concurrent);
   cm_buf_printf(&t, "Server: %s %s", SRV_NAME, srv_version());
   cleanup_free char *platform = xasprintf("%s %s", u.sysname, u.machine);

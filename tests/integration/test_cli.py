@@ -51,3 +51,33 @@ def test_environment_variables_and_override():
     r = subprocess.run([BINARY, "--max-timeout", "5", "--default-timeout", "5", "--sandbox-backend", "none"],
                        input="", capture_output=True, text=True, timeout=10, env=env)
     assert r.returncode == 0
+
+
+def test_profiles(tmp_path):
+    import json
+    for name in ["default", "offline", "lan"]:
+        r = subprocess.run([BINARY, "--profile", name, "--sandbox-backend", "none", "--state-dir", str(tmp_path)],
+                           input="", capture_output=True, text=True, timeout=10)
+        assert r.returncode == 0, r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("bogus = 1\n")
+    r = run("--profile", str(bad))
+    assert r.returncode == 2 and "unknown setting 'bogus'" in r.stderr
+    bad.write_text("network = \n")
+    r = run("--profile", str(bad))
+    assert r.returncode == 2 and "line 1" in r.stderr
+    r = run("--profile", "nope")
+    assert r.returncode == 2 and "profile 'nope' not found" in r.stderr
+    # the profile's values apply, and flags override them
+    from conftest import Server
+
+    def env_text(*args):
+        srv = Server(*args, backend="none")
+        srv.initialize()
+        t = srv.call("check_environment")["content"][0]["text"]
+        srv.close()
+        return t
+    t = env_text("--profile", "lan")
+    assert "Max timeout: 120s" in t and "Network: off" in t and "Profile: lan" in t
+    t = env_text("--profile", "lan", "--max-timeout", "200")
+    assert "Max timeout: 200s" in t
