@@ -1,0 +1,229 @@
+"""Hostile scripts through the real server and the bubblewrap sandbox: each is contained,
+the server keeps serving, and afterwards no process, no directory and no memory is left."""
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import BACKEND, Server, descendants, processes_with_marker, wait_until
+
+pytestmark = pytest.mark.skipif(BACKEND == "none", reason="the none backend does not isolate")
+
+SECRET = "mps-host-secret-%d" % os.getpid()
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    # A host secret in root's home and in the server's environment.
+    secret_file = "/root/.mps-test-secret"
+    with open(secret_file, "w") as f:
+        f.write(SECRET)
+    os.chmod(secret_file, 0o644)
+    s = Server("--network", "off", "--tmp-size", "16M", "--max-file-size", "8M", "--max-processes", "64",
+               "--memory-limit", "512M", env={"MPS_TEST_SECRET": SECRET})
+    s.initialize()
+    s.execute("pass")  # warm up before measuring memory
+    s.rss_before = s.rss_kib("VmRSS")
+    yield s
+    os.unlink(secret_file)
+    s.close()
+
+
+def run(s, script, **kw):
+    res = s.execute(script, timeout=60, **kw)
+    assert s.request("ping")["result"] == {}  # the server lives on
+    return res["structuredContent"]
+
+
+def test_host_files_unreadable(hostile):
+    out = run(hostile, f"""
+import os
+for p in ['/etc/shadow', '/root/.mps-test-secret', '/root/.bashrc', '/home']:
+    try:
+        if os.path.isdir(p):
+            print(p, 'LISTED', os.listdir(p))
+        else:
+            print(p, 'READ', open(p).read()[:20])
+    except OSError as e:
+        print(p, 'refused', e.errno)
+""")["stdout"]
+    assert SECRET not in out and "READ" not in out, out
+    assert out.count("refused") >= 3, out
+
+
+def test_cannot_write_outside_work(hostile):
+    out = run(hostile, """
+import os
+for p in ['/etc/x', '/usr/x', '/x', '/root/x', '/bin/x', '/opt/x']:
+    try:
+        open(p, 'w').write('x'); print('WROTE', p)
+    except OSError as e:
+        print('refused', p)
+open('/work/ok', 'w').write('ok'); open('/tmp/ok', 'w').write('ok'); print('work ok')
+""")["stdout"]
+    assert "WROTE" not in out and "work ok" in out, out
+
+
+def test_other_runs_and_state_invisible(hostile):
+    state = hostile.state_dir
+    out = run(hostile, f"""
+import os
+for p in [{state!r}, {state + '/work'!r}, {state + '/envs'!r}]:
+    print(p, os.path.exists(p))
+print(os.listdir('/'))
+""")["stdout"]
+    assert "True" not in out, out
+
+
+def test_symlink_to_host_file(hostile):
+    out = run(hostile, """
+import os
+os.symlink('/etc/shadow', 'link'); os.symlink('/root/.mps-test-secret', 'link2')
+for l in ['link', 'link2']:
+    try:
+        print(open(l).read()[:10])
+    except OSError as e:
+        print('refused', e.errno)
+""")["stdout"]
+    assert SECRET not in out and out.count("refused") == 2, out
+
+
+def test_environment_and_proc_secrets(hostile):
+    out = run(hostile, """
+import os, glob
+found = []
+for p in glob.glob('/proc/*/environ'):
+    try:
+        found.append(open(p, 'rb').read())
+    except OSError:
+        pass
+print(b''.join(found).decode(errors='replace'))
+print(dict(os.environ))
+print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
+""")["stdout"]
+    assert SECRET not in out and "MPS_TEST_SECRET" not in out
+
+
+def test_fork_bomb_contained(hostile):
+    t0 = time.monotonic()
+    sc = run(hostile, """
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+""", timeout_seconds=3)
+    assert sc["timed_out"] is True or sc["exit_code"] != 0
+    assert time.monotonic() - t0 < 15
+    assert wait_until(lambda: descendants(hostile.proc.pid) == [], timeout=5)
+    assert run(hostile, "print('after')")["stdout"] == "after\n"
+
+
+def test_memory_bomb(hostile):
+    sc = run(hostile, "x = []\nwhile True:\n    x.append(bytearray(50 * 1024 * 1024))\n", timeout_seconds=20)
+    assert sc["exit_code"] != 0
+    assert "MemoryError" in sc["stderr"] or sc["signal"] is not None
+
+
+def test_fill_tmp_and_file_size(hostile):
+    out = run(hostile, """
+import errno
+try:
+    for i in range(1000):  # many files, each under the file size limit
+        with open('/tmp/fill%d' % i, 'wb') as f:
+            f.write(b'x' * (1 << 20))
+except OSError as e:
+    print('tmp', errno.errorcode[e.errno])
+import signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+try:
+    with open('/work/big', 'wb') as f:
+        while True:
+            f.write(b'x' * (1 << 20)); f.flush()
+except OSError as e:
+    print('work', errno.errorcode[e.errno])
+""", timeout_seconds=30)["stdout"]
+    assert "tmp ENOSPC" in out and "work EFBIG" in out, out
+
+
+def test_daemon_does_not_outlive_the_run(hostile):
+    marker = "mps-daemon-%d" % os.getpid()
+    run(hostile, f"""
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])
+    os._exit(0)
+time.sleep(0.3)
+print('parent exits')
+""")
+    assert wait_until(lambda: processes_with_marker(marker) == [], timeout=5)
+
+
+def test_forbidden_syscalls(hostile):
+    out = run(hostile, """
+import ctypes, os, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def check(name, rc):
+    print(name, 'EPERM' if rc == -1 and ctypes.get_errno() in (errno.EPERM, errno.EACCES) else ('rc=%d errno=%d' % (rc, ctypes.get_errno())))
+check('ptrace', libc.ptrace(16, 1, 0, 0))
+check('mount', libc.mount(b'none', b'/tmp', b'tmpfs', 0, None))
+check('unshare', libc.unshare(0x10000000))
+check('setuid0', libc.setuid(0))
+""")["stdout"]
+    for name in ["ptrace", "mount", "unshare", "setuid0"]:
+        assert f"{name} EPERM" in out, out
+
+
+def test_no_network_when_off(hostile):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(srv.accept()), daemon=True).start()
+    out = run(hostile, f"""
+import socket
+try:
+    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')
+except OSError as e:
+    print('refused', e)
+""")["stdout"]
+    srv.close()
+    assert "CONNECTED" not in out and not accepted, out
+
+
+def test_network_on_reaches_loopback(make_server):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    s = make_server("--network", "on")
+    s.initialize()
+    out = s.execute(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)\nprint('CONNECTED')")
+    srv.close()
+    assert out["structuredContent"]["stdout"] == "CONNECTED\n"
+
+
+def test_runs_as_unprivileged_uid(hostile):
+    out = run(hostile, """
+import os
+print(os.getuid(), os.geteuid(), os.getgid())
+for line in open('/proc/self/status'):
+    if line.startswith(('CapEff', 'CapBnd', 'NoNewPrivs', 'Seccomp:')):
+        print(line.strip())
+""")["stdout"]
+    uid = int(out.split()[0])
+    assert uid != 0
+    assert "CapEff:\t0000000000000000" in out and "NoNewPrivs:\t1" in out and "Seccomp:\t2" in out
+
+
+def test_zz_nothing_left_behind(hostile):
+    assert wait_until(lambda: descendants(hostile.proc.pid) == [], timeout=5)
+    assert os.listdir(os.path.join(hostile.state_dir, "work")) == []
+    rss = hostile.rss_kib("VmRSS")
+    assert rss - hostile.rss_before < 16 * 1024, (hostile.rss_before, rss)
