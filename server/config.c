@@ -257,10 +257,7 @@ static const opt_def_t *find_option(const char *name, size_t len) {
   return NULL;
 }
 
-/* Where named profiles live: $MPS_PROFILES_DIR, beside the binary, the source tree the
- * binary was built in, or the installed share directory. */
-static char *profile_path(const char *name) {
-  if (strchr(name, '/')) return xstrdup(name);
+char *srv_find_profile_file(const char *file) {
   const char *env = getenv("MPS_PROFILES_DIR");
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -268,10 +265,10 @@ static char *profile_path(const char *name) {
   char *slash = strrchr(exe, '/');
   if (slash) *slash = '\0';
   char *candidates[] = {
-      env ? xasprintf("%s/%s.toml", env, name) : NULL,
-      xasprintf("%s/profiles/%s.toml", exe, name),
-      xasprintf("%s/../profiles/%s.toml", exe, name),
-      xasprintf("%s/../share/mcp-python-exec-sandbox/profiles/%s.toml", exe, name),
+      env ? xasprintf("%s/%s", env, file) : NULL,
+      xasprintf("%s/profiles/%s", exe, file),
+      xasprintf("%s/../profiles/%s", exe, file),
+      xasprintf("%s/../share/mcp-python-exec-sandbox/profiles/%s", exe, file),
   };
   char *found = NULL;
   for (size_t i = 0; i < CM_ARRAY_SIZE(candidates); i++) {
@@ -281,6 +278,14 @@ static char *profile_path(const char *name) {
       free(candidates[i]);
   }
   return found;
+}
+
+/* Where named profiles live: $MPS_PROFILES_DIR, beside the binary, the source tree the
+ * binary was built in, or the installed share directory. */
+static char *profile_path(const char *name) {
+  if (strchr(name, '/')) return xstrdup(name);
+  cleanup_free char *file = xasprintf("%s.toml", name);
+  return srv_find_profile_file(file);
 }
 
 /* A profile is a TOML table of flag names (dashes or underscores) and values; it applies

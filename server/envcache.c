@@ -68,6 +68,7 @@ struct env_store {
   env_build_t *builds;
   env_waiter_t *pending_hits;
   bool hits_scheduled;
+  struct warm_job *warm;
   unsigned serial;
 };
 
@@ -423,10 +424,10 @@ static void on_step_exit(void *data, const sbx_result_t *res) {
   build_next_step(b);
 }
 
-static void add_index_args(env_build_t *b, strv_builder_t *a) {
-  const srv_config_t *cfg = b->store->cfg;
-  if (cfg->offline && !b->store->uv) sv_add(a, "--no-index");
-  if (cfg->offline && b->store->uv) sv_add(a, "--offline");
+static void index_args(env_store_t *s, bool uv, strv_builder_t *a) {
+  const srv_config_t *cfg = s->cfg;
+  if (cfg->offline && !uv) sv_add(a, "--no-index");
+  if (cfg->offline && uv) sv_add(a, "--offline");
   if (cfg->index_url) {
     sv_add(a, "--index-url");
     sv_add(a, cfg->index_url);
@@ -443,41 +444,49 @@ static void add_index_args(env_build_t *b, strv_builder_t *a) {
   }
 }
 
-static void build_run(env_build_t *b, char **argv) {
-  env_store_t *s = b->store;
-  const srv_config_t *cfg = s->cfg;
-  bool maps = backend_maps(s);
-  const char *cache = maps ? ENV_CACHE_TARGET : s->downloads_dir;
-  /* The environment: PATH and locale, the cache, and the installers' own settings from the
-   * server's environment (index credentials, proxies, certificates). */
-  strv_builder_t env = {0};
-  sv_add(&env, "PATH=/usr/local/bin:/usr/bin:/bin");
-  sv_add(&env, "LANG=C.UTF-8");
-  sv_add(&env, "HOME=/tmp");
-  sv_add(&env, "PYTHONDONTWRITEBYTECODE=1");
-  sv_add(&env, "PIP_DISABLE_PIP_VERSION_CHECK=1");
-  sv_add(&env, "PIP_NO_INPUT=1");
-  sv_add(&env, "PIP_PROGRESS_BAR=off");
-  sv_addf(&env, "PIP_CACHE_DIR=%s/pip", cache);
-  sv_addf(&env, "UV_CACHE_DIR=%s/uv", cache);
-  sv_add(&env, "UV_NO_PROGRESS=1");
+/* The environment of installer runs: PATH and locale, the cache, and the installers' own
+ * settings from the server's environment (index credentials, proxies, certificates). */
+static void installer_env(env_store_t *s, strv_builder_t *env) {
+  const char *cache = backend_maps(s) ? ENV_CACHE_TARGET : s->downloads_dir;
+  sv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
+  sv_add(env, "LANG=C.UTF-8");
+  sv_add(env, "HOME=/tmp");
+  sv_add(env, "PYTHONDONTWRITEBYTECODE=1");
+  sv_add(env, "PIP_DISABLE_PIP_VERSION_CHECK=1");
+  sv_add(env, "PIP_NO_INPUT=1");
+  sv_add(env, "PIP_PROGRESS_BAR=off");
+  sv_addf(env, "PIP_CACHE_DIR=%s/pip", cache);
+  sv_addf(env, "UV_CACHE_DIR=%s/uv", cache);
+  sv_add(env, "UV_NO_PROGRESS=1");
   for (char **e = environ; *e; e++) {
     if ((!strncmp(*e, "PIP_", 4) || !strncmp(*e, "UV_", 3)) && strncmp(*e, "PIP_CACHE_DIR=", 14) &&
         strncmp(*e, "UV_CACHE_DIR=", 13))
-      sv_add(&env, *e);
+      sv_add(env, *e);
     static const char *const pass[] = {"HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=", "http_proxy=",
                                        "https_proxy=", "no_proxy=",   "SSL_CERT_FILE=", "SSL_CERT_DIR=",
                                        "REQUESTS_CA_BUNDLE="};
     for (size_t i = 0; i < CM_ARRAY_SIZE(pass); i++)
-      if (!strncmp(*e, pass[i], strlen(pass[i]))) sv_add(&env, *e);
+      if (!strncmp(*e, pass[i], strlen(pass[i]))) sv_add(env, *e);
   }
-  /* Read-only: the interpreter's prefix, local wheel directories, uv. */
-  strv_builder_t binds = {0};
-  sv_add(&binds, b->py.prefix);
-  cleanup_strv char **links = split_spaces(cfg->find_links);
+}
+
+/* Read-only in installer runs: the interpreter's prefix, local wheel directories, uv. */
+static void installer_binds(env_store_t *s, const char *prefix, strv_builder_t *binds) {
+  sv_add(binds, prefix);
+  cleanup_strv char **links = split_spaces(s->cfg->find_links);
   for (char **l = links; *l; l++)
-    if ((*l)[0] == '/') sv_add(&binds, *l);
-  if (s->uv) sv_add(&binds, s->uv);
+    if ((*l)[0] == '/') sv_add(binds, *l);
+  if (s->uv) sv_add(binds, s->uv);
+}
+
+static void build_run(env_build_t *b, char **argv) {
+  env_store_t *s = b->store;
+  const srv_config_t *cfg = s->cfg;
+  bool maps = backend_maps(s);
+  strv_builder_t env = {0};
+  installer_env(s, &env);
+  strv_builder_t binds = {0};
+  installer_binds(s, b->py.prefix, &binds);
   sbx_mount_t mounts[] = {
       {.host = b->staging, .target = ENV_TARGET, .writable = true},
       {.host = s->downloads_dir, .target = ENV_CACHE_TARGET, .writable = true},
@@ -664,7 +673,7 @@ static void build_next_step(env_build_t *b) {
         sv_add(&a, "install");
         sv_add(&a, "--no-input");
       }
-      add_index_args(b, &a);
+      index_args(s, s->uv != NULL, &a);
       sv_add(&a, "--");
       for (size_t i = 0; i < b->n_requirements; i++) sv_add(&a, b->requirements[i]);
       break;
@@ -822,6 +831,127 @@ static void evict(env_store_t *s) {
   free(entries);
 }
 
+/* ---------------------------------------------------------------- warming */
+
+typedef struct warm_job {
+  env_store_t *store;
+  sbx_run_t *run;
+  char *workdir;
+  cm_headtail_t output;
+  uint64_t started_ms;
+} warm_job_t;
+
+static void warm_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
+  warm_job_t *w = data;
+  cm_headtail_append(&w->output, buf, len);
+}
+
+static void warm_exit(void *data, const sbx_result_t *res) {
+  warm_job_t *w = data;
+  sbx_run_free(w->run);
+  w->store->warm = NULL;
+  if (res->exit_code == 0) {
+    cm_info("package cache warmed in %llums", (unsigned long long)(cm_now_ms() - w->started_ms));
+  } else {
+    cleanup_free char *head = NULL, *tail = NULL;
+    size_t hl, tl;
+    cm_headtail_get(&w->output, &head, &hl, &tail, &tl);
+    cleanup_free char *excerpt = cm_log_excerpt(tl ? tail : head, tl ? tl : hl, 300);
+    cm_info("package cache warming did not complete (exit code %d): %s", res->exit_code, excerpt);
+  }
+  cm_error_t err = CM_ERROR_INIT;
+  cm_rm_rf(w->workdir, &err);
+  cm_error_release(&err);
+  free(w->workdir);
+  cm_headtail_release(&w->output);
+  free(w);
+}
+
+void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_file) {
+  if (s->warm || !py) return;
+  cleanup_free char *text = NULL;
+  size_t len;
+  cm_error_t err = CM_ERROR_INIT;
+  if (cm_read_file(warmup_file, 1u << 20, &text, &len, &err) < 0) {
+    cm_info("cache warming: %s", cm_error_message(&err));
+    cm_error_release(&err);
+    return;
+  }
+  strv_builder_t a = {0};
+  sv_add(&a, py->executable);
+  sv_add(&a, "-m");
+  sv_add(&a, "pip");
+  sv_add(&a, "download");
+  sv_add(&a, "--quiet");
+  sv_add(&a, "--no-input");
+  sv_add(&a, "--dest");
+  sv_add(&a, "/tmp/warm");
+  index_args(s, false, &a);
+  size_t n_pkgs = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    while (*line == ' ' || *line == '\t') line++;
+    char *end = line + strlen(line);
+    while (end > line && (end[-1] == ' ' || end[-1] == '\r' || end[-1] == '\t')) *--end = '\0';
+    if (!*line || *line == '#') continue;
+    pep508_requirement_t *q = NULL;
+    if (pep508_requirement_parse(line, strlen(line), &q, NULL) < 0) continue;
+    pep508_requirement_free(q);
+    if (n_pkgs++ == 0) sv_add(&a, "--");
+    sv_add(&a, line);
+  }
+  if (n_pkgs == 0) {
+    cm_strv_free(a.v);
+    return;
+  }
+  warm_job_t *w = xcalloc(1, sizeof *w);
+  w->store = s;
+  w->started_ms = cm_now_ms();
+  cm_headtail_init(&w->output, 2048, 2048);
+  w->workdir = xasprintf("%s/warm-XXXXXX", s->work_dir);
+  if (!mkdtemp(w->workdir)) {
+    cm_strv_free(a.v);
+    free(w->workdir);
+    cm_headtail_release(&w->output);
+    free(w);
+    return;
+  }
+  bool maps = backend_maps(s);
+  strv_builder_t env = {0};
+  installer_env(s, &env);
+  strv_builder_t binds = {0};
+  installer_binds(s, py->prefix, &binds);
+  sbx_mount_t mounts[] = {{.host = s->downloads_dir, .target = ENV_CACHE_TARGET, .writable = true}};
+  sbx_spec_t spec = {
+      .argv = a.v,
+      .envp = env.v,
+      .workdir = w->workdir,
+      .ro_binds = binds.v,
+      .mounts = mounts,
+      .n_mounts = maps ? 1 : 0,
+      .network = !s->cfg->offline,
+      .builder = true,
+      .limits = {.timeout_ms = s->cfg->build_timeout_ms, .grace_ms = 1000, .memory_bytes = 4ull << 30,
+                 .max_processes = 512, .file_size_bytes = 2ull << 30, .open_files = 4096, .tmp_bytes = 4ull << 30},
+  };
+  sbx_run_callbacks_t cbs = {.on_output = warm_output, .on_exit = warm_exit};
+  if (sbx_run_start(s->loop, s->backend, &spec, &cbs, w, &w->run, &err) < 0) {
+    cm_info("cache warming could not start: %s", cm_error_message(&err));
+    cm_error_release(&err);
+    cm_rm_rf(w->workdir, &err);
+    cm_error_release(&err);
+    free(w->workdir);
+    cm_headtail_release(&w->output);
+    free(w);
+  } else {
+    s->warm = w;
+    cm_info("warming the package cache with %zu packages in the background", n_pkgs);
+  }
+  cm_strv_free(a.v);
+  cm_strv_free(env.v);
+  cm_strv_free(binds.v);
+}
+
 /* ---------------------------------------------------------------- public */
 
 env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir, sbx_backend_t *backend) {
@@ -961,6 +1091,15 @@ void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes) {
 
 void env_store_free(env_store_t *s) {
   if (!s) return;
+  if (s->warm) {
+    sbx_run_free(s->warm->run);
+    cm_error_t err = CM_ERROR_INIT;
+    cm_rm_rf(s->warm->workdir, &err);
+    cm_error_release(&err);
+    free(s->warm->workdir);
+    cm_headtail_release(&s->warm->output);
+    free(s->warm);
+  }
   while (s->builds) {
     env_build_t *b = s->builds;
     env_waiter_t *w = b->waiters;

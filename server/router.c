@@ -23,6 +23,7 @@ struct srv_server {
   sbx_backend_t *host;
   py_registry_t *pythons;
   env_store_t *envs;
+  void *warm_wait;
   char *state_dir;
   srv_request_t *inflight;
   size_t n_inflight;
@@ -62,6 +63,14 @@ static char *default_state_dir(void) {
   return xasprintf("/tmp/%s-%u", SRV_NAME, (unsigned)getuid());
 }
 
+/* Once the interpreters are known: warm the download cache in the background. */
+static void start_warming(void *data, py_interp_t *def, const char *error) {
+  srv_server_t *s = data;
+  s->warm_wait = NULL;
+  cleanup_free char *list = srv_find_profile_file("warmup.txt");
+  if (def && list) env_store_warm(s->envs, def, list);
+}
+
 srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err) {
   cleanup_free char *state = cfg->state_dir ? xstrdup(cfg->state_dir) : default_state_dir();
   if (cm_mkdir_p(state, 0700, err) < 0) {
@@ -90,12 +99,15 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   s->state_dir = steal_pointer(&state);
   s->pythons = py_registry_new(loop, cfg, s->state_dir);
   s->envs = env_store_new(loop, cfg, s->state_dir, backend);
+  if (cfg->warm_cache && !cfg->offline && backend->available)
+    s->warm_wait = py_registry_when_ready(s->pythons, start_warming, s);
   py_registry_start(s->pythons);
   return s;
 }
 
 void srv_server_free(srv_server_t *s) {
   if (!s) return;
+  if (s->warm_wait) py_registry_cancel_wait(s->pythons, s->warm_wait);
   env_store_free(s->envs);
   py_registry_free(s->pythons);
   sbx_backend_free(s->backend);

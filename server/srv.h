@@ -74,6 +74,9 @@ int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err);
 /* The seed's validation, with its messages. */
 int srv_config_validate(const srv_config_t *c, cm_error_t *err);
 void srv_config_release(srv_config_t *c);
+/* A file of profiles/ ($MPS_PROFILES_DIR, beside the binary, the source tree, or the
+ * installed share directory), or NULL. */
+char *srv_find_profile_file(const char *file);
 
 /* ---------------------------------------------------------------- interpreters */
 

@@ -281,3 +281,33 @@ def test_uv_path_with_standin(make_server, wheels, tmp_path):
     assert install[:2] == ["pip", "install"] and "--offline" in install and "--find-links" in install
     assert install[-1] == "mps-beta"
     assert "uv (" in s.call("check_environment")["content"][0]["text"]
+
+
+def test_warm_cache_in_background(make_server, wheels, tmp_path):
+    root = tmp_path / "index"
+    wheelhouse.index_layout(wheels, str(root))
+    seen = []
+
+    class Recording(_Quiet):
+        def do_GET(self):
+            seen.append(self.path)
+            return super().do_GET()
+
+    handler = lambda *a, **kw: Recording(*a, directory=str(root), **kw)  # noqa: E731
+    httpd = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    (prof / "warmup.txt").write_text("# test list\nmps-alpha\nmps-gamma\n")
+    try:
+        s = make_server("--index-url", f"http://127.0.0.1:{port}/simple", "--warm-cache",
+                        env={**NO_PIP_ENV, "MPS_PROFILES_DIR": str(prof), "MCP_PY_SANDBOX_WARM_CACHE": "1"})
+        t0 = time.monotonic()
+        s.initialize()
+        assert time.monotonic() - t0 < 5  # the handshake never waits for warming
+        assert wait_until(lambda: "package cache warmed" in s.stderr_text(), timeout=60), s.stderr_text()
+        assert any("mps-alpha" in p for p in seen) and any("mps-gamma" in p for p in seen)
+        assert os.listdir(os.path.join(s.state_dir, "work")) == []
+    finally:
+        httpd.shutdown()
