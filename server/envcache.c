@@ -952,6 +952,134 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
   cm_strv_free(binds.v);
 }
 
+/* ---------------------------------------------------------------- dry-run resolution */
+
+typedef struct resolve_job {
+  env_store_t *store;
+  sbx_run_t *run;
+  char *workdir;
+  cm_buf_t report;
+  cm_headtail_t errors;
+  env_resolved_cb cb;
+  void *data;
+  bool cancelled;
+} resolve_job_t;
+
+static void resolve_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
+  resolve_job_t *j = data;
+  if (stream == SBX_STDOUT)
+    cm_buf_append(&j->report, buf, len);
+  else
+    cm_headtail_append(&j->errors, buf, len);
+}
+
+static void resolve_exit(void *data, const sbx_result_t *res) {
+  resolve_job_t *j = data;
+  sbx_run_free(j->run);
+  json_t *report = res->exit_code == 0 && j->report.len ? json_loadb(j->report.data, j->report.len, 0, NULL) : NULL;
+  json_t *resolved = NULL;
+  cleanup_free char *error = NULL;
+  if (json_is_object(report)) {
+    resolved = json_object();
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(report, "install"), i, item) {
+      json_t *md = json_object_get(item, "metadata");
+      const char *name = json_string_value(json_object_get(md, "name"));
+      const char *version = json_string_value(json_object_get(md, "version"));
+      if (name && version) json_object_set_new(resolved, name, json_string(version));
+    }
+  } else {
+    cleanup_free char *head = NULL, *tail = NULL;
+    size_t hl, tl;
+    cm_headtail_get(&j->errors, &head, &hl, &tail, &tl);
+    size_t n;
+    cleanup_free char *clean = cm_utf8_sanitize(tl ? tail : head, tl ? tl : hl, &n);
+    while (n && (clean[n - 1] == '\n' || clean[n - 1] == ' ')) clean[--n] = '\0';
+    error = res->timed_out ? xstrdup("the resolution took too long") : xasprintf("the resolution failed (exit code %d):\n%s", res->exit_code, clean);
+  }
+  json_decref(report);
+  if (!j->cancelled) j->cb(j->data, resolved, error);
+  json_decref(resolved);
+  cm_error_t err = CM_ERROR_INIT;
+  cm_rm_rf(j->workdir, &err);
+  cm_error_release(&err);
+  free(j->workdir);
+  cm_buf_release(&j->report);
+  cm_headtail_release(&j->errors);
+  free(j);
+}
+
+void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
+                        env_resolved_cb cb, void *data) {
+  resolve_job_t *j = xcalloc(1, sizeof *j);
+  j->store = s;
+  j->cb = cb;
+  j->data = data;
+  cm_buf_init(&j->report, 16u << 20);
+  cm_headtail_init(&j->errors, 4096, 8192);
+  j->workdir = xasprintf("%s/resolve-XXXXXX", s->work_dir);
+  strv_builder_t a = {0}, env = {0}, binds = {0};
+  /* pip resolves for the interpreter it runs under: the interpreter of the call. */
+  sv_add(&a, py->executable);
+  sv_add(&a, "-m");
+  sv_add(&a, "pip");
+  sv_add(&a, "install");
+  sv_add(&a, "--dry-run");
+  sv_add(&a, "--ignore-installed");
+  sv_add(&a, "--quiet");
+  sv_add(&a, "--no-input");
+  sv_add(&a, "--report");
+  sv_add(&a, "-");
+  index_args(s, false, &a);
+  sv_add(&a, "--");
+  for (size_t i = 0; i < n; i++) sv_add(&a, requirements[i]);
+  installer_env(s, &env);
+  installer_binds(s, py->prefix, &binds);
+  bool maps = backend_maps(s);
+  sbx_mount_t mounts[] = {{.host = s->downloads_dir, .target = ENV_CACHE_TARGET, .writable = true}};
+  sbx_spec_t spec = {
+      .argv = a.v,
+      .envp = env.v,
+      .workdir = j->workdir,
+      .ro_binds = binds.v,
+      .mounts = mounts,
+      .n_mounts = maps ? 1 : 0,
+      .network = !s->cfg->offline,
+      .builder = true,
+      .limits = {.timeout_ms = s->cfg->build_timeout_ms, .grace_ms = 1000, .memory_bytes = 4ull << 30,
+                 .max_processes = 512, .file_size_bytes = 2ull << 30, .open_files = 4096, .tmp_bytes = 1ull << 30},
+  };
+  sbx_run_callbacks_t cbs = {.on_output = resolve_output, .on_exit = resolve_exit};
+  cm_error_t err = CM_ERROR_INIT;
+  int rc = mkdtemp(j->workdir) ? sbx_run_start(s->loop, s->backend, &spec, &cbs, j, &j->run, &err)
+                               : cm_error_set(&err, errno, CM_ERR_IO, "creating a directory");
+  cm_strv_free(a.v);
+  cm_strv_free(env.v);
+  cm_strv_free(binds.v);
+  if (rc < 0) {
+    /* Answer from the loop, never from inside this call. */
+    cm_warn("resolution: %s", cm_error_message(&err));
+    cm_error_release(&err);
+
+    cm_rm_rf(j->workdir, &err);
+    cm_error_release(&err);
+    free(j->workdir);
+    cm_buf_release(&j->report);
+    cm_headtail_release(&j->errors);
+    free(j);
+    return NULL;
+  }
+  return j;
+}
+
+void env_store_cancel_resolve(env_store_t *s, void *handle) {
+  resolve_job_t *j = handle;
+  if (!j) return;
+  j->cancelled = true;
+  sbx_run_cancel(j->run);
+}
+
 /* ---------------------------------------------------------------- public */
 
 env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir, sbx_backend_t *backend) {

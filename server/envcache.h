@@ -48,6 +48,13 @@ void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes);
 /* Starts warming the package cache from profiles/warmup.txt in the background (never
  * delays anything; failures are logged). */
 void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_file);
+/* A dry-run resolution (pip install --dry-run --report) with the server's index settings,
+ * for validate_script: cb gets {"name": "version"} of everything that would be installed,
+ * or an error.  Returns NULL (and never calls cb) if it could not even start. */
+typedef void (*env_resolved_cb)(void *data, json_t *resolved, const char *error);
+void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
+                        env_resolved_cb cb, void *data);
+void env_store_cancel_resolve(env_store_t *s, void *handle);
 void env_store_free(env_store_t *s);
 
 #endif

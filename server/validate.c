@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "server/envcache.h"
 #include "server/script.h"
 #include "server/server-internal.h"
 
@@ -32,6 +33,10 @@ typedef struct validate_call {
   char *workdir;
   sbx_run_t *run;
   cm_buf_t out;
+  bool resolve;
+  void *resolve_wait;
+  char *valid_text;   /* the VALID answer, waiting for the resolution */
+  json_t *valid_sc;
 } validate_call_t;
 
 static void call_free(validate_call_t *c) {
@@ -45,6 +50,8 @@ static void call_free(validate_call_t *c) {
   free(c->python_request);
   free(c->workdir);
   cm_buf_release(&c->out);
+  free(c->valid_text);
+  json_decref(c->valid_sc);
   free(c);
 }
 
@@ -80,6 +87,34 @@ static json_t *collect_warnings(validate_call_t *c) {
                                             q->normalized_name));
   }
   return w;
+}
+
+/* resolve: true: the dry run's outcome completes the answer. */
+static void on_resolved(void *data, json_t *resolved, const char *error) {
+  validate_call_t *c = data;
+  c->resolve_wait = NULL;
+  if (srv_request_cancelled(c->req)) {
+    finish(c, json_object());
+    return;
+  }
+  if (!resolved) {
+    cleanup_free char *msg = xasprintf("the dependencies cannot be resolved: %s", error ? error : "unknown error");
+    json_t *w = json_incref(json_object_get(c->valid_sc, "warnings"));
+    finish(c, invalid_result(msg, w));
+    return;
+  }
+  cm_buf_t t;
+  cm_buf_init(&t, 0);
+  cm_buf_appends(&t, c->valid_text);
+  cm_buf_printf(&t, "\nresolved (%zu):", json_object_size(resolved));
+  const char *name;
+  json_t *v;
+  json_object_foreach(resolved, name, v) cm_buf_printf(&t, "\n  - %s==%s", name, json_string_value(v));
+  cleanup_free char *text = cm_buf_steal(&t);
+  json_object_set(c->valid_sc, "resolved", resolved);
+  json_t *result = srv_tool_text_result(text, false);
+  json_object_set(result, "structuredContent", c->valid_sc);
+  finish(c, result);
 }
 
 static void on_compile_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
@@ -144,16 +179,30 @@ static void on_compiled(void *data, const sbx_result_t *res) {
   json_t *deps = json_array();
   for (size_t i = 0; i < c->script.n_requirements; i++) json_array_append_new(deps, json_string(c->script.requirements[i]));
   cleanup_free char *text = cm_buf_steal(&t);
+  json_t *sc = json_pack("{s:b, s:[], s:o, s:o, s:o, s:{s:s, s:s}}", "valid", 1, "errors", "warnings", warnings,
+                         "dependencies", deps, "requires_python", rp ? json_string(rp) : json_null(), "python",
+                         "version", c->py->version, "path", c->py->executable);
+  if (c->resolve && c->script.n_requirements > 0) {
+    c->valid_text = steal_pointer(&text);
+    c->valid_sc = sc;
+    c->resolve_wait = env_store_resolve(srv_server_envs(c->server), c->py, c->script.requirements,
+                                        c->script.n_requirements, on_resolved, c);
+    if (!c->resolve_wait) on_resolved(c, NULL, "the resolution could not start (see the server log)");
+    return;
+  }
   json_t *result = srv_tool_text_result(text, false);
-  json_object_set_new(result, "structuredContent",
-                      json_pack("{s:b, s:[], s:o, s:o, s:o, s:{s:s, s:s}}", "valid", 1, "errors", "warnings", warnings,
-                                "dependencies", deps, "requires_python", rp ? json_string(rp) : json_null(), "python",
-                                "version", c->py->version, "path", c->py->executable));
+  json_object_set_new(result, "structuredContent", sc);
   finish(c, result);
 }
 
 static void on_cancel(void *data) {
   validate_call_t *c = data;
+  if (c->resolve_wait) {
+    env_store_cancel_resolve(srv_server_envs(c->server), c->resolve_wait);
+    c->resolve_wait = NULL;
+    finish(c, json_object());
+    return;
+  }
   if (c->run) {
     sbx_run_cancel(c->run);
     return;
@@ -203,7 +252,7 @@ static void on_python(void *data, py_interp_t *def, const char *def_error) {
   }
 }
 
-static const char *const known_args[] = {"script", "dependencies", "python_version"};
+static const char *const known_args[] = {"script", "dependencies", "python_version", "resolve"};
 
 void srv_tool_validate_script(srv_request_t *r, json_t *args) {
   srv_server_t *s = srv_request_server(r);
@@ -215,7 +264,7 @@ void srv_tool_validate_script(srv_request_t *r, json_t *args) {
     for (size_t i = 0; i < CM_ARRAY_SIZE(known_args); i++) known |= strcmp(key, known_args[i]) == 0;
     if (!known) {
       cleanup_free char *k = cm_log_excerpt(key, strlen(key), 40);
-      srv_request_finish(r, srv_tool_error_result("Unknown argument '%s'. validate_script accepts: script, dependencies, python_version.", k));
+      srv_request_finish(r, srv_tool_error_result("Unknown argument '%s'. validate_script accepts: script, dependencies, python_version, resolve.", k));
       return;
     }
   }
@@ -239,7 +288,13 @@ void srv_tool_validate_script(srv_request_t *r, json_t *args) {
     srv_request_finish(r, srv_tool_error_result("'python_version' must be a version string such as \"3.12\"."));
     return;
   }
+  json_t *resolve = json_object_get(args, "resolve");
+  if (resolve && !json_is_boolean(resolve) && !json_is_null(resolve)) {
+    srv_request_finish(r, srv_tool_error_result("'resolve' must be true or false."));
+    return;
+  }
   validate_call_t *c = xcalloc(1, sizeof *c);
+  c->resolve = json_is_true(resolve);
   c->req = r;
   c->server = s;
   cm_buf_init(&c->out, 65536);
@@ -265,6 +320,10 @@ json_t *srv_tool_validate_script_describe(srv_server_t *s) {
       "Extra requirement strings (PEP 508), merged with the script's PEP 723 dependencies.", "python_version", "type",
       "string", "description", "The Python that would run it (as for execute_python).", "required", "script",
       "additionalProperties", 0);
+  json_object_set_new(json_object_get(input, "properties"), "resolve",
+                      json_pack("{s:s, s:b, s:s}", "type", "boolean", "default", 0, "description",
+                                "Also resolve the dependencies against the package index (a dry run: nothing is "
+                                "installed) and list the exact versions that would be installed."));
   json_t *output = json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s, s, s]}", "type", "object",
                              "properties", "valid", "type", "boolean", "errors", "type", "array", "warnings", "type",
                              "array", "dependencies", "type", "array", "required", "valid", "errors", "warnings");

@@ -311,3 +311,19 @@ def test_warm_cache_in_background(make_server, wheels, tmp_path):
         assert os.listdir(os.path.join(s.state_dir, "work")) == []
     finally:
         httpd.shutdown()
+
+
+def test_validate_resolve_dry_run(dep_server):
+    s = dep_server()
+    res = s.call("validate_script", {"script": "import mps_beta", "dependencies": ["mps-beta"], "resolve": True},
+                 timeout=120)
+    t = text(res)
+    assert t.startswith("VALID") and "resolved (2):" in t and "mps-alpha==2.0" in t and "mps-beta==1.0" in t, t
+    assert res["structuredContent"]["resolved"] == {"mps-alpha": "2.0", "mps-beta": "1.0"}
+    assert envs_of(s) == []  # a dry run installs nothing
+    res = s.call("validate_script", {"script": "pass", "dependencies": ["mps-conflict", "mps-beta"], "resolve": True},
+                 timeout=120)
+    assert text(res).startswith("INVALID: the dependencies cannot be resolved")
+    res = s.call("validate_script", {"script": "pass", "dependencies": ["nope-nothing-here"], "resolve": True},
+                 timeout=120)
+    assert text(res).startswith("INVALID:") and "nope-nothing-here" in text(res)
