@@ -1,11 +1,13 @@
-/* mcp-python-exec-sandbox: parse flags, build the server, serve stdio until EOF or a
- * termination signal, then cancel what runs, kill every child and exit. */
+/* mcp-python-exec-sandbox: parse flags, build the server, serve stdio until EOF (or
+ * Streamable HTTP) until a termination signal, then cancel what runs, kill every child
+ * and exit. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 
+#include "server/serve.h"
 #include "server/srv.h"
 
 typedef struct app {
@@ -13,6 +15,7 @@ typedef struct app {
   srv_server_t *server;
   srv_session_t *session;
   tr_stdio_t *stdio;
+  tr_http_t *http;
   bool shutting_down;
   cm_timer_t *shutdown_timer;
 } app_t;
@@ -50,7 +53,10 @@ static void begin_shutdown(app_t *app, const char *why) {
   if (app->shutting_down) return;
   app->shutting_down = true;
   cm_debug("shutting down: %s", why);
-  tr_stdio_stop_reading(app->stdio);
+  if (app->stdio) tr_stdio_stop_reading(app->stdio);
+  /* Stops accepting, ends every stream and closes every session (which cancels its
+   * requests). */
+  if (app->http) tr_http_shutdown(app->http);
   /* Every running script is killed (SIGTERM, grace, SIGKILL); their results are dropped. */
   srv_server_cancel_all(app->server);
   uint64_t grace = srv_server_config(app->server)->kill_grace_ms;
@@ -100,22 +106,40 @@ int main(int argc, char **argv) {
     cm_error_release(&err);
     return 1;
   }
-  tr_stdio_callbacks_t cbs = {.on_message = on_message, .on_oversize = on_oversize, .on_eof = on_eof};
-  app.stdio = tr_stdio_new(app.loop, STDIN_FILENO, STDOUT_FILENO, cfg.max_message_bytes, &cbs, &app, &err);
-  if (!app.stdio) {
-    fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
-    return 1;
+  if (strcmp(cfg.transport, "http") == 0) {
+    if (srv_serve_http(app.loop, app.server, &cfg, &app.http, &err) < 0) {
+      fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
+      cm_error_release(&err);
+      srv_server_free(app.server);
+      cm_loop_free(app.loop);
+      srv_config_release(&cfg);
+      return 1;
+    }
+    cleanup_free char *url = srv_http_url(&cfg, tr_http_port(app.http));
+    /* Always shown (not a log line): users need it to configure their client. */
+    fprintf(stderr, "%s %s listening on %s (sandbox %s)\n", SRV_NAME, srv_version(), url,
+            cfg.sandbox_backend);
+  } else {
+    tr_stdio_callbacks_t cbs = {.on_message = on_message, .on_oversize = on_oversize, .on_eof = on_eof};
+    app.stdio = tr_stdio_new(app.loop, STDIN_FILENO, STDOUT_FILENO, cfg.max_message_bytes, &cbs, &app, &err);
+    if (!app.stdio) {
+      fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
+      return 1;
+    }
+    app.session = srv_session_new(app.server, tr_stdio_sink(app.stdio));
+    cm_info("%s %s serving on stdio (sandbox %s)", SRV_NAME, srv_version(), cfg.sandbox_backend);
   }
-  app.session = srv_session_new(app.server, tr_stdio_sink(app.stdio));
   cm_watch_t *sw = cm_loop_watch(app.loop, sfd, EPOLLIN, on_signal, &app, &err);
-  (void)sw;
-  cm_info("%s %s serving on stdio (sandbox %s)", SRV_NAME, srv_version(), cfg.sandbox_backend);
 
   if (cm_loop_run(app.loop, &err) < 0) cm_err("event loop: %s", cm_error_message(&err));
   cm_timer_cancel(app.shutdown_timer);
   srv_session_free(app.session);
-  tr_stdio_flush(app.stdio, 2000);
-  tr_stdio_free(app.stdio);
+  if (app.stdio) {
+    tr_stdio_flush(app.stdio, 2000);
+    tr_stdio_free(app.stdio);
+  }
+  /* After the sessions (closed by tr_http_shutdown) and before the server. */
+  tr_http_free(app.http);
   srv_server_free(app.server);
   cm_watch_remove(sw);
   cm_loop_free(app.loop);

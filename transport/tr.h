@@ -68,6 +68,31 @@ void tr_stdio_free(tr_stdio_t *t);
 
 /* ---------------------------------------------------------------- Streamable HTTP */
 
+/* MCP Streamable HTTP (2025-11-25) on opts->path, driven from the loop (libmicrohttpd in
+ * external epoll mode; no threads), plus the 2024-11-05 HTTP+SSE endpoints next to it:
+ * GET <dir>/sse and POST <dir>/messages?sessionId=, where <dir> is path's parent
+ * ("/mcp" -> "/sse" and "/messages"; "/a/mcp" -> "/a/sse" and "/a/messages").
+ *
+ * Checks, in order: Origin (403; absent is fine; allowed if its host is a loopback name or
+ * an allowed host, or it equals an allowed origin), Host (403; only when bound to loopback
+ * or when allowed_hosts is set), bearer token (401 + WWW-Authenticate), method (405 +
+ * Allow), Content-Type (415), body size (413), JSON / JSON-RPC envelope (400 with -32700 /
+ * -32600), Accept (406, lenient, requests only), session (400 without Mcp-Session-Id, 404
+ * for an unknown one), MCP-Protocol-Version (400 unless in protocol_versions; absent is
+ * fine).  Protocol errors are the router's: its answers pass through in 200 bodies.
+ *
+ * Answers: 202 for a body without requests; otherwise the form is chosen lazily: one
+ * application/json body if the first thing sent is the final response, text/event-stream
+ * as soon as a notification comes first.  SSE events carry ids "<stream>-<seq>", unique in
+ * the session; a 2025-11-25 session's streams start with a priming event (id, retry, empty
+ * data).  A lost connection is not a cancellation: events are kept (bounded, droppable
+ * ones dropped first) and GET + Last-Event-ID replays them and re-attaches to the stream.
+ * One standalone GET stream per session (a second one: 409).
+ *
+ * Sessions: a random UUIDv4 issued on a successful initialize; closed by DELETE (200),
+ * after session_idle_ms with no request, open stream or running request, or at shutdown;
+ * later 404.  At max_sessions the least recently used session with nothing open or
+ * running is closed to make room; if there is none, initialize gets 503 + Retry-After. */
 typedef struct tr_http tr_http_t;
 
 typedef struct tr_http_callbacks {
@@ -83,6 +108,7 @@ typedef struct tr_http_callbacks {
   void (*session_close)(void *data, void *session);
 } tr_http_callbacks_t;
 
+/* Everything is copied by tr_http_new (the PEM texts are only used during the call). */
 typedef struct tr_http_options {
   const char *host;            /* address to bind (IPv4 or IPv6 literal, or a name) */
   uint16_t port;               /* 0 = an ephemeral port (tests); see tr_http_port() */
@@ -90,7 +116,8 @@ typedef struct tr_http_options {
   const char *const *allowed_hosts;   /* extra Host names (NULL-terminated, may be NULL) */
   const char *const *allowed_origins; /* extra Origins (NULL-terminated, may be NULL) */
   const char *auth_token_file; /* bearer tokens; NULL = no auth */
-  bool allow_insecure_remote;  /* listen on a non-loopback address without tokens */
+  bool allow_insecure_remote;  /* listen on a non-loopback address without tokens (else
+                                  tr_http_new fails before binding) */
   const char *tls_cert_pem;    /* PEM text (not paths); NULL = plain HTTP */
   const char *tls_key_pem;
   size_t max_body_bytes;
@@ -100,11 +127,16 @@ typedef struct tr_http_options {
   const char *const *protocol_versions; /* supported MCP-Protocol-Version values */
 } tr_http_options_t;
 
+/* Binds, starts serving and returns the transport; NULL with err set on a bad option, an
+ * unreadable or empty token file, a refused address or a failed bind. */
 tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts, const tr_http_callbacks_t *cbs,
                        void *data, cm_error_t *err);
 uint16_t tr_http_port(const tr_http_t *h);
-/* Stops accepting, ends every stream and closes every session (graceful shutdown). */
+/* Stops accepting, ends every stream and closes every session (graceful shutdown);
+ * requests still waiting for the router are answered when it lets go of them.  Idempotent. */
 void tr_http_shutdown(tr_http_t *h);
+/* Shuts down if needed and closes every connection.  Sinks the router still holds stay
+ * valid (sends are dropped) until it lets go of them. */
 void tr_http_free(tr_http_t *h);
 
 #endif

@@ -1,0 +1,296 @@
+/* Glue between the Streamable HTTP transport and the router: options from the flags,
+ * TLS material (given, or self-signed under the state directory), and the session
+ * callbacks. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include <openssl/bn.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include "server/serve.h"
+#include "server/server-internal.h"
+
+#define TLS_MAX_PEM (1u << 20)
+#define TLS_DAYS 3650
+
+/* ---------------------------------------------------------------- session callbacks */
+
+static void *http_session_open(void *data, tr_sink_t *standalone) {
+  return srv_session_new(data, standalone);
+}
+
+static void http_on_message(void *data, void *session, const char *buf, size_t len,
+                            tr_sink_t *reply) {
+  srv_session_handle(session, buf, len, reply);
+}
+
+static const char *http_session_protocol(void *data, void *session) {
+  return srv_session_protocol(session);
+}
+
+static void http_session_close(void *data, void *session) {
+  srv_session_free(session);
+}
+
+/* ---------------------------------------------------------------- TLS */
+
+static void pkey_freep(EVP_PKEY **p) {
+  EVP_PKEY_free(*p);
+}
+static void x509_freep(X509 **p) {
+  X509_free(*p);
+}
+static void bio_freep(BIO **p) {
+  BIO_free(*p);
+}
+#define cleanup_pkey __attribute__((cleanup(pkey_freep)))
+#define cleanup_x509 __attribute__((cleanup(x509_freep)))
+#define cleanup_bio __attribute__((cleanup(bio_freep)))
+
+static char *bio_text(BIO *b) {
+  char *p;
+  long n = BIO_get_mem_data(b, &p);
+  return xstrndup(p, n > 0 ? (size_t)n : 0);
+}
+
+static int add_ext(X509 *x, X509V3_CTX *ctx, int nid, const char *value, cm_error_t *err) {
+  X509_EXTENSION *ext = X509V3_EXT_conf_nid(NULL, ctx, nid, value);
+  if (!ext) return cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate extension %s", value);
+  int ok = X509_add_ext(x, ext, -1);
+  X509_EXTENSION_free(ext);
+  return ok ? 0 : cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate extension %s", value);
+}
+
+/* The subjectAltName list: the loopback names, plus --host when it names one thing. */
+static char *alt_names(const char *host) {
+  cm_buf_t b;
+  cm_buf_init(&b, 0);
+  cm_buf_appends(&b, "DNS:localhost,IP:127.0.0.1,IP:::1");
+  unsigned char addr[16];
+  if (host && *host && strcmp(host, "localhost") != 0 && strcmp(host, "127.0.0.1") != 0 &&
+      strcmp(host, "::1") != 0 && strcmp(host, "0.0.0.0") != 0 && strcmp(host, "::") != 0) {
+    if (inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1) {
+      cm_buf_printf(&b, ",IP:%s", host);
+    } else {
+      bool name_ok = strlen(host) < 254;
+      for (const char *p = host; *p && name_ok; p++)
+        name_ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                  (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
+      if (name_ok) cm_buf_printf(&b, ",DNS:%s", host);
+    }
+  }
+  return cm_buf_steal(&b);
+}
+
+static int make_certificate(const char *host, char **cert_pem, char **key_pem, cm_error_t *err) {
+  cleanup_pkey EVP_PKEY *pkey = EVP_EC_gen("P-256");
+  if (!pkey) return cm_error_set(err, 0, CM_ERR_INTERNAL, "generating an EC P-256 key");
+  cleanup_x509 X509 *x = X509_new();
+  if (!x || !X509_set_version(x, 2))
+    return cm_error_set(err, 0, CM_ERR_INTERNAL, "creating a certificate");
+  unsigned char serial[16];
+  if (RAND_bytes(serial, sizeof serial) != 1)
+    return cm_error_set(err, 0, CM_ERR_INTERNAL, "random serial number");
+  serial[0] &= 0x7f;
+  BIGNUM *bn = BN_bin2bn(serial, sizeof serial, NULL);
+  bool serial_ok = bn && BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x));
+  BN_free(bn);
+  if (!serial_ok) return cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate serial number");
+  X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(x), (long)TLS_DAYS * 86400);
+  X509_set_pubkey(x, pkey);
+  X509_NAME *name = X509_get_subject_name(x);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)SRV_NAME, -1, -1, 0);
+  X509_set_issuer_name(x, name);
+  X509V3_CTX ctx;
+  X509V3_set_ctx(&ctx, x, x, NULL, NULL, 0);
+  cleanup_free char *san = alt_names(host);
+  if (add_ext(x, &ctx, NID_basic_constraints, "critical,CA:TRUE", err) < 0 ||
+      add_ext(x, &ctx, NID_key_usage, "critical,digitalSignature,keyCertSign", err) < 0 ||
+      add_ext(x, &ctx, NID_ext_key_usage, "serverAuth", err) < 0 ||
+      add_ext(x, &ctx, NID_subject_key_identifier, "hash", err) < 0 ||
+      add_ext(x, &ctx, NID_authority_key_identifier, "keyid:always", err) < 0 ||
+      add_ext(x, &ctx, NID_subject_alt_name, san, err) < 0)
+    return -1;
+  if (!X509_sign(x, pkey, EVP_sha256()))
+    return cm_error_set(err, 0, CM_ERR_INTERNAL, "signing the certificate");
+  cleanup_bio BIO *cb = BIO_new(BIO_s_mem());
+  cleanup_bio BIO *kb = BIO_new(BIO_s_mem());
+  if (!cb || !kb || !PEM_write_bio_X509(cb, x) ||
+      !PEM_write_bio_PrivateKey(kb, pkey, NULL, NULL, 0, NULL, NULL))
+    return cm_error_set(err, 0, CM_ERR_INTERNAL, "writing PEM");
+  *cert_pem = bio_text(cb);
+  *key_pem = bio_text(kb);
+  return 0;
+}
+
+/* Parses both PEM texts, checks that they belong together, and fingerprints the cert. */
+static int check_pair(const char *cert_pem, const char *key_pem, char fingerprint[96],
+                      cm_error_t *err) {
+  cleanup_bio BIO *cb = BIO_new_mem_buf(cert_pem, -1);
+  cleanup_bio BIO *kb = BIO_new_mem_buf(key_pem, -1);
+  cleanup_x509 X509 *x = cb ? PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
+  cleanup_pkey EVP_PKEY *pkey = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
+  if (!x || !pkey) return cm_error_set(err, 0, CM_ERR_INVALID, "unreadable PEM");
+  if (X509_check_private_key(x, pkey) != 1)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "the key does not match the certificate");
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (!X509_digest(x, EVP_sha256(), md, &n) || n != 32)
+    return cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate digest");
+  for (unsigned int i = 0; i < n; i++)
+    snprintf(fingerprint + 3 * i, 4, i + 1 < n ? "%02X:" : "%02X", md[i]);
+  return 0;
+}
+
+static int write_private(const char *path, const char *text, mode_t mode, cm_error_t *err) {
+  cleanup_free char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
+  unlink(tmp);
+  if (cm_write_file(tmp, text, strlen(text), mode, err) < 0) return -1;
+  if (rename(tmp, path) < 0) {
+    int e = errno;
+    unlink(tmp);
+    return cm_error_set(err, e, CM_ERR_IO, "rename %s", path);
+  }
+  return 0;
+}
+
+int srv_tls_self_signed(const char *dir, const char *host, char **cert_pem, char **key_pem,
+                        char fingerprint[96], cm_error_t *err) {
+  if (cm_mkdir_p(dir, 0700, err) < 0) return cm_error_wrap(err, "creating %s", dir);
+  cleanup_free char *cert_path = xasprintf("%s/cert.pem", dir);
+  cleanup_free char *key_path = xasprintf("%s/key.pem", dir);
+  cleanup_free char *cert = NULL;
+  cleanup_free char *key = NULL;
+  size_t cl = 0, kl = 0;
+  cm_error_t lerr = CM_ERROR_INIT;
+  if (cm_read_file(cert_path, TLS_MAX_PEM, &cert, &cl, &lerr) == 0 &&
+      cm_read_file(key_path, TLS_MAX_PEM, &key, &kl, &lerr) == 0 &&
+      check_pair(cert, key, fingerprint, &lerr) == 0) {
+    *cert_pem = steal_pointer(&cert);
+    *key_pem = steal_pointer(&key);
+    return 0;
+  }
+  if (lerr.errnum != ENOENT)
+    cm_warn("TLS: %s: %s; making a new certificate", dir, cm_error_message(&lerr));
+  cm_error_release(&lerr);
+  if (key) OPENSSL_cleanse(key, kl);
+  free(steal_pointer(&cert));
+  free(steal_pointer(&key));
+  if (make_certificate(host, &cert, &key, err) < 0)
+    return cm_error_wrap(err, "self-signed certificate");
+  int rc = write_private(key_path, key, 0600, err);
+  if (rc == 0) rc = write_private(cert_path, cert, 0644, err);
+  if (rc == 0) rc = check_pair(cert, key, fingerprint, err);
+  if (rc < 0) {
+    OPENSSL_cleanse(key, strlen(key));
+    return cm_error_wrap(err, "self-signed certificate in %s", dir);
+  }
+  cm_info("TLS: created a self-signed certificate in %s", dir);
+  *cert_pem = steal_pointer(&cert);
+  *key_pem = steal_pointer(&key);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- options */
+
+/* "a, b,c" -> {"a", "b", "c", NULL}; NULL for NULL or nothing. */
+static char **split_list(const char *s) {
+  if (!s) return NULL;
+  size_t n = 0, cap = 4;
+  char **v = xcalloc(cap + 1, sizeof *v);
+  const char *p = s;
+  while (*p) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    const char *a = p;
+    while (len && (*a == ' ' || *a == '\t')) a++, len--;
+    while (len && (a[len - 1] == ' ' || a[len - 1] == '\t')) len--;
+    if (len) {
+      if (n == cap) {
+        cap *= 2;
+        v = xrealloc(v, (cap + 1) * sizeof *v);
+      }
+      v[n++] = xstrndup(a, len);
+      v[n] = NULL;
+    }
+    if (!comma) break;
+    p = comma + 1;
+  }
+  if (n == 0) {
+    free(v);
+    return NULL;
+  }
+  return v;
+}
+
+char *srv_http_url(const srv_config_t *cfg, uint16_t port) {
+  bool tls = cfg->tls_cert || cfg->tls_self_signed;
+  bool v6 = strchr(cfg->host, ':') != NULL;
+  return xasprintf("%s://%s%s%s:%u%s", tls ? "https" : "http", v6 ? "[" : "", cfg->host,
+                   v6 ? "]" : "", (unsigned)port, cfg->path);
+}
+
+static void cleanse_freep(char **p) {
+  if (*p) OPENSSL_cleanse(*p, strlen(*p));
+  free(*p);
+}
+
+int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cfg, tr_http_t **out,
+                   cm_error_t *err) {
+  cleanup_free char *cert = NULL;
+  __attribute__((cleanup(cleanse_freep))) char *key = NULL;
+  if (cfg->tls_cert) {
+    size_t n;
+    if (cm_read_file(cfg->tls_cert, TLS_MAX_PEM, &cert, &n, err) < 0)
+      return cm_error_wrap(err, "reading --tls-cert");
+    if (cm_read_file(cfg->tls_key, TLS_MAX_PEM, &key, &n, err) < 0)
+      return cm_error_wrap(err, "reading --tls-key");
+    char fp[96];
+    if (check_pair(cert, key, fp, err) < 0) return cm_error_wrap(err, "--tls-cert/--tls-key");
+    fprintf(stderr, "%s: TLS certificate SHA-256 fingerprint: %s\n", SRV_NAME, fp);
+  } else if (cfg->tls_self_signed) {
+    cleanup_free char *dir = xasprintf("%s/tls", srv_server_state_dir(server));
+    char fp[96];
+    if (srv_tls_self_signed(dir, cfg->host, &cert, &key, fp, err) < 0) return -1;
+    fprintf(stderr, "%s: TLS certificate SHA-256 fingerprint: %s\n", SRV_NAME, fp);
+  }
+  cleanup_strv char **hosts = split_list(cfg->allowed_hosts);
+  cleanup_strv char **origins = split_list(cfg->allowed_origins);
+  const char *versions[8] = {0};
+  for (size_t i = 0; i < srv_protocol_versions_count && i + 1 < CM_ARRAY_SIZE(versions); i++)
+    versions[i] = srv_protocol_versions[i];
+  tr_http_options_t o = {
+      .host = cfg->host,
+      .port = (uint16_t)cfg->port,
+      .path = cfg->path,
+      .allowed_hosts = (const char *const *)hosts,
+      .allowed_origins = (const char *const *)origins,
+      .auth_token_file = cfg->auth_token_file,
+      .allow_insecure_remote = cfg->allow_insecure_remote,
+      .tls_cert_pem = cert,
+      .tls_key_pem = key,
+      .max_body_bytes = (size_t)cfg->max_message_bytes,
+      .max_sessions = (size_t)cfg->max_sessions,
+      .session_idle_ms = cfg->session_idle_ms,
+      .max_connections = (size_t)cfg->max_connections,
+      .protocol_versions = versions,
+  };
+  static const tr_http_callbacks_t cbs = {
+      .session_open = http_session_open,
+      .on_message = http_on_message,
+      .session_protocol = http_session_protocol,
+      .session_close = http_session_close,
+  };
+  tr_http_t *h = tr_http_new(loop, &o, &cbs, server, err);
+  if (!h) return -1;
+  *out = h;
+  return 0;
+}

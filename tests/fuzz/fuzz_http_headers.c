@@ -1,0 +1,37 @@
+/* Fuzz target: the HTTP transport's header parsers (Accept, Content-Type, Host, Origin,
+ * Last-Event-ID, Authorization, Mcp-Session-Id) and the SSE framer, on the same input. */
+#include <stdint.h>
+
+#include "transport/transport-internal.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  const char *buf = (const char *)data;
+  bool json, sse;
+  tr_http_parse_accept(buf, size, &json, &sse);
+  (void)tr_http_media_type_is(buf, size, "application/json");
+  char name[TR_HTTP_HOST_MAX];
+  if (tr_http_host_name(buf, size, name, sizeof name) == 0) {
+    if (strlen(name) >= sizeof name) __builtin_trap();
+    (void)tr_http_loopback_name(name);
+  }
+  if (tr_http_origin_host(buf, size, name, sizeof name) == 0) (void)tr_http_loopback_name(name);
+  uint64_t stream, seq;
+  (void)tr_http_parse_event_id(buf, size, &stream, &seq);
+  const char *tok;
+  size_t tok_len;
+  if (tr_http_bearer_token(buf, size, &tok, &tok_len) == 0 &&
+      (tok < buf || tok + tok_len > buf + size))
+    __builtin_trap();
+  (void)tr_http_session_id_valid(buf, size);
+  /* Framing: every line of the output starts with a field name or is the final blank. */
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  tr_http_sse_event(&out, "message", true, 1, 2, buf, size);
+  if (out.len < 2 || out.data[out.len - 1] != '\n' || out.data[out.len - 2] != '\n')
+    __builtin_trap();
+  for (size_t i = 0; i + 1 < out.len; i++)
+    if (out.data[i] == '\r') __builtin_trap();
+  cm_buf_release(&out);
+  return 0;
+}

@@ -1,0 +1,285 @@
+/* Unit tests for the HTTP transport's pure parts: Accept / Content-Type / Host / Origin
+ * parsing, event ids, SSE framing, bearer tokens and the JSON-RPC envelope. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+
+#include "transport/transport-internal.h"
+
+static void accept_is(const char *v, bool json, bool sse) {
+  bool j = !json, s = !sse;
+  tr_http_parse_accept(v, strlen(v), &j, &s);
+  if (j != json || s != sse) fail_msg("Accept '%s': json %d sse %d", v, j, s);
+}
+
+static void test_accept(void **state) {
+  accept_is("application/json, text/event-stream", true, true);
+  accept_is("text/event-stream", false, true);
+  accept_is("application/json", true, false);
+  accept_is("*/*", true, true);
+  accept_is("application/*", true, false);
+  accept_is("text/*;q=0.5", false, true);
+  accept_is("TEXT/Event-Stream ; charset=utf-8", false, true);
+  accept_is("text/html", false, false);
+  accept_is("", false, false);
+  accept_is("application/json;q=0, text/event-stream", false, true);
+  accept_is("application/json;q=0.0", false, false);
+  accept_is("application/json; q=0.1", true, false);
+  accept_is(",,, ,application/json,", true, false);
+  accept_is("application/jsonx", false, false);
+}
+
+static void test_media_type(void **state) {
+  const char *yes[] = {"application/json", "Application/JSON", " application/json ; charset=utf-8",
+                       "application/json;"};
+  const char *no[] = {"text/plain", "application/json-seq", "", "application/jso", "json"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(yes); i++)
+    assert_true(tr_http_media_type_is(yes[i], strlen(yes[i]), "application/json"));
+  for (size_t i = 0; i < CM_ARRAY_SIZE(no); i++)
+    assert_false(tr_http_media_type_is(no[i], strlen(no[i]), "application/json"));
+}
+
+static void host_is(const char *v, const char *want) {
+  char out[TR_HTTP_HOST_MAX];
+  int rc = tr_http_host_name(v, strlen(v), out, sizeof out);
+  if (!want) {
+    if (rc == 0) fail_msg("Host '%s' should be refused, got '%s'", v, out);
+    return;
+  }
+  if (rc != 0) fail_msg("Host '%s' refused", v);
+  assert_string_equal(out, want);
+}
+
+static void test_host(void **state) {
+  host_is("localhost", "localhost");
+  host_is("LocalHost:8765", "localhost");
+  host_is("127.0.0.1:80", "127.0.0.1");
+  host_is("[::1]:8765", "::1");
+  host_is("[::1]", "::1");
+  host_is("example.com.", "example.com");
+  host_is("a_b.example", "a_b.example");
+  host_is("", NULL);
+  host_is(":80", NULL);
+  host_is("evil.com:80:90", NULL);
+  host_is("::1", NULL); /* IPv6 must be bracketed */
+  host_is("[::1", NULL);
+  host_is("[::1]x", NULL);
+  host_is("[::1]:", "::1");
+  host_is("exa mple.com", NULL);
+  host_is("example.com:8o", NULL);
+  host_is("example.com:1234567", NULL);
+  host_is("user@host", NULL);
+  char big[400];
+  memset(big, 'a', sizeof big);
+  char out[TR_HTTP_HOST_MAX];
+  assert_int_equal(tr_http_host_name(big, sizeof big, out, sizeof out), -1);
+  assert_int_equal(tr_http_host_name("abc", 3, out, 3), -1);
+  assert_int_equal(tr_http_host_name("abc", 3, out, 4), 0);
+}
+
+static void origin_is(const char *v, const char *want) {
+  char out[TR_HTTP_HOST_MAX];
+  int rc = tr_http_origin_host(v, strlen(v), out, sizeof out);
+  if (!want) {
+    if (rc == 0) fail_msg("Origin '%s' should be refused, got '%s'", v, out);
+    return;
+  }
+  if (rc != 0) fail_msg("Origin '%s' refused", v);
+  assert_string_equal(out, want);
+}
+
+static void test_origin(void **state) {
+  origin_is("http://localhost:6274", "localhost");
+  origin_is("https://App.Example", "app.example");
+  origin_is("http://[::1]:3000", "::1");
+  origin_is("http://127.0.0.1/", "127.0.0.1");
+  origin_is("chrome-extension://abcdef", "abcdef");
+  origin_is("null", NULL);
+  origin_is("http://", NULL);
+  origin_is("localhost:80", NULL);
+  origin_is("http://user@localhost", NULL);
+  origin_is("http://localhost/path", NULL);
+  origin_is("://localhost", NULL);
+}
+
+static void test_loopback(void **state) {
+  assert_true(tr_http_loopback_name("localhost"));
+  assert_true(tr_http_loopback_name("127.0.0.1"));
+  assert_true(tr_http_loopback_name("127.1.2.3"));
+  assert_true(tr_http_loopback_name("::1"));
+  assert_true(tr_http_loopback_name("::ffff:127.0.0.1"));
+  assert_false(tr_http_loopback_name("128.0.0.1"));
+  assert_false(tr_http_loopback_name("localhost.evil.com"));
+  assert_false(tr_http_loopback_name("0.0.0.0"));
+  assert_false(tr_http_loopback_name("::"));
+  assert_false(tr_http_loopback_name("evil.com"));
+}
+
+static void test_event_id(void **state) {
+  uint64_t a, b;
+  assert_int_equal(tr_http_parse_event_id("3-17", 4, &a, &b), 0);
+  assert_int_equal(a, 3);
+  assert_int_equal(b, 17);
+  assert_int_equal(tr_http_parse_event_id(" 12-0 ", 6, &a, &b), 0);
+  assert_int_equal(a, 12);
+  assert_int_equal(b, 0);
+  const char *bad[] = {"",     "-",    "1-",   "-1",   "1--1",
+                       "a-1",  "1-1a", "+1-1", "1 -1", "99999999999999999999-1",
+                       "1-2-3"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++)
+    if (tr_http_parse_event_id(bad[i], strlen(bad[i]), &a, &b) == 0)
+      fail_msg("accepted '%s'", bad[i]);
+  assert_int_equal(tr_http_parse_event_id("1844674407370955161-1", 21, &a, &b), 0);
+}
+
+static void sse_is(const char *event, bool with_id, const char *data, const char *want) {
+  cm_buf_t b;
+  cm_buf_init(&b, 0);
+  tr_http_sse_event(&b, event, with_id, 4, 2, data, strlen(data));
+  assert_string_equal(b.data, want);
+  cm_buf_release(&b);
+}
+
+static void test_sse_framing(void **state) {
+  sse_is("message", true, "{\"a\":1}", "id: 4-2\nevent: message\ndata: {\"a\":1}\n\n");
+  sse_is(NULL, false, "x", "data: x\n\n");
+  sse_is(NULL, false, "", "data: \n\n");
+  sse_is(NULL, false, "a\nb", "data: a\ndata: b\n\n");
+  sse_is(NULL, false, "a\r\nb\rc", "data: a\ndata: b\ndata: c\n\n");
+  sse_is(NULL, false, "a\n", "data: a\ndata: \n\n");
+  sse_is("endpoint", false, "/messages?sessionId=x",
+         "event: endpoint\ndata: /messages?sessionId=x\n\n");
+}
+
+static void test_bearer(void **state) {
+  const char *t;
+  size_t n;
+  assert_int_equal(tr_http_bearer_token("Bearer abc", 10, &t, &n), 0);
+  assert_int_equal(n, 3);
+  assert_memory_equal(t, "abc", 3);
+  assert_int_equal(tr_http_bearer_token("  bearer \t abc.DEF-_~+/=  ", 26, &t, &n), 0);
+  assert_int_equal(n, 13);
+  const char *bad[] = {"",          "Bearer",     "Bearer ",  "Basic abc",
+                       "Bearerabc", "Bearer a b", "Token abc"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++)
+    if (tr_http_bearer_token(bad[i], strlen(bad[i]), &t, &n) == 0)
+      fail_msg("accepted '%s'", bad[i]);
+}
+
+static void test_tokens(void **state) {
+  const char *file =
+      "# comment\n\nalice: tok-a\r\n   tok-b   \n  # indented comment\nbob:tok:with:colons\n";
+  tr_http_token_t *tokens = NULL;
+  size_t n = 0;
+  cm_error_t err = CM_ERROR_INIT;
+  assert_int_equal(tr_http_parse_tokens(file, strlen(file), &tokens, &n, &err), 0);
+  assert_int_equal(n, 3);
+  assert_string_equal(tokens[0].name, "alice");
+  assert_string_equal(tokens[1].name, "line 4");
+  assert_string_equal(tokens[2].name, "bob");
+  assert_ptr_equal(tr_http_token_match(tokens, n, "tok-a", 5), &tokens[0]);
+  assert_ptr_equal(tr_http_token_match(tokens, n, "tok-b", 5), &tokens[1]);
+  assert_ptr_equal(tr_http_token_match(tokens, n, "tok:with:colons", 15), &tokens[2]);
+  assert_null(tr_http_token_match(tokens, n, "tok-c", 5));
+  assert_null(tr_http_token_match(tokens, n, "alice: tok-a", 12));
+  assert_null(tr_http_token_match(tokens, n, "", 0));
+  tr_http_tokens_free(tokens, n);
+
+  const char *bad[] = {"",         "# only a comment\n", "alice:\n", "tok with space\n",
+                       "a: b c\n", "tok\x01\n"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++) {
+    tokens = NULL;
+    if (tr_http_parse_tokens(bad[i], strlen(bad[i]), &tokens, &n, &err) == 0)
+      fail_msg("accepted token file '%s'", bad[i]);
+    assert_null(tokens);
+    cm_error_release(&err);
+  }
+}
+
+static void test_session_id(void **state) {
+  assert_true(tr_http_session_id_valid("abc", 3));
+  assert_true(tr_http_session_id_valid("!~", 2));
+  assert_false(tr_http_session_id_valid("", 0));
+  assert_false(tr_http_session_id_valid("a b", 3));
+  assert_false(tr_http_session_id_valid("a\x7f", 2));
+  char big[129];
+  memset(big, 'a', sizeof big);
+  assert_true(tr_http_session_id_valid(big, 128));
+  assert_false(tr_http_session_id_valid(big, 129));
+}
+
+static tr_http_envelope_t classify(const char *text) {
+  tr_http_envelope_t env;
+  tr_http_classify(text, strlen(text), &env);
+  return env;
+}
+
+static void test_classify(void **state) {
+  tr_http_envelope_t e = classify("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}");
+  assert_int_equal(e.status, TR_HTTP_BODY_OK);
+  assert_int_equal(e.requests, 1);
+  assert_false(e.batch || e.initialize);
+  e = classify("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"initialize\",\"params\":{}}");
+  assert_true(e.initialize);
+  e = classify("{\"jsonrpc\":\"2.0\",\"method\":\"initialize\"}"); /* a notification */
+  assert_false(e.initialize);
+  assert_int_equal(e.notifications, 1);
+  e = classify("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+  assert_int_equal(e.notifications, 1);
+  assert_int_equal(e.requests, 0);
+  e = classify("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}");
+  assert_int_equal(e.responses, 1);
+  e = classify("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":1,\"message\":\"x\"}}");
+  assert_int_equal(e.responses, 1);
+  e = classify(
+      "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"},{\"jsonrpc\":\"2.0\",\"method\":\"b\"},"
+      "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":1},7]");
+  assert_int_equal(e.status, TR_HTTP_BODY_OK);
+  assert_true(e.batch);
+  assert_int_equal(e.requests, 2); /* the 7 is answered by the router */
+  assert_int_equal(e.notifications, 1);
+  assert_int_equal(e.responses, 1);
+
+  const char *parse_errors[] = {"", "{", "{\"a\":1,\"a\":2}", "{} {}", "\xff", "nul"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(parse_errors); i++) {
+    e = classify(parse_errors[i]);
+    if (e.status != TR_HTTP_BODY_PARSE_ERROR) fail_msg("'%s' parsed", parse_errors[i]);
+    assert_non_null(strstr(e.why, "Parse error"));
+  }
+  const char *invalid[] = {"1",
+                           "\"x\"",
+                           "[]",
+                           "{}",
+                           "{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"a\"}",
+                           "{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"a\"}",
+                           "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"a\"}",
+                           "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":7}",
+                           "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\",\"params\":1}",
+                           "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":1,\"error\":{}}",
+                           "{\"jsonrpc\":\"2.0\",\"result\":1}"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(invalid); i++) {
+    e = classify(invalid[i]);
+    if (e.status != TR_HTTP_BODY_INVALID) fail_msg("'%s': status %d", invalid[i], (int)e.status);
+    assert_non_null(strstr(e.why, "Invalid Request"));
+  }
+  /* no terminator is relied on */
+  char buf[] = "{\"jsonrpc\":\"2.0\",\"method\":\"x\"}GARBAGE";
+  tr_http_envelope_t env;
+  tr_http_classify(buf, strlen(buf) - 7, &env);
+  assert_int_equal(env.status, TR_HTTP_BODY_OK);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_accept),      cmocka_unit_test(test_media_type),
+      cmocka_unit_test(test_host),        cmocka_unit_test(test_origin),
+      cmocka_unit_test(test_loopback),    cmocka_unit_test(test_event_id),
+      cmocka_unit_test(test_sse_framing), cmocka_unit_test(test_bearer),
+      cmocka_unit_test(test_tokens),      cmocka_unit_test(test_session_id),
+      cmocka_unit_test(test_classify),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

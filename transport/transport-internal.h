@@ -1,0 +1,89 @@
+/* transport/ internals shared between the HTTP transport, its unit tests and its fuzz
+ * targets: the pure parsers and formatters of the Streamable HTTP transport.  Every
+ * parser takes (buf, len) and never relies on a terminator. */
+#ifndef MPS_TRANSPORT_INTERNAL_H
+#define MPS_TRANSPORT_INTERNAL_H
+
+#include "transport/tr.h"
+
+/* Longest host name we keep (a DNS name is at most 253 characters). */
+#define TR_HTTP_HOST_MAX 256
+
+/* Which of JSON and SSE an Accept header admits.  Lenient, as the MCP notes advise:
+ * application/json, application/ * and * / * admit JSON; text/event-stream, text/ * and
+ * * / * admit SSE; a range with q=0 admits nothing.  The caller treats an absent header
+ * as admitting both. */
+void tr_http_parse_accept(const char *buf, size_t len, bool *json, bool *sse);
+
+/* Is the media type of a Content-Type value `type` (case-insensitive, parameters such as
+ * "; charset=utf-8" ignored)? */
+bool tr_http_media_type_is(const char *buf, size_t len, const char *type);
+
+/* The host name of a Host header value ("name[:port]" or "[v6][:port]"), lower-cased,
+ * without brackets, port or one trailing dot, into out (NUL-terminated).  Returns 0, or
+ * -1 if the value is malformed or longer than out_size - 1. */
+int tr_http_host_name(const char *buf, size_t len, char *out, size_t out_size);
+
+/* The host name of an Origin value ("scheme://host[:port]"), as tr_http_host_name.
+ * "null", user info, paths and empty hosts are refused (-1). */
+int tr_http_origin_host(const char *buf, size_t len, char *out, size_t out_size);
+
+/* localhost, 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104 (a host name as returned above). */
+bool tr_http_loopback_name(const char *name);
+
+/* Event ids are "<stream>-<seq>" (decimal, no sign, no leading garbage).  Returns 0 or -1. */
+int tr_http_parse_event_id(const char *buf, size_t len, uint64_t *stream, uint64_t *seq);
+
+/* Appends one SSE event to out: "id: <stream>-<seq>" when with_id, "event: <event>" when
+ * event is not NULL, one "data: " line per line of data (CR, LF and CRLF all end a line,
+ * so the client's reassembly gives back data with LF line ends), then a blank line. */
+void tr_http_sse_event(cm_buf_t *out, const char *event, bool with_id, uint64_t stream,
+                       uint64_t seq, const char *data, size_t len);
+
+/* The token of an Authorization value "Bearer <token>" (scheme case-insensitive).
+ * Returns 0 with *token pointing into buf, or -1. */
+int tr_http_bearer_token(const char *buf, size_t len, const char **token, size_t *token_len);
+
+/* Bearer tokens, kept only as SHA-256 digests. */
+typedef struct tr_http_token {
+  char *name; /* the "name:" prefix, or "line N" */
+  unsigned char sha256[32];
+} tr_http_token_t;
+
+#define TR_HTTP_MAX_TOKENS 4096
+
+/* Parses a token file: one token per line, an optional "name:" prefix, blank lines and
+ * lines starting with '#' ignored, surrounding blanks trimmed.  A token must be visible
+ * ASCII.  Fails (CM_ERR_INVALID) on a malformed line, on no token at all and on more than
+ * TR_HTTP_MAX_TOKENS. */
+int tr_http_parse_tokens(const char *buf, size_t len, tr_http_token_t **tokens, size_t *count,
+                         cm_error_t *err);
+void tr_http_tokens_free(tr_http_token_t *tokens, size_t count);
+/* The matching token, or NULL.  Compares SHA-256 digests in constant time and always looks
+ * at every token. */
+const tr_http_token_t *tr_http_token_match(const tr_http_token_t *tokens, size_t count,
+                                           const char *token, size_t token_len);
+
+/* A session id as the spec allows it: 1 to 128 visible ASCII characters (0x21-0x7E). */
+bool tr_http_session_id_valid(const char *buf, size_t len);
+
+/* What a POST body holds, as far as the transport must know (200 vs 202, sessions). */
+typedef enum tr_http_body_status {
+  TR_HTTP_BODY_OK = 0,
+  TR_HTTP_BODY_PARSE_ERROR, /* not JSON (-32700) */
+  TR_HTTP_BODY_INVALID,     /* JSON but not a JSON-RPC message or batch (-32600) */
+} tr_http_body_status_t;
+
+typedef struct tr_http_envelope {
+  tr_http_body_status_t status;
+  bool batch;
+  size_t requests, notifications, responses;
+  bool initialize; /* some element is an initialize request */
+  char why[256];   /* the reason when status != OK */
+} tr_http_envelope_t;
+
+/* Classifies a POST body with the router's envelope rules.  A batch's elements are only
+ * counted (the router answers bad elements); a single message must be valid. */
+void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out);
+
+#endif
