@@ -38,10 +38,10 @@ suite() {
     echo "== $name: integration tests (the real binary over stdio, sandbox backend $backend)"
     MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration
   done
-  echo "== $name: MCP conformance suite over Streamable HTTP (skips until HTTP lands)"
-  MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/conformance/run.sh
+  echo "== $name: MCP conformance suite over Streamable HTTP"
+  MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/conformance/run.sh
   echo "== $name: end-to-end tests with real MCP clients (TypeScript SDK, Inspector CLI)"
-  MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/e2e/run.sh
+  MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/e2e/run.sh
 }
 
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
