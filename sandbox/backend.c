@@ -40,6 +40,7 @@ static const sbx_backend_ops_t none_ops = {
     .describe = none_describe,
 };
 
+#if !defined(MPS_HAVE_BWRAP) || !defined(MPS_HAVE_DOCKER)
 /* A backend this binary was built without: it exists, so the server starts and says why
  * it cannot run anything, but it never runs a script. */
 static int missing_probe(sbx_backend_t *b, cm_error_t *err) {
@@ -48,6 +49,7 @@ static int missing_probe(sbx_backend_t *b, cm_error_t *err) {
 static int missing_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch, cm_error_t *err) {
   return missing_probe(b, err);
 }
+#endif
 #ifndef MPS_HAVE_BWRAP
 static const sbx_backend_ops_t missing_bwrap_ops = {.name = "bwrap", .probe = missing_probe, .build = missing_build};
 #endif

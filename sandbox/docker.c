@@ -1,0 +1,768 @@
+/* The docker backend: turns a run spec into a `docker run` command line, and kills the
+ * container by name, because killing the docker client does not stop a container.
+ *
+ * What the script gets (see docker_build for the exact argv):
+ *   - the image's root file system read-only (--read-only), a size-capped tmpfs /tmp and a
+ *     capped /dev/shm, the work directory read-write at /work (the cwd), the spec's mounts at
+ *     their targets (ro or rw) and its read-only binds at their host paths;
+ *   - no capabilities (--cap-drop ALL), no_new_privs, a non-root uid, an init process as pid
+ *     1 that forwards signals and reaps (--init), a private ipc namespace, no network
+ *     (--network none) unless the spec asks for it (then the default bridge);
+ *   - cgroup limits: memory with no swap (--memory = --memory-swap), one CPU, a pid limit;
+ *     rlimits through --ulimit: CPU seconds, file size, open files, no core dumps;
+ *   - exactly spec->envp as its environment (--env each); the docker client itself gets only
+ *     what it needs to reach the engine (DOCKER_HOST and friends, HOME, PATH), never the
+ *     rest of the server's environment;
+ *   - stdin closed (the client's stdin is /dev/null and --interactive=false), no log driver
+ *     (output streams to us through the attached client and is not stored by the engine),
+ *     and the image is never pulled (--pull never; the probe says how to build it).
+ *
+ * The interpreter.  spec->argv[0] is a host path, which means nothing in the image.  The
+ * rule: a command under the work directory or a mount's host path is translated to its
+ * path inside the container; a basename `python`, `python3` or `python3.N` becomes
+ * /usr/local/bin/python3.N when the image declares 3.N in its label
+ * io.github.mcp-python-exec-sandbox.pythons (a space-separated list read by the probe),
+ * else /usr/local/bin/python3; a basename `uv` becomes /usr/local/bin/uv; anything else is
+ * refused.  A read-only bind that holds the host command (the host interpreter's prefix) is
+ * dropped, and so is one under /usr: the image brings its own.
+ *
+ * The identity.  As root, the container runs as 65534:65534 (nobody) and the work directory
+ * (and each writable mount whose owner differs) is handed to that uid first, never following
+ * a symlink.  Not as root, the container runs as the server's own uid:gid (never 0): the
+ * work directory is already the server's, and the files the script leaves there stay
+ * deletable by the server, which a chmod for uid 65534 would not give.  Rootless Docker maps
+ * container uids onto subordinate ids, so there the work directory is not writable: not
+ * supported yet.
+ *
+ * Killing.  The container is named mps-<16 random hex digits>, returned as kill_name.
+ * ops->kill(sig) starts `docker kill --signal <SIG> <name>` (for SIGKILL: `docker rm -f
+ * <name>`, which is SIGKILL plus removal, so the one call covers the end of the grace period
+ * and the clean-up after the client exited in case --rm did not happen) through the spawn
+ * helper and returns at once: the event loop never waits for the engine.  Those helper
+ * processes are reaped later, without blocking, whenever the backend is next used (build,
+ * kill, describe), and waited for (bounded) when it is freed; one that runs past
+ * DOCKER_HELPER_TIMEOUT_MS is killed.  So a helper may stay a zombie until the next run, never
+ * longer.  A second SIGKILL for a name whose `rm -f` is still running is not repeated.
+ *
+ * The probe (once, at start-up, blocking up to twice DOCKER_PROBE_TIMEOUT_MS): `docker
+ * version` must report a server version, and `docker image inspect` must find the image
+ * ($MPS_DOCKER_IMAGE or DOCKER_DEFAULT_IMAGE) locally. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "sandbox/sandbox-internal.h"
+
+#define DOCKER_DEFAULT_IMAGE "mcp-python-exec-sandbox:py3.12"
+#define DOCKER_PYTHONS_LABEL "io.github.mcp-python-exec-sandbox.pythons"
+#define DOCKER_IMAGE_BIN "/usr/local/bin"
+#define DOCKER_WORKDIR "/work"
+#define DOCKER_HOSTNAME "sandbox"
+#define DOCKER_NAME_PREFIX "mps-"
+/* Scripts run as nobody when the server is root. */
+#define DOCKER_SANDBOX_UID 65534u
+#define DOCKER_PROBE_TIMEOUT_MS 5000
+#define DOCKER_PROBE_OUTPUT_MAX 4096
+/* A `docker kill`/`docker rm -f` that has not finished by then is killed. */
+#define DOCKER_HELPER_TIMEOUT_MS 30000
+/* Helpers running at once; beyond that one of them is killed to make room. */
+#define DOCKER_MAX_HELPERS 64
+/* How long freeing the backend waits for helpers still running (shutdown). */
+#define DOCKER_SHUTDOWN_WAIT_MS 5000
+/* Same defaults as the bwrap backend: /tmp is RAM, never unbounded. */
+#define DOCKER_DEFAULT_TMP_BYTES (100ULL << 20)
+#define DOCKER_MAX_SHM_BYTES (64ULL << 20)
+#define DOCKER_CHOWN_MAX_DEPTH 64
+
+typedef struct docker_helper {
+  sbx_child_t child;
+  char *name; /* the container it acts on */
+  int sig;
+  uint64_t deadline_ms;
+} docker_helper_t;
+
+typedef struct docker_priv {
+  char *docker_path;    /* absolute path of the docker client (or stand-in) */
+  char *image;          /* image reference */
+  char *image_id;       /* "sha256:…" from the probe */
+  char **pythons;       /* "3.12", … as the image label declares; may be empty */
+  char *server_version; /* the engine's version */
+  char **cli_envp;      /* the client's own environment */
+  docker_helper_t helpers[DOCKER_MAX_HELPERS];
+  size_t n_helpers;
+} docker_priv_t;
+
+/* ---------------------------------------------------------------- argv builder */
+
+typedef struct docker_argv {
+  char **v;
+  size_t n, cap;
+} docker_argv_t;
+
+static void argv_add1(docker_argv_t *a, const char *s) {
+  if (a->n + 2 > a->cap) {
+    a->cap = a->cap ? a->cap * 2 : 64;
+    a->v = xrealloc(a->v, a->cap * sizeof *a->v);
+  }
+  a->v[a->n++] = xstrdup(s);
+  a->v[a->n] = NULL;
+}
+
+static void argv_add(docker_argv_t *a, ...) __attribute__((sentinel));
+static void argv_add(docker_argv_t *a, ...) {
+  va_list ap;
+  va_start(ap, a);
+  for (const char *s; (s = va_arg(ap, const char *));) argv_add1(a, s);
+  va_end(ap);
+}
+
+static void argv_addf(docker_argv_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void argv_addf(docker_argv_t *a, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cleanup_free char *s = xvasprintf(fmt, ap);
+  va_end(ap);
+  argv_add1(a, s);
+}
+
+static char **argv_steal(docker_argv_t *a) {
+  char **v = a->v ? a->v : xcalloc(1, sizeof(char *));
+  a->v = NULL;
+  a->n = a->cap = 0;
+  return v;
+}
+
+/* ---------------------------------------------------------------- paths */
+
+static docker_priv_t *priv_of(sbx_backend_t *b) {
+  if (!b->priv) b->priv = xcalloc(1, sizeof(docker_priv_t));
+  return b->priv;
+}
+
+static bool path_is_under(const char *path, const char *dir) {
+  size_t n = strlen(dir);
+  if (n == 1 && dir[0] == '/') return path[0] == '/';
+  return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* Absolute, no empty, "." or ".." components, no trailing slash, and no ':' or ',' (which
+ * docker's -v and --tmpfs syntax would split on) or control characters. */
+static bool path_is_clean(const char *p) {
+  if (p[0] != '/') return false;
+  for (const char *c = p; *c; c++)
+    if (*c == ':' || *c == ',' || (unsigned char)*c < 0x20 || *c == 0x7f) return false;
+  if (p[1] == '\0') return true;
+  for (const char *s = p; *s;) {
+    s++; /* past '/' */
+    const char *e = strchrnul(s, '/');
+    size_t n = (size_t)(e - s);
+    if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.')) return false;
+    s = e;
+  }
+  return true;
+}
+
+/* Places inside the container that belong to the image or to the engine: no mount may
+ * land under them. */
+static bool target_is_reserved(const char *p) {
+  static const char *const reserved[] = {"/proc", "/dev", "/sys", "/etc",
+                                         "/run",  "/tmp", "/usr", DOCKER_WORKDIR};
+  if (strcmp(p, "/") == 0) return true;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(reserved); i++)
+    if (path_is_under(p, reserved[i])) return true;
+  return false;
+}
+
+/* A read-only bind keeps its host path: a host directory under /tmp may be bound (docker
+ * mounts it over the tmpfs), but not /tmp itself nor the engine's and image's own places.
+ * Binds under /usr are skipped rather than refused (see docker_build). */
+static bool ro_bind_is_reserved(const char *p) {
+  static const char *const reserved[] = {"/proc", "/dev", "/sys", "/etc", "/run", DOCKER_WORKDIR};
+  if (strcmp(p, "/") == 0 || strcmp(p, "/tmp") == 0) return true;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(reserved); i++)
+    if (path_is_under(p, reserved[i])) return true;
+  return false;
+}
+
+/* ---------------------------------------------------------------- handing directories over */
+
+static int chown_tree_at(int dir_fd, uid_t uid, gid_t gid, int depth) {
+  if (depth > DOCKER_CHOWN_MAX_DEPTH) return -1;
+  int fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return -1;
+  }
+  int rc = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    if (fchownat(dirfd(d), e->d_name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0) rc = -1;
+    if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) continue;
+    /* O_NOFOLLOW: a symlink planted in place of a directory is never entered. */
+    cleanup_close int sub =
+        openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub >= 0 && chown_tree_at(sub, uid, gid, depth + 1) < 0) rc = -1;
+  }
+  closedir(d);
+  return rc;
+}
+
+/* Hands dir and everything in it to uid:gid, never following a symlink.  With only_if_changed,
+ * a directory already owned by uid:gid is left as it is (a cache handed over before). */
+static int hand_over(const char *dir, uid_t uid, gid_t gid, bool only_if_changed, cm_error_t *err) {
+  cleanup_close int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "open %s", dir);
+  struct stat st;
+  if (fstat(fd, &st) < 0) return cm_error_set(err, errno, CM_ERR_IO, "stat %s", dir);
+  if (only_if_changed && st.st_uid == uid && st.st_gid == gid) return 0;
+  if (fchown(fd, uid, gid) < 0 || chown_tree_at(fd, uid, gid, 0) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "handing %s to the container's uid %u", dir,
+                        (unsigned)uid);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the command */
+
+static bool image_has_python(const docker_priv_t *p, const char *version) {
+  for (char **v = p->pythons; v && *v; v++)
+    if (strcmp(*v, version) == 0) return true;
+  return false;
+}
+
+/* spec->argv[0] (a host path) as a path inside the image; see the rule at the top. */
+static int map_command(const docker_priv_t *p, const sbx_spec_t *spec, char **out,
+                       cm_error_t *err) {
+  const char *cmd = spec->argv[0];
+  if (path_is_under(cmd, spec->workdir)) {
+    *out = xasprintf(DOCKER_WORKDIR "%s", cmd + strlen(spec->workdir));
+    return 0;
+  }
+  for (size_t i = 0; i < spec->n_mounts; i++) {
+    const sbx_mount_t *m = &spec->mounts[i];
+    if (path_is_under(cmd, m->host)) {
+      *out = xasprintf("%s%s", m->target, cmd + strlen(m->host));
+      return 0;
+    }
+  }
+  const char *base = strrchr(cmd, '/') + 1;
+  if (strcmp(base, "python") == 0 || strcmp(base, "python3") == 0) {
+    *out = xstrdup(DOCKER_IMAGE_BIN "/python3");
+    return 0;
+  }
+  if (strncmp(base, "python3.", 8) == 0 && base[8] >= '0' && base[8] <= '9') {
+    size_t n = 8 + strspn(base + 8, "0123456789");
+    cleanup_free char *version = xstrndup(base + 6, n - 6); /* "3.12" */
+    if (image_has_python(p, version))
+      *out = xasprintf(DOCKER_IMAGE_BIN "/python%s", version);
+    else
+      *out = xstrdup(DOCKER_IMAGE_BIN "/python3");
+    return 0;
+  }
+  if (strcmp(base, "uv") == 0) {
+    *out = xstrdup(DOCKER_IMAGE_BIN "/uv");
+    return 0;
+  }
+  return cm_error_set(
+      err, 0, CM_ERR_UNSUPPORTED,
+      "the docker backend cannot run the host program %s: the image provides python3 and uv only",
+      cmd);
+}
+
+static int check_spec(const sbx_spec_t *spec, cm_error_t *err) {
+  if (!spec->argv || !spec->argv[0] || spec->argv[0][0] != '/' || !strrchr(spec->argv[0], '/')[1])
+    return cm_error_set(err, 0, CM_ERR_INVALID, "the command must be an absolute path");
+  if (!spec->workdir || !path_is_clean(spec->workdir) || strcmp(spec->workdir, "/") == 0)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "the work directory must be a clean absolute path without ':' or ','");
+  struct stat st;
+  if (lstat(spec->workdir, &st) < 0)
+    return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "work directory %s", spec->workdir);
+  if (!S_ISDIR(st.st_mode))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "work directory %s is not a directory",
+                        spec->workdir);
+  for (char *const *e = spec->envp; e && *e; e++) {
+    /* Without '=', docker would copy the variable from the client's environment. */
+    if (!strchr(*e, '=') || **e == '=')
+      return cm_error_set(err, 0, CM_ERR_INVALID, "environment entry without a name or value");
+  }
+  for (char *const *r = spec->ro_binds; r && *r; r++) {
+    if (!path_is_clean(*r))
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "read-only bind '%s' is not a clean absolute path without ':' or ','",
+                          *r);
+    if (ro_bind_is_reserved(*r))
+      return cm_error_set(err, 0, CM_ERR_INVALID, "read-only bind '%s' would cover the sandbox",
+                          *r);
+  }
+  for (size_t i = 0; i < spec->n_mounts; i++) {
+    const sbx_mount_t *m = &spec->mounts[i];
+    if (!m->host || !path_is_clean(m->host))
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "mount source '%s' is not a clean absolute path without ':' or ','",
+                          m->host ? m->host : "(null)");
+    if (stat(m->host, &st) < 0 || !S_ISDIR(st.st_mode))
+      return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "mount source %s is not a directory",
+                          m->host);
+    if (!m->target || !path_is_clean(m->target) || target_is_reserved(m->target))
+      return cm_error_set(err, 0, CM_ERR_INVALID, "mount target '%s' is not allowed",
+                          m->target ? m->target : "(null)");
+  }
+  return 0;
+}
+
+/* mps-<16 hex digits>: unique per run, and a valid container name. */
+static int new_container_name(char **out, cm_error_t *err) {
+  unsigned char raw[8];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return cm_error_set(err, errno, CM_ERR_INTERNAL, "getrandom");
+    got += (size_t)n;
+  }
+  char hex[2 * sizeof raw + 1];
+  for (size_t i = 0; i < sizeof raw; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+  *out = xasprintf(DOCKER_NAME_PREFIX "%s", hex);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- helpers (kill, rm) */
+
+static void helper_forget(docker_priv_t *p, size_t i) {
+  sbx_child_close(&p->helpers[i].child);
+  free(p->helpers[i].name);
+  p->helpers[i] = p->helpers[--p->n_helpers];
+}
+
+/* Kills a helper and waits for it: after SIGKILL that is immediate. */
+static void helper_kill(docker_priv_t *p, size_t i) {
+  docker_helper_t *h = &p->helpers[i];
+  cm_warn("docker: `%s` for container %s did not finish; killing it",
+          h->sig == SIGKILL ? "docker rm -f" : "docker kill", h->name);
+  sbx_child_kill_tree(&h->child, SIGKILL);
+  siginfo_t si;
+  while (waitid(P_PID, (id_t)h->child.pid, &si, WEXITED) < 0 && errno == EINTR) {
+  }
+  helper_forget(p, i);
+}
+
+/* Reaps finished helpers without blocking; kills the overdue ones. */
+static void helpers_reap(docker_priv_t *p) {
+  uint64_t now = cm_now_ms();
+  for (size_t i = 0; i < p->n_helpers;) {
+    docker_helper_t *h = &p->helpers[i];
+    if (sbx_child_reap(&h->child, NULL, NULL) == 1) {
+      helper_forget(p, i);
+    } else if (now >= h->deadline_ms) {
+      helper_kill(p, i);
+    } else {
+      i++;
+    }
+  }
+}
+
+/* Waits (bounded) for every helper, then kills what is left: for shutdown. */
+static void helpers_drain(docker_priv_t *p, uint64_t wait_ms) {
+  uint64_t deadline = cm_now_ms() + wait_ms;
+  for (;;) {
+    helpers_reap(p);
+    uint64_t now = cm_now_ms();
+    if (p->n_helpers == 0 || now >= deadline) break;
+    struct pollfd pfd[DOCKER_MAX_HELPERS];
+    for (size_t i = 0; i < p->n_helpers; i++)
+      pfd[i] = (struct pollfd){p->helpers[i].child.pidfd, POLLIN, 0};
+    (void)poll(pfd, p->n_helpers, (int)CM_MIN(deadline - now, 100));
+  }
+  while (p->n_helpers > 0) helper_kill(p, p->n_helpers - 1);
+}
+
+/* The name `docker kill --signal` takes, into buf (16 bytes). */
+static char *signal_name(int sig, char buf[16]) {
+  static const struct {
+    int sig;
+    const char *name;
+  } names[] = {{SIGTERM, "TERM"}, {SIGKILL, "KILL"}, {SIGINT, "INT"},   {SIGHUP, "HUP"},
+               {SIGQUIT, "QUIT"}, {SIGUSR1, "USR1"}, {SIGUSR2, "USR2"}, {SIGALRM, "ALRM"}};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(names); i++)
+    if (names[i].sig == sig) {
+      snprintf(buf, 16, "%s", names[i].name);
+      return buf;
+    }
+  snprintf(buf, 16, "%d", sig);
+  return buf;
+}
+
+static void docker_kill(sbx_backend_t *b, const sbx_launch_t *launch, int sig) {
+  docker_priv_t *p = priv_of(b);
+  if (!launch->kill_name || !p->docker_path) return;
+  helpers_reap(p);
+  for (size_t i = 0; i < p->n_helpers; i++)
+    if (p->helpers[i].sig == sig && strcmp(p->helpers[i].name, launch->kill_name) == 0)
+      return;                                                /* still at it */
+  if (p->n_helpers == DOCKER_MAX_HELPERS) helper_kill(p, 0); /* a stuck engine: make room */
+
+  char sigbuf[16];
+  char *rm_argv[] = {p->docker_path, "rm", "-f", launch->kill_name, NULL};
+  char *kill_argv[] = {p->docker_path,    "kill", "--signal", signal_name(sig, sigbuf),
+                       launch->kill_name, NULL};
+  sbx_spawn_opts_t opts = {
+      .argv = sig == SIGKILL ? rm_argv : kill_argv,
+      .envp = p->cli_envp,
+      .capture_output = false,
+  };
+  docker_helper_t *h = &p->helpers[p->n_helpers];
+  cm_error_t err = CM_ERROR_INIT;
+  if (sbx_spawn(&opts, &h->child, &err) < 0) {
+    cm_err("docker: cannot stop container %s: %s", launch->kill_name, cm_error_message(&err));
+    cm_error_release(&err);
+    return;
+  }
+  h->name = xstrdup(launch->kill_name);
+  h->sig = sig;
+  h->deadline_ms = cm_now_ms() + DOCKER_HELPER_TIMEOUT_MS;
+  p->n_helpers++;
+  cm_debug("docker: %s %s (pid %d)", sig == SIGKILL ? "rm -f" : "kill", launch->kill_name,
+           (int)h->child.pid);
+}
+
+/* ---------------------------------------------------------------- build */
+
+static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
+                        cm_error_t *err) {
+  docker_priv_t *p = priv_of(b);
+  if (!p->docker_path || !p->image)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the docker backend was not probed");
+  helpers_reap(p);
+  if (check_spec(spec, err) < 0) return -1;
+  cleanup_free char *command = NULL;
+  if (map_command(p, spec, &command, err) < 0) return -1;
+
+  bool as_root = geteuid() == 0;
+  uid_t uid = as_root ? DOCKER_SANDBOX_UID : getuid();
+  gid_t gid = as_root ? DOCKER_SANDBOX_UID : getgid();
+  if (uid == 0)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "refusing to run a container as uid 0");
+  if (as_root) {
+    if (hand_over(spec->workdir, uid, gid, false, err) < 0) return -1;
+    for (size_t i = 0; i < spec->n_mounts; i++)
+      if (spec->mounts[i].writable && hand_over(spec->mounts[i].host, uid, gid, true, err) < 0)
+        return -1;
+  }
+  cleanup_free char *name = NULL;
+  if (new_container_name(&name, err) < 0) return -1;
+
+  docker_argv_t a = {0};
+  argv_add(&a, p->docker_path, "run", "--rm", "--interactive=false", "--name", name, "--init",
+           "--pull", "never", "--log-driver", "none", "--network",
+           spec->network ? "bridge" : "none", "--hostname", DOCKER_HOSTNAME, "--ipc", "private",
+           "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user",
+           NULL);
+  argv_addf(&a, "%u:%u", (unsigned)uid, (unsigned)gid);
+
+  const sbx_limits_t *l = &spec->limits;
+  if (l->memory_bytes) {
+    argv_add(&a, "--memory", NULL);
+    argv_addf(&a, "%llu", (unsigned long long)l->memory_bytes);
+    argv_add(&a, "--memory-swap", NULL); /* equal to --memory: no swap at all */
+    argv_addf(&a, "%llu", (unsigned long long)l->memory_bytes);
+  }
+  argv_add(&a, "--cpus", "1", NULL);
+  if (l->max_processes) {
+    argv_add(&a, "--pids-limit", NULL);
+    argv_addf(&a, "%llu", (unsigned long long)l->max_processes);
+  }
+  if (l->cpu_seconds) { /* soft: SIGXCPU, hard one second later: SIGKILL (as the spawn helper) */
+    argv_add(&a, "--ulimit", NULL);
+    argv_addf(&a, "cpu=%llu:%llu", (unsigned long long)l->cpu_seconds,
+              (unsigned long long)l->cpu_seconds + 1);
+  }
+  if (l->file_size_bytes) { /* docker hands the number to setrlimit as is: bytes */
+    argv_add(&a, "--ulimit", NULL);
+    argv_addf(&a, "fsize=%llu:%llu", (unsigned long long)l->file_size_bytes,
+              (unsigned long long)l->file_size_bytes);
+  }
+  if (l->open_files) {
+    argv_add(&a, "--ulimit", NULL);
+    argv_addf(&a, "nofile=%llu:%llu", (unsigned long long)l->open_files,
+              (unsigned long long)l->open_files);
+  }
+  argv_add(&a, "--ulimit", "core=0:0", NULL);
+
+  uint64_t tmp_bytes = l->tmp_bytes ? l->tmp_bytes : DOCKER_DEFAULT_TMP_BYTES;
+  argv_add(&a, "--tmpfs", NULL);
+  argv_addf(&a, "/tmp:rw,nosuid,nodev,size=%llu", (unsigned long long)tmp_bytes);
+  argv_add(&a, "--shm-size", NULL);
+  argv_addf(&a, "%llu", (unsigned long long)CM_MIN(tmp_bytes, DOCKER_MAX_SHM_BYTES));
+
+  argv_add(&a, "-v", NULL);
+  argv_addf(&a, "%s:" DOCKER_WORKDIR ":rw", spec->workdir);
+  argv_add(&a, "-w", DOCKER_WORKDIR, NULL);
+  for (size_t i = 0; i < spec->n_mounts; i++) {
+    const sbx_mount_t *m = &spec->mounts[i];
+    argv_add(&a, "-v", NULL);
+    argv_addf(&a, "%s:%s:%s", m->host, m->target, m->writable ? "rw" : "ro");
+  }
+  for (char *const *r = spec->ro_binds; r && *r; r++) {
+    /* The host interpreter's prefix: the image's interpreter replaces it. */
+    if (path_is_under(spec->argv[0], *r) || path_is_under(*r, "/usr")) continue;
+    argv_add(&a, "-v", NULL);
+    argv_addf(&a, "%s:%s:ro", *r, *r);
+  }
+  for (char *const *e = spec->envp; e && *e; e++) argv_add(&a, "--env", *e, NULL);
+  argv_add(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", p->image, command, NULL);
+  for (char *const *s = spec->argv + 1; *s; s++) argv_add1(&a, *s);
+
+  launch->argv = argv_steal(&a);
+  launch->envp = sbx_strv_copy(p->cli_envp);
+  launch->set_rlimits =
+      false; /* rlimits on the Go client would break it; the container has its own */
+  launch->kill_name = steal_pointer(&name);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- probe */
+
+/* The client's environment: only what it needs to find and talk to the engine. */
+static char **cli_env_new(void) {
+  static const char *const keep[] = {
+      "DOCKER_HOST",
+      "DOCKER_CONTEXT",
+      "DOCKER_CONFIG",
+      "DOCKER_CERT_PATH",
+      "DOCKER_TLS_VERIFY",
+      "DOCKER_TLS",
+      "DOCKER_API_VERSION",
+      "HOME",
+      "PATH",
+      "XDG_RUNTIME_DIR",
+  };
+  char **env = xcalloc(CM_ARRAY_SIZE(keep) + 1, sizeof *env);
+  size_t n = 0;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(keep); i++) {
+    const char *v = getenv(keep[i]);
+    if (v) env[n++] = xasprintf("%s=%s", keep[i], v);
+  }
+  return env;
+}
+
+/* Runs argv to completion, bounded by timeout_ms, keeping up to DOCKER_PROBE_OUTPUT_MAX bytes
+ * of each of stdout and stderr. */
+static int run_capture(char *const *argv, char *const *envp, int timeout_ms, int *status,
+                       cm_buf_t *out, cm_buf_t *errout, cm_error_t *err) {
+  sbx_spawn_opts_t opts = {.argv = argv, .envp = envp, .capture_output = true};
+  sbx_child_t child;
+  if (sbx_spawn(&opts, &child, err) < 0) return -1;
+  uint64_t deadline = cm_now_ms() + (uint64_t)timeout_ms;
+  bool timed_out = false;
+  while (child.stdout_fd >= 0 || child.stderr_fd >= 0) {
+    uint64_t now = cm_now_ms();
+    if (now >= deadline) {
+      timed_out = true;
+      break;
+    }
+    struct pollfd pfd[2] = {{child.stdout_fd, POLLIN, 0}, {child.stderr_fd, POLLIN, 0}};
+    if (poll(pfd, 2, (int)(deadline - now)) < 0 && errno != EINTR) {
+      timed_out = true;
+      break;
+    }
+    for (int i = 0; i < 2; i++) {
+      if (pfd[i].fd < 0 || !pfd[i].revents) continue;
+      char buf[1024];
+      ssize_t n = read(pfd[i].fd, buf, sizeof buf);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n > 0) {
+        cm_buf_t *dst = i == 0 ? out : errout;
+        (void)cm_buf_append(dst, buf, CM_MIN((size_t)n, dst->max - CM_MIN(dst->max, dst->len)));
+        continue;
+      }
+      int *fd = i == 0 ? &child.stdout_fd : &child.stderr_fd;
+      close(*fd);
+      *fd = -1;
+    }
+  }
+  if (timed_out) sbx_child_kill_tree(&child, SIGKILL);
+  int st = 0;
+  while (waitpid(child.pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  sbx_child_close(&child);
+  if (timed_out)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "`%s %s` did not finish within %d ms", argv[0],
+                        argv[1], timeout_ms);
+  *status = st;
+  return 0;
+}
+
+/* Trimmed output, or NULL when there is none. */
+static char *trimmed(const cm_buf_t *b) {
+  if (!b->data) return NULL;
+  const char *s = b->data;
+  size_t len = b->len;
+  while (len > 0 && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) s++, len--;
+  while (len > 0 &&
+         (s[len - 1] == ' ' || s[len - 1] == '\n' || s[len - 1] == '\r' || s[len - 1] == '\t'))
+    len--;
+  return len ? cm_log_excerpt(s, len, 400) : NULL;
+}
+
+/* Runs `docker <args…>`; on success *out holds its trimmed stdout (maybe NULL).  On failure
+ * the error quotes its stderr. */
+static int docker_query(docker_priv_t *p, char *const *argv, char **out, cm_error_t *err) {
+  cm_buf_t o, e;
+  cm_buf_init(&o, DOCKER_PROBE_OUTPUT_MAX);
+  cm_buf_init(&e, DOCKER_PROBE_OUTPUT_MAX);
+  int status = 0;
+  int rc = run_capture(argv, p->cli_envp, DOCKER_PROBE_TIMEOUT_MS, &status, &o, &e, err);
+  if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+    cleanup_free char *why = trimmed(&e);
+    if (!why) why = trimmed(&o);
+    rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "`docker %s %s` failed (%s %d): %s", argv[1],
+                      argv[2], WIFEXITED(status) ? "exit" : "signal",
+                      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+                      why ? why : "no output");
+  }
+  if (rc == 0) *out = trimmed(&o);
+  cm_buf_release(&o);
+  cm_buf_release(&e);
+  return rc;
+}
+
+static int find_docker(docker_priv_t *p, cm_error_t *err) {
+  const char *env = getenv("MPS_DOCKER");
+  const char *want = env && *env ? env : "docker";
+  free(p->docker_path);
+  p->docker_path = cm_find_executable(want);
+  if (!p->docker_path)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                        "the docker client (%s) was not found; install Docker or set MPS_DOCKER",
+                        env && *env ? env : "docker in PATH");
+  if (p->docker_path[0] != '/') {
+    char *abs = realpath(p->docker_path, NULL);
+    if (!abs) return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "%s", p->docker_path);
+    free(p->docker_path);
+    p->docker_path = abs;
+  }
+  return 0;
+}
+
+/* An image reference goes on the command line: it must not look like a flag or hold
+ * anything but the characters references are made of. */
+static bool image_ref_ok(const char *s) {
+  if (!*s || *s == '-' || strlen(s) > 512) return false;
+  return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:@") ==
+         strlen(s);
+}
+
+static char **split_words(const char *s) {
+  docker_argv_t a = {0};
+  while (s && *s) {
+    s += strspn(s, " \t,");
+    size_t n = strcspn(s, " \t,");
+    if (n == 0) break;
+    cleanup_free char *w = xstrndup(s, n);
+    argv_add1(&a, w);
+    s += n;
+  }
+  return argv_steal(&a);
+}
+
+static int docker_probe(sbx_backend_t *b, cm_error_t *err) {
+  docker_priv_t *p = priv_of(b);
+  const char *image_env = getenv("MPS_DOCKER_IMAGE");
+  cleanup_free char *image = xstrdup(image_env && *image_env ? image_env : DOCKER_DEFAULT_IMAGE);
+  free(p->image);
+  p->image = NULL;
+  if (!image_ref_ok(image))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "MPS_DOCKER_IMAGE '%s' is not an image reference",
+                        image);
+  if (find_docker(p, err) < 0) return -1;
+  cm_strv_free(p->cli_envp);
+  p->cli_envp = cli_env_new();
+
+  char *version_argv[] = {p->docker_path, "version", "--format", "{{.Server.Version}}", NULL};
+  cleanup_free char *version = NULL;
+  if (docker_query(p, version_argv, &version, err) < 0)
+    return cm_error_wrap(
+        err, "the docker engine is not reachable (is it running, and may this user use it?)");
+  if (!version)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                        "the docker engine is not reachable: `docker version` reports no server");
+
+  char *inspect_argv[] = {p->docker_path,
+                          "image",
+                          "inspect",
+                          "--format",
+                          "{{.Id}} {{index .Config.Labels \"" DOCKER_PYTHONS_LABEL "\"}}",
+                          image,
+                          NULL};
+  cleanup_free char *inspect = NULL;
+  if (docker_query(p, inspect_argv, &inspect, err) < 0) {
+    cm_error_wrap(err,
+                  "image %s is not in the local docker engine (the server never pulls): build it "
+                  "with `docker build -t %s "
+                  "profiles/` or fetch it with `docker pull %s`",
+                  image, image, image);
+    return -1;
+  }
+  free(p->server_version);
+  p->server_version = steal_pointer(&version);
+  free(p->image_id);
+  cm_strv_free(p->pythons);
+  size_t id_len = inspect ? strcspn(inspect, " ") : 0;
+  p->image_id = id_len ? xstrndup(inspect, id_len) : xstrdup("(unknown id)");
+  p->pythons = split_words(inspect && inspect[id_len] ? inspect + id_len + 1 : NULL);
+  if (p->pythons[0] && strcmp(p->pythons[0], "<no") == 0) { /* Go's "<no value>" */
+    cm_strv_free(p->pythons);
+    p->pythons = xcalloc(1, sizeof(char *));
+  }
+  p->image = steal_pointer(&image);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- the rest */
+
+static char *docker_describe(sbx_backend_t *b) {
+  docker_priv_t *p = priv_of(b);
+  helpers_reap(p);
+  if (!p->server_version || !p->image)
+    return xasprintf("docker (%s)", p->docker_path ? p->docker_path : "docker");
+  /* sha256:0123456789ab… is enough to tell images apart. */
+  const char *id = p->image_id;
+  int id_len = strncmp(id, "sha256:", 7) == 0 ? 7 + 12 : (int)strlen(id);
+  return xasprintf(
+      "docker engine %s (%s), image %s (%.*s): read-only root, no capabilities, no-new-privileges, "
+      "uid %u, "
+      "memory/CPU/pids limits, capped /tmp; network off unless requested",
+      p->server_version, p->docker_path, p->image, id_len, id,
+      geteuid() == 0 ? DOCKER_SANDBOX_UID : (unsigned)getuid());
+}
+
+static void docker_free(sbx_backend_t *b) {
+  docker_priv_t *p = b->priv;
+  if (!p) return;
+  helpers_drain(p, DOCKER_SHUTDOWN_WAIT_MS);
+  free(p->docker_path);
+  free(p->image);
+  free(p->image_id);
+  cm_strv_free(p->pythons);
+  free(p->server_version);
+  cm_strv_free(p->cli_envp);
+  free(p);
+  b->priv = NULL;
+}
+
+const sbx_backend_ops_t sbx_docker_ops = {
+    .name = "docker",
+    .maps_paths = true,
+    .probe = docker_probe,
+    .build = docker_build,
+    .kill = docker_kill,
+    .describe = docker_describe,
+    .free = docker_free,
+};

@@ -1,0 +1,236 @@
+"""The real server with `--sandbox-backend docker`, against a stand-in docker client.
+
+No Docker engine runs on our machines: tests/fixtures/docker-standin plays the client (see
+its docstring).  It records every call, so these tests check what the server asks of
+docker end to end: the probe, `docker run` with the isolation flags and exactly the
+script's environment, a run's output and exit code coming back, and the container killed
+and removed by name on timeout and cancellation."""
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import pytest
+
+from conftest import Server, wait_until
+
+STANDIN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "docker-standin")
+SECRET = "hunter2-docker-itest-secret"
+IMAGE = "mcp-python-exec-sandbox:py3.12"
+
+
+class Standin:
+    """A private copy of the stand-in: its directory holds its switches and records."""
+
+    def __init__(self, tmp_path):
+        self.dir = str(tmp_path / "standin")
+        os.makedirs(self.dir)
+        self.path = os.path.join(self.dir, "docker-standin")
+        shutil.copy(STANDIN, self.path)
+        os.chmod(self.path, 0o755)
+
+    def switch(self, name, content=""):
+        with open(os.path.join(self.dir, name), "w") as f:
+            f.write(content)
+
+    def calls(self):
+        try:
+            with open(os.path.join(self.dir, "calls.jsonl")) as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def runs(self):
+        return [c["argv"] for c in self.calls() if c["argv"][:1] == ["run"]]
+
+    def has_call(self, *words):
+        return any(c["argv"][:len(words)] == list(words) for c in self.calls())
+
+    def kill_leftovers(self):
+        cdir = os.path.join(self.dir, "containers")
+        if not os.path.isdir(cdir):
+            return
+        for entry in os.listdir(cdir):
+            if entry.endswith(".pid"):
+                try:
+                    with open(os.path.join(cdir, entry)) as f:
+                        os.kill(int(f.read()), 9)
+                except (OSError, ValueError):
+                    pass
+
+
+@pytest.fixture
+def standin(tmp_path):
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("the stand-in docker client needs /usr/bin/python3")
+    s = Standin(tmp_path)
+    # A state directory every uid can walk to: the stand-in runs the "container" on the
+    # host, where the script's uid must reach the work directory that a real container
+    # would get by a bind mount.
+    s.state_root = tempfile.mkdtemp(prefix="mps-docker-itest-")
+    os.chmod(s.state_root, 0o755)
+    yield s
+    s.kill_leftovers()
+    shutil.rmtree(s.state_root, ignore_errors=True)
+
+
+def start(standin, *args):
+    env = {"MPS_DOCKER": standin.path, "MPS_TEST_DOCKER_SECRET": SECRET,
+           "DOCKER_HOST": "unix:///nonexistent/mps-itest-docker.sock", "MPS_DOCKER_IMAGE": ""}
+    state = tempfile.mkdtemp(prefix="state-", dir=standin.state_root)
+    os.chmod(state, 0o755)
+    s = Server(*args, backend="docker", state_dir=state, env=env)
+    s.initialize()
+    return s
+
+
+def check_environment(s):
+    res = s.call("check_environment")
+    sc = res["structuredContent"]
+    if "built without the docker backend" in sc["sandbox_status"]:
+        s.close()
+        pytest.skip("this binary was built without the docker backend")
+    return res, sc
+
+
+def value_after(argv, flag):
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+def test_check_environment_says_docker(standin):
+    s = start(standin)
+    try:
+        res, sc = check_environment(s)
+        assert sc["sandbox_backend"] == "docker"
+        assert sc["sandbox_available"] is True
+        assert "docker engine 27.5.1-standin" in sc["sandbox_status"]
+        assert IMAGE in sc["sandbox_status"]
+        text = res["content"][0]["text"]
+        assert "Sandbox backend: docker\n" in text
+        assert "Sandbox available: yes" in text
+        assert standin.has_call("version", "--format", "{{.Server.Version}}")
+        assert standin.has_call("image", "inspect")
+        assert not standin.has_call("pull")
+    finally:
+        s.close()
+
+
+def test_missing_image_is_unavailable_and_refuses(standin):
+    standin.switch("image-missing")
+    s = start(standin)
+    try:
+        res, sc = check_environment(s)
+        assert sc["sandbox_available"] is False
+        assert f"docker build -t {IMAGE} profiles/" in sc["sandbox_status"]
+        assert "Sandbox available: no" in res["content"][0]["text"]
+        res = s.execute("print('never')")
+        assert res["isError"] is True
+        assert "not available" in res["content"][0]["text"]
+        assert standin.runs() == []
+    finally:
+        s.close()
+
+
+def test_execute_end_to_end(standin):
+    s = start(standin, "--network", "off")
+    try:
+        check_environment(s)
+        script = ("import os, sys\n"
+                  "print('hello from docker', os.getuid())\n"
+                  "print('ENV', sorted(os.environ))\n"
+                  "print('oops', file=sys.stderr)\n"
+                  "sys.exit(4)\n")
+        res = s.execute(script)
+        sc = res["structuredContent"]
+        assert sc["exit_code"] == 4, res
+        assert sc["sandbox"] == "docker"
+        assert "hello from docker" in sc["stdout"] and "oops" in sc["stderr"]
+        assert SECRET not in sc["stdout"] and "MPS_TEST_DOCKER_SECRET" not in sc["stdout"]
+        if os.geteuid() == 0:
+            assert "hello from docker 65534" in sc["stdout"]
+
+        runs = standin.runs()
+        assert len(runs) == 1
+        argv = runs[0]
+        for flag in ("--rm", "--read-only", "--init", "--interactive=false"):
+            assert flag in argv
+        assert value_after(argv, "--network") == ["none"]
+        assert value_after(argv, "--cap-drop") == ["ALL"]
+        assert value_after(argv, "--security-opt") == ["no-new-privileges"]
+        assert value_after(argv, "--pull") == ["never"]
+        assert value_after(argv, "-w") == ["/work"]
+        assert value_after(argv, "--memory") == value_after(argv, "--memory-swap")
+        assert any(v.startswith("/tmp:rw,nosuid,nodev,size=") for v in value_after(argv, "--tmpfs"))
+        assert any(v.endswith(":/work:rw") for v in value_after(argv, "-v"))
+        user = value_after(argv, "--user")[0]
+        assert not user.startswith("0:")
+        # The container's environment is the server's fixed list, nothing of its own.
+        env = value_after(argv, "--env")
+        assert env and all("=" in e for e in env)
+        assert not any(SECRET in a for a in argv)
+        assert not any(e.startswith(("MPS_", "DOCKER_", "HOME=")) for e in env)
+        image_at = argv.index(IMAGE)
+        assert argv[image_at + 1].startswith("/usr/local/bin/python3")
+        assert argv[image_at + 2:] == ["-s", "script.py"]
+        # The client itself got only what it needs to reach the engine.
+        for call in standin.calls():
+            assert "MPS_TEST_DOCKER_SECRET" not in call["env"]
+            assert "DOCKER_HOST" in call["env"]
+        # Removed by name after the run, in case --rm did not happen.
+        name = value_after(argv, "--name")[0]
+        assert wait_until(lambda: standin.has_call("rm", "-f", name), timeout=10)
+
+        # Network on: the default bridge, and a new name.
+        s2 = start(standin, "--network", "on")
+        try:
+            res = s2.execute("print('net')")
+            assert res["structuredContent"]["exit_code"] == 0, res
+            argv2 = standin.runs()[-1]
+            assert value_after(argv2, "--network") == ["bridge"]
+            assert value_after(argv2, "--name") != [name]
+        finally:
+            s2.close()
+    finally:
+        s.close()
+
+
+def test_timeout_kills_the_container_by_name(standin):
+    s = start(standin)
+    try:
+        check_environment(s)
+        t0 = time.monotonic()
+        res = s.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)", timeout_seconds=1)
+        elapsed = time.monotonic() - t0
+        sc = res["structuredContent"]
+        assert sc["timed_out"] is True, res
+        assert elapsed < 1 + 2 + 5  # timeout + grace + slack; the container never ran 60 s
+        name = value_after(standin.runs()[-1], "--name")[0]
+        assert standin.has_call("kill", "--signal", "TERM", name)
+        assert wait_until(lambda: standin.has_call("rm", "-f", name), timeout=10)
+    finally:
+        s.close()
+
+
+def test_cancellation_kills_the_container_by_name(standin):
+    s = start(standin)
+    try:
+        check_environment(s)
+        marker = "mps-docker-cancel-%d" % os.getpid()
+        s.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+                "params": {"name": "execute_python", "arguments": {
+                    "script": f"import time\nprint('{marker}', flush=True)\ntime.sleep(60)",
+                    "timeout_seconds": 120}, "_meta": {"progressToken": "p1"}}})
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            msg = s.recv(timeout=15)
+            if msg.get("method") == "notifications/progress" and marker in msg["params"].get("message", ""):
+                break
+        name = value_after(standin.runs()[-1], "--name")[0]
+        s.notify("notifications/cancelled", {"requestId": "long", "reason": "user"})
+        assert wait_until(lambda: standin.has_call("kill", "--signal", "TERM", name), timeout=10)
+        assert wait_until(lambda: standin.has_call("rm", "-f", name), timeout=10)
+        assert s.request("ping")["result"] == {}
+        assert all(m.get("id") != "long" for m in s.stray)
+    finally:
+        s.close()
