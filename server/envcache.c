@@ -812,7 +812,7 @@ static void evict(env_store_t *s) {
     total += size;
   }
   closedir(d);
-  qsort(entries, n, sizeof *entries, by_use);
+  if (n) qsort(entries, n, sizeof *entries, by_use);
   for (size_t i = 0; i < n && total > s->cfg->max_cache_bytes; i++) {
     cleanup_free char *lock = xasprintf("%s/%s.lock", s->envs_dir, entries[i].key);
     cleanup_close int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);

@@ -281,10 +281,12 @@ def test_eof_during_run_kills_children(make_server):
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
 
 
-def test_dependencies_refused_clearly(server):
-    res = server.execute("print('hello')", dependencies=["this-package-does-not-exist-xyz123"])
+def test_missing_dependency_fails_clearly(make_server):
+    s = make_server("--offline", env={"PIP_FIND_LINKS": None})
+    s.initialize()
+    res = s.execute("print('hello')", dependencies=["this-package-does-not-exist-xyz123"])
     assert res["isError"] is True
-    assert "dependencies" in text_of(res)
+    assert "this-package-does-not-exist-xyz123" in text_of(res) and "hello" not in text_of(res)
 
 
 def test_check_environment(server):
