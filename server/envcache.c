@@ -479,25 +479,28 @@ static void installer_binds(env_store_t *s, const char *prefix, strv_builder_t *
   if (s->uv) sv_add(binds, s->uv);
 }
 
-static void build_run(env_build_t *b, char **argv) {
-  env_store_t *s = b->store;
+/* Starts one installer run (a build step, a warm-up, a dry-run resolution) in the sandbox:
+ * network per --offline, as the builder identity, with the download cache writable and, for
+ * a build, the staging directory writable at /env. */
+static int start_installer_run(env_store_t *s, const char *prefix, char **argv, const char *workdir,
+                               const char *staging, const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **run,
+                               cm_error_t *err) {
   const srv_config_t *cfg = s->cfg;
-  bool maps = backend_maps(s);
   strv_builder_t env = {0};
   installer_env(s, &env);
   strv_builder_t binds = {0};
-  installer_binds(s, b->py.prefix, &binds);
-  sbx_mount_t mounts[] = {
-      {.host = b->staging, .target = ENV_TARGET, .writable = true},
-      {.host = s->downloads_dir, .target = ENV_CACHE_TARGET, .writable = true},
-  };
+  installer_binds(s, prefix, &binds);
+  sbx_mount_t mounts[2];
+  size_t n_mounts = 0;
+  mounts[n_mounts++] = (sbx_mount_t){.host = s->downloads_dir, .target = ENV_CACHE_TARGET, .writable = true};
+  if (staging) mounts[n_mounts++] = (sbx_mount_t){.host = staging, .target = ENV_TARGET, .writable = true};
   sbx_spec_t spec = {
       .argv = argv,
       .envp = env.v,
-      .workdir = b->workdir,
+      .workdir = workdir,
       .ro_binds = binds.v,
       .mounts = mounts,
-      .n_mounts = maps ? CM_ARRAY_SIZE(mounts) : 0,
+      .n_mounts = backend_maps(s) ? n_mounts : 0,
       .network = !cfg->offline,
       .builder = true,
       .limits =
@@ -511,22 +514,24 @@ static void build_run(env_build_t *b, char **argv) {
               .tmp_bytes = CM_MAX(cfg->tmp_bytes, 1ull << 30),
           },
   };
+  int rc = sbx_run_start(s->loop, s->backend, &spec, cbs, data, run, err);
+  cm_strv_free(env.v);
+  cm_strv_free(binds.v);
+  return rc;
+}
+
+static void build_run(env_build_t *b, char **argv) {
   cm_headtail_release(&b->output);
   cm_headtail_init(&b->output, ENV_STEP_OUTPUT_TAIL / 4, ENV_STEP_OUTPUT_TAIL);
   sbx_run_callbacks_t cbs = {.on_output = on_step_output, .on_exit = on_step_exit};
   cm_error_t err = CM_ERROR_INIT;
-  int rc = sbx_run_start(s->loop, s->backend, &spec, &cbs, b, &b->run, &err);
-  cm_strv_free(env.v);
-  cm_strv_free(binds.v);
-  if (rc < 0) {
+  if (start_installer_run(b->store, b->py.prefix, argv, b->workdir, b->staging, &cbs, b, &b->run, &err) < 0) {
     cleanup_free char *msg = xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
     build_finish(b, NULL, msg);
   }
 }
 
-/* Without path mapping the environment was built at its staging path, which its scripts
- * (console-script shebangs, activate) name: point them at the final path. */
 static void relocate_bin(env_build_t *b) {
   cleanup_free char *bin = xasprintf("%s/bin", b->staging);
   DIR *d = opendir(bin);
@@ -916,26 +921,8 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
     free(w);
     return;
   }
-  bool maps = backend_maps(s);
-  strv_builder_t env = {0};
-  installer_env(s, &env);
-  strv_builder_t binds = {0};
-  installer_binds(s, py->prefix, &binds);
-  sbx_mount_t mounts[] = {{.host = s->downloads_dir, .target = ENV_CACHE_TARGET, .writable = true}};
-  sbx_spec_t spec = {
-      .argv = a.v,
-      .envp = env.v,
-      .workdir = w->workdir,
-      .ro_binds = binds.v,
-      .mounts = mounts,
-      .n_mounts = maps ? 1 : 0,
-      .network = !s->cfg->offline,
-      .builder = true,
-      .limits = {.timeout_ms = s->cfg->build_timeout_ms, .grace_ms = 1000, .memory_bytes = 4ull << 30,
-                 .max_processes = 512, .file_size_bytes = 2ull << 30, .open_files = 4096, .tmp_bytes = 4ull << 30},
-  };
   sbx_run_callbacks_t cbs = {.on_output = warm_output, .on_exit = warm_exit};
-  if (sbx_run_start(s->loop, s->backend, &spec, &cbs, w, &w->run, &err) < 0) {
+  if (start_installer_run(s, py->prefix, a.v, w->workdir, NULL, &cbs, w, &w->run, &err) < 0) {
     cm_info("cache warming could not start: %s", cm_error_message(&err));
     cm_error_release(&err);
     cm_rm_rf(w->workdir, &err);
@@ -948,8 +935,6 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
     cm_info("warming the package cache with %zu packages in the background", n_pkgs);
   }
   cm_strv_free(a.v);
-  cm_strv_free(env.v);
-  cm_strv_free(binds.v);
 }
 
 /* ---------------------------------------------------------------- dry-run resolution */
@@ -1019,7 +1004,7 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
   cm_buf_init(&j->report, 16u << 20);
   cm_headtail_init(&j->errors, 4096, 8192);
   j->workdir = xasprintf("%s/resolve-XXXXXX", s->work_dir);
-  strv_builder_t a = {0}, env = {0}, binds = {0};
+  strv_builder_t a = {0};
   /* pip resolves for the interpreter it runs under: the interpreter of the call. */
   sv_add(&a, py->executable);
   sv_add(&a, "-m");
@@ -1034,29 +1019,11 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
   index_args(s, false, &a);
   sv_add(&a, "--");
   for (size_t i = 0; i < n; i++) sv_add(&a, requirements[i]);
-  installer_env(s, &env);
-  installer_binds(s, py->prefix, &binds);
-  bool maps = backend_maps(s);
-  sbx_mount_t mounts[] = {{.host = s->downloads_dir, .target = ENV_CACHE_TARGET, .writable = true}};
-  sbx_spec_t spec = {
-      .argv = a.v,
-      .envp = env.v,
-      .workdir = j->workdir,
-      .ro_binds = binds.v,
-      .mounts = mounts,
-      .n_mounts = maps ? 1 : 0,
-      .network = !s->cfg->offline,
-      .builder = true,
-      .limits = {.timeout_ms = s->cfg->build_timeout_ms, .grace_ms = 1000, .memory_bytes = 4ull << 30,
-                 .max_processes = 512, .file_size_bytes = 2ull << 30, .open_files = 4096, .tmp_bytes = 1ull << 30},
-  };
   sbx_run_callbacks_t cbs = {.on_output = resolve_output, .on_exit = resolve_exit};
   cm_error_t err = CM_ERROR_INIT;
-  int rc = mkdtemp(j->workdir) ? sbx_run_start(s->loop, s->backend, &spec, &cbs, j, &j->run, &err)
+  int rc = mkdtemp(j->workdir) ? start_installer_run(s, py->prefix, a.v, j->workdir, NULL, &cbs, j, &j->run, &err)
                                : cm_error_set(&err, errno, CM_ERR_IO, "creating a directory");
   cm_strv_free(a.v);
-  cm_strv_free(env.v);
-  cm_strv_free(binds.v);
   if (rc < 0) {
     /* Answer from the loop, never from inside this call. */
     cm_warn("resolution: %s", cm_error_message(&err));
