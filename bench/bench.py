@@ -1,0 +1,1058 @@
+#!/usr/bin/python3
+"""Benchmarks: mcp-python-exec-sandbox against its limits and its peers.
+
+Run through bench/run.sh (which installs wrk and the pinned reference server and builds a
+release binary); or directly:
+
+    /usr/bin/python3 bench/bench.py --binary build-bench/mcp-python-exec-sandbox [--quick]
+                                    [--cases 1,2,5] [--results DIR]
+
+Every comparison is measured side by side: the compared commands run interleaved, in a
+shuffled order in every round, so that noise on this shared 2-core machine hits all of them
+alike.  The table shows medians and ratios of medians; absolute times are only context.
+Stdlib only; loopback only; every case is bounded in count and time.
+"""
+import argparse
+import http.client
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
+import wheelhouse  # noqa: E402
+
+LATEST = "2025-11-25"
+BARE_BWRAP = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent"]
+# What the server gives a script (server/execute.c job_run), for the bare runs.
+SCRIPT_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+              "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+# No pip configuration from the caller's environment leaks into the dependency cases.
+NO_PIP_ENV = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONFIG_FILE")
+PY311 = "/root/.pyenv/versions/3.11.7/bin/python"
+PYDANTIC_SET = ["pydantic", "pydantic_core", "annotated-types", "typing_extensions", "typing-inspection"]
+
+STARTED = []  # every process this harness started: killed by pid at exit
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------ statistics
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def pct(xs, p):
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = (len(s) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summary(xs):
+    return {"n": len(xs), "median": median(xs), "p10": pct(xs, 10), "p90": pct(xs, 90),
+            "min": min(xs) if xs else None, "max": max(xs) if xs else None}
+
+
+# ------------------------------------------------------------------------------ results
+
+class Results:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, case, label, value, unit, baseline=None, baseline_value=None, ratio=None, goal=None,
+            ok=None, note=None, details=None):
+        row = {"case": case, "label": label, "value": value, "unit": unit, "baseline": baseline,
+               "baseline_value": baseline_value, "ratio": ratio, "goal": goal,
+               "status": None if ok is None else ("PASS" if ok else "MISS"), "note": note,
+               "details": details or {}}
+        self.rows.append(row)
+        log(f"  -> {fmt_row_text(row)}")
+        return row
+
+    def unavailable(self, case, label, why, goal=None):
+        row = {"case": case, "label": label, "value": None, "unit": None, "baseline": None,
+               "baseline_value": None, "ratio": None, "goal": goal, "status": "N/A",
+               "note": why, "details": {}}
+        self.rows.append(row)
+        log(f"  -> {label}: {why}")
+
+
+def fmt_val(v, unit):
+    if v is None:
+        return "—"
+    if unit == "ms":
+        return f"{v:.2f} ms" if v < 100 else f"{v:.0f} ms"
+    if unit == "s":
+        return f"{v:.2f} s"
+    if unit == "req/s":
+        return f"{v:,.0f} req/s"
+    if unit == "MiB":
+        return f"{v:.2f} MiB"
+    if unit == "KiB":
+        return f"{v:,.0f} KiB"
+    return f"{v} {unit}"
+
+
+def fmt_ratio(r):
+    return "—" if r is None else f"{r:.3f}×"
+
+
+def fmt_row_text(row):
+    if row["status"] == "N/A":
+        return f"{row['label']}: {row['note']}"
+    s = f"{row['label']}: {fmt_val(row['value'], row['unit'])}"
+    if row["baseline"]:
+        s += f" vs {row['baseline']} {fmt_val(row['baseline_value'], row['unit'])} = {fmt_ratio(row['ratio'])}"
+    if row["goal"]:
+        s += f"  goal {row['goal']}: {row['status']}"
+    if row["note"]:
+        s += f"  ({row['note']})"
+    return s
+
+
+CASE_NAMES = {
+    1: "Trivial call (stdio)",
+    2: "Cached dependencies",
+    3: "Cold environment",
+    4: "Start-up and idle memory",
+    5: "HTTP protocol throughput",
+    6: "100 concurrent executions (HTTP)",
+    7: "Streaming latency (stdio)",
+}
+
+
+def markdown_table(rows):
+    out = ["| # | measurement | ours | baseline | ratio | goal | result |",
+           "| --- | --- | ---: | --- | ---: | --- | --- |"]
+    for r in rows:
+        if r["status"] == "N/A":
+            out.append(f"| {r['case']} | {r['label']} | {r['note']} | | | {r['goal'] or ''} | n/a |")
+            continue
+        base = f"{r['baseline']}: {fmt_val(r['baseline_value'], r['unit'])}" if r["baseline"] else ""
+        label = r["label"] + (f" ({r['note']})" if r["note"] else "")
+        out.append(f"| {r['case']} | {label} | {fmt_val(r['value'], r['unit'])} | {base} | "
+                   f"{fmt_ratio(r['ratio']) if r['ratio'] is not None else ''} | {r['goal'] or ''} | "
+                   f"{'**' + r['status'] + '**' if r['status'] == 'MISS' else (r['status'] or '')} |")
+    return "\n".join(out)
+
+
+def text_table(rows):
+    hdr = ["#", "measurement", "ours", "baseline", "ratio", "goal", "result"]
+    lines = []
+    for r in rows:
+        if r["status"] == "N/A":
+            lines.append([str(r["case"]), r["label"], r["note"], "", "", r["goal"] or "", "n/a"])
+            continue
+        base = f"{r['baseline']}: {fmt_val(r['baseline_value'], r['unit'])}" if r["baseline"] else ""
+        lines.append([str(r["case"]), r["label"], fmt_val(r["value"], r["unit"]), base,
+                      fmt_ratio(r["ratio"]) if r["ratio"] is not None else "", r["goal"] or "", r["status"] or ""])
+    widths = [max(len(hdr[i]), *(len(l[i]) for l in lines)) if lines else len(hdr[i]) for i in range(len(hdr))]
+    fmt = "  ".join("{:<%d}" % w for w in widths)
+    out = [fmt.format(*hdr), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*l) for l in lines]
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------ processes
+
+def kill_started():
+    for p in STARTED:
+        if p.poll() is None:
+            try:
+                p.kill()
+                p.wait(timeout=5)
+            except Exception:
+                pass
+
+
+def popen(argv, **kw):
+    p = subprocess.Popen(argv, **kw)
+    STARTED.append(p)
+    return p
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port, proc, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.02)
+    return False
+
+
+def server_env(extra=None):
+    env = dict(os.environ)
+    env["MCP_PY_SANDBOX_WARM_CACHE"] = "0"
+    for k in NO_PIP_ENV:
+        env.pop(k, None)
+    env.update(extra or {})
+    return env
+
+
+class Spawner:
+    """Bare commands: posix_spawn + waitpid, the least a launcher can add."""
+
+    def __init__(self):
+        self.devnull = os.open(os.devnull, os.O_RDWR)
+        self.actions = [(os.POSIX_SPAWN_DUP2, self.devnull, 0), (os.POSIX_SPAWN_DUP2, self.devnull, 1),
+                        (os.POSIX_SPAWN_DUP2, self.devnull, 2)]
+
+    def run(self, argv, env):
+        t0 = time.monotonic()
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=self.actions)
+        _, status = os.waitpid(pid, 0)
+        dt = time.monotonic() - t0
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"{argv[:3]}... exited with status {status}")
+        return dt
+
+
+class StdioServer:
+    """The binary on stdio, driven synchronously: write a request, read lines until its
+    response (notifications are kept, with their arrival time)."""
+
+    def __init__(self, binary, args, state_dir, env=None):
+        self.stderr = tempfile.TemporaryFile()
+        argv = [binary, "--state-dir", state_dir, "--log-level", "warning", *args]
+        self.proc = popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                          env=server_env(env))
+        self.next_id = 1
+        self.notes = []
+
+    def send(self, obj):
+        self.proc.stdin.write(json.dumps(obj).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def read(self):
+        line = self.proc.stdout.readline()
+        t = time.monotonic()
+        if not line:
+            raise EOFError("server closed stdout: " + self.stderr_text()[-2000:])
+        return json.loads(line), t
+
+    def request(self, method, params=None, on_note=None):
+        rid = self.next_id
+        self.next_id += 1
+        msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        t0 = time.monotonic()
+        self.send(msg)
+        while True:
+            m, t = self.read()
+            if m.get("id") == rid and "method" not in m:
+                return m, t - t0
+            if on_note:
+                on_note(m, t)
+
+    def initialize(self):
+        r, _ = self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                           "clientInfo": {"name": "bench", "version": "0"}})
+        assert "result" in r, r
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return r["result"]
+
+    def execute(self, script, check=True, **args):
+        r, dt = self.request("tools/call", {"name": "execute_python", "arguments": {"script": script, **args}})
+        res = r.get("result")
+        if check:
+            sc = (res or {}).get("structuredContent")
+            if not sc or sc.get("exit_code") != 0 or res.get("isError"):
+                raise RuntimeError("execute_python failed: " + json.dumps(r)[:2000])
+        return res, dt
+
+    def rss_kib(self, field="VmRSS"):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        return None
+
+    def stderr_text(self):
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr.close()
+
+
+# ------------------------------------------------------------------------------ HTTP client
+
+class McpHttp:
+    """One Streamable HTTP session over one keep-alive connection."""
+
+    def __init__(self, port, path="/mcp"):
+        self.port, self.path = port, path
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.sid = None
+        self.version = LATEST
+        self.next_id = 1
+
+    def post(self, obj):
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if self.sid:
+            headers["Mcp-Session-Id"] = self.sid
+            headers["Mcp-Protocol-Version"] = self.version
+        self.conn.request("POST", self.path, body=json.dumps(obj).encode(), headers=headers)
+        resp = self.conn.getresponse()
+        body = resp.read()
+        ctype = resp.getheader("Content-Type") or ""
+        msgs = []
+        if "text/event-stream" in ctype:
+            for block in body.decode().split("\n\n"):
+                data = "\n".join(l[5:].lstrip() for l in block.split("\n") if l.startswith("data:"))
+                if data.strip():
+                    msgs.append(json.loads(data))
+        elif body.strip():
+            m = json.loads(body)
+            msgs.extend(m if isinstance(m, list) else [m])
+        return resp.status, resp, msgs
+
+    def initialize(self):
+        status, resp, msgs = self.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}})
+        if status != 200 or not msgs or "result" not in msgs[-1]:
+            raise RuntimeError(f"initialize: HTTP {status} {msgs}")
+        self.sid = resp.getheader("Mcp-Session-Id")
+        self.version = msgs[-1]["result"].get("protocolVersion", LATEST)
+        status, _, _ = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        if status not in (200, 202):
+            raise RuntimeError(f"notifications/initialized: HTTP {status}")
+
+    def request(self, method, params=None):
+        rid = self.next_id
+        self.next_id += 1
+        msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        status, _, msgs = self.post(msg)
+        answers = [m for m in msgs if isinstance(m, dict) and m.get("id") == rid and "method" not in m]
+        return status, answers
+
+    def close(self):
+        self.conn.close()
+
+
+def curl_initialize(port):
+    """initialize + notifications/initialized with curl, as a client would: the session id."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "bench-wrk", "version": "0"}}})
+    url = f"http://127.0.0.1:{port}/mcp"
+    out = subprocess.run(["curl", "-sS", "-D", "-", "-X", "POST", url, "-H", "Content-Type: application/json",
+                          "-H", "Accept: application/json, text/event-stream", "--data-binary", body],
+                         capture_output=True, text=True, timeout=20)
+    sid = None
+    version = LATEST
+    for line in out.stdout.splitlines():
+        if line.lower().startswith("mcp-session-id:"):
+            sid = line.split(":", 1)[1].strip()
+        if '"protocolVersion"' in line:
+            try:
+                payload = line[5:] if line.startswith("data:") else line
+                version = json.loads(payload)["result"]["protocolVersion"]
+            except Exception:
+                pass
+    if not sid:
+        raise RuntimeError("no Mcp-Session-Id from initialize: " + out.stdout[:500] + out.stderr[:500])
+    subprocess.run(["curl", "-sS", "-o", "/dev/null", "-X", "POST", url, "-H", "Content-Type: application/json",
+                    "-H", "Accept: application/json, text/event-stream", "-H", f"Mcp-Session-Id: {sid}",
+                    "-H", f"Mcp-Protocol-Version: {version}",
+                    "--data-binary", '{"jsonrpc":"2.0","method":"notifications/initialized"}'],
+                   capture_output=True, timeout=20)
+    return sid, version
+
+
+# ------------------------------------------------------------------------------ the harness
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.quick = args.quick
+        self.binary = os.path.abspath(args.binary)
+        self.res = Results()
+        self.rng = random.Random(args.seed)
+        self.tmp = tempfile.mkdtemp(prefix="mps-bench-")
+        os.chmod(self.tmp, 0o755)
+        self.spawner = Spawner()
+        self.bwrap = shutil.which("bwrap")
+        self._wheels = None
+        self._http = None
+        self.default_python = None
+
+    def n(self, full, quick):
+        return quick if self.quick else full
+
+    def state_dir(self, name):
+        d = os.path.join(self.tmp, "state-" + name)
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def python_of(self, res):
+        return res["structuredContent"]["python"]["path"]
+
+    # -------------------------------------------------------------- shared fixtures
+    def wheels(self):
+        """A world-readable wheelhouse: the synthetic set, one more synthetic package, and
+        (when CPython 3.11.7 has it installed) the pydantic set re-packed."""
+        if self._wheels:
+            return self._wheels
+        d = os.path.join(self.tmp, "wheels")
+        os.makedirs(d)
+        os.chmod(d, 0o755)
+        wheelhouse.build_synthetic(d)
+        wheelhouse.make_wheel(d, "mps-delta", "1.0",
+                              files={"mps_delta/__init__.py": "import mps_gamma\nDELTA = 1\n"},
+                              requires=["mps-gamma"])
+        pydantic = False
+        if os.access(PY311, os.X_OK):
+            try:
+                for dist in PYDANTIC_SET:
+                    wheelhouse.repack_installed(d, PY311, dist)
+                pydantic = True
+            except Exception as e:  # noqa: BLE001
+                log(f"  (pydantic set not re-packed: {e})")
+        for f in os.listdir(d):
+            os.chmod(os.path.join(d, f), 0o644)
+        self._wheels = (d, pydantic)
+        return self._wheels
+
+    def http_available(self):
+        """Whether the binary serves Streamable HTTP: it must accept --transport http and
+        listen on the port."""
+        if self._http is not None:
+            return self._http
+        port = free_port()
+        errf = tempfile.TemporaryFile()
+        p = popen([self.binary, "--transport", "http", "--port", str(port), "--sandbox-backend", "none",
+                   "--state-dir", self.state_dir("http-probe"), "--log-level", "warning"],
+                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errf, env=server_env())
+        ok = wait_listening(port, p, timeout=5)
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        errf.seek(0)
+        err = errf.read().decode(errors="replace").strip().splitlines()
+        if ok:
+            self._http = (True, None)
+        elif p.returncode == 2:
+            self._http = (False, "not available yet (the binary rejects --transport http: "
+                                 f"{err[-1] if err else 'exit 2'})")
+        else:
+            self._http = (False, "not available yet (the binary does not listen with --transport http)")
+        return self._http
+
+    def start_http(self, args=(), name="http"):
+        port = free_port()
+        errf = tempfile.TemporaryFile()
+        p = popen([self.binary, "--transport", "http", "--port", str(port), "--state-dir", self.state_dir(name),
+                   "--log-level", "warning", *args],
+                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errf, env=server_env())
+        if not wait_listening(port, p, timeout=15):
+            errf.seek(0)
+            raise RuntimeError("HTTP server did not start: " + errf.read().decode(errors="replace")[-1000:])
+        return p, port
+
+    @staticmethod
+    def stop(p):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    # -------------------------------------------------------------- case 1
+    def case1(self):
+        log("case 1: trivial call vs bare bwrap vs bare python")
+        servers = {
+            "server, bwrap (default)": StdioServer(self.binary, [], self.state_dir("c1-bwrap")),
+            "server, bwrap --network off": StdioServer(self.binary, ["--network", "off"],
+                                                       self.state_dir("c1-bwrap-off")),
+            "server, --sandbox-backend none": StdioServer(self.binary, ["--sandbox-backend", "none"],
+                                                          self.state_dir("c1-none")),
+        }
+        try:
+            for s in servers.values():
+                s.initialize()
+                res, _ = s.execute("pass")  # waits for interpreter discovery
+            py = self.python_of(res)
+            self.default_python = py
+            commands = {name: (lambda s=s: s.execute("pass")[1]) for name, s in servers.items()}
+            commands["bare bwrap"] = lambda: self.spawner.run([self.bwrap, *BARE_BWRAP, py, "-c", "pass"], SCRIPT_ENV)
+            commands["bare python"] = lambda: self.spawner.run([py, "-c", "pass"], SCRIPT_ENV)
+            t = self.interleave(commands, warmup=self.n(5, 3), rounds=self.n(100, 30))
+            bb, bp = median(t["bare bwrap"]), median(t["bare python"])
+            details = {k: summary(v) for k, v in t.items()}
+            details["python"] = py
+            for name in ("server, bwrap (default)", "server, bwrap --network off"):
+                m = median(t[name])
+                self.res.add(1, f"execute_python(\"pass\"), {name[8:]}", m * 1e3, "ms", "bare bwrap", bb * 1e3,
+                             m / bb, "≤ 1.05×", m / bb <= 1.05,
+                             note=f"+{(m - bb) * 1e3:.1f} ms/call; {m / bp:.2f}× bare python",
+                             details={"paired_ratio_median": self.paired(t[name], t["bare bwrap"]), **details})
+            m = median(t["server, --sandbox-backend none"])
+            self.res.add(1, "execute_python(\"pass\"), backend none", m * 1e3, "ms", "bare python", bp * 1e3,
+                         m / bp, "≤ 1.05×", m / bp <= 1.05, note=f"+{(m - bp) * 1e3:.1f} ms/call",
+                         details={"paired_ratio_median": self.paired(t["server, --sandbox-backend none"],
+                                                                     t["bare python"])})
+        finally:
+            for s in servers.values():
+                s.close()
+
+    def interleave(self, commands, warmup, rounds):
+        names = list(commands)
+        for _ in range(warmup):
+            for nm in names:
+                commands[nm]()
+        times = {nm: [] for nm in names}
+        for _ in range(rounds):
+            order = names[:]
+            self.rng.shuffle(order)
+            for nm in order:
+                times[nm].append(commands[nm]())
+        return times
+
+    @staticmethod
+    def paired(a, b):
+        return median([x / y for x, y in zip(a, b)])
+
+    # -------------------------------------------------------------- case 2
+    def case2(self):
+        log("case 2: cached dependencies vs trivial call")
+        wheels, _ = self.wheels()
+        s = StdioServer(self.binary, ["--find-links", wheels, "--offline"], self.state_dir("c2"))
+        deps = ["mps-beta", "mps-gamma", "mps-tool"]
+        try:
+            s.initialize()
+            s.execute("pass")
+            res, cold = s.execute("pass", dependencies=deps)
+            env = res["structuredContent"].get("environment") or {}
+            n_pkgs = len(env.get("packages") or {})
+
+            def cached():
+                r, dt = s.execute("pass", dependencies=deps)
+                if not r["structuredContent"]["environment"]["cached"]:
+                    raise RuntimeError("environment not cached")
+                return dt
+            t = self.interleave({"deps": cached, "trivial": lambda: s.execute("pass")[1]},
+                                warmup=self.n(5, 3), rounds=self.n(60, 20))
+            m, b = median(t["deps"]), median(t["trivial"])
+            self.res.add(2, f"cached environment ({n_pkgs} packages), bwrap", m * 1e3, "ms", "trivial call",
+                         b * 1e3, m / b, "≤ 1.05×", m / b <= 1.05, note=f"+{(m - b) * 1e3:.1f} ms/call",
+                         details={"first_call_build_s": cold, "deps": summary(t["deps"]),
+                                  "trivial": summary(t["trivial"]), "paired_ratio_median": self.paired(t["deps"], t["trivial"]),
+                                  "packages": env.get("packages")})
+        finally:
+            s.close()
+
+    # -------------------------------------------------------------- case 3
+    def case3(self):
+        log("case 3: cold environment vs by hand")
+        wheels, pydantic = self.wheels()
+        synth = ["mps-beta", "mps-tool", "mps-delta"]  # + mps-alpha, mps-gamma: 5 wheels
+        sets = []
+        if not self.quick or not pydantic:
+            sets.append(("5 synthetic wheels", synth, None, "import mps_beta, mps_tool, mps_delta"))
+        if pydantic:
+            sets.append(("5 synthetic + 5 pydantic wheels, CPython 3.11", synth + ["pydantic"], "3.11",
+                         "import mps_beta, mps_tool, mps_delta, pydantic"))
+        for label, reqs, pyver, script in sets:
+            s = StdioServer(self.binary, ["--find-links", wheels, "--offline"], self.state_dir("c3-" + str(len(reqs))))
+            try:
+                s.initialize()
+                extra = {"python_version": pyver} if pyver else {}
+                res, _ = s.execute("pass", **extra)
+                py = self.python_of(res)
+                counter = [0]
+
+                def variant_reqs():
+                    # A different key per sample (same resolution): mps-gamma!=0.0.N.
+                    counter[0] += 1
+                    return reqs + [f"mps-gamma!=0.0.{counter[0]}"]
+
+                def server_cold():
+                    r, dt = s.execute(script, dependencies=variant_reqs(), **extra)
+                    if r["structuredContent"]["environment"]["cached"]:
+                        raise RuntimeError("expected a cold environment")
+                    self._npk = len(r["structuredContent"]["environment"]["packages"])
+                    return dt
+
+                def by_hand(lean):
+                    d = tempfile.mkdtemp(dir=self.tmp, prefix="venv-")
+                    cache = tempfile.mkdtemp(dir=self.tmp, prefix="pipcache-")
+                    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": self.tmp,
+                           "PYTHONDONTWRITEBYTECODE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                           "PIP_NO_INPUT": "1", "PIP_PROGRESS_BAR": "off", "PIP_CACHE_DIR": cache}
+                    r = variant_reqs()
+                    t0 = time.monotonic()
+                    if lean:
+                        self.spawner.run([py, "-m", "venv", "--without-pip", d], env)
+                        self.spawner.run([py, "-m", "pip", "--python", f"{d}/bin/python", "install", "--no-index",
+                                          "--find-links", wheels, "--", *r], env)
+                    else:
+                        self.spawner.run([py, "-m", "venv", d], env)
+                        self.spawner.run([f"{d}/bin/python", "-m", "pip", "install", "--no-index", "--find-links",
+                                          wheels, *r], env)
+                    self.spawner.run([f"{d}/bin/python", "-c", script], env)
+                    dt = time.monotonic() - t0
+                    shutil.rmtree(d, ignore_errors=True)
+                    shutil.rmtree(cache, ignore_errors=True)
+                    return dt
+                t = self.interleave({"server": server_cold, "by hand": lambda: by_hand(False),
+                                     "by hand, lean": lambda: by_hand(True)},
+                                    warmup=self.n(1, 0), rounds=self.n(5, 2))
+                m, b, bl = median(t["server"]), median(t["by hand"]), median(t["by hand, lean"])
+                self.res.add(3, f"first call, {label} ({self._npk} packages)", m, "s",
+                             "venv + pip install", b, m / b, "≤ 1.00×", m <= b,
+                             note=f"{m / bl:.2f}× venv --without-pip + pip --python, unsandboxed ({bl:.2f} s)",
+                             details={k: summary(v) for k, v in t.items()} | {"python": py})
+            finally:
+                s.close()
+
+    # -------------------------------------------------------------- case 4
+    def case4(self):
+        log("case 4: start-up and idle memory")
+        init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}).encode() + b"\n"
+        rest = (b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+                b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}\n')
+        rss = {"bwrap": [], "none": []}
+        anon = {"bwrap": [], "none": []}
+        first_call = {"bwrap": [], "none": []}
+
+        def start(backend):
+            def go():
+                st = self.state_dir("c4-" + backend)
+                t0 = time.monotonic()
+                p = popen([self.binary, "--state-dir", st, "--log-level", "warning", "--sandbox-backend",
+                           "native" if backend == "bwrap" else "none"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=server_env())
+                p.stdin.write(init)
+                p.stdin.flush()
+                line = p.stdout.readline()
+                dt = time.monotonic() - t0
+                assert b'"result"' in line, line
+                p.stdin.write(rest)
+                p.stdin.flush()
+                p.stdout.readline()
+                time.sleep(0.05)
+                with open(f"/proc/{p.pid}/status") as f:
+                    st = {l.split(":")[0]: int(l.split()[1]) for l in f if l.startswith(("VmRSS:", "RssAnon:"))}
+                rss[backend].append(st["VmRSS"])
+                anon[backend].append(st["RssAnon"])
+                p.stdin.write(b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"execute_python",'
+                              b'"arguments":{"script":"pass"}}}\n')
+                p.stdin.flush()
+                p.stdout.readline()
+                first_call[backend].append(time.monotonic() - t0)
+                p.stdin.close()
+                p.wait(timeout=15)
+                return dt
+            return go
+
+        def floor():
+            t0 = time.monotonic()
+            p = popen(["/bin/cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            p.stdin.write(init)
+            p.stdin.flush()
+            p.stdout.readline()
+            dt = time.monotonic() - t0
+            p.stdin.close()
+            p.wait()
+            return dt
+        t = self.interleave({"bwrap": start("bwrap"), "none": start("none"), "floor": floor},
+                            warmup=2, rounds=self.n(30, 10))
+        fl = median(t["floor"])
+        for backend, label in (("bwrap", "bwrap (default)"), ("none", "backend none")):
+            m = median(t[backend])
+            self.res.add(4, f"process start → initialize answered, {label}", m * 1e3, "ms", None, None, None,
+                         "≤ 10 ms", m <= 0.010,
+                         note=f"spawn+pipe floor (cat) {fl * 1e3:.2f} ms; first execute_python answered at "
+                              f"{median(first_call[backend]) * 1e3:.0f} ms",
+                         details={"start": summary(t[backend]), "floor": summary(t["floor"]),
+                                  "first_call": summary(first_call[backend])})
+        for backend, label in (("bwrap", "bwrap (default)"), ("none", "backend none")):
+            m = median(rss[backend]) / 1024
+            self.res.add(4, f"idle RSS after initialize + tools/list, {label}", m, "MiB", None, None, None,
+                         "≤ 5 MiB", m <= 5.0,
+                         note=f"of which anonymous {median(anon[backend]) / 1024:.2f} MiB, the rest shared libraries",
+                         details={"rss_kib": summary(rss[backend]), "rss_anon_kib": summary(anon[backend])})
+
+    # -------------------------------------------------------------- case 5
+    def case5(self):
+        log("case 5: HTTP protocol throughput vs the TypeScript reference server")
+        ok, why = self.http_available()
+        goal = "≥ 3× req/s, lower p99, ≤ 0.25× memory"
+        if not ok:
+            self.res.unavailable(5, "ping and tools/list req/s over Streamable HTTP", why, goal)
+            return
+        wrk = shutil.which("wrk")
+        node = shutil.which("node")
+        ref = os.path.join(HERE, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+        if not wrk or not node or not os.path.exists(ref):
+            self.res.unavailable(5, "ping and tools/list req/s over Streamable HTTP",
+                                 "wrk or the reference server is missing (run bench/run.sh)", goal)
+            return
+        ours, our_port = self.start_http(name="c5")
+        ref_port = free_port()
+        ref_p = popen([node, ref, "streamableHttp"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL, env={**os.environ, "PORT": str(ref_port)})
+        try:
+            if not wait_listening(ref_port, ref_p, timeout=30):
+                raise RuntimeError("the reference server did not start")
+            targets = {"ours": (ours, our_port), "reference": (ref_p, ref_port)}
+            sessions = {k: curl_initialize(port) for k, (_, port) in targets.items()}
+            dur = self.n(6, 3)
+            rounds = self.n(3, 1)
+            conns = 16
+            results = {(k, m): [] for k in targets for m in ("ping", "tools/list")}
+
+            def run_wrk(k, method, seconds):
+                _, port = targets[k]
+                sid, ver = sessions[k]
+                env = {**os.environ, "MCP_METHOD": method, "MCP_SESSION": sid, "MCP_VERSION": ver}
+                out = subprocess.run([wrk, "-t2", f"-c{conns}", f"-d{seconds}s", "--timeout", "10s", "-s",
+                                      os.path.join(HERE, "wrk", "mcp.lua"), f"http://127.0.0.1:{port}/mcp"],
+                                     capture_output=True, text=True, env=env, timeout=seconds + 60)
+                line = next((l for l in out.stdout.splitlines() if l.startswith("WRKJSON ")), None)
+                if not line:
+                    raise RuntimeError("wrk: " + out.stdout[-1000:] + out.stderr[-1000:])
+                d = json.loads(line[8:])
+                d["rps"] = d["requests"] / (d["duration_us"] / 1e6)
+                d["errors"] = d["connect_errors"] + d["read_errors"] + d["write_errors"] + d["status_errors"] + d["timeout_errors"]
+                return d
+            # sanity: both answer both methods with a result
+            for k, (_, port) in targets.items():
+                c = McpHttp(port)
+                c.sid, c.version = sessions[k]
+                for m in ("ping", "tools/list"):
+                    st, ans = c.request(m, {})
+                    if st != 200 or not ans or "result" not in ans[0]:
+                        raise RuntimeError(f"{k} {m}: HTTP {st} {ans}")
+                c.close()
+            for k in targets:  # warm-up (the reference's JIT)
+                for m in ("ping", "tools/list"):
+                    run_wrk(k, m, 2)
+            for _ in range(rounds):
+                for m in ("ping", "tools/list"):
+                    order = list(targets)
+                    self.rng.shuffle(order)
+                    for k in order:
+                        results[(k, m)].append(run_wrk(k, m, dur))
+            mem = {}
+            for k, (p, _) in targets.items():
+                with open(f"/proc/{p.pid}/status") as f:
+                    st = {l.split(":")[0]: int(l.split()[1]) for l in f if l.startswith(("VmRSS:", "VmHWM:"))}
+                mem[k] = st
+            for m in ("ping", "tools/list"):
+                o, r = results[("ours", m)], results[("reference", m)]
+                o_rps, r_rps = median([x["rps"] for x in o]), median([x["rps"] for x in r])
+                o_p99, r_p99 = median([x["p99_us"] for x in o]) / 1e3, median([x["p99_us"] for x in r]) / 1e3
+                errs = sum(x["errors"] for x in o)
+                ok = o_rps >= 3 * r_rps and o_p99 < r_p99 and errs == 0
+                self.res.add(5, f"{m} over HTTP, wrk -t2 -c{conns}", o_rps, "req/s", "TS reference server",
+                             r_rps, o_rps / r_rps, "≥ 3×, lower p99", ok,
+                             note=f"p99 {o_p99:.2f} ms vs {r_p99:.2f} ms; errors {errs} vs {sum(x['errors'] for x in r)}",
+                             details={"ours": o, "reference": r})
+            o_mem, r_mem = mem["ours"]["VmHWM"] / 1024, mem["reference"]["VmHWM"] / 1024
+            self.res.add(5, "peak RSS after the HTTP load", o_mem, "MiB", "TS reference server", r_mem,
+                         o_mem / r_mem, "≤ 0.25×", o_mem / r_mem <= 0.25,
+                         note=f"RSS now {mem['ours']['VmRSS'] / 1024:.1f} vs {mem['reference']['VmRSS'] / 1024:.1f} MiB",
+                         details=mem)
+        finally:
+            self.stop(ours)
+            self.stop(ref_p)
+
+    # -------------------------------------------------------------- case 6
+    def case6(self):
+        log("case 6: 100 concurrent execute_python calls over HTTP")
+        ok, why = self.http_available()
+        goal = "≥ 0.8× of the ideal"
+        if not ok:
+            self.res.unavailable(6, "100 concurrent execute_python over HTTP, 50 sessions", why, goal)
+            return
+        n_calls, n_sessions = 100, 50
+        variants = {"default": (), "--network off": ("--network", "off")}
+        servers = {k: self.start_http(a, name="c6-" + k.strip("-").replace(" ", "-")) for k, a in variants.items()}
+        py = self.default_python
+        try:
+            if not py:
+                c = McpHttp(servers["default"][1])
+                c.initialize()
+                _, ans = c.request("tools/call", {"name": "execute_python", "arguments": {"script": "pass"}})
+                py = ans[0]["result"]["structuredContent"]["python"]["path"]
+                c.close()
+
+            def ours(k):
+                port = servers[k][1]
+                clients = []
+                for i in range(n_sessions):
+                    c = McpHttp(port)
+                    c.initialize()
+                    clients.append(c)
+                # one connection per call: two per session
+                calls = []
+                for i in range(n_calls):
+                    c = McpHttp(port)
+                    c.sid, c.version = clients[i % n_sessions].sid, clients[i % n_sessions].version
+                    c.next_id = 100 + i
+                    calls.append(c)
+                barrier = threading.Barrier(n_calls + 1)
+                answers = [None] * n_calls
+                done_at = [0.0] * n_calls
+
+                def worker(i):
+                    barrier.wait()
+                    try:
+                        st, ans = calls[i].request("tools/call", {"name": "execute_python",
+                                                                  "arguments": {"script": "pass"}})
+                        answers[i] = (st, ans)
+                    except Exception as e:  # noqa: BLE001
+                        answers[i] = (None, repr(e))
+                    done_at[i] = time.monotonic()
+                ths = [threading.Thread(target=worker, args=(i,)) for i in range(n_calls)]
+                for th in ths:
+                    th.start()
+                barrier.wait()
+                t0 = time.monotonic()
+                for th in ths:
+                    th.join(timeout=300)
+                total = max(done_at) - t0
+                bad = 0
+                for st, ans in answers:
+                    if st != 200 or not isinstance(ans, list) or len(ans) != 1 or \
+                            ans[0].get("result", {}).get("structuredContent", {}).get("exit_code") != 0:
+                        bad += 1
+                for c in clients + calls:
+                    c.close()
+                self._bad[k] += bad
+                return total
+
+            def ideal():
+                jobs = list(range(n_calls))
+                lock = threading.Lock()
+
+                def w():
+                    while True:
+                        with lock:
+                            if not jobs:
+                                return
+                            jobs.pop()
+                        self.spawner.run([self.bwrap, *BARE_BWRAP, py, "-c", "pass"], SCRIPT_ENV)
+                t0 = time.monotonic()
+                ws = [threading.Thread(target=w) for _ in range(2)]
+                for x in ws:
+                    x.start()
+                for x in ws:
+                    x.join()
+                return time.monotonic() - t0
+            self._bad = {k: 0 for k in variants}
+            cmds = {k: (lambda k=k: ours(k)) for k in variants}
+            cmds["ideal"] = ideal
+            t = self.interleave(cmds, warmup=self.n(1, 0), rounds=self.n(5, 2))
+            bi = median(t["ideal"])
+            for k in variants:
+                m = median(t[k])
+                label = "100 concurrent execute_python over HTTP, 50 sessions" + ("" if k == "default" else ", " + k)
+                self.res.add(6, label, m, "s", "100 bare bwrap runs, 2 at a time", bi, bi / m,
+                             "≥ 0.8× of the ideal", bi / m >= 0.8 and self._bad[k] == 0,
+                             note=f"ratio = ideal/ours; every call answered exactly once: "
+                                  f"{'yes' if self._bad[k] == 0 else 'NO (' + str(self._bad[k]) + ' bad)'}",
+                             details={"ours": summary(t[k]), "ideal": summary(t["ideal"])})
+        finally:
+            for p, _ in servers.values():
+                self.stop(p)
+
+    # -------------------------------------------------------------- case 7
+    def case7(self):
+        log("case 7: streaming latency (flushed print -> progress notification)")
+        n_prints = self.n(40, 25)
+        script = ("import time\n"
+                  f"for i in range({n_prints}):\n"
+                  "    print('T %.6f' % time.monotonic(), flush=True)\n"
+                  "    time.sleep(0.06)\n")
+        for backend, args in (("bwrap (default)", []), ("backend none", ["--sandbox-backend", "none"])):
+            s = StdioServer(self.binary, args, self.state_dir("c7-" + backend.split()[0]))
+            lat = []
+            try:
+                s.initialize()
+                s.execute("pass")
+                for _ in range(self.n(2, 1)):
+                    def on_note(m, t):
+                        if m.get("method") != "notifications/progress":
+                            return
+                        for line in (m["params"].get("message") or "").splitlines():
+                            if line.startswith("T "):
+                                lat.append(t - float(line[2:]))
+                    rid = s.next_id
+                    s.next_id += 1
+                    s.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                            "params": {"name": "execute_python", "arguments": {"script": script},
+                                       "_meta": {"progressToken": "bench"}}})
+                    while True:
+                        m, t = s.read()
+                        if m.get("id") == rid and "method" not in m:
+                            break
+                        on_note(m, t)
+            finally:
+                s.close()
+            if not lat:
+                self.res.unavailable(7, f"print → progress notification, {backend}", "no progress notifications seen",
+                                     "≤ 5 ms median")
+                continue
+            m = median(lat) * 1e3
+            self.res.add(7, f"print → progress notification, {backend}", m, "ms", None, None, None, "≤ 5 ms median",
+                         m <= 5.0, note=f"p90 {pct(lat, 90) * 1e3:.2f} ms, max {max(lat) * 1e3:.2f} ms, {len(lat)} prints",
+                         details=summary(lat))
+
+    # -------------------------------------------------------------- driver
+    def machine(self):
+        cpu = "unknown"
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+        except (OSError, StopIteration):
+            pass
+        mem = None
+        with open("/proc/meminfo") as f:
+            for l in f:
+                if l.startswith("MemTotal:"):
+                    mem = round(int(l.split()[1]) / 1024 / 1024, 1)
+        load = os.getloadavg()
+        return {"nproc": os.cpu_count(), "kernel": platform.release(), "cpu_model": cpu, "mem_gib": mem,
+                "loadavg_at_start": [round(x, 2) for x in load]}
+
+    def git(self):
+        def run(*a):
+            try:
+                return subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True, timeout=10).stdout.strip()
+            except Exception:
+                return ""
+        return {"commit": run("rev-parse", "HEAD") or None,
+                "dirty": bool(run("status", "--porcelain", "--untracked-files=no"))}
+
+    def versions(self):
+        def out(argv):
+            try:
+                r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+                return (r.stdout or r.stderr).strip().splitlines()[0]
+            except Exception:
+                return None
+        return {"server": out([self.binary, "--version"]), "bwrap": out([self.bwrap, "--version"]) if self.bwrap else None,
+                "wrk": out(["wrk", "--version"]), "node": out(["node", "--version"]),
+                "reference_server": self.ref_version()}
+
+    def ref_version(self):
+        try:
+            with open(os.path.join(HERE, "node_modules", "@modelcontextprotocol", "server-everything", "package.json")) as f:
+                return "@modelcontextprotocol/server-everything " + json.load(f)["version"]
+        except OSError:
+            return None
+
+    def run(self, cases):
+        started = time.time()
+        meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "mode": "quick" if self.quick else "full",
+                "machine": self.machine(), "git": self.git(), "versions": self.versions(),
+                "binary": self.binary}
+        for c in cases:
+            t0 = time.monotonic()
+            try:
+                getattr(self, f"case{c}")()
+            except Exception as e:  # noqa: BLE001
+                import traceback
+                traceback.print_exc()
+                self.res.unavailable(c, CASE_NAMES[c], f"failed: {str(e)[:300]}")
+            log(f"  (case {c} took {time.monotonic() - t0:.0f} s)")
+        meta["duration_s"] = round(time.time() - started, 1)
+        meta["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        meta["rows"] = self.res.rows
+        return meta
+
+
+def write_outputs(meta, outdir):
+    os.makedirs(outdir, exist_ok=True)
+    with open(os.path.join(outdir, "latest.json"), "w") as f:
+        json.dump(meta, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    m = meta["machine"]
+    g = meta["git"]
+    head = (f"Measured {meta['date']} ({meta['mode']} run, {meta['duration_s']:.0f} s) on {m['nproc']} cores, "
+            f"{m['cpu_model']}, kernel {m['kernel']}, at commit {(g['commit'] or 'unknown')[:12]}"
+            f"{' + local changes' if g['dirty'] else ''}; load average {m['loadavg_at_start'][0]:.1f} at the start, "
+            f"{m.get('loadavg_at_end', [0])[0]:.1f} at the end; bubblewrap {(meta['versions'].get('bwrap') or '?').split()[-1]}. "
+            "Medians of interleaved runs; ratios are ours ÷ baseline (case 6: ideal ÷ ours).")
+    with open(os.path.join(outdir, "latest.md"), "w") as f:
+        f.write(head + "\n\n" + markdown_table(meta["rows"]) + "\n")
+    return head
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build-bench", "mcp-python-exec-sandbox"))
+    ap.add_argument("--quick", action="store_true", help="fewer samples: under 2 minutes")
+    ap.add_argument("--cases", default="1,2,3,4,5,6,7", help="comma-separated case numbers")
+    ap.add_argument("--results", default=os.path.join(HERE, "results"), help="where latest.json/md go")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    cases = [int(c) for c in args.cases.split(",") if c.strip()]
+    if not os.access(args.binary, os.X_OK):
+        sys.exit(f"bench: no binary at {args.binary} (run bench/run.sh, or pass --binary)")
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+    b = Bench(args)
+    try:
+        meta = b.run(cases)
+    finally:
+        kill_started()
+        shutil.rmtree(b.tmp, ignore_errors=True)
+    head = write_outputs(meta, args.results)
+    print()
+    print(head)
+    print()
+    print(text_table(meta["rows"]))
+    print()
+    print(f"Written: {os.path.relpath(os.path.join(args.results, 'latest.json'))}, "
+          f"{os.path.relpath(os.path.join(args.results, 'latest.md'))}")
+
+
+if __name__ == "__main__":
+    main()
