@@ -55,6 +55,7 @@ struct py_registry {
   py_interp_t *def;
   char *def_error;
   bool ready, flush_scheduled;
+  bool cache_dirty; /* something was probed, or the cache lists other files: rewrite it */
   py_waiter_t *waiters;
 };
 
@@ -246,11 +247,13 @@ static void load_cache(py_registry_t *r) {
   cleanup_free char *text = NULL;
   size_t len;
   cm_error_t err = CM_ERROR_INIT;
+  r->cache_dirty = true;
   if (cm_read_file(r->cache_path, PY_CACHE_MAX_BYTES, &text, &len, &err) < 0) {
     cm_error_release(&err);
     return;
   }
   json_t *root = json_loadb(text, len, 0, NULL);
+  r->cache_dirty = json_object_size(json_object_get(root, "interpreters")) != r->n_cands;
   for (size_t i = 0; i < r->n_cands; i++) {
     py_candidate_t *c = r->cands[i];
     json_t *e = json_object_get(json_object_get(root, "interpreters"), c->real);
@@ -363,7 +366,7 @@ static void finish_discovery(py_registry_t *r) {
   } else {
     cm_err("%s", r->def_error);
   }
-  save_cache(r);
+  if (r->cache_dirty) save_cache(r);
   r->ready = true;
   flush_waiters(r);
 }
@@ -398,6 +401,7 @@ static void probe_next(py_registry_t *r) {
   while (r->next_probe < r->n_cands && r->probes_running < PY_PROBES_AT_ONCE) {
     py_candidate_t *c = r->cands[r->next_probe++];
     if (c->info.ok || c->info.error) continue; /* from the cache */
+    r->cache_dirty = true;
     char *argv[] = {c->real, "-I", "-c", py_probe_code, NULL};
     sbx_spec_t spec = {
         .argv = argv,
