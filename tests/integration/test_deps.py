@@ -327,3 +327,21 @@ def test_validate_resolve_dry_run(dep_server):
     res = s.call("validate_script", {"script": "pass", "dependencies": ["nope-nothing-here"], "resolve": True},
                  timeout=120)
     assert text(res).startswith("INVALID:") and "nope-nothing-here" in text(res)
+
+
+def test_lru_eviction_beyond_max_cache_bytes(dep_server):
+    # Each tiny environment is well under 1 MiB; a 1-byte budget keeps only what is in use.
+    s = dep_server("--max-cache-bytes", "1")
+    first = s.execute("import mps_gamma", dependencies=["mps-gamma"], timeout=120)
+    key1 = first["structuredContent"]["environment"]["key"]
+    time.sleep(1.1)  # distinct last-use times
+    second = s.execute("import mps_alpha", dependencies=["mps-alpha==1.0"], timeout=120)
+    key2 = second["structuredContent"]["environment"]["key"]
+    assert second["structuredContent"]["exit_code"] == 0
+    envs = envs_of(s)
+    assert key2 in envs and key1 not in envs, envs
+    assert "evicted environment " + key1 in s.stderr_text()
+    # an evicted environment is simply rebuilt when asked for again
+    again = s.execute("import mps_gamma\nprint('back')", dependencies=["mps-gamma"], timeout=120)
+    assert again["structuredContent"]["stdout"] == "back\n"
+    assert again["structuredContent"]["environment"]["cached"] is False
