@@ -12,6 +12,7 @@ void sbx_launch_release(sbx_launch_t *l) {
     if (l->pass_fds[i] >= 0) close(l->pass_fds[i]);
     l->pass_fds[i] = -1;
   }
+  sbx_launch_close_channel(l);
 }
 
 char **sbx_strv_copy(char *const *v) {

@@ -17,7 +17,10 @@
  *   - the seccomp filter of seccomp.c;
  *   - the drop helper (drop.c) as the last step: rlimits, then, when the server is root,
  *     a switch to a per-run unprivileged uid/gid without supplementary groups or
- *     capabilities, no_new_privs, exec.
+ *     capabilities, no_new_privs, exec.  The helper stays as the script's parent (pid 2, the
+ *     script is pid 3), a supervisor that reports the script's real wait status and usage
+ *     on a status pipe and SIGTERMs the sandbox when the server closes a control pipe (see
+ *     launch->status_fd and control_fd in sbx.h).
  *
  * As root, bwrap runs without a user namespace: mounts are made by real root (so
  * interpreters under 0700 /root can be bound), and the script's host uid is a real,
@@ -350,9 +353,9 @@ static int check_ro_bind(const char *p, cm_error_t *err) {
  * provides and the paths of the host that are bound at their own names. */
 static bool mount_target_ok(const char *t) {
   if (!path_is_clean(t) || strcmp(t, "/") == 0) return false;
-  static const char *const reserved[] = {"/proc", "/dev", "/sys", "/etc", "/run", "/usr", "/tmp",
-                                         "/bin",  "/sbin", "/lib", "/lib64", "/root", "/home",
-                                         BWRAP_WORKDIR};
+  static const char *const reserved[] = {"/proc",  "/dev",  "/sys",  "/etc",       "/run",
+                                         "/usr",   "/tmp",  "/bin",  "/sbin",      "/lib",
+                                         "/lib64", "/root", "/home", BWRAP_WORKDIR};
   for (size_t i = 0; i < CM_ARRAY_SIZE(reserved); i++)
     if (path_is_under(t, reserved[i]) || path_is_under(reserved[i], t)) return false;
   return true;
@@ -382,7 +385,8 @@ static int check_spec(const sbx_spec_t *spec, cm_error_t *err) {
       return cm_error_set(err, 0, CM_ERR_INVALID, "mount source '%s' is not a clean absolute path",
                           m->host ? m->host : "(null)");
     if (stat(m->host, &st) < 0 || !S_ISDIR(st.st_mode))
-      return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "mount source %s is not a directory", m->host);
+      return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "mount source %s is not a directory",
+                          m->host);
     if (!m->target || !mount_target_ok(m->target))
       return cm_error_set(err, 0, CM_ERR_INVALID, "mount target '%s' is not allowed",
                           m->target ? m->target : "(null)");
@@ -406,7 +410,9 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the bwrap backend was not probed");
   if (check_spec(spec, err) < 0) return -1;
 
-  uid_t uid = !p->as_root ? getuid() : spec->builder ? BWRAP_BUILDER_UID : pick_uid(p, &spec->limits);
+  uid_t uid = !p->as_root     ? getuid()
+              : spec->builder ? BWRAP_BUILDER_UID
+                              : pick_uid(p, &spec->limits);
   gid_t gid = p->as_root ? (gid_t)uid : getgid();
   if (p->as_root && chown_workdir(spec->workdir, uid, gid, err) < 0) return -1;
   for (size_t i = 0; i < spec->n_mounts && p->as_root; i++)
@@ -423,6 +429,15 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   if (passwd_fd < 0) return -1;
   cleanup_close int group_fd = data_fd("mps-group", group, err);
   if (group_fd < 0) return -1;
+  /* The channel to the supervisor (drop.c): the sandbox gets the status pipe's write end
+   * and the control pipe's read end, the server keeps the other two. */
+  int status_pipe[2] = {-1, -1}, control_pipe[2] = {-1, -1};
+  if (pipe2(status_pipe, O_CLOEXEC) < 0) return cm_error_set(err, errno, CM_ERR_IO, "pipe2");
+  cleanup_close int status_read = status_pipe[0], status_write = status_pipe[1];
+  if (pipe2(control_pipe, O_CLOEXEC) < 0) return cm_error_set(err, errno, CM_ERR_IO, "pipe2");
+  cleanup_close int control_read = control_pipe[0], control_write = control_pipe[1];
+  if (cm_set_nonblock(status_read, true) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "fcntl(O_NONBLOCK)");
   cleanup_close int hosts_fd = -1;
   if (!spec->network) {
     hosts_fd = data_fd("mps-hosts",
@@ -441,11 +456,11 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   if (!p->as_root) args_add(&a, "--unshare-user", NULL);
   args_add(&a, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", NULL);
   if (!spec->network) args_add(&a, "--unshare-net", NULL);
-  /* No --new-session: sbx_spawn() already starts bwrap in a new session without a
-   * controlling terminal (stdin is /dev/null, output goes to pipes), the drop helper
-   * refuses to exec while a terminal is reachable, and seccomp denies TIOCSTI/TIOCLINUX.
-   * A second session would only add its leader's exit, which costs ~5 ms of wall clock per
-   * run on our machines. */
+  /* No --new-session: sbx_spawn() already starts bwrap without a controlling terminal (a
+   * process group of its own, and a new session when the server has a terminal; stdin is
+   * /dev/null, output goes to pipes), the drop helper leaves any terminal that is still
+   * reachable, and seccomp denies TIOCSTI/TIOCLINUX.  A session would only add its
+   * leader's exit, which costs milliseconds of wall clock per run on our machines. */
   args_add(&a, "--die-with-parent", "--hostname", BWRAP_HOSTNAME, "--clearenv", NULL);
   for (char *const *e = spec->envp; e && *e; e++) {
     const char *eq = strchr(*e, '=');
@@ -503,6 +518,10 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
     args_add(&a, "--gid", NULL);
     args_addf(&a, "%u", (unsigned)gid);
   }
+  args_add(&a, "--status-fd", NULL);
+  args_addf(&a, "%d", status_write);
+  args_add(&a, "--control-fd", NULL);
+  args_addf(&a, "%d", control_read);
   const sbx_limits_t *l = &spec->limits;
   const struct {
     const char *flag;
@@ -527,6 +546,10 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   launch->pass_fds[n++] = steal_fd(&passwd_fd);
   launch->pass_fds[n++] = steal_fd(&group_fd);
   if (hosts_fd >= 0) launch->pass_fds[n++] = steal_fd(&hosts_fd);
+  launch->pass_fds[n++] = steal_fd(&status_write);
+  launch->pass_fds[n++] = steal_fd(&control_read);
+  launch->status_fd = steal_fd(&status_read);
+  launch->control_fd = steal_fd(&control_write);
   return 0;
 }
 
@@ -713,7 +736,7 @@ static int probe_sandbox(sbx_backend_t *b, cm_error_t *err) {
                  .file_size_bytes = 1 << 20,
                  .tmp_bytes = 1 << 20},
   };
-  sbx_launch_t launch = {.pass_fds = {-1, -1, -1, -1}};
+  sbx_launch_t launch = SBX_LAUNCH_INIT;
   int rc = bwrap_build(b, &spec, &launch, err);
   if (rc == 0) {
     size_t n = 0;
@@ -734,9 +757,18 @@ static int probe_sandbox(sbx_backend_t *b, cm_error_t *err) {
         rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
                           "bwrap cannot create the sandbox (signal %d): %s", WTERMSIG(status), why);
     }
+    /* Without the record every run's exit status and usage would be unknown: a helper from
+     * another version, say. */
+    sbx_status_record_t rec;
+    if (rc == 0 && (sbx_status_read(launch.status_fd, &rec) != 1 || !WIFEXITED(rec.wait_status) ||
+                    WEXITSTATUS(rec.wait_status) != 0))
+      rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                        "the drop helper %s did not report the exit status of a test command",
+                        priv_of(b)->drop_path);
     cm_buf_release(&out);
     cm_buf_release(&errout);
   }
+  sbx_launch_close_channel(&launch);
   sbx_launch_release(&launch);
   cm_error_t rm_err = CM_ERROR_INIT;
   cm_rm_rf(dir, &rm_err);
@@ -762,7 +794,7 @@ static char *bwrap_describe(sbx_backend_t *b) {
   if (!p->version) return xasprintf("bubblewrap (%s)", p->bwrap_path ? p->bwrap_path : "bwrap");
   return xasprintf(
       "bubblewrap %s (%s): pid/ipc/uts/cgroup namespaces, %s, no capabilities, no_new_privs, "
-      "seccomp filter, rlimits, capped /tmp; network off unless requested",
+      "seccomp filter, rlimits, capped /tmp; network per the policy",
       p->version, p->bwrap_path,
       p->as_root ? "per-run unprivileged uid" : "user namespace with the server's uid");
 }

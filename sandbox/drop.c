@@ -2,26 +2,46 @@
  * interpreter.
  *
  *   mps-sandbox-drop [--uid N --gid N] [--as BYTES] [--cpu SECONDS] [--nproc N]
- *                    [--fsize BYTES] [--nofile N] -- COMMAND [ARG...]
+ *                    [--fsize BYTES] [--nofile N] [--status-fd FD] [--control-fd FD]
+ *                    -- COMMAND [ARG...]
  *
  * When the server runs as root, bwrap runs without a user namespace (so the mounts are
  * made by real root and the script's host uid can be a real unprivileged one) and starts
- * this helper as root.  The helper then, in this order:
- *   1. applies the rlimits (CORE is always 0), here rather than on bwrap itself, whose own
- *      setup would otherwise run under them;
- *   2. with --uid/--gid: empties the capability bounding set, locks the securebits so root
- *      can never regain capabilities, clears the supplementary groups and switches the
- *      real, effective and saved ids;
- *   3. clears the ambient and inheritable sets (and whatever else is left), sets
- *      no_new_privs, makes sure no controlling terminal is reachable (a new session if
- *      one is), closes every fd above 2, and checks that all of it took effect;
- *   4. execs COMMAND (an absolute path) with the environment bwrap set up.
+ * this helper as root.  The command is started like this, in this order:
+ *   1. the rlimits (CORE is always 0), here rather than on bwrap itself, whose own setup
+ *      would otherwise run under them;
+ *   2. with --uid/--gid: the capability bounding set is emptied, the securebits locked so
+ *      root can never regain capabilities, the supplementary groups cleared and the real,
+ *      effective and saved ids switched;
+ *   3. the ambient and inheritable sets (and whatever else is left) cleared, no_new_privs
+ *      set, no controlling terminal reachable (a new session if one is), every fd above 2
+ *      closed, and all of it checked;
+ *   4. COMMAND (an absolute path) exec'd with the environment bwrap set up.
  * Without --uid (the server is not root; bwrap made a user namespace) only the rlimits and
  * steps 3-4 apply.
  *
+ * With --status-fd (and --control-fd) the helper stays as a small supervisor (pid 2 of the
+ * sandbox, after bwrap's init): it forks, the child takes steps 1-4, and the supervisor
+ *   - is a child subreaper, so everything the command leaves behind is reaped (and
+ *     counted) here;
+ *   - sends SIGTERM to every other process in the sandbox when the control fd becomes
+ *     readable (the server closed its end: the graceful half of a timeout or cancel; the
+ *     SIGKILL half is the server killing bwrap, and with it the pid namespace);
+ *   - when the command has exited, SIGKILLs and reaps whatever is left, writes one
+ *     sbx_status_record_t (the command's real wait status and rusage, see sbx.h) to the
+ *     status fd and exits 0.
+ * As root the supervisor stays uid 0 but keeps only CAP_KILL (to signal the script's
+ * uid), with an empty bounding set, no_new_privs and not dumpable: the script, under
+ * another uid, without capabilities and with ptrace denied by seccomp, can neither signal
+ * it nor trace it nor reach its fds, so a record is the supervisor's own.  Without --uid
+ * the script shares the supervisor's uid and could kill it (not trace it: it is not
+ * dumpable, and seccomp denies ptrace); then there is no record, bwrap exits non-zero and
+ * the server reports the status as unknown rather than trust anything.
+ *
  * Any failure exits 126 with one line on stderr, which reaches the run's stderr; a failed
  * exec exits 127.  The program runs under the sandbox's seccomp filter, which allows
- * everything it does.  It links nothing but libc and runs before any untrusted code. */
+ * everything it does; the filter stays on the command.  It links nothing but libc and runs
+ * before any untrusted code. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* setresuid, getresuid */
 #endif
@@ -37,11 +57,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include "sandbox/sbx.h" /* sbx_status_record_t only: nothing of the library is linked */
 
 #define EXIT_SETUP 126
 #define EXIT_EXEC 127
@@ -53,6 +78,7 @@ typedef struct drop_opts {
   uid_t uid;
   gid_t gid;
   uint64_t as_bytes, cpu_seconds, nproc, fsize_bytes, nofile; /* 0 = leave as is */
+  int status_fd, control_fd;                                  /* -1 = none */
   char **argv;
 } drop_opts_t;
 
@@ -73,6 +99,16 @@ static uint64_t parse_number(const char *s, uint64_t max) {
   unsigned long long v = strtoull(s, &end, 10);
   if (errno || *end || v > max) die_msg("number out of range");
   return (uint64_t)v;
+}
+
+/* An fd given on the command line must be open, above stdio, and open for mode. */
+static void check_fd(int fd, int mode, const char *name) {
+  if (fd < 0) return;
+  int fl = fd > 2 ? fcntl(fd, F_GETFL) : -1;
+  if (fl < 0 || (fl & O_ACCMODE) != mode) {
+    fprintf(stderr, "mps-sandbox-drop: %s %d is not usable\n", name, fd);
+    _exit(EXIT_SETUP);
+  }
 }
 
 static void parse_args(int argc, char **argv, drop_opts_t *o) {
@@ -102,6 +138,10 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
       o->fsize_bytes = parse_number(v, UINT64_MAX);
     } else if (strcmp(a, "--nofile") == 0) {
       o->nofile = parse_number(v, UINT32_MAX);
+    } else if (strcmp(a, "--status-fd") == 0) {
+      o->status_fd = (int)parse_number(v, INT_MAX);
+    } else if (strcmp(a, "--control-fd") == 0) {
+      o->control_fd = (int)parse_number(v, INT_MAX);
     } else {
       die_msg("unknown option");
     }
@@ -109,6 +149,10 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
   if (have_uid != have_gid) die_msg("--uid and --gid go together");
   if (have_uid && (o->uid == 0 || o->gid == 0)) die_msg("refusing to run as uid or gid 0");
   o->change_ids = have_uid;
+  if (o->control_fd >= 0 && o->status_fd < 0) die_msg("--control-fd needs --status-fd");
+  check_fd(o->status_fd, O_WRONLY, "--status-fd");
+  check_fd(o->control_fd, O_RDONLY, "--control-fd");
+  if (o->status_fd >= 0 && o->status_fd == o->control_fd) die_msg("one fd for status and control");
   if (i >= argc || argv[i][0] != '/') die_msg("expected -- and an absolute command path");
   o->argv = &argv[i];
 }
@@ -191,14 +235,12 @@ static void verify(const drop_opts_t *o) {
   if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) die_msg("no_new_privs is not set");
 }
 
-int main(int argc, char **argv) {
-  drop_opts_t o;
-  memset(&o, 0, sizeof o);
-  parse_args(argc, argv, &o);
-
-  apply_limits(&o);
-  if (o.change_ids) {
-    change_ids(&o);
+/* Steps 1-4 of the header; never returns. */
+static void drop_and_exec(const drop_opts_t *o) __attribute__((noreturn));
+static void drop_and_exec(const drop_opts_t *o) {
+  apply_limits(o);
+  if (o->change_ids) {
+    change_ids(o);
   } else {
     drop_bounding_set(false); /* in a user namespace without capabilities this is a no-op */
   }
@@ -206,17 +248,18 @@ int main(int argc, char **argv) {
     die("clearing the ambient set");
   if (capset_none() < 0) die("capset");
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) die("no_new_privs");
-  verify(&o);
+  verify(o);
 
-  /* The server starts bwrap in a session of its own without a terminal; should a terminal
-   * be reachable anyway, leave it, so the script can never push input into it. */
+  /* The server starts bwrap without a terminal; should a terminal be reachable anyway,
+   * leave it, so the script can never push input into it. */
   int tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
   if (tty >= 0) {
     close(tty);
     if (setsid() < 0) die("setsid");
   }
 
-  /* Only stdio goes to the script; anything else bwrap or its caller left open does not. */
+  /* Only stdio goes to the script; anything else bwrap or its caller left open (the
+   * supervisor's status and control fds included) does not. */
   if (syscall(SYS_close_range, 3U, ~0U, 0U) < 0) {
     for (int fd = 3; fd < 1024; fd++) close(fd);
   }
@@ -225,8 +268,172 @@ int main(int argc, char **argv) {
   sigprocmask(SIG_SETMASK, &none, NULL);
   umask(022);
 
-  execve(o.argv[0], o.argv, environ);
+  execve(o->argv[0], o->argv, environ);
   int saved = errno;
-  fprintf(stderr, "mps-sandbox-drop: cannot execute %s: %s\n", o.argv[0], strerror(saved));
+  fprintf(stderr, "mps-sandbox-drop: cannot execute %s: %s\n", o->argv[0], strerror(saved));
   _exit(EXIT_EXEC);
+}
+
+/* ---------------------------------------------------------------- the supervisor */
+
+static void close_range_or_loop(unsigned first, unsigned last) {
+  if (first > last) return;
+  if (syscall(SYS_close_range, first, last, 0U) == 0) return;
+  for (unsigned fd = first; fd <= last && fd < 1024; fd++) close((int)fd);
+}
+
+/* Closes every fd above 2 except a and b (-1 = none). */
+static void close_all_but(int a, int b) {
+  int lo = a < b ? a : b, hi = a < b ? b : a;
+  unsigned next = 3;
+  if (lo >= 3) {
+    close_range_or_loop(next, (unsigned)lo - 1);
+    next = (unsigned)lo + 1;
+  }
+  if (hi >= 3 && hi != lo) {
+    close_range_or_loop(next, (unsigned)hi - 1);
+    next = (unsigned)hi + 1;
+  }
+  close_range_or_loop(next, ~0U);
+}
+
+static uint64_t tv_us(struct timeval tv) {
+  return (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
+}
+
+/* Reaps every child that has exited (blocking until none is left if wait_all). */
+static void reap(pid_t main_pid, bool wait_all, bool *main_done, int *main_status,
+                 struct rusage *main_ru) {
+  for (;;) {
+    int st = 0;
+    struct rusage ru;
+    pid_t p = wait4(-1, &st, wait_all ? 0 : WNOHANG, &ru);
+    if (p < 0 && errno == EINTR) continue;
+    if (p <= 0) return; /* none exited yet, or ECHILD: none left */
+    if (p == main_pid) {
+      *main_done = true;
+      *main_status = st;
+      *main_ru = ru;
+    }
+  }
+}
+
+/* As root: uid 0 with CAP_KILL alone (to signal the script's uid), nothing to regain.  In
+ * a user namespace there is nothing to keep.  Either way: not dumpable (no ptrace, no
+ * /proc/PID/fd or mem for a same-uid script) and no_new_privs. */
+static int harden_supervisor(const drop_opts_t *o) {
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) return -1;
+  if (o->change_ids) {
+    for (unsigned long cap = 0; cap < 64; cap++) {
+      if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) < 0) break;
+      if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) return -1;
+    }
+  }
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) return -1;
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  memset(data, 0, sizeof data);
+  if (o->change_ids) data[0].effective = data[0].permitted = 1u << CAP_KILL;
+  if (syscall(SYS_capset, &hdr, data) < 0) return -1;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return -1;
+  struct __user_cap_data_struct now[2];
+  if (capget_all(now) < 0) return -1;
+  if (now[0].effective != data[0].effective || now[0].permitted != data[0].permitted ||
+      now[0].inheritable || now[1].effective || now[1].permitted || now[1].inheritable)
+    return -1;
+  return 0;
+}
+
+static void supervise(const drop_opts_t *o) __attribute__((noreturn));
+static void supervise(const drop_opts_t *o) {
+  /* kill(-1) below reaches every process this one may signal in its pid namespace: only
+   * ever do that at the top of a namespace made for the run (bwrap's init is pid 1, this
+   * is pid 2).  In the host's namespace pids 1 and 2 are init and kthreadd, so nothing
+   * there passes. */
+  if (getpid() > 2) die_msg("--status-fd needs a pid namespace of its own");
+  close_all_but(o->status_fd, o->control_fd);
+  if (fcntl(o->status_fd, F_SETFD, FD_CLOEXEC) < 0 ||
+      (o->control_fd >= 0 && fcntl(o->control_fd, F_SETFD, FD_CLOEXEC) < 0))
+    die("fcntl");
+  /* Orphans of the script come here, not to bwrap's init: reaped, and counted. */
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) die("PR_SET_CHILD_SUBREAPER");
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0) die("sigprocmask");
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) die("signalfd");
+
+  pid_t child = fork();
+  if (child < 0) die("fork");
+  if (child == 0) drop_and_exec(o); /* closes sfd and both channel fds before the exec */
+
+  if (harden_supervisor(o) < 0) {
+    int saved = errno;
+    kill(child, SIGKILL);
+    errno = saved;
+    die("restricting the supervisor");
+  }
+  signal(SIGPIPE, SIG_IGN); /* a vanished reader is a write error, not a death */
+
+  bool main_done = false;
+  int main_status = 0;
+  struct rusage main_ru;
+  memset(&main_ru, 0, sizeof main_ru);
+  struct pollfd pfd[2] = {{sfd, POLLIN, 0}, {o->control_fd, POLLIN, 0}};
+  while (!main_done) {
+    if (poll(pfd, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      die("poll");
+    }
+    if (pfd[1].fd >= 0 && pfd[1].revents) {
+      /* The server closed its end (or wrote): a graceful end for everything but bwrap's
+       * init (pid 1) and this process, which kill(-1) leaves out. */
+      kill(-1, SIGTERM);
+      close(pfd[1].fd);
+      pfd[1].fd = -1;
+    }
+    if (pfd[0].revents) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) > 0) {
+      }
+      reap(child, false, &main_done, &main_status, &main_ru);
+    }
+  }
+  /* What the command left behind goes with it, as it would with the sandbox, and is
+   * reaped here so that its usage counts. */
+  kill(-1, SIGKILL);
+  reap(child, true, &main_done, &main_status, &main_ru);
+  struct rusage tree;
+  if (getrusage(RUSAGE_CHILDREN, &tree) < 0) die("getrusage");
+
+  sbx_status_record_t rec;
+  memset(&rec, 0, sizeof rec);
+  rec.magic = SBX_STATUS_MAGIC;
+  rec.size = (uint32_t)sizeof rec;
+  rec.wait_status = main_status;
+  rec.main_user_us = tv_us(main_ru.ru_utime);
+  rec.main_system_us = tv_us(main_ru.ru_stime);
+  rec.main_max_rss_kib = (uint64_t)main_ru.ru_maxrss;
+  rec.tree_user_us = tv_us(tree.ru_utime);
+  rec.tree_system_us = tv_us(tree.ru_stime);
+  rec.tree_max_rss_kib = (uint64_t)tree.ru_maxrss;
+  /* Non-blocking: should the pipe be full, that is an error, not a hang. */
+  int fl = fcntl(o->status_fd, F_GETFL);
+  if (fl < 0 || fcntl(o->status_fd, F_SETFL, fl | O_NONBLOCK) < 0) die("fcntl");
+  ssize_t n;
+  do n = write(o->status_fd, &rec, sizeof rec);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) die("writing the status record");
+  if (n != (ssize_t)sizeof rec) die_msg("short write of the status record");
+  _exit(0);
+}
+
+int main(int argc, char **argv) {
+  drop_opts_t o;
+  memset(&o, 0, sizeof o);
+  o.status_fd = o.control_fd = -1;
+  parse_args(argc, argv, &o);
+  if (o.status_fd >= 0) supervise(&o);
+  drop_and_exec(&o);
 }

@@ -49,7 +49,8 @@ static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   while (budget > 0) {
     ssize_t n = read(fd, buf, sizeof buf);
     if (n > 0) {
-      if (run->cbs.on_output && !run->result.cancelled) run->cbs.on_output(run->data, s, buf, (size_t)n);
+      if (run->cbs.on_output && !run->result.cancelled)
+        run->cbs.on_output(run->data, s, buf, (size_t)n);
       budget -= CM_MIN(budget, (size_t)n);
       continue;
     }
@@ -59,6 +60,28 @@ static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
     run_maybe_finish(run);
     return;
   }
+}
+
+void sbx_launch_close_channel(sbx_launch_t *l) {
+  if (l->status_fd >= 0) close(l->status_fd);
+  if (l->control_fd >= 0) close(l->control_fd);
+  l->status_fd = l->control_fd = -1;
+}
+
+int sbx_status_read(int fd, sbx_status_record_t *rec) {
+  if (fd < 0) return 0;
+  /* Room for more than one record, so that extra bytes show. */
+  unsigned char buf[2 * sizeof *rec];
+  size_t len = 0;
+  while (len < sizeof buf) {
+    ssize_t n = read(fd, buf + len, sizeof buf - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break; /* EOF, EAGAIN (a writer is still around, but nothing more is there) */
+    len += (size_t)n;
+  }
+  if (len != sizeof *rec) return 0;
+  memcpy(rec, buf, sizeof *rec);
+  return rec->magic == SBX_STATUS_MAGIC && rec->size == sizeof *rec && rec->reserved == 0;
 }
 
 static void kill_tree(sbx_run_t *run, int sig) {
@@ -80,7 +103,15 @@ static void on_grace(cm_loop_t *loop, cm_timer_t *t, void *data) {
 static void begin_kill(sbx_run_t *run) {
   if (run->killing || run->finished) return;
   run->killing = true;
-  kill_tree(run, SIGTERM);
+  if (run->launch.control_fd >= 0 && !run->reaped) {
+    /* A supervisor inside the sandbox SIGTERMs the script's processes when the control fd
+     * closes.  A SIGTERM to the launcher instead would tear the sandbox down at once
+     * (bwrap dies, and the pid namespace with it): no grace at all. */
+    close(run->launch.control_fd);
+    run->launch.control_fd = -1;
+  } else {
+    kill_tree(run, SIGTERM);
+  }
   uint64_t grace = run->limits.grace_ms ? run->limits.grace_ms : 1;
   run->t_grace = cm_loop_timer(run->loop, grace, on_grace, run);
 }
@@ -104,25 +135,53 @@ static void on_drain_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
   run_maybe_finish(run);
 }
 
+static uint64_t tv_ms(struct timeval tv) {
+  return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+/* Decodes a wait status the way siginfo reports it. */
+static void set_status(sbx_result_t *r, bool exited, int value) {
+  r->exit_code = exited ? value : -value;
+  r->term_signal = exited ? 0 : value;
+}
+
 static void record_exit(sbx_run_t *run, const siginfo_t *si, const struct rusage *ru) {
   sbx_result_t *r = &run->result;
   r->duration_ms = (cm_now_us() - run->start_us + 500) / 1000;
-  if (si->si_code == CLD_EXITED) {
-    r->exit_code = si->si_status;
-    r->term_signal = 0;
+  uint64_t main_cpu_ms;
+  sbx_status_record_t rec;
+  bool launcher_ok = si->si_code == CLD_EXITED && si->si_status == 0;
+  if (run->launch.status_fd < 0) {
+    /* The command is our own child: its status and usage are the real ones. */
+    set_status(r, si->si_code == CLD_EXITED, si->si_status);
+    r->cpu_user_ms = tv_ms(ru->ru_utime);
+    r->cpu_system_ms = tv_ms(ru->ru_stime);
+    r->max_rss_kib = (uint64_t)ru->ru_maxrss;
+    main_cpu_ms = r->cpu_user_ms + r->cpu_system_ms;
+  } else if (launcher_ok && sbx_status_read(run->launch.status_fd, &rec) == 1) {
+    /* The supervisor's report, trusted only when the supervisor itself exited 0 (bwrap
+     * passes its exit code on): a supervisor that was killed wrote nothing, and anything
+     * more than its one record means someone else wrote too. */
+    int ws = rec.wait_status;
+    set_status(r, WIFEXITED(ws),
+               WIFEXITED(ws)     ? WEXITSTATUS(ws)
+               : WIFSIGNALED(ws) ? WTERMSIG(ws)
+                                 : 0);
+    r->cpu_user_ms = rec.tree_user_us / 1000;
+    r->cpu_system_ms = rec.tree_system_us / 1000;
+    r->max_rss_kib = rec.tree_max_rss_kib;
+    main_cpu_ms = (rec.main_user_us + rec.main_system_us) / 1000;
   } else {
-    r->term_signal = si->si_status;
-    r->exit_code = -si->si_status;
+    set_status(r, si->si_code == CLD_EXITED, si->si_status);
+    r->status_unknown = true;
+    r->cpu_user_ms = r->cpu_system_ms = r->max_rss_kib = 0; /* the launcher's would mislead */
+    main_cpu_ms = 0;
   }
-  if (r->term_signal == SIGXCPU || (r->term_signal == SIGKILL && !run->killing &&
-                                    run->limits.cpu_seconds &&
-                                    (uint64_t)ru->ru_utime.tv_sec + (uint64_t)ru->ru_stime.tv_sec >=
-                                        run->limits.cpu_seconds))
+  if (r->term_signal == SIGXCPU ||
+      (r->term_signal == SIGKILL && !run->killing && run->limits.cpu_seconds &&
+       main_cpu_ms >= run->limits.cpu_seconds * 1000))
     r->cpu_limit = true;
   if (r->term_signal == SIGXFSZ) r->file_size_limit = true;
-  r->cpu_user_ms = (uint64_t)ru->ru_utime.tv_sec * 1000 + (uint64_t)ru->ru_utime.tv_usec / 1000;
-  r->cpu_system_ms = (uint64_t)ru->ru_stime.tv_sec * 1000 + (uint64_t)ru->ru_stime.tv_usec / 1000;
-  r->max_rss_kib = (uint64_t)ru->ru_maxrss;
 }
 
 static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
@@ -140,7 +199,8 @@ static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
     run->backend->ops->kill(run->backend, &run->launch, SIGKILL);
   cm_timer_cancel(run->t_deadline);
   run->t_deadline = NULL;
-  if (run->w_out || run->w_err) run->t_drain = cm_loop_timer(loop, SBX_DRAIN_MS, on_drain_timeout, run);
+  if (run->w_out || run->w_err)
+    run->t_drain = cm_loop_timer(loop, SBX_DRAIN_MS, on_drain_timeout, run);
   run_maybe_finish(run);
 }
 
@@ -158,7 +218,8 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
                   const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out, cm_error_t *err) {
   if (!backend->available)
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "sandbox backend %s is not available: %s",
-                        sbx_backend_name(backend), backend->unavailable ? backend->unavailable : "not probed");
+                        sbx_backend_name(backend),
+                        backend->unavailable ? backend->unavailable : "not probed");
   sbx_run_t *run = xcalloc(1, sizeof *run);
   run->loop = loop;
   run->backend = backend;
@@ -167,15 +228,17 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
   run->data = data;
   run->child.pid = -1;
   run->child.pidfd = run->child.stdout_fd = run->child.stderr_fd = -1;
-  for (size_t i = 0; i < CM_ARRAY_SIZE(run->launch.pass_fds); i++) run->launch.pass_fds[i] = -1;
+  run->launch = (sbx_launch_t)SBX_LAUNCH_INIT;
 
   if (backend->ops->build(backend, spec, &run->launch, err) < 0) {
+    sbx_launch_close_channel(&run->launch);
     sbx_launch_release(&run->launch);
     free(run);
     return -1;
   }
   size_t n_pass = 0;
-  while (n_pass < CM_ARRAY_SIZE(run->launch.pass_fds) && run->launch.pass_fds[n_pass] >= 0) n_pass++;
+  while (n_pass < CM_ARRAY_SIZE(run->launch.pass_fds) && run->launch.pass_fds[n_pass] >= 0)
+    n_pass++;
   sbx_spawn_opts_t opts = {
       .argv = run->launch.argv,
       .envp = run->launch.envp,
@@ -187,6 +250,7 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
   };
   run->start_us = cm_now_us();
   if (sbx_spawn(&opts, &run->child, err) < 0) {
+    sbx_launch_close_channel(&run->launch);
     sbx_launch_release(&run->launch);
     free(run);
     return -1;
@@ -197,8 +261,10 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
     run->launch.pass_fds[i] = -1;
   }
   run->w_pid = cm_loop_watch(loop, run->child.pidfd, EPOLLIN, on_pidfd, run, err);
-  run->w_out = run->w_pid ? cm_loop_watch(loop, run->child.stdout_fd, EPOLLIN, on_readable, run, err) : NULL;
-  run->w_err = run->w_out ? cm_loop_watch(loop, run->child.stderr_fd, EPOLLIN, on_readable, run, err) : NULL;
+  run->w_out =
+      run->w_pid ? cm_loop_watch(loop, run->child.stdout_fd, EPOLLIN, on_readable, run, err) : NULL;
+  run->w_err =
+      run->w_out ? cm_loop_watch(loop, run->child.stderr_fd, EPOLLIN, on_readable, run, err) : NULL;
   if (!run->w_err) {
     run->finished = true;
     sbx_run_free(run);
@@ -223,10 +289,13 @@ void sbx_run_cancel(sbx_run_t *run) {
   begin_kill(run);
 }
 
-pid_t sbx_run_pid(const sbx_run_t *run) { return run->child.pid; }
+pid_t sbx_run_pid(const sbx_run_t *run) {
+  return run->child.pid;
+}
 
 static void run_destroy(void *p) {
   sbx_run_t *run = p;
+  sbx_launch_close_channel(&run->launch);
   sbx_launch_release(&run->launch);
   free(run);
 }
@@ -237,7 +306,7 @@ void sbx_run_free(sbx_run_t *run) {
   if (!run->reaped && run->child.pid > 0) {
     kill_tree(run, SIGKILL);
     siginfo_t si;
-    syscall_waitid_blocking:;
+  syscall_waitid_blocking:;
     memset(&si, 0, sizeof si);
     if (waitid(P_PID, (id_t)run->child.pid, &si, WEXITED) < 0 && errno == EINTR)
       goto syscall_waitid_blocking;

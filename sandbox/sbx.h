@@ -48,16 +48,30 @@ typedef struct sbx_spec {
 
 typedef struct sbx_backend sbx_backend_t;
 
-/* The host command a backend turns a spec into. */
+/* The host command a backend turns a spec into.  Initialise with SBX_LAUNCH_INIT: every fd
+ * field is -1 when unused, never 0. */
 typedef struct sbx_launch {
-  char **argv;           /* host argv; argv[0] absolute */
-  char **envp;           /* host environment for argv[0] */
-  bool set_rlimits;      /* apply spec limits as rlimits in the spawned child */
-  int pass_fds[4];       /* extra fds to keep open in the child (-1 = unused) */
-  char *kill_name;       /* docker: container name to kill; NULL otherwise */
+  char **argv;      /* host argv; argv[0] absolute */
+  char **envp;      /* host environment for argv[0] */
+  bool set_rlimits; /* apply spec limits as rlimits in the spawned child */
+  int pass_fds[8];  /* extra fds to keep open in the child (-1 = unused; the used ones
+                     * first); closed by the caller once the child runs */
+  char *kill_name;  /* docker: container name to kill; NULL otherwise */
+  /* The parent ends of the channel to a supervisor inside the sandbox (see "the status
+   * record" below), or -1 when the backend has none.  Close-on-exec, owned by the launch
+   * (sbx_launch_close_channel() closes them). */
+  int status_fd;  /* read end: the supervisor writes one sbx_status_record_t and exits 0 */
+  int control_fd; /* write end: closing it asks the supervisor to SIGTERM everything in the
+                   * sandbox (the graceful half of a kill); without it the launcher's process
+                   * group gets the SIGTERM */
 } sbx_launch_t;
 
+#define SBX_LAUNCH_INIT \
+  { .pass_fds = {-1, -1, -1, -1, -1, -1, -1, -1}, .status_fd = -1, .control_fd = -1 }
+
 void sbx_launch_release(sbx_launch_t *l);
+/* Closes status_fd and control_fd (and sets them to -1).  sbx_launch_release() does not. */
+void sbx_launch_close_channel(sbx_launch_t *l);
 
 typedef struct sbx_backend_ops {
   const char *name;
@@ -92,6 +106,34 @@ bool sbx_backend_maps_paths(const sbx_backend_t *b);
 char *sbx_backend_describe(sbx_backend_t *b);
 void sbx_backend_free(sbx_backend_t *b);
 
+/* ---------------------------------------------------------------- the status record */
+
+/* What a supervisor inside a sandbox (the bwrap drop helper) reports about the command it
+ * ran, so the result describes the script and not the sandbox launcher: bwrap turns a
+ * signal death into exit code 128+N and its rusage covers only itself.  Written once, in
+ * one write() (smaller than PIPE_BUF, so atomic), in host byte order, after the command and
+ * everything it left behind are gone; the supervisor then exits 0.  Only the supervisor
+ * holds the write end: the command and its descendants run with every fd above 2 closed,
+ * under another uid (as root) and cannot trace it. */
+#define SBX_STATUS_MAGIC 0x5353504du /* "MPSS" */
+typedef struct sbx_status_record {
+  uint32_t magic;      /* SBX_STATUS_MAGIC */
+  uint32_t size;       /* sizeof(sbx_status_record_t): guards against a mismatched helper */
+  int32_t wait_status; /* the command's status as wait4() returned it */
+  uint32_t reserved;   /* 0 */
+  /* wait4() on the command: it plus the descendants it reaped itself. */
+  uint64_t main_user_us, main_system_us, main_max_rss_kib;
+  /* getrusage(RUSAGE_CHILDREN) at the end: the whole tree, including orphans the
+   * supervisor reaped as subreaper. */
+  uint64_t tree_user_us, tree_system_us, tree_max_rss_kib;
+} sbx_status_record_t;
+
+/* Reads the record from a non-blocking status fd whose writers are all gone (or at least
+ * the supervisor is).  1 = exactly one well-formed record was there; 0 = nothing, a short
+ * or malformed record, or more bytes than one record (someone else wrote too): do not
+ * trust any of it.  Reads at most two records' worth of bytes. */
+int sbx_status_read(int fd, sbx_status_record_t *rec);
+
 /* ---------------------------------------------------------------- spawning */
 
 typedef struct sbx_child {
@@ -111,9 +153,10 @@ typedef struct sbx_spawn_opts {
   size_t n_pass_fds;
 } sbx_spawn_opts_t;
 
-/* Forks and execs with: signals reset, a new session (setsid, so the child leads its own
- * process group), a parent-death SIGKILL, stdin from /dev/null, the limits, every other
- * fd closed.  An exec failure comes back as an error here, not as a child exit. */
+/* Forks and execs with: signals reset, a process group of its own (setpgid; a new session
+ * with setsid only when the server has a controlling terminal, so the child never has
+ * one), a parent-death SIGKILL, stdin from /dev/null, the limits, every other fd closed.
+ * An exec failure comes back as an error here, not as a child exit. */
 int sbx_spawn(const sbx_spawn_opts_t *opts, sbx_child_t *child, cm_error_t *err);
 /* Reaps an exited child through its pidfd (non-blocking); 1 = reaped, 0 = still running. */
 int sbx_child_reap(sbx_child_t *child, siginfo_t *info, struct rusage *ru);
@@ -126,15 +169,22 @@ void sbx_child_close(sbx_child_t *child);
 typedef enum sbx_stream { SBX_STDOUT = 1, SBX_STDERR = 2 } sbx_stream_t;
 
 typedef struct sbx_result {
-  int exit_code;          /* exit status; -N when killed by signal N */
-  int term_signal;        /* 0 when it exited */
-  bool timed_out;         /* the wall-clock limit was hit */
-  bool cancelled;         /* sbx_run_cancel() was called */
-  bool cpu_limit;         /* killed by SIGXCPU/SIGKILL after RLIMIT_CPU */
-  bool file_size_limit;   /* SIGXFSZ */
-  uint64_t duration_ms;   /* spawn to exit */
+  int exit_code;        /* exit status; -N when killed by signal N */
+  int term_signal;      /* 0 when it exited */
+  bool timed_out;       /* the wall-clock limit was hit */
+  bool cancelled;       /* sbx_run_cancel() was called */
+  bool cpu_limit;       /* killed by SIGXCPU/SIGKILL after RLIMIT_CPU */
+  bool file_size_limit; /* SIGXFSZ */
+  /* The backend has a supervisor inside the sandbox but it reported nothing trustworthy
+   * (the sandbox failed to start, was SIGKILLed after the grace period, or the supervisor
+   * died): exit_code/term_signal are the launcher's own (bwrap: 128+N for a signal) and
+   * the CPU and memory figures are 0. */
+  bool status_unknown;
+  uint64_t duration_ms; /* spawn to exit */
+  /* The command and the descendants reaped in the sandbox (for bwrap from the status
+   * record; for none the server's wait on the command, which covers what it reaped). */
   uint64_t cpu_user_ms, cpu_system_ms;
-  uint64_t max_rss_kib;
+  uint64_t max_rss_kib; /* of the largest single process */
 } sbx_result_t;
 
 typedef struct sbx_run sbx_run_t;

@@ -27,6 +27,7 @@
 #define UNUSED __attribute__((unused))
 #define SYSTEM_PYTHON "/usr/bin/python3"
 #define UID_BASE 2000000000u
+#define BUILDER_UID 1999999999u
 /* The 4096 uids the backend hands out in this process (other processes get others). */
 #define OUR_UID_FIRST (UID_BASE + (((uint32_t)getpid() & 0x7fff) << 12))
 #define OUR_UID_END (OUR_UID_FIRST + 4096)
@@ -51,6 +52,9 @@ typedef struct run_opts {
   char *python;           /* default SYSTEM_PYTHON */
   char *const *argv;      /* overrides python + script */
   char *ro_bind;          /* one extra read-only bind */
+  const sbx_mount_t *mounts;
+  size_t n_mounts;
+  bool builder;
   bool network;
   const sbx_limits_t *limits;
   void (*on_chunk)(run_capture_t *c); /* after each piece of output */
@@ -118,6 +122,9 @@ static void run_script(run_capture_t *c, const char *script, const run_opts_t *o
       .envp = envp,
       .workdir = c->workdir,
       .ro_binds = binds,
+      .mounts = o->mounts,
+      .n_mounts = o->n_mounts,
+      .builder = o->builder,
       .network = o->network,
       .limits = o->limits ? *o->limits : default_limits,
   };
@@ -143,9 +150,11 @@ static bool has(const cm_buf_t *b, const char *needle) {
 }
 
 static void dump(const run_capture_t *c) {
-  print_message("--- stdout ---\n%s\n--- stderr ---\n%s\n--- exit %d signal %d timed_out %d\n",
-                c->out.data ? c->out.data : "", c->err.data ? c->err.data : "", c->result.exit_code,
-                c->result.term_signal, c->result.timed_out);
+  print_message(
+      "--- stdout ---\n%s\n--- stderr ---\n%s\n--- exit %d signal %d timed_out %d "
+      "status_unknown %d\n",
+      c->out.data ? c->out.data : "", c->err.data ? c->err.data : "", c->result.exit_code,
+      c->result.term_signal, c->result.timed_out, c->result.status_unknown);
 }
 
 #define assert_has(buf, s)                      \
@@ -471,8 +480,9 @@ static void test_environment_is_clean(void **state UNUSED) {
   assert_int_equal(c->result.exit_code, 0);
   assert_lacks(&c->out, "SECRET");
   assert_has(&c->out, "read /proc/self/environ");
-  /* Only bwrap's init (1) and the script (2) exist in its pid namespace. */
-  assert_has(&c->out, "PIDS=1,2\n");
+  /* Only bwrap's init (1), the supervisor (2) and the script (3) exist in its pid
+   * namespace. */
+  assert_has(&c->out, "PIDS=1,2,3\n");
   capture_release(c);
 }
 
@@ -700,7 +710,7 @@ static void test_fork_bomb(void **state UNUSED) {
   run_capture_t cap2 = {0};
   c = &cap2;
   run_script(c, "import os\nprint('ALIVE', os.getpid())\n", NULL);
-  assert_has(&c->out, "ALIVE 2\n");
+  assert_has(&c->out, "ALIVE 3\n");
   capture_release(c);
 }
 
@@ -832,10 +842,273 @@ static void test_sigterm_ignored_killed_at_timeout(void **state UNUSED) {
   print_message("SIGTERM-ignoring script: ended after %llu ms (timeout 1000, grace 500)\n",
                 (unsigned long long)c->result.duration_ms);
   assert_true(c->result.timed_out);
-  assert_true(c->result.duration_ms >= 1000);
+  assert_true(c->result.duration_ms >= 1000 + 500);
   assert_true(c->result.duration_ms < 1000 + 500 + 1000);
+  /* The sandbox went down with SIGKILL before the supervisor could report. */
+  assert_int_equal(c->result.term_signal, SIGKILL);
+  assert_int_equal(c->result.exit_code, -SIGKILL);
+  assert_true(c->result.status_unknown);
   assert_int_equal(procs_left(uid), 0);
   capture_release(c);
+}
+
+/* ---------------------------------------------------------------- what the result says */
+
+static void test_exit_status_is_the_scripts(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(c, "import sys\nprint('bye')\nsys.exit(3)\n", NULL);
+  if (c->result.exit_code != 3) dump(c);
+  assert_int_equal(c->result.exit_code, 3);
+  assert_int_equal(c->result.term_signal, 0);
+  assert_false(c->result.status_unknown);
+  assert_false(c->result.timed_out);
+  capture_release(c);
+
+  /* bwrap alone would say "exit 137". */
+  run_capture_t cap2 = {0};
+  c = &cap2;
+  run_script(c, "import os\nos.kill(os.getpid(), 9)\n", NULL);
+  if (c->result.term_signal != 9) dump(c);
+  assert_int_equal(c->result.term_signal, 9);
+  assert_int_equal(c->result.exit_code, -9);
+  assert_false(c->result.status_unknown);
+  assert_false(c->result.cpu_limit);
+  capture_release(c);
+
+  run_capture_t cap3 = {0};
+  c = &cap3;
+  run_script(c, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", NULL);
+  assert_int_equal(c->result.term_signal, SIGSEGV);
+  assert_int_equal(c->result.exit_code, -SIGSEGV);
+  capture_release(c);
+}
+
+static void test_usage_is_the_scripts(void **state UNUSED) {
+  /* ~0.3 s of CPU and ~100 MB resident in the interpreter itself. */
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(c,
+             "import time\n"
+             "x = b'x' * (100 << 20)\n"
+             "t = time.process_time()\n"
+             "while time.process_time() - t < 0.3: pass\n"
+             "print('DONE', len(x))\n",
+             NULL);
+  print_message("usage: user %llu ms, system %llu ms, max rss %llu KiB\n",
+                (unsigned long long)c->result.cpu_user_ms,
+                (unsigned long long)c->result.cpu_system_ms,
+                (unsigned long long)c->result.max_rss_kib);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_false(c->result.status_unknown);
+  assert_true(c->result.cpu_user_ms + c->result.cpu_system_ms >= 200);
+  assert_true(c->result.max_rss_kib >= 80 * 1024);
+  capture_release(c);
+
+  /* The same in a grandchild that outlives its parent (an orphan the supervisor reaps as
+   * subreaper), while the script waits for it to finish through a file. */
+  run_capture_t cap2 = {0};
+  c = &cap2;
+  run_script(c,
+             "import os, time\n"
+             "if os.fork() == 0:\n"
+             "    if os.fork() == 0:\n"
+             "        x = b'x' * (100 << 20)\n"
+             "        t = time.process_time()\n"
+             "        while time.process_time() - t < 0.3: pass\n"
+             "        open('/work/burnt', 'w').close()\n"
+             "        os._exit(0)\n"
+             "    os._exit(0)\n"
+             "os.wait()\n"
+             "while not os.path.exists('/work/burnt'): time.sleep(0.01)\n"
+             "time.sleep(0.1)\n"
+             "print('DONE')\n",
+             NULL);
+  print_message("orphan usage: user %llu ms, system %llu ms, max rss %llu KiB\n",
+                (unsigned long long)c->result.cpu_user_ms,
+                (unsigned long long)c->result.cpu_system_ms,
+                (unsigned long long)c->result.max_rss_kib);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_true(c->result.cpu_user_ms + c->result.cpu_system_ms >= 200);
+  assert_true(c->result.max_rss_kib >= 80 * 1024);
+  capture_release(c);
+}
+
+static void test_cpu_limit_is_reported(void **state UNUSED) {
+  sbx_limits_t l = default_limits;
+  l.cpu_seconds = 1;
+  run_capture_t cap = {0}, *c = &cap;
+  run_opts_t o = {.limits = &l};
+  run_script(c, "print('SPIN', flush=True)\nwhile True: pass\n", &o);
+  print_message("busy loop under a 1 s CPU limit: signal %d, %llu ms CPU, %llu ms wall\n",
+                c->result.term_signal,
+                (unsigned long long)(c->result.cpu_user_ms + c->result.cpu_system_ms),
+                (unsigned long long)c->result.duration_ms);
+  if (!c->result.cpu_limit) dump(c);
+  assert_true(c->result.cpu_limit);
+  assert_false(c->result.timed_out);
+  assert_false(c->result.status_unknown);
+  assert_true(c->result.term_signal == SIGXCPU || c->result.term_signal == SIGKILL);
+  assert_true(c->result.cpu_user_ms + c->result.cpu_system_ms >= 500);
+  capture_release(c);
+}
+
+/* A script that handles SIGTERM: at the timeout it (and every process of it) gets SIGTERM,
+ * and the grace period to act on it. */
+static void check_graceful_timeout(sbx_backend_t *backend) {
+  sbx_limits_t l = default_limits;
+  l.timeout_ms = 1000;
+  l.grace_ms = 3000;
+  run_capture_t cap = {0}, *c = &cap;
+  run_opts_t o = {.limits = &l, .backend = backend};
+  run_script(c,
+             "import os, signal, sys, time\n"
+             "def child_term(*a):\n"
+             "    open('child-term', 'w').close()\n"
+             "    os._exit(0)\n"
+             "if os.fork() == 0:\n"
+             "    signal.signal(signal.SIGTERM, child_term)\n"
+             "    while True: time.sleep(1)\n"
+             "def term(*a):\n"
+             "    time.sleep(0.2)\n"
+             "    print('got TERM', flush=True)\n"
+             "    sys.exit(0)\n"
+             "signal.signal(signal.SIGTERM, term)\n"
+             "print('READY', flush=True)\n"
+             "while True: time.sleep(1)\n",
+             &o);
+  print_message("%s: SIGTERM-handling script ended after %llu ms (timeout 1000, grace 3000)\n",
+                sbx_backend_name(backend), (unsigned long long)c->result.duration_ms);
+  if (c->result.exit_code != 0 || !has(&c->out, "got TERM")) dump(c);
+  assert_true(c->result.timed_out);
+  assert_has(&c->out, "READY");
+  assert_has(&c->out, "got TERM");
+  assert_int_equal(c->result.exit_code, 0);
+  assert_int_equal(c->result.term_signal, 0);
+  assert_false(c->result.status_unknown);
+  assert_true(c->result.duration_ms >= 1000);
+  assert_true(c->result.duration_ms < 1000 + 3000);
+  cleanup_free char *marker = xasprintf("%s/child-term", c->workdir);
+  assert_int_equal(access(marker, F_OK), 0);
+  capture_release(c);
+}
+
+static void test_grace_on_timeout(void **state UNUSED) {
+  check_graceful_timeout(g.backend);
+  check_graceful_timeout(g.none);
+}
+
+/* The supervisor (pid 2) stays out of the script's reach: it cannot be signalled, traced
+ * or have its fds read, so its report cannot be faked or suppressed. */
+static void test_supervisor_out_of_reach(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(c,
+             "import errno, os, signal, sys\n"
+             "print('PPID', os.getppid())\n"
+             "for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP, 0):\n"
+             "    try:\n"
+             "        os.kill(2, sig); print('SIGNALLED', sig)\n"
+             "    except OSError as e:\n"
+             "        print('kill', int(sig), errno.errorcode[e.errno])\n"
+             "for p in ['/proc/2/fd', '/proc/2/mem', '/proc/2/environ', '/proc/2/fd/3']:\n"
+             "    try:\n"
+             "        (os.listdir if p.endswith('fd') else lambda p: open(p, 'rb').read(1))(p)\n"
+             "        print('READ', p)\n"
+             "    except OSError as e:\n"
+             "        print('denied', p, errno.errorcode[e.errno])\n"
+             "st = open('/proc/2/status').read()\n"
+             "for k in ['Uid', 'CapEff', 'CapPrm', 'CapBnd', 'NoNewPrivs']:\n"
+             "    print('SUP', [l for l in st.splitlines() if l.startswith(k + ':')][0]"
+             ".replace('\\t', ' '))\n"
+             "sys.exit(5)\n",
+             NULL);
+  if (c->result.exit_code != 5) dump(c);
+  assert_int_equal(c->result.exit_code, 5);
+  assert_false(c->result.status_unknown);
+  assert_has(&c->out, "PPID 2\n");
+  assert_lacks(&c->out, "SIGNALLED");
+  assert_has(&c->out, "kill 9 EPERM\n");
+  assert_has(&c->out, "kill 15 EPERM\n");
+  assert_lacks(&c->out, "READ");
+  assert_has(&c->out, "SUP Uid: 0 0 0 0\n");
+  assert_has(&c->out, "SUP CapEff: 0000000000000020\n"); /* CAP_KILL alone */
+  assert_has(&c->out, "SUP CapPrm: 0000000000000020\n");
+  assert_has(&c->out, "SUP CapBnd: 0000000000000000\n");
+  assert_has(&c->out, "SUP NoNewPrivs: 1\n");
+  capture_release(c);
+}
+
+/* ---------------------------------------------------------------- mounts and the builder */
+
+static void test_mounts(void **state UNUSED) {
+  cleanup_free char *ro = xasprintf("%s/mount-ro", g.root);
+  cleanup_free char *rw = xasprintf("%s/mount-rw", g.root);
+  assert_int_equal(mkdir(ro, 0755), 0);
+  assert_int_equal(mkdir(rw, 0755), 0);
+  write_file(ro, "marker", "read-only content\n", 0644);
+  /* World-writable on the host, so that only the mount can refuse the write. */
+  cleanup_free char *marker = xasprintf("%s/marker", ro);
+  assert_int_equal(chmod(marker, 0666), 0);
+  sbx_mount_t mounts[] = {
+      {.host = ro, .target = "/env", .writable = false},
+      {.host = rw, .target = "/data/out", .writable = true},
+  };
+  cleanup_free char *script = xasprintf(
+      "import errno, os\n"
+      "print('UID=%%d' %% os.getuid())\n"
+      "print('MARKER', open('/env/marker').read().strip())\n"
+      "for p in ['/env/new', '/env/marker', '/data/new']:\n"
+      "    try:\n"
+      "        open(p, 'a').write('x'); print('WROTE', p)\n"
+      "    except OSError as e:\n"
+      "        print('refused', p, errno.errorcode[e.errno])\n"
+      "open('/data/out/result', 'w').write('written')\n"
+      "print('RW ok')\n"
+      "print('HOSTPATH', os.path.exists('%s'), os.path.exists('%s'))\n",
+      ro, rw);
+  run_capture_t cap = {0}, *c = &cap;
+  run_opts_t o = {.mounts = mounts, .n_mounts = CM_ARRAY_SIZE(mounts)};
+  run_script(c, script, &o);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_has(&c->out, "MARKER read-only content\n");
+  assert_has(&c->out, "refused /env/new EROFS\n");
+  assert_has(&c->out, "refused /env/marker EROFS\n");
+  assert_has(&c->out, "refused /data/new EROFS\n");
+  assert_lacks(&c->out, "WROTE");
+  assert_has(&c->out, "RW ok\n");
+  assert_has(&c->out, "HOSTPATH False False\n");
+  cleanup_free char *result = xasprintf("%s/result", rw);
+  struct stat st;
+  assert_int_equal(stat(result, &st), 0);
+  assert_int_equal(st.st_uid, script_uid(c));
+  capture_release(c);
+}
+
+static void test_builder_identity(void **state UNUSED) {
+  cleanup_free char *cache = xasprintf("%s/builder-cache", g.root);
+  assert_int_equal(mkdir(cache, 0755), 0);
+  sbx_mount_t mounts[] = {{.host = cache, .target = "/cache", .writable = true}};
+  run_opts_t o = {.builder = true, .mounts = mounts, .n_mounts = 1};
+  for (int i = 0; i < 2; i++) {
+    run_capture_t cap = {0}, *c = &cap;
+    cleanup_free char *script = xasprintf(
+        "import os\n"
+        "print('UID=%%d' %% os.getuid(), 'GID=%%d' %% os.getgid(), os.getgroups())\n"
+        "open('/cache/build-%d', 'w').write('x')\n"
+        "print('CACHE', sorted(os.listdir('/cache')))\n",
+        i);
+    run_script(c, script, &o);
+    if (c->result.exit_code != 0) dump(c);
+    assert_int_equal(c->result.exit_code, 0);
+    assert_false(c->result.status_unknown);
+    assert_int_equal(script_uid(c), BUILDER_UID);
+    assert_has(&c->out, "GID=1999999999 []\n");
+    /* Every build writes to the same cache as the same identity. */
+    assert_has(&c->out, i == 0 ? "CACHE ['build-0']\n" : "CACHE ['build-0', 'build-1']\n");
+    assert_int_equal(procs_left(BUILDER_UID), 0);
+    capture_release(c);
+  }
 }
 
 /* ---------------------------------------------------------------- a server that is not root */
@@ -889,14 +1162,45 @@ static int unprivileged_child(void) {
   while (!c.done) cm_loop_run_once(loop, 1000, &err);
   sbx_run_free(run);
   cm_loop_run_once(loop, 0, &err);
-  cm_rm_rf(wd, &err);
   int rc = 0;
   if (!has(&c.out, "UID 65534 CAPEFF 0000000000000000 NNP 1 SECCOMP 2\n") || has(&c.out, "WROTE") ||
-      !has(&c.out, "NPROC 32\n"))
+      !has(&c.out, "NPROC 32\n") || c.result.exit_code != 0 || c.result.status_unknown)
     rc = 6;
   if (rc) fprintf(stderr, "unprivileged run output:\n%s\n%s\n", c.out.data, c.err.data);
   cm_buf_release(&c.out);
   cm_buf_release(&c.err);
+
+  /* Here the script shares the supervisor's uid and can kill it: then there is no report,
+   * and the result says so instead of passing bwrap's exit code off as the script's. */
+  const char *killer =
+      "import os, sys, time\n"
+      "print('PPID', os.getppid(), flush=True)\n"
+      "os.kill(os.getppid(), 9)\n"
+      "time.sleep(5)\n"
+      "sys.exit(0)\n";
+  if (rc == 0 && cm_write_file(path, killer, strlen(killer), 0600, &err) < 0) return 4;
+  run_capture_t k = {0};
+  cm_buf_init(&k.out, 1 << 16);
+  cm_buf_init(&k.err, 1 << 16);
+  if (rc == 0 && sbx_run_start(loop, b, &spec, &cbs, &k, &run, &err) < 0) {
+    fprintf(stderr, "unprivileged run: %s\n", err.msg);
+    return 5;
+  }
+  while (rc == 0 && !k.done) cm_loop_run_once(loop, 1000, &err);
+  if (rc == 0) {
+    sbx_run_free(run);
+    cm_loop_run_once(loop, 0, &err);
+    if (!has(&k.out, "PPID 2\n") || !k.result.status_unknown || k.result.exit_code == 0 ||
+        k.result.duration_ms >= 5000) {
+      fprintf(stderr, "killed supervisor: exit %d, status_unknown %d, %llu ms:\n%s\n%s\n",
+              k.result.exit_code, k.result.status_unknown, (unsigned long long)k.result.duration_ms,
+              k.out.data, k.err.data);
+      rc = 7;
+    }
+  }
+  cm_buf_release(&k.out);
+  cm_buf_release(&k.err);
+  cm_rm_rf(wd, &err);
   sbx_backend_free(b);
   cm_loop_free(loop);
   return rc;
@@ -939,6 +1243,7 @@ static void test_setup_failure_is_reported(void **state UNUSED) {
   run_script(c, "print('RAN')\n", &o);
   print_message("setup failure: exit %d, stderr: %s", c->result.exit_code, c->err.data);
   assert_int_not_equal(c->result.exit_code, 0);
+  assert_true(c->result.status_unknown);
   assert_lacks(&c->out, "RAN");
   assert_has(&c->err, "bwrap");
   assert_has(&c->err, "mps-sandbox-drop");
@@ -951,6 +1256,7 @@ static void test_setup_failure_is_reported(void **state UNUSED) {
   c = &cap2;
   run_script(c, NULL, &o2);
   assert_int_equal(c->result.exit_code, 127);
+  assert_false(c->result.status_unknown); /* the supervisor saw its child exit 127 */
   assert_has(&c->err, "cannot execute /opt/nowhere/python3");
   capture_release(c);
   sbx_backend_free(b);
@@ -967,17 +1273,19 @@ static void test_spec_validation(void **state UNUSED) {
     char *binds[] = {bad[i], NULL};
     sbx_spec_t spec = {
         .argv = argv, .envp = envp, .workdir = wd, .ro_binds = binds, .limits = default_limits};
-    sbx_launch_t l = {.pass_fds = {-1, -1, -1, -1}};
+    sbx_launch_t l = SBX_LAUNCH_INIT;
     assert_int_equal(g.backend->ops->build(g.backend, &spec, &l, &err), -1);
+    sbx_launch_close_channel(&l);
     sbx_launch_release(&l);
     cm_error_release(&err);
   }
   char *rel[] = {"python3", NULL};
   sbx_spec_t spec = {.argv = rel, .envp = envp, .workdir = wd, .limits = default_limits};
-  sbx_launch_t l = {.pass_fds = {-1, -1, -1, -1}};
+  sbx_launch_t l = SBX_LAUNCH_INIT;
   assert_int_equal(g.backend->ops->build(g.backend, &spec, &l, &err), -1);
   assert_int_equal(err.kind, CM_ERR_INVALID);
   cm_error_release(&err);
+  sbx_launch_close_channel(&l);
   sbx_launch_release(&l);
 }
 
@@ -1043,8 +1351,9 @@ static void test_measure_cost(void **state UNUSED) {
   sbx_spec_t spec = {.argv = argv, .envp = envp, .workdir = wd, .limits = default_limits};
   t0 = cm_now_us();
   for (int i = 0; i < 100; i++) {
-    sbx_launch_t l = {.pass_fds = {-1, -1, -1, -1}};
+    sbx_launch_t l = SBX_LAUNCH_INIT;
     assert_int_equal(g.backend->ops->build(g.backend, &spec, &l, &err), 0);
+    sbx_launch_close_channel(&l);
     sbx_launch_release(&l);
   }
   uint64_t t_build = (cm_now_us() - t0) / 100;
@@ -1186,6 +1495,13 @@ int main(void) {
       cmocka_unit_test(test_tmp_is_capped),
       cmocka_unit_test(test_daemon_does_not_outlive_run),
       cmocka_unit_test(test_sigterm_ignored_killed_at_timeout),
+      cmocka_unit_test(test_exit_status_is_the_scripts),
+      cmocka_unit_test(test_usage_is_the_scripts),
+      cmocka_unit_test(test_cpu_limit_is_reported),
+      cmocka_unit_test(test_grace_on_timeout),
+      cmocka_unit_test(test_supervisor_out_of_reach),
+      cmocka_unit_test(test_mounts),
+      cmocka_unit_test(test_builder_identity),
       cmocka_unit_test(test_unprivileged_server),
       cmocka_unit_test(test_setup_failure_is_reported),
       cmocka_unit_test(test_spec_validation),
