@@ -1629,3 +1629,106 @@ const char *toml_datetime_text(const toml_value_t *v) {
   if (v == NULL || !is_datetime_type(v->type)) return NULL;
   return v->u.dt.text;
 }
+
+/* ---------------------------------------------------------------- writing */
+
+static void write_string(cm_buf_t *out, const char *s, size_t len) {
+  cm_buf_append(out, "\"", 1);
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    switch (c) {
+      case '"': cm_buf_appends(out, "\\\""); break;
+      case '\\': cm_buf_appends(out, "\\\\"); break;
+      case '\n': cm_buf_appends(out, "\\n"); break;
+      case '\t': cm_buf_appends(out, "\\t"); break;
+      case '\r': cm_buf_appends(out, "\\r"); break;
+      default:
+        if (c < 0x20 || c == 0x7f)
+          cm_buf_printf(out, "\\u%04x", c);
+        else
+          cm_buf_append(out, (const char *)&s[i], 1);
+    }
+  }
+  cm_buf_append(out, "\"", 1);
+}
+
+static void write_value(cm_buf_t *out, const toml_value_t *v) {
+  int64_t i;
+  double d;
+  bool b;
+  size_t len;
+  switch (toml_type(v)) {
+    case TOML_STRING: {
+      const char *s = toml_string(v, &len);
+      write_string(out, s, len);
+      break;
+    }
+    case TOML_INTEGER:
+      toml_integer(v, &i);
+      cm_buf_printf(out, "%lld", (long long)i);
+      break;
+    case TOML_FLOAT:
+      toml_float(v, &d);
+      if (isnan(d))
+        cm_buf_appends(out, "nan");
+      else if (isinf(d))
+        cm_buf_appends(out, d > 0 ? "inf" : "-inf");
+      else {
+        char num[64];
+        snprintf(num, sizeof num, "%.17g", d);
+        /* A float must look like one: 1 -> 1.0. */
+        if (!strpbrk(num, ".eE")) strcat(num, ".0");
+        cm_buf_appends(out, num);
+      }
+      break;
+    case TOML_BOOLEAN:
+      toml_boolean(v, &b);
+      cm_buf_appends(out, b ? "true" : "false");
+      break;
+    case TOML_OFFSET_DATETIME:
+    case TOML_LOCAL_DATETIME:
+    case TOML_LOCAL_DATE:
+    case TOML_LOCAL_TIME:
+      cm_buf_appends(out, toml_datetime_text(v));
+      break;
+    case TOML_ARRAY:
+      cm_buf_append(out, "[", 1);
+      for (size_t k = 0; k < toml_array_len(v); k++) {
+        if (k) cm_buf_appends(out, ", ");
+        write_value(out, toml_array_at(v, k));
+      }
+      cm_buf_append(out, "]", 1);
+      break;
+    case TOML_TABLE:
+      cm_buf_append(out, "{", 1);
+      for (size_t k = 0; k < toml_table_len(v); k++) {
+        const char *key;
+        size_t key_len;
+        const toml_value_t *item = toml_table_at(v, k, &key, &key_len);
+        cm_buf_appends(out, k ? ", " : " ");
+        write_string(out, key, key_len);
+        cm_buf_appends(out, " = ");
+        write_value(out, item);
+        if (k + 1 == toml_table_len(v)) cm_buf_append(out, " ", 1);
+      }
+      cm_buf_append(out, "}", 1);
+      break;
+    default:
+      break;
+  }
+}
+
+char *toml_write(const toml_value_t *table) {
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  for (size_t k = 0; k < toml_table_len(table); k++) {
+    const char *key;
+    size_t key_len;
+    const toml_value_t *item = toml_table_at(table, k, &key, &key_len);
+    write_string(&out, key, key_len);
+    cm_buf_appends(&out, " = ");
+    write_value(&out, item);
+    cm_buf_append(&out, "\n", 1);
+  }
+  return cm_buf_steal(&out);
+}

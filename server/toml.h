@@ -71,6 +71,10 @@ int toml_parse(const char *buf, size_t len, const toml_options_t *options, toml_
 
 /* Frees a whole tree (NULL is fine).  Only call it on a root returned by toml_parse(). */
 void toml_free(toml_value_t *root);
+/* Writes a table as TOML text that decodes to the same values: one `"key" = value` line per
+ * entry, nested tables as inline tables (heap string).  Used to hand a script's [tool.uv]
+ * table to uv as a configuration file. */
+char *toml_write(const toml_value_t *table);
 void toml_freep(toml_value_t **root);
 #define cleanup_toml __attribute__((cleanup(toml_freep)))
 

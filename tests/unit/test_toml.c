@@ -383,6 +383,54 @@ static void test_corpus(void **state) {
 
 /* ---------------------------------------------------------------- messages */
 
+/* toml_write() over the whole valid corpus: what it writes decodes again, and to the same
+ * values (writing the re-decoded tree gives the same text). */
+static void test_write_roundtrip(void **state) {
+  (void)state;
+  if (!corpus_present()) skip();
+  cleanup_free char *dir = corpus_dir();
+  cleanup_free char *list_path = xasprintf("%s/files-toml-1.0.0", dir);
+  size_t list_len = 0;
+  cleanup_free char *list = read_whole(list_path, &list_len);
+  assert_non_null(list);
+  list = xrealloc(list, list_len + 1);
+  list[list_len] = '\0';
+  int files = 0, failures = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(list, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    if (!has_suffix(line, ".toml") || strncmp(line, "valid/", 6) != 0) continue;
+    cleanup_free char *path = xasprintf("%s/%s", dir, line);
+    size_t len = 0;
+    cleanup_free char *text = read_whole(path, &len);
+    if (!text) continue;
+    toml_value_t *doc = NULL;
+    cm_error_t err = CM_ERROR_INIT;
+    if (toml_parse(text, len, NULL, &doc, &err) < 0) {
+      cm_error_release(&err);
+      continue;
+    }
+    files++;
+    cleanup_free char *once = toml_write(doc);
+    toml_value_t *again = NULL;
+    if (toml_parse(once, strlen(once), NULL, &again, &err) < 0) {
+      printf("write roundtrip: %s: %s\n", line, cm_error_message(&err));
+      cm_error_release(&err);
+      failures++;
+    } else {
+      cleanup_free char *twice = toml_write(again);
+      if (strcmp(once, twice) != 0) {
+        printf("write roundtrip: %s: different values after writing\n", line);
+        failures++;
+      }
+    }
+    toml_free(again);
+    toml_free(doc);
+  }
+  printf("toml_write roundtrip: %d files, %d failures\n", files, failures);
+  assert_true(files > 100);
+  assert_int_equal(failures, 0);
+}
+
 static void test_messages(void **state) {
   (void)state;
   expect_message("a = 1\nb = 2\na = 3\n", "line 3, column 1: duplicate key \"a\"");
@@ -733,7 +781,7 @@ int main(void) {
       cmocka_unit_test(test_limits),      cmocka_unit_test(test_tables_and_lookup),
       cmocka_unit_test(test_big_table),   cmocka_unit_test(test_scalars),
       cmocka_unit_test(test_datetimes),   cmocka_unit_test(test_crlf_bom_and_options),
-      cmocka_unit_test(test_table_rules),
+      cmocka_unit_test(test_table_rules), cmocka_unit_test(test_write_roundtrip),
   };
   const struct CMUnitTest corpus[] = {
       cmocka_unit_test(test_corpus),
