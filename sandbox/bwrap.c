@@ -555,67 +555,6 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
 
 /* ---------------------------------------------------------------- probe */
 
-/* Runs argv to completion (bounded by timeout_ms), capturing up to
- * BWRAP_PROBE_OUTPUT_MAX bytes of stdout and stderr.  Closes pass_fds. */
-static int run_capture(char *const *argv, int *pass_fds, size_t n_pass, int timeout_ms, int *status,
-                       cm_buf_t *out, cm_buf_t *errout, cm_error_t *err) {
-  char *const envp[] = {NULL};
-  sbx_spawn_opts_t opts = {
-      .argv = argv,
-      .envp = envp,
-      .capture_output = true,
-      .pass_fds = pass_fds,
-      .n_pass_fds = n_pass,
-  };
-  sbx_child_t child;
-  int rc = sbx_spawn(&opts, &child, err);
-  for (size_t i = 0; i < n_pass; i++) {
-    if (pass_fds[i] >= 0) close(pass_fds[i]);
-    pass_fds[i] = -1;
-  }
-  if (rc < 0) return -1;
-
-  uint64_t deadline = cm_now_ms() + (uint64_t)timeout_ms;
-  bool timed_out = false;
-  while (child.stdout_fd >= 0 || child.stderr_fd >= 0) {
-    uint64_t now = cm_now_ms();
-    if (now >= deadline) {
-      timed_out = true;
-      break;
-    }
-    struct pollfd pfd[2] = {{child.stdout_fd, POLLIN, 0}, {child.stderr_fd, POLLIN, 0}};
-    int n = poll(pfd, 2, (int)(deadline - now));
-    if (n < 0 && errno != EINTR) {
-      timed_out = true; /* cannot watch it any more: stop it */
-      break;
-    }
-    for (int i = 0; i < 2; i++) {
-      if (pfd[i].fd < 0 || !pfd[i].revents) continue;
-      char buf[1024];
-      ssize_t r = read(pfd[i].fd, buf, sizeof buf);
-      if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (r > 0) {
-        cm_buf_t *dst = i == 0 ? out : errout;
-        (void)cm_buf_append(dst, buf, CM_MIN((size_t)r, dst->max - CM_MIN(dst->max, dst->len)));
-        continue;
-      }
-      int *fd = i == 0 ? &child.stdout_fd : &child.stderr_fd;
-      close(*fd);
-      *fd = -1;
-    }
-  }
-  if (timed_out) sbx_child_kill_tree(&child, SIGKILL);
-  int st = 0;
-  while (waitpid(child.pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  child.pid = -1;
-  sbx_child_close(&child);
-  if (timed_out)
-    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s did not finish within %d ms", argv[0],
-                        timeout_ms);
-  *status = st;
-  return 0;
-}
 
 static char *output_excerpt(const cm_buf_t *b) {
   size_t len = b->len;
@@ -702,7 +641,7 @@ static int probe_version(bwrap_priv_t *p, cm_error_t *err) {
   cm_buf_init(&out, BWRAP_PROBE_OUTPUT_MAX);
   cm_buf_init(&errout, BWRAP_PROBE_OUTPUT_MAX);
   int status = 0;
-  int rc = run_capture(argv, NULL, 0, BWRAP_PROBE_TIMEOUT_MS, &status, &out, &errout, err);
+  int rc = sbx_run_capture(argv, NULL, NULL, 0, BWRAP_PROBE_TIMEOUT_MS, &status, &out, &errout, err);
   if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
     cleanup_free char *why = output_excerpt(&errout);
     rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s --version failed: %s", p->bwrap_path, why);
@@ -745,7 +684,7 @@ static int probe_sandbox(sbx_backend_t *b, cm_error_t *err) {
     cm_buf_init(&out, BWRAP_PROBE_OUTPUT_MAX);
     cm_buf_init(&errout, BWRAP_PROBE_OUTPUT_MAX);
     int status = 0;
-    rc = run_capture(launch.argv, launch.pass_fds, n, BWRAP_PROBE_TIMEOUT_MS, &status, &out,
+    rc = sbx_run_capture(launch.argv, NULL, launch.pass_fds, n, BWRAP_PROBE_TIMEOUT_MS, &status, &out,
                      &errout, err);
     if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
       cleanup_free char *why = output_excerpt(&errout);

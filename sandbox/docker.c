@@ -552,52 +552,6 @@ static char **cli_env_new(void) {
   return env;
 }
 
-/* Runs argv to completion, bounded by timeout_ms, keeping up to DOCKER_PROBE_OUTPUT_MAX bytes
- * of each of stdout and stderr. */
-static int run_capture(char *const *argv, char *const *envp, int timeout_ms, int *status,
-                       cm_buf_t *out, cm_buf_t *errout, cm_error_t *err) {
-  sbx_spawn_opts_t opts = {.argv = argv, .envp = envp, .capture_output = true};
-  sbx_child_t child;
-  if (sbx_spawn(&opts, &child, err) < 0) return -1;
-  uint64_t deadline = cm_now_ms() + (uint64_t)timeout_ms;
-  bool timed_out = false;
-  while (child.stdout_fd >= 0 || child.stderr_fd >= 0) {
-    uint64_t now = cm_now_ms();
-    if (now >= deadline) {
-      timed_out = true;
-      break;
-    }
-    struct pollfd pfd[2] = {{child.stdout_fd, POLLIN, 0}, {child.stderr_fd, POLLIN, 0}};
-    if (poll(pfd, 2, (int)(deadline - now)) < 0 && errno != EINTR) {
-      timed_out = true;
-      break;
-    }
-    for (int i = 0; i < 2; i++) {
-      if (pfd[i].fd < 0 || !pfd[i].revents) continue;
-      char buf[1024];
-      ssize_t n = read(pfd[i].fd, buf, sizeof buf);
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (n > 0) {
-        cm_buf_t *dst = i == 0 ? out : errout;
-        (void)cm_buf_append(dst, buf, CM_MIN((size_t)n, dst->max - CM_MIN(dst->max, dst->len)));
-        continue;
-      }
-      int *fd = i == 0 ? &child.stdout_fd : &child.stderr_fd;
-      close(*fd);
-      *fd = -1;
-    }
-  }
-  if (timed_out) sbx_child_kill_tree(&child, SIGKILL);
-  int st = 0;
-  while (waitpid(child.pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  sbx_child_close(&child);
-  if (timed_out)
-    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "`%s %s` did not finish within %d ms", argv[0],
-                        argv[1], timeout_ms);
-  *status = st;
-  return 0;
-}
 
 /* Trimmed output, or NULL when there is none. */
 static char *trimmed(const cm_buf_t *b) {
@@ -618,7 +572,7 @@ static int docker_query(docker_priv_t *p, char *const *argv, char **out, cm_erro
   cm_buf_init(&o, DOCKER_PROBE_OUTPUT_MAX);
   cm_buf_init(&e, DOCKER_PROBE_OUTPUT_MAX);
   int status = 0;
-  int rc = run_capture(argv, p->cli_envp, DOCKER_PROBE_TIMEOUT_MS, &status, &o, &e, err);
+  int rc = sbx_run_capture(argv, p->cli_envp, NULL, 0, DOCKER_PROBE_TIMEOUT_MS, &status, &o, &e, err);
   if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
     cleanup_free char *why = trimmed(&e);
     if (!why) why = trimmed(&o);

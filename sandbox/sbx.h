@@ -163,6 +163,11 @@ int sbx_child_reap(sbx_child_t *child, siginfo_t *info, struct rusage *ru);
 /* Kills the child's process group (and the child) with sig. */
 void sbx_child_kill_tree(const sbx_child_t *child, int sig);
 void sbx_child_close(sbx_child_t *child);
+/* Runs argv to completion with an environment (NULL = empty), blocking for at most
+ * timeout_ms (then the tree is killed and it fails), capturing stdout and stderr up to the
+ * buffers' limits.  Closes pass_fds.  For start-up probes only: it blocks the caller. */
+int sbx_run_capture(char *const *argv, char *const *envp, int *pass_fds, size_t n_pass, int timeout_ms,
+                    int *status, cm_buf_t *out, cm_buf_t *errout, cm_error_t *err);
 
 /* ---------------------------------------------------------------- runs */
 
