@@ -71,6 +71,24 @@ static const opt_def_t options[] = {
     {"max-message-bytes", OPT_SIZE, OFF(max_message_bytes), "SIZE", "largest JSON-RPC message (16M)"},
     {"max-script-bytes", OPT_SIZE, OFF(max_script_bytes), "SIZE", "largest script (4M)"},
     {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "scripts running at once; more wait (8)"},
+    {"max-input-files", OPT_INT, OFF(max_input_files), "N",
+     "input files a call may pass in 'files' (100)"},
+    {"max-input-file-bytes", OPT_SIZE, OFF(max_input_file_bytes), "SIZE",
+     "largest input file, decoded (8M)"},
+    {"max-input-bytes", OPT_SIZE, OFF(max_input_bytes), "SIZE",
+     "all input files of a call together (12M)"},
+    {"max-output-files", OPT_INT, OFF(max_output_files), "N",
+     "entries collected from outputs/ per run (100)"},
+    {"max-artifact-bytes", OPT_SIZE, OFF(max_artifact_bytes), "SIZE",
+     "output file bytes kept per run (64M)"},
+    {"max-artifact-store-bytes", OPT_SIZE, OFF(max_artifact_store_bytes), "SIZE",
+     "output file bytes kept for all runs; the oldest go first (1G)"},
+    {"max-inline-bytes", OPT_SIZE, OFF(max_inline_bytes), "SIZE",
+     "largest image returned inline (1M)"},
+    {"max-inline-text-bytes", OPT_SIZE, OFF(max_inline_text_bytes), "SIZE",
+     "largest text file embedded (32K)"},
+    {"artifact-ttl", OPT_SECONDS_MS, OFF(artifact_ttl_ms), "SECONDS",
+     "how long output files stay readable with resources/read (3600)"},
     {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}", "stderr log level (info)"},
     {"profile", OPT_STRING, OFF(profile), "NAME|FILE",
      "a sandbox profile: default, offline, lan (profiles/NAME.toml) or a TOML file; flags override it"},
@@ -99,6 +117,15 @@ void srv_config_defaults(srv_config_t *c) {
   c->max_message_bytes = 16ull << 20;
   c->max_script_bytes = 4ull << 20;
   c->max_concurrent = 8;
+  c->max_input_files = 100;
+  c->max_input_file_bytes = 8ull << 20;
+  c->max_input_bytes = 12ull << 20;
+  c->max_output_files = 100;
+  c->max_artifact_bytes = 64ull << 20;
+  c->max_artifact_store_bytes = 1ull << 30;
+  c->max_inline_bytes = 1ull << 20;
+  c->max_inline_text_bytes = 32ull << 10;
+  c->artifact_ttl_ms = 3600ull * 1000;
   c->log_level = CM_LOG_INFO;
   c->installer = xstrdup("auto");
   c->max_cache_bytes = 10ull << 30;
@@ -424,5 +451,13 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
     return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid installer '%s', must be one of ('auto', 'uv', 'pip')", c->installer);
   if (c->build_timeout_ms < 1000) return cm_error_set(err, 0, CM_ERR_INVALID, "build_timeout must be >= 1");
   if (c->max_concurrent < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
+  if (c->artifact_ttl_ms < 1000)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "artifact_ttl must be >= 1");
+  if (c->max_artifact_bytes > c->max_artifact_store_bytes)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "max_artifact_bytes must be <= max_artifact_store_bytes");
+  if (c->max_inline_bytes > (16ull << 20) || c->max_inline_text_bytes > (16ull << 20))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "max_inline_bytes and max_inline_text_bytes must be <= 16M");
   return 0;
 }

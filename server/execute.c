@@ -2,10 +2,12 @@
  * the configured sandbox, stream its output as progress, and answer in the seed's text
  * format plus structuredContent. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
 
 #include "server/envcache.h"
+#include "server/files.h"
 #include "server/script.h"
 #include "server/server-internal.h"
 
@@ -39,6 +41,8 @@ struct exec_job {
   exec_job_t *queue_next;
   bool holds_slot;
   char *workdir;
+  files_inputs_t inputs; /* the files argument, written before the script starts */
+  bool network;          /* this call's network (never more than the server allows) */
   sbx_run_t *run;
   cm_headtail_t out, err;
   /* progress */
@@ -63,6 +67,7 @@ static void job_free(exec_job_t *job) {
   cm_strv_free(job->requirements);
   env_release(job->env);
   free(job->workdir);
+  files_inputs_release(&job->inputs);
   cm_headtail_release(&job->out);
   cm_headtail_release(&job->err);
   cm_buf_release(&job->pending);
@@ -215,6 +220,16 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
     cm_buf_printf(&t, "\n--- environment: %s (%s, %zu packages) ---", job->env->key,
                   job->env->cached ? "cached" : "built for this call", json_object_size(job->env->packages));
   if (job->timeout_note) cm_buf_printf(&t, "\n--- note: %s ---", job->timeout_note);
+  if (!job->network && cfg->network && !sbx_backend_maps_paths(b))
+    cm_buf_printf(&t,
+                  "\n--- note: the %s backend cannot isolate the network; network: false was not "
+                  "enforced ---",
+                  sbx_backend_name(b));
+  /* Whatever the script left in outputs/, also after a failure or a timeout. */
+  files_collection_t files;
+  art_store_collect(srv_server_artifacts(job->server), srv_request_session(job->req), job->workdir,
+                    &files);
+  files_result_append(&files, &t, NULL, NULL);
   cleanup_free char *full = cm_buf_steal(&t);
   bool truncated = cm_headtail_truncated(&job->out) || cm_headtail_truncated(&job->err) ||
                    strlen(out) < job->out.total || strlen(err) < job->err.total;
@@ -241,6 +256,8 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
                       job->env ? json_pack("{s:s, s:b, s:O}", "key", job->env->key, "cached", job->env->cached,
                                            "packages", job->env->packages)
                                : json_null());
+  files_result_append(&files, NULL, json_object_get(result, "content"), sc);
+  files_collection_release(&files);
   json_object_set_new(result, "structuredContent", sc);
   job_finish(job, result);
 }
@@ -295,8 +312,32 @@ static void job_run(exec_job_t *job) {
     cm_error_release(&err);
     return;
   }
+  if (job->inputs.n) {
+    cleanup_close int wfd = open(job->workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (wfd < 0) cm_error_set(&err, errno, CM_ERR_IO, "opening the work directory");
+    if (wfd < 0 || files_write_inputs(wfd, &job->inputs, &err) < 0) {
+      job_finish(job,
+                 srv_tool_error_result("Cannot write the input files: %s", cm_error_message(&err)));
+      cm_error_release(&err);
+      return;
+    }
+    files_inputs_release(&job->inputs); /* on disk now: no need to hold them during the run */
+  }
   const srv_config_t *cfg = job->cfg;
-  char *argv[] = {job->env ? job->env->python : job->py->executable, "-s", "script.py", NULL};
+  /* Through the start-up runner when there is one (it saves open matplotlib figures;
+   * profiles/runner.py), mounted read-only where the backend maps paths. */
+  sbx_backend_t *backend = srv_server_backend(job->server);
+  const char *runner = files_runner_path();
+  cleanup_free char *runner_dir =
+      runner ? xstrndup(runner, (size_t)(strrchr(runner, '/') - runner)) : NULL;
+  bool maps = sbx_backend_maps_paths(backend);
+  cleanup_free char *runner_arg =
+      runner ? (maps ? xasprintf(FILES_RUNNER_TARGET "%s", strrchr(runner, '/')) : xstrdup(runner))
+             : NULL;
+  char *python = job->env ? job->env->python : job->py->executable;
+  char *argv_plain[] = {python, "-s", "script.py", NULL};
+  char *argv_runner[] = {python, "-s", runner_arg, "script.py", NULL};
+  char **argv = runner ? argv_runner : argv_plain;
   /* With an environment, its bin/ comes first (console scripts) and VIRTUAL_ENV names it. */
   const char *env_root = job->env ? (job->env->mount_target ? job->env->mount_target : job->env->host_dir) : NULL;
   cleanup_free char *path_var = env_root ? xasprintf("PATH=%s/bin:/usr/local/bin:/usr/bin:/bin", env_root)
@@ -312,17 +353,21 @@ static void job_run(exec_job_t *job) {
                   venv_var,
                   NULL};
   char *binds[] = {job->py->prefix, NULL};
-  sbx_mount_t env_mount = {.host = job->env ? job->env->host_dir : NULL,
-                           .target = job->env ? job->env->mount_target : NULL,
-                           .writable = false};
+  sbx_mount_t mounts[2];
+  size_t n_mounts = 0;
+  if (job->env && job->env->mount_target)
+    mounts[n_mounts++] =
+        (sbx_mount_t){.host = job->env->host_dir, .target = job->env->mount_target};
+  if (runner && maps)
+    mounts[n_mounts++] = (sbx_mount_t){.host = runner_dir, .target = FILES_RUNNER_TARGET};
   sbx_spec_t spec = {
       .argv = argv,
       .envp = envp,
       .workdir = job->workdir,
       .ro_binds = binds,
-      .mounts = &env_mount,
-      .n_mounts = job->env && job->env->mount_target ? 1 : 0,
-      .network = cfg->network,
+      .mounts = mounts,
+      .n_mounts = n_mounts,
+      .network = job->network,
       .limits =
           {
               .timeout_ms = job->timeout_s * 1000,
@@ -336,8 +381,7 @@ static void job_run(exec_job_t *job) {
           },
   };
   sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
-  if (sbx_run_start(srv_server_loop(job->server), srv_server_backend(job->server), &spec, &cbs, job, &job->run,
-                    &err) < 0) {
+  if (sbx_run_start(srv_server_loop(job->server), backend, &spec, &cbs, job, &job->run, &err) < 0) {
     job_finish(job, srv_tool_error_result("The sandbox could not start the script: %s", cm_error_message(&err)));
     cm_error_release(&err);
   }
@@ -392,7 +436,8 @@ static void on_python(void *data, py_interp_t *def, const char *def_error) {
 
 /* ---------------------------------------------------------------- the tool */
 
-static const char *const known_args[] = {"script", "dependencies", "timeout_seconds", "python_version"};
+static const char *const known_args[] = {"script",         "dependencies", "timeout_seconds",
+                                         "python_version", "files",        "network"};
 
 void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   srv_server_t *s = srv_request_server(r);
@@ -404,8 +449,10 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     for (size_t i = 0; i < CM_ARRAY_SIZE(known_args); i++) known |= strcmp(key, known_args[i]) == 0;
     if (!known) {
       cleanup_free char *k = cm_log_excerpt(key, strlen(key), 40);
-      srv_request_finish(r, srv_tool_error_result(
-                                "Unknown argument '%s'. execute_python accepts: script, dependencies, timeout_seconds, python_version.", k));
+      srv_request_finish(r, srv_tool_error_result("Unknown argument '%s'. execute_python accepts: "
+                                                  "script, dependencies, timeout_seconds, "
+                                                  "python_version, files, network.",
+                                                  k));
       return;
     }
   }
@@ -417,6 +464,18 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   if (json_string_length(script) > cfg->max_script_bytes) {
     srv_request_finish(r, srv_tool_error_result("The script is %zu bytes; the limit is %llu bytes.",
                                                 json_string_length(script), (unsigned long long)cfg->max_script_bytes));
+    return;
+  }
+  json_t *network = json_object_get(args, "network");
+  if (network && !json_is_null(network) && !json_is_boolean(network)) {
+    srv_request_finish(r, srv_tool_error_result("'network' must be true or false."));
+    return;
+  }
+  if (json_is_true(network) && !cfg->network) {
+    srv_request_finish(r, srv_tool_error_result(
+                              "The network is off on this server (--network off), so a call cannot "
+                              "ask for it: leave 'network' out or set it to false, and use no "
+                              "network in the script (pass data in with 'files')."));
     return;
   }
   json_t *deps = json_object_get(args, "dependencies");
@@ -475,7 +534,19 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     srv_request_finish(r, srv_tool_error_result("'python_version' must be a version string such as \"3.12\", \"3.13t\" or \">=3.11,<3.13\"."));
     return;
   }
+  files_inputs_t inputs;
+  cm_error_t ferr = CM_ERROR_INIT;
+  if (files_inputs_parse(json_object_get(args, "files"), cfg, &inputs, &ferr) < 0) {
+    free(note);
+    free(requires_python);
+    cm_strv_free(requirements);
+    srv_request_finish(r, srv_tool_error_result("%s", cm_error_message(&ferr)));
+    cm_error_release(&ferr);
+    return;
+  }
   exec_job_t *job = xcalloc(1, sizeof *job);
+  job->inputs = inputs;
+  job->network = cfg->network && !json_is_false(network);
   job->python_request = json_is_string(pv) ? xstrdup(json_string_value(pv)) : NULL;
   job->requires_python = requires_python;
   job->requirements = requirements;
@@ -494,22 +565,106 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   job->py_wait = py_registry_when_ready(srv_server_pythons(s), on_python, job);
 }
 
+/* The structuredContent declaration: every field with its type. */
+static json_t *output_schema(void) {
+  static const struct {
+    const char *name, *type, *description;
+  } fields[] = {
+      {"stdout", "string",
+       "Standard output (the beginning and the end when it was longer than the limit)."},
+      {"stderr", "string", "Standard error, same rules: the traceback of a failed script is here."},
+      {"exit_code", "integer", "The exit status; -N when killed by signal N."},
+      {"duration_ms", "integer", "Wall-clock run time."},
+      {"timed_out", "boolean", "The timeout killed it."},
+      {"truncated", "boolean", "Some output was cut to the limit."},
+      {"stdout_bytes", "integer", "Bytes written to stdout in all."},
+      {"stderr_bytes", "integer", "Bytes written to stderr in all."},
+      {"sandbox", "string", "The sandbox backend that ran it."},
+      {"cpu_user_ms", "integer", "User CPU time."},
+      {"cpu_system_ms", "integer", "System CPU time."},
+      {"max_rss_kib", "integer", "Peak resident memory of the largest process."},
+  };
+  json_t *props = json_object();
+  for (size_t i = 0; i < CM_ARRAY_SIZE(fields); i++)
+    json_object_set_new(
+        props, fields[i].name,
+        json_pack("{s:s, s:s}", "type", fields[i].type, "description", fields[i].description));
+  json_object_set_new(
+      props, "python",
+      json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}}}", "type", "object", "properties", "version",
+                "type", "string", "path", "type", "string", "implementation", "type", "string"));
+  json_object_set_new(
+      props, "limit",
+      json_pack(
+          "{s:[s, s], s:s}", "type", "string", "null", "description",
+          "The limit that ended the run: \"timeout\", \"cpu\" or \"file_size\"; null if none."));
+  json_object_set_new(props, "signal",
+                      json_pack("{s:[s, s], s:s}", "type", "integer", "null", "description",
+                                "The signal that killed the script, or null."));
+  json_object_set_new(
+      props, "environment",
+      json_pack("{s:[s, s], s:s, s:{s:{s:s}, s:{s:s}, s:{s:s, s:{s:s}}}}", "type", "object", "null",
+                "description",
+                "The cached dependency environment used, or null without dependencies.",
+                "properties", "key", "type", "string", "cached", "type", "boolean", "packages",
+                "type", "object", "additionalProperties", "type", "string"));
+  json_object_set_new(props, "files", files_output_schema());
+  return json_pack("{s:s, s:o, s:[s, s, s, s, s, s]}", "type", "object", "properties", props,
+                   "required", "stdout", "stderr", "exit_code", "duration_ms", "timed_out",
+                   "truncated");
+}
+
 json_t *srv_tool_execute_python_describe(srv_server_t *s) {
   const srv_config_t *cfg = srv_server_config(s);
   cleanup_free char *desc = xasprintf(
-      "Run a Python script in a sandbox and return its output.\n\n"
-      "The script runs as a file (script.py) in a fresh, empty working directory that is deleted afterwards, "
-      "with no standard input, a clean environment, and these limits: timeout_seconds (default %llu, at most "
-      "%llu; the whole process tree is killed when it expires), %llu bytes of output kept per stream (the "
-      "beginning and the end are kept when it is longer), and the server's memory and process limits. "
-      "Network access is %s.\n\n"
-      "The result is a text block with '--- stdout ---', '--- stderr ---', '--- exit_code: N ---' and "
-      "'--- duration_ms: N ---' sections (plus '--- timed_out: true ---' on timeout), and the same "
-      "fields as structured content. A non-zero exit or a timeout is reported as an error result.\n\n"
-      "Print what you want to see: nothing is returned but the output. Long-running output is streamed "
-      "as progress notifications when the client asks for progress.",
+      "Run a Python script in a sandbox and get back its output, its exit code and the files it "
+      "writes to outputs/.\n"
+      "\n"
+      "How it runs: the script is saved as script.py in a fresh, empty working directory (deleted "
+      "afterwards) and run with no standard input, a clean environment and these limits: "
+      "timeout_seconds (default %llu, at most %llu; the whole process tree is killed when it "
+      "expires), %llu bytes of stdout and of stderr kept (the beginning and the end of longer "
+      "output), and the server's memory and process limits. %s\n"
+      "\n"
+      "Dependencies: the standard library needs nothing. Declare third-party packages in a PEP "
+      "723 block at the top of the script:\n"
+      "# /// script\n"
+      "# requires-python = \">=3.11\"\n"
+      "# dependencies = [\"requests<3\", \"rich\"]\n"
+      "# ///\n"
+      "or in the dependencies argument ([\"numpy\", \"pandas>=2\"]). They are installed once into "
+      "a cached environment; the first call with a new set takes longer.\n"
+      "\n"
+      "Python version: python_version picks one (\"3.12\", \"3.13t\", \">=3.11\"); "
+      "check_environment lists them.\n"
+      "\n"
+      "Files in: files=[{\"path\": \"data/input.csv\", \"content\": \"...\", \"encoding\": "
+      "\"utf-8\" or \"base64\"}] are written into the working directory before the script starts "
+      "(relative paths only; at most %llu files, %llu bytes each, %llu bytes in all).\n"
+      "\n"
+      "Files and plots out: write what you want back into the outputs/ directory (create it "
+      "first: os.makedirs(\"outputs\", exist_ok=True)). Images (PNG, JPEG, GIF, WebP, SVG) up to "
+      "%llu bytes come back as images, UTF-8 text files up to %llu bytes as embedded resources, "
+      "anything else as a resource_link (sandbox://runs/...) to read with resources/read within "
+      "%llu seconds; at most %llu files and %llu bytes per run. Matplotlib figures still open "
+      "when the script ends are saved as outputs/figure-N.png (the Agg backend is preset; close a "
+      "figure you saved yourself, or it comes back twice).\n"
+      "\n"
+      "Result: a text block with '--- stdout ---', '--- stderr ---', '--- exit_code: N ---' and "
+      "'--- duration_ms: N ---' sections (plus '--- timed_out: true ---' on timeout) and a line "
+      "per returned file, then the images and resources, and the same data as structured content. "
+      "A non-zero exit, a timeout or a kill is an error result: the traceback in stderr has your "
+      "script's line numbers. Output is streamed as progress notifications when the client asks "
+      "for progress.",
       (unsigned long long)cfg->default_timeout, (unsigned long long)cfg->max_timeout,
-      (unsigned long long)cfg->max_output_bytes, cfg->network ? "allowed" : "disabled");
+      (unsigned long long)cfg->max_output_bytes,
+      cfg->network ? "Network access is on; pass network: false to run without it."
+                   : "Network access is off on this server.",
+      (unsigned long long)cfg->max_input_files, (unsigned long long)cfg->max_input_file_bytes,
+      (unsigned long long)cfg->max_input_bytes, (unsigned long long)cfg->max_inline_bytes,
+      (unsigned long long)cfg->max_inline_text_bytes,
+      (unsigned long long)(cfg->artifact_ttl_ms / 1000), (unsigned long long)cfg->max_output_files,
+      (unsigned long long)cfg->max_artifact_bytes);
   json_t *input = json_pack(
       "{s:s, s:{s:{s:s, s:s}, s:{s:[{s:s, s:{s:s}}, {s:s}], s:n, s:s}, s:{s:s, s:I, s:I, s:I, s:s}}, s:[s], s:b}",
       "type", "object", "properties", "script", "type", "string", "description",
@@ -520,20 +675,34 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       "default", (json_int_t)cfg->default_timeout, "description",
       "Wall-clock limit in seconds; the script and everything it started are killed when it expires.",
       "required", "script", "additionalProperties", 0);
-  json_object_set_new(json_object_get(input, "properties"), "python_version",
-                      json_pack("{s:s, s:s}", "type", "string", "description",
-                                "Which Python to run: \"3.12\", \"3.12.1\", \"3.13t\" (free-threaded), \"pypy3.10\" or "
-                                "a specifier such as \">=3.11,<3.13\"; the newest match wins. Default: the script's "
-                                "requires-python, else the server's default. check_environment lists them."));
-  json_t *output = json_pack(
-      "{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}},"
-      " s:[s, s, s, s, s, s]}",
-      "type", "object", "properties", "stdout", "type", "string", "stderr", "type", "string", "exit_code", "type",
-      "integer", "duration_ms", "type", "integer", "timed_out", "type", "boolean", "truncated", "type", "boolean",
-      "stdout_bytes", "type", "integer", "stderr_bytes", "type", "integer", "sandbox", "type", "string", "python",
-      "type", "object", "required", "stdout", "stderr", "exit_code", "duration_ms", "timed_out", "truncated");
-  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name", "execute_python", "title",
-                   "Run Python in a sandbox", "description", desc, "inputSchema", input, "outputSchema", output,
-                   "annotations", "title", "Run Python in a sandbox", "readOnlyHint", 0, "destructiveHint", 0,
+  json_t *props = json_object_get(input, "properties");
+  json_object_set_new(
+      props, "python_version",
+      json_pack(
+          "{s:s, s:s}", "type", "string", "description",
+          "Which Python to run: \"3.12\", \"3.12.1\", \"3.13t\" (free-threaded), \"pypy3.10\" or "
+          "a specifier such as \">=3.11,<3.13\"; the newest match wins. Default: the script's "
+          "requires-python, else the server's default. check_environment lists them."));
+  json_t *file_item = json_pack(
+      "{s:s, s:{s:{s:s, s:s}, s:{s:s}, s:{s:s, s:[s, s], s:s}}, s:[s, s], s:b}", "type", "object",
+      "properties", "path", "type", "string", "description",
+      "Relative path, e.g. \"data/input.csv\"; parent directories are created.", "content", "type",
+      "string", "encoding", "type", "string", "enum", "utf-8", "base64", "default", "utf-8",
+      "required", "path", "content", "additionalProperties", 0);
+  json_object_set_new(props, "files",
+                      json_pack("{s:s, s:I, s:s, s:o}", "type", "array", "maxItems",
+                                (json_int_t)cfg->max_input_files, "description",
+                                "Input files written into the working directory before the "
+                                "script starts.",
+                                "items", file_item));
+  json_object_set_new(
+      props, "network",
+      json_pack("{s:s, s:b, s:s}", "type", "boolean", "default", cfg->network, "description",
+                cfg->network ? "false runs this call without any network access."
+                             : "The network is off on this server; true is refused."));
+  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
+                   "execute_python", "title", "Run Python in a sandbox", "description", desc,
+                   "inputSchema", input, "outputSchema", output_schema(), "annotations", "title",
+                   "Run Python in a sandbox", "readOnlyHint", 0, "destructiveHint", 0,
                    "idempotentHint", 0, "openWorldHint", cfg->network);
 }

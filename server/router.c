@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "server/envcache.h"
+#include "server/files.h"
 #include "server/server-internal.h"
 
 static const char *const mcp_log_levels[] = {"debug",    "info",  "notice", "warning",
@@ -23,10 +24,13 @@ struct srv_server {
   sbx_backend_t *host;
   py_registry_t *pythons;
   env_store_t *envs;
+  art_store_t *artifacts;
   void *warm_wait;
   char *state_dir;
   srv_request_t *inflight;
   size_t n_inflight;
+  const srv_extension_t *ext;    /* NULL in the product */
+  struct srv_client_call *calls; /* server -> client requests awaiting a response */
 };
 
 struct srv_session {
@@ -36,6 +40,8 @@ struct srv_session {
   bool ready;         /* notifications/initialized received */
   int log_level;      /* index into mcp_log_levels; -1 = not set: no log notifications */
   json_t *client_info;
+  json_t *client_capabilities; /* from initialize; NULL if none were sent */
+  uint64_t next_call;          /* numbers the ids of our requests to the client */
 };
 
 struct srv_request {
@@ -50,6 +56,10 @@ struct srv_request {
   void (*cancel_cb)(void *data);
   void *cancel_data;
   double last_progress;
+  char *method; /* a request taken by the extension: its method and params */
+  json_t *params;
+  bool done; /* answered (or dropped); freed once nothing on the stack uses it */
+  int busy;  /* callbacks running on it: srv_request_finish then only marks it done */
   srv_request_t *prev, *next;
 };
 
@@ -90,7 +100,13 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   if (!backend->available)
     cm_warn("sandbox backend %s is not available: %s; executions will be refused (no fall back)",
             sbx_backend_name(backend), backend->unavailable);
+  art_store_t *artifacts = art_store_new(loop, cfg, state, err);
+  if (!artifacts) {
+    sbx_backend_free(backend);
+    return NULL;
+  }
   srv_server_t *s = xcalloc(1, sizeof *s);
+  s->artifacts = artifacts;
   s->loop = loop;
   s->cfg = cfg;
   s->backend = backend;
@@ -108,6 +124,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
 void srv_server_free(srv_server_t *s) {
   if (!s) return;
   if (s->warm_wait) py_registry_cancel_wait(s->pythons, s->warm_wait);
+  art_store_free(s->artifacts);
   env_store_free(s->envs);
   py_registry_free(s->pythons);
   sbx_backend_free(s->backend);
@@ -122,13 +139,21 @@ sbx_backend_t *srv_server_backend(srv_server_t *s) { return s->backend; }
 sbx_backend_t *srv_server_host_backend(srv_server_t *s) { return s->host; }
 py_registry_t *srv_server_pythons(srv_server_t *s) { return s->pythons; }
 env_store_t *srv_server_envs(srv_server_t *s) { return s->envs; }
+art_store_t *srv_server_artifacts(srv_server_t *s) { return s->artifacts; }
 const char *srv_server_state_dir(srv_server_t *s) { return s->state_dir; }
 size_t srv_server_inflight(srv_server_t *s) { return s->n_inflight; }
 
+static void fail_client_calls(srv_request_t *r, const char *why);
+static void request_free(srv_request_t *r);
+
 static void request_cancel(srv_request_t *r) {
-  if (r->cancelled) return;
+  if (r->cancelled || r->done) return;
   r->cancelled = true;
-  if (r->cancel_cb) r->cancel_cb(r->cancel_data);
+  /* The callbacks below may finish r: it is freed only after the last of them. */
+  r->busy++;
+  fail_client_calls(r, "the request was cancelled");
+  if (!r->done && r->cancel_cb) r->cancel_cb(r->cancel_data);
+  if (--r->busy == 0 && r->done) request_free(r);
 }
 
 void srv_server_cancel_all(srv_server_t *s) {
@@ -153,15 +178,20 @@ const char *srv_session_protocol(const srv_session_t *ss) { return ss->protocol;
 
 void srv_session_free(srv_session_t *ss) {
   if (!ss) return;
-  /* Requests of this session are cancelled and lose their session pointer. */
-  for (srv_request_t *r = ss->server->inflight; r; r = r->next) {
+  /* Requests of this session lose their session pointer and are cancelled (which may
+   * finish and free them). */
+  srv_request_t *next;
+  for (srv_request_t *r = ss->server->inflight; r; r = next) {
+    next = r->next;
     if (r->session != ss) continue;
-    request_cancel(r);
     r->session = NULL;
+    request_cancel(r);
   }
+  art_store_disown(ss->server->artifacts, ss);
   tr_sink_unref(ss->sink);
   free(ss->protocol);
   json_decref(ss->client_info);
+  json_decref(ss->client_capabilities);
   free(ss);
 }
 
@@ -270,25 +300,218 @@ static srv_request_t *request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink
   return r;
 }
 
-void srv_request_finish(srv_request_t *r, json_t *result) {
-  srv_server_t *s = r->server;
-  if (r->cancelled) {
-    json_decref(result);
-    /* A cancelled request sends nothing; its batch slot stays null. */
-    if (r->batch) deliver(r->sink, r->batch, r->batch_slot, json_null());
-  } else {
-    json_t *response = srv_jsonrpc_result(r->id, result);
-    json_decref(result);
-    deliver(r->sink, r->batch, r->batch_slot, response);
-  }
-  if (r->prev) r->prev->next = r->next;
-  else s->inflight = r->next;
-  if (r->next) r->next->prev = r->prev;
-  s->n_inflight--;
+static void request_free(srv_request_t *r) {
   json_decref(r->id);
   json_decref(r->progress_token);
+  json_decref(r->params);
+  free(r->method);
   tr_sink_unref(r->sink);
   free(r);
+}
+
+static void abandon_client_calls(srv_request_t *r);
+
+/* Sends response (stolen; NULL for none) unless r was cancelled, and retires r. */
+static void request_complete(srv_request_t *r, json_t *response) {
+  srv_server_t *s = r->server;
+  abandon_client_calls(r);
+  if (r->cancelled) {
+    json_decref(response);
+    /* A cancelled request sends nothing; its batch slot stays null. */
+    if (r->batch) deliver(r->sink, r->batch, r->batch_slot, json_null());
+  } else if (response) {
+    deliver(r->sink, r->batch, r->batch_slot, response);
+  } else if (r->batch) {
+    deliver(r->sink, r->batch, r->batch_slot, json_null());
+  }
+  if (r->prev)
+    r->prev->next = r->next;
+  else
+    s->inflight = r->next;
+  if (r->next) r->next->prev = r->prev;
+  s->n_inflight--;
+  r->done = true;
+  if (r->busy == 0) request_free(r);
+}
+
+void srv_request_finish(srv_request_t *r, json_t *result) {
+  json_t *response = r->cancelled ? NULL : srv_jsonrpc_result(r->id, result);
+  json_decref(result);
+  request_complete(r, response);
+}
+
+/* MCP's "resource not found" (resources/read, protocol versions 2024-11-05 to 2025-11-25). */
+#define MCP_RESOURCE_NOT_FOUND -32002
+
+void srv_request_fail(srv_request_t *r, const cm_error_t *err) {
+  if (r->cancelled) {
+    request_complete(r, NULL);
+    return;
+  }
+  const char *text = cm_error_message(err);
+  json_t *uri = json_is_object(r->params) ? json_object_get(r->params, "uri") : NULL;
+  json_t *response;
+  if (err->kind == CM_ERR_NOT_FOUND && r->method && strncmp(r->method, "resources/", 10) == 0 &&
+      json_is_string(uri)) {
+    cleanup_free char *msg = xasprintf("Resource not found: %s", text);
+    response =
+        srv_jsonrpc_error(r->id, MCP_RESOURCE_NOT_FOUND, msg, json_pack("{s:O}", "uri", uri));
+  } else if (err->kind == CM_ERR_INVALID || err->kind == CM_ERR_LIMIT ||
+             err->kind == CM_ERR_NOT_FOUND) {
+    cleanup_free char *msg = xasprintf("Invalid params: %s", text);
+    response = srv_jsonrpc_error(r->id, JSONRPC_INVALID_PARAMS, msg, NULL);
+  } else if (err->kind == CM_ERR_UNSUPPORTED) {
+    cleanup_free char *msg = xasprintf("Method not found: %s", text);
+    response = srv_jsonrpc_error(r->id, JSONRPC_METHOD_NOT_FOUND, msg, NULL);
+  } else {
+    cleanup_free char *msg = xasprintf("Internal error: %s", text);
+    response = srv_jsonrpc_error(r->id, JSONRPC_INTERNAL_ERROR, msg, NULL);
+  }
+  request_complete(r, response);
+}
+
+/* ---------------------------------------------------------------- server -> client requests */
+
+/* Bounds what one session may have outstanding with its client. */
+#define SRV_MAX_CLIENT_CALLS 64
+
+typedef struct srv_client_call {
+  srv_request_t *request; /* the request it serves; its session is the client asked */
+  srv_session_t *session;
+  char id[32];
+  srv_client_cb cb;
+  void *data;
+  struct srv_client_call *next;
+} srv_client_call_t;
+
+/* Unlinks r's pending calls, oldest first. */
+static srv_client_call_t *take_client_calls(srv_request_t *r) {
+  srv_client_call_t *mine = NULL, **tail = &mine;
+  for (srv_client_call_t **p = &r->server->calls; *p;) {
+    srv_client_call_t *c = *p;
+    if (c->request != r) {
+      p = &c->next;
+      continue;
+    }
+    *p = c->next;
+    c->next = NULL;
+    *tail = c;
+    tail = &c->next;
+  }
+  return mine;
+}
+
+/* Tells the client we no longer wait for its answer. */
+static void send_client_cancel(srv_request_t *r, const srv_client_call_t *c, const char *why) {
+  json_t *n = srv_jsonrpc_notification("notifications/cancelled",
+                                       json_pack("{s:s, s:s}", "requestId", c->id, "reason", why));
+  send_json(r->sink, n, TR_SEND_DROPPABLE);
+  json_decref(n);
+}
+
+static void fail_client_calls(srv_request_t *r, const char *why) {
+  srv_client_call_t *c = take_client_calls(r);
+  if (!c) return;
+  json_t *error = json_pack("{s:i, s:s}", "code", JSONRPC_INTERNAL_ERROR, "message", why);
+  while (c) {
+    srv_client_call_t *next = c->next;
+    send_client_cancel(r, c, why);
+    c->cb(c->data, NULL, error);
+    free(c);
+    c = next;
+  }
+  json_decref(error);
+}
+
+static void abandon_client_calls(srv_request_t *r) {
+  srv_client_call_t *c = take_client_calls(r);
+  while (c) {
+    srv_client_call_t *next = c->next;
+    send_client_cancel(r, c, "the request finished");
+    free(c);
+    c = next;
+  }
+}
+
+/* The client capability a server -> client method needs, or NULL. */
+static const char *client_capability_for(const char *method) {
+  if (strcmp(method, "sampling/createMessage") == 0) return "sampling";
+  if (strcmp(method, "elicitation/create") == 0) return "elicitation";
+  if (strcmp(method, "roots/list") == 0) return "roots";
+  return NULL;
+}
+
+int srv_request_call_client(srv_request_t *r, const char *method, json_t *params, srv_client_cb cb,
+                            void *data, cm_error_t *err) {
+  srv_session_t *ss = r->session;
+  if (r->cancelled || r->done || !ss) {
+    json_decref(params);
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s: the request is no longer in flight",
+                        method);
+  }
+  if (!ss->ready && strcmp(method, "ping") != 0) {
+    json_decref(params);
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                        "%s: the client has not sent notifications/initialized", method);
+  }
+  const char *cap = client_capability_for(method);
+  if (cap && !json_object_get(ss->client_capabilities, cap)) {
+    json_decref(params);
+    return cm_error_set(err, 0, CM_ERR_UNSUPPORTED,
+                        "%s: the client did not declare the \"%s\" capability", method, cap);
+  }
+  size_t pending = 0;
+  for (srv_client_call_t *c = r->server->calls; c; c = c->next) pending += c->session == ss;
+  if (pending >= SRV_MAX_CLIENT_CALLS) {
+    json_decref(params);
+    return cm_error_set(err, 0, CM_ERR_LIMIT, "%s: %d requests to the client are already pending",
+                        method, SRV_MAX_CLIENT_CALLS);
+  }
+  srv_client_call_t *c = xcalloc(1, sizeof *c);
+  c->request = r;
+  c->session = ss;
+  snprintf(c->id, sizeof c->id, "mps-%llu", (unsigned long long)++ss->next_call);
+  c->cb = cb;
+  c->data = data;
+  c->next = r->server->calls;
+  r->server->calls = c;
+  json_t *msg = json_pack("{s:s, s:s, s:s}", "jsonrpc", "2.0", "id", c->id, "method", method);
+  if (params) json_object_set_new(msg, "params", params);
+  send_json(r->sink, msg, TR_SEND_DEFAULT);
+  json_decref(msg);
+  return 0;
+}
+
+void srv_request_close_stream(srv_request_t *r) {
+  if (!r->cancelled && !r->done) tr_sink_close_stream(r->sink);
+}
+
+/* A response from the client: to one of our requests, or ignored. */
+static void handle_response(srv_session_t *ss, json_t *msg, const srv_msg_t *m) {
+  if (!json_is_string(m->id)) return;
+  for (srv_client_call_t **p = &ss->server->calls; *p; p = &(*p)->next) {
+    srv_client_call_t *c = *p;
+    if (c->session != ss || strcmp(c->id, json_string_value(m->id)) != 0) continue;
+    *p = c->next;
+    json_t *result = json_object_get(msg, "result");
+    json_t *error = json_object_get(msg, "error");
+    srv_request_t *r = c->request;
+    /* The callback may finish r: keep it until the callback returns. */
+    r->busy++;
+    if (error) {
+      json_t *e = json_is_object(error) ? json_incref(error)
+                                        : json_pack("{s:i, s:s}", "code", JSONRPC_INTERNAL_ERROR,
+                                                    "message", "malformed error from the client");
+      c->cb(c->data, NULL, e);
+      json_decref(e);
+    } else {
+      c->cb(c->data, result, NULL);
+    }
+    free(c);
+    if (--r->busy == 0 && r->done) request_free(r);
+    return;
+  }
+  cm_debug("ignored a response to no request of ours");
 }
 
 static srv_request_t *find_inflight(srv_session_t *ss, json_t *id) {
@@ -297,10 +520,45 @@ static srv_request_t *find_inflight(srv_session_t *ss, json_t *id) {
   return NULL;
 }
 
+/* ---------------------------------------------------------------- extensions */
+
+void srv_server_set_extension(srv_server_t *s, const srv_extension_t *ext) {
+  s->ext = ext;
+}
+
+static const srv_tool_t *extension_tool_find(const srv_extension_t *ext, const char *name) {
+  for (size_t i = 0; ext && i < ext->n_tools; i++)
+    if (strcmp(ext->tools[i].name, name) == 0) return &ext->tools[i];
+  return NULL;
+}
+
+static void set_progress_token(srv_request_t *r, json_t *params) {
+  json_t *meta = json_is_object(params) ? json_object_get(params, "_meta") : NULL;
+  json_t *token = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
+  if (json_is_string(token) || json_is_integer(token)) r->progress_token = json_incref(token);
+}
+
+/* Offers the request to the extension; true if it took it. */
+static bool extension_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
+                              srv_batch_t *batch) {
+  const srv_extension_t *ext = ss->server->ext;
+  if (!ext || !ext->handle) return false;
+  srv_request_t *r = request_new(ss, m->id, sink, batch);
+  r->method = xstrdup(m->method);
+  r->params = json_incref(m->params);
+  set_progress_token(r, m->params);
+  if (ext->handle(ext->data, r, m->method, m->params)) return true;
+  /* Not its method: r goes without a trace (its batch slot stays null). */
+  r->cancelled = true;
+  request_complete(r, NULL);
+  return false;
+}
+
 /* ---------------------------------------------------------------- methods */
 
 static json_t *server_capabilities(void) {
-  return json_pack("{s:{s:b}, s:{}}", "tools", "listChanged", 0, "logging");
+  return json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0, "resources",
+                   "listChanged", 0, "subscribe", 0, "logging");
 }
 
 static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink, srv_batch_t *batch) {
@@ -318,8 +576,17 @@ static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_
   ss->protocol = xstrdup(chosen);
   json_t *ci = json_object_get(params, "clientInfo");
   if (json_is_object(ci)) ss->client_info = json_incref(ci);
+  json_t *client_caps = json_object_get(params, "capabilities");
+  if (json_is_object(client_caps)) ss->client_capabilities = json_incref(client_caps);
+  json_t *caps = server_capabilities();
+  const srv_extension_t *ext = ss->server->ext;
+  if (ext && ext->capabilities) {
+    json_t *extra = ext->capabilities(ext->data);
+    if (json_is_object(extra)) json_object_update(caps, extra);
+    json_decref(extra);
+  }
   json_t *result = json_pack(
-      "{s:s, s:o, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", chosen, "capabilities", server_capabilities(),
+      "{s:s, s:o, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", chosen, "capabilities", caps,
       "serverInfo", "name", SRV_NAME, "title", "Python Exec Sandbox", "version", srv_version(), "instructions",
       "Runs Python scripts in a sandbox. Use execute_python to run a script (declare third-party packages "
       "in a PEP 723 '# /// script' block or the dependencies argument), validate_script to check one "
@@ -338,6 +605,9 @@ static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_
   const srv_tool_t *tools = srv_tools(&n);
   json_t *list = json_array();
   for (size_t i = 0; i < n; i++) json_array_append_new(list, tools[i].describe(ss->server));
+  const srv_extension_t *ext = ss->server->ext;
+  for (size_t i = 0; ext && i < ext->n_tools; i++)
+    json_array_append_new(list, ext->tools[i].describe(ss->server));
   reply_result(sink, batch, id, json_pack("{s:o}", "tools", list));
 }
 
@@ -353,6 +623,7 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
     return;
   }
   const srv_tool_t *tool = srv_tool_find(json_string_value(name));
+  if (!tool) tool = extension_tool_find(ss->server->ext, json_string_value(name));
   if (!tool) {
     cleanup_free char *excerpt = cm_log_excerpt(json_string_value(name), json_string_length(name), 64);
     cleanup_free char *msg = xasprintf("Invalid params: unknown tool '%s'", excerpt);
@@ -360,9 +631,7 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
     return;
   }
   srv_request_t *r = request_new(ss, id, sink, batch);
-  json_t *meta = json_object_get(params, "_meta");
-  json_t *token = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
-  if (json_is_string(token) || json_is_integer(token)) r->progress_token = json_incref(token);
+  set_progress_token(r, params);
   json_t *arguments = json_is_object(args) ? json_incref(args) : json_object();
   tool->call(r, arguments);
   json_decref(arguments);
@@ -378,6 +647,61 @@ static void handle_set_level(srv_session_t *ss, json_t *id, json_t *params, tr_s
   }
   ss->log_level = idx;
   reply_result(sink, batch, id, json_object());
+}
+
+/* MCP's "resource not found" (resources/read, protocol versions 2024-11-05 to 2025-11-25). */
+
+/* resources/list, resources/read, resources/templates/list: the artifacts of runs. */
+static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
+                             srv_batch_t *batch) {
+  json_t *params = json_is_object(m->params) ? m->params : NULL;
+  if (m->params && !params && !json_is_null(m->params)) {
+    reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS,
+                "Invalid params: params must be an object");
+    return;
+  }
+  json_t *cursor = params ? json_object_get(params, "cursor") : NULL;
+  if (cursor && !json_is_null(cursor) && !json_is_string(cursor)) {
+    reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS,
+                "Invalid params: \"cursor\" must be a string");
+    return;
+  }
+  const char *cursor_text = json_is_string(cursor) ? json_string_value(cursor) : NULL;
+  json_t *uri = params ? json_object_get(params, "uri") : NULL;
+  json_t *result = NULL;
+  cm_error_t err = CM_ERROR_INIT;
+  int rc = 0;
+  if (strcmp(m->method, "resources/templates/list") == 0) {
+    if (cursor_text)
+      rc = cm_error_set(&err, 0, CM_ERR_INVALID, "unknown cursor");
+    else
+      result = art_store_templates();
+  } else if (strcmp(m->method, "resources/list") == 0) {
+    rc = art_store_list(ss->server->artifacts, ss, cursor_text, &result, &err);
+  } else if (!json_is_string(uri) || strlen(json_string_value(uri)) != json_string_length(uri)) {
+    rc = cm_error_set(&err, 0, CM_ERR_INVALID, "resources/read needs a string \"uri\"");
+  } else {
+    rc = art_store_read(ss->server->artifacts, json_string_value(uri), &result, &err);
+  }
+  if (rc == 0) {
+    reply_result(sink, batch, m->id, result);
+    return;
+  }
+  if (err.kind == CM_ERR_NOT_FOUND) {
+    cleanup_free char *excerpt =
+        cm_log_excerpt(json_string_value(uri), json_string_length(uri), 200);
+    cleanup_free char *msg = xasprintf("Resource not found: %s", excerpt);
+    deliver(sink, batch, batch_reserve(batch),
+            srv_jsonrpc_error(m->id, MCP_RESOURCE_NOT_FOUND, msg, json_pack("{s:O}", "uri", uri)));
+  } else if (err.kind == CM_ERR_INVALID) {
+    cleanup_free char *msg = xasprintf("Invalid params: %s", cm_error_message(&err));
+    reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS, msg);
+  } else {
+    cm_warn("%s: %s", m->method, cm_error_message(&err));
+    cleanup_free char *msg = xasprintf("Internal error: %s", cm_error_message(&err));
+    reply_error(sink, batch, m->id, JSONRPC_INTERNAL_ERROR, msg);
+  }
+  cm_error_release(&err);
 }
 
 static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch) {
@@ -399,12 +723,16 @@ static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sin
     reply_error(sink, batch, m->id, JSONRPC_INVALID_REQUEST, "Invalid Request: a request with this id is still in flight");
     return;
   }
+  if (extension_request(ss, m, sink, batch)) return;
   if (strcmp(method, "tools/list") == 0) {
     handle_tools_list(ss, m->id, m->params, sink, batch);
   } else if (strcmp(method, "tools/call") == 0) {
     handle_tools_call(ss, m->id, m->params, sink, batch);
   } else if (strcmp(method, "logging/setLevel") == 0) {
     handle_set_level(ss, m->id, m->params, sink, batch);
+  } else if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0 ||
+             strcmp(method, "resources/templates/list") == 0) {
+    handle_resources(ss, m, sink, batch);
   } else {
     cleanup_free char *excerpt = cm_log_excerpt(method, strlen(method), 64);
     cleanup_free char *msg = xasprintf("Method not found: %s", excerpt);
@@ -439,7 +767,8 @@ static void handle_one(srv_session_t *ss, json_t *msg, tr_sink_t *sink, srv_batc
       handle_notification(ss, &m);
       break;
     case SRV_MSG_RESPONSE:
-      break; /* we send no requests that would expect one */
+      handle_response(ss, msg, &m);
+      break;
     default:
       reply_error(sink, batch, m.id, JSONRPC_INVALID_REQUEST, m.error);
       break;

@@ -49,6 +49,16 @@ typedef struct srv_config {
   uint64_t max_message_bytes; /* --max-message-bytes */
   uint64_t max_script_bytes; /* --max-script-bytes */
   uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
+  /* Files in and out of a run (server/files.c, server/artifacts.c). */
+  uint64_t max_input_files;          /* --max-input-files: entries of the files argument */
+  uint64_t max_input_file_bytes;     /* --max-input-file-bytes: one input file, decoded */
+  uint64_t max_input_bytes;          /* --max-input-bytes: all input files of a call */
+  uint64_t max_output_files;         /* --max-output-files: entries collected from outputs/ */
+  uint64_t max_artifact_bytes;       /* --max-artifact-bytes: output bytes kept per run */
+  uint64_t max_artifact_store_bytes; /* --max-artifact-store-bytes: kept for all runs */
+  uint64_t max_inline_bytes;         /* --max-inline-bytes: largest image returned inline */
+  uint64_t max_inline_text_bytes;    /* --max-inline-text-bytes: largest text embedded */
+  uint64_t artifact_ttl_ms;          /* --artifact-ttl: how long outputs stay readable */
   cm_log_level_t log_level;  /* --log-level */
   char *profile;             /* --profile: the sandbox profile it started from */
   /* Streamable HTTP (--transport http). */
@@ -138,6 +148,8 @@ sbx_backend_t *srv_server_host_backend(srv_server_t *s);
 py_registry_t *srv_server_pythons(srv_server_t *s);
 struct env_store;
 struct env_store *srv_server_envs(srv_server_t *s);
+struct art_store;
+struct art_store *srv_server_artifacts(srv_server_t *s);
 const char *srv_server_state_dir(srv_server_t *s);
 /* Cancels every request in flight (shutdown). */
 void srv_server_cancel_all(srv_server_t *s);
@@ -170,6 +182,35 @@ void srv_request_finish(srv_request_t *r, json_t *result);
  * still call srv_request_finish (its result is dropped). */
 void srv_request_on_cancel(srv_request_t *r, void (*cancel_cb)(void *data), void *data);
 bool srv_request_cancelled(const srv_request_t *r);
+/* Completes the request with a JSON-RPC error, the router's mapping of err (borrowed):
+ * CM_ERR_NOT_FOUND of a resources/... request whose params name a "uri" -> -32002
+ * "Resource not found" with data {uri}; CM_ERR_INVALID, CM_ERR_LIMIT and other
+ * CM_ERR_NOT_FOUND -> -32602; CM_ERR_UNSUPPORTED -> -32601; anything else -> -32603.
+ * Nothing is sent if it was cancelled.  The request is freed. */
+void srv_request_fail(srv_request_t *r, const cm_error_t *err);
+
+/* Server -> client requests (sampling/createMessage, elicitation/create, roots/list,
+ * ping).  cb gets exactly one of result (the response's "result") and error (a JSON-RPC
+ * error object {code, message, data?}), both borrowed for the duration of the call; it
+ * may finish the request. */
+typedef void (*srv_client_cb)(void *data, json_t *result, json_t *error);
+/* Sends `method` with params (stolen; NULL for none) to the client as a request with a
+ * fresh id ("mps-<n>", unique in the session) on r's own sink, so over HTTP it travels on
+ * r's SSE stream, and routes the client's response to cb.  If r is cancelled or its
+ * session closes first, cb gets an error (-32603) before r's cancel callback (which is
+ * skipped if cb finished r), and the client gets notifications/cancelled; if r finishes
+ * first, the call is abandoned
+ * (cb is not called, the client is told, a late response is ignored).
+ * Fails without sending (cb never called): CM_ERR_UNSUPPORTED when the method needs a
+ * client capability (sampling, elicitation, roots) the client did not declare at
+ * initialize; CM_ERR_UNAVAILABLE when r is cancelled, finished or has no session, or
+ * (for all but ping) before the client's notifications/initialized;
+ * CM_ERR_LIMIT when the session already has 64 requests to its client pending. */
+int srv_request_call_client(srv_request_t *r, const char *method, json_t *params, srv_client_cb cb,
+                            void *data, cm_error_t *err);
+/* Ends the client's current connection to r's stream while r goes on; what r sends later
+ * waits for the client to resume (tr_sink_close_stream: HTTP SSE polling, SEP-1699). */
+void srv_request_close_stream(srv_request_t *r);
 
 /* ---------------------------------------------------------------- tools */
 
@@ -192,6 +233,33 @@ void srv_tool_execute_python(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_execute_python_describe(srv_server_t *s);
 void srv_tool_validate_script(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_validate_script_describe(srv_server_t *s);
+
+/* ---------------------------------------------------------------- extensions */
+
+/* What an embedding program adds to the router: the conformance fixture server
+ * (tests/conformance/fixture.c) uses it; the product binary sets none. */
+typedef struct srv_extension {
+  /* More tools: listed by tools/list after the built-in ones; tools/call finds one when
+   * no built-in tool has the name. */
+  const srv_tool_t *tools;
+  size_t n_tools;
+  /* Capabilities merged into initialize's result: each top-level key replaces the
+   * built-in one (e.g. "resources"), or adds one ("prompts", "completions").  Returns a
+   * new reference (an object) or NULL. */
+  json_t *(*capabilities)(void *data);
+  /* Offered every request of an initialized session before the router's own methods
+   * (tools/..., logging/setLevel, resources/...; only ping, initialize and the envelope
+   * checks come first).  Returns false, without touching r, for a method it does not
+   * handle; true when it takes r, which it must then complete, at once or later, with
+   * srv_request_finish or srv_request_fail.  params is borrowed (NULL when absent); a
+   * params._meta.progressToken is honoured as for tools/call. */
+  bool (*handle)(void *data, srv_request_t *r, const char *method, json_t *params);
+  void *data;
+} srv_extension_t;
+
+/* Installs ext (not copied: it must outlive s), or removes it (NULL).  Set it before the
+ * first session opens. */
+void srv_server_set_extension(srv_server_t *s, const srv_extension_t *ext);
 
 /* ---------------------------------------------------------------- output formatting */
 

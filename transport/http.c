@@ -641,7 +641,9 @@ static void tick_arm(tr_http_t *h);
 
 static void stream_send(tr_sink_t *sink, const char *json, size_t len, tr_send_flags_t flags);
 static void stream_release(tr_sink_t *sink);
-static const tr_sink_ops_t stream_sink_ops = {.send = stream_send, .release = stream_release};
+static void stream_close_stream(tr_sink_t *sink);
+static const tr_sink_ops_t stream_sink_ops = {
+    .send = stream_send, .release = stream_release, .close_stream = stream_close_stream};
 
 static void event_remove(hs_stream_t *st, hs_event_t *prev, hs_event_t *ev) {
   if (prev)
@@ -864,6 +866,23 @@ static void stream_release(tr_sink_t *sink) {
     return;
   }
   stream_drop(st);
+}
+
+/* Ends the client's request for a POST stream after what is queued, switching it to SSE
+ * first; the stream stays listed, so what follows waits for GET + Last-Event-ID.  Only
+ * where the client can resume: a 2025-11-25 session, whose priming event gives it an id. */
+static void stream_close_stream(tr_sink_t *sink) {
+  hs_stream_t *st = (hs_stream_t *)sink;
+  if (!st->h || st->kind != STREAM_POST || !st->session || !st->session->open) return;
+  const char *v = session_protocol(st->session);
+  if (!v || strcmp(v, "2025-11-25") < 0) return;
+  if (st->mode == MODE_PENDING) {
+    if (!st->accept_sse || st->held) return;
+    stream_go_sse(st);
+  }
+  if (st->mode != MODE_SSE || !st->conn) return;
+  st->conn->ending = true;
+  conn_wake(st->conn);
 }
 
 /* ================================================================ sessions */

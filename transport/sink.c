@@ -14,3 +14,7 @@ void tr_sink_unref(tr_sink_t *s) {
   if (!s) return;
   if (--s->refs == 0 && s->ops->release) s->ops->release(s);
 }
+
+void tr_sink_close_stream(tr_sink_t *s) {
+  if (s && !s->closed && s->ops->close_stream) s->ops->close_stream(s);
+}

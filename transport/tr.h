@@ -27,6 +27,8 @@ typedef struct tr_sink_ops {
   void (*send)(tr_sink_t *s, const char *json, size_t len, tr_send_flags_t flags);
   /* Called when the last reference goes. */
   void (*release)(tr_sink_t *s);
+  /* Optional: see tr_sink_close_stream. */
+  void (*close_stream)(tr_sink_t *s);
 } tr_sink_ops_t;
 
 struct tr_sink {
@@ -38,6 +40,11 @@ struct tr_sink {
 void tr_sink_send(tr_sink_t *s, const char *json, size_t len, tr_send_flags_t flags);
 tr_sink_t *tr_sink_ref(tr_sink_t *s);
 void tr_sink_unref(tr_sink_t *s);
+/* Ends the peer's current connection to this sink's stream while the sink stays usable:
+ * what is sent later is kept for the peer to resume with (HTTP: an SSE POST stream of a
+ * 2025-11-25 session, resumed by GET + Last-Event-ID; SEP-1699 polling).  A no-op where
+ * the peer could not resume (stdio, JSON answers, older protocol versions). */
+void tr_sink_close_stream(tr_sink_t *s);
 
 /* ---------------------------------------------------------------- stdio */
 

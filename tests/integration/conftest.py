@@ -1,4 +1,5 @@
 """Shared fixtures: start the real binary and talk JSON-RPC to it over stdio."""
+import io
 import json
 import os
 import queue
@@ -43,7 +44,9 @@ class Server:
         self.reader.start()
 
     def _read(self):
-        for line in self.proc.stdout:
+        # Buffered: the process pipe is unbuffered (bufsize=0), and reading a multi-megabyte
+        # line a byte at a time would take seconds.
+        for line in io.BufferedReader(self.proc.stdout, 1 << 20):
             self.lines.put(line)
         self.lines.put(None)
 

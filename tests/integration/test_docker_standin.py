@@ -172,7 +172,7 @@ def test_execute_end_to_end(standin):
         assert not any(e.startswith(("MPS_", "DOCKER_", "HOME=")) for e in env)
         image_at = argv.index(IMAGE)
         assert argv[image_at + 1].startswith("/usr/local/bin/python3")
-        assert argv[image_at + 2:] == ["-s", "script.py"]
+        assert argv[image_at + 2:] == ["-s", "/opt/mps/runner.py", "script.py"]
         # The client itself got only what it needs to reach the engine.
         for call in standin.calls():
             assert "MPS_TEST_DOCKER_SECRET" not in call["env"]

@@ -18,8 +18,8 @@ test("initialize: server name, version and capabilities", async (t) => {
   const caps = client.getServerCapabilities();
   assert.ok(caps.tools, `no tools capability: ${JSON.stringify(caps)}`);
   assert.ok(caps.logging, `no logging capability: ${JSON.stringify(caps)}`);
-  // Declared capabilities only: this server has no resources or prompts.
-  assert.equal(caps.resources, undefined);
+  // Declared capabilities only: run outputs are resources (no subscriptions); no prompts.
+  assert.deepEqual(caps.resources, { listChanged: false, subscribe: false });
   assert.equal(caps.prompts, undefined);
   assert.deepEqual(await client.setLoggingLevel("debug"), {});
   assert.deepEqual(await client.ping(), {});

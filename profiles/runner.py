@@ -1,0 +1,123 @@
+"""The start-up runner of mcp-python-exec-sandbox: `python -s runner.py script.py [args]`.
+
+The server starts every script through this file (mounted read-only at /opt/mps in the
+sandbox; its host path with the none backend) instead of `python -s script.py`, so that
+figures a script leaves open are returned.  It must stay invisible otherwise:
+
+- the script runs as `__main__` in a fresh module namespace with the same globals Python
+  gives a script (`__file__` absolute on 3.9+, `__loader__`, `__spec__` None, ...),
+  `sys.argv[0] == 'script.py'` and `sys.path[0]` the script's directory;
+- tracebacks show only the script's frames with its true line numbers, and a syntax error
+  is reported as Python reports one; exit codes and `SystemExit` behave as usual;
+- nothing is imported that the interpreter has not already imported at start-up; the
+  figure hook looks only at `sys.modules`, so a script that never imports matplotlib pays
+  nothing for it.
+
+When the script has imported `matplotlib.pyplot`, every figure still open when it ends
+(normally, with `sys.exit()` or with an uncaught exception) is saved to
+`outputs/figure-N.png` in the directory the script started in (a free name is chosen when
+one is taken).  It runs before the interpreter's atexit handlers, because pyplot registers
+one that closes every figure.  The server sets MPLBACKEND=Agg, so nothing tries to open a
+window.
+"""
+_MPS_INITIAL_GLOBALS = list(globals())
+
+import sys
+
+
+def _mps_save_open_figures(outputs_dir):
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    import os
+
+    try:
+        numbers = list(pyplot.get_fignums())
+    except Exception as exc:  # a broken or partial pyplot: say so, never fail the run
+        sys.stderr.write("mcp-python-exec-sandbox: cannot list open figures: %r\n" % (exc,))
+        return
+    if not numbers:
+        return
+    try:
+        os.makedirs(outputs_dir, exist_ok=True)
+    except OSError as exc:
+        sys.stderr.write("mcp-python-exec-sandbox: cannot create %s: %s\n" % (outputs_dir, exc))
+        return
+    for number in numbers:
+        stem = "figure-%s" % (number,)
+        path = os.path.join(outputs_dir, stem + ".png")
+        n = 2
+        while os.path.lexists(path):
+            path = os.path.join(outputs_dir, "%s-%d.png" % (stem, n))
+            n += 1
+        try:
+            pyplot.figure(number)
+            pyplot.savefig(path)
+        except Exception as exc:
+            sys.stderr.write("mcp-python-exec-sandbox: cannot save figure %s: %r\n" % (number, exc))
+
+
+def _mps_run():
+    import os
+
+    script = sys.argv[1]
+    start_dir = os.getcwd()
+    outputs_dir = os.path.join(start_dir, "outputs")
+    # What `python script.py` would have set.
+    shown_path = os.path.abspath(script) if sys.version_info >= (3, 9) else script
+    sys.argv = sys.argv[1:]
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+
+    main = type(sys)("__main__")
+    bootstrap = sys.modules.get("_frozen_importlib_external")
+    loader = None
+    if bootstrap is not None and hasattr(bootstrap, "SourceFileLoader"):
+        loader = bootstrap.SourceFileLoader("__main__", shown_path)
+    values = {
+        "__name__": "__main__",
+        "__doc__": None,
+        "__package__": None,
+        "__loader__": loader,
+        "__spec__": None,
+        "__annotations__": {},
+        "__builtins__": __builtins__,
+        "__file__": shown_path,
+        "__cached__": None,
+    }
+    namespace = main.__dict__
+    for key in _MPS_INITIAL_GLOBALS:
+        if key in values:
+            namespace[key] = values[key]
+    for key in ("__file__", "__cached__", "__builtins__"):
+        namespace.setdefault(key, values[key])
+    sys.modules["__main__"] = main
+
+    with open(script, "rb") as f:
+        source = f.read()
+    code = None
+    try:
+        code = compile(source, shown_path, "exec", dont_inherit=True)
+        del source
+        exec(code, namespace)
+    except SystemExit:
+        _mps_save_open_figures(outputs_dir)
+        raise
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        _mps_save_open_figures(outputs_dir)
+        # Report it as the interpreter would, without this runner's frames.
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code is not code:
+            tb = tb.tb_next
+        if isinstance(exc, SyntaxError) and code is None:
+            tb = None
+        # The default hook prints the exception's own __traceback__, not its argument.
+        exc.__traceback__ = tb
+        sys.excepthook(type(exc), exc, tb)
+        del exc, tb
+        raise SystemExit(1)
+    _mps_save_open_figures(outputs_dir)
+
+
+_mps_run()
