@@ -14,7 +14,9 @@
 /* Progress notifications: at most one per interval per call, each carrying at most this
  * much text; what a flood produces beyond that is counted and skipped (the final result
  * still has the head and tail). */
-#define EXEC_PROGRESS_INTERVAL_MS 50
+#define EXEC_COALESCE_MS 2
+#define EXEC_PROGRESS_BURST 8.0
+#define EXEC_PROGRESS_PER_SECOND 20.0
 #define EXEC_PROGRESS_MAX_TEXT 4096
 #define EXEC_MAX_DEPENDENCIES 256
 
@@ -49,7 +51,9 @@ struct exec_job {
   cm_buf_t pending;
   uint64_t skipped;
   uint64_t streamed;
-  uint64_t last_flush_ms;
+  cm_buf_t pending_err; /* stderr for notifications/message */
+  double tokens;
+  uint64_t last_refill_ms;
   cm_timer_t *flush_timer;
 };
 
@@ -71,6 +75,7 @@ static void job_free(exec_job_t *job) {
   cm_headtail_release(&job->out);
   cm_headtail_release(&job->err);
   cm_buf_release(&job->pending);
+  cm_buf_release(&job->pending_err);
   free(job);
 }
 
@@ -105,62 +110,105 @@ static void queue_remove(exec_job_t *job) {
 static void job_finish(exec_job_t *job, json_t *result) {
   cm_timer_cancel(job->flush_timer);
   job->flush_timer = NULL;
-  if (job->workdir) {
-    cm_error_t err = CM_ERROR_INIT;
-    if (cm_rm_rf(job->workdir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
-    cm_error_release(&err);
-  }
   if (job->queued) queue_remove(job);
   srv_request_t *req = job->req;
   bool had_slot = job->holds_slot;
   job->holds_slot = false;
+  /* The answer first: removing the work directory costs milliseconds on some disks, and
+   * the next waiting script may start before it, too. */
   srv_request_finish(req, result);
   if (had_slot) {
     job->holds_slot = true;
     slot_release(job);
+  }
+  if (job->workdir) {
+    cm_error_t err = CM_ERROR_INIT;
+    if (cm_rm_rf(job->workdir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
+    cm_error_release(&err);
   }
   job_free(job);
 }
 
 /* ---------------------------------------------------------------- progress */
 
-static void flush_progress(exec_job_t *job) {
-  if (job->pending.len == 0 && job->skipped == 0) return;
-  cm_buf_t msg;
-  cm_buf_init(&msg, 0);
-  size_t keep = cm_utf8_clip(job->pending.data, job->pending.len);
-  cm_buf_append(&msg, job->pending.data, keep);
-  if (job->skipped) cm_buf_printf(&msg, "\n... [%llu bytes of output skipped in progress; see the result]\n", (unsigned long long)job->skipped);
-  job->streamed += job->pending.len + job->skipped;
-  /* A partial UTF-8 character at the end waits for the next chunk. */
-  cm_buf_consume(&job->pending, keep);
-  job->skipped = 0;
-  job->last_flush_ms = cm_now_ms();
-  srv_request_progress(job->req, (double)job->streamed, msg.data, msg.len);
-  cm_buf_release(&msg);
+/* Output streams as notifications/progress (and stderr also as notifications/message when
+ * the client enabled logging at info): coalesced for EXEC_COALESCE_MS so that a print's text
+ * and its newline travel together, and rate-limited by a token bucket (a burst of
+ * EXEC_PROGRESS_BURST, then EXEC_PROGRESS_PER_SECOND), each message at most
+ * EXEC_PROGRESS_MAX_TEXT; what a flood produces beyond that is counted and skipped (the
+ * final result still has the head and tail). */
+static void refill(exec_job_t *job, uint64_t now) {
+  if (job->last_refill_ms == 0) {
+    job->tokens = EXEC_PROGRESS_BURST;
+  } else if (now > job->last_refill_ms) {
+    job->tokens += (double)(now - job->last_refill_ms) * EXEC_PROGRESS_PER_SECOND / 1000.0;
+    if (job->tokens > EXEC_PROGRESS_BURST) job->tokens = EXEC_PROGRESS_BURST;
+  }
+  job->last_refill_ms = now;
 }
+
+static void flush_progress(exec_job_t *job) {
+  if (job->pending.len || job->skipped) {
+    cm_buf_t msg;
+    cm_buf_init(&msg, 0);
+    size_t keep = cm_utf8_clip(job->pending.data, job->pending.len);
+    cm_buf_append(&msg, job->pending.data, keep);
+    if (job->skipped)
+      cm_buf_printf(&msg, "\n... [%llu bytes of output skipped in progress; see the result]\n",
+                    (unsigned long long)job->skipped);
+    job->streamed += keep + job->skipped;
+    /* A partial UTF-8 character at the end waits for the next chunk. */
+    cm_buf_consume(&job->pending, keep);
+    job->skipped = 0;
+    srv_request_progress(job->req, (double)job->streamed, msg.data, msg.len);
+    cm_buf_release(&msg);
+  }
+  if (job->pending_err.len) {
+    size_t keep = cm_utf8_clip(job->pending_err.data, job->pending_err.len);
+    srv_request_log(job->req, "info", "stderr", srv_json_string_lossy(job->pending_err.data, keep));
+    cm_buf_consume(&job->pending_err, keep);
+  }
+}
+
+static void schedule_flush(exec_job_t *job);
 
 static void on_flush_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
   exec_job_t *job = data;
   job->flush_timer = NULL;
-  flush_progress(job);
+  refill(job, cm_now_ms());
+  if (job->tokens >= 1.0) {
+    job->tokens -= 1.0;
+    flush_progress(job);
+  } else {
+    schedule_flush(job);
+  }
 }
 
-static void stream_progress(exec_job_t *job, const char *buf, size_t len) {
-  if (!srv_request_has_progress(job->req)) return;
-  size_t room = EXEC_PROGRESS_MAX_TEXT > job->pending.len ? EXEC_PROGRESS_MAX_TEXT - job->pending.len : 0;
-  size_t take = CM_MIN(room, len);
-  cm_buf_append(&job->pending, buf, take);
-  job->skipped += len - take;
-  uint64_t now = cm_now_ms();
-  if (now - job->last_flush_ms >= EXEC_PROGRESS_INTERVAL_MS) {
-    cm_timer_cancel(job->flush_timer);
-    job->flush_timer = NULL;
-    flush_progress(job);
-  } else if (!job->flush_timer) {
-    job->flush_timer = cm_loop_timer(srv_server_loop(job->server),
-                                     EXEC_PROGRESS_INTERVAL_MS - (now - job->last_flush_ms), on_flush_timer, job);
+static void schedule_flush(exec_job_t *job) {
+  if (job->flush_timer || (!job->pending.len && !job->skipped && !job->pending_err.len)) return;
+  refill(job, cm_now_ms());
+  uint64_t wait = EXEC_COALESCE_MS;
+  if (job->tokens < 1.0) {
+    uint64_t until_token = (uint64_t)((1.0 - job->tokens) * 1000.0 / EXEC_PROGRESS_PER_SECOND) + 1;
+    wait = CM_MAX(wait, until_token);
   }
+  job->flush_timer = cm_loop_timer(srv_server_loop(job->server), wait, on_flush_timer, job);
+}
+
+static void stream_output(exec_job_t *job, sbx_stream_t stream, const char *buf, size_t len) {
+  bool progress = srv_request_has_progress(job->req);
+  bool log = stream == SBX_STDERR && srv_request_log_enabled(job->req, "info");
+  if (progress) {
+    size_t room = EXEC_PROGRESS_MAX_TEXT > job->pending.len ? EXEC_PROGRESS_MAX_TEXT - job->pending.len : 0;
+    size_t take = CM_MIN(room, len);
+    cm_buf_append(&job->pending, buf, take);
+    job->skipped += len - take;
+  }
+  if (log) {
+    size_t room = EXEC_PROGRESS_MAX_TEXT > job->pending_err.len ? EXEC_PROGRESS_MAX_TEXT - job->pending_err.len : 0;
+    cm_buf_append(&job->pending_err, buf, CM_MIN(room, len));
+  }
+  if (progress || log) schedule_flush(job);
 }
 
 /* ---------------------------------------------------------------- the run */
@@ -168,7 +216,7 @@ static void stream_progress(exec_job_t *job, const char *buf, size_t len) {
 static void on_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
   exec_job_t *job = data;
   cm_headtail_append(stream == SBX_STDOUT ? &job->out : &job->err, buf, len);
-  stream_progress(job, buf, len);
+  stream_output(job, stream, buf, len);
 }
 
 static char *stream_text(const cm_headtail_t *h, uint64_t max) {
@@ -561,6 +609,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   cm_headtail_init(&job->out, cfg->max_output_bytes, cfg->max_output_bytes);
   cm_headtail_init(&job->err, cfg->max_output_bytes, cfg->max_output_bytes);
   cm_buf_init(&job->pending, EXEC_PROGRESS_MAX_TEXT + 16);
+  cm_buf_init(&job->pending_err, EXEC_PROGRESS_MAX_TEXT + 16);
   srv_request_on_cancel(r, on_cancel, job);
   job->py_wait = py_registry_when_ready(srv_server_pythons(s), on_python, job);
 }

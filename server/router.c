@@ -270,6 +270,12 @@ static int level_index(const char *level) {
   return -1;
 }
 
+bool srv_request_log_enabled(const srv_request_t *r, const char *level) {
+  const srv_session_t *ss = r->session;
+  int idx = level_index(level);
+  return ss && !r->cancelled && ss->log_level >= 0 && idx >= ss->log_level;
+}
+
 void srv_request_log(srv_request_t *r, const char *level, const char *logger, json_t *data) {
   srv_session_t *ss = r->session;
   int idx = level_index(level);

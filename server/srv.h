@@ -173,6 +173,8 @@ srv_session_t *srv_request_session(srv_request_t *r);
 bool srv_request_has_progress(const srv_request_t *r);
 /* Sends notifications/progress (if the client asked for progress).  progress must grow. */
 void srv_request_progress(srv_request_t *r, double progress, const char *message, size_t len);
+/* Would notifications/message at this level reach the client (it enabled logging)? */
+bool srv_request_log_enabled(const srv_request_t *r, const char *level);
 /* Sends notifications/message if the session's log level admits it. */
 void srv_request_log(srv_request_t *r, const char *level, const char *logger, json_t *data);
 /* Completes the request with a result (stolen).  Nothing is sent if it was cancelled.

@@ -312,3 +312,29 @@ def test_unavailable_backend_refuses_without_fallback(make_server):
         assert "should not run" not in text_of(res)
         env = text_of(s.call("check_environment"))
         assert "Sandbox available: no" in env
+
+
+def test_stderr_as_log_messages_when_logging_is_on(server):
+    assert server.request("logging/setLevel", {"level": "info"})["result"] == {}
+    server.execute("import sys, time\nprint('to stderr', file=sys.stderr, flush=True)\ntime.sleep(0.1)\nprint('out')")
+    logs = [n["params"] for n in server.notifications if n["method"] == "notifications/message"]
+    assert any(p["logger"] == "stderr" and "to stderr" in p["data"] and p["level"] == "info" for p in logs), logs
+    # above info, nothing
+    server.notifications.clear()
+    assert server.request("logging/setLevel", {"level": "warning"})["result"] == {}
+    server.execute("import sys\nprint('quiet', file=sys.stderr)")
+    assert not [n for n in server.notifications if n["method"] == "notifications/message"]
+
+
+def test_progress_latency_burst(server):
+    # Separate prints a few ms apart each arrive promptly, text and newline together.
+    script = "import time\nfor i in range(4):\n    print('line', i, flush=True)\n    time.sleep(0.02)\n"
+    server.send({"jsonrpc": "2.0", "id": "b", "method": "tools/call",
+                 "params": {"name": "execute_python", "arguments": {"script": script}, "_meta": {"progressToken": "t"}}})
+    msgs = []
+    while True:
+        m = server.recv(timeout=20)
+        if m.get("id") == "b":
+            break
+        msgs.append(m["params"]["message"])
+    assert msgs[:4] == [f"line {i}\n" for i in range(4)], msgs
