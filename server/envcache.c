@@ -47,6 +47,7 @@ struct env_build {
   char **requirements;
   size_t n_requirements;
   bool pinned; /* every requirement is ==version or a URL */
+  char *uv_config; /* the script's [tool.uv] table as TOML, or NULL */
   build_step_t step;
   sbx_run_t *run;
   cm_headtail_t output; /* the current step's output, for error messages */
@@ -209,7 +210,7 @@ static json_t *canonical_requirements(char *const *reqs, size_t n) {
   return arr;
 }
 
-static char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, size_t n) {
+static char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, size_t n, const char *uv_config) {
   const srv_config_t *cfg = s->cfg;
   json_t *id = json_pack("{s:i, s:{s:s, s:s, s:s, s:b}, s:o, s:s, s:{s:s?, s:s?, s:s?, s:b}}", "format", ENV_FORMAT,
                          "python", "executable", py->executable, "version", py->version, "implementation",
@@ -217,6 +218,7 @@ static char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, s
                          canonical_requirements(reqs, n), "installer", s->uv ? "uv" : "pip", "index", "index_url",
                          cfg->index_url, "extra_index_urls", cfg->extra_index_urls, "find_links", cfg->find_links,
                          "offline", cfg->offline);
+  if (uv_config) json_object_set_new(id, "tool_uv", json_string(uv_config));
   char *text = json_dumps(id, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(id);
   char hex[65];
@@ -316,6 +318,7 @@ static void build_progress(env_build_t *b, const char *fmt, ...) {
 /* ---------------------------------------------------------------- building */
 
 static void build_next_step(env_build_t *b);
+static void add_uv_config(env_build_t *b, strv_builder_t *a);
 
 static void build_free(env_build_t *b) {
   env_store_t *s = b->store;
@@ -343,6 +346,7 @@ static void build_free(env_build_t *b) {
   free(b->py.implementation);
   free(b->py.prefix);
   cm_strv_free(b->requirements);
+  free(b->uv_config);
   cm_headtail_release(&b->output);
   cm_buf_release(&b->line);
   cm_buf_release(&b->inspect);
@@ -648,6 +652,7 @@ static void build_next_step(env_build_t *b) {
       if (s->uv) {
         sv_add(&a, s->uv);
         sv_add(&a, "venv");
+        add_uv_config(b, &a);
         sv_add(&a, "--quiet");
         sv_add(&a, "--python");
         sv_add(&a, b->py.executable);
@@ -662,10 +667,12 @@ static void build_next_step(env_build_t *b) {
       break;
     case STEP_INSTALL:
       build_progress(b, "installing %zu requirement%s", b->n_requirements, b->n_requirements == 1 ? "" : "s");
+      if (b->uv_config && !s->uv) build_progress(b, "note: the script's [tool.uv] settings apply only when uv installs; pip ignores them");
       if (s->uv) {
         sv_add(&a, s->uv);
         sv_add(&a, "pip");
         sv_add(&a, "install");
+        add_uv_config(b, &a);
         sv_add(&a, "--python");
         sv_add(&a, env_python);
       } else {
@@ -706,7 +713,21 @@ static int prepare_dirs(env_build_t *b, cm_error_t *err) {
     b->workdir = NULL;
     return cm_error_set(err, errno, CM_ERR_IO, "creating a build directory");
   }
+  if (b->uv_config && s->uv) {
+    cleanup_free char *path = xasprintf("%s/uv.toml", b->workdir);
+    if (cm_write_file(path, b->uv_config, strlen(b->uv_config), 0644, err) < 0) return -1;
+  }
   return 0;
+}
+
+/* uv reads the script's [tool.uv] settings from a file in the build's work directory. */
+static void add_uv_config(env_build_t *b, strv_builder_t *a) {
+  if (!b->uv_config || !b->store->uv) return;
+  sv_add(a, "--config-file");
+  if (backend_maps(b->store))
+    sv_add(a, "/work/uv.toml");
+  else
+    sv_addf(a, "%s/uv.toml", b->workdir);
 }
 
 /* Removes staging directories that a crashed build of this key left behind (we hold the
@@ -1080,7 +1101,7 @@ env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char 
 }
 
 void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
-                       env_ready_cb cb, env_progress_cb progress, void *data) {
+                       const char *uv_config, env_ready_cb cb, env_progress_cb progress, void *data) {
   env_waiter_t *w = xcalloc(1, sizeof *w);
   w->store = s;
   w->cb = cb;
@@ -1091,7 +1112,7 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   }
   bool pinned = true;
   for (size_t i = 0; i < n; i++) pinned = pinned && requirement_pinned(requirements[i]);
-  cleanup_free char *key = env_key(s, py, requirements, n);
+  cleanup_free char *key = env_key(s, py, requirements, n, uv_config);
   /* A build of this key in progress here: join it. */
   for (env_build_t *b = s->builds; b; b = b->next) {
     if (strcmp(b->key, key) == 0) {
@@ -1128,6 +1149,7 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   for (size_t i = 0; i < n; i++) b->requirements[i] = xstrdup(requirements[i]);
   b->n_requirements = n;
   b->pinned = pinned;
+  b->uv_config = uv_config ? xstrdup(uv_config) : NULL;
   cm_headtail_init(&b->output, 1024, 1024);
   cm_buf_init(&b->line, ENV_PROGRESS_LINE_MAX + 1);
   cm_buf_init(&b->inspect, 4u << 20);

@@ -33,12 +33,13 @@ typedef void (*env_progress_cb)(void *data, const char *message, size_t len);
 
 env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir,
                            sbx_backend_t *backend);
-/* Finds or builds the environment for (py, requirements).  cb runs exactly once (never
+/* Finds or builds the environment for (py, requirements).  uv_config is the script's
+ * [tool.uv] table as TOML text (part of the key; handed to uv with --config-file), or NULL.  cb runs exactly once (never
  * from inside this call) with the environment or an error message a model can act on
  * (the installer's own words).  progress may be NULL.  Returns a handle for
  * env_store_cancel (which stops the callbacks; a shared build goes on for the others). */
 void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
-                       env_ready_cb cb, env_progress_cb progress, void *data);
+                       const char *uv_config, env_ready_cb cb, env_progress_cb progress, void *data);
 void env_store_cancel(env_store_t *s, void *handle);
 void env_release(env_handle_t *env);
 /* The installer in use ("pip" or "uv <path>") for check_environment. */

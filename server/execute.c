@@ -33,6 +33,7 @@ struct exec_job {
   char *python_request;   /* the call's python_version, or NULL */
   char *requires_python;  /* the script's PEP 723 requires-python, or NULL */
   char **requirements;    /* merged PEP 723 + argument requirements (NULL-terminated) */
+  char *uv_config;        /* the script's [tool.uv] table as TOML, or NULL */
   size_t n_requirements;
   void *env_wait;
   env_handle_t *env;
@@ -69,6 +70,7 @@ static void job_free(exec_job_t *job) {
   free(job->python_request);
   free(job->requires_python);
   cm_strv_free(job->requirements);
+  free(job->uv_config);
   env_release(job->env);
   free(job->workdir);
   files_inputs_release(&job->inputs);
@@ -346,7 +348,7 @@ static void job_start(exec_job_t *job) {
     return;
   }
   job->env_wait = env_store_ensure(srv_server_envs(job->server), job->py, job->requirements, job->n_requirements,
-                                   on_env, on_env_progress, job);
+                                   job->uv_config, on_env, on_env_progress, job);
 }
 
 static void job_run(exec_job_t *job) {
@@ -545,6 +547,8 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     cm_error_release(&perr);
     return;
   }
+  const toml_value_t *tool_uv = toml_table_get(prepared.meta.tool, "uv");
+  char *uv_config = toml_type(tool_uv) == TOML_TABLE ? toml_write(tool_uv) : NULL;
   char **requirements = prepared.requirements;
   size_t n_requirements = prepared.n_requirements;
   prepared.requirements = NULL;
@@ -557,6 +561,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     if (!json_is_integer(t) && !(json_is_real(t) && json_real_value(t) == (double)(json_int_t)json_real_value(t))) {
       free(requires_python);
     cm_strv_free(requirements);
+    free(uv_config);
       srv_request_finish(r, srv_tool_error_result("'timeout_seconds' must be an integer number of seconds."));
       return;
     }
@@ -564,6 +569,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     if (v < 1) {
       free(requires_python);
     cm_strv_free(requirements);
+    free(uv_config);
       srv_request_finish(r, srv_tool_error_result("'timeout_seconds' must be at least 1 (got %lld).", (long long)v));
       return;
     }
@@ -579,6 +585,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     free(note);
     free(requires_python);
     cm_strv_free(requirements);
+    free(uv_config);
     srv_request_finish(r, srv_tool_error_result("'python_version' must be a version string such as \"3.12\", \"3.13t\" or \">=3.11,<3.13\"."));
     return;
   }
@@ -588,6 +595,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     free(note);
     free(requires_python);
     cm_strv_free(requirements);
+    free(uv_config);
     srv_request_finish(r, srv_tool_error_result("%s", cm_error_message(&ferr)));
     cm_error_release(&ferr);
     return;
@@ -598,6 +606,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   job->python_request = json_is_string(pv) ? xstrdup(json_string_value(pv)) : NULL;
   job->requires_python = requires_python;
   job->requirements = requirements;
+  job->uv_config = uv_config;
   job->n_requirements = n_requirements;
   job->req = r;
   job->server = s;

@@ -249,8 +249,14 @@ import json, os, subprocess, sys
 args = sys.argv[1:]
 cache = os.environ.get("UV_CACHE_DIR", "/tmp")
 os.makedirs(cache, exist_ok=True)
+record = {"args": args}
+if "--config-file" in args:
+    cfg = args[args.index("--config-file") + 1]
+    record["config"] = open(cfg).read()
+    i = args.index("--config-file")
+    args = args[:i] + args[i + 2:]
 with open(os.path.join(cache, "uv-standin-calls.jsonl"), "a") as f:
-    f.write(json.dumps(args) + "\n")
+    f.write(json.dumps(record) + "\n")
 if args[:1] == ["--version"]:
     print("uv 0.0.0 (stand-in)"); sys.exit(0)
 if args[:1] == ["venv"]:
@@ -275,12 +281,23 @@ def test_uv_path_with_standin(make_server, wheels, tmp_path):
     s.initialize()
     res = s.execute("import mps_beta\nprint(mps_beta.ALPHA)", dependencies=["mps-beta"], timeout=120)
     assert res["structuredContent"]["stdout"] == "2.0\n", text(res)
-    calls = [json.loads(l) for l in open(os.path.join(s.state_dir, "downloads", "uv", "uv-standin-calls.jsonl"))]
+    log = os.path.join(s.state_dir, "downloads", "uv", "uv-standin-calls.jsonl")
+    calls = [json.loads(l)["args"] for l in open(log)]
     assert calls[0][0] == "venv" and "--python" in calls[0]
     install = calls[1]
     assert install[:2] == ["pip", "install"] and "--offline" in install and "--find-links" in install
     assert install[-1] == "mps-beta"
     assert "uv (" in s.call("check_environment")["content"][0]["text"]
+    # The script's [tool.uv] table reaches uv as a configuration file (and is part of the key).
+    script = ('# /// script\n# dependencies = ["mps-gamma"]\n# [tool.uv]\n# exclude-newer = "2024-01-01T00:00:00Z"\n'
+              '# index-strategy = "unsafe-best-match"\n# ///\nimport mps_gamma\nprint("ok")\n')
+    res = s.execute(script, timeout=120)
+    assert res["structuredContent"]["stdout"] == "ok\n", text(res)
+    records = [json.loads(l) for l in open(log)]
+    with_config = [r for r in records if "config" in r]
+    assert len(with_config) == 2  # venv and pip install
+    assert 'exclude-newer' in with_config[-1]["config"] and "2024-01-01T00:00:00Z" in with_config[-1]["config"]
+    assert '"index-strategy" = "unsafe-best-match"' in with_config[-1]["config"]
 
 
 def test_warm_cache_in_background(make_server, wheels, tmp_path):
