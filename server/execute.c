@@ -264,6 +264,8 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
                 job->py->executable);
   if (res->term_signal && !res->timed_out)
     cm_buf_printf(&t, "\n--- killed_by_signal: %d ---", res->term_signal);
+  if (res->status_unknown)
+    cm_buf_appends(&t, "\n--- note: the sandbox could not confirm the script's own exit status; the exit code is the sandbox's ---");
   if (res->cpu_limit) cm_buf_appends(&t, "\n--- limit: cpu time exceeded ---");
   if (res->file_size_limit) cm_buf_appends(&t, "\n--- limit: file size exceeded ---");
   if (job->env)
@@ -301,6 +303,7 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   const char *limit = limit_hit(res);
   json_object_set_new(sc, "limit", limit ? json_string(limit) : json_null());
   json_object_set_new(sc, "signal", res->term_signal ? json_integer(res->term_signal) : json_null());
+  json_object_set_new(sc, "status_confirmed", json_boolean(!res->status_unknown));
   json_object_set_new(sc, "max_rss_kib", json_integer((json_int_t)res->max_rss_kib));
   json_object_set_new(sc, "environment",
                       job->env ? json_pack("{s:s, s:b, s:O}", "key", job->env->key, "cached", job->env->cached,
@@ -641,6 +644,8 @@ static json_t *output_schema(void) {
       {"cpu_user_ms", "integer", "User CPU time."},
       {"cpu_system_ms", "integer", "System CPU time."},
       {"max_rss_kib", "integer", "Peak resident memory of the largest process."},
+      {"status_confirmed", "boolean",
+       "The sandbox reported the script's own exit status and usage (false: the sandbox's own)."},
   };
   json_t *props = json_object();
   for (size_t i = 0; i < CM_ARRAY_SIZE(fields); i++)

@@ -325,7 +325,7 @@ def test_warm_cache_in_background(make_server, wheels, tmp_path):
         assert time.monotonic() - t0 < 5  # the handshake never waits for warming
         assert wait_until(lambda: "package cache warmed" in s.stderr_text(), timeout=60), s.stderr_text()
         assert any("mps-alpha" in p for p in seen) and any("mps-gamma" in p for p in seen)
-        assert os.listdir(os.path.join(s.state_dir, "work")) == []
+        assert wait_until(lambda: os.listdir(os.path.join(s.state_dir, "work")) == [], timeout=10)
     finally:
         httpd.shutdown()
 

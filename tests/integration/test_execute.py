@@ -85,9 +85,10 @@ def test_fresh_workdir_removed_afterwards(server):
     cwd = lines[0]
     assert lines[1] == "['script.py']"
     if server_backend() == "none":
-        assert not os.path.exists(cwd)
+        assert wait_until(lambda: not os.path.exists(cwd), timeout=5)
     work = os.path.join(server.state_dir, "work")
-    assert os.listdir(work) == []
+    # removed right after the answer is sent
+    assert wait_until(lambda: os.listdir(work) == [], timeout=5)
 
 
 def test_timeout_busy_loop(server):

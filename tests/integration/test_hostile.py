@@ -224,6 +224,6 @@ for line in open('/proc/self/status'):
 
 def test_zz_nothing_left_behind(hostile):
     assert wait_until(lambda: descendants(hostile.proc.pid) == [], timeout=5)
-    assert os.listdir(os.path.join(hostile.state_dir, "work")) == []
+    assert wait_until(lambda: os.listdir(os.path.join(hostile.state_dir, "work")) == [], timeout=5)
     rss = hostile.rss_kib("VmRSS")
     assert rss - hostile.rss_before < 16 * 1024, (hostile.rss_before, rss)
