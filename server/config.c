@@ -71,6 +71,8 @@ static const opt_def_t options[] = {
     {"max-message-bytes", OPT_SIZE, OFF(max_message_bytes), "SIZE", "largest JSON-RPC message (16M)"},
     {"max-script-bytes", OPT_SIZE, OFF(max_script_bytes), "SIZE", "largest script (4M)"},
     {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "scripts running at once; more wait (8)"},
+    {"max-session-concurrent", OPT_INT, OFF(max_session_concurrent), "N",
+     "executions one session may have running or waiting; more are refused (0 = no limit)"},
     {"max-input-files", OPT_INT, OFF(max_input_files), "N",
      "input files a call may pass in 'files' (100)"},
     {"max-input-file-bytes", OPT_SIZE, OFF(max_input_file_bytes), "SIZE",

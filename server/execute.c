@@ -42,6 +42,8 @@ struct exec_job {
   py_interp_t *py;
   bool queued; /* waiting for a slot */
   exec_job_t *queue_next;
+  exec_job_t *all_prev, *all_next; /* every job, for per-session counts */
+  srv_session_t *session;
   bool holds_slot;
   char *workdir;
   files_inputs_t inputs; /* the files argument, written before the script starts */
@@ -61,10 +63,22 @@ struct exec_job {
 /* Slots: at most cfg->max_concurrent scripts run at once; the rest wait in order. */
 static size_t slots_used;
 static exec_job_t *queue_head, *queue_tail;
+static exec_job_t *all_jobs;
+
+static size_t session_jobs(srv_session_t *ss) {
+  size_t n = 0;
+  for (exec_job_t *j = all_jobs; j; j = j->all_next) n += j->session == ss;
+  return n;
+}
 
 static void job_start(exec_job_t *job);
 
 static void job_free(exec_job_t *job) {
+  if (job->all_prev)
+    job->all_prev->all_next = job->all_next;
+  else if (all_jobs == job)
+    all_jobs = job->all_next;
+  if (job->all_next) job->all_next->all_prev = job->all_prev;
   free(job->script);
   free(job->timeout_note);
   free(job->python_request);
@@ -603,7 +617,23 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     cm_error_release(&ferr);
     return;
   }
+  srv_session_t *session = srv_request_session(r);
+  if (cfg->max_session_concurrent && session && session_jobs(session) >= cfg->max_session_concurrent) {
+    free(note);
+    free(requires_python);
+    free(uv_config);
+    cm_strv_free(requirements);
+    srv_request_finish(r, srv_tool_error_result(
+                              "This session already has %llu executions running or waiting (the server's "
+                              "per-session limit, --max-session-concurrent). Wait for one to finish and call again.",
+                              (unsigned long long)cfg->max_session_concurrent));
+    return;
+  }
   exec_job_t *job = xcalloc(1, sizeof *job);
+  job->session = session;
+  job->all_next = all_jobs;
+  if (all_jobs) all_jobs->all_prev = job;
+  all_jobs = job;
   job->inputs = inputs;
   job->network = cfg->network && !json_is_false(network);
   job->python_request = json_is_string(pv) ? xstrdup(json_string_value(pv)) : NULL;

@@ -49,6 +49,7 @@ typedef struct srv_config {
   uint64_t max_message_bytes; /* --max-message-bytes */
   uint64_t max_script_bytes; /* --max-script-bytes */
   uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
+  uint64_t max_session_concurrent; /* --max-session-concurrent: per session, more are refused; 0 = none */
   /* Files in and out of a run (server/files.c, server/artifacts.c). */
   uint64_t max_input_files;          /* --max-input-files: entries of the files argument */
   uint64_t max_input_file_bytes;     /* --max-input-file-bytes: one input file, decoded */

@@ -339,3 +339,16 @@ def test_progress_latency_burst(server):
             break
         msgs.append(m["params"]["message"])
     assert msgs[:4] == [f"line {i}\n" for i in range(4)], msgs
+
+
+def test_per_session_limit(make_server):
+    s = make_server("--max-session-concurrent", "1")
+    s.initialize()
+    s.send({"jsonrpc": "2.0", "id": "a", "method": "tools/call",
+            "params": {"name": "execute_python", "arguments": {"script": "import time\ntime.sleep(1)\nprint('a')"}}})
+    time.sleep(0.3)
+    r = s.request("tools/call", {"name": "execute_python", "arguments": {"script": "print('b')"}}, req_id="b")
+    assert r["result"]["isError"] is True and "per-session limit" in r["result"]["content"][0]["text"]
+    first = s.recv_response("a", timeout=20)
+    assert first["result"]["structuredContent"]["stdout"] == "a\n"
+    assert s.execute("print('c')")["structuredContent"]["stdout"] == "c\n"
