@@ -22,6 +22,8 @@ static const opt_def_t options[] = {
     {"python-version", OPT_STRING, OFF(python_version), "VERSION",
      "default Python version for calls that do not choose one (e.g. 3.12)"},
     {"python", OPT_STRING, OFF(python), "PATH", "default Python interpreter (an executable)"},
+    {"allow-python-downloads", OPT_BOOL_ON, OFF(allow_python_downloads), NULL,
+     "let uv install a Python version that a call asks for and the machine lacks"},
     {"python-dir", OPT_PATH_LIST, OFF(python_dirs), "DIR",
      "also look for interpreters in DIR (repeatable; DIR, DIR/bin and DIR/<name>/bin)"},
     {"sandbox-backend", OPT_STRING, OFF(sandbox_backend), "{native,docker,none}",

@@ -37,6 +37,7 @@ struct exec_job {
   size_t n_requirements;
   void *env_wait;
   env_handle_t *env;
+  bool download_tried, downloading;
   double setup_progress;  /* progress counter while the environment is prepared */
   void *py_wait;
   py_interp_t *py;
@@ -468,14 +469,45 @@ static void on_cancel(void *data) {
     env_store_cancel(srv_server_envs(job->server), job->env_wait);
     job->env_wait = NULL;
   }
+  if (job->downloading) py_registry_cancel_download(srv_server_pythons(job->server));
   job_finish(job, json_object());
+}
+
+static void on_python(void *data, py_interp_t *def, const char *def_error);
+
+static void on_downloaded(void *data, const char *error) {
+  exec_job_t *job = data;
+  job->downloading = false;
+  if (error) {
+    job_finish(job, srv_tool_error_result("%s", error));
+    return;
+  }
+  on_python(job, NULL, NULL);
 }
 
 static void on_python(void *data, py_interp_t *def, const char *def_error) {
   exec_job_t *job = data;
   job->py_wait = NULL;
   cleanup_free char *why = NULL;
-  py_interp_t *py = py_registry_select(srv_server_pythons(job->server), job->python_request, job->requires_python, &why);
+  py_registry_t *reg = srv_server_pythons(job->server);
+  py_interp_t *py = py_registry_select(reg, job->python_request, job->requires_python, &why);
+  if (!py && !job->download_tried && py_registry_can_download(reg) &&
+      (job->python_request || job->requires_python) && why && strncmp(why, "No Python interpreter", 21) == 0) {
+    /* --allow-python-downloads: uv installs what was asked for, then we choose again. */
+    const char *want = job->python_request ? job->python_request : job->requires_python;
+    job->download_tried = true;
+    cm_error_t err = CM_ERROR_INIT;
+    cleanup_free char *msg = xasprintf("downloading Python %s with uv", want);
+    job->setup_progress += 1;
+    srv_request_progress(job->req, job->setup_progress, msg, strlen(msg));
+    if (py_registry_download(reg, want, on_downloaded, job, &err) == 0) {
+      job->downloading = true;
+      return;
+    }
+    job_finish(job, srv_tool_error_result("%s (and it could not be downloaded: %s)", why, cm_error_message(&err)));
+    cm_error_release(&err);
+    return;
+  }
   if (!py) {
     job_finish(job, srv_tool_error_result("%s", why ? why : "No Python interpreter is available."));
     return;

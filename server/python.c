@@ -56,6 +56,13 @@ struct py_registry {
   char *def_error;
   bool ready, flush_scheduled;
   bool cache_dirty; /* something was probed, or the cache lists other files: rewrite it */
+  char *uv_dir;     /* where uv installs interpreters */
+  /* A download in progress (uv python install): at most one at a time. */
+  sbx_run_t *download;
+  cm_headtail_t download_out;
+  py_download_cb download_cb;
+  void *download_data;
+  bool rescanning;
   py_waiter_t *waiters;
 };
 
@@ -204,7 +211,11 @@ static void discover(py_registry_t *r) {
     uv_default = xdg ? xasprintf("%s/uv/python", xdg) : xasprintf("%s/.local/share/uv/python", home);
     uv_dir = uv_default;
   }
-  if (uv_dir) scan_installs(r, uv_dir, "uv");
+  if (uv_dir) {
+    scan_installs(r, uv_dir, "uv");
+    free(r->uv_dir);
+    r->uv_dir = xstrdup(uv_dir);
+  }
   if (cfg->python_dirs) {
     cleanup_free char *copy = xstrdup(cfg->python_dirs);
     char *save = NULL;
@@ -318,8 +329,10 @@ static int interp_order(const void *a, const void *b) {
   return strcmp(x->executable, y->executable);
 }
 
-static void finish_discovery(py_registry_t *r) {
+static void rebuild_list(py_registry_t *r) {
   /* Deduplicate by the resolved executable (python3 and python3.11 are one interpreter). */
+  free(r->list);
+  r->n_list = 0;
   r->list = xcalloc(r->n_cands + 1, sizeof *r->list);
   for (size_t i = 0; i < r->n_cands; i++) {
     py_interp_t *p = &r->cands[i]->info;
@@ -329,6 +342,10 @@ static void finish_discovery(py_registry_t *r) {
     if (!dup) r->list[r->n_list++] = p;
   }
   qsort(r->list, r->n_list, sizeof *r->list, interp_order);
+}
+
+static void finish_discovery(py_registry_t *r) {
+  rebuild_list(r);
   const srv_config_t *cfg = r->cfg;
   if (cfg->python) {
     for (size_t i = 0; i < r->n_cands; i++) {
@@ -419,7 +436,84 @@ static void probe_next(py_registry_t *r) {
     }
     r->probes_running++;
   }
-  if (r->probes_running == 0 && r->next_probe >= r->n_cands && !r->ready) finish_discovery(r);
+  if (r->probes_running == 0 && r->next_probe >= r->n_cands) {
+    if (!r->ready) {
+      finish_discovery(r);
+    } else if (r->rescanning) {
+      /* After a download: the new interpreters join the list (the default stays). */
+      r->rescanning = false;
+      rebuild_list(r);
+      if (r->cache_dirty) save_cache(r);
+      py_download_cb cb = r->download_cb;
+      r->download_cb = NULL;
+      if (cb) cb(r->download_data, NULL);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- downloads (uv) */
+
+bool py_registry_can_download(py_registry_t *r) {
+  if (!r->cfg->allow_python_downloads) return false;
+  cleanup_free char *uv = cm_find_executable(r->cfg->uv_path);
+  return uv != NULL;
+}
+
+static void download_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
+  py_registry_t *r = data;
+  cm_headtail_append(&r->download_out, buf, len);
+}
+
+static void download_exit(void *data, const sbx_result_t *res) {
+  py_registry_t *r = data;
+  sbx_run_free(r->download);
+  r->download = NULL;
+  if (res->exit_code != 0) {
+    cleanup_free char *head = NULL, *tail = NULL;
+    size_t hl, tl;
+    cm_headtail_get(&r->download_out, &head, &hl, &tail, &tl);
+    size_t n;
+    cleanup_free char *clean = cm_utf8_sanitize(tl ? tail : head, tl ? tl : hl, &n);
+    cleanup_free char *msg = xasprintf("uv could not install that Python (exit code %d): %s", res->exit_code, clean);
+    cm_headtail_release(&r->download_out);
+    py_download_cb cb = r->download_cb;
+    r->download_cb = NULL;
+    if (cb) cb(r->download_data, msg);
+    return;
+  }
+  cm_headtail_release(&r->download_out);
+  /* Find and identify what uv installed. */
+  r->rescanning = true;
+  if (r->uv_dir) scan_installs(r, r->uv_dir, "uv");
+  probe_next(r);
+}
+
+int py_registry_download(py_registry_t *r, const char *request, py_download_cb cb, void *data, cm_error_t *err) {
+  if (r->download) return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "another interpreter download is in progress; try again shortly");
+  cleanup_free char *uv = cm_find_executable(r->cfg->uv_path);
+  if (!uv) return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "uv was not found at '%s'", r->cfg->uv_path);
+  char *argv[] = {uv, "python", "install", (char *)(uintptr_t)request, NULL};
+  sbx_spec_t spec = {
+      .argv = argv,
+      .envp = environ, /* uv's own settings (install dir, mirrors, proxies) */
+      .workdir = "/",
+      .network = true,
+      .limits = {.timeout_ms = r->cfg->build_timeout_ms, .grace_ms = 1000},
+  };
+  cm_headtail_init(&r->download_out, 2048, 4096);
+  sbx_run_callbacks_t cbs = {.on_output = download_output, .on_exit = download_exit};
+  if (sbx_run_start(r->loop, r->host, &spec, &cbs, r, &r->download, err) < 0) {
+    cm_headtail_release(&r->download_out);
+    return -1;
+  }
+  r->download_cb = cb;
+  r->download_data = data;
+  cm_info("downloading Python %s with uv", request);
+  return 0;
+}
+
+void py_registry_cancel_download(py_registry_t *r) {
+  r->download_cb = NULL;
 }
 
 /* ---------------------------------------------------------------- public */
@@ -652,6 +746,11 @@ void py_registry_free(py_registry_t *r) {
     r->waiters = w->next;
     free(w);
   }
+  if (r->download) {
+    sbx_run_free(r->download);
+    cm_headtail_release(&r->download_out);
+  }
+  free(r->uv_dir);
   free(r->list);
   free(r->def_error);
   free(r->cache_path);

@@ -27,6 +27,7 @@ typedef struct srv_config {
   /* Ours. */
   char *python;              /* --python PATH: explicit default interpreter */
   char *python_dirs;         /* --python-dir DIR (repeatable): ':'-separated */
+  bool allow_python_downloads; /* --allow-python-downloads: uv installs a missing version */
   /* Dependencies. */
   char *installer;           /* --installer auto|uv|pip */
   char *index_url;           /* --index-url */
@@ -129,6 +130,14 @@ py_interp_t *const *py_registry_list(py_registry_t *r, size_t *count);
  * that lists what is available. */
 py_interp_t *py_registry_select(py_registry_t *r, const char *request, const char *requires_python,
                                 char **error);
+/* Downloads (--allow-python-downloads with uv): `uv python install <request>`, then the new
+ * interpreters are identified and join the list.  cb gets NULL or an error message.  One at
+ * a time. */
+typedef void (*py_download_cb)(void *data, const char *error);
+bool py_registry_can_download(py_registry_t *r);
+int py_registry_download(py_registry_t *r, const char *request, py_download_cb cb, void *data, cm_error_t *err);
+/* Forgets the callback of the download in progress (it goes on for the cache). */
+void py_registry_cancel_download(py_registry_t *r);
 /* "3.8.18, 3.9.18, 3.11.7 (default)" (heap). */
 char *py_registry_describe_available(py_registry_t *r);
 void py_registry_free(py_registry_t *r);

@@ -149,3 +149,69 @@ def test_python_version_argument_validation(server):
     for bad in [5, "", "x" * 300]:
         res = server.execute("print(1)", python_version=bad)
         assert res["isError"] is True
+
+
+UV_DOWNLOAD_STANDIN = r'''#!/usr/bin/python3
+# A stand-in for uv's `python install`: records the request and "installs" an interpreter
+# that answers the identity probe as the requested version and runs the host's python3.
+import json, os, sys
+args = sys.argv[1:]
+root = os.environ["UV_PYTHON_INSTALL_DIR"]
+with open(os.path.join(os.path.dirname(root), "uv-calls.jsonl"), "a") as f:
+    f.write(json.dumps(args) + "\n")
+if args[:2] != ["python", "install"]:
+    sys.exit(2)
+version = args[2]
+if version == "3.98":
+    print("error: No download found for request: cpython-3.98", file=sys.stderr)
+    sys.exit(1)
+prefix = os.path.join(root, f"cpython-{version}.0-linux-x86_64-gnu")
+os.makedirs(os.path.join(prefix, "bin"), exist_ok=True)
+exe = os.path.join(prefix, "bin", f"python{version}")
+with open(exe, "w") as f:
+    f.write(f"""#!/bin/sh
+if [ "$1" = "-I" ] && [ "$2" = "-c" ]; then
+  echo '{{"version": "{version}.0", "implementation": "cpython", "releaselevel": "final", "executable": "{exe}", "prefix": "{prefix}", "base_prefix": "{prefix}", "free_threaded": false}}'
+  exit 0
+fi
+exec /usr/bin/python3 "$@"
+""")
+os.chmod(exe, 0o755)
+os.chmod(prefix, 0o755)
+print(f"Installed Python {version}.0")
+'''
+
+
+def test_allow_python_downloads_with_uv(make_server, tmp_path):
+    uv = tmp_path / "uv-standin"
+    uv.write_text(UV_DOWNLOAD_STANDIN)
+    uv.chmod(0o755)
+    root = tmp_path / "uvpython"
+    root.mkdir()
+    env = {"UV_PYTHON_INSTALL_DIR": str(root)}
+    # Without the flag: the error lists what is available, nothing is downloaded.
+    s = make_server("--uv-path", str(uv), env=env)
+    s.initialize()
+    res = s.execute("print(1)", python_version="3.97")
+    assert res["isError"] and "No Python interpreter matches '3.97'" in res["content"][0]["text"]
+    assert not (tmp_path / "uv-calls.jsonl").exists()
+    # With it: uv installs it, progress says so, and the script runs on it.
+    s2 = make_server("--uv-path", str(uv), "--allow-python-downloads", env=env)
+    s2.initialize()
+    s2.send({"jsonrpc": "2.0", "id": "d", "method": "tools/call", "params": {
+        "name": "execute_python", "arguments": {"script": "print('ran')", "python_version": "3.97"},
+        "_meta": {"progressToken": "p"}}})
+    r = s2.recv_response("d", timeout=60)
+    res = r["result"]
+    assert res["structuredContent"]["stdout"] == "ran\n", res["content"][0]["text"]
+    assert res["structuredContent"]["python"]["version"] == "3.97.0"
+    assert any("downloading Python 3.97" in n["params"].get("message", "") for n in s2.notifications)
+    calls = [json.loads(l) for l in open(tmp_path / "uv-calls.jsonl")]
+    assert calls == [["python", "install", "3.97"]]
+    # It is now listed, and a second call needs no download.
+    assert any(p.get("version") == "3.97.0" for p in interpreters(s2))
+    assert s2.execute("print(2)", python_version="3.97")["structuredContent"]["stdout"] == "2\n"
+    assert len(open(tmp_path / "uv-calls.jsonl").readlines()) == 1
+    # A version uv cannot provide: its own words come back.
+    res = s2.execute("print(1)", python_version="3.98")
+    assert res["isError"] and "No download found" in res["content"][0]["text"]
