@@ -14,6 +14,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include "server/files.h"
 #include "server/serve.h"
 #include "server/server-internal.h"
 
@@ -243,6 +244,16 @@ static void cleanse_freep(char **p) {
   free(*p);
 }
 
+/* GET <path>/runs/<run-id>/<file>: a run's output file, as resources/read would give it. */
+static int http_open_download(void *data, const char *rest, int *fd, const char **mime, uint64_t *size) {
+  srv_server_t *server = data;
+  cleanup_free char *uri = xasprintf("sandbox://runs/%s", rest);
+  cm_error_t err = CM_ERROR_INIT;
+  int rc = art_store_open(srv_server_artifacts(server), uri, fd, mime, size, &err);
+  cm_error_release(&err);
+  return rc;
+}
+
 int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cfg, tr_http_t **out,
                    cm_error_t *err) {
   cleanup_free char *cert = NULL;
@@ -288,6 +299,7 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
       .on_message = http_on_message,
       .session_protocol = http_session_protocol,
       .session_close = http_session_close,
+      .open_download = http_open_download,
   };
   tr_http_t *h = tr_http_new(loop, &o, &cbs, server, err);
   if (!h) return -1;

@@ -55,7 +55,7 @@ typedef struct hs_stream hs_stream_t;
 typedef struct hs_conn hs_conn_t;
 typedef struct hs_event hs_event_t;
 
-typedef enum endpoint { EP_NONE = 0, EP_MCP, EP_SSE, EP_MESSAGES } endpoint_t;
+typedef enum endpoint { EP_NONE = 0, EP_MCP, EP_SSE, EP_MESSAGES, EP_DOWNLOAD } endpoint_t;
 
 typedef enum stream_kind { STREAM_POST, STREAM_STANDALONE, STREAM_LEGACY } stream_kind_t;
 
@@ -1557,10 +1557,33 @@ static enum MHD_Result begin_post(hs_conn_t *c) {
 }
 
 /* The first call: everything that needs only the headers. */
+/* GET <path>/runs/<rest>: a file the server keeps, under the same Origin/Host/token checks
+ * as the endpoint. */
+static enum MHD_Result download(hs_conn_t *c, const char *rest) {
+  tr_http_t *h = c->h;
+  int fd = -1;
+  const char *mime = NULL;
+  uint64_t size = 0;
+  if (!h->cbs.open_download || strstr(rest, "..") || h->cbs.open_download(h->data, rest, &fd, &mime, &size) < 0)
+    return respond_error(c, 404, -32002, "Not Found: no such file (or it expired)", NULL, NULL);
+  struct MHD_Response *r = MHD_create_response_from_fd64(size, fd);
+  if (!r) {
+    close(fd);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type", mime ? mime : "application/octet-stream");
+  MHD_add_response_header(r, "Cache-Control", "no-store");
+  MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+  return queue(c, 200, r);
+}
+
 static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char *method) {
   tr_http_t *h = c->h;
+  size_t path_len = strlen(h->path);
   if (strcmp(url, h->path) == 0)
     c->ep = EP_MCP;
+  else if (strncmp(url, h->path, path_len) == 0 && strncmp(url + path_len, "/runs/", 6) == 0)
+    c->ep = EP_DOWNLOAD;
   else if (strcmp(url, h->sse_path) == 0)
     c->ep = EP_SSE;
   else if (strcmp(url, h->messages_path) == 0)
@@ -1588,6 +1611,9 @@ static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char 
     case EP_MESSAGES:
       if (post) return begin_post(c);
       return respond_405(c, "POST");
+    case EP_DOWNLOAD:
+      if (get) return download(c, url + path_len + 6);
+      return respond_405(c, "GET");
     case EP_NONE:
       break;
   }

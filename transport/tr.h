@@ -113,6 +113,10 @@ typedef struct tr_http_callbacks {
   const char *(*session_protocol)(void *data, void *session);
   /* DELETE, idle expiry or shutdown: the session is gone (cancel what it runs). */
   void (*session_close)(void *data, void *session);
+  /* Optional: GET <path>/runs/<rest> downloads a file the server keeps (a run's output):
+   * opens it (fd read-only, the transport's to close) with its MIME type (static or owned by
+   * the server) and size; -1 when there is no such file. */
+  int (*open_download)(void *data, const char *rest, int *fd, const char **mime, uint64_t *size);
 } tr_http_callbacks_t;
 
 /* Everything is copied by tr_http_new (the PEM texts are only used during the call). */

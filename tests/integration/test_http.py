@@ -754,3 +754,51 @@ def test_sigterm_with_open_streams(make_http):
     assert time.monotonic() - t0 < 10
     g.close()
     c.close()
+
+
+def test_artifact_download_url(make_http, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("dl-token-1\n")
+    s = make_http("--auth-token-file", str(tokens))
+    auth = {"Authorization": "Bearer dl-token-1"}
+    sid = s.initialize(headers=auth)
+    script = ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+              "open('outputs/data.bin', 'wb').write(bytes(range(256)) * 8192)\n")
+    st, h, body = s.post(call_msg(1, script), sid, headers=auth, version=LATEST)
+    assert st == 200
+    if h["content-type"].startswith("text/event-stream"):
+        result = [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == 1][0]["result"]
+    else:
+        result = json.loads(body)["result"]
+    links = [c for c in result["content"] if c["type"] == "resource_link"]
+    assert links, result["content"]
+    uri = links[0]["uri"]
+    assert uri.startswith("sandbox://runs/")
+    path = "/mcp/runs/" + uri[len("sandbox://runs/"):]
+    st, h, data = s.request("GET", path, headers=auth)
+    assert st == 200 and data == bytes(range(256)) * 8192
+    assert h["content-type"] == "application/octet-stream"
+    st, _, _ = s.request("GET", path)  # the same token rules as the endpoint
+    assert st == 401
+    st, _, _ = s.request("GET", path.rsplit("/", 1)[0] + "/nope.bin", headers=auth)
+    assert st == 404
+    st, _, _ = s.request("GET", "/mcp/runs/../../etc/passwd", headers=auth)
+    assert st in (400, 404)
+    st, _, _ = s.request("POST", path, headers=auth)
+    assert st == 405
+
+
+def sse_events_from_bytes(body):
+    events, cur = [], {}
+    for line in body.decode().splitlines():
+        if not line:
+            if cur:
+                events.append(cur)
+            cur = {}
+        elif line.startswith("data:"):
+            cur["data"] = cur.get("data", "") + line[5:].strip()
+        elif line.startswith("id:"):
+            cur["id"] = line[3:].strip()
+    if cur:
+        events.append(cur)
+    return events
