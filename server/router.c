@@ -17,6 +17,8 @@ typedef struct srv_batch {
   size_t pending;
 } srv_batch_t;
 
+#define SRV_PROBE_DELAY_MS 20
+
 struct srv_server {
   cm_loop_t *loop;
   srv_config_t *cfg;
@@ -26,6 +28,8 @@ struct srv_server {
   env_store_t *envs;
   art_store_t *artifacts;
   void *warm_wait;
+  bool probed;
+  cm_timer_t *probe_timer;
   char *state_dir;
   srv_request_t *inflight;
   size_t n_inflight;
@@ -73,10 +77,28 @@ static char *default_state_dir(void) {
   return xasprintf("/tmp/%s-%u", SRV_NAME, (unsigned)getuid());
 }
 
+static void ensure_probed(srv_server_t *s) {
+  if (s->probed) return;
+  s->probed = true;
+  cm_timer_cancel(s->probe_timer);
+  s->probe_timer = NULL;
+  sbx_backend_probe(s->backend);
+  if (!s->backend->available)
+    cm_warn("sandbox backend %s is not available: %s; executions will be refused (no fall back)",
+            sbx_backend_name(s->backend), s->backend->unavailable);
+}
+
+static void probe_soon(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  srv_server_t *s = data;
+  s->probe_timer = NULL;
+  ensure_probed(s);
+}
+
 /* Once the interpreters are known: warm the download cache in the background. */
 static void start_warming(void *data, py_interp_t *def, const char *error) {
   srv_server_t *s = data;
   s->warm_wait = NULL;
+  if (!srv_server_backend(s)->available) return;
   cleanup_free char *list = srv_find_profile_file("warmup.txt");
   if (def && list) env_store_warm(s->envs, def, list);
 }
@@ -96,10 +118,6 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   const char *backend_name = cfg->sandbox_backend;
   sbx_backend_t *backend = sbx_backend_new(backend_name, err);
   if (!backend) return NULL;
-  sbx_backend_probe(backend);
-  if (!backend->available)
-    cm_warn("sandbox backend %s is not available: %s; executions will be refused (no fall back)",
-            sbx_backend_name(backend), backend->unavailable);
   art_store_t *artifacts = art_store_new(loop, cfg, state, err);
   if (!artifacts) {
     sbx_backend_free(backend);
@@ -115,7 +133,10 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   s->state_dir = steal_pointer(&state);
   s->pythons = py_registry_new(loop, cfg, s->state_dir);
   s->envs = env_store_new(loop, cfg, s->state_dir, backend);
-  if (cfg->warm_cache && !cfg->offline && backend->available)
+  /* The sandbox is probed right after start-up, once the handshake had its chance (or at
+   * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */
+  s->probe_timer = cm_loop_timer(loop, SRV_PROBE_DELAY_MS, probe_soon, s);
+  if (cfg->warm_cache && !cfg->offline)
     s->warm_wait = py_registry_when_ready(s->pythons, start_warming, s);
   py_registry_start(s->pythons);
   return s;
@@ -124,6 +145,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
 void srv_server_free(srv_server_t *s) {
   if (!s) return;
   if (s->warm_wait) py_registry_cancel_wait(s->pythons, s->warm_wait);
+  cm_timer_cancel(s->probe_timer);
   art_store_free(s->artifacts);
   env_store_free(s->envs);
   py_registry_free(s->pythons);
@@ -135,7 +157,10 @@ void srv_server_free(srv_server_t *s) {
 
 cm_loop_t *srv_server_loop(srv_server_t *s) { return s->loop; }
 const srv_config_t *srv_server_config(srv_server_t *s) { return s->cfg; }
-sbx_backend_t *srv_server_backend(srv_server_t *s) { return s->backend; }
+sbx_backend_t *srv_server_backend(srv_server_t *s) {
+  ensure_probed(s);
+  return s->backend;
+}
 sbx_backend_t *srv_server_host_backend(srv_server_t *s) { return s->host; }
 py_registry_t *srv_server_pythons(srv_server_t *s) { return s->pythons; }
 env_store_t *srv_server_envs(srv_server_t *s) { return s->envs; }

@@ -185,6 +185,7 @@ static void on_compiled(void *data, const sbx_result_t *res) {
   if (c->resolve && c->script.n_requirements > 0) {
     c->valid_text = steal_pointer(&text);
     c->valid_sc = sc;
+    (void)srv_server_backend(c->server); /* probed before anything runs in it */
     c->resolve_wait = env_store_resolve(srv_server_envs(c->server), c->py, c->script.requirements,
                                         c->script.n_requirements, on_resolved, c);
     if (!c->resolve_wait) on_resolved(c, NULL, "the resolution could not start (see the server log)");
