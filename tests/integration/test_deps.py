@@ -362,3 +362,29 @@ def test_lru_eviction_beyond_max_cache_bytes(dep_server):
     again = s.execute("import mps_gamma\nprint('back')", dependencies=["mps-gamma"], timeout=120)
     assert again["structuredContent"]["stdout"] == "back\n"
     assert again["structuredContent"]["environment"]["cached"] is False
+
+
+def test_unpinned_environment_re_resolved_after_its_age(dep_server):
+    s = dep_server("--env-max-age-days", "1")
+    first = s.execute("import mps_gamma", dependencies=["mps-gamma"], timeout=120)
+    key = first["structuredContent"]["environment"]["key"]
+    manifest = os.path.join(s.state_dir, "envs", key, "mps-manifest.json")
+    m = json.load(open(manifest))
+    assert m["pinned"] is False
+    # Two days old: the unpinned set is resolved again (same key, fresh build).
+    m["created"] -= 2 * 86400
+    os.chmod(manifest, 0o644)
+    json.dump(m, open(manifest, "w"))
+    again = s.execute("import mps_gamma\nprint('fresh')", dependencies=["mps-gamma"], timeout=120)
+    assert again["structuredContent"]["stdout"] == "fresh\n"
+    assert again["structuredContent"]["environment"]["cached"] is False
+    assert json.load(open(manifest))["created"] > m["created"] + 86400
+    # A pinned set is never re-resolved for its age.
+    pinned = s.execute("import mps_gamma", dependencies=["mps-gamma==1.0"], timeout=120)
+    pkey = pinned["structuredContent"]["environment"]["key"]
+    pm = os.path.join(s.state_dir, "envs", pkey, "mps-manifest.json")
+    p = json.load(open(pm))
+    p["created"] -= 30 * 86400
+    json.dump(p, open(pm, "w"))
+    assert s.execute("import mps_gamma", dependencies=["mps-gamma==1.0"],
+                     timeout=120)["structuredContent"]["environment"]["cached"] is True
