@@ -75,6 +75,8 @@ static const opt_def_t options[] = {
     {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "scripts running at once; more wait (8)"},
     {"max-session-concurrent", OPT_INT, OFF(max_session_concurrent), "N",
      "executions one session may have running or waiting; more are refused (0 = no limit)"},
+    {"max-token-concurrent", OPT_INT, OFF(max_token_concurrent), "N",
+     "HTTP: executions all sessions of one bearer token may have; more are refused (0 = no limit)"},
     {"max-input-files", OPT_INT, OFF(max_input_files), "N",
      "input files a call may pass in 'files' (100)"},
     {"max-input-file-bytes", OPT_SIZE, OFF(max_input_file_bytes), "SIZE",

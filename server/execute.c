@@ -44,7 +44,8 @@ struct exec_job {
   bool queued; /* waiting for a slot */
   exec_job_t *queue_next;
   exec_job_t *all_prev, *all_next; /* every job, for per-session counts */
-  srv_session_t *session;
+  srv_session_t *session;          /* compared, never dereferenced (it may be gone) */
+  char *principal;                 /* the session's bearer token name, or NULL */
   bool holds_slot;
   char *workdir;
   files_inputs_t inputs; /* the files argument, written before the script starts */
@@ -72,6 +73,12 @@ static size_t session_jobs(srv_session_t *ss) {
   return n;
 }
 
+static size_t principal_jobs(const char *principal) {
+  size_t n = 0;
+  for (exec_job_t *j = all_jobs; j; j = j->all_next) n += j->principal && strcmp(j->principal, principal) == 0;
+  return n;
+}
+
 static void job_start(exec_job_t *job);
 
 static void job_free(exec_job_t *job) {
@@ -80,6 +87,7 @@ static void job_free(exec_job_t *job) {
   else if (all_jobs == job)
     all_jobs = job->all_next;
   if (job->all_next) job->all_next->all_prev = job->all_prev;
+  free(job->principal);
   free(job->script);
   free(job->timeout_note);
   free(job->python_request);
@@ -661,8 +669,21 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
                               (unsigned long long)cfg->max_session_concurrent));
     return;
   }
+  const char *principal = srv_session_principal(session);
+  if (cfg->max_token_concurrent && principal && principal_jobs(principal) >= cfg->max_token_concurrent) {
+    free(note);
+    free(requires_python);
+    free(uv_config);
+    cm_strv_free(requirements);
+    srv_request_finish(r, srv_tool_error_result(
+                              "The token '%s' already has %llu executions running or waiting across its sessions "
+                              "(the server's per-token limit, --max-token-concurrent). Wait for one to finish and call again.",
+                              principal, (unsigned long long)cfg->max_token_concurrent));
+    return;
+  }
   exec_job_t *job = xcalloc(1, sizeof *job);
   job->session = session;
+  job->principal = principal ? xstrdup(principal) : NULL;
   job->all_next = all_jobs;
   if (all_jobs) all_jobs->all_prev = job;
   all_jobs = job;

@@ -40,6 +40,7 @@ struct srv_server {
 struct srv_session {
   srv_server_t *server;
   tr_sink_t *sink;
+  char *principal;    /* the bearer token's name, or NULL */
   char *protocol;     /* negotiated version; NULL before initialize */
   bool ready;         /* notifications/initialized received */
   int log_level;      /* index into mcp_log_levels; -1 = not set: no log notifications */
@@ -201,6 +202,13 @@ srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink) {
 
 const char *srv_session_protocol(const srv_session_t *ss) { return ss->protocol; }
 
+void srv_session_set_principal(srv_session_t *ss, const char *principal) {
+  free(ss->principal);
+  ss->principal = principal ? xstrdup(principal) : NULL;
+}
+
+const char *srv_session_principal(const srv_session_t *ss) { return ss ? ss->principal : NULL; }
+
 void srv_session_free(srv_session_t *ss) {
   if (!ss) return;
   /* Requests of this session lose their session pointer and are cancelled (which may
@@ -214,6 +222,7 @@ void srv_session_free(srv_session_t *ss) {
   }
   art_store_disown(ss->server->artifacts, ss);
   tr_sink_unref(ss->sink);
+  free(ss->principal);
   free(ss->protocol);
   json_decref(ss->client_info);
   json_decref(ss->client_capabilities);

@@ -23,8 +23,10 @@
 
 /* ---------------------------------------------------------------- session callbacks */
 
-static void *http_session_open(void *data, tr_sink_t *standalone) {
-  return srv_session_new(data, standalone);
+static void *http_session_open(void *data, tr_sink_t *standalone, const char *principal) {
+  srv_session_t *ss = srv_session_new(data, standalone);
+  srv_session_set_principal(ss, principal);
+  return ss;
 }
 
 static void http_on_message(void *data, void *session, const char *buf, size_t len,

@@ -51,6 +51,7 @@ typedef struct srv_config {
   uint64_t max_script_bytes; /* --max-script-bytes */
   uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
   uint64_t max_session_concurrent; /* --max-session-concurrent: per session, more are refused; 0 = none */
+  uint64_t max_token_concurrent;   /* --max-token-concurrent: per bearer token, likewise */
   /* Files in and out of a run (server/files.c, server/artifacts.c). */
   uint64_t max_input_files;          /* --max-input-files: entries of the files argument */
   uint64_t max_input_file_bytes;     /* --max-input-file-bytes: one input file, decoded */
@@ -169,6 +170,9 @@ size_t srv_server_inflight(srv_server_t *s);
  * tied to a request go (stdout, or the standalone GET stream). */
 srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink);
 void srv_session_free(srv_session_t *ss);
+/* Who opened the session: the name of its bearer token (HTTP with tokens), else NULL. */
+void srv_session_set_principal(srv_session_t *ss, const char *principal);
+const char *srv_session_principal(const srv_session_t *ss);
 /* The negotiated protocol version; NULL before initialize. */
 const char *srv_session_protocol(const srv_session_t *ss);
 /* Handles one complete JSON text; answers go to reply. */

@@ -116,6 +116,7 @@ struct hs_session {
 };
 
 struct hs_conn {
+  const char *principal; /* the name of the token that authenticated it (tokens outlive it) */
   tr_http_t *h;
   struct MHD_Connection *mc;
   int refs;
@@ -922,7 +923,7 @@ static bool session_busy(hs_session_t *s) {
   return false;
 }
 
-static hs_session_t *session_create(tr_http_t *h, bool legacy) {
+static hs_session_t *session_create(tr_http_t *h, bool legacy, const char *principal) {
   hs_session_t *s = xcalloc(1, sizeof *s);
   s->h = h;
   s->refs = 1; /* the table's */
@@ -943,7 +944,7 @@ static hs_session_t *session_create(tr_http_t *h, bool legacy) {
   if (h->all_sessions) h->all_sessions->all_prev = s;
   h->all_sessions = s;
   s->standalone = stream_new(s, legacy ? STREAM_LEGACY : STREAM_STANDALONE);
-  s->app = h->cbs.session_open(h->data, &s->standalone->sink);
+  s->app = h->cbs.session_open(h->data, &s->standalone->sink, principal);
   /* The callee keeps its own reference if it wants one. */
   tr_sink_unref(&s->standalone->sink);
   if (!s->app) {
@@ -1301,6 +1302,7 @@ static bool check_auth(hs_conn_t *c) {
   if (!v || tr_http_bearer_token(v, strlen(v), &tok, &n) < 0) return false;
   const tr_http_token_t *t = tr_http_token_match(h->tokens, h->n_tokens, tok, n);
   if (t) cm_debug("http: authenticated as %s", t->name);
+  if (t) c->principal = t->name;
   return t != NULL;
 }
 
@@ -1420,7 +1422,7 @@ static enum MHD_Result legacy_get(hs_conn_t *c) {
   if (h->n_sessions >= h->max_sessions && !session_evict_one(h))
     return respond_error(c, 503, -32000, "Service Unavailable: too many sessions", "Retry-After",
                          "5");
-  hs_session_t *s = session_create(h, true);
+  hs_session_t *s = session_create(h, true, c->principal);
   if (!s) return respond_error(c, 503, -32000, "Service Unavailable: session refused", NULL, NULL);
   conn_set_session(c, s);
   c->legacy_stream = true;
@@ -1489,7 +1491,7 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
     if (h->n_sessions >= h->max_sessions && !session_evict_one(h))
       return respond_error(c, 503, -32000, "Service Unavailable: too many sessions", "Retry-After",
                            "5");
-    s = session_create(h, false);
+    s = session_create(h, false, c->principal);
     if (!s)
       return respond_error(c, 503, -32000, "Service Unavailable: session refused", NULL, NULL);
   } else {

@@ -105,8 +105,9 @@ typedef struct tr_http tr_http_t;
 typedef struct tr_http_callbacks {
   /* A client sent initialize without a session: open a session.  `standalone` is where
    * messages not tied to a request go (the session's GET stream); the callee keeps a
-   * reference if it wants one.  Returns the caller's session object, or NULL to refuse. */
-  void *(*session_open)(void *data, tr_sink_t *standalone);
+   * reference if it wants one.  `principal` names the bearer token that opened it (NULL
+   * without tokens).  Returns the caller's session object, or NULL to refuse. */
+  void *(*session_open)(void *data, tr_sink_t *standalone, const char *principal);
   /* One complete POST body for `session`.  Answers go to `reply`. */
   void (*on_message)(void *data, void *session, const char *buf, size_t len, tr_sink_t *reply);
   /* The session's negotiated protocol version, or NULL before initialize was answered. */

@@ -802,3 +802,29 @@ def sse_events_from_bytes(body):
     if cur:
         events.append(cur)
     return events
+
+
+def test_per_token_limit_across_sessions(make_http, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice: tok-alice\nbob: tok-bob\n")
+    s = make_http("--auth-token-file", str(tokens), "--max-token-concurrent", "1")
+    alice, bob = {"Authorization": "Bearer tok-alice"}, {"Authorization": "Bearer tok-bob"}
+    sid1 = s.initialize(headers=alice)
+    sid2 = s.initialize(headers=alice)
+    sid3 = s.initialize(headers=bob)
+    # A slow call for alice on one session (SSE: progress token), then a second on another.
+    conn, resp = s.open_stream(call_msg(1, "import time\nprint('x', flush=True)\ntime.sleep(1.5)", token="p"),
+                               sid1, headers=alice)
+    time.sleep(0.4)
+    st, h, body = s.post(call_msg(2, "print('second')"), sid2, headers=alice, version=LATEST)
+    res = json.loads(body)["result"] if h["content-type"] == "application/json" else \
+        [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == 2][0]["result"]
+    assert res["isError"] is True and "per-token limit" in res["content"][0]["text"] and "alice" in res["content"][0]["text"]
+    # bob is not affected
+    st, h, body = s.post(call_msg(3, "print('bob')"), sid3, headers=bob, version=LATEST)
+    res = json.loads(body)["result"] if h["content-type"] == "application/json" else \
+        [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == 3][0]["result"]
+    assert res["structuredContent"]["stdout"] == "bob\n"
+    msgs = messages(sse_events(resp))
+    assert [m for m in msgs if m.get("id") == 1][0]["result"]["structuredContent"]["exit_code"] == 0
+    conn.close()
