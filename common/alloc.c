@@ -73,3 +73,35 @@ size_t cm_strv_len(char *const *v) {
   while (v && v[n]) n++;
   return n;
 }
+
+void cm_strv_add(cm_strv_builder_t *b, const char *s) {
+  if (b->n + 2 > b->cap) {
+    b->cap = b->cap ? b->cap * 2 : 16;
+    b->v = xrealloc(b->v, b->cap * sizeof *b->v);
+  }
+  b->v[b->n++] = xstrdup(s);
+  b->v[b->n] = NULL;
+}
+
+void cm_strv_addv(cm_strv_builder_t *b, ...) {
+  va_list ap;
+  va_start(ap, b);
+  for (const char *s; (s = va_arg(ap, const char *));) cm_strv_add(b, s);
+  va_end(ap);
+}
+
+void cm_strv_addf(cm_strv_builder_t *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = xvasprintf(fmt, ap);
+  va_end(ap);
+  cm_strv_add(b, s);
+  free(s);
+}
+
+char **cm_strv_steal(cm_strv_builder_t *b) {
+  char **v = b->v ? b->v : xcalloc(1, sizeof(char *));
+  b->v = NULL;
+  b->n = b->cap = 0;
+  return v;
+}

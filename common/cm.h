@@ -88,6 +88,19 @@ void *xmemdup(const void *p, size_t n);
 void cm_strv_free(char **v);
 size_t cm_strv_len(char *const *v);
 
+/* Builds a NULL-terminated vector of heap strings (argv, envp).  Zero-initialise it; v stays
+ * NULL until the first string; release with cm_strv_free(b.v) or take it with cm_strv_steal. */
+typedef struct cm_strv_builder {
+  char **v;
+  size_t n, cap;
+} cm_strv_builder_t;
+void cm_strv_add(cm_strv_builder_t *b, const char *s);
+/* Appends each string up to a terminating NULL. */
+void cm_strv_addv(cm_strv_builder_t *b, ...) __attribute__((sentinel));
+void cm_strv_addf(cm_strv_builder_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The vector (never NULL: an empty one when nothing was added); the builder is reset. */
+char **cm_strv_steal(cm_strv_builder_t *b);
+
 /* ---------------------------------------------------------------- buffers */
 
 /* A growable byte buffer with a hard cap.  data is always NUL-terminated (the NUL is

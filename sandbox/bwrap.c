@@ -88,39 +88,14 @@ typedef struct bwrap_priv {
 /* ---------------------------------------------------------------- argv builder */
 
 typedef struct argv_builder {
-  char **v;
-  size_t n, cap;
+  cm_strv_builder_t args;
   char *dirs[64]; /* directories already emitted with --dir (a cache: overflow repeats them) */
   size_t n_dirs;
 } argv_builder_t;
 
-static void args_add1(argv_builder_t *a, const char *s) {
-  if (a->n + 2 > a->cap) {
-    a->cap = a->cap ? a->cap * 2 : 64;
-    a->v = xrealloc(a->v, a->cap * sizeof *a->v);
-  }
-  a->v[a->n++] = xstrdup(s);
-  a->v[a->n] = NULL;
-}
-
-/* Appends each string argument up to a terminating NULL. */
-static void args_add(argv_builder_t *a, ...) __attribute__((sentinel));
-static void args_add(argv_builder_t *a, ...) {
-  va_list ap;
-  va_start(ap, a);
-  for (const char *s; (s = va_arg(ap, const char *));) args_add1(a, s);
-  va_end(ap);
-}
-
-static void args_addf(argv_builder_t *a, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void args_addf(argv_builder_t *a, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  cleanup_free char *s = xvasprintf(fmt, ap);
-  va_end(ap);
-  args_add1(a, s);
-}
+#define args_add1(a, s) cm_strv_add(&(a)->args, (s))
+#define args_add(a, ...) cm_strv_addv(&(a)->args, __VA_ARGS__)
+#define args_addf(a, ...) cm_strv_addf(&(a)->args, __VA_ARGS__)
 
 /* Emits `--perms 0755 --dir D` for each ancestor D of path (not "/", not already made by
  * this builder): bwrap would otherwise create missing parents of a mount point 0700,
@@ -142,11 +117,7 @@ static void args_add_parents(argv_builder_t *a, const char *path) {
 static char **args_steal(argv_builder_t *a) {
   for (size_t i = 0; i < a->n_dirs; i++) free(a->dirs[i]);
   a->n_dirs = 0;
-  if (!a->v) return xcalloc(1, sizeof(char *));
-  char **v = a->v;
-  a->v = NULL;
-  a->n = a->cap = 0;
-  return v;
+  return cm_strv_steal(&a->args);
 }
 
 /* ---------------------------------------------------------------- helpers */

@@ -99,43 +99,6 @@ typedef struct docker_priv {
 
 /* ---------------------------------------------------------------- argv builder */
 
-typedef struct docker_argv {
-  char **v;
-  size_t n, cap;
-} docker_argv_t;
-
-static void argv_add1(docker_argv_t *a, const char *s) {
-  if (a->n + 2 > a->cap) {
-    a->cap = a->cap ? a->cap * 2 : 64;
-    a->v = xrealloc(a->v, a->cap * sizeof *a->v);
-  }
-  a->v[a->n++] = xstrdup(s);
-  a->v[a->n] = NULL;
-}
-
-static void argv_add(docker_argv_t *a, ...) __attribute__((sentinel));
-static void argv_add(docker_argv_t *a, ...) {
-  va_list ap;
-  va_start(ap, a);
-  for (const char *s; (s = va_arg(ap, const char *));) argv_add1(a, s);
-  va_end(ap);
-}
-
-static void argv_addf(docker_argv_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void argv_addf(docker_argv_t *a, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  cleanup_free char *s = xvasprintf(fmt, ap);
-  va_end(ap);
-  argv_add1(a, s);
-}
-
-static char **argv_steal(docker_argv_t *a) {
-  char **v = a->v ? a->v : xcalloc(1, sizeof(char *));
-  a->v = NULL;
-  a->n = a->cap = 0;
-  return v;
-}
 
 /* ---------------------------------------------------------------- paths */
 
@@ -458,68 +421,68 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   cleanup_free char *name = NULL;
   if (new_container_name(&name, err) < 0) return -1;
 
-  docker_argv_t a = {0};
-  argv_add(&a, p->docker_path, "run", "--rm", "--interactive=false", "--name", name, "--init",
+  cm_strv_builder_t a = {0};
+  cm_strv_addv(&a, p->docker_path, "run", "--rm", "--interactive=false", "--name", name, "--init",
            "--pull", "never", "--log-driver", "none", "--network",
            spec->network ? "bridge" : "none", "--hostname", DOCKER_HOSTNAME, "--ipc", "private",
            "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user",
            NULL);
-  argv_addf(&a, "%u:%u", (unsigned)uid, (unsigned)gid);
+  cm_strv_addf(&a, "%u:%u", (unsigned)uid, (unsigned)gid);
 
   const sbx_limits_t *l = &spec->limits;
   if (l->memory_bytes) {
-    argv_add(&a, "--memory", NULL);
-    argv_addf(&a, "%llu", (unsigned long long)l->memory_bytes);
-    argv_add(&a, "--memory-swap", NULL); /* equal to --memory: no swap at all */
-    argv_addf(&a, "%llu", (unsigned long long)l->memory_bytes);
+    cm_strv_addv(&a, "--memory", NULL);
+    cm_strv_addf(&a, "%llu", (unsigned long long)l->memory_bytes);
+    cm_strv_addv(&a, "--memory-swap", NULL); /* equal to --memory: no swap at all */
+    cm_strv_addf(&a, "%llu", (unsigned long long)l->memory_bytes);
   }
-  argv_add(&a, "--cpus", "1", NULL);
+  cm_strv_addv(&a, "--cpus", "1", NULL);
   if (l->max_processes) {
-    argv_add(&a, "--pids-limit", NULL);
-    argv_addf(&a, "%llu", (unsigned long long)l->max_processes);
+    cm_strv_addv(&a, "--pids-limit", NULL);
+    cm_strv_addf(&a, "%llu", (unsigned long long)l->max_processes);
   }
   if (l->cpu_seconds) { /* soft: SIGXCPU, hard one second later: SIGKILL (as the spawn helper) */
-    argv_add(&a, "--ulimit", NULL);
-    argv_addf(&a, "cpu=%llu:%llu", (unsigned long long)l->cpu_seconds,
+    cm_strv_addv(&a, "--ulimit", NULL);
+    cm_strv_addf(&a, "cpu=%llu:%llu", (unsigned long long)l->cpu_seconds,
               (unsigned long long)l->cpu_seconds + 1);
   }
   if (l->file_size_bytes) { /* docker hands the number to setrlimit as is: bytes */
-    argv_add(&a, "--ulimit", NULL);
-    argv_addf(&a, "fsize=%llu:%llu", (unsigned long long)l->file_size_bytes,
+    cm_strv_addv(&a, "--ulimit", NULL);
+    cm_strv_addf(&a, "fsize=%llu:%llu", (unsigned long long)l->file_size_bytes,
               (unsigned long long)l->file_size_bytes);
   }
   if (l->open_files) {
-    argv_add(&a, "--ulimit", NULL);
-    argv_addf(&a, "nofile=%llu:%llu", (unsigned long long)l->open_files,
+    cm_strv_addv(&a, "--ulimit", NULL);
+    cm_strv_addf(&a, "nofile=%llu:%llu", (unsigned long long)l->open_files,
               (unsigned long long)l->open_files);
   }
-  argv_add(&a, "--ulimit", "core=0:0", NULL);
+  cm_strv_addv(&a, "--ulimit", "core=0:0", NULL);
 
   uint64_t tmp_bytes = l->tmp_bytes ? l->tmp_bytes : DOCKER_DEFAULT_TMP_BYTES;
-  argv_add(&a, "--tmpfs", NULL);
-  argv_addf(&a, "/tmp:rw,nosuid,nodev,size=%llu", (unsigned long long)tmp_bytes);
-  argv_add(&a, "--shm-size", NULL);
-  argv_addf(&a, "%llu", (unsigned long long)CM_MIN(tmp_bytes, DOCKER_MAX_SHM_BYTES));
+  cm_strv_addv(&a, "--tmpfs", NULL);
+  cm_strv_addf(&a, "/tmp:rw,nosuid,nodev,size=%llu", (unsigned long long)tmp_bytes);
+  cm_strv_addv(&a, "--shm-size", NULL);
+  cm_strv_addf(&a, "%llu", (unsigned long long)CM_MIN(tmp_bytes, DOCKER_MAX_SHM_BYTES));
 
-  argv_add(&a, "-v", NULL);
-  argv_addf(&a, "%s:" DOCKER_WORKDIR ":rw", spec->workdir);
-  argv_add(&a, "-w", DOCKER_WORKDIR, NULL);
+  cm_strv_addv(&a, "-v", NULL);
+  cm_strv_addf(&a, "%s:" DOCKER_WORKDIR ":rw", spec->workdir);
+  cm_strv_addv(&a, "-w", DOCKER_WORKDIR, NULL);
   for (size_t i = 0; i < spec->n_mounts; i++) {
     const sbx_mount_t *m = &spec->mounts[i];
-    argv_add(&a, "-v", NULL);
-    argv_addf(&a, "%s:%s:%s", m->host, m->target, m->writable ? "rw" : "ro");
+    cm_strv_addv(&a, "-v", NULL);
+    cm_strv_addf(&a, "%s:%s:%s", m->host, m->target, m->writable ? "rw" : "ro");
   }
   for (char *const *r = spec->ro_binds; r && *r; r++) {
     /* The host interpreter's prefix: the image's interpreter replaces it. */
     if (path_is_under(spec->argv[0], *r) || path_is_under(*r, "/usr")) continue;
-    argv_add(&a, "-v", NULL);
-    argv_addf(&a, "%s:%s:ro", *r, *r);
+    cm_strv_addv(&a, "-v", NULL);
+    cm_strv_addf(&a, "%s:%s:ro", *r, *r);
   }
-  for (char *const *e = spec->envp; e && *e; e++) argv_add(&a, "--env", *e, NULL);
-  argv_add(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", p->image, command, NULL);
-  for (char *const *s = spec->argv + 1; *s; s++) argv_add1(&a, *s);
+  for (char *const *e = spec->envp; e && *e; e++) cm_strv_addv(&a, "--env", *e, NULL);
+  cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", p->image, command, NULL);
+  for (char *const *s = spec->argv + 1; *s; s++) cm_strv_add(&a, *s);
 
-  launch->argv = argv_steal(&a);
+  launch->argv = cm_strv_steal(&a);
   launch->envp = sbx_strv_copy(p->cli_envp);
   launch->set_rlimits =
       false; /* rlimits on the Go client would break it; the container has its own */
@@ -614,16 +577,16 @@ static bool image_ref_ok(const char *s) {
 }
 
 static char **split_words(const char *s) {
-  docker_argv_t a = {0};
+  cm_strv_builder_t a = {0};
   while (s && *s) {
     s += strspn(s, " \t,");
     size_t n = strcspn(s, " \t,");
     if (n == 0) break;
     cleanup_free char *w = xstrndup(s, n);
-    argv_add1(&a, w);
+    cm_strv_add(&a, w);
     s += n;
   }
-  return argv_steal(&a);
+  return cm_strv_steal(&a);
 }
 
 static int docker_probe(sbx_backend_t *b, cm_error_t *err) {

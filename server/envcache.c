@@ -94,29 +94,6 @@ static char **split_spaces(const char *s) {
   return v;
 }
 
-typedef struct strv_builder {
-  char **v;
-  size_t n, cap;
-} strv_builder_t;
-
-static void sv_add(strv_builder_t *b, const char *s) {
-  if (b->n + 2 > b->cap) {
-    b->cap = b->cap ? b->cap * 2 : 16;
-    b->v = xrealloc(b->v, b->cap * sizeof *b->v);
-  }
-  b->v[b->n++] = xstrdup(s);
-  b->v[b->n] = NULL;
-}
-
-static void sv_addf(strv_builder_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sv_addf(strv_builder_t *b, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *s = xvasprintf(fmt, ap);
-  va_end(ap);
-  sv_add(b, s);
-  free(s);
-}
 
 static int chown_tree(int dirfd_, uid_t uid, gid_t gid, int depth) {
   if (depth > 128) return -1;
@@ -318,7 +295,7 @@ static void build_progress(env_build_t *b, const char *fmt, ...) {
 /* ---------------------------------------------------------------- building */
 
 static void build_next_step(env_build_t *b);
-static void add_uv_config(env_build_t *b, strv_builder_t *a);
+static void add_uv_config(env_build_t *b, cm_strv_builder_t *a);
 
 static void build_free(env_build_t *b) {
   env_store_t *s = b->store;
@@ -428,59 +405,59 @@ static void on_step_exit(void *data, const sbx_result_t *res) {
   build_next_step(b);
 }
 
-static void index_args(env_store_t *s, bool uv, strv_builder_t *a) {
+static void index_args(env_store_t *s, bool uv, cm_strv_builder_t *a) {
   const srv_config_t *cfg = s->cfg;
-  if (cfg->offline && !uv) sv_add(a, "--no-index");
-  if (cfg->offline && uv) sv_add(a, "--offline");
+  if (cfg->offline && !uv) cm_strv_add(a, "--no-index");
+  if (cfg->offline && uv) cm_strv_add(a, "--offline");
   if (cfg->index_url) {
-    sv_add(a, "--index-url");
-    sv_add(a, cfg->index_url);
+    cm_strv_add(a, "--index-url");
+    cm_strv_add(a, cfg->index_url);
   }
   cleanup_strv char **extra = split_spaces(cfg->extra_index_urls);
   for (char **e = extra; *e; e++) {
-    sv_add(a, "--extra-index-url");
-    sv_add(a, *e);
+    cm_strv_add(a, "--extra-index-url");
+    cm_strv_add(a, *e);
   }
   cleanup_strv char **links = split_spaces(cfg->find_links);
   for (char **l = links; *l; l++) {
-    sv_add(a, "--find-links");
-    sv_add(a, *l);
+    cm_strv_add(a, "--find-links");
+    cm_strv_add(a, *l);
   }
 }
 
 /* The environment of installer runs: PATH and locale, the cache, and the installers' own
  * settings from the server's environment (index credentials, proxies, certificates). */
-static void installer_env(env_store_t *s, strv_builder_t *env) {
+static void installer_env(env_store_t *s, cm_strv_builder_t *env) {
   const char *cache = backend_maps(s) ? ENV_CACHE_TARGET : s->downloads_dir;
-  sv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
-  sv_add(env, "LANG=C.UTF-8");
-  sv_add(env, "HOME=/tmp");
-  sv_add(env, "PYTHONDONTWRITEBYTECODE=1");
-  sv_add(env, "PIP_DISABLE_PIP_VERSION_CHECK=1");
-  sv_add(env, "PIP_NO_INPUT=1");
-  sv_add(env, "PIP_PROGRESS_BAR=off");
-  sv_addf(env, "PIP_CACHE_DIR=%s/pip", cache);
-  sv_addf(env, "UV_CACHE_DIR=%s/uv", cache);
-  sv_add(env, "UV_NO_PROGRESS=1");
+  cm_strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
+  cm_strv_add(env, "LANG=C.UTF-8");
+  cm_strv_add(env, "HOME=/tmp");
+  cm_strv_add(env, "PYTHONDONTWRITEBYTECODE=1");
+  cm_strv_add(env, "PIP_DISABLE_PIP_VERSION_CHECK=1");
+  cm_strv_add(env, "PIP_NO_INPUT=1");
+  cm_strv_add(env, "PIP_PROGRESS_BAR=off");
+  cm_strv_addf(env, "PIP_CACHE_DIR=%s/pip", cache);
+  cm_strv_addf(env, "UV_CACHE_DIR=%s/uv", cache);
+  cm_strv_add(env, "UV_NO_PROGRESS=1");
   for (char **e = environ; *e; e++) {
     if ((!strncmp(*e, "PIP_", 4) || !strncmp(*e, "UV_", 3)) && strncmp(*e, "PIP_CACHE_DIR=", 14) &&
         strncmp(*e, "UV_CACHE_DIR=", 13))
-      sv_add(env, *e);
+      cm_strv_add(env, *e);
     static const char *const pass[] = {"HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=", "http_proxy=",
                                        "https_proxy=", "no_proxy=",   "SSL_CERT_FILE=", "SSL_CERT_DIR=",
                                        "REQUESTS_CA_BUNDLE="};
     for (size_t i = 0; i < CM_ARRAY_SIZE(pass); i++)
-      if (!strncmp(*e, pass[i], strlen(pass[i]))) sv_add(env, *e);
+      if (!strncmp(*e, pass[i], strlen(pass[i]))) cm_strv_add(env, *e);
   }
 }
 
 /* Read-only in installer runs: the interpreter's prefix, local wheel directories, uv. */
-static void installer_binds(env_store_t *s, const char *prefix, strv_builder_t *binds) {
-  sv_add(binds, prefix);
+static void installer_binds(env_store_t *s, const char *prefix, cm_strv_builder_t *binds) {
+  cm_strv_add(binds, prefix);
   cleanup_strv char **links = split_spaces(s->cfg->find_links);
   for (char **l = links; *l; l++)
-    if ((*l)[0] == '/') sv_add(binds, *l);
-  if (s->uv) sv_add(binds, s->uv);
+    if ((*l)[0] == '/') cm_strv_add(binds, *l);
+  if (s->uv) cm_strv_add(binds, s->uv);
 }
 
 /* Starts one installer run (a build step, a warm-up, a dry-run resolution) in the sandbox:
@@ -490,9 +467,9 @@ static int start_installer_run(env_store_t *s, const char *prefix, char **argv, 
                                const char *staging, const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **run,
                                cm_error_t *err) {
   const srv_config_t *cfg = s->cfg;
-  strv_builder_t env = {0};
+  cm_strv_builder_t env = {0};
   installer_env(s, &env);
-  strv_builder_t binds = {0};
+  cm_strv_builder_t binds = {0};
   installer_binds(s, prefix, &binds);
   sbx_mount_t mounts[2];
   size_t n_mounts = 0;
@@ -645,55 +622,55 @@ static void build_next_step(env_build_t *b) {
   bool maps = backend_maps(s);
   const char *env_path = maps ? ENV_TARGET : b->staging;
   cleanup_free char *env_python = xasprintf("%s/bin/python", env_path);
-  strv_builder_t a = {0};
+  cm_strv_builder_t a = {0};
   switch (b->step) {
     case STEP_VENV:
       build_progress(b, "creating an environment for Python %s", b->py.version);
       if (s->uv) {
-        sv_add(&a, s->uv);
-        sv_add(&a, "venv");
+        cm_strv_add(&a, s->uv);
+        cm_strv_add(&a, "venv");
         add_uv_config(b, &a);
-        sv_add(&a, "--quiet");
-        sv_add(&a, "--python");
-        sv_add(&a, b->py.executable);
-        sv_add(&a, env_path);
+        cm_strv_add(&a, "--quiet");
+        cm_strv_add(&a, "--python");
+        cm_strv_add(&a, b->py.executable);
+        cm_strv_add(&a, env_path);
       } else {
-        sv_add(&a, b->py.executable);
-        sv_add(&a, "-m");
-        sv_add(&a, "venv");
-        sv_add(&a, "--without-pip");
-        sv_add(&a, env_path);
+        cm_strv_add(&a, b->py.executable);
+        cm_strv_add(&a, "-m");
+        cm_strv_add(&a, "venv");
+        cm_strv_add(&a, "--without-pip");
+        cm_strv_add(&a, env_path);
       }
       break;
     case STEP_INSTALL:
       build_progress(b, "installing %zu requirement%s", b->n_requirements, b->n_requirements == 1 ? "" : "s");
       if (b->uv_config && !s->uv) build_progress(b, "note: the script's [tool.uv] settings apply only when uv installs; pip ignores them");
       if (s->uv) {
-        sv_add(&a, s->uv);
-        sv_add(&a, "pip");
-        sv_add(&a, "install");
+        cm_strv_add(&a, s->uv);
+        cm_strv_add(&a, "pip");
+        cm_strv_add(&a, "install");
         add_uv_config(b, &a);
-        sv_add(&a, "--python");
-        sv_add(&a, env_python);
+        cm_strv_add(&a, "--python");
+        cm_strv_add(&a, env_python);
       } else {
         /* The interpreter's own pip, installing into the environment (pip >= 22.3). */
-        sv_add(&a, b->py.executable);
-        sv_add(&a, "-m");
-        sv_add(&a, "pip");
-        sv_add(&a, "--python");
-        sv_add(&a, env_python);
-        sv_add(&a, "install");
-        sv_add(&a, "--no-input");
+        cm_strv_add(&a, b->py.executable);
+        cm_strv_add(&a, "-m");
+        cm_strv_add(&a, "pip");
+        cm_strv_add(&a, "--python");
+        cm_strv_add(&a, env_python);
+        cm_strv_add(&a, "install");
+        cm_strv_add(&a, "--no-input");
       }
       index_args(s, s->uv != NULL, &a);
-      sv_add(&a, "--");
-      for (size_t i = 0; i < b->n_requirements; i++) sv_add(&a, b->requirements[i]);
+      cm_strv_add(&a, "--");
+      for (size_t i = 0; i < b->n_requirements; i++) cm_strv_add(&a, b->requirements[i]);
       break;
     case STEP_INSPECT:
-      sv_add(&a, env_python);
-      sv_add(&a, "-I");
-      sv_add(&a, "-c");
-      sv_add(&a, inspect_code);
+      cm_strv_add(&a, env_python);
+      cm_strv_add(&a, "-I");
+      cm_strv_add(&a, "-c");
+      cm_strv_add(&a, inspect_code);
       break;
     case STEP_DONE:
       write_manifest_and_publish(b);
@@ -721,13 +698,13 @@ static int prepare_dirs(env_build_t *b, cm_error_t *err) {
 }
 
 /* uv reads the script's [tool.uv] settings from a file in the build's work directory. */
-static void add_uv_config(env_build_t *b, strv_builder_t *a) {
+static void add_uv_config(env_build_t *b, cm_strv_builder_t *a) {
   if (!b->uv_config || !b->store->uv) return;
-  sv_add(a, "--config-file");
+  cm_strv_add(a, "--config-file");
   if (backend_maps(b->store))
-    sv_add(a, "/work/uv.toml");
+    cm_strv_add(a, "/work/uv.toml");
   else
-    sv_addf(a, "%s/uv.toml", b->workdir);
+    cm_strv_addf(a, "%s/uv.toml", b->workdir);
 }
 
 /* Removes staging directories that a crashed build of this key left behind (we hold the
@@ -903,15 +880,15 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
     cm_error_release(&err);
     return;
   }
-  strv_builder_t a = {0};
-  sv_add(&a, py->executable);
-  sv_add(&a, "-m");
-  sv_add(&a, "pip");
-  sv_add(&a, "download");
-  sv_add(&a, "--quiet");
-  sv_add(&a, "--no-input");
-  sv_add(&a, "--dest");
-  sv_add(&a, "/tmp/warm");
+  cm_strv_builder_t a = {0};
+  cm_strv_add(&a, py->executable);
+  cm_strv_add(&a, "-m");
+  cm_strv_add(&a, "pip");
+  cm_strv_add(&a, "download");
+  cm_strv_add(&a, "--quiet");
+  cm_strv_add(&a, "--no-input");
+  cm_strv_add(&a, "--dest");
+  cm_strv_add(&a, "/tmp/warm");
   index_args(s, false, &a);
   size_t n_pkgs = 0;
   char *save = NULL;
@@ -923,8 +900,8 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
     pep508_requirement_t *q = NULL;
     if (pep508_requirement_parse(line, strlen(line), &q, NULL) < 0) continue;
     pep508_requirement_free(q);
-    if (n_pkgs++ == 0) sv_add(&a, "--");
-    sv_add(&a, line);
+    if (n_pkgs++ == 0) cm_strv_add(&a, "--");
+    cm_strv_add(&a, line);
   }
   if (n_pkgs == 0) {
     cm_strv_free(a.v);
@@ -1025,21 +1002,21 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
   cm_buf_init(&j->report, 16u << 20);
   cm_headtail_init(&j->errors, 4096, 8192);
   j->workdir = xasprintf("%s/resolve-XXXXXX", s->work_dir);
-  strv_builder_t a = {0};
+  cm_strv_builder_t a = {0};
   /* pip resolves for the interpreter it runs under: the interpreter of the call. */
-  sv_add(&a, py->executable);
-  sv_add(&a, "-m");
-  sv_add(&a, "pip");
-  sv_add(&a, "install");
-  sv_add(&a, "--dry-run");
-  sv_add(&a, "--ignore-installed");
-  sv_add(&a, "--quiet");
-  sv_add(&a, "--no-input");
-  sv_add(&a, "--report");
-  sv_add(&a, "-");
+  cm_strv_add(&a, py->executable);
+  cm_strv_add(&a, "-m");
+  cm_strv_add(&a, "pip");
+  cm_strv_add(&a, "install");
+  cm_strv_add(&a, "--dry-run");
+  cm_strv_add(&a, "--ignore-installed");
+  cm_strv_add(&a, "--quiet");
+  cm_strv_add(&a, "--no-input");
+  cm_strv_add(&a, "--report");
+  cm_strv_add(&a, "-");
   index_args(s, false, &a);
-  sv_add(&a, "--");
-  for (size_t i = 0; i < n; i++) sv_add(&a, requirements[i]);
+  cm_strv_add(&a, "--");
+  for (size_t i = 0; i < n; i++) cm_strv_add(&a, requirements[i]);
   sbx_run_callbacks_t cbs = {.on_output = resolve_output, .on_exit = resolve_exit};
   cm_error_t err = CM_ERROR_INIT;
   int rc = mkdtemp(j->workdir) ? start_installer_run(s, py->prefix, a.v, j->workdir, NULL, &cbs, j, &j->run, &err)
