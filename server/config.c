@@ -70,6 +70,8 @@ static const opt_def_t options[] = {
     {"max-file-size", OPT_SIZE, OFF(file_size_bytes), "SIZE", "largest file a script may write (1G)"},
     {"max-open-files", OPT_INT, OFF(open_files), "N", "open files per process (1024)"},
     {"tmp-size", OPT_SIZE, OFF(tmp_bytes), "SIZE", "size of the sandbox's /tmp (512M)"},
+    {"work-size", OPT_SIZE, OFF(work_bytes), "SIZE",
+     "size of a run's work directory, a tmpfs when the server runs as root; 0 = uncapped (1G)"},
     {"max-message-bytes", OPT_SIZE, OFF(max_message_bytes), "SIZE", "largest JSON-RPC message (16M)"},
     {"max-script-bytes", OPT_SIZE, OFF(max_script_bytes), "SIZE", "largest script (4M)"},
     {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "scripts running at once; more wait (8)"},
@@ -120,6 +122,7 @@ void srv_config_defaults(srv_config_t *c) {
   c->file_size_bytes = 1ull << 30;
   c->open_files = 1024;
   c->tmp_bytes = 512ull << 20;
+  c->work_bytes = 1ull << 30;
   c->max_message_bytes = 16ull << 20;
   c->max_script_bytes = 4ull << 20;
   c->max_concurrent = 8;

@@ -38,6 +38,7 @@ struct exec_job {
   void *env_wait;
   env_handle_t *env;
   bool download_tried, downloading;
+  bool workdir_mounted;
   double setup_progress;  /* progress counter while the environment is prepared */
   void *py_wait;
   py_interp_t *py;
@@ -148,6 +149,7 @@ static void job_finish(exec_job_t *job, json_t *result) {
   }
   if (job->workdir) {
     cm_error_t err = CM_ERROR_INIT;
+    if (job->workdir_mounted) srv_workdir_unmount(job->workdir);
     if (cm_rm_rf(job->workdir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
     cm_error_release(&err);
   }
@@ -345,6 +347,9 @@ static char *make_workdir(exec_job_t *job, cm_error_t *err) {
     free(tmpl);
     return NULL;
   }
+  /* A size-capped tmpfs of its own (when we may mount): the whole work directory, not just
+   * each file, is bounded, and nothing touches the disk. */
+  job->workdir_mounted = srv_workdir_mount(tmpl, job->cfg->work_bytes);
   return tmpl;
 }
 

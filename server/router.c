@@ -116,6 +116,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
     return NULL;
   }
   chmod(work, 0711);
+  srv_workdir_sweep(work, cfg->max_timeout + cfg->kill_grace_ms / 1000 + 600);
   const char *backend_name = cfg->sandbox_backend;
   sbx_backend_t *backend = sbx_backend_new(backend_name, err);
   if (!backend) return NULL;

@@ -47,6 +47,7 @@ typedef struct srv_config {
   uint64_t file_size_bytes;  /* --max-file-size */
   uint64_t open_files;       /* --max-open-files */
   uint64_t tmp_bytes;        /* --tmp-size */
+  uint64_t work_bytes;       /* --work-size: a run's work directory (a tmpfs when root); 0 = a plain directory */
   uint64_t max_message_bytes; /* --max-message-bytes */
   uint64_t max_script_bytes; /* --max-script-bytes */
   uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
@@ -276,6 +277,16 @@ typedef struct srv_extension {
 /* Installs ext (not copied: it must outlive s), or removes it (NULL).  Set it before the
  * first session opens. */
 void srv_server_set_extension(srv_server_t *s, const srv_extension_t *ext);
+
+/* ---------------------------------------------------------------- work directories */
+
+/* Mounts a size-capped tmpfs on dir when the server may (root): true if it did.  0 = no. */
+bool srv_workdir_mount(const char *dir, uint64_t bytes);
+void srv_workdir_unmount(const char *dir);
+/* Unmounts and removes work directories a crashed server left behind (older than any run). */
+void srv_workdir_sweep(const char *work_root, uint64_t older_than_s);
+/* Whether work directories are size-capped here (for check_environment). */
+bool srv_workdir_capped(uint64_t bytes);
 
 /* ---------------------------------------------------------------- output formatting */
 

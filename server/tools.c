@@ -126,6 +126,10 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                 mem, cpu, (unsigned long long)cfg->max_processes, isolating ? ", counted per run: each run has its own uid" : "",
                 fsize, (unsigned long long)cfg->open_files, tmp, isolating ? "a size-capped tmpfs" : "not isolated: the host /tmp",
                 (unsigned long long)cfg->kill_grace_ms);
+  cleanup_free char *work = human_size(cfg->work_bytes);
+  cm_buf_printf(&t, "Work directory: %s\n",
+                srv_workdir_capped(cfg->work_bytes) ? "a size-capped tmpfs per run" : "a plain directory per run (not size-capped: needs root)");
+  if (srv_workdir_capped(cfg->work_bytes)) cm_buf_printf(&t, "Work directory size: %s\n", work);
   if (cfg->profile) cm_buf_printf(&t, "Profile: %s\n", cfg->profile);
   cm_buf_printf(&t, "Concurrent executions: %llu\n", (unsigned long long)cfg->max_concurrent);
   cm_buf_printf(&t, "Server: %s %s", SRV_NAME, srv_version());

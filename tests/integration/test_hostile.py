@@ -227,3 +227,19 @@ def test_zz_nothing_left_behind(hostile):
     assert wait_until(lambda: os.listdir(os.path.join(hostile.state_dir, "work")) == [], timeout=5)
     rss = hostile.rss_kib("VmRSS")
     assert rss - hostile.rss_before < 16 * 1024, (hostile.rss_before, rss)
+
+
+def test_work_directory_total_size_is_capped(make_server):
+    s = make_server("--work-size", "4M", "--max-file-size", "64M")
+    s.initialize()
+    out = s.execute("""
+import errno
+try:
+    for i in range(100):
+        with open('f%d' % i, 'wb') as f:
+            f.write(b'x' * (1 << 20))
+except OSError as e:
+    print('work', errno.errorcode[e.errno], i)
+""", timeout=60)["structuredContent"]["stdout"]
+    assert "work ENOSPC" in out, out
+    assert "size-capped tmpfs" in s.call("check_environment")["content"][0]["text"]
