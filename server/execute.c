@@ -253,10 +253,20 @@ static char *stream_text(const cm_headtail_t *h, uint64_t max) {
   return srv_truncate_output(head, head_len, tail, tail_len, h->total, max);
 }
 
-static const char *limit_hit(const sbx_result_t *res) {
+/* The address-space limit shows as Python's MemoryError (the kernel refuses the mapping; no
+ * signal is involved), so the end of stderr tells. */
+static bool hit_memory_limit(const exec_job_t *job, const sbx_result_t *res, const char *err) {
+  if (res->exit_code == 0 || res->timed_out || !job->cfg->memory_bytes) return false;
+  size_t n = strlen(err);
+  const char *tail = err + (n > 2048 ? n - 2048 : 0);
+  return strstr(tail, "MemoryError") != NULL;
+}
+
+static const char *limit_hit(const sbx_result_t *res, bool memory) {
   if (res->timed_out) return "timeout";
   if (res->cpu_limit) return "cpu";
   if (res->file_size_limit) return "file_size";
+  if (memory) return "memory";
   return NULL;
 }
 
@@ -292,6 +302,11 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   if (res->status_unknown)
     cm_buf_appends(&t, "\n--- note: the sandbox could not confirm the script's own exit status; the exit code is the sandbox's ---");
   if (res->cpu_limit) cm_buf_appends(&t, "\n--- limit: cpu time exceeded ---");
+  bool memory = hit_memory_limit(job, res, err);
+  if (memory) {
+    cleanup_free char *mem = xasprintf("%llu", (unsigned long long)(job->cfg->memory_bytes >> 20));
+    cm_buf_printf(&t, "\n--- limit: out of memory (the %s MiB memory limit) ---", mem);
+  }
   if (res->file_size_limit) cm_buf_appends(&t, "\n--- limit: file size exceeded ---");
   if (job->env)
     cm_buf_printf(&t, "\n--- environment: %s (%s, %zu packages) ---", job->env->key,
@@ -325,7 +340,7 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
     cm_err("building structuredContent failed");
     sc = json_object();
   }
-  const char *limit = limit_hit(res);
+  const char *limit = limit_hit(res, memory);
   json_object_set_new(sc, "limit", limit ? json_string(limit) : json_null());
   json_object_set_new(sc, "signal", res->term_signal ? json_integer(res->term_signal) : json_null());
   json_object_set_new(sc, "status_confirmed", json_boolean(!res->status_unknown));
@@ -748,7 +763,7 @@ static json_t *output_schema(void) {
       props, "limit",
       json_pack(
           "{s:[s, s], s:s}", "type", "string", "null", "description",
-          "The limit that ended the run: \"timeout\", \"cpu\" or \"file_size\"; null if none."));
+          "The limit that ended the run: \"timeout\", \"cpu\", \"file_size\" or \"memory\"; null if none."));
   json_object_set_new(props, "signal",
                       json_pack("{s:[s, s], s:s}", "type", "integer", "null", "description",
                                 "The signal that killed the script, or null."));

@@ -126,6 +126,8 @@ def test_memory_bomb(hostile):
     sc = run(hostile, "x = []\nwhile True:\n    x.append(bytearray(50 * 1024 * 1024))\n", timeout_seconds=20)
     assert sc["exit_code"] != 0
     assert "MemoryError" in sc["stderr"] or sc["signal"] is not None
+    if "MemoryError" in sc["stderr"]:
+        assert sc["limit"] == "memory"
 
 
 def test_fill_tmp_and_file_size(hostile):
