@@ -46,7 +46,7 @@ struct env_build {
   py_interp_t py; /* a copy of what is needed (the registry entry outlives us anyway) */
   char **requirements;
   size_t n_requirements;
-  bool pinned; /* every requirement is ==version or a URL */
+  bool pinned;     /* every requirement is ==version or a URL */
   char *uv_config; /* the script's [tool.uv] table as TOML, or NULL */
   build_step_t step;
   sbx_run_t *run;
@@ -75,7 +75,9 @@ struct env_store {
 
 /* ---------------------------------------------------------------- small helpers */
 
-static bool backend_maps(env_store_t *s) { return sbx_backend_maps_paths(s->backend); }
+static bool backend_maps(env_store_t *s) {
+  return sbx_backend_maps_paths(s->backend);
+}
 
 static char **split_spaces(const char *s) {
   size_t n = 0, cap = 4;
@@ -94,7 +96,6 @@ static char **split_spaces(const char *s) {
   return v;
 }
 
-
 static int chown_tree(int dirfd_, uid_t uid, gid_t gid, int depth) {
   if (depth > 128) return -1;
   int fd = fcntl(dirfd_, F_DUPFD_CLOEXEC, 0);
@@ -111,7 +112,8 @@ static int chown_tree(int dirfd_, uid_t uid, gid_t gid, int depth) {
     struct stat st;
     if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
     if (S_ISDIR(st.st_mode)) {
-      cleanup_close int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      cleanup_close int sub =
+          openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub >= 0 && chown_tree(sub, uid, gid, depth + 1) < 0) rc = -1;
     } else if (S_ISREG(st.st_mode) && (st.st_mode & (S_ISUID | S_ISGID))) {
       /* No set-id bits survive into an environment. */
@@ -149,7 +151,8 @@ static uint64_t tree_size(int dirfd_, int depth) {
     if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
     total += (uint64_t)st.st_blocks * 512;
     if (S_ISDIR(st.st_mode)) {
-      cleanup_close int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      cleanup_close int sub =
+          openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub >= 0) total += tree_size(sub, depth + 1);
     }
   }
@@ -169,15 +172,18 @@ static bool requirement_pinned(const char *req) {
   return pinned;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* The canonical form of a requirement set: rendered (normalised) and sorted. */
 static json_t *canonical_requirements(char *const *reqs, size_t n) {
   char **sorted = xcalloc(n + 1, sizeof *sorted);
   for (size_t i = 0; i < n; i++) {
     pep508_requirement_t *q = NULL;
-    sorted[i] = pep508_requirement_parse(reqs[i], strlen(reqs[i]), &q, NULL) == 0 ? pep508_requirement_render(q)
-                                                                                   : xstrdup(reqs[i]);
+    sorted[i] = pep508_requirement_parse(reqs[i], strlen(reqs[i]), &q, NULL) == 0
+                    ? pep508_requirement_render(q)
+                    : xstrdup(reqs[i]);
     pep508_requirement_free(q);
   }
   qsort(sorted, n, sizeof *sorted, cmp_str);
@@ -187,14 +193,16 @@ static json_t *canonical_requirements(char *const *reqs, size_t n) {
   return arr;
 }
 
-static char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, size_t n, const char *uv_config) {
+static char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, size_t n,
+                     const char *uv_config) {
   const srv_config_t *cfg = s->cfg;
-  json_t *id = json_pack("{s:i, s:{s:s, s:s, s:s, s:b}, s:o, s:s, s:{s:s?, s:s?, s:s?, s:b}}", "format", ENV_FORMAT,
-                         "python", "executable", py->executable, "version", py->version, "implementation",
-                         py->implementation, "free_threaded", py->free_threaded, "requirements",
-                         canonical_requirements(reqs, n), "installer", s->uv ? "uv" : "pip", "index", "index_url",
-                         cfg->index_url, "extra_index_urls", cfg->extra_index_urls, "find_links", cfg->find_links,
-                         "offline", cfg->offline);
+  json_t *id =
+      json_pack("{s:i, s:{s:s, s:s, s:s, s:b}, s:o, s:s, s:{s:s?, s:s?, s:s?, s:b}}", "format",
+                ENV_FORMAT, "python", "executable", py->executable, "version", py->version,
+                "implementation", py->implementation, "free_threaded", py->free_threaded,
+                "requirements", canonical_requirements(reqs, n), "installer", s->uv ? "uv" : "pip",
+                "index", "index_url", cfg->index_url, "extra_index_urls", cfg->extra_index_urls,
+                "find_links", cfg->find_links, "offline", cfg->offline);
   if (uv_config) json_object_set_new(id, "tool_uv", json_string(uv_config));
   char *text = json_dumps(id, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(id);
@@ -253,7 +261,10 @@ static json_t *load_manifest(env_store_t *s, const char *key, bool pinned) {
   if (!pinned && s->cfg->env_max_age_ms) {
     json_int_t created = json_integer_value(json_object_get(m, "created"));
     if ((uint64_t)time(NULL) * 1000 > (uint64_t)created * 1000 + s->cfg->env_max_age_ms) {
-      cm_info("environment %s has unpinned requirements and is older than its maximum age: re-resolving", key);
+      cm_info(
+          "environment %s has unpinned requirements and is older than its maximum age: "
+          "re-resolving",
+          key);
       json_decref(m);
       return NULL;
     }
@@ -282,7 +293,8 @@ static void flush_hits(void *data) {
   }
 }
 
-static void build_progress(env_build_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void build_progress(env_build_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void build_progress(env_build_t *b, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -389,14 +401,15 @@ static void on_step_exit(void *data, const sbx_result_t *res) {
   b->run = NULL;
   if (res->exit_code != 0 || res->timed_out || res->cancelled) {
     cleanup_free char *tail = output_tail(b);
-    const char *what = b->step == STEP_VENV ? "creating the virtual environment"
+    const char *what = b->step == STEP_VENV      ? "creating the virtual environment"
                        : b->step == STEP_INSTALL ? "installing the dependencies"
                                                  : "inspecting the environment";
     cleanup_free char *msg =
-        res->timed_out ? xasprintf("Building the environment failed: %s took longer than %llus.\n%s", what,
-                                   (unsigned long long)(b->store->cfg->build_timeout_ms / 1000), tail)
-                       : xasprintf("Building the environment failed while %s (exit code %d):\n%s", what,
-                                   res->exit_code, tail);
+        res->timed_out
+            ? xasprintf("Building the environment failed: %s took longer than %llus.\n%s", what,
+                        (unsigned long long)(b->store->cfg->build_timeout_ms / 1000), tail)
+            : xasprintf("Building the environment failed while %s (exit code %d):\n%s", what,
+                        res->exit_code, tail);
     cm_warn("environment %s: %s", b->key, msg);
     build_finish(b, NULL, msg);
     return;
@@ -443,9 +456,9 @@ static void installer_env(env_store_t *s, cm_strv_builder_t *env) {
     if ((!strncmp(*e, "PIP_", 4) || !strncmp(*e, "UV_", 3)) && strncmp(*e, "PIP_CACHE_DIR=", 14) &&
         strncmp(*e, "UV_CACHE_DIR=", 13))
       cm_strv_add(env, *e);
-    static const char *const pass[] = {"HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=", "http_proxy=",
-                                       "https_proxy=", "no_proxy=",   "SSL_CERT_FILE=", "SSL_CERT_DIR=",
-                                       "REQUESTS_CA_BUNDLE="};
+    static const char *const pass[] = {
+        "HTTP_PROXY=", "HTTPS_PROXY=",   "NO_PROXY=",     "http_proxy=",        "https_proxy=",
+        "no_proxy=",   "SSL_CERT_FILE=", "SSL_CERT_DIR=", "REQUESTS_CA_BUNDLE="};
     for (size_t i = 0; i < CM_ARRAY_SIZE(pass); i++)
       if (!strncmp(*e, pass[i], strlen(pass[i]))) cm_strv_add(env, *e);
   }
@@ -464,8 +477,8 @@ static void installer_binds(env_store_t *s, const char *prefix, cm_strv_builder_
  * network per --offline, as the builder identity, with the download cache writable and, for
  * a build, the staging directory writable at /env. */
 static int start_installer_run(env_store_t *s, const char *prefix, char **argv, const char *workdir,
-                               const char *staging, const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **run,
-                               cm_error_t *err) {
+                               const char *staging, const sbx_run_callbacks_t *cbs, void *data,
+                               sbx_run_t **run, cm_error_t *err) {
   const srv_config_t *cfg = s->cfg;
   cm_strv_builder_t env = {0};
   installer_env(s, &env);
@@ -473,8 +486,10 @@ static int start_installer_run(env_store_t *s, const char *prefix, char **argv, 
   installer_binds(s, prefix, &binds);
   sbx_mount_t mounts[2];
   size_t n_mounts = 0;
-  mounts[n_mounts++] = (sbx_mount_t){.host = s->downloads_dir, .target = ENV_CACHE_TARGET, .writable = true};
-  if (staging) mounts[n_mounts++] = (sbx_mount_t){.host = staging, .target = ENV_TARGET, .writable = true};
+  mounts[n_mounts++] =
+      (sbx_mount_t){.host = s->downloads_dir, .target = ENV_CACHE_TARGET, .writable = true};
+  if (staging)
+    mounts[n_mounts++] = (sbx_mount_t){.host = staging, .target = ENV_TARGET, .writable = true};
   sbx_spec_t spec = {
       .argv = argv,
       .envp = env.v,
@@ -506,8 +521,10 @@ static void build_run(env_build_t *b, char **argv) {
   cm_headtail_init(&b->output, ENV_STEP_OUTPUT_TAIL / 4, ENV_STEP_OUTPUT_TAIL);
   sbx_run_callbacks_t cbs = {.on_output = on_step_output, .on_exit = on_step_exit};
   cm_error_t err = CM_ERROR_INIT;
-  if (start_installer_run(b->store, b->py.prefix, argv, b->workdir, b->staging, &cbs, b, &b->run, &err) < 0) {
-    cleanup_free char *msg = xasprintf("Building the environment failed: %s", cm_error_message(&err));
+  if (start_installer_run(b->store, b->py.prefix, argv, b->workdir, b->staging, &cbs, b, &b->run,
+                          &err) < 0) {
+    cleanup_free char *msg =
+        xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
     build_finish(b, NULL, msg);
   }
@@ -557,10 +574,12 @@ static void write_manifest_and_publish(env_build_t *b) {
     packages = json_object();
   }
   json_t *requested = json_array();
-  for (size_t i = 0; i < b->n_requirements; i++) json_array_append_new(requested, json_string(b->requirements[i]));
+  for (size_t i = 0; i < b->n_requirements; i++)
+    json_array_append_new(requested, json_string(b->requirements[i]));
   cm_error_t err = CM_ERROR_INIT;
   if (reclaim(b->staging, &err) < 0) {
-    cleanup_free char *msg = xasprintf("Building the environment failed: %s", cm_error_message(&err));
+    cleanup_free char *msg =
+        xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
     json_decref(packages);
     json_decref(requested);
@@ -570,17 +589,18 @@ static void write_manifest_and_publish(env_build_t *b) {
   if (!backend_maps(s)) relocate_bin(b);
   cleanup_close int sfd = open(b->staging, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   uint64_t size = sfd >= 0 ? tree_size(sfd, 0) : 0;
-  json_t *m = json_pack("{s:i, s:s, s:{s:s, s:s, s:s}, s:o, s:O, s:s, s:I, s:I, s:b, s:I}", "format", ENV_FORMAT,
-                        "key", b->key, "python", "executable", b->py.executable, "version", b->py.version,
-                        "implementation", b->py.implementation, "requested", requested, "packages", packages,
-                        "installer", s->uv ? "uv" : "pip", "created", (json_int_t)time(NULL), "size",
-                        (json_int_t)size, "pinned", b->pinned, "build_ms",
-                        (json_int_t)(cm_now_ms() - b->started_ms));
+  json_t *m = json_pack(
+      "{s:i, s:s, s:{s:s, s:s, s:s}, s:o, s:O, s:s, s:I, s:I, s:b, s:I}", "format", ENV_FORMAT,
+      "key", b->key, "python", "executable", b->py.executable, "version", b->py.version,
+      "implementation", b->py.implementation, "requested", requested, "packages", packages,
+      "installer", s->uv ? "uv" : "pip", "created", (json_int_t)time(NULL), "size",
+      (json_int_t)size, "pinned", b->pinned, "build_ms", (json_int_t)(cm_now_ms() - b->started_ms));
   json_decref(packages);
   cleanup_free char *text = json_dumps(m, JSON_INDENT(1) | JSON_SORT_KEYS);
   cleanup_free char *mpath = xasprintf("%s/" ENV_MANIFEST, b->staging);
   if (cm_write_file(mpath, text, strlen(text), 0644, &err) < 0) {
-    cleanup_free char *msg = xasprintf("Building the environment failed: %s", cm_error_message(&err));
+    cleanup_free char *msg =
+        xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
     json_decref(m);
     build_finish(b, NULL, msg);
@@ -589,7 +609,8 @@ static void write_manifest_and_publish(env_build_t *b) {
   /* Publish atomically.  An older environment with the same key (re-resolved because it
    * was too old) moves aside first; runs that still use it keep their mount. */
   if (access(b->final_dir, F_OK) == 0) {
-    cleanup_free char *old = xasprintf("%s/.old-%s-%d-%u", s->envs_dir, b->key, (int)getpid(), s->serial++);
+    cleanup_free char *old =
+        xasprintf("%s/.old-%s-%d-%u", s->envs_dir, b->key, (int)getpid(), s->serial++);
     if (rename(b->final_dir, old) == 0) {
       cm_rm_rf(old, &err);
       cm_error_release(&err);
@@ -604,7 +625,8 @@ static void write_manifest_and_publish(env_build_t *b) {
   free(b->staging);
   b->staging = NULL;
   cm_info("environment %s built in %llums (%zu requirements, %llu bytes)", b->key,
-          (unsigned long long)(cm_now_ms() - b->started_ms), b->n_requirements, (unsigned long long)size);
+          (unsigned long long)(cm_now_ms() - b->started_ms), b->n_requirements,
+          (unsigned long long)size);
   build_progress(b, "environment ready");
   build_finish(b, m, NULL);
 }
@@ -615,7 +637,8 @@ static char inspect_code[] =
     "    import importlib.metadata as md\n"
     "except ImportError:\n"
     "    print('{}'); raise SystemExit(0)\n"
-    "print(json.dumps({d.metadata['Name']: d.version for d in md.distributions() if d.metadata['Name']}))\n";
+    "print(json.dumps({d.metadata['Name']: d.version for d in md.distributions() if "
+    "d.metadata['Name']}))\n";
 
 static void build_next_step(env_build_t *b) {
   env_store_t *s = b->store;
@@ -630,47 +653,34 @@ static void build_next_step(env_build_t *b) {
         cm_strv_add(&a, s->uv);
         cm_strv_add(&a, "venv");
         add_uv_config(b, &a);
-        cm_strv_add(&a, "--quiet");
-        cm_strv_add(&a, "--python");
-        cm_strv_add(&a, b->py.executable);
-        cm_strv_add(&a, env_path);
+        cm_strv_addv(&a, "--quiet", "--python", b->py.executable, env_path, NULL);
       } else {
-        cm_strv_add(&a, b->py.executable);
-        cm_strv_add(&a, "-m");
-        cm_strv_add(&a, "venv");
-        cm_strv_add(&a, "--without-pip");
-        cm_strv_add(&a, env_path);
+        cm_strv_addv(&a, b->py.executable, "-m", "venv", "--without-pip", env_path, NULL);
       }
       break;
     case STEP_INSTALL:
-      build_progress(b, "installing %zu requirement%s", b->n_requirements, b->n_requirements == 1 ? "" : "s");
-      if (b->uv_config && !s->uv) build_progress(b, "note: the script's [tool.uv] settings apply only when uv installs; pip ignores them");
+      build_progress(b, "installing %zu requirement%s", b->n_requirements,
+                     b->n_requirements == 1 ? "" : "s");
+      if (b->uv_config && !s->uv)
+        build_progress(
+            b,
+            "note: the script's [tool.uv] settings apply only when uv installs; pip ignores them");
       if (s->uv) {
-        cm_strv_add(&a, s->uv);
-        cm_strv_add(&a, "pip");
-        cm_strv_add(&a, "install");
+        cm_strv_addv(&a, s->uv, "pip", "install", NULL);
         add_uv_config(b, &a);
         cm_strv_add(&a, "--python");
         cm_strv_add(&a, env_python);
       } else {
         /* The interpreter's own pip, installing into the environment (pip >= 22.3). */
-        cm_strv_add(&a, b->py.executable);
-        cm_strv_add(&a, "-m");
-        cm_strv_add(&a, "pip");
-        cm_strv_add(&a, "--python");
-        cm_strv_add(&a, env_python);
-        cm_strv_add(&a, "install");
-        cm_strv_add(&a, "--no-input");
+        cm_strv_addv(&a, b->py.executable, "-m", "pip", "--python", env_python, "install",
+                     "--no-input", NULL);
       }
       index_args(s, s->uv != NULL, &a);
       cm_strv_add(&a, "--");
       for (size_t i = 0; i < b->n_requirements; i++) cm_strv_add(&a, b->requirements[i]);
       break;
     case STEP_INSPECT:
-      cm_strv_add(&a, env_python);
-      cm_strv_add(&a, "-I");
-      cm_strv_add(&a, "-c");
-      cm_strv_add(&a, inspect_code);
+      cm_strv_addv(&a, env_python, "-I", "-c", inspect_code, NULL);
       break;
     case STEP_DONE:
       write_manifest_and_publish(b);
@@ -683,7 +693,8 @@ static void build_next_step(env_build_t *b) {
 static int prepare_dirs(env_build_t *b, cm_error_t *err) {
   env_store_t *s = b->store;
   b->staging = xasprintf("%s/.staging-%s-%d-%u", s->envs_dir, b->key, (int)getpid(), s->serial++);
-  if (mkdir(b->staging, 0755) < 0) return cm_error_set(err, errno, CM_ERR_IO, "creating %s", b->staging);
+  if (mkdir(b->staging, 0755) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "creating %s", b->staging);
   b->workdir = xasprintf("%s/build-XXXXXX", s->work_dir);
   if (!mkdtemp(b->workdir)) {
     free(b->workdir);
@@ -760,7 +771,8 @@ static void try_lock(cm_loop_t *loop, cm_timer_t *t, void *data) {
   evict(b->store);
   cm_error_t err = CM_ERROR_INIT;
   if (prepare_dirs(b, &err) < 0) {
-    cleanup_free char *msg = xasprintf("Building the environment failed: %s", cm_error_message(&err));
+    cleanup_free char *msg =
+        xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
     build_finish(b, NULL, msg);
     return;
@@ -821,13 +833,15 @@ static void evict(env_store_t *s) {
     cleanup_close int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) continue; /* in use or building */
     cleanup_free char *dir = xasprintf("%s/%s", s->envs_dir, entries[i].key);
-    cleanup_free char *trash = xasprintf("%s/.evicted-%s-%d-%u", s->envs_dir, entries[i].key, (int)getpid(), s->serial++);
+    cleanup_free char *trash =
+        xasprintf("%s/.evicted-%s-%d-%u", s->envs_dir, entries[i].key, (int)getpid(), s->serial++);
     if (rename(dir, trash) == 0) {
       cm_error_t err = CM_ERROR_INIT;
       cm_rm_rf(trash, &err);
       cm_error_release(&err);
       total -= CM_MIN(total, entries[i].size);
-      cm_info("evicted environment %s (%llu bytes)", entries[i].key, (unsigned long long)entries[i].size);
+      cm_info("evicted environment %s (%llu bytes)", entries[i].key,
+              (unsigned long long)entries[i].size);
     }
   }
   for (size_t i = 0; i < n; i++) free(entries[i].key);
@@ -881,14 +895,8 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
     return;
   }
   cm_strv_builder_t a = {0};
-  cm_strv_add(&a, py->executable);
-  cm_strv_add(&a, "-m");
-  cm_strv_add(&a, "pip");
-  cm_strv_add(&a, "download");
-  cm_strv_add(&a, "--quiet");
-  cm_strv_add(&a, "--no-input");
-  cm_strv_add(&a, "--dest");
-  cm_strv_add(&a, "/tmp/warm");
+  cm_strv_addv(&a, py->executable, "-m", "pip", "download", "--quiet", "--no-input", "--dest",
+               "/tmp/warm", NULL);
   index_args(s, false, &a);
   size_t n_pkgs = 0;
   char *save = NULL;
@@ -959,7 +967,9 @@ static void resolve_output(void *data, sbx_stream_t stream, const char *buf, siz
 static void resolve_exit(void *data, const sbx_result_t *res) {
   resolve_job_t *j = data;
   sbx_run_free(j->run);
-  json_t *report = res->exit_code == 0 && j->report.len ? json_loadb(j->report.data, j->report.len, 0, NULL) : NULL;
+  json_t *report = res->exit_code == 0 && j->report.len
+                       ? json_loadb(j->report.data, j->report.len, 0, NULL)
+                       : NULL;
   json_t *resolved = NULL;
   cleanup_free char *error = NULL;
   if (json_is_object(report)) {
@@ -979,7 +989,9 @@ static void resolve_exit(void *data, const sbx_result_t *res) {
     size_t n;
     cleanup_free char *clean = cm_utf8_sanitize(tl ? tail : head, tl ? tl : hl, &n);
     while (n && (clean[n - 1] == '\n' || clean[n - 1] == ' ')) clean[--n] = '\0';
-    error = res->timed_out ? xstrdup("the resolution took too long") : xasprintf("the resolution failed (exit code %d):\n%s", res->exit_code, clean);
+    error = res->timed_out
+                ? xstrdup("the resolution took too long")
+                : xasprintf("the resolution failed (exit code %d):\n%s", res->exit_code, clean);
   }
   json_decref(report);
   if (!j->cancelled) j->cb(j->data, resolved, error);
@@ -1004,23 +1016,16 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
   j->workdir = xasprintf("%s/resolve-XXXXXX", s->work_dir);
   cm_strv_builder_t a = {0};
   /* pip resolves for the interpreter it runs under: the interpreter of the call. */
-  cm_strv_add(&a, py->executable);
-  cm_strv_add(&a, "-m");
-  cm_strv_add(&a, "pip");
-  cm_strv_add(&a, "install");
-  cm_strv_add(&a, "--dry-run");
-  cm_strv_add(&a, "--ignore-installed");
-  cm_strv_add(&a, "--quiet");
-  cm_strv_add(&a, "--no-input");
-  cm_strv_add(&a, "--report");
-  cm_strv_add(&a, "-");
+  cm_strv_addv(&a, py->executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+               "--quiet", "--no-input", "--report", "-", NULL);
   index_args(s, false, &a);
   cm_strv_add(&a, "--");
   for (size_t i = 0; i < n; i++) cm_strv_add(&a, requirements[i]);
   sbx_run_callbacks_t cbs = {.on_output = resolve_output, .on_exit = resolve_exit};
   cm_error_t err = CM_ERROR_INIT;
-  int rc = mkdtemp(j->workdir) ? start_installer_run(s, py->prefix, a.v, j->workdir, NULL, &cbs, j, &j->run, &err)
-                               : cm_error_set(&err, errno, CM_ERR_IO, "creating a directory");
+  int rc = mkdtemp(j->workdir)
+               ? start_installer_run(s, py->prefix, a.v, j->workdir, NULL, &cbs, j, &j->run, &err)
+               : cm_error_set(&err, errno, CM_ERR_IO, "creating a directory");
   cm_strv_free(a.v);
   if (rc < 0) {
     /* Answer from the loop, never from inside this call. */
@@ -1047,7 +1052,8 @@ void env_store_cancel_resolve(env_store_t *s, void *handle) {
 
 /* ---------------------------------------------------------------- public */
 
-env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir, sbx_backend_t *backend) {
+env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir,
+                           sbx_backend_t *backend) {
   env_store_t *s = xcalloc(1, sizeof *s);
   s->loop = loop;
   s->cfg = cfg;
@@ -1073,12 +1079,14 @@ env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char 
     if (!uv && strcmp(cfg->installer, "uv") == 0)
       cm_warn("--installer uv: uv not found at '%s'; dependency installs will fail", cfg->uv_path);
   }
-  s->installer_desc = s->uv ? xasprintf("uv (%s)", s->uv) : xstrdup("pip (the interpreter's own, into a venv)");
+  s->installer_desc =
+      s->uv ? xasprintf("uv (%s)", s->uv) : xstrdup("pip (the interpreter's own, into a venv)");
   return s;
 }
 
 void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
-                       const char *uv_config, env_ready_cb cb, env_progress_cb progress, void *data) {
+                       const char *uv_config, env_ready_cb cb, env_progress_cb progress,
+                       void *data) {
   env_waiter_t *w = xcalloc(1, sizeof *w);
   w->store = s;
   w->cb = cb;
@@ -1135,8 +1143,9 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   w->build = b;
   b->waiters = w;
   if (!s->uv && strcmp(s->cfg->installer, "uv") == 0) {
-    cleanup_free char *msg = xasprintf("The server is configured with --installer uv, but uv was not found at '%s'.",
-                                       s->cfg->uv_path);
+    cleanup_free char *msg =
+        xasprintf("The server is configured with --installer uv, but uv was not found at '%s'.",
+                  s->cfg->uv_path);
     b->lock_retry = NULL;
     build_finish(b, NULL, msg); /* answers w now: callers must not rely on deferral here */
     return NULL;
@@ -1158,7 +1167,9 @@ void env_store_cancel(env_store_t *s, void *handle) {
   if (!others && b->run) sbx_run_cancel(b->run);
 }
 
-const char *env_store_installer(env_store_t *s) { return s->installer_desc; }
+const char *env_store_installer(env_store_t *s) {
+  return s->installer_desc;
+}
 
 void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes) {
   *count = 0;
