@@ -1,5 +1,8 @@
 /* Backend registry and the `none` backend (no isolation, but still: timeout, tree kill,
  * output bounds, a clean environment, /dev/null stdin, rlimits). */
+#include <errno.h>
+#include <sys/stat.h>
+
 #include "sandbox/sandbox-internal.h"
 
 void sbx_launch_release(sbx_launch_t *l) {
@@ -13,6 +16,22 @@ void sbx_launch_release(sbx_launch_t *l) {
     l->pass_fds[i] = -1;
   }
   sbx_launch_close_channel(l);
+}
+
+int sbx_spec_check_common(const sbx_spec_t *spec, cm_error_t *err) {
+  if (!spec->argv || !spec->argv[0] || spec->argv[0][0] != '/')
+    return cm_error_set(err, 0, CM_ERR_INVALID, "the command must be an absolute path");
+  struct stat st;
+  if (lstat(spec->workdir, &st) < 0)
+    return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "work directory %s", spec->workdir);
+  if (!S_ISDIR(st.st_mode))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "work directory %s is not a directory", spec->workdir);
+  for (char *const *e = spec->envp; e && *e; e++) {
+    /* Without '=', docker would even copy the variable from the client's environment. */
+    if (!strchr(*e, '=') || **e == '=')
+      return cm_error_set(err, 0, CM_ERR_INVALID, "environment entry without a name or value");
+  }
+  return 0;
 }
 
 char **sbx_strv_copy(char *const *v) {

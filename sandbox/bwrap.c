@@ -333,20 +333,10 @@ static bool mount_target_ok(const char *t) {
 }
 
 static int check_spec(const sbx_spec_t *spec, cm_error_t *err) {
-  if (!spec->argv || !spec->argv[0] || spec->argv[0][0] != '/')
-    return cm_error_set(err, 0, CM_ERR_INVALID, "the command must be an absolute path");
   if (!spec->workdir || !path_is_clean(spec->workdir))
     return cm_error_set(err, 0, CM_ERR_INVALID, "the work directory must be a clean absolute path");
+  if (sbx_spec_check_common(spec, err) < 0) return -1;
   struct stat st;
-  if (lstat(spec->workdir, &st) < 0)
-    return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "work directory %s", spec->workdir);
-  if (!S_ISDIR(st.st_mode))
-    return cm_error_set(err, 0, CM_ERR_INVALID, "work directory %s is not a directory",
-                        spec->workdir);
-  for (char *const *e = spec->envp; e && *e; e++) {
-    if (!strchr(*e, '=') || **e == '=')
-      return cm_error_set(err, 0, CM_ERR_INVALID, "environment entry without a name");
-  }
   for (char *const *p = spec->ro_binds; p && *p; p++) {
     if (check_ro_bind(*p, err) < 0) return -1;
   }

@@ -244,17 +244,8 @@ static int check_spec(const sbx_spec_t *spec, cm_error_t *err) {
   if (!spec->workdir || !path_is_clean(spec->workdir) || strcmp(spec->workdir, "/") == 0)
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "the work directory must be a clean absolute path without ':' or ','");
+  if (sbx_spec_check_common(spec, err) < 0) return -1;
   struct stat st;
-  if (lstat(spec->workdir, &st) < 0)
-    return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "work directory %s", spec->workdir);
-  if (!S_ISDIR(st.st_mode))
-    return cm_error_set(err, 0, CM_ERR_INVALID, "work directory %s is not a directory",
-                        spec->workdir);
-  for (char *const *e = spec->envp; e && *e; e++) {
-    /* Without '=', docker would copy the variable from the client's environment. */
-    if (!strchr(*e, '=') || **e == '=')
-      return cm_error_set(err, 0, CM_ERR_INVALID, "environment entry without a name or value");
-  }
   for (char *const *r = spec->ro_binds; r && *r; r++) {
     if (!path_is_clean(*r))
       return cm_error_set(err, 0, CM_ERR_INVALID,

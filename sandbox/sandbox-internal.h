@@ -3,6 +3,11 @@
 
 #include "sandbox/sbx.h"
 
+/* Checks every backend makes on a spec: an absolute command, an existing work directory
+ * (not a symlink), environment entries of the form NAME=value.  The caller has already
+ * checked that spec->workdir is a clean absolute path by its own rules. */
+int sbx_spec_check_common(const sbx_spec_t *spec, cm_error_t *err);
+
 /* A deep copy of a NULL-terminated string vector. */
 char **sbx_strv_copy(char *const *v);
 
