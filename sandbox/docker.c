@@ -427,7 +427,11 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
     cm_strv_addv(&a, "--memory-swap", NULL); /* equal to --memory: no swap at all */
     cm_strv_addf(&a, "%llu", (unsigned long long)l->memory_bytes);
   }
-  cm_strv_addv(&a, "--cpus", "1", NULL);
+  if (l->cpu_millis) {
+    cm_strv_addv(&a, "--cpus", NULL);
+    cm_strv_addf(&a, "%llu.%03llu", (unsigned long long)(l->cpu_millis / 1000),
+                 (unsigned long long)(l->cpu_millis % 1000));
+  }
   if (l->max_processes) {
     cm_strv_addv(&a, "--pids-limit", NULL);
     cm_strv_addf(&a, "%llu", (unsigned long long)l->max_processes);

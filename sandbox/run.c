@@ -6,7 +6,7 @@
 #include <sys/epoll.h>
 #include <sys/wait.h>
 
-#include "sandbox/sbx.h"
+#include "sandbox/sandbox-internal.h"
 
 /* After the main process exits, how long stray holders of the pipes may keep them open
  * before we stop reading.  Everything in the process group was killed by then. */
@@ -19,6 +19,7 @@ struct sbx_run {
   cm_loop_t *loop;
   sbx_backend_t *backend;
   sbx_launch_t launch;
+  sbx_cgroup_run_t *cgroup; /* NULL when runs get none */
   sbx_child_t child;
   sbx_limits_t limits;
   cm_watch_t *w_pid, *w_out, *w_err;
@@ -87,6 +88,8 @@ int sbx_status_read(int fd, sbx_status_record_t *rec) {
 static void kill_tree(sbx_run_t *run, int sig) {
   if (run->backend && run->backend->ops->kill && run->launch.kill_name)
     run->backend->ops->kill(run->backend, &run->launch, sig);
+  /* Also what left the process group (setsid): the cgroup holds the whole tree. */
+  if (sig == SIGKILL) sbx_cgroup_run_kill(run->cgroup);
   if (!run->reaped) {
     sbx_child_kill_tree(&run->child, sig);
   } else if (run->child.pid > 0) {
@@ -195,6 +198,7 @@ static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   run->w_pid = NULL;
   /* The main process is gone: whatever it left behind in its group goes too. */
   kill(-run->child.pid, SIGKILL);
+  sbx_cgroup_run_kill(run->cgroup);
   if (run->backend && run->backend->ops->kill && run->launch.kill_name)
     run->backend->ops->kill(run->backend, &run->launch, SIGKILL);
   cm_timer_cancel(run->t_deadline);
@@ -211,6 +215,7 @@ static void run_maybe_finish(sbx_run_t *run) {
   cm_timer_cancel(run->t_grace);
   cm_timer_cancel(run->t_drain);
   run->t_deadline = run->t_grace = run->t_drain = NULL;
+  sbx_cgroup_run_collect(run->cgroup, &run->result);
   if (run->cbs.on_exit) run->cbs.on_exit(run->data, &run->result);
 }
 
@@ -230,12 +235,17 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
   run->child.pidfd = run->child.stdout_fd = run->child.stderr_fd = -1;
   run->launch = (sbx_launch_t)SBX_LAUNCH_INIT;
 
-  if (backend->ops->build(backend, spec, &run->launch, err) < 0) {
+  if (backend->ops->build(backend, spec, &run->launch, err) < 0 ||
+      (sbx_cgroups_active(backend->cgroups) && !run->launch.kill_name &&
+       sbx_cgroup_run_new(backend->cgroups, &spec->limits, &run->cgroup, err) < 0)) {
+    /* A server that limits runs with cgroups does not run one without. */
     sbx_launch_close_channel(&run->launch);
     sbx_launch_release(&run->launch);
     free(run);
     return -1;
   }
+  const int *cgroup_fds = NULL;
+  size_t n_cgroup_fds = run->cgroup ? sbx_cgroup_run_join_fds(run->cgroup, &cgroup_fds) : 0;
   size_t n_pass = 0;
   while (n_pass < CM_ARRAY_SIZE(run->launch.pass_fds) && run->launch.pass_fds[n_pass] >= 0)
     n_pass++;
@@ -247,11 +257,14 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
       .limits = run->launch.set_rlimits ? &run->limits : NULL,
       .pass_fds = run->launch.pass_fds,
       .n_pass_fds = n_pass,
+      .cgroup_fds = cgroup_fds,
+      .n_cgroup_fds = n_cgroup_fds,
   };
   run->start_us = cm_now_us();
   if (sbx_spawn(&opts, &run->child, err) < 0) {
     sbx_launch_close_channel(&run->launch);
     sbx_launch_release(&run->launch);
+    sbx_cgroup_run_free(run->cgroup);
     free(run);
     return -1;
   }
@@ -295,6 +308,7 @@ pid_t sbx_run_pid(const sbx_run_t *run) {
 
 static void run_destroy(void *p) {
   sbx_run_t *run = p;
+  sbx_cgroup_run_free(run->cgroup);
   sbx_launch_close_channel(&run->launch);
   sbx_launch_release(&run->launch);
   free(run);

@@ -27,6 +27,28 @@ void sbx_bwrap_set_paths(sbx_backend_t *b, const char *bwrap_path, const char *d
 int sbx_seccomp_fd(cm_error_t *err);
 int sbx_seccomp_build(void **bpf, size_t *len, cm_error_t *err);
 
+/* cgroup.c: one run's cgroup (see sbx_cgroups_open). */
+typedef struct sbx_cgroup_run sbx_cgroup_run_t;
+int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup_run_t **out, cm_error_t *err);
+/* The open cgroup.procs files the spawned child writes "0" to. */
+size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds);
+/* SIGKILLs everything in the run's cgroup (cgroup.kill where the kernel has it). */
+void sbx_cgroup_run_kill(sbx_cgroup_run_t *r);
+/* Peak memory, OOM kills, refused forks and CPU time into res. */
+void sbx_cgroup_run_collect(const sbx_cgroup_run_t *r, sbx_result_t *res);
+/* Kills what is left and removes the directories (later, if they are still busy). */
+void sbx_cgroup_run_free(sbx_cgroup_run_t *r);
+
+/* Parsers of /proc text, exposed for tests.  sbx_cgroup_own_path: the path of the
+ * process's cgroup in /proc/self/cgroup text, for a v1 controller or, with NULL, the v2
+ * line "0::PATH".  sbx_cgroup_find_mount: in /proc/self/mountinfo text, the mount point
+ * and root of the cgroup2 mount (controller NULL) or of the v1 hierarchy with the
+ * controller; -1 when there is none.  sbx_cgroup_dir: the directory of cgroup `own` under
+ * a mount, or NULL when the mount does not show it. */
+char *sbx_cgroup_own_path(const char *buf, size_t len, const char *controller);
+int sbx_cgroup_find_mount(const char *buf, size_t len, const char *controller, char **mountpoint, char **root);
+char *sbx_cgroup_dir(const char *mountpoint, const char *root, const char *own);
+
 #ifdef MPS_HAVE_DOCKER
 extern const sbx_backend_ops_t sbx_docker_ops;
 #endif

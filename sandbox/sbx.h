@@ -19,6 +19,8 @@ typedef struct sbx_limits {
   uint64_t file_size_bytes; /* RLIMIT_FSIZE; 0 = none */
   uint64_t open_files;      /* RLIMIT_NOFILE; 0 = none */
   uint64_t tmp_bytes;       /* size of the sandbox's /tmp (backends with a private /tmp) */
+  uint64_t cpu_millis;      /* CPU bandwidth in thousandths of a CPU (cgroup cpu.max, docker
+                             * --cpus); 0 = none */
 } sbx_limits_t;
 
 /* A host directory made visible at another path inside the sandbox (backends that map
@@ -88,11 +90,16 @@ typedef struct sbx_backend_ops {
   void (*free)(sbx_backend_t *b);
 } sbx_backend_ops_t;
 
+typedef struct sbx_cgroups sbx_cgroups_t;
+
 struct sbx_backend {
   const sbx_backend_ops_t *ops;
   bool available;     /* probe succeeded */
   char *unavailable;  /* why not, when !available */
   void *priv;
+  /* Borrowed: runs of this backend get a cgroup each (backends whose processes are our
+   * descendants; docker's containers have the engine's).  NULL = none. */
+  sbx_cgroups_t *cgroups;
 };
 
 /* Creates a backend by name: "none", "bwrap" (alias "native" on Linux), "docker".
@@ -105,6 +112,25 @@ const char *sbx_backend_name(const sbx_backend_t *b);
 bool sbx_backend_maps_paths(const sbx_backend_t *b);
 char *sbx_backend_describe(sbx_backend_t *b);
 void sbx_backend_free(sbx_backend_t *b);
+
+/* ---------------------------------------------------------------- cgroups */
+
+/* The cgroups runs are put in.  setting: "auto" (cgroup v2 when the server's own cgroup
+ * has the memory/pids/cpu controllers delegated, else the cgroup v1 hierarchies of a
+ * hybrid host, else none, with the reason kept), "off", or the absolute path of a
+ * delegated cgroup v2 directory (then failing is an error).  Makes a directory
+ * "mps-<pid>" in each hierarchy (removing those of servers that are gone); freeing
+ * removes it.  Each run then gets "run-N" below it with the spec's memory, processes and
+ * CPU bandwidth limits, and the run reports the tree's peak memory, OOM kills and refused
+ * forks. */
+sbx_cgroups_t *sbx_cgroups_open(const char *setting, cm_error_t *err);
+bool sbx_cgroups_active(const sbx_cgroups_t *cg);
+/* Whether a controller ("memory", "pids", "cpu", "cpuacct") is in use. */
+bool sbx_cgroups_has(const sbx_cgroups_t *cg, const char *controller);
+/* "cgroup v2 (memory, pids, cpu) under DIR" or "not used: why". */
+char *sbx_cgroups_describe(const sbx_cgroups_t *cg);
+void sbx_cgroups_free(sbx_cgroups_t *cg);
+void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg);
 
 /* ---------------------------------------------------------------- the status record */
 
@@ -151,6 +177,8 @@ typedef struct sbx_spawn_opts {
   const sbx_limits_t *limits; /* rlimits to set in the child, or NULL */
   const int *pass_fds;       /* fds to keep (not close-on-exec) in the child; -1 ends */
   size_t n_pass_fds;
+  const int *cgroup_fds;     /* open cgroup.procs files the child joins before exec */
+  size_t n_cgroup_fds;
 } sbx_spawn_opts_t;
 
 /* Forks and execs with: signals reset, a process group of its own (setpgid; a new session
@@ -190,6 +218,12 @@ typedef struct sbx_result {
    * record; for none the server's wait on the command, which covers what it reaped). */
   uint64_t cpu_user_ms, cpu_system_ms;
   uint64_t max_rss_kib; /* of the largest single process */
+  /* Ran in a cgroup of its own: the figures below are the whole tree's. */
+  bool cgroup;
+  bool memory_limit;  /* the cgroup's memory limit made the kernel OOM-kill a process */
+  bool process_limit; /* the cgroup's process limit refused at least one fork */
+  uint64_t memory_peak_bytes; /* 0 when the kernel does not tell */
+  uint64_t cgroup_cpu_us;
 } sbx_result_t;
 
 typedef struct sbx_run sbx_run_t;

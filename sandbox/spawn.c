@@ -93,6 +93,10 @@ static void child_main(const sbx_spawn_opts_t *o, pid_t parent, int errpipe, int
   }
   fcntl(errpipe, F_SETFD, FD_CLOEXEC);
 
+  /* Into the run's cgroup before anything else runs: every descendant inherits it. */
+  for (size_t i = 0; i < o->n_cgroup_fds; i++) {
+    if (write(o->cgroup_fds[i], "0", 1) != 1) child_fail(errpipe, "joining the run's cgroup");
+  }
   if (o->limits && apply_rlimits(o->limits) < 0) child_fail(errpipe, "setrlimit");
   if (o->cwd && chdir(o->cwd) < 0) child_fail(errpipe, "chdir");
   execve(o->argv[0], o->argv, o->envp);

@@ -6,7 +6,7 @@
 #include "server/srv.h"
 #include "server/toml.h"
 
-typedef enum opt_kind { OPT_SPACE_LIST, OPT_DAYS_MS, OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_HELP, OPT_VERSION } opt_kind_t;
+typedef enum opt_kind { OPT_SPACE_LIST, OPT_DAYS_MS, OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_CPUS, OPT_HELP, OPT_VERSION } opt_kind_t;
 
 typedef struct opt_def {
   const char *name; /* without the leading "--" */
@@ -67,6 +67,10 @@ static const opt_def_t options[] = {
     {"memory-limit", OPT_SIZE, OFF(memory_bytes), "SIZE", "address-space limit per script, 0 = none (2G)"},
     {"cpu-limit", OPT_INT, OFF(cpu_seconds), "SECONDS", "CPU time limit per script, 0 = none (0)"},
     {"max-processes", OPT_INT, OFF(max_processes), "N", "processes per script, 0 = none (256)"},
+    {"cpus", OPT_CPUS, OFF(cpu_millis), "N",
+     "CPU bandwidth per script, e.g. 0.5 or 2 (cgroup cpu.max, docker --cpus); 0 = no cap (0)"},
+    {"cgroup", OPT_STRING, OFF(cgroup), "{auto,off,DIR}",
+     "cgroups for runs: auto (a delegated cgroup v2, else cgroup v1), off, or a delegated cgroup v2 DIR (auto)"},
     {"max-file-size", OPT_SIZE, OFF(file_size_bytes), "SIZE", "largest file a script may write (1G)"},
     {"max-open-files", OPT_INT, OFF(open_files), "N", "open files per process (1024)"},
     {"tmp-size", OPT_SIZE, OFF(tmp_bytes), "SIZE", "size of the sandbox's /tmp (512M)"},
@@ -119,6 +123,7 @@ void srv_config_defaults(srv_config_t *c) {
   c->memory_bytes = 2ull << 30;
   c->cpu_seconds = 0;
   c->max_processes = 256;
+  c->cgroup = xstrdup("auto");
   c->file_size_bytes = 1ull << 30;
   c->open_files = 1024;
   c->tmp_bytes = 512ull << 20;
@@ -153,6 +158,7 @@ void srv_config_release(srv_config_t *c) {
   free(c->python);
   free(c->python_dirs);
   free(c->profile);
+  free(c->cgroup);
   free(c->installer);
   free(c->index_url);
   free(c->extra_index_urls);
@@ -192,6 +198,27 @@ static int parse_size(const char *s, uint64_t *out) {
   if (cm_parse_u64(digits, UINT64_MAX / mult, &v) < 0) return -1;
   *out = v * mult;
   return 0;
+}
+
+/* "2", "0.5", "1.25": thousandths of a CPU, at most 4096 CPUs. */
+static int parse_cpus(const char *s, uint64_t *out) {
+  uint64_t whole = 0, frac = 0, scale = 1000;
+  const char *p = s;
+  if (!*p || *p == '.') return -1;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    whole = whole * 10 + (uint64_t)(*p - '0');
+    if (whole > 4096) return -1;
+  }
+  if (*p == '.') {
+    p++;
+    if (!(*p >= '0' && *p <= '9')) return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+      if (scale > 1) frac += (uint64_t)(*p - '0') * (scale /= 10);
+    }
+  }
+  if (*p) return -1;
+  *out = whole * 1000 + frac;
+  return *out <= 4096 * 1000 ? 0 : -1;
 }
 
 static void print_help(void) {
@@ -249,6 +276,12 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
     case OPT_SIZE:
       if (parse_size(value, &v) < 0)
         return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid size: '%s' (e.g. 512M, 2G)%s", o->name, value, origin);
+      *(uint64_t *)(base + o->offset) = v;
+      return 0;
+    case OPT_CPUS:
+      if (parse_cpus(value, &v) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (a number of CPUs, e.g. 0.5 or 2)%s",
+                            o->name, value, origin);
       *(uint64_t *)(base + o->offset) = v;
       return 0;
     case OPT_BOOL_ON:
@@ -465,6 +498,8 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
   if (c->max_artifact_bytes > c->max_artifact_store_bytes)
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_artifact_bytes must be <= max_artifact_store_bytes");
+  if (strcmp(c->cgroup, "auto") && strcmp(c->cgroup, "off") && c->cgroup[0] != '/')
+    return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid cgroup '%s', must be 'auto', 'off' or an absolute path", c->cgroup);
   if (c->max_inline_bytes > (16ull << 20) || c->max_inline_text_bytes > (16ull << 20))
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_inline_bytes and max_inline_text_bytes must be <= 16M");

@@ -267,6 +267,7 @@ static const char *limit_hit(const sbx_result_t *res, bool memory) {
   if (res->cpu_limit) return "cpu";
   if (res->file_size_limit) return "file_size";
   if (memory) return "memory";
+  if (res->process_limit) return "processes";
   return NULL;
 }
 
@@ -302,11 +303,16 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   if (res->status_unknown)
     cm_buf_appends(&t, "\n--- note: the sandbox could not confirm the script's own exit status; the exit code is the sandbox's ---");
   if (res->cpu_limit) cm_buf_appends(&t, "\n--- limit: cpu time exceeded ---");
-  bool memory = hit_memory_limit(job, res, err);
+  /* Either the address-space rlimit (a MemoryError) or the cgroup's OOM killer. */
+  bool memory = res->memory_limit || hit_memory_limit(job, res, err);
   if (memory) {
     cleanup_free char *mem = xasprintf("%llu", (unsigned long long)(job->cfg->memory_bytes >> 20));
-    cm_buf_printf(&t, "\n--- limit: out of memory (the %s MiB memory limit) ---", mem);
+    cm_buf_printf(&t, "\n--- limit: out of memory (the %s MiB memory limit%s) ---", mem,
+                  res->memory_limit ? " of the whole process tree" : "");
   }
+  if (res->process_limit)
+    cm_buf_printf(&t, "\n--- limit: process limit reached (%llu processes; a fork was refused) ---",
+                  (unsigned long long)cfg->max_processes);
   if (res->file_size_limit) cm_buf_appends(&t, "\n--- limit: file size exceeded ---");
   if (job->env)
     cm_buf_printf(&t, "\n--- environment: %s (%s, %zu packages) ---", job->env->key,
@@ -345,6 +351,8 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   json_object_set_new(sc, "signal", res->term_signal ? json_integer(res->term_signal) : json_null());
   json_object_set_new(sc, "status_confirmed", json_boolean(!res->status_unknown));
   json_object_set_new(sc, "max_rss_kib", json_integer((json_int_t)res->max_rss_kib));
+  json_object_set_new(sc, "memory_peak_bytes",
+                      res->memory_peak_bytes ? json_integer((json_int_t)res->memory_peak_bytes) : json_null());
   json_object_set_new(sc, "environment",
                       job->env ? json_pack("{s:s, s:b, s:O}", "key", job->env->key, "cached", job->env->cached,
                                            "packages", job->env->packages)
@@ -474,6 +482,7 @@ static void job_run(exec_job_t *job) {
               .file_size_bytes = cfg->file_size_bytes,
               .open_files = cfg->open_files,
               .tmp_bytes = cfg->tmp_bytes,
+              .cpu_millis = cfg->cpu_millis,
           },
   };
   sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
@@ -763,7 +772,11 @@ static json_t *output_schema(void) {
       props, "limit",
       json_pack(
           "{s:[s, s], s:s}", "type", "string", "null", "description",
-          "The limit that ended the run: \"timeout\", \"cpu\", \"file_size\" or \"memory\"; null if none."));
+          "The limit the run hit: \"timeout\", \"cpu\", \"file_size\", \"memory\" or \"processes\" (a fork "
+          "was refused); null if none."));
+  json_object_set_new(props, "memory_peak_bytes",
+                      json_pack("{s:[s, s], s:s}", "type", "integer", "null", "description",
+                                "Peak memory of the whole process tree (from its cgroup); null when not measured."));
   json_object_set_new(props, "signal",
                       json_pack("{s:[s, s], s:s}", "type", "integer", "null", "description",
                                 "The signal that killed the script, or null."));

@@ -23,6 +23,7 @@ struct srv_server {
   cm_loop_t *loop;
   srv_config_t *cfg;
   sbx_backend_t *backend;
+  sbx_cgroups_t *cgroups;
   sbx_backend_t *host;
   py_registry_t *pythons;
   env_store_t *envs;
@@ -120,9 +121,18 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   const char *backend_name = cfg->sandbox_backend;
   sbx_backend_t *backend = sbx_backend_new(backend_name, err);
   if (!backend) return NULL;
+  sbx_cgroups_t *cgroups = sbx_cgroups_open(cfg->cgroup, err);
+  if (!cgroups) {
+    sbx_backend_free(backend);
+    return NULL;
+  }
+  cleanup_free char *cg_text = sbx_cgroups_describe(cgroups);
+  cm_info("cgroups: %s", cg_text);
+  sbx_backend_set_cgroups(backend, cgroups);
   art_store_t *artifacts = art_store_new(loop, cfg, state, err);
   if (!artifacts) {
     sbx_backend_free(backend);
+    sbx_cgroups_free(cgroups);
     return NULL;
   }
   srv_server_t *s = xcalloc(1, sizeof *s);
@@ -130,6 +140,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   s->loop = loop;
   s->cfg = cfg;
   s->backend = backend;
+  s->cgroups = cgroups;
   s->host = sbx_backend_new("none", err);
   sbx_backend_probe(s->host);
   s->state_dir = steal_pointer(&state);
@@ -153,6 +164,7 @@ void srv_server_free(srv_server_t *s) {
   py_registry_free(s->pythons);
   sbx_backend_free(s->backend);
   sbx_backend_free(s->host);
+  sbx_cgroups_free(s->cgroups); /* after the runs: it removes their directories */
   free(s->state_dir);
   free(s);
 }
@@ -164,6 +176,7 @@ sbx_backend_t *srv_server_backend(srv_server_t *s) {
   return s->backend;
 }
 sbx_backend_t *srv_server_host_backend(srv_server_t *s) { return s->host; }
+sbx_cgroups_t *srv_server_cgroups(srv_server_t *s) { return s->cgroups; }
 py_registry_t *srv_server_pythons(srv_server_t *s) { return s->pythons; }
 env_store_t *srv_server_envs(srv_server_t *s) { return s->envs; }
 art_store_t *srv_server_artifacts(srv_server_t *s) { return s->artifacts; }

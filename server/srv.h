@@ -44,6 +44,8 @@ typedef struct srv_config {
   uint64_t memory_bytes;     /* --memory-limit */
   uint64_t cpu_seconds;      /* --cpu-limit */
   uint64_t max_processes;    /* --max-processes */
+  uint64_t cpu_millis;       /* --cpus, in thousandths of a CPU; 0 = no cap */
+  char *cgroup;              /* --cgroup auto|off|DIR */
   uint64_t file_size_bytes;  /* --max-file-size */
   uint64_t open_files;       /* --max-open-files */
   uint64_t tmp_bytes;        /* --tmp-size */
@@ -157,6 +159,7 @@ const srv_config_t *srv_server_config(srv_server_t *s);
 sbx_backend_t *srv_server_backend(srv_server_t *s);
 /* The none backend, for trusted host helpers (interpreter probes, syntax checks). */
 sbx_backend_t *srv_server_host_backend(srv_server_t *s);
+sbx_cgroups_t *srv_server_cgroups(srv_server_t *s);
 py_registry_t *srv_server_pythons(srv_server_t *s);
 struct env_store;
 struct env_store *srv_server_envs(srv_server_t *s);

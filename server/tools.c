@@ -118,14 +118,30 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   cm_buf_printf(&t, "Dependencies: %s; %zu cached environments (%s of %s)%s\n", env_store_installer(srv_server_envs(s)),
                 n_envs, env_bytes ? env_size : "0", env_max, cfg->offline ? "; offline" : "");
   bool isolating = sbx_backend_maps_paths(b);
+  sbx_cgroups_t *cg = srv_server_cgroups(s);
+  cleanup_free char *cg_text = sbx_cgroups_describe(cg);
+  cleanup_free char *cpus = cfg->cpu_millis ? xasprintf("%llu.%03llu CPUs", (unsigned long long)(cfg->cpu_millis / 1000),
+                                                        (unsigned long long)(cfg->cpu_millis % 1000))
+                                            : xstrdup("no cap");
+  /* docker's containers get the engine's cgroup limits, not ours. */
+  bool cg_runs = sbx_cgroups_active(cg) && strcmp(sbx_backend_name(b), "docker") != 0;
   cm_buf_printf(&t,
                 "Limits (enforced with rlimits in the sandboxed process; wall clock by the server, which kills the "
                 "whole process tree): memory %s (RLIMIT_AS), CPU %s (RLIMIT_CPU), processes %llu (RLIMIT_NPROC%s), "
-                "file size %s (RLIMIT_FSIZE), open files %llu (RLIMIT_NOFILE), /tmp %s (%s), kill grace %llums; "
-                "cgroup v2 limits: not used (no delegated cgroup)\n",
+                "file size %s (RLIMIT_FSIZE), open files %llu (RLIMIT_NOFILE), /tmp %s (%s), kill grace %llums\n",
                 mem, cpu, (unsigned long long)cfg->max_processes, isolating ? ", counted per run: each run has its own uid" : "",
                 fsize, (unsigned long long)cfg->open_files, tmp, isolating ? "a size-capped tmpfs" : "not isolated: the host /tmp",
                 (unsigned long long)cfg->kill_grace_ms);
+  if (cg_runs)
+    cm_buf_printf(&t,
+                  "Cgroups: %s; each run has its own: memory %s for the whole process tree (%s), processes %llu (%s), "
+                  "CPU bandwidth %s (%s); peak memory is measured, and everything left in it is killed at the end\n",
+                  cg_text, mem, sbx_cgroups_has(cg, "memory") ? "OOM kill" : "not enforced: no memory controller",
+                  (unsigned long long)cfg->max_processes, sbx_cgroups_has(cg, "pids") ? "pids.max" : "not enforced: no pids controller",
+                  cpus, sbx_cgroups_has(cg, "cpu") ? "cpu.max" : "not enforced: no cpu controller");
+  else
+    cm_buf_printf(&t, "Cgroups: %s\n",
+                  sbx_cgroups_active(cg) ? "not used for docker (the container's own limits apply)" : cg_text);
   cleanup_free char *work = human_size(cfg->work_bytes);
   cm_buf_printf(&t, "Work directory: %s\n",
                 srv_workdir_capped(cfg->work_bytes) ? "a size-capped tmpfs per run" : "a plain directory per run (not size-capped: needs root)");
@@ -142,6 +158,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                          (json_int_t)cfg->max_timeout, "max_output_bytes", (json_int_t)cfg->max_output_bytes,
                          "network", cfg->network, "server_version", srv_version());
   json_object_set_new(sc, "interpreters", jpys);
+  json_object_set_new(sc, "cgroups", json_pack("{s:b, s:s}", "active", cg_runs, "description", cg_text));
   cleanup_free char *text = cm_buf_steal(&t);
   json_t *result = srv_tool_text_result(text, false);
   json_object_set_new(result, "structuredContent", sc);

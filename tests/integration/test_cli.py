@@ -20,6 +20,11 @@ def run(*args, env=None):
     (["--max-timeout", "abc"], "invalid int value: 'abc'"),
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--max-timeout"], "expected one argument"),
+    (["--cpus", "abc"], "argument --cpus: invalid value: 'abc' (a number of CPUs"),
+    (["--cpus", "1.5.2"], "argument --cpus: invalid value"),
+    (["--cpus", "-1"], "argument --cpus: invalid value"),
+    (["--cpus", "5000"], "argument --cpus: invalid value"),
+    (["--cgroup", "relative/dir"], "Invalid cgroup 'relative/dir', must be 'auto', 'off' or an absolute path"),
 ])
 def test_validation(args, message):
     r = run(*args)

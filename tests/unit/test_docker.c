@@ -298,6 +298,7 @@ static const sbx_limits_t build_limits = {
     .file_size_bytes = 16ULL << 20,
     .open_files = 256,
     .tmp_bytes = 8ULL << 20,
+    .cpu_millis = 1500,
 };
 
 /* Builds spec with b; returns the ops->build() result, launch filled on success. */
@@ -567,7 +568,7 @@ static void test_argv_has_every_flag(void **state) {
   assert_pair(a, "--security-opt", "no-new-privileges");
   assert_pair(a, "--memory", "536870912");
   assert_pair(a, "--memory-swap", "536870912");
-  assert_pair(a, "--cpus", "1");
+  assert_pair(a, "--cpus", "1.500");
   assert_pair(a, "--pids-limit", "64");
   assert_pair(a, "--ulimit", "nofile=256:256");
   assert_pair(a, "--ulimit", "fsize=16777216:16777216");

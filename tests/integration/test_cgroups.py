@@ -1,0 +1,175 @@
+"""Cgroups for runs: one budget for a whole process tree (memory, processes, CPU bandwidth),
+peak memory measured, and everything left in it killed at the end, on whichever backend the
+suite runs (bwrap or none).
+
+Each test proves something rlimits alone cannot do: four children that each stay under the
+address-space limit but together exceed the memory limit; forks beyond --max-processes
+as root (RLIMIT_NPROC does not bind root, so the none backend had no process limit); a
+daemon that left the process group (setsid) on the none backend; CPU bandwidth.
+
+Where the host has no usable cgroup these tests skip, unless MPS_TEST_REQUIRE_CGROUPS=1
+(set by test.sh when it runs as root), which turns the skip into a failure."""
+import glob
+import os
+import time
+
+import pytest
+
+from conftest import BACKEND, Server, processes_with_marker, wait_until
+
+
+def cgroups_line(s):
+    text = s.call("check_environment")["content"][0]["text"]
+    return next(line for line in text.splitlines() if line.startswith("Cgroups: "))
+
+
+@pytest.fixture(scope="module")
+def cg_available():
+    s = Server()
+    s.initialize()
+    line = cgroups_line(s)
+    s.close()
+    if "not used" in line:
+        if os.environ.get("MPS_TEST_REQUIRE_CGROUPS") == "1":
+            pytest.fail("cgroups are required here but the server says: " + line)
+        pytest.skip(line)
+    return line
+
+
+def start(make_server, *args):
+    s = make_server(*args)
+    s.initialize()
+    return s
+
+
+def run_dirs():
+    """Run cgroups that exist now, in any hierarchy."""
+    return [d for d in glob.glob("/sys/fs/cgroup/**/mps-*/run-*", recursive=True) if os.path.isdir(d)]
+
+
+def test_check_environment_says_which_cgroups(cg_available, make_server):
+    s = start(make_server, "--cpus", "0.5", "--max-processes", "33")
+    line = cgroups_line(s)
+    assert "cgroup v" in line and "memory" in line and "pids" in line, line
+    assert "processes 33 (pids.max)" in line and "CPU bandwidth 0.500 CPUs (cpu.max)" in line, line
+    sc = s.call("check_environment")["structuredContent"]
+    assert sc["cgroups"]["active"] is True
+
+
+def test_memory_limit_covers_the_whole_tree(cg_available, make_server):
+    # Each child stays far below the 160 MiB address-space limit; four of them do not fit
+    # in 160 MiB together.
+    s = start(make_server, "--memory-limit", "160M")
+    res = s.execute("""
+import os, sys, time
+kids = []
+for i in range(4):
+    pid = os.fork()
+    if pid == 0:
+        b = bytearray(60 << 20)
+        for j in range(0, len(b), 4096):
+            b[j] = 1
+        time.sleep(1)
+        os._exit(0)
+    kids.append(pid)
+bad = sum(1 for pid in kids if os.waitpid(pid, 0)[1] != 0)
+print('children killed:', bad)
+sys.exit(1 if bad else 0)
+""", timeout_seconds=60)
+    sc = res["structuredContent"]
+    text = res["content"][0]["text"]
+    assert sc["limit"] == "memory", text
+    assert "limit: out of memory (the 160 MiB memory limit of the whole process tree)" in text
+    assert sc["memory_peak_bytes"] is not None and sc["memory_peak_bytes"] <= (160 << 20) + (1 << 20), sc
+    assert s.request("ping")["result"] == {}
+
+
+def test_peak_memory_is_measured(cg_available, make_server):
+    s = start(make_server)
+    sc = s.execute("b = bytearray(40 << 20)\nfor j in range(0, len(b), 4096): b[j] = 1")["structuredContent"]
+    assert sc["exit_code"] == 0 and sc["limit"] is None, sc
+    assert sc["memory_peak_bytes"] >= 40 << 20, sc
+
+
+def test_process_limit_binds_even_root(cg_available, make_server):
+    # As root, RLIMIT_NPROC binds nobody: on the none backend only pids.max stops this.
+    s = start(make_server, "--max-processes", "20")
+    res = s.execute("""
+import os, time
+ok = refused = 0
+kids = []
+for i in range(50):
+    try:
+        pid = os.fork()
+    except OSError:
+        refused += 1
+        continue
+    if pid == 0:
+        time.sleep(0.5)
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+print('forked', len(kids), 'refused', refused)
+""")
+    sc = res["structuredContent"]
+    forked = int(sc["stdout"].split()[1])
+    assert forked < 20, sc["stdout"]
+    assert sc["limit"] == "processes", sc
+    assert "limit: process limit reached (20 processes" in res["content"][0]["text"]
+
+
+def test_daemon_that_left_the_process_group_is_killed(cg_available, make_server):
+    s = start(make_server)
+    marker = "mps-cg-daemon-%d" % os.getpid()
+    s.execute(f"""
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])
+    os._exit(0)
+time.sleep(0.3)
+print('parent exits')
+""")
+    assert wait_until(lambda: processes_with_marker(marker) == [], timeout=5)
+
+
+def test_cpu_bandwidth(cg_available, make_server):
+    s = start(make_server, "--cpus", "0.25")
+    sc = s.execute("""
+import time
+t = time.monotonic()
+while time.monotonic() - t < 2.0:
+    pass
+print(round(time.process_time(), 2))
+""")["structuredContent"]
+    # A quarter of a CPU for two seconds: about 0.5 s of CPU (1.0 leaves room for noise;
+    # uncapped it is about 2.0 on an idle machine).
+    assert float(sc["stdout"]) < 1.0, sc
+
+
+def test_run_cgroups_are_removed(cg_available, make_server):
+    s = start(make_server)
+    for _ in range(3):
+        assert s.execute("print(1)")["structuredContent"]["exit_code"] == 0
+    assert wait_until(lambda: run_dirs() == [], timeout=5), run_dirs()
+    s.close()
+    mine = [d for d in glob.glob("/sys/fs/cgroup/**/mps-%d" % s.proc.pid, recursive=True)]
+    assert mine == []
+
+
+def test_cgroup_off(make_server):
+    s = start(make_server, "--cgroup", "off")
+    assert cgroups_line(s) == "Cgroups: not used: turned off (--cgroup off)"
+    sc = s.execute("print(1)")["structuredContent"]
+    assert sc["memory_peak_bytes"] is None
+
+
+def test_explicit_cgroup_must_be_cgroup2(tmp_path):
+    s = Server("--cgroup", str(tmp_path))
+    rc = s.proc.wait(timeout=15)
+    err = s.stderr_text()
+    s.close()
+    assert rc != 0
+    assert "not a directory of a cgroup v2 file system" in err, err
