@@ -220,8 +220,26 @@ int cm_mkdir_p(const char *path, mode_t mode, cm_error_t *err);
 int cm_rm_rf(const char *path, cm_error_t *err);
 /* Finds an executable in PATH (or uses name as is if it contains a '/'). Heap string. */
 char *cm_find_executable(const char *name);
+
+/* SHA-256 (FIPS 180-4, common/sha256.c), one-shot or incremental: init, update any number
+ * of times with any split of the message, final.  final wipes ctx. */
+#define CM_SHA256_SIZE 32
+typedef struct cm_sha256 {
+  uint32_t state[8];
+  uint64_t length;         /* message bytes so far */
+  unsigned char block[64]; /* a partial block */
+  size_t used;             /* bytes of block in use */
+} cm_sha256_t;
+void cm_sha256_init(cm_sha256_t *ctx);
+void cm_sha256_update(cm_sha256_t *ctx, const void *data, size_t len);
+void cm_sha256_final(cm_sha256_t *ctx, unsigned char out[CM_SHA256_SIZE]);
+void cm_sha256(const void *data, size_t len, unsigned char out[CM_SHA256_SIZE]);
 /* Lower-case hex SHA-256 of data (65 bytes with NUL). */
 void cm_sha256_hex(const void *data, size_t len, char out[65]);
+/* Are the len bytes at a and b equal?  The time taken depends on len only, not on where
+ * they differ: for comparing secrets (token digests). */
+bool cm_memeq_ct(const void *a, const void *b, size_t len);
+
 /* Is buf valid UTF-8? */
 bool cm_utf8_valid(const char *buf, size_t len);
 /* Length of the longest prefix of buf (at most len) that does not end inside a

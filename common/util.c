@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <sys/stat.h>
 
@@ -132,15 +131,22 @@ char *cm_find_executable(const char *name) {
 }
 
 void cm_sha256_hex(const void *data, size_t len, char out[65]) {
-  unsigned char md[32];
-  unsigned int mdlen = 0;
-  EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
+  unsigned char md[CM_SHA256_SIZE];
+  cm_sha256(data, len, md);
   static const char hex[] = "0123456789abcdef";
-  for (int i = 0; i < 32; i++) {
+  for (int i = 0; i < CM_SHA256_SIZE; i++) {
     out[2 * i] = hex[md[i] >> 4];
     out[2 * i + 1] = hex[md[i] & 15];
   }
   out[64] = '\0';
+}
+
+bool cm_memeq_ct(const void *a, const void *b, size_t len) {
+  /* volatile: the compiler may not turn the loop into one that stops at a difference. */
+  const volatile unsigned char *x = a, *y = b;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < len; i++) diff |= x[i] ^ y[i];
+  return diff == 0;
 }
 
 /* Length of the valid UTF-8 sequence at s (at most len bytes), or 0 if invalid. */

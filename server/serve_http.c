@@ -2,12 +2,12 @@
  * TLS material (given, or self-signed under the state directory), and the session
  * callbacks. */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
 
 #include <openssl/bn.h>
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
@@ -42,16 +42,88 @@ static void http_session_close(void *data, void *session) {
   srv_session_free(session);
 }
 
+/* ---------------------------------------------------------------- libcrypto, on demand */
+
+/* libcrypto is some 1.4 MiB of resident pages that only TLS needs, so it is opened the
+ * first time a certificate is made or checked, and called through this table.  The
+ * headers still give the types and constants; the soname pins the ABI they describe.
+ * Two of the names used below are macros in the headers: BIO_get_mem_data (over BIO_ctrl)
+ * and EVP_EC_gen (over EVP_PKEY_Q_keygen), so the table holds what they expand to. */
+#define LIBCRYPTO_SONAME "libcrypto.so.3"
+#define LIBCRYPTO_FUNCTIONS(X)  \
+  X(BIO_ctrl)                   \
+  X(BIO_free)                   \
+  X(BIO_new)                    \
+  X(BIO_new_mem_buf)            \
+  X(BIO_s_mem)                  \
+  X(BN_bin2bn)                  \
+  X(BN_free)                    \
+  X(BN_to_ASN1_INTEGER)         \
+  X(EVP_PKEY_Q_keygen)          \
+  X(EVP_PKEY_free)              \
+  X(EVP_sha256)                 \
+  X(PEM_read_bio_PrivateKey)    \
+  X(PEM_read_bio_X509)          \
+  X(PEM_write_bio_PrivateKey)   \
+  X(PEM_write_bio_X509)         \
+  X(RAND_bytes)                 \
+  X(X509V3_EXT_conf_nid)        \
+  X(X509V3_set_ctx)             \
+  X(X509_EXTENSION_free)        \
+  X(X509_NAME_add_entry_by_txt) \
+  X(X509_add_ext)               \
+  X(X509_check_private_key)     \
+  X(X509_digest)                \
+  X(X509_free)                  \
+  X(X509_get_serialNumber)      \
+  X(X509_get_subject_name)      \
+  X(X509_getm_notAfter)         \
+  X(X509_getm_notBefore)        \
+  X(X509_gmtime_adj)            \
+  X(X509_new)                   \
+  X(X509_set_issuer_name)       \
+  X(X509_set_pubkey)            \
+  X(X509_set_version)           \
+  X(X509_sign)
+
+static struct {
+#define CRYPTO_MEMBER(name) __typeof__(name) *name;
+  LIBCRYPTO_FUNCTIONS(CRYPTO_MEMBER)
+#undef CRYPTO_MEMBER
+} crypto;
+static bool crypto_loaded;
+
+/* Opens libcrypto and fills the table, once; kept open for the life of the process. */
+static int crypto_load(cm_error_t *err) {
+  if (crypto_loaded) return 0;
+  void *lib = dlopen(LIBCRYPTO_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", LIBCRYPTO_SONAME,
+                        dlerror());
+#define CRYPTO_RESOLVE(name)                                                                     \
+  crypto.name = (__typeof__(name) *)dlsym(lib, #name);                                           \
+  if (!crypto.name) {                                                                            \
+    cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", LIBCRYPTO_SONAME, dlerror()); \
+    dlclose(lib);                                                                                \
+    return -1;                                                                                   \
+  }
+  LIBCRYPTO_FUNCTIONS(CRYPTO_RESOLVE)
+#undef CRYPTO_RESOLVE
+  crypto_loaded = true;
+  return 0;
+}
+
 /* ---------------------------------------------------------------- TLS */
 
+/* The guards matter: these run at scope exit, also on paths where nothing was made. */
 static void pkey_freep(EVP_PKEY **p) {
-  EVP_PKEY_free(*p);
+  if (*p) crypto.EVP_PKEY_free(*p);
 }
 static void x509_freep(X509 **p) {
-  X509_free(*p);
+  if (*p) crypto.X509_free(*p);
 }
 static void bio_freep(BIO **p) {
-  BIO_free(*p);
+  if (*p) crypto.BIO_free(*p);
 }
 #define cleanup_pkey __attribute__((cleanup(pkey_freep)))
 #define cleanup_x509 __attribute__((cleanup(x509_freep)))
@@ -59,15 +131,15 @@ static void bio_freep(BIO **p) {
 
 static char *bio_text(BIO *b) {
   char *p;
-  long n = BIO_get_mem_data(b, &p);
+  long n = crypto.BIO_ctrl(b, BIO_CTRL_INFO, 0, &p);
   return xstrndup(p, n > 0 ? (size_t)n : 0);
 }
 
 static int add_ext(X509 *x, X509V3_CTX *ctx, int nid, const char *value, cm_error_t *err) {
-  X509_EXTENSION *ext = X509V3_EXT_conf_nid(NULL, ctx, nid, value);
+  X509_EXTENSION *ext = crypto.X509V3_EXT_conf_nid(NULL, ctx, nid, value);
   if (!ext) return cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate extension %s", value);
-  int ok = X509_add_ext(x, ext, -1);
-  X509_EXTENSION_free(ext);
+  int ok = crypto.X509_add_ext(x, ext, -1);
+  crypto.X509_EXTENSION_free(ext);
   return ok ? 0 : cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate extension %s", value);
 }
 
@@ -93,27 +165,28 @@ static char *alt_names(const char *host) {
 }
 
 static int make_certificate(const char *host, char **cert_pem, char **key_pem, cm_error_t *err) {
-  cleanup_pkey EVP_PKEY *pkey = EVP_EC_gen("P-256");
+  cleanup_pkey EVP_PKEY *pkey = crypto.EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
   if (!pkey) return cm_error_set(err, 0, CM_ERR_INTERNAL, "generating an EC P-256 key");
-  cleanup_x509 X509 *x = X509_new();
-  if (!x || !X509_set_version(x, 2))
+  cleanup_x509 X509 *x = crypto.X509_new();
+  if (!x || !crypto.X509_set_version(x, 2))
     return cm_error_set(err, 0, CM_ERR_INTERNAL, "creating a certificate");
   unsigned char serial[16];
-  if (RAND_bytes(serial, sizeof serial) != 1)
+  if (crypto.RAND_bytes(serial, sizeof serial) != 1)
     return cm_error_set(err, 0, CM_ERR_INTERNAL, "random serial number");
   serial[0] &= 0x7f;
-  BIGNUM *bn = BN_bin2bn(serial, sizeof serial, NULL);
-  bool serial_ok = bn && BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x));
-  BN_free(bn);
+  BIGNUM *bn = crypto.BN_bin2bn(serial, sizeof serial, NULL);
+  bool serial_ok = bn && crypto.BN_to_ASN1_INTEGER(bn, crypto.X509_get_serialNumber(x));
+  crypto.BN_free(bn);
   if (!serial_ok) return cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate serial number");
-  X509_gmtime_adj(X509_getm_notBefore(x), -3600);
-  X509_gmtime_adj(X509_getm_notAfter(x), (long)TLS_DAYS * 86400);
-  X509_set_pubkey(x, pkey);
-  X509_NAME *name = X509_get_subject_name(x);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)SRV_NAME, -1, -1, 0);
-  X509_set_issuer_name(x, name);
+  crypto.X509_gmtime_adj(crypto.X509_getm_notBefore(x), -3600);
+  crypto.X509_gmtime_adj(crypto.X509_getm_notAfter(x), (long)TLS_DAYS * 86400);
+  crypto.X509_set_pubkey(x, pkey);
+  X509_NAME *name = crypto.X509_get_subject_name(x);
+  crypto.X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)SRV_NAME, -1,
+                                    -1, 0);
+  crypto.X509_set_issuer_name(x, name);
   X509V3_CTX ctx;
-  X509V3_set_ctx(&ctx, x, x, NULL, NULL, 0);
+  crypto.X509V3_set_ctx(&ctx, x, x, NULL, NULL, 0);
   cleanup_free char *san = alt_names(host);
   if (add_ext(x, &ctx, NID_basic_constraints, "critical,CA:TRUE", err) < 0 ||
       add_ext(x, &ctx, NID_key_usage, "critical,digitalSignature,keyCertSign", err) < 0 ||
@@ -122,12 +195,12 @@ static int make_certificate(const char *host, char **cert_pem, char **key_pem, c
       add_ext(x, &ctx, NID_authority_key_identifier, "keyid:always", err) < 0 ||
       add_ext(x, &ctx, NID_subject_alt_name, san, err) < 0)
     return -1;
-  if (!X509_sign(x, pkey, EVP_sha256()))
+  if (!crypto.X509_sign(x, pkey, crypto.EVP_sha256()))
     return cm_error_set(err, 0, CM_ERR_INTERNAL, "signing the certificate");
-  cleanup_bio BIO *cb = BIO_new(BIO_s_mem());
-  cleanup_bio BIO *kb = BIO_new(BIO_s_mem());
-  if (!cb || !kb || !PEM_write_bio_X509(cb, x) ||
-      !PEM_write_bio_PrivateKey(kb, pkey, NULL, NULL, 0, NULL, NULL))
+  cleanup_bio BIO *cb = crypto.BIO_new(crypto.BIO_s_mem());
+  cleanup_bio BIO *kb = crypto.BIO_new(crypto.BIO_s_mem());
+  if (!cb || !kb || !crypto.PEM_write_bio_X509(cb, x) ||
+      !crypto.PEM_write_bio_PrivateKey(kb, pkey, NULL, NULL, 0, NULL, NULL))
     return cm_error_set(err, 0, CM_ERR_INTERNAL, "writing PEM");
   *cert_pem = bio_text(cb);
   *key_pem = bio_text(kb);
@@ -137,16 +210,16 @@ static int make_certificate(const char *host, char **cert_pem, char **key_pem, c
 /* Parses both PEM texts, checks that they belong together, and fingerprints the cert. */
 static int check_pair(const char *cert_pem, const char *key_pem, char fingerprint[96],
                       cm_error_t *err) {
-  cleanup_bio BIO *cb = BIO_new_mem_buf(cert_pem, -1);
-  cleanup_bio BIO *kb = BIO_new_mem_buf(key_pem, -1);
-  cleanup_x509 X509 *x = cb ? PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
-  cleanup_pkey EVP_PKEY *pkey = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
+  cleanup_bio BIO *cb = crypto.BIO_new_mem_buf(cert_pem, -1);
+  cleanup_bio BIO *kb = crypto.BIO_new_mem_buf(key_pem, -1);
+  cleanup_x509 X509 *x = cb ? crypto.PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
+  cleanup_pkey EVP_PKEY *pkey = kb ? crypto.PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
   if (!x || !pkey) return cm_error_set(err, 0, CM_ERR_INVALID, "unreadable PEM");
-  if (X509_check_private_key(x, pkey) != 1)
+  if (crypto.X509_check_private_key(x, pkey) != 1)
     return cm_error_set(err, 0, CM_ERR_INVALID, "the key does not match the certificate");
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
-  if (!X509_digest(x, EVP_sha256(), md, &n) || n != 32)
+  if (!crypto.X509_digest(x, crypto.EVP_sha256(), md, &n) || n != 32)
     return cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate digest");
   for (unsigned int i = 0; i < n; i++)
     snprintf(fingerprint + 3 * i, 4, i + 1 < n ? "%02X:" : "%02X", md[i]);
@@ -167,6 +240,7 @@ static int write_private(const char *path, const char *text, mode_t mode, cm_err
 
 int srv_tls_self_signed(const char *dir, const char *host, char **cert_pem, char **key_pem,
                         char fingerprint[96], cm_error_t *err) {
+  if (crypto_load(err) < 0) return cm_error_wrap(err, "self-signed certificate");
   if (cm_mkdir_p(dir, 0700, err) < 0) return cm_error_wrap(err, "creating %s", dir);
   cleanup_free char *cert_path = xasprintf("%s/cert.pem", dir);
   cleanup_free char *key_path = xasprintf("%s/key.pem", dir);
@@ -184,7 +258,7 @@ int srv_tls_self_signed(const char *dir, const char *host, char **cert_pem, char
   if (lerr.errnum != ENOENT)
     cm_warn("TLS: %s: %s; making a new certificate", dir, cm_error_message(&lerr));
   cm_error_release(&lerr);
-  if (key) OPENSSL_cleanse(key, kl);
+  if (key) explicit_bzero(key, kl);
   free(steal_pointer(&cert));
   free(steal_pointer(&key));
   if (make_certificate(host, &cert, &key, err) < 0)
@@ -193,7 +267,7 @@ int srv_tls_self_signed(const char *dir, const char *host, char **cert_pem, char
   if (rc == 0) rc = write_private(cert_path, cert, 0644, err);
   if (rc == 0) rc = check_pair(cert, key, fingerprint, err);
   if (rc < 0) {
-    OPENSSL_cleanse(key, strlen(key));
+    explicit_bzero(key, strlen(key));
     return cm_error_wrap(err, "self-signed certificate in %s", dir);
   }
   cm_info("TLS: created a self-signed certificate in %s", dir);
@@ -242,7 +316,7 @@ char *srv_http_url(const srv_config_t *cfg, uint16_t port) {
 }
 
 static void cleanse_freep(char **p) {
-  if (*p) OPENSSL_cleanse(*p, strlen(*p));
+  if (*p) explicit_bzero(*p, strlen(*p));
   free(*p);
 }
 
@@ -267,7 +341,8 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
     if (cm_read_file(cfg->tls_key, TLS_MAX_PEM, &key, &n, err) < 0)
       return cm_error_wrap(err, "reading --tls-key");
     char fp[96];
-    if (check_pair(cert, key, fp, err) < 0) return cm_error_wrap(err, "--tls-cert/--tls-key");
+    if (crypto_load(err) < 0 || check_pair(cert, key, fp, err) < 0)
+      return cm_error_wrap(err, "--tls-cert/--tls-key");
     fprintf(stderr, "%s: TLS certificate SHA-256 fingerprint: %s\n", SRV_NAME, fp);
   } else if (cfg->tls_self_signed) {
     cleanup_free char *dir = xasprintf("%s/tls", srv_server_state_dir(server));

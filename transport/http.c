@@ -17,6 +17,7 @@
  * holds its sink; a request context while MHD knows the request or an SSE response reads
  * from it.  Everything a callback still uses is freed after the callback returns. */
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -26,8 +27,6 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <uuid/uuid.h>
 
 #include "transport/transport-internal.h"
@@ -382,15 +381,10 @@ int tr_http_bearer_token(const char *buf, size_t len, const char **token, size_t
   return 0;
 }
 
-static void sha256(const void *data, size_t len, unsigned char out[32]) {
-  unsigned int n = 32;
-  if (EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) != 1) abort();
-}
-
 void tr_http_tokens_free(tr_http_token_t *tokens, size_t count) {
   if (!tokens) return;
   for (size_t i = 0; i < count; i++) free(tokens[i].name);
-  OPENSSL_cleanse(tokens, count * sizeof *tokens);
+  explicit_bzero(tokens, count * sizeof *tokens);
   free(tokens);
 }
 
@@ -443,7 +437,7 @@ int tr_http_parse_tokens(const char *buf, size_t len, tr_http_token_t **tokens, 
       out = xrealloc(out, cap * sizeof *out);
     }
     out[n].name = nn ? xstrndup(name, nn) : xasprintf("line %zu", line_no);
-    sha256(tok, tn, out[n].sha256);
+    cm_sha256(tok, tn, out[n].sha256);
     n++;
   }
   if (n == 0) {
@@ -457,12 +451,12 @@ int tr_http_parse_tokens(const char *buf, size_t len, tr_http_token_t **tokens, 
 
 const tr_http_token_t *tr_http_token_match(const tr_http_token_t *tokens, size_t count,
                                            const char *token, size_t token_len) {
-  unsigned char digest[32];
-  sha256(token, token_len, digest);
+  unsigned char digest[CM_SHA256_SIZE];
+  cm_sha256(token, token_len, digest);
   const tr_http_token_t *found = NULL;
   for (size_t i = 0; i < count; i++) {
     /* No early exit: the time taken does not depend on which token matched. */
-    if (CRYPTO_memcmp(digest, tokens[i].sha256, 32) == 0 && !found) found = &tokens[i];
+    if (cm_memeq_ct(digest, tokens[i].sha256, CM_SHA256_SIZE) && !found) found = &tokens[i];
   }
   return found;
 }
@@ -570,6 +564,59 @@ void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out) {
   json_decref(root);
 }
 
+/* ================================================================ libmicrohttpd, on demand */
+
+/* libmicrohttpd brings GnuTLS, p11-kit, nettle and more: some 2.5 MiB of resident pages
+ * and 2 ms of dynamic loading that the stdio transport, the default, never needs.  So it
+ * is opened when the first HTTP transport starts and called through this table; the
+ * header still gives the types and constants, and the soname pins the ABI they describe.
+ * The pure parts above never touch it. */
+#define MHD_SONAME "libmicrohttpd.so.12"
+#define MHD_FUNCTIONS(X)           \
+  X(add_response_header)           \
+  X(create_response_from_buffer)   \
+  X(create_response_from_callback) \
+  X(create_response_from_fd64)     \
+  X(destroy_response)              \
+  X(get_connection_info)           \
+  X(get_daemon_info)               \
+  X(get_timeout)                   \
+  X(lookup_connection_value)       \
+  X(queue_response)                \
+  X(quiesce_daemon)                \
+  X(resume_connection)             \
+  X(run)                           \
+  X(set_connection_option)         \
+  X(start_daemon)                  \
+  X(stop_daemon)                   \
+  X(suspend_connection)
+
+static struct {
+#define MHD_MEMBER(name) __typeof__(MHD_##name) *name;
+  MHD_FUNCTIONS(MHD_MEMBER)
+#undef MHD_MEMBER
+} mhd;
+static bool mhd_loaded;
+
+/* Opens libmicrohttpd and fills the table, once; kept open for the life of the process. */
+static int mhd_load(cm_error_t *err) {
+  if (mhd_loaded) return 0;
+  void *lib = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", MHD_SONAME, dlerror());
+#define MHD_RESOLVE(name)                                                                  \
+  mhd.name = (__typeof__(MHD_##name) *)dlsym(lib, "MHD_" #name);                           \
+  if (!mhd.name) {                                                                         \
+    cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", MHD_SONAME, dlerror()); \
+    dlclose(lib);                                                                          \
+    return -1;                                                                             \
+  }
+  MHD_FUNCTIONS(MHD_RESOLVE)
+#undef MHD_RESOLVE
+  mhd_loaded = true;
+  return 0;
+}
+
 /* ================================================================ the daemon in our loop */
 
 static void mhd_run(tr_http_t *h, bool from_soon);
@@ -600,7 +647,7 @@ static void on_mhd_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
 static void rearm(tr_http_t *h, bool from_soon) {
   MHD_UNSIGNED_LONG_LONG ms;
   if (!h->daemon) return;
-  if (MHD_get_timeout(h->daemon, &ms) != MHD_YES) {
+  if (mhd.get_timeout(h->daemon, &ms) != MHD_YES) {
     cm_timer_cancel(h->t_mhd);
     h->t_mhd = NULL;
     return;
@@ -621,7 +668,7 @@ static void rearm(tr_http_t *h, bool from_soon) {
 
 static void mhd_run(tr_http_t *h, bool from_soon) {
   if (!h->daemon) return;
-  MHD_run(h->daemon);
+  mhd.run(h->daemon);
   rearm(h, from_soon);
 }
 
@@ -1025,12 +1072,12 @@ static void on_peer_hangup(cm_loop_t *loop, int fd, uint32_t revents, void *data
 
 static void conn_suspend(hs_conn_t *c) {
   if (c->suspended) return;
-  MHD_suspend_connection(c->mc);
+  mhd.suspend_connection(c->mc);
   c->suspended = true;
   /* MHD does not notice a peer that goes away while suspended: watch for it ourselves, so
    * a dead stream is detached at once and a reconnecting client is not refused. */
   const union MHD_ConnectionInfo *ci =
-      MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+      mhd.get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (ci) {
     cm_error_t err = CM_ERROR_INIT;
     c->w_hup = cm_loop_watch(c->h->loop, ci->connect_fd, EPOLLRDHUP, on_peer_hangup, c, &err);
@@ -1043,7 +1090,7 @@ static void conn_wake(hs_conn_t *c) {
   cm_watch_remove(c->w_hup);
   c->w_hup = NULL;
   c->suspended = false;
-  MHD_resume_connection(c->mc);
+  mhd.resume_connection(c->mc);
   schedule_soon(c->h);
 }
 
@@ -1082,19 +1129,19 @@ static void conn_set_session(hs_conn_t *c, hs_session_t *s) {
 
 static void add_common_headers(hs_conn_t *c, struct MHD_Response *r) {
   if (c->origin) {
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", c->origin);
-    MHD_add_response_header(r, "Access-Control-Expose-Headers", "Mcp-Session-Id");
-    MHD_add_response_header(r, "Vary", "Origin");
+    mhd.add_response_header(r, "Access-Control-Allow-Origin", c->origin);
+    mhd.add_response_header(r, "Access-Control-Expose-Headers", "Mcp-Session-Id");
+    mhd.add_response_header(r, "Vary", "Origin");
   }
   if (c->session && c->session->open && !c->session->legacy)
-    MHD_add_response_header(r, "Mcp-Session-Id", c->session->id);
-  if (c->h->shutting_down) MHD_add_response_header(r, "Connection", "close");
+    mhd.add_response_header(r, "Mcp-Session-Id", c->session->id);
+  if (c->h->shutting_down) mhd.add_response_header(r, "Connection", "close");
 }
 
 static enum MHD_Result queue(hs_conn_t *c, unsigned status, struct MHD_Response *r) {
   add_common_headers(c, r);
-  enum MHD_Result ret = MHD_queue_response(c->mc, status, r);
-  MHD_destroy_response(r);
+  enum MHD_Result ret = mhd.queue_response(c->mc, status, r);
+  mhd.destroy_response(r);
   c->responded = true;
   return ret;
 }
@@ -1102,17 +1149,17 @@ static enum MHD_Result queue(hs_conn_t *c, unsigned status, struct MHD_Response 
 static enum MHD_Result respond_body(hs_conn_t *c, unsigned status, const char *type, char *body,
                                     size_t len) {
   /* body is ours (malloc) and MHD frees it. */
-  struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+  struct MHD_Response *r = mhd.create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
   if (!r) {
     free(body);
     return MHD_NO;
   }
-  if (type) MHD_add_response_header(r, "Content-Type", type);
+  if (type) mhd.add_response_header(r, "Content-Type", type);
   return queue(c, status, r);
 }
 
 static enum MHD_Result respond_empty(hs_conn_t *c, unsigned status) {
-  struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+  struct MHD_Response *r = mhd.create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
   if (!r) return MHD_NO;
   return queue(c, status, r);
 }
@@ -1127,13 +1174,13 @@ static enum MHD_Result respond_error(hs_conn_t *c, unsigned status, int code, co
   json_decref(j);
   if (!text) abort();
   struct MHD_Response *r =
-      MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+      mhd.create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
   if (!r) {
     free(text);
     return MHD_NO;
   }
-  MHD_add_response_header(r, "Content-Type", "application/json");
-  if (header) MHD_add_response_header(r, header, value);
+  mhd.add_response_header(r, "Content-Type", "application/json");
+  if (header) mhd.add_response_header(r, header, value);
   if (status >= 400) cm_debug("http: %u: %s", status, message);
   return queue(c, status, r);
 }
@@ -1146,18 +1193,18 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max);
 static void sse_read_done(void *cls);
 
 static enum MHD_Result respond_sse(hs_conn_t *c) {
-  struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_SSE_BLOCK,
+  struct MHD_Response *r = mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_SSE_BLOCK,
                                                              sse_read, c, sse_read_done);
   if (!r) return MHD_NO;
   c->refs++; /* the response's, dropped by sse_read_done */
   c->streaming = true;
   c->last_write = cm_now_ms();
-  MHD_add_response_header(r, "Content-Type", "text/event-stream");
-  MHD_add_response_header(r, "Cache-Control", "no-cache, no-transform");
-  MHD_add_response_header(r, "X-Accel-Buffering", "no");
+  mhd.add_response_header(r, "Content-Type", "text/event-stream");
+  mhd.add_response_header(r, "Cache-Control", "no-cache, no-transform");
+  mhd.add_response_header(r, "X-Accel-Buffering", "no");
   /* A live stream must never be cut by the idle timeout; keep-alive comments keep proxies
    * happy and reveal dead peers. */
-  MHD_set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  mhd.set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
   tick_arm(c->h);
   return queue(c, 200, r);
 }
@@ -1252,7 +1299,7 @@ static enum MHD_Result post_try_respond(hs_conn_t *c) {
 /* ================================================================ validation */
 
 static const char *header(hs_conn_t *c, const char *name) {
-  return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
+  return mhd.lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
 }
 
 static bool host_allowed(tr_http_t *h, const char *name) {
@@ -1441,7 +1488,7 @@ static enum MHD_Result legacy_get(hs_conn_t *c) {
 static enum MHD_Result legacy_post(hs_conn_t *c) {
   tr_http_t *h = c->h;
   enum MHD_Result ret = MHD_YES;
-  const char *sid = MHD_lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "sessionId");
+  const char *sid = mhd.lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "sessionId");
   hs_session_t *s = lookup_session(c, sid, true, &ret);
   if (!s) return ret;
   conn_set_session(c, s);
@@ -1453,9 +1500,9 @@ static enum MHD_Result legacy_post(hs_conn_t *c) {
   hs_stream_t *st = s->standalone;
   if (st && s->app) h->cbs.on_message(h->data, s->app, c->body.data, c->body.len, &st->sink);
   struct MHD_Response *r =
-      MHD_create_response_from_buffer(8, (void *)(uintptr_t) "Accepted", MHD_RESPMEM_PERSISTENT);
+      mhd.create_response_from_buffer(8, (void *)(uintptr_t) "Accepted", MHD_RESPMEM_PERSISTENT);
   if (!r) return MHD_NO;
-  MHD_add_response_header(r, "Content-Type", "text/plain");
+  mhd.add_response_header(r, "Content-Type", "text/plain");
   return queue(c, 202, r);
 }
 
@@ -1531,13 +1578,13 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
 
 static enum MHD_Result preflight(hs_conn_t *c) {
   if (!c->origin) return respond_405(c, "GET, POST, DELETE");
-  struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+  struct MHD_Response *r = mhd.create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
   if (!r) return MHD_NO;
-  MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-  MHD_add_response_header(r, "Access-Control-Allow-Headers",
+  mhd.add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+  mhd.add_response_header(r, "Access-Control-Allow-Headers",
                           "Content-Type, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, "
                           "Last-Event-ID, Accept");
-  MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+  mhd.add_response_header(r, "Access-Control-Max-Age", "600");
   return queue(c, 204, r);
 }
 
@@ -1568,14 +1615,14 @@ static enum MHD_Result download(hs_conn_t *c, const char *rest) {
   uint64_t size = 0;
   if (!h->cbs.open_download || strstr(rest, "..") || h->cbs.open_download(h->data, rest, &fd, &mime, &size) < 0)
     return respond_error(c, 404, -32002, "Not Found: no such file (or it expired)", NULL, NULL);
-  struct MHD_Response *r = MHD_create_response_from_fd64(size, fd);
+  struct MHD_Response *r = mhd.create_response_from_fd64(size, fd);
   if (!r) {
     close(fd);
     return MHD_NO;
   }
-  MHD_add_response_header(r, "Content-Type", mime ? mime : "application/octet-stream");
-  MHD_add_response_header(r, "Cache-Control", "no-store");
-  MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+  mhd.add_response_header(r, "Content-Type", mime ? mime : "application/octet-stream");
+  mhd.add_response_header(r, "Cache-Control", "no-store");
+  mhd.add_response_header(r, "X-Content-Type-Options", "nosniff");
   return queue(c, 200, r);
 }
 
@@ -1873,6 +1920,7 @@ static void http_release(tr_http_t *h) {
 
 tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
                        const tr_http_callbacks_t *cbs, void *data, cm_error_t *err) {
+  if (mhd_load(err) < 0) return NULL;
   tr_http_t *h = xcalloc(1, sizeof *h);
   h->loop = loop;
   h->cbs = *cbs;
@@ -1899,12 +1947,12 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
     if (cm_read_file(opts->auth_token_file, 1u << 20, &text, &len, err) < 0 ||
         tr_http_parse_tokens(text, len, &h->tokens, &h->n_tokens, err) < 0) {
       cm_error_wrap(err, "reading --auth-token-file %s", opts->auth_token_file);
-      if (text) OPENSSL_cleanse(text, len);
+      if (text) explicit_bzero(text, len);
       http_release(h);
       free(h);
       return NULL;
     }
-    OPENSSL_cleanse(text, len);
+    explicit_bzero(text, len);
   }
   const char *host = opts->host && *opts->host ? opts->host : "127.0.0.1";
   if (listen_on(h, host, opts->port, h->n_tokens > 0 || opts->allow_insecure_remote, err) < 0) {
@@ -1943,7 +1991,7 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   if (getsockname(h->listen_fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET6)
     flags |= MHD_USE_IPv6;
   h->daemon =
-      MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, o, MHD_OPTION_END);
+      mhd.start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, o, MHD_OPTION_END);
   if (h->daemon) h->listen_fd = -1; /* MHD's now: closed by MHD_stop_daemon unless quiesced */
   if (!h->daemon) {
     cm_error_set(err, 0, CM_ERR_INTERNAL,
@@ -1953,9 +2001,9 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
     free(h);
     return NULL;
   }
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+  const union MHD_DaemonInfo *di = mhd.get_daemon_info(h->daemon, MHD_DAEMON_INFO_EPOLL_FD);
   if (!di) {
-    MHD_stop_daemon(h->daemon);
+    mhd.stop_daemon(h->daemon);
     http_release(h);
     free(h);
     cm_error_set(err, 0, CM_ERR_INTERNAL, "libmicrohttpd has no epoll fd");
@@ -1963,7 +2011,7 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   }
   h->w_epoll = cm_loop_watch(loop, di->epoll_fd, EPOLLIN, on_mhd_ready, h, err);
   if (!h->w_epoll) {
-    MHD_stop_daemon(h->daemon);
+    mhd.stop_daemon(h->daemon);
     http_release(h);
     free(h);
     return NULL;
@@ -1981,7 +2029,7 @@ void tr_http_shutdown(tr_http_t *h) {
   h->shutting_down = true;
   if (h->daemon) {
     /* Quiesced, the listening socket is ours again; closed, the port is free at once. */
-    MHD_socket fd = MHD_quiesce_daemon(h->daemon);
+    MHD_socket fd = mhd.quiesce_daemon(h->daemon);
     if (fd != MHD_INVALID_SOCKET) close(fd);
   }
   while (h->sessions) session_close(h->sessions);
@@ -2007,7 +2055,7 @@ void tr_http_free(tr_http_t *h) {
   h->t_mhd = h->t_tick = NULL;
   struct MHD_Daemon *d = h->daemon;
   h->daemon = NULL;
-  if (d) MHD_stop_daemon(d); /* completes every request (on_completed) */
+  if (d) mhd.stop_daemon(d); /* completes every request (on_completed) */
   /* Streams the router still holds: orphan them; their release frees them. */
   hs_stream_t *snext;
   for (hs_stream_t *st = h->streams; st; st = snext) {

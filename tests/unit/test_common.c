@@ -106,6 +106,103 @@ static void test_sha256(void **state) {
   assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+static void digest_hex(const unsigned char md[CM_SHA256_SIZE], char hex[65]) {
+  for (int i = 0; i < CM_SHA256_SIZE; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+/* The FIPS 180-4 examples (and the NIST long message). */
+static void test_sha256_vectors(void **state) {
+  static const struct {
+    const char *msg;
+    const char *hex;
+  } vectors[] = {
+      {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+      {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+      {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+       "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+      {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmn"
+       "opqrsmnopqrstnopqrstu",
+       "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},
+  };
+  char hex[65];
+  for (size_t i = 0; i < CM_ARRAY_SIZE(vectors); i++) {
+    cm_sha256_hex(vectors[i].msg, strlen(vectors[i].msg), hex);
+    assert_string_equal(hex, vectors[i].hex);
+  }
+  cm_sha256_hex(NULL, 0, hex);
+  assert_string_equal(hex, vectors[0].hex);
+
+  /* One million 'a': once whole, once in uneven pieces that straddle block boundaries. */
+  size_t million = 1000000;
+  char *a = xmalloc(million);
+  memset(a, 'a', million);
+  static const char *const million_hex =
+      "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
+  cm_sha256_hex(a, million, hex);
+  assert_string_equal(hex, million_hex);
+  cm_sha256_t ctx;
+  cm_sha256_init(&ctx);
+  for (size_t done = 0, step = 1; done < million; done += step, step = step % 199 + 1)
+    cm_sha256_update(&ctx, a + done, CM_MIN(step, million - done));
+  unsigned char md[CM_SHA256_SIZE];
+  cm_sha256_final(&ctx, md);
+  digest_hex(md, hex);
+  assert_string_equal(hex, million_hex);
+  free(a);
+}
+
+/* Every length from 0 to 130 (empty, within a block, the padding edges at 55, 56 and 64,
+ * two and three blocks), each hashed in one piece, split at every position, and a byte at a
+ * time.  The one-piece digests are checked together against a digest of their
+ * concatenation that Python's hashlib computed. */
+static void test_sha256_lengths(void **state) {
+  enum { MAX_LEN = 130 };
+  unsigned char msg[MAX_LEN];
+  for (size_t i = 0; i < MAX_LEN; i++) msg[i] = (unsigned char)(i * 7 + 3);
+  cm_sha256_t all;
+  cm_sha256_init(&all);
+  for (size_t len = 0; len <= MAX_LEN; len++) {
+    unsigned char one[CM_SHA256_SIZE], md[CM_SHA256_SIZE];
+    cm_sha256(msg, len, one);
+    cm_sha256_update(&all, one, sizeof one);
+    for (size_t cut = 0; cut <= len; cut++) {
+      cm_sha256_t ctx;
+      cm_sha256_init(&ctx);
+      cm_sha256_update(&ctx, msg, cut);
+      cm_sha256_update(&ctx, msg + cut, len - cut);
+      cm_sha256_final(&ctx, md);
+      assert_memory_equal(md, one, sizeof md);
+    }
+    cm_sha256_t ctx;
+    cm_sha256_init(&ctx);
+    for (size_t i = 0; i < len; i++) cm_sha256_update(&ctx, msg + i, 1);
+    cm_sha256_final(&ctx, md);
+    assert_memory_equal(md, one, sizeof md);
+  }
+  unsigned char md[CM_SHA256_SIZE];
+  cm_sha256_final(&all, md);
+  char hex[65];
+  digest_hex(md, hex);
+  /* hashlib.sha256(b"".join(hashlib.sha256(bytes((i * 7 + 3) & 0xff for i in range(n)))
+   *                         .digest() for n in range(131))).hexdigest() */
+  assert_string_equal(hex, "b3d31aa6b4f0810cff11dc15fd1017d7ba047ad10e757b0e36ed68897e6d1851");
+}
+
+static void test_memeq_ct(void **state) {
+  unsigned char a[32], b[32];
+  for (size_t i = 0; i < sizeof a; i++) a[i] = b[i] = (unsigned char)(i * 13);
+  assert_true(cm_memeq_ct(a, b, sizeof a));
+  assert_true(cm_memeq_ct(a, b, 0));
+  for (size_t i = 0; i < sizeof a; i++) {
+    for (unsigned bit = 0; bit < 8; bit++) {
+      b[i] ^= (unsigned char)(1u << bit);
+      assert_false(cm_memeq_ct(a, b, sizeof a));
+      assert_true(cm_memeq_ct(a, b, i)); /* the differing byte is past len */
+      b[i] ^= (unsigned char)(1u << bit);
+    }
+  }
+}
+
 static void test_rm_rf(void **state) {
   char tmpl[] = "/tmp/mps-unit-XXXXXX";
   assert_non_null(mkdtemp(tmpl));
@@ -181,8 +278,9 @@ int main(void) {
       cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buf_limits),
       cmocka_unit_test(test_headtail),           cmocka_unit_test(test_utf8),
       cmocka_unit_test(test_parse_u64),          cmocka_unit_test(test_sha256),
-      cmocka_unit_test(test_rm_rf),              cmocka_unit_test(test_loop_timers),
-      cmocka_unit_test(test_loop_fd),
+      cmocka_unit_test(test_sha256_vectors),     cmocka_unit_test(test_sha256_lengths),
+      cmocka_unit_test(test_memeq_ct),           cmocka_unit_test(test_rm_rf),
+      cmocka_unit_test(test_loop_timers),        cmocka_unit_test(test_loop_fd),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,11 +1,16 @@
 /* Unit tests for the HTTP transport's pure parts: Accept / Content-Type / Host / Origin
- * parsing, event ids, SSE framing, bearer tokens and the JSON-RPC envelope. */
+ * parsing, event ids, SSE framing, bearer tokens and the JSON-RPC envelope; and, last, a
+ * server that starts (loading libmicrohttpd on demand) and answers an initialize. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #include "transport/transport-internal.h"
 
@@ -272,6 +277,91 @@ static void test_classify(void **state) {
   assert_int_equal(env.status, TR_HTTP_BODY_OK);
 }
 
+/* ---------------------------------------------------------------- a running server */
+
+static const char t_answer[] =
+    "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":\"2025-06-18\","
+    "\"capabilities\":{},\"serverInfo\":{\"name\":\"unit\",\"version\":\"1\"}}}";
+
+static void *t_session_open(void *data, tr_sink_t *standalone, const char *principal) {
+  return data;
+}
+
+static void t_on_message(void *data, void *session, const char *buf, size_t len, tr_sink_t *reply) {
+  tr_sink_send(reply, t_answer, strlen(t_answer), TR_SEND_RESPONSE);
+}
+
+static const char *t_session_protocol(void *data, void *session) {
+  return "2025-06-18";
+}
+
+static void t_session_close(void *data, void *session) {}
+
+/* libmicrohttpd is not linked: it is opened by the first tr_http_new, and the pure parts
+ * above ran without it.  Then a real request goes through the daemon and back. */
+static void test_server_starts(void **state) {
+  static const char soname[] = "libmicrohttpd.so.12";
+  void *lib = dlopen(soname, RTLD_NOW | RTLD_NOLOAD);
+  if (lib) dlclose(lib);
+  assert_null(lib);
+
+  cm_error_t err = CM_ERROR_INIT;
+  cm_loop_t *loop = cm_loop_new(&err);
+  assert_non_null(loop);
+  static const char *const versions[] = {"2025-06-18", NULL};
+  tr_http_options_t opts = {.host = "127.0.0.1", .path = "/mcp", .protocol_versions = versions};
+  static const tr_http_callbacks_t cbs = {
+      .session_open = t_session_open,
+      .on_message = t_on_message,
+      .session_protocol = t_session_protocol,
+      .session_close = t_session_close,
+  };
+  int session = 0;
+  tr_http_t *h = tr_http_new(loop, &opts, &cbs, &session, &err);
+  if (!h) fail_msg("tr_http_new: %s", cm_error_message(&err));
+  lib = dlopen(soname, RTLD_NOW | RTLD_NOLOAD);
+  assert_non_null(lib);
+  dlclose(lib);
+  assert_int_not_equal(tr_http_port(h), 0);
+
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(tr_http_port(h))};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  static const char body[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+      "\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},"
+      "\"clientInfo\":{\"name\":\"unit\",\"version\":\"1\"}}}";
+  cleanup_free char *request = xasprintf(
+      "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nContent-Type: application/json\r\n"
+      "Accept: application/json, text/event-stream\r\nContent-Length: %zu\r\n"
+      "Connection: close\r\n\r\n%s",
+      (unsigned)tr_http_port(h), strlen(body), body);
+  assert_int_equal(cm_write_all(fd, request, strlen(request)), 0);
+  assert_int_equal(cm_set_nonblock(fd, true), 0);
+
+  /* Bounded: at most 5 s, though it takes a few milliseconds. */
+  char reply[4096] = "";
+  size_t got = 0;
+  for (int i = 0; i < 250 && !strstr(reply, t_answer); i++) {
+    assert_int_equal(cm_loop_run_once(loop, 20, &err), 0);
+    ssize_t n = read(fd, reply + got, sizeof reply - 1 - got);
+    if (n > 0) got += (size_t)n;
+    reply[got] = '\0';
+  }
+  close(fd);
+  if (strncmp(reply, "HTTP/1.1 200", 12) != 0) fail_msg("reply: %s", reply);
+  assert_non_null(strcasestr(reply, "\r\nMcp-Session-Id: "));
+  assert_non_null(strstr(reply, t_answer));
+
+  tr_http_free(h);
+  /* Run the deferred work tr_http_free may leave (it frees h then). */
+  for (int i = 0; i < 3; i++) cm_loop_run_once(loop, 0, &err);
+  cm_loop_free(loop);
+  cm_error_release(&err);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_accept),      cmocka_unit_test(test_media_type),
@@ -279,7 +369,7 @@ int main(void) {
       cmocka_unit_test(test_loopback),    cmocka_unit_test(test_event_id),
       cmocka_unit_test(test_sse_framing), cmocka_unit_test(test_bearer),
       cmocka_unit_test(test_tokens),      cmocka_unit_test(test_session_id),
-      cmocka_unit_test(test_classify),
+      cmocka_unit_test(test_classify),    cmocka_unit_test(test_server_starts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
