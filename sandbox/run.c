@@ -308,7 +308,6 @@ pid_t sbx_run_pid(const sbx_run_t *run) {
 
 static void run_destroy(void *p) {
   sbx_run_t *run = p;
-  sbx_cgroup_run_free(run->cgroup);
   sbx_launch_close_channel(&run->launch);
   sbx_launch_release(&run->launch);
   free(run);
@@ -334,5 +333,8 @@ void sbx_run_free(sbx_run_t *run) {
   cm_watch_remove(run->w_out);
   cm_watch_remove(run->w_err);
   sbx_child_close(&run->child);
+  /* Now, not deferred: the cgroups may be freed before the loop runs again. */
+  sbx_cgroup_run_free(run->cgroup);
+  run->cgroup = NULL;
   cm_loop_defer(run->loop, run_destroy, run);
 }

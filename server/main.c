@@ -104,6 +104,9 @@ int main(int argc, char **argv) {
   if (!app.server) {
     fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
     cm_error_release(&err);
+    cm_loop_free(app.loop);
+    close(sfd);
+    srv_config_release(&cfg);
     return 1;
   }
   if (strcmp(cfg.transport, "http") == 0) {
