@@ -508,6 +508,8 @@ class Bench:
             "server, bwrap (default)": StdioServer(self.binary, [], self.state_dir("c1-bwrap")),
             "server, bwrap --network off": StdioServer(self.binary, ["--network", "off"],
                                                        self.state_dir("c1-bwrap-off")),
+            "server, bwrap --prestart off": StdioServer(self.binary, ["--prestart", "off"],
+                                                        self.state_dir("c1-bwrap-cold")),
             "server, --sandbox-backend none": StdioServer(self.binary, ["--sandbox-backend", "none"],
                                                           self.state_dir("c1-none")),
         }
@@ -520,11 +522,11 @@ class Bench:
             commands = {name: (lambda s=s: s.execute("pass")[1]) for name, s in servers.items()}
             commands["bare bwrap"] = lambda: self.spawner.run([self.bwrap, *BARE_BWRAP, py, "-c", "pass"], SCRIPT_ENV)
             commands["bare python"] = lambda: self.spawner.run([py, "-c", "pass"], SCRIPT_ENV)
-            t = self.interleave(commands, warmup=self.n(5, 3), rounds=self.n(100, 30))
+            t = self.interleave(commands, warmup=self.n(5, 3), rounds=self.n(100, 30), settle=0.03)
             bb, bp = median(t["bare bwrap"]), median(t["bare python"])
             details = {k: summary(v) for k, v in t.items()}
             details["python"] = py
-            for name in ("server, bwrap (default)", "server, bwrap --network off"):
+            for name in ("server, bwrap (default)", "server, bwrap --network off", "server, bwrap --prestart off"):
                 m = median(t[name])
                 self.res.add(1, f"execute_python(\"pass\"), {name[8:]}", m * 1e3, "ms", "bare bwrap", bb * 1e3,
                              m / bb, "≤ 1.05×", m / bb <= 1.05,
@@ -539,17 +541,22 @@ class Bench:
             for s in servers.values():
                 s.close()
 
-    def interleave(self, commands, warmup, rounds):
+    def interleave(self, commands, warmup, rounds, settle=0.0):
+        """settle: seconds of pause after each command (not timed), so that work a server
+        does after answering (setting up the next prestarted sandbox) never overlaps the
+        next command, ours or a baseline's; calls from a model are seconds apart anyway."""
         names = list(commands)
         for _ in range(warmup):
             for nm in names:
                 commands[nm]()
+                time.sleep(settle)
         times = {nm: [] for nm in names}
         for _ in range(rounds):
             order = names[:]
             self.rng.shuffle(order)
             for nm in order:
                 times[nm].append(commands[nm]())
+                time.sleep(settle)
         return times
 
     @staticmethod

@@ -119,6 +119,7 @@ void sbx_backend_probe(sbx_backend_t *b) {
 const char *sbx_backend_name(const sbx_backend_t *b) { return b->ops->name; }
 void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg) { b->cgroups = cg; }
 bool sbx_backend_maps_paths(const sbx_backend_t *b) { return b->ops->maps_paths; }
+bool sbx_backend_can_hold(const sbx_backend_t *b) { return b->ops->can_hold && b->available; }
 
 char *sbx_backend_describe(sbx_backend_t *b) {
   cleanup_free char *d = b->ops->describe ? b->ops->describe(b) : xstrdup(b->ops->name);

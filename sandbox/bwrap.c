@@ -483,6 +483,7 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   args_addf(&a, "%d", status_write);
   args_add(&a, "--control-fd", NULL);
   args_addf(&a, "%d", control_read);
+  if (spec->hold) args_add(&a, "--wait-go", NULL);
   const sbx_limits_t *l = &spec->limits;
   const struct {
     const char *flag;
@@ -727,6 +728,7 @@ void sbx_bwrap_set_paths(sbx_backend_t *b, const char *bwrap_path, const char *d
 const sbx_backend_ops_t sbx_bwrap_ops = {
     .name = "bwrap",
     .maps_paths = true,
+    .can_hold = true,
     .probe = bwrap_probe,
     .build = bwrap_build,
     .describe = bwrap_describe,

@@ -45,12 +45,16 @@ struct sbx_cgroups {
   uint64_t seq;
   char **pending; /* run directories that were still busy when their run ended */
   size_t n_pending;
+  cm_loop_t *loop;   /* for retrying them */
+  cm_timer_t *retry;
+  unsigned retries;
 };
 
 struct sbx_cgroup_run {
   sbx_cgroups_t *cg;
   char *dirs[CG_MAX_HIER];
   int join_fds[CG_MAX_HIER];
+  int dir_fd; /* v2: the run's directory, for clone3(CLONE_INTO_CGROUP); else -1 */
   size_t n;
 };
 
@@ -348,10 +352,12 @@ static int setup_v2(sbx_cgroups_t *cg, const char *dir, bool own, cm_error_t *er
   if (cg_read(dir, "cgroup.controllers", buf, sizeof buf) < 0)
     return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "%s is not a cgroup v2 directory", dir);
   unsigned want = controllers_in(buf) & (CG_MEMORY | CG_PIDS | CG_CPU);
-  if (!want)
+  /* A directory given explicitly is used even without controllers: the runs' trees are
+   * still tracked, measured (cpu.stat) and killed as a whole. */
+  if (!want && own)
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "no memory, pids or cpu controller is delegated to %s", dir);
   cleanup_free char *enable = enable_string(want);
-  if (cg_read(dir, "cgroup.subtree_control", buf, sizeof buf) < 0 || (controllers_in(buf) & want) != want) {
+  if (want && (cg_read(dir, "cgroup.subtree_control", buf, sizeof buf) < 0 || (controllers_in(buf) & want) != want)) {
     cm_error_t e = CM_ERROR_INIT;
     if (cg_write(dir, "cgroup.subtree_control", enable, &e) < 0) {
       if (!own || e.errnum != EBUSY || !alone_in(dir)) {
@@ -369,7 +375,7 @@ static int setup_v2(sbx_cgroups_t *cg, const char *dir, bool own, cm_error_t *er
   }
   char *parent = make_parent(dir, err);
   if (!parent) return -1;
-  if (cg_write(parent, "cgroup.subtree_control", enable, err) < 0) {
+  if (want && cg_write(parent, "cgroup.subtree_control", enable, err) < 0) {
     rmdir(parent);
     free(parent);
     return -1;
@@ -488,6 +494,7 @@ char *sbx_cgroups_describe(const sbx_cgroups_t *cg) {
     cm_buf_printf(&b, "%s%s", first ? "" : ", ", cg_names[i].name);
     first = false;
   }
+  if (first) cm_buf_appends(&b, "no controllers: the tree is tracked and killed, not limited");
   cm_buf_printf(&b, ") under %s", cg->hier[0].parent);
   for (size_t i = 1; i < cg->n_hier; i++) cm_buf_printf(&b, ", %s", cg->hier[i].parent);
   return cm_buf_steal(&b);
@@ -512,8 +519,31 @@ static void retry_pending(sbx_cgroups_t *cg) {
   cg->n_pending = kept;
 }
 
+void sbx_cgroups_set_loop(sbx_cgroups_t *cg, cm_loop_t *loop) { cg->loop = loop; }
+
+/* Killed processes take a moment to leave their cgroup (a pid namespace is torn down after
+ * its init is reaped): retry the removal a few times a second for up to 10 s. */
+static void on_retry(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  sbx_cgroups_t *cg = data;
+  cg->retry = NULL;
+  retry_pending(cg);
+  if (!cg->n_pending) {
+    cg->retries = 0;
+    return;
+  }
+  if (++cg->retries < 500) {
+    cg->retry = cm_loop_timer(loop, 20, on_retry, cg);
+  } else {
+    cm_warn("%zu run cgroups stay busy; leaving them", cg->n_pending);
+    for (size_t i = 0; i < cg->n_pending; i++) free(cg->pending[i]);
+    cg->n_pending = 0;
+    cg->retries = 0;
+  }
+}
+
 void sbx_cgroups_free(sbx_cgroups_t *cg) {
   if (!cg) return;
+  cm_timer_cancel(cg->retry);
   /* Processes killed at the end of their runs may take a moment to leave. */
   for (int i = 0; i < 100 && cg->n_pending; i++) {
     retry_pending(cg);
@@ -568,6 +598,7 @@ int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup
   retry_pending(cg);
   sbx_cgroup_run_t *r = xcalloc(1, sizeof *r);
   r->cg = cg;
+  r->dir_fd = -1;
   uint64_t seq = ++cg->seq;
   for (size_t i = 0; i < cg->n_hier; i++) {
     r->join_fds[i] = -1;
@@ -585,6 +616,13 @@ int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup
       goto fail;
     }
   }
+  if (cg->version == 2) {
+    r->dir_fd = open(r->dirs[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (r->dir_fd < 0) {
+      cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "open %s", r->dirs[0]);
+      goto fail;
+    }
+  }
   *out = r;
   return 0;
 fail:
@@ -593,8 +631,9 @@ fail:
   return -1;
 }
 
-size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds) {
+size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds, int *dir_fd) {
   *fds = r->join_fds;
+  *dir_fd = r->dir_fd;
   return r->n;
 }
 
@@ -632,6 +671,7 @@ void sbx_cgroup_run_collect(const sbx_cgroup_run_t *r, sbx_result_t *res) {
 void sbx_cgroup_run_free(sbx_cgroup_run_t *r) {
   if (!r) return;
   sbx_cgroup_run_kill(r);
+  if (r->dir_fd >= 0) close(r->dir_fd);
   for (size_t i = 0; i < r->n; i++) {
     if (r->join_fds[i] >= 0) close(r->join_fds[i]);
     if (rmdir(r->dirs[i]) == 0 || errno == ENOENT) {
@@ -648,5 +688,6 @@ void sbx_cgroup_run_free(sbx_cgroup_run_t *r) {
     r->cg->pending = xrealloc(r->cg->pending, (r->cg->n_pending + 1) * sizeof *r->cg->pending);
     r->cg->pending[r->cg->n_pending++] = r->dirs[i];
   }
+  if (r->cg->n_pending && !r->cg->retry && r->cg->loop) r->cg->retry = cm_loop_timer(r->cg->loop, 5, on_retry, r->cg);
   free(r);
 }

@@ -3,7 +3,7 @@
  *
  *   mps-sandbox-drop [--uid N --gid N] [--as BYTES] [--cpu SECONDS] [--nproc N]
  *                    [--fsize BYTES] [--nofile N] [--status-fd FD] [--control-fd FD]
- *                    -- COMMAND [ARG...]
+ *                    [--wait-go] -- COMMAND [ARG...]
  *
  * When the server runs as root, bwrap runs without a user namespace (so the mounts are
  * made by real root and the script's host uid can be a real unprivileged one) and starts
@@ -30,6 +30,10 @@
  *   - when the command has exited, SIGKILLs and reaps whatever is left, writes one
  *     sbx_status_record_t (the command's real wait status and rusage, see sbx.h) to the
  *     status fd and exits 0.
+ * With --wait-go the supervisor, once the sandbox is set up, first waits for one byte
+ * 'G' on the control fd before it starts the command (a sandbox prestarted for the next
+ * call: its set-up is off that call's path).  End of file instead means the sandbox is not
+ * needed: it exits 0 without a record and without running anything.
  * As root the supervisor stays uid 0 but keeps only CAP_KILL (to signal the script's
  * uid), with an empty bounding set, no_new_privs and not dumpable: the script, under
  * another uid, without capabilities and with ptrace denied by seccomp, can neither signal
@@ -79,6 +83,7 @@ typedef struct drop_opts {
   gid_t gid;
   uint64_t as_bytes, cpu_seconds, nproc, fsize_bytes, nofile; /* 0 = leave as is */
   int status_fd, control_fd;                                  /* -1 = none */
+  bool wait_go;
   char **argv;
 } drop_opts_t;
 
@@ -120,6 +125,10 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
       i++;
       break;
     }
+    if (strcmp(a, "--wait-go") == 0) {
+      o->wait_go = true;
+      continue;
+    }
     if (i + 1 >= argc) die_msg("option without a value");
     const char *v = argv[++i];
     if (strcmp(a, "--uid") == 0) {
@@ -150,6 +159,7 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
   if (have_uid && (o->uid == 0 || o->gid == 0)) die_msg("refusing to run as uid or gid 0");
   o->change_ids = have_uid;
   if (o->control_fd >= 0 && o->status_fd < 0) die_msg("--control-fd needs --status-fd");
+  if (o->wait_go && o->control_fd < 0) die_msg("--wait-go needs --control-fd");
   check_fd(o->status_fd, O_WRONLY, "--status-fd");
   check_fd(o->control_fd, O_RDONLY, "--control-fd");
   if (o->status_fd >= 0 && o->status_fd == o->control_fd) die_msg("one fd for status and control");
@@ -363,6 +373,15 @@ static void supervise(const drop_opts_t *o) {
   if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0) die("sigprocmask");
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) die("signalfd");
+
+  if (o->wait_go) {
+    char go = 0;
+    ssize_t n;
+    do n = read(o->control_fd, &go, 1);
+    while (n < 0 && errno == EINTR);
+    if (n == 0) _exit(0); /* not needed after all */
+    if (n != 1 || go != 'G') die_msg("unexpected byte on the control fd");
+  }
 
   pid_t child = fork();
   if (child < 0) die("fork");

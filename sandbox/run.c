@@ -28,6 +28,7 @@ struct sbx_run {
   void *data;
   uint64_t start_us;
   bool reaped, finished, killing, freed;
+  bool held; /* started with spec.hold and not released yet */
   sbx_result_t result;
 };
 
@@ -50,7 +51,12 @@ static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   while (budget > 0) {
     ssize_t n = read(fd, buf, sizeof buf);
     if (n > 0) {
-      if (run->cbs.on_output && !run->result.cancelled)
+      /* Nothing runs in a held sandbox but the set-up, whose complaints (a failed mount)
+       * end it anyway: they are logged, not given to a caller that has none. */
+      if (run->held) {
+        cleanup_free char *excerpt = cm_log_excerpt(buf, (size_t)n, 200);
+        cm_debug("held sandbox: %s", excerpt);
+      } else if (run->cbs.on_output && !run->result.cancelled)
         run->cbs.on_output(run->data, s, buf, (size_t)n);
       budget -= CM_MIN(budget, (size_t)n);
       continue;
@@ -245,7 +251,8 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
     return -1;
   }
   const int *cgroup_fds = NULL;
-  size_t n_cgroup_fds = run->cgroup ? sbx_cgroup_run_join_fds(run->cgroup, &cgroup_fds) : 0;
+  int cgroup_dir_fd = -1;
+  size_t n_cgroup_fds = run->cgroup ? sbx_cgroup_run_join_fds(run->cgroup, &cgroup_fds, &cgroup_dir_fd) : 0;
   size_t n_pass = 0;
   while (n_pass < CM_ARRAY_SIZE(run->launch.pass_fds) && run->launch.pass_fds[n_pass] >= 0)
     n_pass++;
@@ -259,6 +266,7 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
       .n_pass_fds = n_pass,
       .cgroup_fds = cgroup_fds,
       .n_cgroup_fds = n_cgroup_fds,
+      .cgroup_dir_fd = cgroup_dir_fd,
   };
   run->start_us = cm_now_us();
   if (sbx_spawn(&opts, &run->child, err) < 0) {
@@ -283,9 +291,27 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
     sbx_run_free(run);
     return -1;
   }
-  if (spec->limits.timeout_ms)
+  run->held = spec->hold;
+  if (spec->limits.timeout_ms && !run->held)
     run->t_deadline = cm_loop_timer(loop, spec->limits.timeout_ms, on_deadline, run);
   *out = run;
+  return 0;
+}
+
+int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, uint64_t timeout_ms, cm_error_t *err) {
+  if (!run->held || run->reaped || run->finished || run->killing || run->launch.control_fd < 0)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the prestarted sandbox is gone");
+  /* One byte into an empty pipe: never blocks. */
+  ssize_t n;
+  do n = write(run->launch.control_fd, "G", 1);
+  while (n < 0 && errno == EINTR);
+  if (n != 1) return cm_error_set(err, n < 0 ? errno : EIO, CM_ERR_UNAVAILABLE, "releasing the prestarted sandbox");
+  run->held = false;
+  run->cbs = *cbs;
+  run->data = data;
+  run->limits.timeout_ms = timeout_ms;
+  run->start_us = cm_now_us();
+  if (timeout_ms) run->t_deadline = cm_loop_timer(run->loop, timeout_ms, on_deadline, run);
   return 0;
 }
 

@@ -30,8 +30,9 @@ int sbx_seccomp_build(void **bpf, size_t *len, cm_error_t *err);
 /* cgroup.c: one run's cgroup (see sbx_cgroups_open). */
 typedef struct sbx_cgroup_run sbx_cgroup_run_t;
 int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup_run_t **out, cm_error_t *err);
-/* The open cgroup.procs files the spawned child writes "0" to. */
-size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds);
+/* The open cgroup.procs files the spawned child writes "0" to, and (v2) the directory to
+ * start it in with clone3 instead (-1 on v1). */
+size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds, int *dir_fd);
 /* SIGKILLs everything in the run's cgroup (cgroup.kill where the kernel has it). */
 void sbx_cgroup_run_kill(sbx_cgroup_run_t *r);
 /* Peak memory, OOM kills, refused forks and CPU time into res. */

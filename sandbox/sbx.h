@@ -43,6 +43,10 @@ typedef struct sbx_spec {
   /* An environment build, not a script run: the sandbox runs as the one builder identity
    * (so the shared download cache stays writable by every build) instead of a fresh one. */
   bool builder;
+  /* Prestart: set the sandbox up now but hold the command until sbx_run_release()
+   * (backends with sbx_backend_can_hold() only).  limits.timeout_ms counts from the
+   * release. */
+  bool hold;
   sbx_limits_t limits;
 } sbx_spec_t;
 
@@ -80,6 +84,8 @@ typedef struct sbx_backend_ops {
   /* Whether spec mounts appear at their targets (and the work directory at /work);
    * false: the command sees host paths. */
   bool maps_paths;
+  /* Whether spec.hold works: a supervisor inside the sandbox waits for the go. */
+  bool can_hold;
   /* Checks that the backend can really run a sandbox here (by running one). */
   int (*probe)(sbx_backend_t *b, cm_error_t *err);
   int (*build)(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch, cm_error_t *err);
@@ -110,6 +116,7 @@ void sbx_backend_probe(sbx_backend_t *b);
 const char *sbx_backend_name(const sbx_backend_t *b);
 /* See sbx_backend_ops_t.maps_paths. */
 bool sbx_backend_maps_paths(const sbx_backend_t *b);
+bool sbx_backend_can_hold(const sbx_backend_t *b);
 char *sbx_backend_describe(sbx_backend_t *b);
 void sbx_backend_free(sbx_backend_t *b);
 
@@ -130,6 +137,9 @@ bool sbx_cgroups_has(const sbx_cgroups_t *cg, const char *controller);
 /* "cgroup v2 (memory, pids, cpu) under DIR" or "not used: why". */
 char *sbx_cgroups_describe(const sbx_cgroups_t *cg);
 void sbx_cgroups_free(sbx_cgroups_t *cg);
+/* The loop on which run directories that are still busy at the end of a run are removed
+ * a little later (without one, at the next run or at sbx_cgroups_free). */
+void sbx_cgroups_set_loop(sbx_cgroups_t *cg, cm_loop_t *loop);
 void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg);
 
 /* ---------------------------------------------------------------- the status record */
@@ -179,6 +189,10 @@ typedef struct sbx_spawn_opts {
   size_t n_pass_fds;
   const int *cgroup_fds;     /* open cgroup.procs files the child joins before exec */
   size_t n_cgroup_fds;
+  int cgroup_dir_fd;         /* a cgroup v2 directory to start the child in (clone3 with
+                              * CLONE_INTO_CGROUP: no migration); 0 or -1 = none (never
+                              * stdio).  When the kernel cannot, the child joins through
+                              * cgroup_fds instead */
 } sbx_spawn_opts_t;
 
 /* Forks and execs with: signals reset, a process group of its own (setpgid; a new session
@@ -239,6 +253,11 @@ typedef struct sbx_run_callbacks {
 /* Starts spec on backend.  Fails (nothing started) if the backend is unavailable. */
 int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spec,
                   const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out, cm_error_t *err);
+/* Starts the command of a run started with spec.hold: from now on output goes to cbs
+ * (replacing the ones given at the start, which until now got only on_exit, should the
+ * sandbox die while held), the duration and timeout_ms (0 = none) count from now.  Fails
+ * when the run is over already (then nothing changes: free it). */
+int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, uint64_t timeout_ms, cm_error_t *err);
 /* Kills the whole tree now (SIGTERM, grace, SIGKILL); on_exit follows with cancelled. */
 void sbx_run_cancel(sbx_run_t *run);
 /* Frees a finished run; a running one is killed with SIGKILL and reaped first (blocking,

@@ -69,6 +69,8 @@ static const opt_def_t options[] = {
     {"max-processes", OPT_INT, OFF(max_processes), "N", "processes per script, 0 = none (256)"},
     {"cpus", OPT_CPUS, OFF(cpu_millis), "N",
      "CPU bandwidth per script, e.g. 0.5 or 2 (cgroup cpu.max, docker --cpus); 0 = no cap (0)"},
+    {"prestart", OPT_ONOFF, OFF(prestart), "{on,off}",
+     "keep one sandbox set up for the next call of the default shape (on)"},
     {"cgroup", OPT_STRING, OFF(cgroup), "{auto,off,DIR}",
      "cgroups for runs: auto (a delegated cgroup v2, else cgroup v1), off, or a delegated cgroup v2 DIR (auto)"},
     {"max-file-size", OPT_SIZE, OFF(file_size_bytes), "SIZE", "largest file a script may write (1G)"},
@@ -124,6 +126,7 @@ void srv_config_defaults(srv_config_t *c) {
   c->cpu_seconds = 0;
   c->max_processes = 256;
   c->cgroup = xstrdup("auto");
+  c->prestart = true;
   c->file_size_bytes = 1ull << 30;
   c->open_files = 1024;
   c->tmp_bytes = 512ull << 20;

@@ -52,6 +52,7 @@ struct exec_job {
   files_inputs_t inputs; /* the files argument, written before the script starts */
   bool network;          /* this call's network (never more than the server allows) */
   sbx_run_t *run;
+  bool prestarted; /* run is the prestarted sandbox */
   cm_headtail_t out, err;
   /* progress */
   cm_buf_t pending;
@@ -81,6 +82,7 @@ static size_t principal_jobs(const char *principal) {
 }
 
 static void job_start(exec_job_t *job);
+static void remove_workdir(const char *workdir, bool mounted);
 
 static void job_free(exec_job_t *job) {
   if (job->all_prev)
@@ -147,12 +149,7 @@ static void job_finish(exec_job_t *job, json_t *result) {
     job->holds_slot = true;
     slot_release(job);
   }
-  if (job->workdir) {
-    cm_error_t err = CM_ERROR_INIT;
-    if (job->workdir_mounted) srv_workdir_unmount(job->workdir);
-    if (cm_rm_rf(job->workdir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
-    cm_error_release(&err);
-  }
+  if (job->workdir) remove_workdir(job->workdir, job->workdir_mounted);
   job_free(job);
 }
 
@@ -350,6 +347,7 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   json_object_set_new(sc, "limit", limit ? json_string(limit) : json_null());
   json_object_set_new(sc, "signal", res->term_signal ? json_integer(res->term_signal) : json_null());
   json_object_set_new(sc, "status_confirmed", json_boolean(!res->status_unknown));
+  json_object_set_new(sc, "prestarted", json_boolean(job->prestarted));
   json_object_set_new(sc, "max_rss_kib", json_integer((json_int_t)res->max_rss_kib));
   json_object_set_new(sc, "memory_peak_bytes",
                       res->memory_peak_bytes ? json_integer((json_int_t)res->memory_peak_bytes) : json_null());
@@ -363,8 +361,8 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   job_finish(job, result);
 }
 
-static char *make_workdir(exec_job_t *job, cm_error_t *err) {
-  char *tmpl = xasprintf("%s/work/run-XXXXXX", srv_server_state_dir(job->server));
+static char *make_workdir(srv_server_t *s, bool *mounted, cm_error_t *err) {
+  char *tmpl = xasprintf("%s/work/run-XXXXXX", srv_server_state_dir(s));
   if (!mkdtemp(tmpl)) {
     cm_error_set(err, errno, CM_ERR_IO, "creating a work directory");
     free(tmpl);
@@ -372,8 +370,15 @@ static char *make_workdir(exec_job_t *job, cm_error_t *err) {
   }
   /* A size-capped tmpfs of its own (when we may mount): the whole work directory, not just
    * each file, is bounded, and nothing touches the disk. */
-  job->workdir_mounted = srv_workdir_mount(tmpl, job->cfg->work_bytes);
+  *mounted = srv_workdir_mount(tmpl, srv_server_config(s)->work_bytes);
   return tmpl;
+}
+
+static void remove_workdir(const char *workdir, bool mounted) {
+  cm_error_t err = CM_ERROR_INIT;
+  if (mounted) srv_workdir_unmount(workdir);
+  if (cm_rm_rf(workdir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
+  cm_error_release(&err);
 }
 
 static void job_run(exec_job_t *job);
@@ -405,32 +410,15 @@ static void job_start(exec_job_t *job) {
                                    job->uv_config, on_env, on_env_progress, job);
 }
 
-static void job_run(exec_job_t *job) {
-  /* Script output progress continues from where environment progress stopped. */
-  job->streamed = (uint64_t)job->setup_progress;
-  cm_error_t err = CM_ERROR_INIT;
-  job->workdir = make_workdir(job, &err);
-  cleanup_free char *script_path = job->workdir ? xasprintf("%s/script.py", job->workdir) : NULL;
-  if (!job->workdir || cm_write_file(script_path, job->script, job->script_len, 0644, &err) < 0) {
-    job_finish(job, srv_tool_error_result("Cannot prepare the run: %s", cm_error_message(&err)));
-    cm_error_release(&err);
-    return;
-  }
-  if (job->inputs.n) {
-    cleanup_close int wfd = open(job->workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (wfd < 0) cm_error_set(&err, errno, CM_ERR_IO, "opening the work directory");
-    if (wfd < 0 || files_write_inputs(wfd, &job->inputs, &err) < 0) {
-      job_finish(job,
-                 srv_tool_error_result("Cannot write the input files: %s", cm_error_message(&err)));
-      cm_error_release(&err);
-      return;
-    }
-    files_inputs_release(&job->inputs); /* on disk now: no need to hold them during the run */
-  }
-  const srv_config_t *cfg = job->cfg;
+/* Starts a script run in workdir (script.py is there, or will be before a held run is
+ * released): the interpreter (or the environment's), the start-up runner, the limits. */
+static int start_sandbox(srv_server_t *s, py_interp_t *py, env_handle_t *env, bool network, const char *workdir,
+                         uint64_t timeout_ms, bool hold, const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
+                         cm_error_t *err) {
+  const srv_config_t *cfg = srv_server_config(s);
   /* Through the start-up runner when there is one (it saves open matplotlib figures;
    * profiles/runner.py), mounted read-only where the backend maps paths. */
-  sbx_backend_t *backend = srv_server_backend(job->server);
+  sbx_backend_t *backend = srv_server_backend(s);
   const char *runner = files_runner_path();
   cleanup_free char *runner_dir =
       runner ? xstrndup(runner, (size_t)(strrchr(runner, '/') - runner)) : NULL;
@@ -438,12 +426,12 @@ static void job_run(exec_job_t *job) {
   cleanup_free char *runner_arg =
       runner ? (maps ? xasprintf(FILES_RUNNER_TARGET "%s", strrchr(runner, '/')) : xstrdup(runner))
              : NULL;
-  char *python = job->env ? job->env->python : job->py->executable;
+  char *python = env ? env->python : py->executable;
   char *argv_plain[] = {python, "-s", "script.py", NULL};
   char *argv_runner[] = {python, "-s", runner_arg, "script.py", NULL};
   char **argv = runner ? argv_runner : argv_plain;
   /* With an environment, its bin/ comes first (console scripts) and VIRTUAL_ENV names it. */
-  const char *env_root = job->env ? (job->env->mount_target ? job->env->mount_target : job->env->host_dir) : NULL;
+  const char *env_root = env ? (env->mount_target ? env->mount_target : env->host_dir) : NULL;
   cleanup_free char *path_var = env_root ? xasprintf("PATH=%s/bin:/usr/local/bin:/usr/bin:/bin", env_root)
                                          : xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
   cleanup_free char *venv_var = env_root ? xasprintf("VIRTUAL_ENV=%s", env_root) : NULL;
@@ -456,25 +444,23 @@ static void job_run(exec_job_t *job) {
                   "MPLBACKEND=Agg",
                   venv_var,
                   NULL};
-  char *binds[] = {job->py->prefix, NULL};
+  char *binds[] = {py->prefix, NULL};
   sbx_mount_t mounts[2];
   size_t n_mounts = 0;
-  if (job->env && job->env->mount_target)
-    mounts[n_mounts++] =
-        (sbx_mount_t){.host = job->env->host_dir, .target = job->env->mount_target};
-  if (runner && maps)
-    mounts[n_mounts++] = (sbx_mount_t){.host = runner_dir, .target = FILES_RUNNER_TARGET};
+  if (env && env->mount_target) mounts[n_mounts++] = (sbx_mount_t){.host = env->host_dir, .target = env->mount_target};
+  if (runner && maps) mounts[n_mounts++] = (sbx_mount_t){.host = runner_dir, .target = FILES_RUNNER_TARGET};
   sbx_spec_t spec = {
       .argv = argv,
       .envp = envp,
-      .workdir = job->workdir,
+      .workdir = workdir,
       .ro_binds = binds,
       .mounts = mounts,
       .n_mounts = n_mounts,
-      .network = job->network,
+      .network = network,
+      .hold = hold,
       .limits =
           {
-              .timeout_ms = job->timeout_s * 1000,
+              .timeout_ms = timeout_ms,
               .grace_ms = cfg->kill_grace_ms,
               .memory_bytes = cfg->memory_bytes,
               .cpu_seconds = cfg->cpu_seconds,
@@ -485,8 +471,184 @@ static void job_run(exec_job_t *job) {
               .cpu_millis = cfg->cpu_millis,
           },
   };
+  return sbx_run_start(srv_server_loop(s), backend, &spec, cbs, data, out, err);
+}
+
+/* ---------------------------------------------------------------- the prestarted sandbox */
+
+/* One sandbox set up ahead for the next call of the commonest shape (no dependencies, the
+ * default interpreter, the server's network policy): bubblewrap's namespaces and mounts,
+ * the work directory, the cgroup and the uid drop are done, and the supervisor waits for
+ * the go (mps-sandbox-drop --wait-go).  A call that matches takes it, writes its script into
+ * its work directory and releases it: only the interpreter's start-up is left on the call's
+ * path.  The next one is set up at once, beside that call.  --prestart off turns it off. */
+#define PRESTART_MAX_FAILURES 3
+#define PRESTART_RETRY_MS 1000
+
+struct srv_prestart {
+  srv_server_t *server;
+  sbx_run_t *run; /* held, or NULL */
+  char *workdir;
+  bool workdir_mounted;
+  py_interp_t *py;
+  bool network;
+  unsigned failures; /* held sandboxes that died in a row; it stops trying after a few */
+  cm_timer_t *timer; /* a fill is due */
+  void *py_wait;
+  uint64_t taken;    /* calls that ran in a prestarted sandbox */
+};
+
+static void prestart_fill_now(srv_prestart_t *p);
+
+static void prestart_drop(srv_prestart_t *p) {
+  if (p->run) sbx_run_free(p->run); /* kills it: its supervisor never started anything */
+  p->run = NULL;
+  if (p->workdir) remove_workdir(p->workdir, p->workdir_mounted);
+  free(p->workdir);
+  p->workdir = NULL;
+}
+
+static void prestart_on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  srv_prestart_t *p = data;
+  p->timer = NULL;
+  prestart_fill_now(p);
+}
+
+static void prestart_schedule(srv_prestart_t *p, uint64_t ms) {
+  if (p->timer || p->run || p->failures >= PRESTART_MAX_FAILURES) return;
+  p->timer = cm_loop_timer(srv_server_loop(p->server), ms, prestart_on_timer, p);
+}
+
+/* The held sandbox died before any call took it. */
+static void prestart_on_exit(void *data, const sbx_result_t *res) {
+  srv_prestart_t *p = data;
+  if (++p->failures >= PRESTART_MAX_FAILURES)
+    cm_warn("prestarted sandboxes keep ending before use (exit %d); not prestarting any more", res->exit_code);
+  /* Not from inside the run's own callback. */
+  sbx_run_t *run = p->run;
+  p->run = NULL;
+  sbx_run_free(run);
+  if (p->workdir) remove_workdir(p->workdir, p->workdir_mounted);
+  free(p->workdir);
+  p->workdir = NULL;
+  prestart_schedule(p, PRESTART_RETRY_MS);
+}
+
+static void prestart_on_python(void *data, py_interp_t *def, const char *error) {
+  srv_prestart_t *p = data;
+  p->py_wait = NULL;
+  if (def) prestart_fill_now(p);
+}
+
+static void prestart_fill_now(srv_prestart_t *p) {
+  srv_server_t *s = p->server;
+  if (p->run || p->failures >= PRESTART_MAX_FAILURES || p->py_wait) return;
+  if (!sbx_backend_can_hold(srv_server_backend(s))) return;
+  py_registry_t *reg = srv_server_pythons(s);
+  py_interp_t *py = py_registry_default(reg);
+  if (!py) {
+    p->py_wait = py_registry_when_ready(reg, prestart_on_python, p);
+    return;
+  }
+  cm_error_t err = CM_ERROR_INIT;
+  p->workdir = make_workdir(s, &p->workdir_mounted, &err);
+  sbx_run_callbacks_t cbs = {.on_exit = prestart_on_exit};
+  if (!p->workdir ||
+      start_sandbox(s, py, NULL, srv_server_config(s)->network, p->workdir, 0, true, &cbs, p, &p->run, &err) < 0) {
+    cm_warn("prestarting a sandbox: %s", cm_error_message(&err));
+    cm_error_release(&err);
+    p->run = NULL;
+    prestart_drop(p);
+    p->failures++;
+    prestart_schedule(p, PRESTART_RETRY_MS);
+    return;
+  }
+  p->py = py;
+  p->network = srv_server_config(s)->network;
+}
+
+void srv_prestart_start(srv_server_t *s) {
+  if (!srv_server_config(s)->prestart || *srv_server_prestart(s)) return;
+  srv_prestart_t *p = xcalloc(1, sizeof *p);
+  p->server = s;
+  *srv_server_prestart(s) = p;
+  prestart_schedule(p, 0);
+}
+
+void srv_prestart_free(srv_server_t *s) {
+  srv_prestart_t *p = *srv_server_prestart(s);
+  if (!p) return;
+  *srv_server_prestart(s) = NULL;
+  cm_timer_cancel(p->timer);
+  if (p->py_wait) py_registry_cancel_wait(srv_server_pythons(s), p->py_wait);
+  prestart_drop(p);
+  free(p);
+}
+
+bool srv_prestart_describe(srv_server_t *s, uint64_t *taken) {
+  srv_prestart_t *p = *srv_server_prestart(s);
+  *taken = p ? p->taken : 0;
+  return p && p->failures < PRESTART_MAX_FAILURES && sbx_backend_can_hold(srv_server_backend(s));
+}
+
+/* The held sandbox, when it suits the job: its run and work directory become the job's. */
+static bool prestart_take(exec_job_t *job) {
+  srv_prestart_t *p = *srv_server_prestart(job->server);
+  if (!p || !p->run || job->env || job->py != p->py || job->network != p->network) return false;
+  job->run = p->run;
+  job->workdir = p->workdir;
+  job->workdir_mounted = p->workdir_mounted;
+  p->run = NULL;
+  p->workdir = NULL;
+  p->failures = 0;
+  p->taken++;
+  job->prestarted = true;
+  prestart_schedule(p, 0); /* the next one, beside this call */
+  return true;
+}
+
+/* ---------------------------------------------------------------- starting the script */
+
+static int write_job_files(exec_job_t *job, cm_error_t *err) {
+  cleanup_free char *script_path = xasprintf("%s/script.py", job->workdir);
+  if (cm_write_file(script_path, job->script, job->script_len, 0644, err) < 0)
+    return cm_error_wrap(err, "Cannot prepare the run");
+  if (job->inputs.n) {
+    cleanup_close int wfd = open(job->workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (wfd < 0) return cm_error_set(err, errno, CM_ERR_IO, "Cannot write the input files: opening the work directory");
+    if (files_write_inputs(wfd, &job->inputs, err) < 0) return cm_error_wrap(err, "Cannot write the input files");
+    files_inputs_release(&job->inputs); /* on disk now: no need to hold them during the run */
+  }
+  return 0;
+}
+
+static void job_run(exec_job_t *job) {
+  /* Script output progress continues from where environment progress stopped. */
+  job->streamed = (uint64_t)job->setup_progress;
+  cm_error_t err = CM_ERROR_INIT;
   sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
-  if (sbx_run_start(srv_server_loop(job->server), backend, &spec, &cbs, job, &job->run, &err) < 0) {
+  if (prestart_take(job)) {
+    if (write_job_files(job, &err) == 0 && sbx_run_release(job->run, &cbs, job, job->timeout_s * 1000, &err) == 0)
+      return;
+    /* It died meanwhile (or the files could not be written): do it the long way. */
+    cm_debug("prestarted sandbox not used: %s", cm_error_message(&err));
+    cm_error_release(&err);
+    sbx_run_free(job->run);
+    job->run = NULL;
+    remove_workdir(job->workdir, job->workdir_mounted);
+    free(job->workdir);
+    job->workdir = NULL;
+    job->prestarted = false;
+  }
+  job->workdir = make_workdir(job->server, &job->workdir_mounted, &err);
+  if (!job->workdir || write_job_files(job, &err) < 0) {
+    job_finish(job, job->workdir ? srv_tool_error_result("%s", cm_error_message(&err))
+                                 : srv_tool_error_result("Cannot prepare the run: %s", cm_error_message(&err)));
+    cm_error_release(&err);
+    return;
+  }
+  if (start_sandbox(job->server, job->py, job->env, job->network, job->workdir, job->timeout_s * 1000, false, &cbs,
+                    job, &job->run, &err) < 0) {
     job_finish(job, srv_tool_error_result("The sandbox could not start the script: %s", cm_error_message(&err)));
     cm_error_release(&err);
   }
@@ -756,6 +918,7 @@ static json_t *output_schema(void) {
       {"cpu_user_ms", "integer", "User CPU time."},
       {"cpu_system_ms", "integer", "System CPU time."},
       {"max_rss_kib", "integer", "Peak resident memory of the largest process."},
+      {"prestarted", "boolean", "It ran in a sandbox set up before the call (--prestart)."},
       {"status_confirmed", "boolean",
        "The sandbox reported the script's own exit status and usage (false: the sandbox's own)."},
   };

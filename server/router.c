@@ -24,6 +24,7 @@ struct srv_server {
   srv_config_t *cfg;
   sbx_backend_t *backend;
   sbx_cgroups_t *cgroups;
+  srv_prestart_t *prestart;
   sbx_backend_t *host;
   py_registry_t *pythons;
   env_store_t *envs;
@@ -88,6 +89,8 @@ static void ensure_probed(srv_server_t *s) {
   if (!s->backend->available)
     cm_warn("sandbox backend %s is not available: %s; executions will be refused (no fall back)",
             sbx_backend_name(s->backend), s->backend->unavailable);
+  else
+    srv_prestart_start(s);
 }
 
 static void probe_soon(cm_loop_t *loop, cm_timer_t *t, void *data) {
@@ -129,6 +132,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   cleanup_free char *cg_text = sbx_cgroups_describe(cgroups);
   cm_info("cgroups: %s", cg_text);
   sbx_backend_set_cgroups(backend, cgroups);
+  sbx_cgroups_set_loop(cgroups, loop);
   art_store_t *artifacts = art_store_new(loop, cfg, state, err);
   if (!artifacts) {
     sbx_backend_free(backend);
@@ -159,6 +163,7 @@ void srv_server_free(srv_server_t *s) {
   if (!s) return;
   if (s->warm_wait) py_registry_cancel_wait(s->pythons, s->warm_wait);
   cm_timer_cancel(s->probe_timer);
+  srv_prestart_free(s);
   art_store_free(s->artifacts);
   env_store_free(s->envs);
   py_registry_free(s->pythons);
@@ -177,6 +182,7 @@ sbx_backend_t *srv_server_backend(srv_server_t *s) {
 }
 sbx_backend_t *srv_server_host_backend(srv_server_t *s) { return s->host; }
 sbx_cgroups_t *srv_server_cgroups(srv_server_t *s) { return s->cgroups; }
+srv_prestart_t **srv_server_prestart(srv_server_t *s) { return &s->prestart; }
 py_registry_t *srv_server_pythons(srv_server_t *s) { return s->pythons; }
 env_store_t *srv_server_envs(srv_server_t *s) { return s->envs; }
 art_store_t *srv_server_artifacts(srv_server_t *s) { return s->artifacts; }

@@ -46,6 +46,7 @@ typedef struct srv_config {
   uint64_t max_processes;    /* --max-processes */
   uint64_t cpu_millis;       /* --cpus, in thousandths of a CPU; 0 = no cap */
   char *cgroup;              /* --cgroup auto|off|DIR */
+  bool prestart;             /* --prestart on|off: keep one sandbox ready for the next call */
   uint64_t file_size_bytes;  /* --max-file-size */
   uint64_t open_files;       /* --max-open-files */
   uint64_t tmp_bytes;        /* --tmp-size */
@@ -160,6 +161,14 @@ sbx_backend_t *srv_server_backend(srv_server_t *s);
 /* The none backend, for trusted host helpers (interpreter probes, syntax checks). */
 sbx_backend_t *srv_server_host_backend(srv_server_t *s);
 sbx_cgroups_t *srv_server_cgroups(srv_server_t *s);
+/* The sandbox prestarted for the next call (server/execute.c). */
+typedef struct srv_prestart srv_prestart_t;
+srv_prestart_t **srv_server_prestart(srv_server_t *s);
+/* Starts keeping one sandbox ready (with --prestart on and a backend that can hold one). */
+void srv_prestart_start(srv_server_t *s);
+void srv_prestart_free(srv_server_t *s);
+/* Whether sandboxes are being prestarted; *taken: calls that ran in one. */
+bool srv_prestart_describe(srv_server_t *s, uint64_t *taken);
 py_registry_t *srv_server_pythons(srv_server_t *s);
 struct env_store;
 struct env_store *srv_server_envs(srv_server_t *s);

@@ -148,6 +148,12 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   if (srv_workdir_capped(cfg->work_bytes)) cm_buf_printf(&t, "Work directory size: %s\n", work);
   if (cfg->profile) cm_buf_printf(&t, "Profile: %s\n", cfg->profile);
   cm_buf_printf(&t, "Concurrent executions: %llu\n", (unsigned long long)cfg->max_concurrent);
+  uint64_t taken = 0;
+  bool prestarting = srv_prestart_describe(s, &taken);
+  cm_buf_printf(&t, "Prestarted sandbox: %s\n",
+                prestarting ? "on (one sandbox for the default interpreter is kept set up for the next call)"
+                : !cfg->prestart ? "off (--prestart off)"
+                                 : "off (the backend cannot hold a sandbox, or prestarting failed)");
   cm_buf_printf(&t, "Server: %s %s", SRV_NAME, srv_version());
   cleanup_free char *platform = xasprintf("%s %s", u.sysname, u.machine);
   json_t *sc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:b, s:s}",

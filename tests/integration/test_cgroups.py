@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import BACKEND, Server, processes_with_marker, wait_until
+from conftest import BACKEND, Server, held_sandboxes, processes_with_marker, wait_until
 
 
 def cgroups_line(s):
@@ -43,8 +43,16 @@ def start(make_server, *args):
 
 
 def run_dirs():
-    """Run cgroups that exist now, in any hierarchy."""
-    return [d for d in glob.glob("/sys/fs/cgroup/**/mps-*/run-*", recursive=True) if os.path.isdir(d)]
+    """Run cgroups that exist now, in any hierarchy, but the prestarted sandbox's."""
+    held = set()
+    for pid in held_sandboxes():
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
+                held.update(line.rstrip("\n").split(":", 2)[2] for line in f)
+        except OSError:
+            pass
+    return [d for d in glob.glob("/sys/fs/cgroup/**/mps-*/run-*", recursive=True)
+            if os.path.isdir(d) and not any(d.endswith(h) for h in held if h != "/")]
 
 
 def test_check_environment_says_which_cgroups(cg_available, make_server):
@@ -173,3 +181,56 @@ def test_explicit_cgroup_must_be_cgroup2(tmp_path):
     s.close()
     assert rc != 0
     assert "not a directory of a cgroup v2 file system" in err, err
+
+
+def cgroup2_mount():
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split()[:1] == ["cgroup2"]:
+                return left.split()[4]
+    return None
+
+
+@pytest.fixture
+def v2_dir():
+    """A cgroup v2 directory of the test's own (this machine's cgroup2 mount has no
+    controllers, so it proves the v2 mechanics: clone3 into the cgroup, cgroup.kill,
+    cpu.stat, the clean-up)."""
+    mount = cgroup2_mount()
+    if not mount or os.getuid() != 0:
+        if os.environ.get("MPS_TEST_REQUIRE_CGROUPS") == "1":
+            pytest.fail("no cgroup2 mount to test with")
+        pytest.skip("no cgroup2 mount, or not root")
+    d = os.path.join(mount, "mps-itest-%d" % os.getpid())
+    os.mkdir(d)
+    yield d
+    for root, dirs, _ in os.walk(d, topdown=False):
+        for sub in dirs:
+            os.rmdir(os.path.join(root, sub))
+    os.rmdir(d)
+
+
+def test_explicit_cgroup2_directory(v2_dir, make_server):
+    s = start(make_server, "--cgroup", v2_dir)
+    line = cgroups_line(s)
+    assert "cgroup v2" in line and v2_dir in line, line
+    marker = "mps-cg2-daemon-%d" % os.getpid()
+    sc = s.execute(f"""
+import os, sys, time
+print(open('/proc/self/cgroup').read())
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])
+    os._exit(0)
+time.sleep(0.3)
+""")["structuredContent"]
+    assert sc["exit_code"] == 0, sc
+    if BACKEND == "none":  # in bwrap the cgroup namespace shows "/"
+        own = next(line for line in sc["stdout"].splitlines() if line.startswith("0::"))
+        assert own.startswith("0::/" + os.path.basename(v2_dir) + "/mps-") and "/run-" in own, own
+    # cgroup.kill ended the daemon that left the process group.
+    assert wait_until(lambda: processes_with_marker(marker) == [], timeout=5)
+    s.close()
+    assert not any(e.startswith("mps-") for e in os.listdir(v2_dir))

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 import wheelhouse  # noqa: E402
 
-from conftest import BACKEND, Server, wait_until  # noqa: E402
+from conftest import BACKEND, Server, wait_until, work_left  # noqa: E402
 
 PY311 = "/root/.pyenv/versions/3.11.7/bin/python"
 NO_PIP_ENV = {"PIP_FIND_LINKS": None, "PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None}
@@ -325,7 +325,7 @@ def test_warm_cache_in_background(make_server, wheels, tmp_path):
         assert time.monotonic() - t0 < 5  # the handshake never waits for warming
         assert wait_until(lambda: "package cache warmed" in s.stderr_text(), timeout=60), s.stderr_text()
         assert any("mps-alpha" in p for p in seen) and any("mps-gamma" in p for p in seen)
-        assert wait_until(lambda: os.listdir(os.path.join(s.state_dir, "work")) == [], timeout=10)
+        assert wait_until(lambda: work_left(s.state_dir) == [], timeout=10)
     finally:
         httpd.shutdown()
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import Server, descendants, processes_with_marker, wait_until
+from conftest import Server, descendants, processes_with_marker, wait_until, work_left
 
 
 def text_of(res):
@@ -86,9 +86,8 @@ def test_fresh_workdir_removed_afterwards(server):
     assert lines[1] == "['script.py']"
     if server_backend() == "none":
         assert wait_until(lambda: not os.path.exists(cwd), timeout=5)
-    work = os.path.join(server.state_dir, "work")
     # removed right after the answer is sent
-    assert wait_until(lambda: os.listdir(work) == [], timeout=5)
+    assert wait_until(lambda: work_left(server.state_dir) == [], timeout=5)
 
 
 def test_timeout_busy_loop(server):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import BACKEND, Server, descendants, processes_with_marker, wait_until
+from conftest import BACKEND, Server, descendants, processes_with_marker, wait_until, work_left
 
 pytestmark = pytest.mark.skipif(BACKEND == "none", reason="the none backend does not isolate")
 
@@ -226,7 +226,7 @@ for line in open('/proc/self/status'):
 
 def test_zz_nothing_left_behind(hostile):
     assert wait_until(lambda: descendants(hostile.proc.pid) == [], timeout=5)
-    assert wait_until(lambda: os.listdir(os.path.join(hostile.state_dir, "work")) == [], timeout=5)
+    assert wait_until(lambda: work_left(hostile.state_dir) == [], timeout=5)
     rss = hostile.rss_kib("VmRSS")
     assert rss - hostile.rss_before < 16 * 1024, (hostile.rss_before, rss)
 

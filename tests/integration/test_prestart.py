@@ -1,0 +1,121 @@
+"""The prestarted sandbox (--prestart, on by default): one bubblewrap sandbox is kept set up
+for the next call of the default shape, and a call that matches runs in it.  It must be as
+fresh and as isolated as one set up for the call, its clock must start at the call, and
+nothing of it may be left behind."""
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import BACKEND, held_sandboxes, wait_until, work_left
+
+pytestmark = pytest.mark.skipif(BACKEND == "none", reason="only sandboxes with a supervisor can be held")
+
+
+def start(make_server, *args):
+    s = make_server(*args)
+    s.initialize()
+    return s
+
+
+def wait_held(s, count=1):
+    assert wait_until(lambda: len(held_sandboxes()) >= count, timeout=10), s.stderr_text()[-2000:]
+
+
+def test_calls_run_in_prestarted_sandboxes(make_server):
+    s = start(make_server)
+    wait_held(s)
+    for _ in range(3):
+        sc = s.execute("import os; print(os.getcwd())")["structuredContent"]
+        assert sc["prestarted"] is True and sc["exit_code"] == 0, sc
+        assert sc["stdout"].strip() == "/work"
+        wait_held(s)
+    text = s.call("check_environment")["content"][0]["text"]
+    assert "Prestarted sandbox: on" in text
+
+
+def test_each_prestarted_sandbox_is_fresh(make_server):
+    s = start(make_server)
+    wait_held(s)
+    first = s.execute("""
+import os
+open('/tmp/left-behind', 'w').write('x')
+open('/work/left-behind', 'w').write('x')
+print(os.getuid())
+""")["structuredContent"]
+    wait_held(s)
+    second = s.execute("""
+import os
+print(os.path.exists('/tmp/left-behind'), os.path.exists('/work/left-behind'), sorted(os.listdir('/work')))
+print(os.getuid())
+""")["structuredContent"]
+    assert first["prestarted"] and second["prestarted"]
+    lines = second["stdout"].splitlines()
+    assert lines[0] == "False False ['script.py']", second
+    if os.getuid() == 0:  # a fresh uid per run
+        assert lines[1] != first["stdout"].strip()
+
+
+def test_other_shapes_start_their_own(make_server):
+    s = start(make_server)
+    wait_held(s)
+    sc = s.execute("import socket; print('ok')", network=False)["structuredContent"]
+    assert sc["prestarted"] is False and sc["stdout"] == "ok\n", sc
+    # The held one is still there for the next call of the default shape.
+    assert s.execute("print(2)")["structuredContent"]["prestarted"] is True
+
+
+def test_inputs_and_timeout_start_at_the_call(make_server):
+    s = start(make_server)
+    wait_held(s)
+    time.sleep(1.5)  # longer than the call's timeout: the clock must not run while held
+    res = s.execute("import time; time.sleep(0.3); print(open('data.txt').read())", timeout_seconds=1,
+                    files=[{"path": "data.txt", "content": "hello"}])
+    sc = res["structuredContent"]
+    assert sc["prestarted"] is True and sc["timed_out"] is False and sc["stdout"] == "hello\n", sc
+    assert sc["duration_ms"] < 1000
+    wait_held(s)
+    res = s.execute("import time; time.sleep(30)", timeout_seconds=1)
+    assert res["structuredContent"]["timed_out"] is True
+
+
+def test_a_held_sandbox_that_dies_is_replaced(make_server):
+    s = start(make_server)
+    wait_held(s)
+    killed = list(held_sandboxes())
+    for pid in killed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert wait_until(lambda: not set(killed) & set(held_sandboxes()), timeout=5)
+    time.sleep(0.2)  # the server notices
+    sc = s.execute("print(1)")["structuredContent"]
+    assert sc["exit_code"] == 0 and sc["stdout"] == "1\n", sc
+    wait_held(s)
+    assert s.execute("print(2)")["structuredContent"]["prestarted"] is True
+
+
+def test_nothing_is_left_behind(make_server):
+    s = start(make_server)
+    wait_held(s)
+    for _ in range(3):
+        s.execute("pass")
+    wait_held(s)
+    held_dirs = {w for w in held_sandboxes().values() if w}
+    assert len(held_dirs) == 1, held_dirs  # one sandbox held, no more
+    assert wait_until(lambda: work_left(s.state_dir) == [], timeout=5)
+    s.proc.stdin.close()
+    assert s.proc.wait(timeout=10) == 0
+    assert wait_until(lambda: held_sandboxes() == {}, timeout=5)
+    assert not any(os.path.exists(d) for d in held_dirs)
+
+
+def test_prestart_off(make_server):
+    s = start(make_server, "--prestart", "off")
+    sc = s.execute("pass")["structuredContent"]
+    assert sc["prestarted"] is False
+    time.sleep(0.3)
+    assert held_sandboxes() == {}
+    assert "Prestarted sandbox: off (--prestart off)" in s.call("check_environment")["content"][0]["text"]
