@@ -256,6 +256,22 @@ def processes_with_marker(marker):
     return found
 
 
+def daemon_script(marker, prelude=""):
+    """A script that leaves behind a daemon (setsid and a double fork) whose command line
+    carries marker, then exits; find it with processes_with_marker(marker)."""
+    return f"""
+import os, sys, time
+{prelude}
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])
+    os._exit(0)
+time.sleep(0.3)
+print('parent exits')
+"""
+
+
 def wait_until(pred, timeout=10.0, interval=0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

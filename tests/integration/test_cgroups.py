@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import BACKEND, Server, held_sandboxes, processes_with_marker, wait_until
+from conftest import BACKEND, Server, daemon_script, held_sandboxes, processes_with_marker, wait_until
 
 
 def cgroups_line(s):
@@ -130,16 +130,7 @@ print('forked', len(kids), 'refused', refused)
 def test_daemon_that_left_the_process_group_is_killed(cg_available, make_server):
     s = start(make_server)
     marker = "mps-cg-daemon-%d" % os.getpid()
-    s.execute(f"""
-import os, sys, time
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])
-    os._exit(0)
-time.sleep(0.3)
-print('parent exits')
-""")
+    s.execute(daemon_script(marker))
     assert wait_until(lambda: processes_with_marker(marker) == [], timeout=5)
 
 
@@ -216,16 +207,7 @@ def test_explicit_cgroup2_directory(v2_dir, make_server):
     line = cgroups_line(s)
     assert "cgroup v2" in line and v2_dir in line, line
     marker = "mps-cg2-daemon-%d" % os.getpid()
-    sc = s.execute(f"""
-import os, sys, time
-print(open('/proc/self/cgroup').read())
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])
-    os._exit(0)
-time.sleep(0.3)
-""")["structuredContent"]
+    sc = s.execute(daemon_script(marker, prelude="print(open('/proc/self/cgroup').read())"))["structuredContent"]
     assert sc["exit_code"] == 0, sc
     if BACKEND == "none":  # in bwrap the cgroup namespace shows "/"
         own = next(line for line in sc["stdout"].splitlines() if line.startswith("0::"))

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import BACKEND, Server, descendants, processes_with_marker, wait_until, work_left
+from conftest import BACKEND, Server, daemon_script, descendants, processes_with_marker, wait_until, work_left
 
 pytestmark = pytest.mark.skipif(BACKEND == "none", reason="the none backend does not isolate")
 
@@ -153,16 +153,7 @@ except OSError as e:
 
 def test_daemon_does_not_outlive_the_run(hostile):
     marker = "mps-daemon-%d" % os.getpid()
-    run(hostile, f"""
-import os, sys, time
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])
-    os._exit(0)
-time.sleep(0.3)
-print('parent exits')
-""")
+    run(hostile, daemon_script(marker))
     assert wait_until(lambda: processes_with_marker(marker) == [], timeout=5)
 
 
