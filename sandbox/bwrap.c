@@ -81,6 +81,9 @@ typedef struct bwrap_priv {
   bool as_root;        /* geteuid() == 0: no user namespace, per-run uid drop */
   char **system_args;  /* host-layout-dependent mounts, computed by the probe */
   char **network_args; /* the same, added when the spec asks for network */
+  /* Regular files of /etc the sandbox gets as copies (bwrap --file from an fd opened per
+   * run) rather than as bind mounts, which cost bwrap a mount and a remount each. */
+  char **system_files, **network_files;
   uint32_t next_slot;
   uint64_t *slot_busy_until; /* BWRAP_UID_RUNS entries: cm_now_ms() until which a uid is taken */
 } bwrap_priv_t;
@@ -232,7 +235,7 @@ static int chown_workdir(const char *workdir, uid_t uid, gid_t gid, cm_error_t *
 
 /* ---------------------------------------------------------------- host layout */
 
-static void add_etc_file(argv_builder_t *a, const char *path) {
+static void add_etc_file(argv_builder_t *a, cm_strv_builder_t *copies, const char *path) {
   struct stat st;
   if (lstat(path, &st) < 0) return;
   if (S_ISLNK(st.st_mode)) {
@@ -250,18 +253,42 @@ static void add_etc_file(argv_builder_t *a, const char *path) {
     }
     if (stat(path, &st) < 0) return;
   }
-  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return;
+  if (S_ISREG(st.st_mode)) {
+    cm_strv_add(copies, path);
+    return;
+  }
+  if (!S_ISDIR(st.st_mode)) return;
   args_add_parents(a, path);
-  /* -try: a file that goes away after the probe must not fail every run. */
+  /* -try: a directory that goes away after the probe must not fail every run. */
   args_add(a, "--ro-bind-try", path, path, NULL);
+}
+
+/* Adds `--file FD path` for each file of paths that is still a regular file, with the fd
+ * into fds (at *n, at most max).  A file that went away is left out, as a -try bind would. */
+static void add_file_copies(argv_builder_t *a, char *const *paths, int *fds, size_t *n, size_t max) {
+  for (char *const *path = paths; path && *path && *n < max; path++) {
+    int fd = open(*path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0) continue;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+      close(fd);
+      continue;
+    }
+    args_add_parents(a, *path);
+    args_add(a, "--perms", "0644", "--file", NULL);
+    args_addf(a, "%d", fd);
+    args_add1(a, *path);
+    fds[(*n)++] = fd;
+  }
 }
 
 /* The mounts that depend only on the host: computed once, by the probe.  Every bind costs
  * bwrap a mount, a remount and a read of mountinfo (~0.1-0.2 ms of CPU), so /etc holds
  * only what the loader and the interpreter read; the resolver, TLS and service databases
  * come only with the network (network_args). */
-static char **system_args_new(void) {
+static char **system_args_new(char ***files) {
   argv_builder_t a = {0};
+  cm_strv_builder_t copies = {0};
   args_add(&a, "--ro-bind", "/usr", "/usr", NULL);
   static const char *const top[] = {"/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"};
   for (size_t i = 0; i < CM_ARRAY_SIZE(top); i++) {
@@ -279,21 +306,24 @@ static char **system_args_new(void) {
   }
   args_add_parents(&a, "/etc/");
   static const char *const etc[] = {"/etc/ld.so.cache", "/etc/localtime"};
-  for (size_t i = 0; i < CM_ARRAY_SIZE(etc); i++) add_etc_file(&a, etc[i]);
+  for (size_t i = 0; i < CM_ARRAY_SIZE(etc); i++) add_etc_file(&a, &copies, etc[i]);
+  *files = cm_strv_steal(&copies);
   return args_steal(&a);
 }
 
 /* With network: name resolution, TLS trust (never /etc/ssl/private) and the service and
  * protocol databases getaddrinfo() reads. */
-static char **network_args_new(void) {
+static char **network_args_new(char ***files) {
   argv_builder_t a = {0};
+  cm_strv_builder_t copies = {0};
   a.dirs[a.n_dirs++] = xstrdup("/etc");
   static const char *const etc[] = {
       "/etc/resolv.conf",     "/etc/hosts",           "/etc/nsswitch.conf", "/etc/gai.conf",
       "/etc/host.conf",       "/etc/services",        "/etc/protocols",     "/etc/ssl/certs",
       "/etc/ssl/openssl.cnf", "/etc/ca-certificates",
   };
-  for (size_t i = 0; i < CM_ARRAY_SIZE(etc); i++) add_etc_file(&a, etc[i]);
+  for (size_t i = 0; i < CM_ARRAY_SIZE(etc); i++) add_etc_file(&a, &copies, etc[i]);
+  *files = cm_strv_steal(&copies);
   return args_steal(&a);
 }
 
@@ -429,8 +459,13 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
     args_add(&a, "--setenv", name, eq + 1, NULL);
   }
   for (char **s = p->system_args; *s; s++) args_add1(&a, *s);
+  /* Copies, closed by the caller once bwrap runs (launch->pass_fds, filled last). */
+  int copy_fds[16];
+  size_t n_copies = 0;
+  add_file_copies(&a, p->system_files, copy_fds, &n_copies, CM_ARRAY_SIZE(copy_fds));
   if (spec->network) {
     for (char **s = p->network_args; *s; s++) args_add1(&a, *s);
+    add_file_copies(&a, p->network_files, copy_fds, &n_copies, CM_ARRAY_SIZE(copy_fds));
   } else {
     args_add(&a, "--perms", "0644", "--file", NULL);
     args_addf(&a, "%d", hosts_fd);
@@ -510,6 +545,7 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   if (hosts_fd >= 0) launch->pass_fds[n++] = steal_fd(&hosts_fd);
   launch->pass_fds[n++] = steal_fd(&status_write);
   launch->pass_fds[n++] = steal_fd(&control_read);
+  for (size_t i = 0; i < n_copies; i++) launch->pass_fds[n++] = copy_fds[i];
   launch->status_fd = steal_fd(&status_read);
   launch->control_fd = steal_fd(&control_write);
   return 0;
@@ -683,8 +719,8 @@ static int bwrap_probe(sbx_backend_t *b, cm_error_t *err) {
   if (find_bwrap(p, err) < 0) return -1;
   if (find_drop_helper(p, err) < 0) return -1;
   if (probe_version(p, err) < 0) return -1;
-  if (!p->system_args) p->system_args = system_args_new();
-  if (!p->network_args) p->network_args = network_args_new();
+  if (!p->system_args) p->system_args = system_args_new(&p->system_files);
+  if (!p->network_args) p->network_args = network_args_new(&p->network_files);
   return probe_sandbox(b, err);
 }
 
@@ -708,6 +744,8 @@ static void bwrap_free(sbx_backend_t *b) {
   free(p->version);
   cm_strv_free(p->system_args);
   cm_strv_free(p->network_args);
+  cm_strv_free(p->system_files);
+  cm_strv_free(p->network_files);
   free(p->slot_busy_until);
   free(p);
   b->priv = NULL;

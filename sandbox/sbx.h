@@ -60,7 +60,7 @@ typedef struct sbx_launch {
   char **argv;      /* host argv; argv[0] absolute */
   char **envp;      /* host environment for argv[0] */
   bool set_rlimits; /* apply spec limits as rlimits in the spawned child */
-  int pass_fds[8];  /* extra fds to keep open in the child (-1 = unused; the used ones
+  int pass_fds[24]; /* extra fds to keep open in the child (-1 = unused; the used ones
                      * first); closed by the caller once the child runs */
   char *kill_name;  /* docker: container name to kill; NULL otherwise */
   /* The parent ends of the channel to a supervisor inside the sandbox (see "the status
@@ -73,7 +73,11 @@ typedef struct sbx_launch {
 } sbx_launch_t;
 
 #define SBX_LAUNCH_INIT \
-  { .pass_fds = {-1, -1, -1, -1, -1, -1, -1, -1}, .status_fd = -1, .control_fd = -1 }
+  {                                                                                          \
+    .pass_fds = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,                               \
+                 -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},                              \
+    .status_fd = -1, .control_fd = -1                                                        \
+  }
 
 void sbx_launch_release(sbx_launch_t *l);
 /* Closes status_fd and control_fd (and sets them to -1).  sbx_launch_release() does not. */
