@@ -53,6 +53,7 @@ struct sbx_cgroups {
 struct sbx_cgroup_run {
   sbx_cgroups_t *cg;
   char *dirs[CG_MAX_HIER];
+  unsigned controllers[CG_MAX_HIER]; /* CG_* of each directory */
   int join_fds[CG_MAX_HIER];
   int dir_fd; /* v2: the run's directory, for clone3(CLONE_INTO_CGROUP); else -1 */
   size_t n;
@@ -600,18 +601,25 @@ int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup
   r->cg = cg;
   r->dir_fd = -1;
   uint64_t seq = ++cg->seq;
+  for (size_t i = 0; i < CG_MAX_HIER; i++) r->join_fds[i] = -1;
   for (size_t i = 0; i < cg->n_hier; i++) {
-    r->join_fds[i] = -1;
-    r->dirs[i] = xasprintf("%s/run-%llu", cg->hier[i].parent, (unsigned long long)seq);
-    r->n = i + 1;
-    if (mkdir(r->dirs[i], 0755) < 0) {
-      cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "cannot create the run's cgroup %s", r->dirs[i]);
+    unsigned ctl = cg->hier[i].controllers;
+    /* v1: a CPU hierarchy with no CPU limit to set would only cost a directory and a
+     * migration per run. */
+    if (cg->version == 1 && !(ctl & (CG_MEMORY | CG_PIDS)) && !((ctl & CG_CPU) && limits->cpu_millis)) continue;
+    size_t k = r->n++;
+    r->controllers[k] = ctl;
+    r->dirs[k] = xasprintf("%s/run-%llu", cg->hier[i].parent, (unsigned long long)seq);
+    if (mkdir(r->dirs[k], 0755) < 0) {
+      cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "cannot create the run's cgroup %s", r->dirs[k]);
+      free(r->dirs[k]);
+      r->n--;
       goto fail;
     }
-    if (apply_limits(cg, r->dirs[i], cg->hier[i].controllers, limits, err) < 0) goto fail;
-    cleanup_free char *procs = xasprintf("%s/cgroup.procs", r->dirs[i]);
-    r->join_fds[i] = open(procs, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (r->join_fds[i] < 0) {
+    if (apply_limits(cg, r->dirs[k], ctl, limits, err) < 0) goto fail;
+    cleanup_free char *procs = xasprintf("%s/cgroup.procs", r->dirs[k]);
+    r->join_fds[k] = open(procs, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (r->join_fds[k] < 0) {
       cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "open %s", procs);
       goto fail;
     }
@@ -645,7 +653,7 @@ void sbx_cgroup_run_kill(sbx_cgroup_run_t *r) {
 
 static const char *dir_with(const sbx_cgroup_run_t *r, unsigned bit) {
   for (size_t i = 0; i < r->n; i++) {
-    if (r->cg->hier[i].controllers & bit) return r->dirs[i];
+    if (r->controllers[i] & bit) return r->dirs[i];
   }
   return NULL;
 }
@@ -658,7 +666,7 @@ void sbx_cgroup_run_collect(const sbx_cgroup_run_t *r, sbx_result_t *res) {
   if (r->cg->version == 2) {
     if (mem && read_u64(mem, "memory.peak", &v)) res->memory_peak_bytes = v;
     if (mem && read_keyed(mem, "memory.events", "oom_kill", &v) && v > 0) res->memory_limit = true;
-    if (read_keyed(r->dirs[0], "cpu.stat", "usage_usec", &v)) res->cgroup_cpu_us = v;
+    if (r->n && read_keyed(r->dirs[0], "cpu.stat", "usage_usec", &v)) res->cgroup_cpu_us = v;
   } else {
     const char *acct = dir_with(r, CG_CPUACCT);
     if (mem && read_u64(mem, "memory.max_usage_in_bytes", &v)) res->memory_peak_bytes = v;
