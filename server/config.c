@@ -70,7 +70,7 @@ static const opt_def_t options[] = {
     {"cpus", OPT_CPUS, OFF(cpu_millis), "N",
      "CPU bandwidth per script, e.g. 0.5 or 2 (cgroup cpu.max, docker --cpus); 0 = no cap (0)"},
     {"prestart", OPT_ONOFF, OFF(prestart), "{on,off}",
-     "keep one sandbox set up for the next call of the default shape (on)"},
+     "keep sandboxes set up for the next call: the commonest shape and the last other one (on)"},
     {"cgroup", OPT_STRING, OFF(cgroup), "{auto,off,DIR}",
      "cgroups for runs: auto (a delegated cgroup v2, else cgroup v1), off, or a delegated cgroup v2 DIR (auto)"},
     {"max-file-size", OPT_SIZE, OFF(file_size_bytes), "SIZE", "largest file a script may write (1G)"},

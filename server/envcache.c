@@ -232,6 +232,18 @@ static env_handle_t *handle_open(env_store_t *s, const char *key, json_t *manife
   return h;
 }
 
+env_handle_t *env_handle_copy_unlocked(const env_handle_t *env) {
+  env_handle_t *h = xcalloc(1, sizeof *h);
+  h->key = xstrdup(env->key);
+  h->host_dir = xstrdup(env->host_dir);
+  h->python = xstrdup(env->python);
+  h->mount_target = env->mount_target ? xstrdup(env->mount_target) : NULL;
+  h->cached = env->cached;
+  h->packages = json_incref(env->packages);
+  h->lock_fd = -1;
+  return h;
+}
+
 void env_release(env_handle_t *h) {
   if (!h) return;
   if (h->lock_fd >= 0) close(h->lock_fd);

@@ -42,6 +42,9 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
                        const char *uv_config, env_ready_cb cb, env_progress_cb progress, void *data);
 void env_store_cancel(env_store_t *s, void *handle);
 void env_release(env_handle_t *env);
+/* A copy of the handle's description that holds no lock: the environment may be evicted
+ * or rebuilt meanwhile (compare the directory's identity before relying on it). */
+env_handle_t *env_handle_copy_unlocked(const env_handle_t *env);
 /* The installer in use ("pip" or "uv <path>") for check_environment. */
 const char *env_store_installer(env_store_t *s);
 /* Number of finished environments and their total size. */

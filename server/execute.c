@@ -476,135 +476,187 @@ static int start_sandbox(srv_server_t *s, py_interp_t *py, env_handle_t *env, bo
 
 /* ---------------------------------------------------------------- the prestarted sandbox */
 
-/* One sandbox set up ahead for the next call of the commonest shape (no dependencies, the
- * default interpreter, the server's network policy): bubblewrap's namespaces and mounts,
- * the work directory, the cgroup and the uid drop are done, and the supervisor waits for
- * the go (mps-sandbox-drop --wait-go).  A call that matches takes it, writes its script into
+/* Sandboxes set up ahead for the next call: bubblewrap's namespaces and mounts, the work
+ * directory, the cgroup and the uid drop are done, and the supervisor waits for the go
+ * (mps-sandbox-drop --wait-go).  A call that matches one takes it, writes its script into
  * its work directory and releases it: only the interpreter's start-up is left on the call's
- * path.  The next one is set up at once, beside that call.  --prestart off turns it off. */
+ * path.  The next one of that shape is set up at once, beside the call.  Two shapes are
+ * kept: the commonest (no dependencies, the default interpreter, the server's network
+ * policy), and the last other one a call used (its dependency environment, interpreter or
+ * network), so an agent that repeats a call with dependencies gets the same speed-up.
+ * --prestart off turns it off. */
 #define PRESTART_MAX_FAILURES 3
 #define PRESTART_RETRY_MS 1000
+#define PRESTART_SLOTS 2
+
+typedef struct prestart_slot {
+  srv_prestart_t *owner;
+  bool used;         /* has a shape */
+  py_interp_t *py;   /* the shape: interpreter, environment, network */
+  env_handle_t *env; /* a copy without a lock (a held sandbox must not keep an environment
+                      * from being evicted or rebuilt), and the identity of its directory
+                      * when the sandbox was set up: a rebuilt one is another directory */
+  dev_t env_dev;
+  ino_t env_ino;
+  bool network;
+  sbx_run_t *run;    /* held, or NULL */
+  char *workdir;
+  bool workdir_mounted;
+  unsigned failures; /* held sandboxes that died in a row; it stops trying after a few */
+  cm_timer_t *timer; /* a fill is due */
+} prestart_slot_t;
 
 struct srv_prestart {
   srv_server_t *server;
-  sbx_run_t *run; /* held, or NULL */
-  char *workdir;
-  bool workdir_mounted;
-  py_interp_t *py;
-  bool network;
-  unsigned failures; /* held sandboxes that died in a row; it stops trying after a few */
-  cm_timer_t *timer; /* a fill is due */
+  prestart_slot_t slots[PRESTART_SLOTS]; /* [0]: the commonest shape; [1]: the last other */
   void *py_wait;
-  uint64_t taken;    /* calls that ran in a prestarted sandbox */
+  uint64_t taken; /* calls that ran in a prestarted sandbox */
 };
 
-static void prestart_fill_now(srv_prestart_t *p);
+static void prestart_fill_now(prestart_slot_t *slot);
 
-static void prestart_drop(srv_prestart_t *p) {
-  if (p->run) sbx_run_free(p->run); /* kills it: its supervisor never started anything */
-  p->run = NULL;
-  if (p->workdir) remove_workdir(p->workdir, p->workdir_mounted);
-  free(p->workdir);
-  p->workdir = NULL;
+static void slot_drop_run(prestart_slot_t *slot) {
+  if (slot->run) sbx_run_free(slot->run); /* kills it: its supervisor never started anything */
+  slot->run = NULL;
+  if (slot->workdir) remove_workdir(slot->workdir, slot->workdir_mounted);
+  free(slot->workdir);
+  slot->workdir = NULL;
+}
+
+static void slot_clear(prestart_slot_t *slot) {
+  cm_timer_cancel(slot->timer);
+  slot->timer = NULL;
+  slot_drop_run(slot);
+  env_release(slot->env);
+  slot->env = NULL;
+  slot->py = NULL;
+  slot->used = false;
+  slot->failures = 0;
 }
 
 static void prestart_on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
-  srv_prestart_t *p = data;
-  p->timer = NULL;
-  prestart_fill_now(p);
+  prestart_slot_t *slot = data;
+  slot->timer = NULL;
+  prestart_fill_now(slot);
 }
 
-static void prestart_schedule(srv_prestart_t *p, uint64_t ms) {
-  if (p->timer || p->run || p->failures >= PRESTART_MAX_FAILURES) return;
-  p->timer = cm_loop_timer(srv_server_loop(p->server), ms, prestart_on_timer, p);
+static void prestart_schedule(prestart_slot_t *slot, uint64_t ms) {
+  if (!slot->used || slot->timer || slot->run || slot->failures >= PRESTART_MAX_FAILURES) return;
+  slot->timer = cm_loop_timer(srv_server_loop(slot->owner->server), ms, prestart_on_timer, slot);
 }
 
-/* The held sandbox died before any call took it. */
+/* A held sandbox died before any call took it. */
 static void prestart_on_exit(void *data, const sbx_result_t *res) {
-  srv_prestart_t *p = data;
-  if (++p->failures >= PRESTART_MAX_FAILURES)
-    cm_warn("prestarted sandboxes keep ending before use (exit %d); not prestarting any more", res->exit_code);
-  /* Not from inside the run's own callback. */
-  sbx_run_t *run = p->run;
-  p->run = NULL;
-  sbx_run_free(run);
-  if (p->workdir) remove_workdir(p->workdir, p->workdir_mounted);
-  free(p->workdir);
-  p->workdir = NULL;
-  prestart_schedule(p, PRESTART_RETRY_MS);
+  prestart_slot_t *slot = data;
+  if (++slot->failures >= PRESTART_MAX_FAILURES)
+    cm_warn("prestarted sandboxes keep ending before use (exit %d); not prestarting this shape any more", res->exit_code);
+  slot_drop_run(slot); /* frees the run from inside its callback, which sbx_run allows */
+  prestart_schedule(slot, PRESTART_RETRY_MS);
 }
 
 static void prestart_on_python(void *data, py_interp_t *def, const char *error) {
   srv_prestart_t *p = data;
   p->py_wait = NULL;
-  if (def) prestart_fill_now(p);
+  if (!def) return;
+  p->slots[0].py = def;
+  p->slots[0].network = srv_server_config(p->server)->network;
+  p->slots[0].used = true;
+  prestart_fill_now(&p->slots[0]);
 }
 
-static void prestart_fill_now(srv_prestart_t *p) {
-  srv_server_t *s = p->server;
-  if (p->run || p->failures >= PRESTART_MAX_FAILURES || p->py_wait) return;
+static void prestart_fill_now(prestart_slot_t *slot) {
+  srv_server_t *s = slot->owner->server;
+  if (!slot->used || slot->run || slot->failures >= PRESTART_MAX_FAILURES) return;
   if (!sbx_backend_can_hold(srv_server_backend(s))) return;
-  py_registry_t *reg = srv_server_pythons(s);
-  py_interp_t *py = py_registry_default(reg);
-  if (!py) {
-    p->py_wait = py_registry_when_ready(reg, prestart_on_python, p);
-    return;
+  struct stat st;
+  if (slot->env) {
+    if (stat(slot->env->host_dir, &st) < 0) return; /* evicted: the next call of this shape rebuilds it */
+    slot->env_dev = st.st_dev;
+    slot->env_ino = st.st_ino;
   }
   cm_error_t err = CM_ERROR_INIT;
-  p->workdir = make_workdir(s, &p->workdir_mounted, &err);
+  slot->workdir = make_workdir(s, &slot->workdir_mounted, &err);
   sbx_run_callbacks_t cbs = {.on_exit = prestart_on_exit};
-  if (!p->workdir ||
-      start_sandbox(s, py, NULL, srv_server_config(s)->network, p->workdir, 0, true, &cbs, p, &p->run, &err) < 0) {
+  if (!slot->workdir ||
+      start_sandbox(s, slot->py, slot->env, slot->network, slot->workdir, 0, true, &cbs, slot, &slot->run, &err) < 0) {
     cm_warn("prestarting a sandbox: %s", cm_error_message(&err));
     cm_error_release(&err);
-    p->run = NULL;
-    prestart_drop(p);
-    p->failures++;
-    prestart_schedule(p, PRESTART_RETRY_MS);
-    return;
+    slot->run = NULL;
+    slot_drop_run(slot);
+    slot->failures++;
+    prestart_schedule(slot, PRESTART_RETRY_MS);
   }
-  p->py = py;
-  p->network = srv_server_config(s)->network;
 }
 
 void srv_prestart_start(srv_server_t *s) {
   if (!srv_server_config(s)->prestart || *srv_server_prestart(s)) return;
   srv_prestart_t *p = xcalloc(1, sizeof *p);
   p->server = s;
+  for (size_t i = 0; i < PRESTART_SLOTS; i++) p->slots[i].owner = p;
   *srv_server_prestart(s) = p;
-  prestart_schedule(p, 0);
+  /* The commonest shape needs the default interpreter: once discovery is done. */
+  p->py_wait = py_registry_when_ready(srv_server_pythons(s), prestart_on_python, p);
 }
 
 void srv_prestart_free(srv_server_t *s) {
   srv_prestart_t *p = *srv_server_prestart(s);
   if (!p) return;
   *srv_server_prestart(s) = NULL;
-  cm_timer_cancel(p->timer);
   if (p->py_wait) py_registry_cancel_wait(srv_server_pythons(s), p->py_wait);
-  prestart_drop(p);
+  for (size_t i = 0; i < PRESTART_SLOTS; i++) slot_clear(&p->slots[i]);
   free(p);
 }
 
 bool srv_prestart_describe(srv_server_t *s, uint64_t *taken) {
   srv_prestart_t *p = *srv_server_prestart(s);
   *taken = p ? p->taken : 0;
-  return p && p->failures < PRESTART_MAX_FAILURES && sbx_backend_can_hold(srv_server_backend(s));
+  return p && p->slots[0].failures < PRESTART_MAX_FAILURES && sbx_backend_can_hold(srv_server_backend(s));
 }
 
-/* The held sandbox, when it suits the job: its run and work directory become the job's. */
+static bool slot_matches(const prestart_slot_t *slot, const exec_job_t *job) {
+  return slot->used && slot->py == job->py && slot->network == job->network && !slot->env == !job->env &&
+         (!job->env || strcmp(slot->env->key, job->env->key) == 0);
+}
+
+static bool same_dir(const char *path, dev_t dev, ino_t ino) {
+  struct stat st;
+  return stat(path, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+/* A held sandbox of the job's shape, when there is one: its run and work directory become
+ * the job's.  Otherwise the job's shape becomes the second slot's (when it is not the
+ * commonest), so that the next such call finds one. */
 static bool prestart_take(exec_job_t *job) {
   srv_prestart_t *p = *srv_server_prestart(job->server);
-  if (!p || !p->run || job->env || job->py != p->py || job->network != p->network) return false;
-  job->run = p->run;
-  job->workdir = p->workdir;
-  job->workdir_mounted = p->workdir_mounted;
-  p->run = NULL;
-  p->workdir = NULL;
-  p->failures = 0;
-  p->taken++;
-  job->prestarted = true;
-  prestart_schedule(p, 0); /* the next one, beside this call */
-  return true;
+  if (!p || !p->slots[0].used || !sbx_backend_can_hold(srv_server_backend(job->server))) return false;
+  for (size_t i = 0; i < PRESTART_SLOTS; i++) {
+    prestart_slot_t *slot = &p->slots[i];
+    if (!slot_matches(slot, job)) continue;
+    if (slot->run && job->env && !same_dir(job->env->host_dir, slot->env_dev, slot->env_ino))
+      slot_drop_run(slot); /* set up with an environment since evicted or rebuilt */
+    if (!slot->run) {
+      prestart_schedule(slot, 0); /* (already due, or given up on) */
+      return false;
+    }
+    job->run = slot->run;
+    job->workdir = slot->workdir;
+    job->workdir_mounted = slot->workdir_mounted;
+    slot->run = NULL;
+    slot->workdir = NULL;
+    slot->failures = 0;
+    p->taken++;
+    job->prestarted = true;
+    prestart_schedule(slot, 0); /* the next one, beside this call */
+    return true;
+  }
+  prestart_slot_t *other = &p->slots[1];
+  slot_clear(other);
+  other->used = true;
+  other->py = job->py;
+  other->network = job->network;
+  other->env = job->env ? env_handle_copy_unlocked(job->env) : NULL;
+  prestart_schedule(other, 0);
+  return false;
 }
 
 /* ---------------------------------------------------------------- starting the script */

@@ -151,7 +151,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   uint64_t taken = 0;
   bool prestarting = srv_prestart_describe(s, &taken);
   cm_buf_printf(&t, "Prestarted sandbox: %s\n",
-                prestarting ? "on (one sandbox for the default interpreter is kept set up for the next call)"
+                prestarting ? "on (sandboxes for the commonest call and for the last other one are kept set up)"
                 : !cfg->prestart ? "off (--prestart off)"
                                  : "off (the backend cannot hold a sandbox, or prestarting failed)");
   cm_buf_printf(&t, "Server: %s %s", SRV_NAME, srv_version());

@@ -3,12 +3,18 @@ for the next call of the default shape, and a call that matches runs in it.  It 
 fresh and as isolated as one set up for the call, its clock must start at the call, and
 nothing of it may be left behind."""
 import os
+import shutil
 import signal
+import sys
+import tempfile
 import time
 
 import pytest
 
 from conftest import BACKEND, held_sandboxes, wait_until, work_left
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
+import wheelhouse  # noqa: E402
 
 pytestmark = pytest.mark.skipif(BACKEND == "none", reason="only sandboxes with a supervisor can be held")
 
@@ -64,6 +70,40 @@ def test_other_shapes_start_their_own(make_server):
     assert sc["prestarted"] is False and sc["stdout"] == "ok\n", sc
     # The held one is still there for the next call of the default shape.
     assert s.execute("print(2)")["structuredContent"]["prestarted"] is True
+    # Another interpreter: its own, and held for the next such call.
+    other = "3.11" if os.path.exists("/root/.pyenv/versions/3.11.7") else None
+    if other:
+        sc = s.execute("import sys; print(sys.version_info[:2])", python_version=other)["structuredContent"]
+        assert sc["prestarted"] is False and sc["stdout"] == "(3, 11)\n", sc
+        assert wait_until(lambda: len({w for w in held_sandboxes().values() if w}) == 2, timeout=10)
+        sc = s.execute("import sys; print(sys.version_info[:2])", python_version=other)["structuredContent"]
+        assert sc["prestarted"] is True and sc["stdout"] == "(3, 11)\n", sc
+
+
+def test_the_last_other_shape_is_prestarted_too(make_server):
+    wheels = tempfile.mkdtemp(prefix="mps-wheels-")
+    os.chmod(wheels, 0o755)
+    try:
+        wheelhouse.build_synthetic(wheels)
+        s = start(make_server, "--find-links", wheels, "--offline")
+        wait_held(s)
+        script = "import mps_beta; print(mps_beta.ALPHA)"
+        first = s.execute(script, dependencies=["mps-beta"], timeout=120)["structuredContent"]
+        assert first["prestarted"] is False and first["stdout"] == "2.0\n", first
+        # Now two are held: the commonest shape and this one (with /env mounted).
+        assert wait_until(lambda: len({w for w in held_sandboxes().values() if w}) == 2, timeout=10)
+        for _ in range(2):
+            sc = s.execute(script, dependencies=["mps-beta"])["structuredContent"]
+            assert sc["prestarted"] is True and sc["stdout"] == "2.0\n", sc
+            assert sc["environment"]["cached"] is True
+            assert wait_until(lambda: len({w for w in held_sandboxes().values() if w}) == 2, timeout=10)
+        # The commonest shape is still served, and a third shape replaces the second.
+        assert s.execute("print(1)")["structuredContent"]["prestarted"] is True
+        assert s.execute("print(1)", network=False)["structuredContent"]["prestarted"] is False
+        assert s.execute("print(1)", network=False)["structuredContent"]["prestarted"] is True
+        assert s.execute(script, dependencies=["mps-beta"])["structuredContent"]["prestarted"] is False
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
 
 
 def test_inputs_and_timeout_start_at_the_call(make_server):
@@ -104,7 +144,7 @@ def test_nothing_is_left_behind(make_server):
         s.execute("pass")
     wait_held(s)
     held_dirs = {w for w in held_sandboxes().values() if w}
-    assert len(held_dirs) == 1, held_dirs  # one sandbox held, no more
+    assert len(held_dirs) == 1, held_dirs  # one shape was used: one sandbox held, no more
     assert wait_until(lambda: work_left(s.state_dir) == [], timeout=5)
     s.proc.stdin.close()
     assert s.proc.wait(timeout=10) == 0
