@@ -582,7 +582,7 @@ class Bench:
                     raise RuntimeError("environment not cached")
                 return dt
             t = self.interleave({"deps": cached, "trivial": lambda: s.execute("pass")[1]},
-                                warmup=self.n(5, 3), rounds=self.n(60, 20))
+                                warmup=self.n(5, 3), rounds=self.n(60, 20), settle=0.03)
             m, b = median(t["deps"]), median(t["trivial"])
             self.res.add(2, f"cached environment ({n_pkgs} packages), bwrap", m * 1e3, "ms", "trivial call",
                          b * 1e3, m / b, "≤ 1.05×", m / b <= 1.05, note=f"+{(m - b) * 1e3:.1f} ms/call",
