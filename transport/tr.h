@@ -140,7 +140,8 @@ typedef struct tr_http_options {
 } tr_http_options_t;
 
 /* Binds, starts serving and returns the transport; NULL with err set on a bad option, an
- * unreadable or empty token file, a refused address or a failed bind. */
+ * unreadable or empty token file, a refused address, a failed bind, or when
+ * libmicrohttpd.so.12 cannot be loaded (it is opened here, on first use, not linked). */
 tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts, const tr_http_callbacks_t *cbs,
                        void *data, cm_error_t *err);
 uint16_t tr_http_port(const tr_http_t *h);
