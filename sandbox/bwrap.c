@@ -179,7 +179,7 @@ static bool uid_in_use(uid_t uid) {
  * period and a margin for teardown.  No /proc scan on the normal path (it costs ~3 us per
  * host process); only if every slot is reserved (BWRAP_UID_RUNS runs without a timeout, or
  * that many at once) does a scan pick a slot nobody uses. */
-static uid_t pick_uid(bwrap_priv_t *p, const sbx_limits_t *l) {
+static uid_t pick_uid(bwrap_priv_t *p, const sbx_limits_t *l, int64_t *slot_out) {
   if (!p->slot_busy_until) p->slot_busy_until = xcalloc(BWRAP_UID_RUNS, sizeof(uint64_t));
   uint32_t pid_part = ((uint32_t)getpid() & ((1u << BWRAP_UID_PID_BITS) - 1)) << BWRAP_UID_RUN_BITS;
   uint64_t now = cm_now_ms();
@@ -189,6 +189,7 @@ static uid_t pick_uid(bwrap_priv_t *p, const sbx_limits_t *l) {
     uint32_t slot = p->next_slot++ & (BWRAP_UID_RUNS - 1);
     if (p->slot_busy_until[slot] > now) continue;
     p->slot_busy_until[slot] = until;
+    *slot_out = slot;
     return BWRAP_UID_BASE + (pid_part | slot);
   }
   for (uint32_t i = 0; i < BWRAP_UID_RUNS; i++) {
@@ -403,7 +404,7 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
 
   uid_t uid = !p->as_root     ? getuid()
               : spec->builder ? BWRAP_BUILDER_UID
-                              : pick_uid(p, &spec->limits);
+                              : pick_uid(p, &spec->limits, &launch->uid_slot);
   gid_t gid = p->as_root ? (gid_t)uid : getgid();
   if (p->as_root && chown_workdir(spec->workdir, uid, gid, err) < 0) return -1;
   for (size_t i = 0; i < spec->n_mounts && p->as_root; i++)
@@ -549,6 +550,13 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   launch->status_fd = steal_fd(&status_read);
   launch->control_fd = steal_fd(&control_write);
   return 0;
+}
+
+static void bwrap_reserve(sbx_backend_t *b, const sbx_launch_t *launch, uint64_t until_ms) {
+  bwrap_priv_t *p = priv_of(b);
+  if (launch->uid_slot < 0 || !p->slot_busy_until) return;
+  p->slot_busy_until[launch->uid_slot & (BWRAP_UID_RUNS - 1)] =
+      until_ms == UINT64_MAX ? UINT64_MAX : until_ms + BWRAP_UID_REUSE_MARGIN_MS;
 }
 
 /* ---------------------------------------------------------------- probe */
@@ -767,6 +775,7 @@ const sbx_backend_ops_t sbx_bwrap_ops = {
     .name = "bwrap",
     .maps_paths = true,
     .can_hold = true,
+    .reserve = bwrap_reserve,
     .probe = bwrap_probe,
     .build = bwrap_build,
     .describe = bwrap_describe,

@@ -307,6 +307,9 @@ int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, 
   while (n < 0 && errno == EINTR);
   if (n != 1) return cm_error_set(err, n < 0 ? errno : EIO, CM_ERR_UNAVAILABLE, "releasing the prestarted sandbox");
   run->held = false;
+  if (run->backend->ops->reserve)
+    run->backend->ops->reserve(run->backend, &run->launch,
+                               timeout_ms ? cm_now_ms() + timeout_ms + run->limits.grace_ms : UINT64_MAX);
   run->cbs = *cbs;
   run->data = data;
   run->limits.timeout_ms = timeout_ms;
@@ -359,6 +362,8 @@ void sbx_run_free(sbx_run_t *run) {
   cm_watch_remove(run->w_out);
   cm_watch_remove(run->w_err);
   sbx_child_close(&run->child);
+  /* Everything of it is gone: what the backend reserved may be reused (after its margin). */
+  if (run->backend && run->backend->ops->reserve) run->backend->ops->reserve(run->backend, &run->launch, cm_now_ms());
   /* Now, not deferred: the cgroups may be freed before the loop runs again. */
   sbx_cgroup_run_free(run->cgroup);
   run->cgroup = NULL;

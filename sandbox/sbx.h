@@ -63,6 +63,7 @@ typedef struct sbx_launch {
   int pass_fds[24]; /* extra fds to keep open in the child (-1 = unused; the used ones
                      * first); closed by the caller once the child runs */
   char *kill_name;  /* docker: container name to kill; NULL otherwise */
+  int64_t uid_slot; /* bwrap: the per-run uid reserved for it, or -1 */
   /* The parent ends of the channel to a supervisor inside the sandbox (see "the status
    * record" below), or -1 when the backend has none.  Close-on-exec, owned by the launch
    * (sbx_launch_close_channel() closes them). */
@@ -76,7 +77,7 @@ typedef struct sbx_launch {
   {                                                                                          \
     .pass_fds = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,                               \
                  -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},                              \
-    .status_fd = -1, .control_fd = -1                                                        \
+    .status_fd = -1, .control_fd = -1, .uid_slot = -1                                        \
   }
 
 void sbx_launch_release(sbx_launch_t *l);
@@ -93,6 +94,11 @@ typedef struct sbx_backend_ops {
   /* Checks that the backend can really run a sandbox here (by running one). */
   int (*probe)(sbx_backend_t *b, cm_error_t *err);
   int (*build)(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch, cm_error_t *err);
+  /* Keeps what the backend reserved for the launch (bwrap: its uid) until until_ms
+   * (cm_now_ms() clock; UINT64_MAX: until told again), plus the backend's own margin.
+   * Called when a held run is released (its timeout is known only then) and when a run is
+   * freed.  May be NULL. */
+  void (*reserve)(sbx_backend_t *b, const sbx_launch_t *launch, uint64_t until_ms);
   /* Extra kill step for backends whose processes are not our descendants (docker). */
   void (*kill)(sbx_backend_t *b, const sbx_launch_t *launch, int sig);
   /* One line for check_environment, e.g. "bubblewrap 0.8.0 (/usr/bin/bwrap)". */

@@ -883,6 +883,78 @@ static void test_exit_status_is_the_scripts(void **state UNUSED) {
   capture_release(c);
 }
 
+/* A held run sets the sandbox up but starts nothing until it is released; its clock starts
+ * then; a held run that is freed instead leaves nothing behind. */
+static void test_hold_and_release(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  cm_buf_init(&c->out, 1 << 20);
+  cm_buf_init(&c->err, 1 << 20);
+  c->workdir = new_workdir();
+  char *argv[] = {SYSTEM_PYTHON, "-I", "script.py", NULL};
+  char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+  sbx_limits_t limits = default_limits;
+  limits.timeout_ms = 0;
+  sbx_spec_t spec = {.argv = argv, .envp = envp, .workdir = c->workdir, .hold = true, .limits = limits};
+  sbx_run_callbacks_t held_cbs = {.on_exit = on_exit_cb};
+  sbx_run_t *run = NULL;
+  cm_error_t err = CM_ERROR_INIT;
+  assert_true(sbx_backend_can_hold(g.backend));
+  if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0) fail_msg("%s", err.msg);
+  /* Held: the script does not exist yet, and nothing runs for a while. */
+  uint64_t until = cm_now_ms() + 400;
+  while (cm_now_ms() < until) assert_int_equal(cm_loop_run_once(g.loop, 50, &err), 0);
+  assert_false(c->done);
+  write_file(c->workdir, "script.py", "import time\ntime.sleep(0.2)\nprint('released')\n", 0644);
+  sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
+  if (sbx_run_release(run, &cbs, c, 100, &err) < 0) fail_msg("%s", err.msg);
+  /* Released twice: refused. */
+  cm_error_t err2 = CM_ERROR_INIT;
+  assert_int_equal(sbx_run_release(run, &cbs, c, 100, &err2), -1);
+  cm_error_release(&err2);
+  while (!c->done) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
+  /* The 100 ms timeout counted from the release: the 200 ms sleep hit it. */
+  assert_true(c->result.timed_out);
+  assert_true(c->result.duration_ms < 400 + 2000);
+  sbx_run_free(run);
+  assert_int_equal(cm_loop_run_once(g.loop, 0, &err), 0);
+  capture_release(c);
+
+  /* Released in time: runs and reports normally. */
+  run_capture_t cap2 = {0};
+  c = &cap2;
+  cm_buf_init(&c->out, 1 << 20);
+  cm_buf_init(&c->err, 1 << 20);
+  c->workdir = new_workdir();
+  spec.workdir = c->workdir;
+  if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0) fail_msg("%s", err.msg);
+  write_file(c->workdir, "script.py", "print('released')\n", 0644);
+  if (sbx_run_release(run, &cbs, c, 10000, &err) < 0) fail_msg("%s", err.msg);
+  while (!c->done) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
+  if (c->result.exit_code != 0) dump(c);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_has(&c->out, "released");
+  assert_false(c->result.status_unknown);
+  sbx_run_free(run);
+  assert_int_equal(cm_loop_run_once(g.loop, 0, &err), 0);
+  capture_release(c);
+
+  /* Freed while held: killed, no process of the sandbox's uid is left. */
+  run_capture_t cap3 = {0};
+  c = &cap3;
+  c->workdir = new_workdir();
+  spec.workdir = c->workdir;
+  if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0) fail_msg("%s", err.msg);
+  until = cm_now_ms() + 200;
+  while (cm_now_ms() < until) assert_int_equal(cm_loop_run_once(g.loop, 50, &err), 0);
+  struct stat st;
+  assert_int_equal(stat(c->workdir, &st), 0); /* handed to the run's uid */
+  sbx_run_free(run);
+  assert_int_equal(cm_loop_run_once(g.loop, 0, &err), 0);
+  assert_false(c->done);
+  if (geteuid() == 0) assert_int_equal(procs_left(st.st_uid), 0);
+  free(c->workdir);
+}
+
 static void test_usage_is_the_scripts(void **state UNUSED) {
   /* ~0.3 s of CPU and ~100 MB resident in the interpreter itself. */
   run_capture_t cap = {0}, *c = &cap;
@@ -1481,6 +1553,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_probe_succeeds),
       cmocka_unit_test(test_runs_python),
+      cmocka_unit_test(test_hold_and_release),
       cmocka_unit_test(test_runs_pyenv_python),
       cmocka_unit_test(test_host_files_hidden),
       cmocka_unit_test(test_writes_confined),
