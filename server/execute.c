@@ -410,6 +410,108 @@ static void job_start(exec_job_t *job) {
                                    job->uv_config, on_env, on_env_progress, job);
 }
 
+/* ---------------------------------------------------------------- the runner's bytecode */
+
+/* A run starts through the start-up runner (profiles/runner.py), and compiling it costs
+ * every call about a millisecond.  So each interpreter compiles it once, in the background
+ * (py_compile, run by that interpreter on the host backend), into <state>/runner/, which
+ * runs then mount in its place and start as a .pyc.  Until that is done, or if it fails,
+ * runs use runner.py itself.  The name carries the interpreter and the runner's size and
+ * mtime, so an upgrade of either compiles anew. */
+typedef struct runner_pyc {
+  struct runner_pyc *next;
+  srv_server_t *server;
+  char *name; /* runner-<implementation>-<version>-<size>-<mtime>.pyc */
+  bool ready, failed;
+  sbx_run_t *run; /* compiling */
+} runner_pyc_t;
+
+static runner_pyc_t *runner_pycs;
+
+static char *runner_pyc_dir(srv_server_t *s) { return xasprintf("%s/runner", srv_server_state_dir(s)); }
+
+static void runner_pyc_done(void *data, const sbx_result_t *res) {
+  runner_pyc_t *rp = data;
+  sbx_run_free(rp->run);
+  rp->run = NULL;
+  cleanup_free char *dir = runner_pyc_dir(rp->server);
+  cleanup_free char *tmp = xasprintf("%s/.%s.tmp", dir, rp->name);
+  cleanup_free char *dst = xasprintf("%s/%s", dir, rp->name);
+  if (res->exit_code == 0 && !res->timed_out && chmod(tmp, 0644) == 0 && rename(tmp, dst) == 0) {
+    rp->ready = true;
+    return;
+  }
+  cm_debug("compiling the start-up runner for %s failed (exit %d); runs use runner.py", rp->name, res->exit_code);
+  unlink(tmp);
+  rp->failed = true;
+}
+
+static void runner_pyc_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {}
+
+/* The compiled runner for py, when it is ready (its file name in <state>/runner); else
+ * NULL, and its compilation starts if it has not. */
+static const char *runner_pyc_for(srv_server_t *s, const py_interp_t *py, const char *runner) {
+  struct stat st;
+  if (!runner || stat(runner, &st) < 0) return NULL;
+  cleanup_free char *name = xasprintf("runner-%s-%s-%lld-%lld.pyc", py->implementation, py->version,
+                                      (long long)st.st_size, (long long)st.st_mtime);
+  for (char *c = name; *c; c++)
+    if (*c == '/') *c = '_';
+  runner_pyc_t *rp;
+  for (rp = runner_pycs; rp; rp = rp->next) {
+    if (rp->server == s && strcmp(rp->name, name) == 0) break;
+  }
+  if (rp) return rp->ready ? rp->name : NULL;
+  rp = xcalloc(1, sizeof *rp);
+  rp->server = s;
+  rp->name = steal_pointer(&name);
+  rp->next = runner_pycs;
+  runner_pycs = rp;
+  cleanup_free char *dir = runner_pyc_dir(s);
+  cleanup_free char *dst = xasprintf("%s/%s", dir, rp->name);
+  cm_error_t err = CM_ERROR_INIT;
+  if (cm_mkdir_p(dir, 0755, &err) < 0 || chmod(dir, 0755) < 0) {
+    cm_error_release(&err);
+    rp->failed = true;
+    return NULL;
+  }
+  if (stat(dst, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) {
+    rp->ready = true; /* compiled by an earlier server */
+    return rp->name;
+  }
+  cleanup_free char *tmp = xasprintf("%s/.%s.tmp", dir, rp->name);
+  cleanup_free char *src = xstrdup(runner);
+  char *argv[] = {py->executable, "-I", "-c",
+                  "import py_compile, sys\n"
+                  "py_compile.compile(sys.argv[1], cfile=sys.argv[2], dfile='" FILES_RUNNER_TARGET "/runner.py', "
+                  "doraise=True)",
+                  src, tmp, NULL};
+  char *envp[] = {"PATH=/usr/bin:/bin", "LC_ALL=C.UTF-8", NULL};
+  sbx_spec_t spec = {.argv = argv, .envp = envp, .workdir = dir, .limits = {.timeout_ms = 60000, .grace_ms = 1000}};
+  sbx_run_callbacks_t cbs = {.on_output = runner_pyc_output, .on_exit = runner_pyc_done};
+  if (sbx_run_start(srv_server_loop(s), srv_server_host_backend(s), &spec, &cbs, rp, &rp->run, &err) < 0) {
+    cm_debug("compiling the start-up runner: %s", cm_error_message(&err));
+    cm_error_release(&err);
+    rp->failed = true;
+  }
+  return NULL;
+}
+
+static void runner_pycs_release(srv_server_t *s) {
+  runner_pyc_t **link = &runner_pycs;
+  while (*link) {
+    runner_pyc_t *rp = *link;
+    if (rp->server != s) {
+      link = &rp->next;
+      continue;
+    }
+    *link = rp->next;
+    if (rp->run) sbx_run_free(rp->run);
+    free(rp->name);
+    free(rp);
+  }
+}
+
 /* Starts a script run in workdir (script.py is there, or will be before a held run is
  * released): the interpreter (or the environment's), the start-up runner, the limits. */
 static int start_sandbox(srv_server_t *s, py_interp_t *py, env_handle_t *env, bool network, const char *workdir,
@@ -420,12 +522,15 @@ static int start_sandbox(srv_server_t *s, py_interp_t *py, env_handle_t *env, bo
    * profiles/runner.py), mounted read-only where the backend maps paths. */
   sbx_backend_t *backend = srv_server_backend(s);
   const char *runner = files_runner_path();
+  const char *pyc = runner ? runner_pyc_for(s, py, runner) : NULL;
+  cleanup_free char *pyc_dir = pyc ? runner_pyc_dir(s) : NULL;
   cleanup_free char *runner_dir =
-      runner ? xstrndup(runner, (size_t)(strrchr(runner, '/') - runner)) : NULL;
+      pyc ? xstrdup(pyc_dir) : runner ? xstrndup(runner, (size_t)(strrchr(runner, '/') - runner)) : NULL;
   bool maps = sbx_backend_maps_paths(backend);
   cleanup_free char *runner_arg =
-      runner ? (maps ? xasprintf(FILES_RUNNER_TARGET "%s", strrchr(runner, '/')) : xstrdup(runner))
-             : NULL;
+      !runner ? NULL
+      : pyc   ? (maps ? xasprintf(FILES_RUNNER_TARGET "/%s", pyc) : xasprintf("%s/%s", pyc_dir, pyc))
+              : (maps ? xasprintf(FILES_RUNNER_TARGET "%s", strrchr(runner, '/')) : xstrdup(runner));
   char *python = env ? env->python : py->executable;
   char *argv_plain[] = {python, "-s", "script.py", NULL};
   char *argv_runner[] = {python, "-s", runner_arg, "script.py", NULL};
@@ -599,6 +704,7 @@ void srv_prestart_start(srv_server_t *s) {
 }
 
 void srv_prestart_free(srv_server_t *s) {
+  runner_pycs_release(s);
   srv_prestart_t *p = *srv_server_prestart(s);
   if (!p) return;
   *srv_server_prestart(s) = NULL;

@@ -14,7 +14,7 @@ import zlib
 
 import pytest
 
-from conftest import BACKEND, Server
+from conftest import BACKEND, Server, wait_until
 
 
 def text_of(res):
@@ -191,6 +191,19 @@ print(inspect.getsource(sys.modules["__main__"]).splitlines()[0])
     err = res["structuredContent"]["stderr"]
     assert res["structuredContent"]["exit_code"] == 1
     assert "Traceback" not in err and 'script.py", line 1' in err and "SyntaxError" in err, err
+
+
+def test_runner_runs_compiled_and_stays_invisible(files_server):
+    """After its first use the runner starts as bytecode compiled by the interpreter
+    (<state>/runner/*.pyc): the same behaviour, without compiling it on every call."""
+    def cmdline():
+        return files_server.execute("print(open('/proc/self/cmdline').read().replace(chr(0), ' '))")[
+            "structuredContent"]["stdout"]
+    assert wait_until(lambda: ".pyc script.py" in cmdline(), timeout=30, interval=0.2)
+    assert "runner.py" not in cmdline()
+    test_runner_is_invisible_to_scripts(files_server)
+    test_matplotlib_hook_runs_on_failure_and_keeps_tracebacks_true(files_server)
+    test_matplotlib_figures_left_open_are_saved(files_server)
 
 
 def test_text_and_binary_outputs(files_server):

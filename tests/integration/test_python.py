@@ -93,6 +93,8 @@ def write_fake_interpreter(path, version, log):
     records each time it is asked."""
     with open(path, "w") as f:
         f.write(f"""#!/bin/sh
+# Asked to compile the start-up runner (not an identity probe): refuse, the runs use runner.py.
+case "$*" in *py_compile*) exit 1 ;; esac
 echo probed >> {log}
 echo '{{"version": "{version}", "implementation": "cpython", "releaselevel": "final", "executable": "{path}", "prefix": "/usr", "base_prefix": "/usr", "free_threaded": false}}'
 """)
