@@ -55,6 +55,7 @@ static char *none_describe(sbx_backend_t *b) { return xstrdup("none (no sandboxi
 
 static const sbx_backend_ops_t none_ops = {
     .name = "none",
+    .host_processes = true,
     .probe = none_probe,
     .build = none_build,
     .describe = none_describe,
@@ -120,6 +121,7 @@ const char *sbx_backend_name(const sbx_backend_t *b) { return b->ops->name; }
 void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg) { b->cgroups = cg; }
 bool sbx_backend_maps_paths(const sbx_backend_t *b) { return b->ops->maps_paths; }
 bool sbx_backend_can_hold(const sbx_backend_t *b) { return b->ops->can_hold && b->available; }
+bool sbx_backend_host_processes(const sbx_backend_t *b) { return b->ops->host_processes; }
 
 char *sbx_backend_describe(sbx_backend_t *b) {
   cleanup_free char *d = b->ops->describe ? b->ops->describe(b) : xstrdup(b->ops->name);

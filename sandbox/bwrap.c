@@ -775,6 +775,7 @@ const sbx_backend_ops_t sbx_bwrap_ops = {
     .name = "bwrap",
     .maps_paths = true,
     .can_hold = true,
+    .host_processes = true,
     .reserve = bwrap_reserve,
     .probe = bwrap_probe,
     .build = bwrap_build,

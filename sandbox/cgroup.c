@@ -57,6 +57,7 @@ struct sbx_cgroup_run {
   int join_fds[CG_MAX_HIER];
   int dir_fd; /* v2: the run's directory, for clone3(CLONE_INTO_CGROUP); else -1 */
   size_t n;
+  bool killed; /* everything in it got SIGKILL after the run ended: nothing can fork since */
 };
 
 static const struct {
@@ -646,9 +647,10 @@ size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds, int *
 }
 
 void sbx_cgroup_run_kill(sbx_cgroup_run_t *r) {
-  if (!r) return;
+  if (!r || r->killed) return;
   /* Every hierarchy holds every process of the run: one is enough. */
   if (r->n) kill_members(r->dirs[0], r->cg->version);
+  r->killed = true;
 }
 
 static const char *dir_with(const sbx_cgroup_run_t *r, unsigned bit) {

@@ -242,7 +242,7 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
   run->launch = (sbx_launch_t)SBX_LAUNCH_INIT;
 
   if (backend->ops->build(backend, spec, &run->launch, err) < 0 ||
-      (sbx_cgroups_active(backend->cgroups) && !run->launch.kill_name &&
+      (sbx_cgroups_active(backend->cgroups) && sbx_backend_host_processes(backend) &&
        sbx_cgroup_run_new(backend->cgroups, &spec->limits, &run->cgroup, err) < 0)) {
     /* A server that limits runs with cgroups does not run one without. */
     sbx_launch_close_channel(&run->launch);

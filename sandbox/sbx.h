@@ -91,6 +91,10 @@ typedef struct sbx_backend_ops {
   bool maps_paths;
   /* Whether spec.hold works: a supervisor inside the sandbox waits for the go. */
   bool can_hold;
+  /* The command runs on this host as our descendant, with the host's interpreter (none,
+   * bwrap); false when an engine runs it elsewhere (docker: its own limits, its image's
+   * interpreter).  Runs of such backends get cgroups of ours. */
+  bool host_processes;
   /* Checks that the backend can really run a sandbox here (by running one). */
   int (*probe)(sbx_backend_t *b, cm_error_t *err);
   int (*build)(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch, cm_error_t *err);
@@ -127,6 +131,7 @@ const char *sbx_backend_name(const sbx_backend_t *b);
 /* See sbx_backend_ops_t.maps_paths. */
 bool sbx_backend_maps_paths(const sbx_backend_t *b);
 bool sbx_backend_can_hold(const sbx_backend_t *b);
+bool sbx_backend_host_processes(const sbx_backend_t *b);
 char *sbx_backend_describe(sbx_backend_t *b);
 void sbx_backend_free(sbx_backend_t *b);
 

@@ -522,8 +522,8 @@ static int start_sandbox(srv_server_t *s, py_interp_t *py, env_handle_t *env, bo
    * profiles/runner.py), mounted read-only where the backend maps paths. */
   sbx_backend_t *backend = srv_server_backend(s);
   const char *runner = files_runner_path();
-  /* Not for docker: the image's interpreter is not the one that would compile it. */
-  const char *pyc = runner && strcmp(sbx_backend_name(backend), "docker") != 0 ? runner_pyc_for(s, py, runner) : NULL;
+  /* Only where the host's interpreter runs it (not docker's image). */
+  const char *pyc = runner && sbx_backend_host_processes(backend) ? runner_pyc_for(s, py, runner) : NULL;
   cleanup_free char *pyc_dir = pyc ? runner_pyc_dir(s) : NULL;
   cleanup_free char *runner_dir =
       pyc ? xstrdup(pyc_dir) : runner ? xstrndup(runner, (size_t)(strrchr(runner, '/') - runner)) : NULL;

@@ -124,7 +124,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                                                         (unsigned long long)(cfg->cpu_millis % 1000))
                                             : xstrdup("no cap");
   /* docker's containers get the engine's cgroup limits, not ours. */
-  bool cg_runs = sbx_cgroups_active(cg) && strcmp(sbx_backend_name(b), "docker") != 0;
+  bool cg_runs = sbx_cgroups_active(cg) && sbx_backend_host_processes(b);
   cm_buf_printf(&t,
                 "Limits (enforced with rlimits in the sandboxed process; wall clock by the server, which kills the "
                 "whole process tree): memory %s (RLIMIT_AS), CPU %s (RLIMIT_CPU), processes %llu (RLIMIT_NPROC%s), "
