@@ -240,6 +240,11 @@ void cm_sha256_hex(const void *data, size_t len, char out[65]);
  * they differ: for comparing secrets (token digests). */
 bool cm_memeq_ct(const void *a, const void *b, size_t len);
 
+/* Opens the shared library soname (kept open for the life of the process) and resolves
+ * each of names[] into syms[], all or nothing: a library loaded only when a feature is
+ * used.  The error names the library and what the loader said. */
+int cm_dl_symbols(const char *soname, const char *const *names, size_t n, void **syms, cm_error_t *err);
+
 /* Is buf valid UTF-8? */
 bool cm_utf8_valid(const char *buf, size_t len);
 /* Length of the longest prefix of buf (at most len) that does not end inside a

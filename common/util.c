@@ -1,4 +1,5 @@
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -128,6 +129,20 @@ char *cm_find_executable(const char *name) {
     p = colon + 1;
   }
   return NULL;
+}
+
+int cm_dl_symbols(const char *soname, const char *const *names, size_t n, void **syms, cm_error_t *err) {
+  void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", soname, dlerror());
+  for (size_t i = 0; i < n; i++) {
+    syms[i] = dlsym(lib, names[i]);
+    if (!syms[i]) {
+      cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", soname, dlerror());
+      dlclose(lib);
+      return -1;
+    }
+  }
+  return 0;
 }
 
 void cm_sha256_hex(const void *data, size_t len, char out[65]) {

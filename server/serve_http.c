@@ -2,7 +2,6 @@
  * TLS material (given, or self-signed under the state directory), and the session
  * callbacks. */
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -96,19 +95,15 @@ static bool crypto_loaded;
 /* Opens libcrypto and fills the table, once; kept open for the life of the process. */
 static int crypto_load(cm_error_t *err) {
   if (crypto_loaded) return 0;
-  void *lib = dlopen(LIBCRYPTO_SONAME, RTLD_NOW | RTLD_LOCAL);
-  if (!lib)
-    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", LIBCRYPTO_SONAME,
-                        dlerror());
-#define CRYPTO_RESOLVE(name)                                                                     \
-  crypto.name = (__typeof__(name) *)dlsym(lib, #name);                                           \
-  if (!crypto.name) {                                                                            \
-    cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", LIBCRYPTO_SONAME, dlerror()); \
-    dlclose(lib);                                                                                \
-    return -1;                                                                                   \
-  }
-  LIBCRYPTO_FUNCTIONS(CRYPTO_RESOLVE)
-#undef CRYPTO_RESOLVE
+#define CRYPTO_NAME(name) #name,
+  static const char *const names[] = {LIBCRYPTO_FUNCTIONS(CRYPTO_NAME)};
+#undef CRYPTO_NAME
+  void *syms[CM_ARRAY_SIZE(names)];
+  if (cm_dl_symbols(LIBCRYPTO_SONAME, names, CM_ARRAY_SIZE(names), syms, err) < 0) return -1;
+  size_t i = 0;
+#define CRYPTO_ASSIGN(name) crypto.name = (__typeof__(name) *)syms[i++];
+  LIBCRYPTO_FUNCTIONS(CRYPTO_ASSIGN)
+#undef CRYPTO_ASSIGN
   crypto_loaded = true;
   return 0;
 }

@@ -17,7 +17,6 @@
  * holds its sink; a request context while MHD knows the request or an SSE response reads
  * from it.  Everything a callback still uses is freed after the callback returns. */
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -601,18 +600,15 @@ static bool mhd_loaded;
 /* Opens libmicrohttpd and fills the table, once; kept open for the life of the process. */
 static int mhd_load(cm_error_t *err) {
   if (mhd_loaded) return 0;
-  void *lib = dlopen(MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
-  if (!lib)
-    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", MHD_SONAME, dlerror());
-#define MHD_RESOLVE(name)                                                                  \
-  mhd.name = (__typeof__(MHD_##name) *)dlsym(lib, "MHD_" #name);                           \
-  if (!mhd.name) {                                                                         \
-    cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", MHD_SONAME, dlerror()); \
-    dlclose(lib);                                                                          \
-    return -1;                                                                             \
-  }
-  MHD_FUNCTIONS(MHD_RESOLVE)
-#undef MHD_RESOLVE
+#define MHD_NAME(name) "MHD_" #name,
+  static const char *const names[] = {MHD_FUNCTIONS(MHD_NAME)};
+#undef MHD_NAME
+  void *syms[CM_ARRAY_SIZE(names)];
+  if (cm_dl_symbols(MHD_SONAME, names, CM_ARRAY_SIZE(names), syms, err) < 0) return -1;
+  size_t i = 0;
+#define MHD_ASSIGN(name) mhd.name = (__typeof__(MHD_##name) *)syms[i++];
+  MHD_FUNCTIONS(MHD_ASSIGN)
+#undef MHD_ASSIGN
   mhd_loaded = true;
   return 0;
 }

@@ -6,11 +6,10 @@
 #
 # libmicrohttpd (with GnuTLS behind it) and libcrypto are opened with dlopen when an HTTP
 # transport starts and when TLS material is made or checked, so that the stdio server never
-# maps them: only their headers are used at build time, and libdl is linked instead.
+# maps them: only their headers are used at build time (common/ links libdl for cm_dl_symbols).
 target_sources(mps_transport PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http.c)
 target_include_directories(mps_transport PRIVATE ${MHD_INCLUDE_DIRS})
 target_compile_options(mps_transport PRIVATE ${MHD_CFLAGS_OTHER})
-target_link_libraries(mps_transport PUBLIC PkgConfig::JANSSON ${CMAKE_DL_LIBS})
+target_link_libraries(mps_transport PUBLIC PkgConfig::JANSSON)
 target_sources(mps_server PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../server/serve_http.c)
 target_include_directories(mps_server PRIVATE ${OPENSSL_INCLUDE_DIR})
-target_link_libraries(mps_server PUBLIC ${CMAKE_DL_LIBS})
