@@ -183,23 +183,43 @@ def _cmdline(pid):
         return []
 
 
+def _ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def held_sandboxes():
-    """The prestarted sandboxes (--prestart): pid -> their work directory.  Every process of
-    one, bwrap and the waiting drop helper, carries --wait-go in its command line; they are
-    kept on purpose, so the leak checks leave them out."""
-    held = {}
+    """The prestarted sandboxes (--prestart) still waiting for a call: pid -> their work
+    directory.  Every process of one, bwrap and the waiting drop helper, carries --wait-go in
+    its command line; they are kept on purpose, so the leak checks leave them out.  Once a call
+    has released one, its processes keep that command line, but the drop helper has forked the
+    script: a --wait-go process with any descendant without --wait-go is running a call, and is
+    counted like any other process."""
+    marked = {}
+    others = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         argv = _cmdline(entry)
         if b"--wait-go" not in argv:
+            others.append(int(entry))
             continue
         workdir = None
         for i in range(len(argv) - 2):
             if argv[i] == b"--bind" and argv[i + 2] == b"/work":
                 workdir = argv[i + 1].decode()
-        held[int(entry)] = workdir
-    return held
+        marked[int(entry)] = workdir
+    # Walk up from every unmarked process: the marked ancestors it passes are released.
+    for pid in others:
+        q, seen = _ppid(pid), 0
+        while q and seen < 64:
+            if q in marked:
+                marked.pop(q)
+            q, seen = _ppid(q), seen + 1
+    return marked
 
 
 def work_left(state_dir):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import BACKEND, held_sandboxes, wait_until, work_left
+from conftest import BACKEND, descendants, held_sandboxes, wait_until, work_left
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 import wheelhouse  # noqa: E402
@@ -61,6 +61,31 @@ print(os.getuid())
     assert lines[0] == "False False ['script.py']", second
     if os.getuid() == 0:  # a fresh uid per run
         assert lines[1] != first["stdout"].strip()
+
+
+def test_a_released_sandbox_runs_the_call_and_cancelling_kills_it(make_server):
+    """A released sandbox keeps its --wait-go command line: it must count as the call's
+    processes (not as a held sandbox) and die with the call."""
+    s = start(make_server)
+    wait_held(s)
+    held_before = set(held_sandboxes())
+    marker = "mps-prestart-cancel-%d" % os.getpid()
+    s.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+            "params": {"name": "execute_python", "arguments": {
+                "script": f"import time\nprint('{marker}', flush=True)\ntime.sleep(60)",
+                "timeout_seconds": 120}, "_meta": {"progressToken": "p1"}}})
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        msg = s.recv(timeout=15)
+        if msg.get("method") == "notifications/progress" and marker in msg["params"].get("message", ""):
+            break
+    running = set(descendants(s.proc.pid))
+    assert held_before & running, "the call did not run in the held sandbox"
+    assert not held_before & set(held_sandboxes())
+    s.notify("notifications/cancelled", {"requestId": "long", "reason": "user"})
+    assert wait_until(lambda: descendants(s.proc.pid) == [], timeout=5)
+    # ...and reaped.
+    assert wait_until(lambda: not running & {int(p) for p in os.listdir("/proc") if p.isdigit()}, timeout=5)
 
 
 def test_other_shapes_start_their_own(make_server):
