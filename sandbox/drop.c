@@ -20,8 +20,9 @@
  * Without --uid (the server is not root; bwrap made a user namespace) only the rlimits and
  * steps 3-4 apply.
  *
- * With --status-fd (and --control-fd) the helper stays as a small supervisor (pid 2 of the
- * sandbox, after bwrap's init): it forks, the child takes steps 1-4, and the supervisor
+ * With --status-fd (and --control-fd) the helper stays as a small supervisor (pid 1 of the
+ * sandbox: bwrap runs it --as-pid-1, without an init of its own): it forks, the child takes
+ * steps 1-4, and the supervisor
  *   - is a child subreaper, so everything the command leaves behind is reaped (and
  *     counted) here;
  *   - sends SIGTERM to every other process in the sandbox when the control fd becomes
@@ -357,15 +358,18 @@ static int harden_supervisor(const drop_opts_t *o) {
 static void supervise(const drop_opts_t *o) __attribute__((noreturn));
 static void supervise(const drop_opts_t *o) {
   /* kill(-1) below reaches every process this one may signal in its pid namespace: only
-   * ever do that at the top of a namespace made for the run (bwrap's init is pid 1, this
-   * is pid 2).  In the host's namespace pids 1 and 2 are init and kthreadd, so nothing
-   * there passes. */
+   * ever do that at the top of a namespace made for the run (pid 1 with bwrap --as-pid-1;
+   * pid 2 under an init of bwrap's own).  In the host's namespace pids 1 and 2 are init and
+   * kthreadd, so nothing there passes.  As pid 1 of its namespace the supervisor also
+   * ignores every signal sent from inside it that it has no handler for, SIGKILL included,
+   * whatever the sender's uid; and when it exits, the kernel kills what is left. */
   if (getpid() > 2) die_msg("--status-fd needs a pid namespace of its own");
   close_all_but(o->status_fd, o->control_fd);
   if (fcntl(o->status_fd, F_SETFD, FD_CLOEXEC) < 0 ||
       (o->control_fd >= 0 && fcntl(o->control_fd, F_SETFD, FD_CLOEXEC) < 0))
     die("fcntl");
-  /* Orphans of the script come here, not to bwrap's init: reaped, and counted. */
+  /* Orphans of the script come here (as pid 1, and under an init of bwrap's too): reaped,
+   * and counted. */
   if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) die("PR_SET_CHILD_SUBREAPER");
   sigset_t chld;
   sigemptyset(&chld);
@@ -406,8 +410,8 @@ static void supervise(const drop_opts_t *o) {
       die("poll");
     }
     if (pfd[1].fd >= 0 && pfd[1].revents) {
-      /* The server closed its end (or wrote): a graceful end for everything but bwrap's
-       * init (pid 1) and this process, which kill(-1) leaves out. */
+      /* The server closed its end (or wrote): a graceful end for everything but this
+       * process (and pid 1, were that not this one), which kill(-1) leaves out. */
       kill(-1, SIGTERM);
       close(pfd[1].fd);
       pfd[1].fd = -1;
