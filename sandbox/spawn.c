@@ -3,6 +3,8 @@
 #include <poll.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -107,6 +109,38 @@ static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, 
   child_fail(errpipe, "exec");
 }
 
+/* What the child of a clone() that shares our memory needs to know. */
+typedef struct spawn_child_args {
+  const sbx_spawn_opts_t *o;
+  pid_t parent;
+  int failp[2], outp[2], errp[2];
+  const sigset_t *oldmask;
+} spawn_child_args_t;
+
+static int spawn_child(void *data) {
+  const spawn_child_args_t *a = data;
+  close(a->failp[0]);
+  if (a->outp[0] >= 0) close(a->outp[0]);
+  if (a->errp[0] >= 0) close(a->errp[0]);
+  child_main(a->o, false, a->parent, a->failp[1], a->outp[1], a->errp[1], a->oldmask);
+  return 127; /* not reached */
+}
+
+/* The stack the child of a vfork-style clone() runs on until it execs: one per thread,
+ * made on first use and kept (the parent is suspended until the exec, so one is enough). */
+#define SPAWN_STACK_BYTES (256u * 1024u)
+static _Thread_local char *spawn_stack;
+
+static char *spawn_stack_top(void) {
+  if (!spawn_stack) {
+    void *m = mmap(NULL, SPAWN_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+                   -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    spawn_stack = m;
+  }
+  return spawn_stack + SPAWN_STACK_BYTES; /* the stack grows down; mmap is page-aligned */
+}
+
 int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
   child->pid = -1;
   child->pidfd = child->stdout_fd = child->stderr_fd = -1;
@@ -137,6 +171,21 @@ int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
     } args = {.flags = SBX_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)o->cgroup_dir_fd};
     pid = (pid_t)syscall(SYS_clone3, &args, sizeof args);
     in_cgroup = pid >= 0;
+  }
+  if (pid < 0 && o->cgroup_dir_fd <= 2) {
+    /* No cgroup to be born in: a vfork-style child that shares our memory until it execs.
+     * On our machines copying the server's page tables for a fork() and the child's
+     * copy-on-write faults cost more than the rest of the spawn; the child only makes
+     * system calls on its own stack, with every signal blocked until its handlers are
+     * reset, and we are suspended until it execs or exits. */
+    char *top = spawn_stack_top();
+    if (top) {
+      spawn_child_args_t ca = {.o = o, .parent = parent, .oldmask = &old};
+      memcpy(ca.failp, failp, sizeof failp);
+      memcpy(ca.outp, outp, sizeof outp);
+      memcpy(ca.errp, errp, sizeof errp);
+      pid = clone(spawn_child, top, CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
+    }
   }
   if (pid < 0) pid = fork(); /* no clone3 or no CLONE_INTO_CGROUP: the child joins itself */
   if (pid == 0) {
