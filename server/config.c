@@ -81,6 +81,9 @@ static const opt_def_t options[] = {
     {"max-message-bytes", OPT_SIZE, OFF(max_message_bytes), "SIZE", "largest JSON-RPC message (16M)"},
     {"max-script-bytes", OPT_SIZE, OFF(max_script_bytes), "SIZE", "largest script (4M)"},
     {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "scripts running at once; more wait (8)"},
+    {"max-starting", OPT_INT, OFF(max_starting), "N",
+     "of those, scripts in their first 100 ms (sandbox set-up and interpreter start-up) at once; "
+     "more wait; 0 = one per CPU (0)"},
     {"max-session-concurrent", OPT_INT, OFF(max_session_concurrent), "N",
      "executions one session may have running or waiting; more are refused (0 = no limit)"},
     {"max-token-concurrent", OPT_INT, OFF(max_token_concurrent), "N",

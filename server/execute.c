@@ -3,8 +3,10 @@
  * format plus structuredContent. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "server/envcache.h"
 #include "server/files.h"
@@ -19,6 +21,8 @@
 #define EXEC_PROGRESS_PER_SECOND 20.0
 #define EXEC_PROGRESS_MAX_TEXT 4096
 #define EXEC_MAX_DEPENDENCIES 256
+/* A run counts as starting (sandbox set-up and interpreter start-up) for this long. */
+#define EXEC_START_WINDOW_MS 100
 
 typedef struct exec_job exec_job_t;
 
@@ -48,6 +52,7 @@ struct exec_job {
   srv_session_t *session;          /* compared, never dereferenced (it may be gone) */
   char *principal;                 /* the session's bearer token name, or NULL */
   bool holds_slot;
+  uint64_t starting_since; /* ms; 0 = not (or no longer) starting */
   char *workdir;
   files_inputs_t inputs; /* the files argument, written before the script starts */
   bool network;          /* this call's network (never more than the server allows) */
@@ -64,11 +69,19 @@ struct exec_job {
   cm_timer_t *flush_timer;
 };
 
-/* Slots: at most cfg->max_concurrent scripts run at once; the rest wait in order. */
+/* Slots: at most cfg->max_concurrent scripts run at once; the rest wait in order.  Of
+ * those, at most max_starting (cfg->max_starting, or one per CPU) may be in their first
+ * EXEC_START_WINDOW_MS at once: starting a run is the CPU-heavy part (bubblewrap's set-up,
+ * the interpreter's start-up, ~40 ms of CPU for print('hi')), and a burst of calls that all
+ * start together only makes each start slower (more processes fighting for the caches and
+ * the CPUs) without finishing any sooner.  A run leaves its start-up when it ends or when
+ * the window is over, whichever comes first, so scripts that sleep or wait still overlap
+ * as before, a window later. */
 static size_t slots_used;
+static size_t n_starting;
+static cm_timer_t *start_gate_timer;
 static exec_job_t *queue_head, *queue_tail;
 static exec_job_t *all_jobs;
-
 static size_t session_jobs(srv_session_t *ss) {
   size_t n = 0;
   for (exec_job_t *j = all_jobs; j; j = j->all_next) n += j->session == ss;
@@ -90,6 +103,10 @@ static void job_free(exec_job_t *job) {
   else if (all_jobs == job)
     all_jobs = job->all_next;
   if (job->all_next) job->all_next->all_prev = job->all_prev;
+  if (!all_jobs && start_gate_timer) { /* nothing left to admit (and the loop may be going away) */
+    cm_timer_cancel(start_gate_timer);
+    start_gate_timer = NULL;
+  }
   free(job->principal);
   free(job->script);
   free(job->timeout_note);
@@ -107,19 +124,70 @@ static void job_free(exec_job_t *job) {
   free(job);
 }
 
-static void slot_release(exec_job_t *job) {
-  if (!job->holds_slot) return;
-  job->holds_slot = false;
-  slots_used--;
-  while (queue_head && slots_used < job->cfg->max_concurrent) {
+static size_t max_starting(const srv_config_t *cfg) {
+  if (cfg->max_starting) return (size_t)cfg->max_starting;
+  static size_t cpus;
+  if (!cpus) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    cpus = n > 0 ? (size_t)n : 1;
+  }
+  return cpus;
+}
+
+static void starting_end(exec_job_t *job) {
+  if (!job->starting_since) return;
+  job->starting_since = 0;
+  n_starting--;
+}
+
+static void admit_queued(cm_loop_t *loop, const srv_config_t *cfg);
+
+static const srv_config_t *start_gate_cfg;
+
+static void on_start_gate(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  (void)t;
+  (void)data;
+  start_gate_timer = NULL;
+  admit_queued(loop, start_gate_cfg);
+}
+
+/* Starts waiting jobs while there is a slot and room to start; when only the start gate
+ * holds them back, wakes up when the oldest start-up window is over. */
+static void admit_queued(cm_loop_t *loop, const srv_config_t *cfg) {
+  uint64_t now = cm_now_ms();
+  uint64_t oldest = 0;
+  for (exec_job_t *j = all_jobs; j; j = j->all_next) {
+    if (j->starting_since && now >= j->starting_since + EXEC_START_WINDOW_MS) starting_end(j);
+    if (j->starting_since && (!oldest || j->starting_since < oldest)) oldest = j->starting_since;
+  }
+  while (queue_head && slots_used < cfg->max_concurrent && n_starting < max_starting(cfg)) {
     exec_job_t *next = queue_head;
     queue_head = next->queue_next;
     if (!queue_head) queue_tail = NULL;
     next->queued = false;
     next->holds_slot = true;
+    next->starting_since = now ? now : 1;
     slots_used++;
-    job_start(next);
+    n_starting++;
+    if (!oldest) oldest = next->starting_since;
+    job_start(next); /* may finish the job, and come back here */
   }
+  if (queue_head && slots_used < cfg->max_concurrent && !start_gate_timer && oldest) {
+    uint64_t at = oldest + EXEC_START_WINDOW_MS;
+    start_gate_cfg = cfg;
+    start_gate_timer = cm_loop_timer(loop, at > now ? at - now : 1, on_start_gate, NULL);
+  }
+}
+
+static void slot_release(exec_job_t *job) {
+  if (!job->holds_slot) return;
+  job->holds_slot = false;
+  slots_used--;
+  starting_end(job);
+  admit_queued(srv_server_loop(job->server), job->cfg);
 }
 
 static void queue_remove(exec_job_t *job) {
@@ -879,16 +947,11 @@ static void on_python(void *data, py_interp_t *def, const char *def_error) {
                         sbx_backend_name(b), b->unavailable ? b->unavailable : "unknown reason"));
     return;
   }
-  if (slots_used < job->cfg->max_concurrent) {
-    slots_used++;
-    job->holds_slot = true;
-    job_start(job);
-    return;
-  }
   job->queued = true;
   if (queue_tail) queue_tail->queue_next = job;
   else queue_head = job;
   queue_tail = job;
+  admit_queued(srv_server_loop(job->server), job->cfg);
 }
 
 /* ---------------------------------------------------------------- the tool */

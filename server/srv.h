@@ -54,6 +54,7 @@ typedef struct srv_config {
   uint64_t max_message_bytes; /* --max-message-bytes */
   uint64_t max_script_bytes; /* --max-script-bytes */
   uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
+  uint64_t max_starting;     /* --max-starting: executions in their start-up at once; 0 = one per CPU */
   uint64_t max_session_concurrent; /* --max-session-concurrent: per session, more are refused; 0 = none */
   uint64_t max_token_concurrent;   /* --max-token-concurrent: per bearer token, likewise */
   /* Files in and out of a run (server/files.c, server/artifacts.c). */
