@@ -430,7 +430,7 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
 }
 
 static char *make_workdir(srv_server_t *s, bool *mounted, cm_error_t *err) {
-  char *tmpl = xasprintf("%s/work/run-XXXXXX", srv_server_state_dir(s));
+  char *tmpl = xasprintf("%s/run-XXXXXX", srv_server_runs_dir(s));
   if (!mkdtemp(tmpl)) {
     cm_error_set(err, errno, CM_ERR_IO, "creating a work directory");
     free(tmpl);

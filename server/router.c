@@ -33,6 +33,8 @@ struct srv_server {
   bool probed;
   cm_timer_t *probe_timer;
   char *state_dir;
+  char *runs_dir; /* work/srv-XXXXXX, locked while we live */
+  int runs_lock;
   srv_request_t *inflight;
   size_t n_inflight;
   const srv_extension_t *ext;    /* NULL in the product */
@@ -121,12 +123,22 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   }
   chmod(work, 0711);
   srv_workdir_sweep(work, cfg->max_timeout + cfg->kill_grace_ms / 1000 + 600);
+  int runs_lock = -1;
+  cleanup_free char *runs_dir = srv_workdir_claim(work, &runs_lock, err);
+  if (!runs_dir) {
+    cm_error_wrap(err, "creating the work directory");
+    return NULL;
+  }
   const char *backend_name = cfg->sandbox_backend;
   sbx_backend_t *backend = sbx_backend_new(backend_name, err);
-  if (!backend) return NULL;
+  if (!backend) {
+    srv_workdir_release(runs_dir, runs_lock);
+    return NULL;
+  }
   sbx_cgroups_t *cgroups = sbx_cgroups_open(cfg->cgroup, err);
   if (!cgroups) {
     sbx_backend_free(backend);
+    srv_workdir_release(runs_dir, runs_lock);
     return NULL;
   }
   cleanup_free char *cg_text = sbx_cgroups_describe(cgroups);
@@ -137,6 +149,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   if (!artifacts) {
     sbx_backend_free(backend);
     sbx_cgroups_free(cgroups);
+    srv_workdir_release(runs_dir, runs_lock);
     return NULL;
   }
   srv_server_t *s = xcalloc(1, sizeof *s);
@@ -148,6 +161,8 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   s->host = sbx_backend_new("none", err);
   sbx_backend_probe(s->host);
   s->state_dir = steal_pointer(&state);
+  s->runs_dir = steal_pointer(&runs_dir);
+  s->runs_lock = runs_lock;
   s->pythons = py_registry_new(loop, cfg, s->state_dir);
   s->envs = env_store_new(loop, cfg, s->state_dir, backend);
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at
@@ -170,6 +185,8 @@ void srv_server_free(srv_server_t *s) {
   sbx_backend_free(s->backend);
   sbx_backend_free(s->host);
   sbx_cgroups_free(s->cgroups); /* after the runs: it removes their directories */
+  srv_workdir_release(s->runs_dir, s->runs_lock);
+  free(s->runs_dir);
   free(s->state_dir);
   free(s);
 }
@@ -187,6 +204,7 @@ py_registry_t *srv_server_pythons(srv_server_t *s) { return s->pythons; }
 env_store_t *srv_server_envs(srv_server_t *s) { return s->envs; }
 art_store_t *srv_server_artifacts(srv_server_t *s) { return s->artifacts; }
 const char *srv_server_state_dir(srv_server_t *s) { return s->state_dir; }
+const char *srv_server_runs_dir(srv_server_t *s) { return s->runs_dir; }
 size_t srv_server_inflight(srv_server_t *s) { return s->n_inflight; }
 
 static void fail_client_calls(srv_request_t *r, const char *why);

@@ -176,6 +176,8 @@ struct env_store *srv_server_envs(srv_server_t *s);
 struct art_store;
 struct art_store *srv_server_artifacts(srv_server_t *s);
 const char *srv_server_state_dir(srv_server_t *s);
+/* This server's own directory for its runs' work directories (see srv_workdir_claim). */
+const char *srv_server_runs_dir(srv_server_t *s);
 /* Cancels every request in flight (shutdown). */
 void srv_server_cancel_all(srv_server_t *s);
 size_t srv_server_inflight(srv_server_t *s);
@@ -296,8 +298,16 @@ void srv_server_set_extension(srv_server_t *s, const srv_extension_t *ext);
 /* Mounts a size-capped tmpfs on dir when the server may (root): true if it did.  0 = no. */
 bool srv_workdir_mount(const char *dir, uint64_t bytes);
 void srv_workdir_unmount(const char *dir);
-/* Unmounts and removes work directories a crashed server left behind (older than any run). */
+/* Unmounts and removes what crashed servers left in work_root: the directories of servers
+ * that are gone (work/srv-*, see below), and runs and builds older than any can be. */
 void srv_workdir_sweep(const char *work_root, uint64_t older_than_s);
+/* A directory of this server's own for its runs' work directories (work_root/srv-XXXXXX),
+ * locked (flock) for as long as the server lives: however the server ends, the next one to
+ * sweep the state directory can tell it is gone and remove it, mounts and all.  Returns it
+ * (to free) and the lock's fd, or NULL. */
+char *srv_workdir_claim(const char *work_root, int *lock_fd, cm_error_t *err);
+/* Unmounts what is left in dir, removes it and drops the lock. */
+void srv_workdir_release(const char *dir, int lock_fd);
 /* Whether work directories are size-capped here (for check_environment). */
 bool srv_workdir_capped(uint64_t bytes);
 

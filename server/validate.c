@@ -222,7 +222,7 @@ static void on_python(void *data, py_interp_t *def, const char *def_error) {
     return;
   }
   cm_error_t err = CM_ERROR_INIT;
-  c->workdir = xasprintf("%s/work/validate-XXXXXX", srv_server_state_dir(c->server));
+  c->workdir = xasprintf("%s/validate-XXXXXX", srv_server_runs_dir(c->server));
   cleanup_free char *path = NULL;
   if (!mkdtemp(c->workdir)) {
     free(c->workdir);

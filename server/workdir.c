@@ -3,7 +3,9 @@
  * touches the disk (on an ext4 disk with discard that is milliseconds per run). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -36,22 +38,73 @@ void srv_workdir_unmount(const char *dir) {
 
 bool srv_workdir_capped(uint64_t bytes) { return bytes && geteuid() == 0 && mount_state != 0; }
 
+/* Unmounts the run directories in dir (a server's, or a crashed run's own), then removes it. */
+static void remove_tree(const char *dir) {
+  if (geteuid() == 0) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      if (strncmp(e->d_name, "run-", 4) != 0) continue;
+      cleanup_free char *p = xasprintf("%s/%s", dir, e->d_name);
+      umount2(p, MNT_DETACH);
+    }
+    if (d) closedir(d);
+    umount2(dir, MNT_DETACH);
+  }
+  cm_error_t err = CM_ERROR_INIT;
+  cm_rm_rf(dir, &err);
+  cm_error_release(&err);
+}
+
 void srv_workdir_sweep(const char *work_root, uint64_t older_than_s) {
   DIR *d = opendir(work_root);
   if (!d) return;
   struct dirent *e;
   time_t now = time(NULL);
   while ((e = readdir(d))) {
-    if (strncmp(e->d_name, "run-", 4) != 0) continue;
     cleanup_free char *p = xasprintf("%s/%s", work_root, e->d_name);
-    /* Another server may share the state directory: only a directory older than any run can
-     * be (the longest timeout and then some) is a left-over of a crash. */
+    if (strncmp(e->d_name, "srv-", 4) == 0) {
+      /* A server's own directory: its owner holds a lock on it for as long as it lives, so
+       * one we can lock is a dead server's, whatever its age. */
+      int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) continue;
+      if (flock(fd, LOCK_EX | LOCK_NB) == 0) remove_tree(p);
+      close(fd);
+      continue;
+    }
+    if (strncmp(e->d_name, "run-", 4) != 0 && strncmp(e->d_name, "build-", 6) != 0 &&
+        strncmp(e->d_name, "warm-", 5) != 0 && strncmp(e->d_name, "resolve-", 8) != 0)
+      continue;
+    /* Another server may share the state directory: only a directory older than any run or
+     * build can be (the longest timeout and then some) is a left-over of a crash. */
     struct stat st;
-    if (lstat(p, &st) < 0 || (uint64_t)(now - st.st_ctime) < older_than_s) continue;
-    if (geteuid() == 0) umount2(p, MNT_DETACH);
-    cm_error_t err = CM_ERROR_INIT;
-    cm_rm_rf(p, &err);
-    cm_error_release(&err);
+    if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode) || (uint64_t)(now - st.st_ctime) < older_than_s) continue;
+    remove_tree(p);
   }
   closedir(d);
+}
+
+char *srv_workdir_claim(const char *work_root, int *lock_fd, cm_error_t *err) {
+  char *dir = xasprintf("%s/srv-XXXXXX", work_root);
+  if (!mkdtemp(dir)) {
+    cm_error_set(err, errno, CM_ERR_IO, "creating %s", dir);
+    free(dir);
+    return NULL;
+  }
+  chmod(dir, 0711); /* as work/: a run's uid must reach its own directory inside */
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    cm_error_set(err, errno, CM_ERR_IO, "locking %s", dir);
+    if (fd >= 0) close(fd);
+    rmdir(dir);
+    free(dir);
+    return NULL;
+  }
+  *lock_fd = fd;
+  return dir;
+}
+
+void srv_workdir_release(const char *dir, int lock_fd) {
+  if (dir) remove_tree(dir);
+  if (lock_fd >= 0) close(lock_fd);
 }

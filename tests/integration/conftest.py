@@ -223,9 +223,17 @@ def held_sandboxes():
 
 
 def work_left(state_dir):
-    """Entries of the state directory's work/ other than a prestarted sandbox's."""
+    """What is in the state directory's work/ (and in the servers' own directories there,
+    work/srv-*) other than a prestarted sandbox's work directory."""
     keep = {os.path.basename(w) for w in held_sandboxes().values() if w}
-    return [e for e in os.listdir(os.path.join(state_dir, "work")) if e not in keep]
+    work = os.path.join(state_dir, "work")
+    left = []
+    for e in os.listdir(work):
+        if e.startswith("srv-"):
+            left += [f"{e}/{r}" for r in os.listdir(os.path.join(work, e)) if r not in keep]
+        elif e not in keep:
+            left.append(e)
+    return left
 
 
 def descendants(pid):

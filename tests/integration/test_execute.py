@@ -1,5 +1,6 @@
 """execute_python and check_environment end to end over stdio (the seed's cases and the
 flaws it had: stdin, timeouts of whole trees, output floods, cancellation, clean-up)."""
+import glob
 import os
 import re
 import signal
@@ -351,3 +352,33 @@ def test_per_session_limit(make_server):
     first = s.recv_response("a", timeout=20)
     assert first["result"]["structuredContent"]["stdout"] == "a\n"
     assert s.execute("print('c')")["structuredContent"]["stdout"] == "c\n"
+
+
+def mounts_under(path):
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(path)]
+
+
+def test_a_killed_servers_work_is_swept_by_the_next(make_server, tmp_path):
+    """A server killed with SIGKILL cannot clean up: its runs' work directories (tmpfs
+    mounts when root) stay.  The next server on the state directory removes them at once,
+    because no live server holds the lock on their directory any more."""
+    state = str(tmp_path / "state")
+    s = make_server(state_dir=state)
+    s.initialize()
+    s.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+            "params": {"name": "execute_python", "arguments": {"script": "import time\ntime.sleep(60)"}}})
+    work = os.path.join(state, "work")
+    assert wait_until(lambda: glob.glob(os.path.join(work, "srv-*", "run-*")), timeout=10)
+    mine = glob.glob(os.path.join(work, "srv-*"))
+    assert len(mine) == 1
+    s.proc.send_signal(signal.SIGKILL)
+    s.proc.wait()
+    assert os.path.isdir(mine[0])  # left behind by the crash...
+    s2 = make_server(state_dir=state)
+    s2.initialize()
+    assert not os.path.exists(mine[0])  # ...and gone once the next server starts
+    assert mounts_under(mine[0]) == []
+    assert s2.execute("print('ok')")["structuredContent"]["stdout"] == "ok\n"
+    s2.close()
+    assert os.listdir(work) == []  # and a server that exits leaves nothing either
