@@ -9,6 +9,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/srv.h"
 
@@ -73,7 +74,8 @@ void srv_workdir_sweep(const char *work_root, uint64_t older_than_s) {
       continue;
     }
     if (strncmp(e->d_name, "run-", 4) != 0 && strncmp(e->d_name, "build-", 6) != 0 &&
-        strncmp(e->d_name, "warm-", 5) != 0 && strncmp(e->d_name, "resolve-", 8) != 0)
+        strncmp(e->d_name, "warm-", 5) != 0 && strncmp(e->d_name, "resolve-", 8) != 0 &&
+        strncmp(e->d_name, "new-", 4) != 0)
       continue;
     /* Another server may share the state directory: only a directory older than any run or
      * build can be (the longest timeout and then some) is a left-over of a crash. */
@@ -84,24 +86,38 @@ void srv_workdir_sweep(const char *work_root, uint64_t older_than_s) {
   closedir(d);
 }
 
-char *srv_workdir_claim(const char *work_root, int *lock_fd, cm_error_t *err) {
-  char *dir = xasprintf("%s/srv-XXXXXX", work_root);
-  if (!mkdtemp(dir)) {
-    cm_error_set(err, errno, CM_ERR_IO, "creating %s", dir);
-    free(dir);
-    return NULL;
-  }
-  chmod(dir, 0711); /* as work/: a run's uid must reach its own directory inside */
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
-    cm_error_set(err, errno, CM_ERR_IO, "locking %s", dir);
+/* One try of srv_workdir_claim: 1 on success, 0 to try another name, -1 on an error. */
+static int claim_once(const char *work_root, char **out, int *lock_fd, cm_error_t *err) {
+  /* Made and locked under another name, then renamed: a sweep by a server starting at the
+   * same time never sees it unlocked (the lock stays with the directory). */
+  cleanup_free char *tmp = xasprintf("%s/new-XXXXXX", work_root);
+  if (!mkdtemp(tmp)) return cm_error_set(err, errno, CM_ERR_IO, "creating %s", tmp);
+  chmod(tmp, 0711); /* as work/: a run's uid must reach its own directory inside */
+  char *dir = xasprintf("%s/srv-%s", work_root, strrchr(tmp, '-') + 1);
+  int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int rc = fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 ? -1
+           : renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) == 0 ? 1
+           : errno == EEXIST ? 0 : -1;
+  if (rc < 0) cm_error_set(err, errno, CM_ERR_IO, "locking %s", tmp);
+  if (rc <= 0) {
     if (fd >= 0) close(fd);
-    rmdir(dir);
+    rmdir(tmp);
     free(dir);
-    return NULL;
+    return rc;
   }
+  *out = dir;
   *lock_fd = fd;
-  return dir;
+  return 1;
+}
+
+char *srv_workdir_claim(const char *work_root, int *lock_fd, cm_error_t *err) {
+  char *dir = NULL;
+  for (int i = 0; i < 8; i++) {
+    int rc = claim_once(work_root, &dir, lock_fd, err);
+    if (rc != 0) return rc > 0 ? dir : NULL;
+  }
+  cm_error_set(err, EEXIST, CM_ERR_IO, "no free name for a server directory in %s", work_root);
+  return NULL;
 }
 
 void srv_workdir_release(const char *dir, int lock_fd) {
