@@ -112,6 +112,7 @@ static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, 
 /* What the child of a clone() that shares our memory needs to know. */
 typedef struct spawn_child_args {
   const sbx_spawn_opts_t *o;
+  bool in_cgroup;
   pid_t parent;
   int failp[2], outp[2], errp[2];
   const sigset_t *oldmask;
@@ -122,9 +123,42 @@ static int spawn_child(void *data) {
   close(a->failp[0]);
   if (a->outp[0] >= 0) close(a->outp[0]);
   if (a->errp[0] >= 0) close(a->errp[0]);
-  child_main(a->o, false, a->parent, a->failp[1], a->outp[1], a->errp[1], a->oldmask);
+  child_main(a->o, a->in_cgroup, a->parent, a->failp[1], a->outp[1], a->errp[1], a->oldmask);
   return 127; /* not reached */
 }
+
+typedef struct spawn_clone_args {
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
+      cgroup;
+} spawn_clone_args_t;
+
+#if defined(__x86_64__)
+/* clone3() whose child starts fn(arg) on the stack args gives it, then exits with what fn
+ * returns: the raw system call cannot come back into C in a child on another stack (glibc
+ * has this for itself, but exports no clone3).  Returns the child's pid, or -errno.  The
+ * child finds fn and arg in r8 and r9, which the system call leaves as they were. */
+long sbx_clone3_call(spawn_clone_args_t *args, size_t size, int (*fn)(void *), void *arg);
+__asm__(".text\n"
+        ".type sbx_clone3_call, @function\n"
+        "sbx_clone3_call:\n"
+        "  mov %rdx, %r8\n"
+        "  mov %rcx, %r9\n"
+        "  mov $435, %eax\n" /* SYS_clone3 */
+        "  syscall\n"
+        "  test %rax, %rax\n"
+        "  jz 1f\n"
+        "  ret\n"
+        "1:\n"
+        "  xor %ebp, %ebp\n"
+        "  mov %r9, %rdi\n"
+        "  call *%r8\n"
+        "  mov %eax, %edi\n"
+        "  mov $60, %eax\n" /* SYS_exit */
+        "  syscall\n"
+        "  hlt\n"
+        ".size sbx_clone3_call, .-sbx_clone3_call\n");
+#define SBX_HAVE_CLONE3_CALL 1
+#endif
 
 /* The stack the child of a vfork-style clone() runs on until it execs: one per thread,
  * made on first use and kept (the parent is suspended until the exec, so one is enough). */
@@ -162,30 +196,36 @@ int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
   pid_t parent = getpid();
   bool in_cgroup = false;
   pid_t pid = -1;
+  spawn_child_args_t ca = {.o = o, .parent = parent, .oldmask = &old};
+  memcpy(ca.failp, failp, sizeof failp);
+  memcpy(ca.outp, outp, sizeof outp);
+  memcpy(ca.errp, errp, sizeof errp);
+  /* A vfork-style child that shares our memory until it execs: on our machines copying the
+   * server's page tables for a fork() and the child's copy-on-write faults cost more than
+   * the rest of the spawn.  The child only makes system calls on a stack of its own, with
+   * every signal blocked until its handlers are reset, and we are suspended until it execs
+   * or exits. */
+  char *top = spawn_stack_top();
   if (o->cgroup_dir_fd > 2) {
     /* Born in the run's cgroup: moving a process there afterwards waits for an RCU grace
      * period in the kernel (milliseconds); starting it there does not. */
-    struct {
-      uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
-          cgroup;
-    } args = {.flags = SBX_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)o->cgroup_dir_fd};
-    pid = (pid_t)syscall(SYS_clone3, &args, sizeof args);
-    in_cgroup = pid >= 0;
-  }
-  if (pid < 0 && o->cgroup_dir_fd <= 2) {
-    /* No cgroup to be born in: a vfork-style child that shares our memory until it execs.
-     * On our machines copying the server's page tables for a fork() and the child's
-     * copy-on-write faults cost more than the rest of the spawn; the child only makes
-     * system calls on its own stack, with every signal blocked until its handlers are
-     * reset, and we are suspended until it execs or exits. */
-    char *top = spawn_stack_top();
+    spawn_clone_args_t args = {.flags = SBX_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD,
+                               .cgroup = (uint64_t)o->cgroup_dir_fd};
+#ifdef SBX_HAVE_CLONE3_CALL
     if (top) {
-      spawn_child_args_t ca = {.o = o, .parent = parent, .oldmask = &old};
-      memcpy(ca.failp, failp, sizeof failp);
-      memcpy(ca.outp, outp, sizeof outp);
-      memcpy(ca.errp, errp, sizeof errp);
-      pid = clone(spawn_child, top, CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
+      spawn_clone_args_t vargs = args;
+      vargs.flags |= CLONE_VM | CLONE_VFORK;
+      vargs.stack = (uint64_t)(uintptr_t)(top - SPAWN_STACK_BYTES);
+      vargs.stack_size = SPAWN_STACK_BYTES;
+      ca.in_cgroup = true;
+      long r = sbx_clone3_call(&vargs, sizeof vargs, spawn_child, &ca);
+      if (r > 0) pid = (pid_t)r;
     }
+#endif
+    if (pid < 0) pid = (pid_t)syscall(SYS_clone3, &args, sizeof args); /* fork-like */
+    in_cgroup = pid >= 0;
+  } else if (top) {
+    pid = clone(spawn_child, top, CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
   }
   if (pid < 0) pid = fork(); /* no clone3 or no CLONE_INTO_CGROUP: the child joins itself */
   if (pid == 0) {
