@@ -314,6 +314,20 @@ class StdioServer:
 
 # ------------------------------------------------------------------------------ HTTP client
 
+def messages_of(content_type, body):
+    """The JSON-RPC messages of a response body: an SSE stream's data fields, or JSON."""
+    msgs = []
+    if "text/event-stream" in content_type:
+        for block in body.decode().replace("\r\n", "\n").split("\n\n"):
+            data = "\n".join(l[5:].lstrip() for l in block.split("\n") if l.startswith("data:"))
+            if data.strip():
+                msgs.append(json.loads(data))
+    elif body.strip():
+        m = json.loads(body)
+        msgs.extend(m if isinstance(m, list) else [m])
+    return msgs
+
+
 class McpHttp:
     """One Streamable HTTP session over one keep-alive connection."""
 
@@ -332,17 +346,7 @@ class McpHttp:
         self.conn.request("POST", self.path, body=json.dumps(obj).encode(), headers=headers)
         resp = self.conn.getresponse()
         body = resp.read()
-        ctype = resp.getheader("Content-Type") or ""
-        msgs = []
-        if "text/event-stream" in ctype:
-            for block in body.decode().split("\n\n"):
-                data = "\n".join(l[5:].lstrip() for l in block.split("\n") if l.startswith("data:"))
-                if data.strip():
-                    msgs.append(json.loads(data))
-        elif body.strip():
-            m = json.loads(body)
-            msgs.extend(m if isinstance(m, list) else [m])
-        return resp.status, resp, msgs
+        return resp.status, resp, messages_of(resp.getheader("Content-Type") or "", body)
 
     def initialize(self):
         status, resp, msgs = self.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -388,16 +392,7 @@ def parse_http_response(raw):
                 break
             out, rest = out + rest[:size], rest[size + 2:]
         body = out
-    msgs = []
-    if "text/event-stream" in headers.get("content-type", ""):
-        for block in body.decode().replace("\r\n", "\n").split("\n\n"):
-            data = "\n".join(l[5:].lstrip() for l in block.split("\n") if l.startswith("data:"))
-            if data.strip():
-                msgs.append(json.loads(data))
-    elif body.strip():
-        m = json.loads(body)
-        msgs.extend(m if isinstance(m, list) else [m])
-    return status, headers, msgs
+    return status, headers, messages_of(headers.get("content-type", ""), body)
 
 
 def http_burst(port, requests, timeout=300):

@@ -116,6 +116,20 @@ class Server:
         args = {"script": script, **kwargs}
         return self.call("execute_python", args, timeout=timeout)
 
+    def start_sleeping_call(self, req_id, marker, timeout=15):
+        """Sends an execute_python that prints marker and sleeps for a minute, with a
+        progress token, and waits until the marker arrives as progress (so it is running)."""
+        self.send({"jsonrpc": "2.0", "id": req_id, "method": "tools/call",
+                   "params": {"name": "execute_python", "arguments": {
+                       "script": f"import time\nprint('{marker}', flush=True)\ntime.sleep(60)",
+                       "timeout_seconds": 120}, "_meta": {"progressToken": "p1"}}})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = self.recv(timeout=timeout)
+            if msg.get("method") == "notifications/progress" and marker in msg["params"].get("message", ""):
+                return True
+        return False
+
     # ------------------------------------------------------------ process
     def rss_kib(self, field="VmHWM"):
         with open(f"/proc/{self.proc.pid}/status") as f:

@@ -217,15 +217,7 @@ def test_cancellation_kills_the_container_by_name(standin):
     try:
         check_environment(s)
         marker = "mps-docker-cancel-%d" % os.getpid()
-        s.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
-                "params": {"name": "execute_python", "arguments": {
-                    "script": f"import time\nprint('{marker}', flush=True)\ntime.sleep(60)",
-                    "timeout_seconds": 120}, "_meta": {"progressToken": "p1"}}})
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            msg = s.recv(timeout=15)
-            if msg.get("method") == "notifications/progress" and marker in msg["params"].get("message", ""):
-                break
+        assert s.start_sleeping_call("long", marker)
         name = value_after(standin.runs()[-1], "--name")[0]
         s.notify("notifications/cancelled", {"requestId": "long", "reason": "user"})
         assert wait_until(lambda: standin.has_call("kill", "--signal", "TERM", name), timeout=10)

@@ -180,16 +180,7 @@ def test_truncation_keeps_utf8_valid(make_server):
 
 def test_cancellation_kills_and_sends_nothing(server):
     marker = "mps-cancel-%d" % os.getpid()
-    server.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
-                 "params": {"name": "execute_python", "arguments": {
-                     "script": f"import time, sys\nprint('{marker}', flush=True)\ntime.sleep(60)",
-                     "timeout_seconds": 120}, "_meta": {"progressToken": "p1"}}})
-    # wait until it is running: the progress notification carries its first output
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        msg = server.recv(timeout=15)
-        if msg.get("method") == "notifications/progress" and marker in msg["params"].get("message", ""):
-            break
+    assert server.start_sleeping_call("long", marker)
     assert len(descendants(server.proc.pid)) >= 1
     server.notify("notifications/cancelled", {"requestId": "long", "reason": "user"})
     assert wait_until(lambda: descendants(server.proc.pid) == [], timeout=5)
@@ -382,3 +373,20 @@ def test_a_killed_servers_work_is_swept_by_the_next(make_server, tmp_path):
     assert s2.execute("print('ok')")["structuredContent"]["stdout"] == "ok\n"
     s2.close()
     assert os.listdir(work) == []  # and a server that exits leaves nothing either
+
+
+def test_servers_sharing_a_state_directory_keep_to_their_own(make_server, tmp_path):
+    """Servers started together on one state directory: none sweeps another's live
+    directory (each is locked before it gets its name), each runs its calls, and once all
+    have exited nothing is left."""
+    state = str(tmp_path / "state")
+    servers = [make_server(state_dir=state) for _ in range(4)]
+    for s in servers:
+        s.initialize()
+    for i, s in enumerate(servers):
+        assert s.execute(f"print({i})")["structuredContent"]["stdout"] == f"{i}\n"
+    work = os.path.join(state, "work")
+    assert len(glob.glob(os.path.join(work, "srv-*"))) == 4
+    for s in servers:
+        s.close()
+    assert os.listdir(work) == []

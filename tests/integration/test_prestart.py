@@ -70,15 +70,7 @@ def test_a_released_sandbox_runs_the_call_and_cancelling_kills_it(make_server):
     wait_held(s)
     held_before = set(held_sandboxes())
     marker = "mps-prestart-cancel-%d" % os.getpid()
-    s.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
-            "params": {"name": "execute_python", "arguments": {
-                "script": f"import time\nprint('{marker}', flush=True)\ntime.sleep(60)",
-                "timeout_seconds": 120}, "_meta": {"progressToken": "p1"}}})
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        msg = s.recv(timeout=15)
-        if msg.get("method") == "notifications/progress" and marker in msg["params"].get("message", ""):
-            break
+    assert s.start_sleeping_call("long", marker)
     running = set(descendants(s.proc.pid))
     assert held_before & running, "the call did not run in the held sandbox"
     assert not held_before & set(held_sandboxes())
