@@ -82,6 +82,7 @@ static size_t n_starting;
 static cm_timer_t *start_gate_timer;
 static exec_job_t *queue_head, *queue_tail;
 static exec_job_t *all_jobs;
+
 static size_t session_jobs(srv_session_t *ss) {
   size_t n = 0;
   for (exec_job_t *j = all_jobs; j; j = j->all_next) n += j->session == ss;
