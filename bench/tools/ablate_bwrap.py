@@ -83,7 +83,7 @@ def build(v, ctx):
     a = [ctx["bwrap"], "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup"]
     if o["unshare_net"]:
         a.append("--unshare-net")
-    a += ["--die-with-parent", "--hostname", "sandbox", "--clearenv"]
+    a += ["--as-pid-1", "--die-with-parent", "--hostname", "sandbox", "--clearenv"]
     for e in ENV:
         k, val = e.split("=", 1)
         a += ["--setenv", k, val]
