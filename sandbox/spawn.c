@@ -109,7 +109,8 @@ static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, 
   child_fail(errpipe, "exec");
 }
 
-/* What the child of a clone() that shares our memory needs to know. */
+/* What a child needs to know (a vfork-style one finds it in our memory; a fork-like one
+ * has its copy). */
 typedef struct spawn_child_args {
   const sbx_spawn_opts_t *o;
   bool in_cgroup;
@@ -228,11 +229,9 @@ int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
     pid = clone(spawn_child, top, CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
   }
   if (pid < 0) pid = fork(); /* no clone3 or no CLONE_INTO_CGROUP: the child joins itself */
-  if (pid == 0) {
-    close(failp[0]);
-    if (outp[0] >= 0) close(outp[0]);
-    if (errp[0] >= 0) close(errp[0]);
-    child_main(o, in_cgroup, parent, failp[1], outp[1], errp[1], &old);
+  if (pid == 0) { /* a fork-like child (the vfork-style ones start in spawn_child) */
+    ca.in_cgroup = in_cgroup;
+    spawn_child(&ca);
   }
   int fork_errno = errno;
   sigprocmask(SIG_SETMASK, &old, NULL);

@@ -197,12 +197,19 @@ def _cmdline(pid):
         return []
 
 
-def _ppid(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+def _processes():
+    """{pid: (state, ppid)} of every process now."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        table[int(entry)] = (rest[0], int(rest[1]))
+    return table
 
 
 def held_sandboxes():
@@ -213,26 +220,24 @@ def held_sandboxes():
     script: a --wait-go process with any descendant without --wait-go is running a call, and is
     counted like any other process."""
     marked = {}
-    others = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        argv = _cmdline(entry)
+    table = _processes()
+    for pid in table:
+        argv = _cmdline(pid)
         if b"--wait-go" not in argv:
-            others.append(int(entry))
             continue
         workdir = None
         for i in range(len(argv) - 2):
             if argv[i] == b"--bind" and argv[i + 2] == b"/work":
                 workdir = argv[i + 1].decode()
-        marked[int(entry)] = workdir
+        marked[pid] = workdir
     # Walk up from every unmarked process: the marked ancestors it passes are released.
-    for pid in others:
-        q, seen = _ppid(pid), 0
-        while q and seen < 64:
-            if q in marked:
-                marked.pop(q)
-            q, seen = _ppid(q), seen + 1
+    for pid in table:
+        if pid in marked:
+            continue
+        q, seen = table[pid][1], 0
+        while q in table and seen < 64:
+            marked.pop(q, None)
+            q, seen = table[q][1], seen + 1
     return marked
 
 
@@ -253,20 +258,8 @@ def work_left(state_dir):
 def descendants(pid):
     """Every live process whose ancestry includes pid (but the prestarted sandbox)."""
     held = set(held_sandboxes())
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        rest = stat[stat.rfind(")") + 2:].split()
-        state, ppid = rest[0], int(rest[1])
-        if state in ("Z", "X") or int(entry) in held:
-            continue
-        parents[int(entry)] = ppid
+    parents = {p: ppid for p, (state, ppid) in _processes().items()
+               if state not in ("Z", "X") and p not in held}
     out = []
     for p in parents:
         q = p
