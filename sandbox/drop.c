@@ -39,9 +39,10 @@
  * uid), with an empty bounding set, no_new_privs and not dumpable: the script, under
  * another uid, without capabilities and with ptrace denied by seccomp, can neither signal
  * it nor trace it nor reach its fds, so a record is the supervisor's own.  Without --uid
- * the script shares the supervisor's uid and could kill it (not trace it: it is not
- * dumpable, and seccomp denies ptrace); then there is no record, bwrap exits non-zero and
- * the server reports the status as unknown rather than trust anything.
+ * the script shares the supervisor's uid, but as the namespace's pid 1 the supervisor
+ * ignores its signals, and it cannot trace it (not dumpable, and seccomp denies ptrace).
+ * Should the supervisor die anyway there is no record: bwrap exits non-zero and the server
+ * reports the status as unknown rather than trust anything.
  *
  * Any failure exits 126 with one line on stderr, which reaches the run's stderr; a failed
  * exec exits 127.  The program runs under the sandbox's seccomp filter, which allows
