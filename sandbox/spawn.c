@@ -54,6 +54,28 @@ static int apply_rlimits(const sbx_limits_t *l) {
   return setrlimit(RLIMIT_CORE, &core);
 }
 
+/* Closes every fd above 2 but the ones in keep (any order; duplicates allowed).  In a
+ * child before exec: no allocation. */
+static void close_all_but(int *keep, size_t n) {
+  for (size_t i = 1; i < n; i++) /* insertion sort: a few dozen at most */
+    for (size_t j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+      int t = keep[j];
+      keep[j] = keep[j - 1];
+      keep[j - 1] = t;
+    }
+  unsigned from = 3;
+  for (size_t i = 0; i <= n; i++) {
+    unsigned to = i < n ? (unsigned)keep[i] : ~0U; /* close [from, to) */
+    if (i < n && (unsigned)keep[i] < from) continue;
+    if (to > from) {
+      unsigned last = i < n ? to - 1 : ~0U;
+      if (syscall(SYS_close_range, from, last, 0) < 0)
+        for (unsigned fd = from; fd <= last && fd < 65536; fd++) close((int)fd);
+    }
+    if (i < n) from = to + 1;
+  }
+}
+
 static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, int errpipe, int out_w, int err_w,
                        const sigset_t *oldmask) {
   /* Reset every signal disposition, then unblock. */
@@ -88,10 +110,18 @@ static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, 
   if (dup2(out_w >= 0 ? out_w : devnull, 1) < 0) child_fail(errpipe, "dup2 stdout");
   if (dup2(err_w >= 0 ? err_w : devnull, 2) < 0) child_fail(errpipe, "dup2 stderr");
 
-  /* Everything else is close-on-exec from here on, except the fds to pass. */
-  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
-    for (int fd = 3; fd < 65536; fd++) fcntl(fd, F_SETFD, FD_CLOEXEC);
-  }
+  /* Everything else is closed now, not at exec: the steps below can take milliseconds
+   * (joining a cgroup v1 waits for an RCU grace period), and a copy of one of the server's
+   * fds must not outlive the server meanwhile (the flock on its run directory would, and
+   * the next server could not tell it is gone). */
+  int keep[64];
+  size_t n_keep = 0;
+  keep[n_keep++] = errpipe;
+  for (size_t i = 0; i < o->n_pass_fds && n_keep < CM_ARRAY_SIZE(keep); i++)
+    if (o->pass_fds[i] > 2) keep[n_keep++] = o->pass_fds[i];
+  for (size_t i = 0; !in_cgroup && i < o->n_cgroup_fds && n_keep < CM_ARRAY_SIZE(keep); i++)
+    if (o->cgroup_fds[i] > 2) keep[n_keep++] = o->cgroup_fds[i];
+  close_all_but(keep, n_keep);
   for (size_t i = 0; i < o->n_pass_fds; i++) {
     int fd = o->pass_fds[i];
     if (fd < 0) continue;
