@@ -1,0 +1,284 @@
+/* egress/: the server's egress proxy, the only way out of a sandbox's network namespace.
+ *
+ * Each sandbox (a run or a build) has a network namespace of its own with nothing in it but
+ * loopback.  Its supervisor (sandbox/drop.c) listens on 127.0.0.1:EG_SANDBOX_PORT inside it
+ * and passes every connection it accepts, as a file descriptor, over a per-run unix
+ * SOCK_SEQPACKET socket pair to this proxy (an eg_session_t per run).  The proxy reads one
+ * request head (HTTP CONNECT, a plain-HTTP absolute-URI request, an index request of a
+ * build, or a SOCKS5 CONNECT), resolves the name itself (c-ares, on the server's event
+ * loop), judges every resolved address against the policy, connects from the host's
+ * namespace and relays bytes both ways with bounded buffers.  The socket pair identifies the
+ * run: the policy, the counters and the caps are the run's.
+ *
+ * Pure parts (rules, address classes, the policy decision, request heads, URLs) take
+ * (buf, len) and are fuzzed (tests/fuzz/fuzz_egress_*.c).
+ *
+ * Links only common/ and c-ares; OpenSSL's libssl is opened at run time (dlopen) the first
+ * time an index request needs TLS, so a server that never needs it never maps it. */
+#ifndef MPS_EGRESS_EGRESS_H
+#define MPS_EGRESS_EGRESS_H
+
+#include "common/cm.h"
+
+/* The port of the forwarder inside every sandbox with network (on its 127.0.0.1 and ::1). */
+#define EG_SANDBOX_PORT 3128
+/* The path prefix of index requests on the forwarder: /mps-index/<n>/... */
+#define EG_INDEX_PREFIX "/mps-index/"
+
+/* ---------------------------------------------------------------- addresses */
+
+typedef struct eg_addr {
+  int family;        /* AF_INET or AF_INET6 */
+  uint8_t bytes[16]; /* network byte order; the first 4 for AF_INET */
+} eg_addr_t;
+
+/* Parses a literal address: IPv4 in strict dotted-quad form (four decimal parts, no leading
+ * zeros) or IPv6 (RFC 4291 text, optionally with a dotted-quad tail), without brackets or
+ * zone.  0 on success, -1 if it is not one. */
+int eg_addr_parse(const char *buf, size_t len, eg_addr_t *out);
+/* IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d, except :: and ::1) and NAT64
+ * (64:ff9b::a.b.c.d) IPv6 addresses as the IPv4 address they carry; others unchanged. */
+void eg_addr_normalise(const eg_addr_t *in, eg_addr_t *out);
+/* Text form ("198.51.100.1", "2001:db8::1") into buf (at least 46 bytes); returns buf. */
+const char *eg_addr_format(const eg_addr_t *a, char *buf, size_t size);
+bool eg_addr_equal(const eg_addr_t *a, const eg_addr_t *b);
+/* Is a within net/prefix (same family; prefix in bits)? */
+bool eg_addr_in(const eg_addr_t *a, const eg_addr_t *net, unsigned prefix);
+
+/* Why an address is not on the public internet, judged after eg_addr_normalise: "loopback",
+ * "unspecified", "private", "shared (CGNAT)", "link-local", "cloud metadata", "multicast",
+ * "broadcast", "reserved", "unique local (ULA)", "site-local"; NULL when it is public. */
+const char *eg_addr_class(const eg_addr_t *a);
+/* When every address of net/prefix has one class that is not public, that class (a
+ * prefix that is only partly in a denied range, or in several, gets NULL). */
+const char *eg_net_class(const eg_addr_t *net, unsigned prefix);
+
+/* ---------------------------------------------------------------- rules */
+
+typedef enum eg_rule_kind {
+  EG_RULE_HOST = 1, /* one host name: "pypi.org" */
+  EG_RULE_SUFFIX,   /* "*.example.com": every name below example.com (not example.com) */
+  EG_RULE_NET,      /* an address or a prefix: "127.0.0.1", "10.0.0.0/8", "[fd00::]/8" */
+} eg_rule_kind_t;
+
+#define EG_HOST_MAX 253
+#define EG_RULE_TEXT_MAX 300
+
+typedef struct eg_rule {
+  eg_rule_kind_t kind;
+  char host[EG_HOST_MAX + 2]; /* HOST: the lower-case name; SUFFIX: ".example.com" */
+  eg_addr_t addr;             /* NET: the network, masked, normalised */
+  unsigned prefix;            /* NET: the prefix length in bits */
+  uint16_t port;              /* 0 = every port */
+  char text[EG_RULE_TEXT_MAX]; /* canonical text, for messages */
+} eg_rule_t;
+
+/* Parses one rule: NAME, *.SUFFIX, IPV4[/LEN], IPV6[/LEN] or [IPV6[/LEN]], each with an
+ * optional :PORT (IPv6 only in brackets then).  Names are LDH labels (and '_') of at most
+ * 63 characters, 253 in all, matched case-insensitively; a trailing dot is dropped.  On
+ * failure -1 with CM_ERR_INVALID and a message naming the rule. */
+int eg_rule_parse(const char *buf, size_t len, eg_rule_t *out, cm_error_t *err);
+/* Does the rule name this host (a lower-case name without trailing dot) and port?  Only
+ * HOST and SUFFIX rules match names. */
+bool eg_rule_match_name(const eg_rule_t *r, const char *host, uint16_t port);
+/* Does the rule cover this (normalised) address and port?  Only NET rules match addresses. */
+bool eg_rule_match_addr(const eg_rule_t *r, const eg_addr_t *a, uint16_t port);
+
+/* ---------------------------------------------------------------- policy */
+
+/* What a sandbox may reach.  Deny rules win over everything.  An allow rule that names a
+ * destination opens it even in a denied range: an address rule for the addresses it covers,
+ * a host rule for whatever that name resolves to (the operator named that host).  A *.suffix
+ * rule opens only public addresses below the suffix: anyone who controls a name under it
+ * could point that name anywhere.  With public_internet, every public address (eg_addr_class
+ * NULL, and not one of the server's own addresses) is allowed as well. */
+typedef struct eg_policy {
+  bool public_internet;
+  eg_rule_t *allow;
+  size_t n_allow;
+  eg_rule_t *deny;
+  size_t n_deny;
+  /* Why a destination no rule allows is refused when !public_internet, e.g. "not an index
+   * host"; NULL: "not allowed". */
+  const char *closed_reason;
+} eg_policy_t;
+
+#define EG_REASON_MAX 200
+
+/* The decision before resolving host (a lower-case name or an address literal) at port:
+ * -1 = refused (reason in why: a deny rule, or a name no rule can allow under a closed
+ * policy or narrowing, which is then never sent to a resolver), 0 = resolve and judge each
+ * address.  narrow (NULL = none) is a call's own list: only what it names, within base. */
+int eg_policy_precheck(const eg_policy_t *base, const eg_rule_t *narrow, size_t n_narrow,
+                       const char *host, uint16_t port, char *why, size_t why_size);
+/* The decision for one resolved address of host: true = allowed; false with why.  own: the
+ * server host's own addresses (normalised), refused like a private range unless an address
+ * rule names them. */
+bool eg_policy_allows(const eg_policy_t *base, const eg_rule_t *narrow, size_t n_narrow,
+                      const char *host, const eg_addr_t *addr, uint16_t port, const eg_addr_t *own,
+                      size_t n_own, char *why, size_t why_size);
+/* Can a call's rule reach anything base allows?  false (and why) when base denies it
+ * entirely: an address rule wholly in a denied range that no allow rule of base overlaps, or
+ * covered by a deny rule; a name a deny rule of base names. */
+bool eg_policy_narrowing_ok(const eg_policy_t *base, const eg_rule_t *rule, char *why,
+                            size_t why_size);
+/* Frees the rule arrays of a policy built with eg_policy_add_*; the struct is zeroed. */
+void eg_policy_release(eg_policy_t *p);
+/* Appends a copy of r. */
+void eg_policy_add_allow(eg_policy_t *p, const eg_rule_t *r);
+void eg_policy_add_deny(eg_policy_t *p, const eg_rule_t *r);
+/* A deep copy (closed_reason is a static string and is shared). */
+void eg_policy_copy(eg_policy_t *dst, const eg_policy_t *src);
+
+/* ---------------------------------------------------------------- HTTP request heads */
+
+#define EG_HEAD_MAX 16384
+#define EG_MAX_HEADERS 96
+
+typedef struct eg_span {
+  size_t off, len;
+} eg_span_t;
+
+typedef struct eg_header {
+  eg_span_t name, value; /* value without surrounding blanks */
+} eg_header_t;
+
+typedef enum eg_form {
+  EG_FORM_AUTHORITY = 1, /* CONNECT host:port */
+  EG_FORM_ABSOLUTE,      /* GET http://host[:port]/path */
+  EG_FORM_ORIGIN,        /* GET /path (an index request on the forwarder) */
+} eg_form_t;
+
+typedef struct eg_request {
+  size_t head_len; /* through the blank line */
+  eg_span_t method;
+  eg_form_t form;
+  char host[EG_HOST_MAX + 1]; /* lower-case; an IPv6 literal without brackets; "" for origin form */
+  uint16_t port;              /* explicit or the scheme's default */
+  eg_span_t path;             /* origin form: the target; absolute: after the authority ("" = "/") */
+  int minor_version;          /* HTTP/1.<minor> */
+  eg_header_t headers[EG_MAX_HEADERS];
+  size_t n_headers;
+} eg_request_t;
+
+/* Parses a request head from the start of buf.  1 = complete (req filled), 0 = not yet
+ * complete (more bytes may follow: len < EG_HEAD_MAX), -1 = malformed, too large, or a
+ * form this proxy does not take (an https:// absolute URI: clients use CONNECT for TLS). */
+int eg_http_parse_request(const char *buf, size_t len, eg_request_t *req);
+
+typedef struct eg_response {
+  size_t head_len;
+  int status;
+  eg_header_t headers[EG_MAX_HEADERS];
+  size_t n_headers;
+} eg_response_t;
+/* The same for a response head (status line, headers). */
+int eg_http_parse_response(const char *buf, size_t len, eg_response_t *resp);
+
+/* Is this header (by name) one that a proxy must not pass on: Connection, Keep-Alive,
+ * Proxy-*, TE, Trailer, Upgrade, or one the request's Connection header lists? */
+bool eg_http_hop_header(const char *buf, const eg_header_t *headers, size_t n_headers,
+                        const eg_header_t *h);
+
+/* Appends the head to send upstream for req (parsed from buf): the request line in origin
+ * form with path (NULL = req's own), the headers without hop-by-hop ones, Host, and
+ * Authorization (NULL = the client's own, if any) replaced by the given values, and
+ * "Connection: close". */
+void eg_http_forward_head(const char *buf, const eg_request_t *req, const char *path,
+                          size_t path_len, const char *host_header, const char *authorization,
+                          cm_buf_t *out);
+/* Appends a response head with the hop-by-hop headers dropped and "Connection: close". */
+void eg_http_forward_response(const char *buf, const eg_response_t *resp, cm_buf_t *out);
+
+/* ---------------------------------------------------------------- SOCKS5 */
+
+/* A SOCKS5 client's greeting (RFC 1928) at the start of buf: 1 = complete and it offers "no
+ * authentication" (*consumed bytes; answer 05 00), 0 = need more, -1 = malformed or no
+ * acceptable method. */
+int eg_socks5_greeting(const uint8_t *buf, size_t len, size_t *consumed);
+/* The request that follows: 1 = a complete CONNECT (*consumed bytes; host gets a domain name
+ * lower-cased or an address in text form), 0 = need more, -1 = malformed, another command,
+ * or a bad name. */
+int eg_socks5_request(const uint8_t *buf, size_t len, size_t *consumed, char *host,
+                      size_t host_size, uint16_t *port);
+
+/* ---------------------------------------------------------------- URLs */
+
+typedef struct eg_url {
+  bool https;
+  char host[EG_HOST_MAX + 1]; /* lower-case; IPv6 without brackets */
+  uint16_t port;              /* explicit or the scheme's default */
+  bool explicit_port;
+  char *user, *password; /* percent-decoded, heap; NULL when absent */
+  char *path;            /* from the first '/' on (with the query); "/" when empty; heap */
+} eg_url_t;
+
+/* Parses an http:// or https:// URL.  0, or -1 when it is neither or malformed. */
+int eg_url_parse(const char *buf, size_t len, eg_url_t *out);
+void eg_url_release(eg_url_t *u);
+/* The URL without its password (user kept), for keys and messages.  Heap. */
+char *eg_url_redact(const char *url);
+
+/* ---------------------------------------------------------------- the proxy */
+
+typedef struct eg_proxy eg_proxy_t;
+typedef struct eg_session eg_session_t;
+
+typedef struct eg_proxy_config {
+  /* c-ares server list ("127.0.0.1:5353,[::1]:53"), or NULL for the host's resolv.conf. */
+  const char *dns_servers;
+  uint64_t max_connections;       /* per run at once (more wait in the sandbox); 0 = 64 */
+  uint64_t max_total_connections; /* per run in all (more are refused); 0 = 4096 */
+  uint64_t rate_bytes;            /* per run, bytes per second both ways together; 0 = none */
+} eg_proxy_config_t;
+
+/* Creates the proxy on loop (c-ares channel, no sockets yet).  Fails when the resolver
+ * cannot be set up (a malformed dns_servers, say). */
+eg_proxy_t *eg_proxy_new(cm_loop_t *loop, const eg_proxy_config_t *cfg, cm_error_t *err);
+/* Closes every session's connections and frees the proxy (sessions must be closed first by
+ * their owners, or are closed here). */
+void eg_proxy_free(eg_proxy_t *p);
+/* Registers an index URL (credentials included) that build sessions may reach through the
+ * forwarder as http://127.0.0.1:EG_SANDBOX_PORT/mps-index/<n>/<path>; the proxy adds the
+ * credentials (Basic) itself and speaks TLS to an https index.  Returns n, or -1. */
+int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err);
+/* The URL the builder gets for index n: the forwarder's prefix plus the original path.  Heap. */
+char *eg_proxy_index_url(eg_proxy_t *p, int n);
+/* "resolver: the host's resolv.conf" or the servers, for check_environment.  Heap. */
+char *eg_proxy_describe(eg_proxy_t *p);
+
+typedef enum eg_session_flags {
+  EG_SESSION_INDEX = 1, /* a build: index requests are served (with their credentials) */
+} eg_session_flags_t;
+
+/* A run's session: policy is copied.  *sandbox_fd gets the sandbox's end of the socket pair
+ * (close-on-exec; the caller passes it to the supervisor and closes it once the sandbox
+ * runs).  The session serves until eg_session_close(). */
+eg_session_t *eg_session_new(eg_proxy_t *p, const eg_policy_t *policy, unsigned flags,
+                             int *sandbox_fd, cm_error_t *err);
+/* Narrows the session to a call's rules (copied): only what they name, within the policy.
+ * n = 0 removes a narrowing. */
+void eg_session_narrow(eg_session_t *s, const eg_rule_t *rules, size_t n);
+
+#define EG_DENIED_MAX 20
+
+typedef struct eg_denied {
+  char host[EG_HOST_MAX + 1];
+  uint16_t port;
+  char reason[EG_REASON_MAX];
+} eg_denied_t;
+
+typedef struct eg_stats {
+  uint64_t connections; /* connections the sandbox opened to the forwarder */
+  uint64_t bytes_in;    /* from destinations to the sandbox */
+  uint64_t bytes_out;   /* from the sandbox to destinations */
+  size_t n_denied;      /* distinct destinations denied, as far as kept */
+  eg_denied_t denied[EG_DENIED_MAX];
+  uint64_t denied_more; /* denials beyond the kept ones */
+} eg_stats_t;
+
+void eg_session_stats(const eg_session_t *s, eg_stats_t *out);
+/* Closes every connection of the session and its socket pair end, and frees it. */
+void eg_session_close(eg_session_t *s);
+
+#endif

@@ -1,0 +1,487 @@
+/* The egress proxy's pure parts: address classes, rules, the policy decision, request and
+ * response heads, SOCKS5, URLs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <cmocka.h>
+
+#include "common/cm.h"
+#include "egress/egress.h"
+
+static eg_addr_t addr(const char *s) {
+  eg_addr_t a;
+  if (eg_addr_parse(s, strlen(s), &a) != 0) fail_msg("address %s did not parse", s);
+  return a;
+}
+
+static eg_rule_t rule(const char *s) {
+  eg_rule_t r;
+  cm_error_t err = CM_ERROR_INIT;
+  if (eg_rule_parse(s, strlen(s), &r, &err) != 0) fail_msg("rule %s: %s", s, cm_error_message(&err));
+  cm_error_release(&err);
+  return r;
+}
+
+/* ---------------------------------------------------------------- addresses */
+
+static void test_addr_parse(void **state) {
+  (void)state;
+  static const char *const good[] = {"0.0.0.0", "1.2.3.4", "255.255.255.255", "::", "::1",
+                                     "2001:db8::1", "::ffff:127.0.0.1", "FE80::1"};
+  static const char *const bad[] = {"",        "1.2.3",   "1.2.3.4.5", "256.1.1.1", "01.2.3.4",
+                                    "1.2.3.4 ", " 1.2.3.4", "[::1]",    "::1%eth0",  "1.2.3.-4",
+                                    "0x7f.0.0.1", "2130706433", "127.1", "a::b::c", "example.com"};
+  eg_addr_t a;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(good); i++)
+    if (eg_addr_parse(good[i], strlen(good[i]), &a) != 0) fail_msg("%s is an address", good[i]);
+  for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++)
+    if (eg_addr_parse(bad[i], strlen(bad[i]), &a) == 0) fail_msg("%s is not an address", bad[i]);
+  /* Length is honoured, not a terminator. */
+  assert_int_equal(eg_addr_parse("1.2.3.45", 7, &a), 0);
+  assert_int_equal(a.bytes[3], 4);
+}
+
+static void test_addr_classes(void **state) {
+  (void)state;
+  static const struct {
+    const char *addr, *cls;
+  } cases[] = {
+      {"127.0.0.1", "loopback"},
+      {"127.255.0.9", "loopback"},
+      {"0.0.0.0", "unspecified"},
+      {"0.1.2.3", "unspecified"},
+      {"10.1.2.3", "private"},
+      {"172.16.0.1", "private"},
+      {"172.31.255.255", "private"},
+      {"172.32.0.1", NULL},
+      {"192.168.1.1", "private"},
+      {"100.64.0.1", "shared (CGNAT)"},
+      {"100.127.255.255", "shared (CGNAT)"},
+      {"100.128.0.1", NULL},
+      {"100.100.100.200", "cloud metadata"},
+      {"169.254.169.254", "cloud metadata"},
+      {"169.254.1.1", "link-local"},
+      {"224.0.0.1", "multicast"},
+      {"239.255.255.250", "multicast"},
+      {"240.0.0.1", "reserved"},
+      {"255.255.255.255", "broadcast"},
+      {"8.8.8.8", NULL},
+      {"198.51.100.1", NULL},
+      {"::", "unspecified"},
+      {"::1", "loopback"},
+      {"::ffff:127.0.0.1", "loopback"},
+      {"::ffff:10.0.0.1", "private"},
+      {"::ffff:8.8.8.8", NULL},
+      {"::127.0.0.1", "loopback"},
+      {"::169.254.169.254", "cloud metadata"},
+      {"64:ff9b::a9fe:a9fe", "cloud metadata"},
+      {"64:ff9b::808:808", NULL},
+      {"fe80::1", "link-local"},
+      {"febf::1", "link-local"},
+      {"fec0::1", "site-local"},
+      {"fc00::1", "unique local (ULA)"},
+      {"fd12:3456::1", "unique local (ULA)"},
+      {"fd00:ec2::254", "cloud metadata"},
+      {"ff02::1", "multicast"},
+      {"2001:4860:4860::8888", NULL},
+      {"2001:db8::1", NULL},
+      {"100::1", "reserved"},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
+    eg_addr_t a = addr(cases[i].addr);
+    const char *got = eg_addr_class(&a);
+    if ((got == NULL) != (cases[i].cls == NULL) || (got && strcmp(got, cases[i].cls) != 0))
+      fail_msg("%s: class %s, expected %s", cases[i].addr, got ? got : "public",
+               cases[i].cls ? cases[i].cls : "public");
+  }
+}
+
+static void test_net_classes(void **state) {
+  (void)state;
+  static const struct {
+    const char *rule, *cls;
+  } cases[] = {
+      {"10.0.0.0/8", "private"},  {"10.0.0.0/7", NULL},         {"0.0.0.0/0", NULL},
+      {"127.0.0.0/16", "loopback"}, {"169.254.0.0/16", "link-local"}, {"169.254.169.254", "cloud metadata"},
+      {"fd00::/8", "unique local (ULA)"}, {"::/0", NULL},  {"2000::/3", NULL},
+      {"::ffff:127.0.0.0/104", "loopback"}, {"fe00::/9", "reserved"},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
+    eg_rule_t r = rule(cases[i].rule);
+    const char *got = eg_net_class(&r.addr, r.prefix);
+    if ((got == NULL) != (cases[i].cls == NULL) || (got && strcmp(got, cases[i].cls) != 0))
+      fail_msg("%s: class %s, expected %s", cases[i].rule, got ? got : "mixed/public",
+               cases[i].cls ? cases[i].cls : "mixed/public");
+  }
+}
+
+/* ---------------------------------------------------------------- rules */
+
+static void test_rule_parse(void **state) {
+  (void)state;
+  static const struct {
+    const char *in, *text;
+    eg_rule_kind_t kind;
+  } good[] = {
+      {"pypi.org", "pypi.org", EG_RULE_HOST},
+      {"PyPI.ORG.", "pypi.org", EG_RULE_HOST},
+      {"files.pythonhosted.org:443", "files.pythonhosted.org:443", EG_RULE_HOST},
+      {"*.example.com", "*.example.com", EG_RULE_SUFFIX},
+      {"*.Example.com:8443", "*.example.com:8443", EG_RULE_SUFFIX},
+      {"localhost", "localhost", EG_RULE_HOST},
+      {"my_host.lan", "my_host.lan", EG_RULE_HOST},
+      {"127.0.0.1", "127.0.0.1", EG_RULE_NET},
+      {"127.0.0.1:8080", "127.0.0.1:8080", EG_RULE_NET},
+      {"10.1.2.3/8", "10.0.0.0/8", EG_RULE_NET},
+      {"10.0.0.0/8:443", "10.0.0.0/8:443", EG_RULE_NET},
+      {"::1", "::1", EG_RULE_NET},
+      {"[::1]:8080", "[::1]:8080", EG_RULE_NET},
+      {"fd00::/8", "fd00::/8", EG_RULE_NET},
+      {"[fd00::/8]:443", "[fd00::/8]:443", EG_RULE_NET},
+      {"::ffff:127.0.0.1", "127.0.0.1", EG_RULE_NET},
+      {"[::ffff:10.0.0.0/104]", "10.0.0.0/8", EG_RULE_NET},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(good); i++) {
+    eg_rule_t r = rule(good[i].in);
+    if (r.kind != good[i].kind || strcmp(r.text, good[i].text) != 0)
+      fail_msg("%s: kind %d text %s, expected %d %s", good[i].in, r.kind, r.text, good[i].kind, good[i].text);
+  }
+  static const char *const bad[] = {"",       "a..b",      "-a.com",     "a-.com",      "1.2.3.4:0",
+                                    "1.2.3.4:65536", "*.",  "*",          "*.*.com",     "h:1:2x",
+                                    "1.2.3",  "999.1.1.1", "[1.2.3.4]",  "exa mple.com", "a.com:",
+                                    "10.0.0.0/33", "10.0.0.0/", "::1/129", "[::1", "[::1]x", "1.2.3.4/08",
+                                    "123.45", "http://x", "a@b.com"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++) {
+    eg_rule_t r;
+    cm_error_t err = CM_ERROR_INIT;
+    if (eg_rule_parse(bad[i], strlen(bad[i]), &r, &err) == 0) fail_msg("%s is not a rule", bad[i]);
+    assert_int_equal(err.kind, CM_ERR_INVALID);
+    cm_error_release(&err);
+  }
+  char long_label[80];
+  memset(long_label, 'a', 64);
+  memcpy(long_label + 64, ".com", 5);
+  eg_rule_t r;
+  cm_error_t err = CM_ERROR_INIT;
+  assert_int_equal(eg_rule_parse(long_label, strlen(long_label), &r, &err), -1);
+  cm_error_release(&err);
+}
+
+static void test_rule_match(void **state) {
+  (void)state;
+  eg_rule_t h = rule("pypi.org:443"), s = rule("*.example.com"), n = rule("10.0.0.0/8"), p = rule("127.0.0.1:8080");
+  assert_true(eg_rule_match_name(&h, "pypi.org", 443));
+  assert_false(eg_rule_match_name(&h, "pypi.org", 80));
+  assert_false(eg_rule_match_name(&h, "xpypi.org", 443));
+  assert_true(eg_rule_match_name(&s, "a.example.com", 1));
+  assert_true(eg_rule_match_name(&s, "a.b.example.com", 1));
+  assert_false(eg_rule_match_name(&s, "example.com", 1));
+  assert_false(eg_rule_match_name(&s, "badexample.com", 1));
+  eg_addr_t a = addr("10.9.8.7"), m = addr("::ffff:10.9.8.7"), o = addr("11.0.0.1");
+  assert_true(eg_rule_match_addr(&n, &a, 5));
+  assert_true(eg_rule_match_addr(&n, &m, 5));
+  assert_false(eg_rule_match_addr(&n, &o, 5));
+  assert_false(eg_rule_match_name(&n, "10.9.8.7", 5));
+  eg_addr_t lo = addr("127.0.0.1");
+  assert_true(eg_rule_match_addr(&p, &lo, 8080));
+  assert_false(eg_rule_match_addr(&p, &lo, 8081));
+}
+
+/* ---------------------------------------------------------------- policy */
+
+static bool allows(const eg_policy_t *p, const eg_rule_t *narrow, size_t nn, const char *host, const char *a,
+                   uint16_t port, char *why) {
+  eg_addr_t ad = addr(a);
+  return eg_policy_allows(p, narrow, nn, host, &ad, port, NULL, 0, why, EG_REASON_MAX);
+}
+
+static void test_policy_on(void **state) {
+  (void)state;
+  eg_policy_t p = {.public_internet = true};
+  char why[EG_REASON_MAX];
+  assert_true(allows(&p, NULL, 0, "example.org", "93.184.216.34", 443, why));
+  assert_false(allows(&p, NULL, 0, "evil.test", "127.0.0.1", 80, why));
+  assert_string_equal(why, "loopback");
+  assert_false(allows(&p, NULL, 0, "169.254.169.254", "169.254.169.254", 80, why));
+  assert_string_equal(why, "cloud metadata");
+  assert_false(allows(&p, NULL, 0, "x", "::ffff:192.168.0.1", 80, why));
+  assert_string_equal(why, "private");
+  /* The server's own addresses. */
+  eg_addr_t own = addr("203.0.113.7"), dst = addr("203.0.113.7");
+  assert_false(eg_policy_allows(&p, NULL, 0, "me", &dst, 8765, &own, 1, why, sizeof why));
+  assert_string_equal(why, "this server's own address");
+  /* An address rule opens a denied range, for its port only. */
+  eg_rule_t r = rule("127.0.0.1:8080");
+  eg_policy_add_allow(&p, &r);
+  assert_true(allows(&p, NULL, 0, "127.0.0.1", "127.0.0.1", 8080, why));
+  assert_false(allows(&p, NULL, 0, "127.0.0.1", "127.0.0.1", 8081, why));
+  eg_rule_t o = rule("203.0.113.7");
+  eg_policy_add_allow(&p, &o);
+  assert_true(eg_policy_allows(&p, NULL, 0, "me", &dst, 8765, &own, 1, why, sizeof why));
+  /* A host rule opens what it resolves to; a suffix rule only public addresses. */
+  eg_rule_t db = rule("db.lan"), any = rule("*.corp.test");
+  eg_policy_add_allow(&p, &db);
+  eg_policy_add_allow(&p, &any);
+  assert_true(allows(&p, NULL, 0, "db.lan", "10.0.0.5", 5432, why));
+  assert_false(allows(&p, NULL, 0, "x.corp.test", "10.0.0.5", 5432, why));
+  assert_false(allows(&p, NULL, 0, "other.lan", "10.0.0.5", 5432, why));
+  /* Deny rules win. */
+  eg_rule_t d1 = rule("*.example.org"), d2 = rule("93.184.0.0/16"), d3 = rule("127.0.0.1");
+  eg_policy_add_deny(&p, &d1);
+  eg_policy_add_deny(&p, &d2);
+  eg_policy_add_deny(&p, &d3);
+  assert_false(allows(&p, NULL, 0, "www.example.org", "8.8.8.8", 443, why));
+  assert_non_null(strstr(why, "--network-deny *.example.org"));
+  assert_false(allows(&p, NULL, 0, "example.net", "93.184.216.34", 443, why));
+  assert_false(allows(&p, NULL, 0, "127.0.0.1", "127.0.0.1", 8080, why));
+  assert_int_equal(eg_policy_precheck(&p, NULL, 0, "www.example.org", 443, why, sizeof why), -1);
+  assert_int_equal(eg_policy_precheck(&p, NULL, 0, "127.0.0.1", 8080, why, sizeof why), -1);
+  assert_int_equal(eg_policy_precheck(&p, NULL, 0, "example.com", 443, why, sizeof why), 0);
+  eg_policy_release(&p);
+}
+
+static void test_policy_closed_and_narrowed(void **state) {
+  (void)state;
+  eg_policy_t b = {.public_internet = false, .closed_reason = "not an index host"};
+  eg_rule_t i1 = rule("pypi.org:443"), i2 = rule("127.0.0.1:3141"), i3 = rule("files.pythonhosted.org:443");
+  eg_policy_add_allow(&b, &i1);
+  eg_policy_add_allow(&b, &i2);
+  eg_policy_add_allow(&b, &i3);
+  char why[EG_REASON_MAX];
+  assert_int_equal(eg_policy_precheck(&b, NULL, 0, "pypi.org", 443, why, sizeof why), 0);
+  assert_int_equal(eg_policy_precheck(&b, NULL, 0, "evil.test", 443, why, sizeof why), -1);
+  assert_string_equal(why, "not an index host");
+  assert_int_equal(eg_policy_precheck(&b, NULL, 0, "pypi.org", 80, why, sizeof why), -1);
+  assert_true(allows(&b, NULL, 0, "pypi.org", "151.101.0.223", 443, why));
+  assert_false(allows(&b, NULL, 0, "8.8.8.8", "8.8.8.8", 443, why));
+  assert_string_equal(why, "not an index host");
+  assert_true(allows(&b, NULL, 0, "127.0.0.1", "127.0.0.1", 3141, why));
+  assert_false(allows(&b, NULL, 0, "127.0.0.1", "127.0.0.1", 5432, why));
+  assert_string_equal(why, "not an index host (loopback)");
+  eg_policy_release(&b);
+
+  eg_policy_t on = {.public_internet = true};
+  eg_rule_t narrow[] = {rule("api.example.com"), rule("198.51.100.0/24")};
+  assert_int_equal(eg_policy_precheck(&on, narrow, 2, "api.example.com", 443, why, sizeof why), 0);
+  assert_int_equal(eg_policy_precheck(&on, narrow, 2, "other.example.com", 443, why, sizeof why), -1);
+  assert_string_equal(why, "not in this call's network list");
+  assert_int_equal(eg_policy_precheck(&on, narrow, 2, "198.51.100.1", 80, why, sizeof why), 0);
+  assert_true(allows(&on, narrow, 2, "198.51.100.1", "198.51.100.1", 80, why));
+  assert_false(allows(&on, narrow, 2, "8.8.8.8", "8.8.8.8", 53, why));
+  /* Narrowing never widens: a listed name that resolves to loopback stays denied. */
+  eg_rule_t lo[] = {rule("localhost")};
+  assert_false(allows(&on, lo, 1, "localhost", "127.0.0.1", 80, why));
+  assert_string_equal(why, "loopback");
+}
+
+static void test_policy_narrowing_ok(void **state) {
+  (void)state;
+  eg_policy_t on = {.public_internet = true};
+  char why[EG_REASON_MAX];
+  eg_rule_t r;
+  r = rule("127.0.0.1");
+  assert_false(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  assert_non_null(strstr(why, "loopback"));
+  r = rule("10.0.0.0/8");
+  assert_false(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  r = rule("169.254.169.254:80");
+  assert_false(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  r = rule("0.0.0.0/0");
+  assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  r = rule("example.com");
+  assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  r = rule("198.51.100.1");
+  assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  eg_rule_t open = rule("127.0.0.1:8080");
+  eg_policy_add_allow(&on, &open);
+  r = rule("127.0.0.1:8080");
+  assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  r = rule("127.0.0.1");
+  assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why)); /* port 8080 of it */
+  r = rule("127.0.0.1:9");
+  assert_false(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  eg_rule_t d = rule("*.evil.test");
+  eg_policy_add_deny(&on, &d);
+  r = rule("a.evil.test");
+  assert_false(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  assert_non_null(strstr(why, "--network-deny *.evil.test"));
+  r = rule("*.x.evil.test");
+  assert_false(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  r = rule("evil.test");
+  assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  eg_policy_release(&on);
+}
+
+/* ---------------------------------------------------------------- HTTP */
+
+static int parse_req(const char *s, eg_request_t *req) { return eg_http_parse_request(s, strlen(s), req); }
+
+static void test_http_request(void **state) {
+  (void)state;
+  eg_request_t *req = malloc(sizeof *req);
+  const char *c = "CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n";
+  assert_int_equal(parse_req(c, req), 1);
+  assert_int_equal(req->form, EG_FORM_AUTHORITY);
+  assert_string_equal(req->host, "pypi.org");
+  assert_int_equal(req->port, 443);
+  assert_int_equal(req->head_len, strlen(c));
+  assert_int_equal(parse_req("CONNECT [::1]:8080 HTTP/1.1\r\n\r\n", req), 1);
+  assert_string_equal(req->host, "::1");
+  assert_int_equal(parse_req("CONNECT 198.51.100.1:80 HTTP/1.0\r\n\r\n", req), 1);
+  assert_int_equal(req->minor_version, 0);
+  const char *g = "GET http://Example.COM/a/b?q=1#frag HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\n\r\nBODY";
+  assert_int_equal(parse_req(g, req), 1);
+  assert_int_equal(req->form, EG_FORM_ABSOLUTE);
+  assert_string_equal(req->host, "example.com");
+  assert_int_equal(req->port, 80);
+  assert_int_equal(req->path.len, strlen("/a/b?q=1"));
+  assert_int_equal(req->n_headers, 2);
+  assert_int_equal(req->head_len, strlen(g) - 4);
+  assert_int_equal(parse_req("GET http://h:8080 HTTP/1.1\r\n\r\n", req), 1);
+  assert_int_equal(req->port, 8080);
+  assert_int_equal(req->path.len, 0);
+  assert_int_equal(parse_req("GET /mps-index/0/simple/ HTTP/1.1\r\nHost: 127.0.0.1:3128\r\n\r\n", req), 1);
+  assert_int_equal(req->form, EG_FORM_ORIGIN);
+  /* Incomplete, then malformed ones. */
+  assert_int_equal(parse_req("CONNECT pypi.org:443 HTTP/1.1\r\nHost: x\r\n", req), 0);
+  assert_int_equal(parse_req("", req), 0);
+  static const char *const bad[] = {
+      "CONNECT pypi.org HTTP/1.1\r\n\r\n",           "CONNECT pypi.org:0 HTTP/1.1\r\n\r\n",
+      "GET https://pypi.org/ HTTP/1.1\r\n\r\n",      "GET ftp://x/ HTTP/1.1\r\n\r\n",
+      "GET http://u:p@x/ HTTP/1.1\r\n\r\n",          "GET * HTTP/1.1\r\n\r\n",
+      "GET http://x/ HTTP/2.0\r\n\r\n",              "GET http://x/ HTTP/1.1\r\nBad Header: 1\r\n\r\n",
+      "GET http://x/ HTTP/1.1\r\nA: 1\r\n folded\r\n\r\n", "GET http://x/ HTTP/1.1\r\nA: \x01\r\n\r\n",
+      "G@T http://x/ HTTP/1.1\r\n\r\n",              "GET  http://x/ HTTP/1.1\r\n\r\n",
+      "GET http://exa mple/ HTTP/1.1\r\n\r\n",       "GET http://-bad-/ HTTP/1.1\r\n\r\n",
+      "CONNECT [1.2.3.4]:80 HTTP/1.1\r\n\r\n",      "GET http://x/ HTTP/1.1\nA: b\n\n",
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++)
+    if (parse_req(bad[i], req) != -1) fail_msg("accepted: %s", bad[i]);
+  /* Too large without an end. */
+  char *big = malloc(EG_HEAD_MAX + 10);
+  memcpy(big, "GET http://x/ HTTP/1.1\r\nA: ", 27);
+  memset(big + 27, 'a', EG_HEAD_MAX - 17);
+  assert_int_equal(eg_http_parse_request(big, EG_HEAD_MAX + 10, req), -1);
+  free(big);
+  free(req);
+}
+
+static void test_http_forward(void **state) {
+  (void)state;
+  eg_request_t *req = malloc(sizeof *req);
+  const char *g = "POST http://example.com:8080/up HTTP/1.1\r\nHost: wrong\r\nProxy-Connection: keep-alive\r\n"
+                  "Connection: keep-alive, X-Secret, Content-Length\r\nX-Secret: s\r\nProxy-Authorization: Basic x\r\n"
+                  "Content-Length: 4\r\nAuthorization: Bearer t\r\nUser-Agent: pip\r\n\r\nbody";
+  assert_int_equal(parse_req(g, req), 1);
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  eg_http_forward_head(g, req, NULL, 0, "example.com:8080", NULL, &out);
+  assert_string_equal(out.data,
+                      "POST /up HTTP/1.1\r\nContent-Length: 4\r\nAuthorization: Bearer t\r\nUser-Agent: pip\r\n"
+                      "Host: example.com:8080\r\nConnection: close\r\n\r\n");
+  cm_buf_reset(&out);
+  eg_http_forward_head(g, req, "/simple/x/", 10, "idx.test", "Basic dTpw", &out);
+  assert_non_null(strstr(out.data, "POST /simple/x/ HTTP/1.1\r\n"));
+  assert_non_null(strstr(out.data, "Authorization: Basic dTpw\r\n"));
+  assert_null(strstr(out.data, "Bearer"));
+  cm_buf_release(&out);
+
+  eg_response_t resp;
+  const char *r = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n5\r\nhello";
+  assert_int_equal(eg_http_parse_response(r, strlen(r), &resp), 1);
+  assert_int_equal(resp.status, 200);
+  cm_buf_init(&out, 0);
+  eg_http_forward_response(r, &resp, &out);
+  assert_string_equal(out.data, "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n"
+                                "Connection: close\r\n\r\n");
+  cm_buf_release(&out);
+  assert_int_equal(eg_http_parse_response("HTTP/1.1 200", 12, &resp), 0);
+  assert_int_equal(eg_http_parse_response("HTTX/1.1 200 OK\r\n\r\n", 19, &resp), -1);
+  assert_int_equal(eg_http_parse_response("HTTP/1.1 2x0 OK\r\n\r\n", 19, &resp), -1);
+  free(req);
+}
+
+/* ---------------------------------------------------------------- SOCKS5 and URLs */
+
+static void test_socks5(void **state) {
+  (void)state;
+  size_t used = 0;
+  assert_int_equal(eg_socks5_greeting((const uint8_t *)"\x05\x01\x00", 3, &used), 1);
+  assert_int_equal(used, 3);
+  assert_int_equal(eg_socks5_greeting((const uint8_t *)"\x05\x02\x02", 3, &used), 0);
+  assert_int_equal(eg_socks5_greeting((const uint8_t *)"\x05\x01\x02", 3, &used), -1);
+  assert_int_equal(eg_socks5_greeting((const uint8_t *)"\x04\x01", 2, &used), -1);
+  char host[256];
+  uint16_t port = 0;
+  static const uint8_t v4[] = {5, 1, 0, 1, 198, 51, 100, 1, 0, 80};
+  assert_int_equal(eg_socks5_request(v4, sizeof v4, &used, host, sizeof host, &port), 1);
+  assert_string_equal(host, "198.51.100.1");
+  assert_int_equal(port, 80);
+  static const uint8_t dn[] = {5, 1, 0, 3, 8, 'P', 'y', 'p', 'i', '.', 'o', 'r', 'g', 1, 187};
+  assert_int_equal(eg_socks5_request(dn, sizeof dn, &used, host, sizeof host, &port), 1);
+  assert_string_equal(host, "pypi.org");
+  assert_int_equal(port, 443);
+  assert_int_equal(used, sizeof dn);
+  assert_int_equal(eg_socks5_request(dn, sizeof dn - 1, &used, host, sizeof host, &port), 0);
+  static const uint8_t bind[] = {5, 2, 0, 1, 1, 2, 3, 4, 0, 80};
+  assert_int_equal(eg_socks5_request(bind, sizeof bind, &used, host, sizeof host, &port), -1);
+  static const uint8_t badname[] = {5, 1, 0, 3, 3, 'a', ' ', 'b', 0, 80};
+  assert_int_equal(eg_socks5_request(badname, sizeof badname, &used, host, sizeof host, &port), -1);
+}
+
+static void test_urls(void **state) {
+  (void)state;
+  eg_url_t u;
+  const char *s = "https://us%40er:p%3Ass@Index.Example.com/simple/";
+  assert_int_equal(eg_url_parse(s, strlen(s), &u), 0);
+  assert_true(u.https);
+  assert_string_equal(u.host, "index.example.com");
+  assert_int_equal(u.port, 443);
+  assert_false(u.explicit_port);
+  assert_string_equal(u.user, "us@er");
+  assert_string_equal(u.password, "p:ss");
+  assert_string_equal(u.path, "/simple/");
+  eg_url_release(&u);
+  s = "http://127.0.0.1:3141?x=1";
+  assert_int_equal(eg_url_parse(s, strlen(s), &u), 0);
+  assert_int_equal(u.port, 3141);
+  assert_true(u.explicit_port);
+  assert_null(u.user);
+  assert_string_equal(u.path, "/?x=1");
+  eg_url_release(&u);
+  s = "http://[::1]:8080/s";
+  assert_int_equal(eg_url_parse(s, strlen(s), &u), 0);
+  assert_string_equal(u.host, "::1");
+  eg_url_release(&u);
+  static const char *const bad[] = {"ftp://x/", "http://", "http://a b/", "http://x:99999/", "/local/dir", "http://x:/"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++)
+    if (eg_url_parse(bad[i], strlen(bad[i]), &u) == 0) fail_msg("accepted %s", bad[i]);
+  char *r = eg_url_redact("https://user:secret@host/simple");
+  assert_string_equal(r, "https://user@host/simple");
+  free(r);
+  r = eg_url_redact("https://host/simple");
+  assert_string_equal(r, "https://host/simple");
+  free(r);
+  r = eg_url_redact("https://token@host/a@b");
+  assert_string_equal(r, "https://token@host/a@b");
+  free(r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_addr_parse),         cmocka_unit_test(test_addr_classes),
+      cmocka_unit_test(test_net_classes),        cmocka_unit_test(test_rule_parse),
+      cmocka_unit_test(test_rule_match),         cmocka_unit_test(test_policy_on),
+      cmocka_unit_test(test_policy_closed_and_narrowed), cmocka_unit_test(test_policy_narrowing_ok),
+      cmocka_unit_test(test_http_request),       cmocka_unit_test(test_http_forward),
+      cmocka_unit_test(test_socks5),             cmocka_unit_test(test_urls),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
