@@ -121,6 +121,7 @@ const char *sbx_backend_name(const sbx_backend_t *b) { return b->ops->name; }
 void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg) { b->cgroups = cg; }
 bool sbx_backend_maps_paths(const sbx_backend_t *b) { return b->ops->maps_paths; }
 bool sbx_backend_can_hold(const sbx_backend_t *b) { return b->ops->can_hold && b->available; }
+bool sbx_backend_can_egress(const sbx_backend_t *b) { return b->ops->can_egress; }
 bool sbx_backend_host_processes(const sbx_backend_t *b) { return b->ops->host_processes; }
 
 char *sbx_backend_describe(sbx_backend_t *b) {

@@ -1,9 +1,11 @@
 /* The bubblewrap backend: turns a run spec into a `bwrap` command line.
  *
  * What the sandboxed script gets:
- *   - its own pid, ipc, uts, cgroup and (unless spec->network) network namespaces; bwrap
- *     dies with the server (--die-with-parent) and the pid namespace dies with bwrap, so no
- *     process of a run outlives it;
+ *   - its own pid, ipc, uts, cgroup and network namespaces (the host's network namespace only
+ *     for a spec with network and no egress: --network host); bwrap dies with the server
+ *     (--die-with-parent) and the pid namespace dies with bwrap, so no process of a run
+ *     outlives it.  With spec->egress the supervisor is also the namespace's forwarder to
+ *     the server's egress proxy (drop.c --egress-fd): the only way out;
  *   - a root tmpfs (remounted read-only once set up) holding read-only /usr (and /bin,
  *     /sbin, /lib* as the host has them: usr-merge symlinks or binds), a minimal /etc (the
  *     loader cache, the time zone, a synthesized passwd/group with only root and the
@@ -448,7 +450,8 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   args_add(&a, p->bwrap_path, NULL);
   if (!p->as_root) args_add(&a, "--unshare-user", NULL);
   args_add(&a, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", NULL);
-  if (!spec->network) args_add(&a, "--unshare-net", NULL);
+  /* A namespace of its own unless the spec asks for the host's (network without egress). */
+  if (!spec->network || spec->egress) args_add(&a, "--unshare-net", NULL);
   /* No --new-session: sbx_spawn() already starts bwrap without a controlling terminal (a
    * process group of its own, and a new session when the server has a terminal; stdin is
    * /dev/null, output goes to pipes), the drop helper leaves any terminal that is still
@@ -522,6 +525,17 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   args_addf(&a, "%d", status_write);
   args_add(&a, "--control-fd", NULL);
   args_addf(&a, "%d", control_read);
+  cleanup_close int egress_fd = -1;
+  if (spec->network && spec->egress) {
+    if (spec->egress->fd < 0 || spec->egress->port < 1024)
+      return cm_error_set(err, 0, CM_ERR_INVALID, "an egress channel needs an fd and a port above 1023");
+    egress_fd = fcntl(spec->egress->fd, F_DUPFD_CLOEXEC, 3);
+    if (egress_fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "duplicating the egress channel");
+    args_add(&a, "--egress-fd", NULL);
+    args_addf(&a, "%d", egress_fd);
+    args_add(&a, "--egress-port", NULL);
+    args_addf(&a, "%u", (unsigned)spec->egress->port);
+  }
   if (spec->hold) args_add(&a, "--wait-go", NULL);
   const sbx_limits_t *l = &spec->limits;
   const struct {
@@ -549,6 +563,7 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   if (hosts_fd >= 0) launch->pass_fds[n++] = steal_fd(&hosts_fd);
   launch->pass_fds[n++] = steal_fd(&status_write);
   launch->pass_fds[n++] = steal_fd(&control_read);
+  if (egress_fd >= 0) launch->pass_fds[n++] = steal_fd(&egress_fd);
   for (size_t i = 0; i < n_copies; i++) launch->pass_fds[n++] = copy_fds[i];
   launch->status_fd = steal_fd(&status_read);
   launch->control_fd = steal_fd(&control_write);
@@ -778,6 +793,7 @@ const sbx_backend_ops_t sbx_bwrap_ops = {
     .name = "bwrap",
     .maps_paths = true,
     .can_hold = true,
+    .can_egress = true,
     .host_processes = true,
     .reserve = bwrap_reserve,
     .probe = bwrap_probe,

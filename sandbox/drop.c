@@ -3,7 +3,7 @@
  *
  *   mps-sandbox-drop [--uid N --gid N] [--as BYTES] [--cpu SECONDS] [--nproc N]
  *                    [--fsize BYTES] [--nofile N] [--status-fd FD] [--control-fd FD]
- *                    [--wait-go] -- COMMAND [ARG...]
+ *                    [--egress-fd FD --egress-port PORT] [--wait-go] -- COMMAND [ARG...]
  *
  * When the server runs as root, bwrap runs without a user namespace (so the mounts are
  * made by real root and the script's host uid can be a real unprivileged one) and starts
@@ -44,6 +44,17 @@
  * Should the supervisor die anyway there is no record: bwrap exits non-zero and the server
  * reports the status as unknown rather than trust anything.
  *
+ * With --egress-fd (a unix SOCK_SEQPACKET socket to the server's egress proxy, egress.h) the
+ * supervisor is also the sandbox's forwarder: before the go (a prestarted sandbox has it
+ * ready) it listens on 127.0.0.1:PORT (and [::1]:PORT when the namespace has IPv6) inside the
+ * sandbox's own network namespace, and passes every connection it accepts to the server as a
+ * file descriptor (SCM_RIGHTS), copying no bytes itself.  It never blocks: the listeners are
+ * non-blocking, a connection the server cannot take yet waits in a queue of at most
+ * EGRESS_QUEUE (while it is full nothing more is accepted, and the kernel's backlog holds the
+ * rest), and when the server's end closes it stops listening, so clients see refused
+ * connections.  The port needs no capability (it is above 1024), and the listeners are made
+ * before the supervisor restricts itself; the command never inherits them.
+ *
  * Any failure exits 126 with one line on stderr, which reaches the run's stderr; a failed
  * exec exits 127.  The program runs under the sandbox's seccomp filter, which allows
  * everything it does; the filter stays on the command.  It links nothing but libc and runs
@@ -64,9 +75,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <arpa/inet.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <netinet/in.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -85,6 +99,8 @@ typedef struct drop_opts {
   gid_t gid;
   uint64_t as_bytes, cpu_seconds, nproc, fsize_bytes, nofile; /* 0 = leave as is */
   int status_fd, control_fd;                                  /* -1 = none */
+  int egress_fd;                                              /* -1 = none */
+  uint16_t egress_port;
   bool wait_go;
   char **argv;
 } drop_opts_t;
@@ -153,6 +169,10 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
       o->status_fd = (int)parse_number(v, INT_MAX);
     } else if (strcmp(a, "--control-fd") == 0) {
       o->control_fd = (int)parse_number(v, INT_MAX);
+    } else if (strcmp(a, "--egress-fd") == 0) {
+      o->egress_fd = (int)parse_number(v, INT_MAX);
+    } else if (strcmp(a, "--egress-port") == 0) {
+      o->egress_port = (uint16_t)parse_number(v, 65535);
     } else {
       die_msg("unknown option");
     }
@@ -164,7 +184,19 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
   if (o->wait_go && o->control_fd < 0) die_msg("--wait-go needs --control-fd");
   check_fd(o->status_fd, O_WRONLY, "--status-fd");
   check_fd(o->control_fd, O_RDONLY, "--control-fd");
+  check_fd(o->egress_fd, O_RDWR, "--egress-fd");
   if (o->status_fd >= 0 && o->status_fd == o->control_fd) die_msg("one fd for status and control");
+  if (o->egress_fd >= 0) {
+    if (o->status_fd < 0) die_msg("--egress-fd needs --status-fd");
+    if (o->egress_port < 1024) die_msg("--egress-fd needs an --egress-port above 1023");
+    if (o->egress_fd == o->status_fd || o->egress_fd == o->control_fd) die_msg("--egress-fd is another channel's fd");
+    int type = 0;
+    socklen_t tl = sizeof type;
+    if (getsockopt(o->egress_fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_SEQPACKET)
+      die_msg("--egress-fd is not a SOCK_SEQPACKET socket");
+  } else if (o->egress_port) {
+    die_msg("--egress-port needs --egress-fd");
+  }
   if (i >= argc || argv[i][0] != '/') die_msg("expected -- and an absolute command path");
   o->argv = &argv[i];
 }
@@ -294,19 +326,143 @@ static void close_range_or_loop(unsigned first, unsigned last) {
   for (unsigned fd = first; fd <= last && fd < 1024; fd++) close((int)fd);
 }
 
-/* Closes every fd above 2 except a and b (-1 = none). */
-static void close_all_but(int a, int b) {
-  int lo = a < b ? a : b, hi = a < b ? b : a;
+/* Closes every fd above 2 except those of keep[] (-1 = none). */
+static void close_all_but(const int *keep, size_t n) {
+  int sorted[4];
+  size_t m = 0;
+  for (size_t i = 0; i < n && m < 4; i++)
+    if (keep[i] >= 3) sorted[m++] = keep[i];
+  for (size_t i = 1; i < m; i++)
+    for (size_t j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+      int t = sorted[j];
+      sorted[j] = sorted[j - 1];
+      sorted[j - 1] = t;
+    }
   unsigned next = 3;
-  if (lo >= 3) {
-    close_range_or_loop(next, (unsigned)lo - 1);
-    next = (unsigned)lo + 1;
-  }
-  if (hi >= 3 && hi != lo) {
-    close_range_or_loop(next, (unsigned)hi - 1);
-    next = (unsigned)hi + 1;
+  for (size_t i = 0; i < m; i++) {
+    if ((unsigned)sorted[i] < next) continue;
+    close_range_or_loop(next, (unsigned)sorted[i] - 1);
+    next = (unsigned)sorted[i] + 1;
   }
   close_range_or_loop(next, ~0U);
+}
+
+/* ---------------------------------------------------------------- the forwarder */
+
+#define EGRESS_QUEUE 64
+#define EGRESS_BACKLOG 128
+
+typedef struct egress {
+  int fd;        /* to the server; -1 = none, or gone */
+  int listen[2]; /* 127.0.0.1, ::1; -1 = none */
+  int queue[EGRESS_QUEUE];
+  size_t n_queued;
+} egress_t;
+
+static int egress_listen(int family, uint16_t port) {
+  int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int rc;
+  if (family == AF_INET) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+  } else {
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+  }
+  if (rc < 0 || listen(fd, EGRESS_BACKLOG) < 0) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
+}
+
+static void egress_setup(egress_t *e, const drop_opts_t *o) {
+  e->fd = o->egress_fd;
+  e->listen[0] = e->listen[1] = -1;
+  e->n_queued = 0;
+  if (e->fd < 0) return;
+  if (fcntl(e->fd, F_SETFD, FD_CLOEXEC) < 0) die("fcntl");
+  e->listen[0] = egress_listen(AF_INET, o->egress_port);
+  if (e->listen[0] < 0) die("listening on the sandbox's 127.0.0.1 for the egress proxy");
+  e->listen[1] = egress_listen(AF_INET6, o->egress_port); /* a namespace without IPv6: none */
+}
+
+/* The server's end is gone: no more connections are taken or passed. */
+static void egress_gone(egress_t *e) {
+  for (size_t i = 0; i < e->n_queued; i++) close(e->queue[i]);
+  e->n_queued = 0;
+  for (int i = 0; i < 2; i++) {
+    if (e->listen[i] >= 0) close(e->listen[i]);
+    e->listen[i] = -1;
+  }
+  if (e->fd >= 0) close(e->fd);
+  e->fd = -1;
+}
+
+/* 1 = passed (our copy closed), 0 = the server cannot take it yet, -1 = the server is gone. */
+static int egress_pass(egress_t *e, int conn) {
+  char byte = 'C';
+  struct iovec iov = {&byte, 1};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  memset(&ctl, 0, sizeof ctl);
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  h->cmsg_level = SOL_SOCKET;
+  h->cmsg_type = SCM_RIGHTS;
+  h->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(h), &conn, sizeof conn);
+  for (;;) {
+    ssize_t n = sendmsg(e->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n == 1) {
+      close(conn);
+      return 1;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == ENOBUFS)) return 0;
+    return -1;
+  }
+}
+
+static void egress_flush(egress_t *e) {
+  size_t done = 0;
+  while (done < e->n_queued && e->fd >= 0) {
+    int rc = egress_pass(e, e->queue[done]);
+    if (rc == 0) break;
+    if (rc < 0) {
+      egress_gone(e);
+      return;
+    }
+    done++;
+  }
+  memmove(e->queue, e->queue + done, (e->n_queued - done) * sizeof e->queue[0]);
+  e->n_queued -= done;
+}
+
+static void egress_accept(egress_t *e, int lfd) {
+  while (e->fd >= 0 && e->n_queued < EGRESS_QUEUE) {
+    int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (c < 0) return; /* EAGAIN, or a connection that went away meanwhile */
+    if (e->n_queued == 0) {
+      int rc = egress_pass(e, c);
+      if (rc == 1) continue;
+      if (rc < 0) {
+        close(c);
+        egress_gone(e);
+        return;
+      }
+    }
+    e->queue[e->n_queued++] = c;
+  }
 }
 
 static uint64_t tv_us(struct timeval tv) {
@@ -365,7 +521,8 @@ static void supervise(const drop_opts_t *o) {
    * ignores every signal sent from inside it that it has no handler for, SIGKILL included,
    * whatever the sender's uid; and when it exits, the kernel kills what is left. */
   if (getpid() > 2) die_msg("--status-fd needs a pid namespace of its own");
-  close_all_but(o->status_fd, o->control_fd);
+  int keep[] = {o->status_fd, o->control_fd, o->egress_fd};
+  close_all_but(keep, CM_ARRAY_SIZE(keep));
   if (fcntl(o->status_fd, F_SETFD, FD_CLOEXEC) < 0 ||
       (o->control_fd >= 0 && fcntl(o->control_fd, F_SETFD, FD_CLOEXEC) < 0))
     die("fcntl");
@@ -378,6 +535,9 @@ static void supervise(const drop_opts_t *o) {
   if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0) die("sigprocmask");
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) die("signalfd");
+  /* The forwarder listens before the go: a prestarted sandbox is complete when released. */
+  egress_t eg;
+  egress_setup(&eg, o);
 
   if (o->wait_go) {
     char go = 0;
@@ -407,9 +567,14 @@ static void supervise(const drop_opts_t *o) {
   int main_status = 0;
   struct rusage main_ru;
   memset(&main_ru, 0, sizeof main_ru);
-  struct pollfd pfd[2] = {{sfd, POLLIN, 0}, {o->control_fd, POLLIN, 0}};
+  struct pollfd pfd[5] = {{sfd, POLLIN, 0}, {o->control_fd, POLLIN, 0}};
   while (!main_done) {
-    if (poll(pfd, 2, -1) < 0) {
+    /* Listening only while a connection can be queued; the server's end only for its
+     * closing (and for room, when something waits). */
+    bool room = eg.fd >= 0 && eg.n_queued < EGRESS_QUEUE;
+    for (int i = 0; i < 2; i++) pfd[2 + i] = (struct pollfd){room ? eg.listen[i] : -1, POLLIN, 0};
+    pfd[4] = (struct pollfd){eg.fd, (short)(eg.n_queued ? POLLOUT : 0), 0};
+    if (poll(pfd, 5, -1) < 0) {
       if (errno == EINTR) continue;
       die("poll");
     }
@@ -420,6 +585,11 @@ static void supervise(const drop_opts_t *o) {
       close(pfd[1].fd);
       pfd[1].fd = -1;
     }
+    if (pfd[4].fd >= 0 && (pfd[4].revents & (POLLHUP | POLLERR | POLLNVAL))) egress_gone(&eg);
+    else if (pfd[4].fd >= 0 && (pfd[4].revents & POLLOUT)) egress_flush(&eg);
+    for (int i = 0; i < 2; i++)
+      if (pfd[2 + i].fd >= 0 && pfd[2 + i].fd == eg.listen[i] && (pfd[2 + i].revents & POLLIN))
+        egress_accept(&eg, eg.listen[i]);
     if (pfd[0].revents) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) > 0) {
@@ -459,7 +629,7 @@ static void supervise(const drop_opts_t *o) {
 int main(int argc, char **argv) {
   drop_opts_t o;
   memset(&o, 0, sizeof o);
-  o.status_fd = o.control_fd = -1;
+  o.status_fd = o.control_fd = o.egress_fd = -1;
   parse_args(argc, argv, &o);
   if (o.status_fd >= 0) supervise(&o);
   drop_and_exec(&o);

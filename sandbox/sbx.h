@@ -25,6 +25,15 @@ typedef struct sbx_limits {
 
 /* A host directory made visible at another path inside the sandbox (backends that map
  * paths; the none backend sees everything at its host path). */
+/* The way out of a sandbox's own network namespace (backends with
+ * sbx_backend_can_egress()): the sandbox's supervisor listens on 127.0.0.1:port (and [::1])
+ * inside it and passes each connection, as a file descriptor, over fd, a unix SOCK_SEQPACKET
+ * socket whose other end the server's egress proxy holds (egress/egress.h). */
+typedef struct sbx_egress {
+  int fd;        /* borrowed: the backend passes its own duplicate into the sandbox */
+  uint16_t port; /* above 1023 */
+} sbx_egress_t;
+
 typedef struct sbx_mount {
   const char *host;   /* clean absolute host path */
   const char *target; /* clean absolute path inside the sandbox, e.g. "/env" */
@@ -39,7 +48,11 @@ typedef struct sbx_spec {
   char *const *ro_binds; /* host paths made visible read-only at the same path (may be NULL) */
   const sbx_mount_t *mounts; /* extra mounts at their own targets */
   size_t n_mounts;
-  bool network;          /* false: no network at all (backends that can isolate it) */
+  /* false: no network at all (backends that can isolate it).  true with egress: the
+   * sandbox's own namespace, with only the egress path out of it; true without: the host's
+   * namespace (--network host, and backends that cannot isolate). */
+  bool network;
+  const sbx_egress_t *egress;
   /* An environment build, not a script run: the sandbox runs as the one builder identity
    * (so the shared download cache stays writable by every build) instead of a fresh one. */
   bool builder;
@@ -91,6 +104,9 @@ typedef struct sbx_backend_ops {
   bool maps_paths;
   /* Whether spec.hold works: a supervisor inside the sandbox waits for the go. */
   bool can_hold;
+  /* Whether spec.egress works: the sandbox has a network namespace of its own and a
+   * supervisor inside it that forwards connections to the server's egress proxy. */
+  bool can_egress;
   /* The command runs on this host as our descendant, with the host's interpreter (none,
    * bwrap); false when an engine runs it elsewhere (docker: its own limits, its image's
    * interpreter).  Runs of such backends get cgroups of ours. */
@@ -131,6 +147,7 @@ const char *sbx_backend_name(const sbx_backend_t *b);
 /* See sbx_backend_ops_t.maps_paths. */
 bool sbx_backend_maps_paths(const sbx_backend_t *b);
 bool sbx_backend_can_hold(const sbx_backend_t *b);
+bool sbx_backend_can_egress(const sbx_backend_t *b);
 bool sbx_backend_host_processes(const sbx_backend_t *b);
 char *sbx_backend_describe(sbx_backend_t *b);
 void sbx_backend_free(sbx_backend_t *b);

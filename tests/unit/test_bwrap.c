@@ -14,6 +14,7 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -56,6 +57,8 @@ typedef struct run_opts {
   size_t n_mounts;
   bool builder;
   bool network;
+  const sbx_egress_t *egress;
+  bool hold; /* start held; c->user is then a callback run before the release */
   const sbx_limits_t *limits;
   void (*on_chunk)(run_capture_t *c); /* after each piece of output */
 } run_opts_t;
@@ -126,6 +129,8 @@ static void run_script(run_capture_t *c, const char *script, const run_opts_t *o
       .n_mounts = o->n_mounts,
       .builder = o->builder,
       .network = o->network,
+      .egress = o->egress,
+      .hold = o->hold,
       .limits = o->limits ? *o->limits : default_limits,
   };
   sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
@@ -133,6 +138,12 @@ static void run_script(run_capture_t *c, const char *script, const run_opts_t *o
   cm_error_t err = CM_ERROR_INIT;
   if (sbx_run_start(g.loop, o->backend ? o->backend : g.backend, &spec, &cbs, c, &run, &err) < 0)
     fail_msg("sbx_run_start: %s", err.msg);
+  if (o->hold) {
+    uint64_t until = cm_now_ms() + 300; /* set up, and the supervisor waits */
+    while (cm_now_ms() < until) assert_int_equal(cm_loop_run_once(g.loop, 50, &err), 0);
+    if (c->user) ((void (*)(void))c->user)();
+    if (sbx_run_release(run, &cbs, c, default_limits.timeout_ms, &err) < 0) fail_msg("release: %s", err.msg);
+  }
   while (!c->done) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
   sbx_run_free(run);
   assert_int_equal(cm_loop_run_once(g.loop, 0, &err), 0); /* runs the deferred free */
@@ -670,6 +681,114 @@ static void test_network(void **state UNUSED) {
   assert_has(&c->out, "CONNECTED");
   assert_has(&c->out, "resolv.conf");
   assert_lacks(&c->out, "CAS=0\n");
+  capture_release(c);
+  close(srv);
+}
+
+/* The supervisor as forwarder: connections to 127.0.0.1:PORT and [::1]:PORT inside the
+ * sandbox arrive here as file descriptors over the socket pair; nothing else gets out. */
+typedef struct egress_peer {
+  int fd; /* our end */
+  int received;
+} egress_peer_t;
+
+static egress_peer_t egress_peer;
+
+static void on_egress(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
+  egress_peer_t *p = data;
+  for (;;) {
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n <= 0) return;
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    assert_non_null(h);
+    assert_int_equal(h->cmsg_type, SCM_RIGHTS);
+    int conn;
+    memcpy(&conn, CMSG_DATA(h), sizeof conn);
+    p->received++;
+    /* A connected TCP socket of the sandbox's namespace: answer on it. */
+    int type = 0;
+    socklen_t tl = sizeof type;
+    assert_int_equal(getsockopt(conn, SOL_SOCKET, SO_TYPE, &type, &tl), 0);
+    assert_int_equal(type, SOCK_STREAM);
+    assert_int_equal(write(conn, "pong\n", 5), 5);
+    close(conn);
+  }
+}
+
+static const char egress_script[] =
+    "import socket, sys\n"
+    "for host in ('127.0.0.1', '::1'):\n"
+    "    try:\n"
+    "        s = socket.create_connection((host, 3128), timeout=5)\n"
+    "        print(host, 'GOT', s.recv(16).decode().strip() or 'EOF')\n"
+    "    except OSError as e:\n"
+    "        print(host, 'NOPROXY', type(e).__name__)\n"
+    "try:\n"
+    "    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3)\n"
+    "    print('HOSTLOOPBACK')\n"
+    "except OSError as e:\n"
+    "    print('isolated', e.errno)\n";
+
+static void close_egress_peer(void) {
+  close(egress_peer.fd);
+  egress_peer.fd = -1;
+}
+
+static void test_egress_forwarder(void **state UNUSED) {
+  int srv = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(srv, (struct sockaddr *)&addr, sizeof addr), 0);
+  assert_int_equal(listen(srv, 8), 0);
+  socklen_t len = sizeof addr;
+  assert_int_equal(getsockname(srv, (struct sockaddr *)&addr, &len), 0);
+  cleanup_free char *port = xasprintf("%d", ntohs(addr.sin_port));
+  char *argv[] = {SYSTEM_PYTHON, "-I", "script.py", port, NULL};
+
+  for (int held = 0; held < 2; held++) {
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv), 0);
+    egress_peer = (egress_peer_t){.fd = sv[0]};
+    cm_error_t err = CM_ERROR_INIT;
+    cm_watch_t *w = cm_loop_watch(g.loop, sv[0], EPOLLIN, on_egress, &egress_peer, &err);
+    assert_non_null(w);
+    sbx_egress_t eg = {.fd = sv[1], .port = 3128};
+    run_opts_t o = {.network = true, .egress = &eg, .argv = argv, .hold = held};
+    run_capture_t cap = {0}, *c = &cap;
+    run_script(c, egress_script, &o);
+    close(sv[1]);
+    if (c->result.exit_code != 0) dump(c);
+    assert_int_equal(c->result.exit_code, 0);
+    /* A prestarted (held) sandbox has its listener before the go. */
+    assert_has(&c->out, "127.0.0.1 GOT pong");
+    assert_has(&c->out, "isolated");
+    assert_lacks(&c->out, "HOSTLOOPBACK");
+    bool v6 = has(&c->out, "::1 GOT pong");
+    assert_int_equal(egress_peer.received, v6 ? 2 : 1);
+    capture_release(c);
+    cm_watch_remove(w);
+    close(sv[0]);
+  }
+
+  /* The server's end closed before the script runs: the forwarder stops listening. */
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv), 0);
+  egress_peer = (egress_peer_t){.fd = sv[0]};
+  sbx_egress_t eg = {.fd = sv[1], .port = 3128};
+  run_opts_t o = {.network = true, .egress = &eg, .argv = argv, .hold = true};
+  run_capture_t cap = {0}, *c = &cap;
+  c->user = (void *)close_egress_peer;
+  run_script(c, egress_script, &o);
+  close(sv[1]);
+  assert_int_equal(c->result.exit_code, 0);
+  assert_has(&c->out, "127.0.0.1 NOPROXY");
+  assert_lacks(&c->out, "GOT pong");
   capture_release(c);
   close(srv);
 }
@@ -1562,6 +1681,7 @@ int main(void) {
       cmocka_unit_test(test_seccomp_and_privileges),
       cmocka_unit_test(test_host_view_of_script),
       cmocka_unit_test(test_network),
+      cmocka_unit_test(test_egress_forwarder),
       cmocka_unit_test(test_fork_bomb),
       cmocka_unit_test(test_process_limit_counts_this_run),
       cmocka_unit_test(test_memory_bomb),
