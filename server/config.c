@@ -2,11 +2,13 @@
  * (the flag wins).  The seed's flags keep their names, defaults and messages. */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
+#include "egress/egress.h"
 #include "server/srv.h"
 #include "server/toml.h"
 
-typedef enum opt_kind { OPT_SPACE_LIST, OPT_DAYS_MS, OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_CPUS, OPT_HELP, OPT_VERSION } opt_kind_t;
+typedef enum opt_kind { OPT_SPACE_LIST, OPT_DAYS_MS, OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_CPUS, OPT_NETWORK, OPT_HELP, OPT_VERSION } opt_kind_t;
 
 typedef struct opt_def {
   const char *name; /* without the leading "--" */
@@ -61,7 +63,24 @@ static const opt_def_t options[] = {
     {"max-sessions", OPT_INT, OFF(max_sessions), "N", "HTTP: sessions at once (256)"},
     {"session-idle-seconds", OPT_SECONDS_MS, OFF(session_idle_ms), "SECONDS", "HTTP: idle session expiry (1800)"},
     {"max-connections", OPT_INT, OFF(max_connections), "N", "HTTP: connections at once (512)"},
-    {"network", OPT_ONOFF, OFF(network), "{on,off}", "whether scripts may use the network (on)"},
+    {"network", OPT_NETWORK, OFF(network), "{on,off,host}",
+     "scripts' network: on (the public internet through the server's egress proxy, from a network "
+     "namespace of their own), off, or host (the host's own network, no policy: unsafe) (on)"},
+    {"network-allow", OPT_SPACE_LIST, OFF(network_allow), "RULE",
+     "also allow a destination: host, *.suffix, address or prefix, with an optional :port; opens "
+     "denied ranges, e.g. 127.0.0.1:8080 (repeatable)"},
+    {"network-deny", OPT_SPACE_LIST, OFF(network_deny), "RULE",
+     "deny a destination (wins over every allow rule; repeatable)"},
+    {"build-network-allow", OPT_SPACE_LIST, OFF(build_network_allow), "RULE",
+     "let dependency builds reach a destination besides the index hosts (repeatable)"},
+    {"dns-server", OPT_SPACE_LIST, OFF(dns_servers), "ADDR[:PORT]",
+     "the egress proxy's resolver (repeatable; default: the host's resolv.conf)"},
+    {"network-max-connections", OPT_INT, OFF(network_max_connections), "N",
+     "egress connections one run may have open at once; more wait (64)"},
+    {"network-max-total-connections", OPT_INT, OFF(network_max_total_connections), "N",
+     "egress connections one run may open in all; more are refused (4096)"},
+    {"network-rate", OPT_SIZE, OFF(network_rate), "SIZE",
+     "egress bandwidth per run in bytes per second, both ways together, e.g. 10M; 0 = no cap (0)"},
     {"kill-grace-seconds", OPT_SECONDS_MS, OFF(kill_grace_ms), "SECONDS",
      "time between SIGTERM and SIGKILL on timeout or cancellation (2)"},
     {"memory-limit", OPT_SIZE, OFF(memory_bytes), "SIZE", "address-space limit per script, 0 = none (2G)"},
@@ -124,6 +143,8 @@ void srv_config_defaults(srv_config_t *c) {
   c->uv_path = xstrdup("uv");
   c->transport = xstrdup("stdio");
   c->network = true;
+  c->network_max_connections = 64;
+  c->network_max_total_connections = 4096;
   c->kill_grace_ms = 2000;
   c->memory_bytes = 2ull << 30;
   c->cpu_seconds = 0;
@@ -169,6 +190,10 @@ void srv_config_release(srv_config_t *c) {
   free(c->index_url);
   free(c->extra_index_urls);
   free(c->find_links);
+  free(c->network_allow);
+  free(c->network_deny);
+  free(c->build_network_allow);
+  free(c->dns_servers);
   free(c->sandbox_backend);
   free(c->uv_path);
   free(c->state_dir);
@@ -310,6 +335,19 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
       else
         return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid choice: '%s' (choose from 'on', 'off')%s", o->name, value, origin);
       return 0;
+    case OPT_NETWORK:
+      if (!strcmp(value, "on") || !strcmp(value, "true") || !strcmp(value, "1")) {
+        c->network = true;
+        c->network_host = false;
+      } else if (!strcmp(value, "off") || !strcmp(value, "false") || !strcmp(value, "0")) {
+        c->network = c->network_host = false;
+      } else if (!strcmp(value, "host")) {
+        c->network = c->network_host = true;
+      } else {
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid choice: '%s' (choose from 'on', 'off', 'host')%s",
+                            o->name, value, origin);
+      }
+      return 0;
     case OPT_LOGLEVEL: {
       cm_log_level_t l;
       if (cm_log_parse_level(value, &l) < 0)
@@ -393,6 +431,19 @@ static int load_profile(srv_config_t *c, const char *name, cm_error_t *err) {
     const char *value = NULL;
     int64_t iv;
     bool bv;
+    if (toml_type(v) == TOML_ARRAY && o->kind == OPT_SPACE_LIST) {
+      /* A repeatable flag: each string of the array, as if given once each. */
+      cleanup_free char *origin = xasprintf(" (from profile %s)", path);
+      for (size_t k = 0; k < toml_array_len(v) && rc == 0; k++) {
+        const toml_value_t *e = toml_array_at(v, k);
+        if (toml_type(e) != TOML_STRING)
+          rc = cm_error_set(err, 0, CM_ERR_INVALID, "profile %s (line %zu): '%s' must be a list of strings", path,
+                            toml_line(e), flag);
+        else
+          rc = apply(c, o, toml_string(e, NULL), origin, err);
+      }
+      continue;
+    }
     if (toml_type(v) == TOML_STRING) {
       value = toml_string(v, NULL);
     } else if (toml_integer(v, &iv)) {
@@ -401,7 +452,8 @@ static int load_profile(srv_config_t *c, const char *name, cm_error_t *err) {
     } else if (toml_boolean(v, &bv)) {
       value = bv ? "true" : "false";
     } else {
-      rc = cm_error_set(err, 0, CM_ERR_INVALID, "profile %s (line %zu): '%s' must be a string, an integer or a boolean", path,
+      rc = cm_error_set(err, 0, CM_ERR_INVALID, "profile %s (line %zu): '%s' must be a string, an integer, a boolean "
+                        "or (for a repeatable flag) a list of strings", path,
                         toml_line(v), flag);
       break;
     }
@@ -506,6 +558,40 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
                         "max_artifact_bytes must be <= max_artifact_store_bytes");
   if (strcmp(c->cgroup, "auto") && strcmp(c->cgroup, "off") && c->cgroup[0] != '/')
     return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid cgroup '%s', must be 'auto', 'off' or an absolute path", c->cgroup);
+  const struct {
+    const char *flag, *list;
+  } rule_lists[] = {{"network-allow", c->network_allow}, {"network-deny", c->network_deny},
+                    {"build-network-allow", c->build_network_allow}};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(rule_lists); i++) {
+    for (const char *p = rule_lists[i].list; p && *p;) {
+      size_t n = strcspn(p, " ");
+      eg_rule_t r;
+      if (n && eg_rule_parse(p, n, &r, err) < 0) return cm_error_wrap(err, "argument --%s", rule_lists[i].flag);
+      p += n;
+      while (*p == ' ') p++;
+    }
+  }
+  for (const char *p = c->dns_servers; p && *p;) {
+    size_t n = strcspn(p, " ");
+    eg_rule_t r;
+    cm_error_t e2 = CM_ERROR_INIT;
+    bool ok = eg_rule_parse(p, n, &r, &e2) == 0 && r.kind == EG_RULE_NET &&
+              r.prefix == (r.addr.family == AF_INET ? 32u : 128u);
+    cm_error_release(&e2);
+    if (!ok)
+      return cm_error_set(err, 0, CM_ERR_INVALID, "argument --dns-server: invalid value: '%.*s' (an address with an "
+                          "optional :port, e.g. 127.0.0.1:5353 or [::1]:53)", (int)n, p);
+    p += n;
+    while (*p == ' ') p++;
+  }
+  if (c->network_max_connections < 1)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "network_max_connections must be >= 1");
+  if (c->network_host && c->profile && (!strcmp(c->profile, "lan") || (strrchr(c->profile, '/') &&
+                                                                      !strcmp(strrchr(c->profile, '/'), "/lan.toml"))))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "--network host is refused with the lan profile: it would give every script the host's own "
+                        "network (its loopback services, its LAN, this server's port); use --network on with "
+                        "--network-allow rules");
   if (c->max_inline_bytes > (16ull << 20) || c->max_inline_text_bytes > (16ull << 20))
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_inline_bytes and max_inline_text_bytes must be <= 16M");

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "server/envcache.h"
+#include "server/network.h"
 #include "server/pep440.h"
 #include "server/server-internal.h"
 
@@ -71,6 +72,16 @@ struct env_store {
   bool hits_scheduled;
   struct warm_job *warm;
   unsigned serial;
+  /* Index settings and builds' network (index_settings(), build_net_prepare()). */
+  struct srv_network *network;
+  bool index_loaded;
+  char *index_url;                         /* effective, with credentials; NULL = the default */
+  char **extra_index_urls, **find_links;   /* effective */
+  bool build_net_prepared, build_net_ok;   /* builds go through the egress proxy */
+  char *b_index_url;                       /* what builders get: credentialed URLs mapped */
+  char **b_extra_index_urls, **b_find_links;
+  eg_policy_t build_policy;
+  struct installer_net *nets;              /* installer runs with a proxy session */
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -193,16 +204,25 @@ static json_t *canonical_requirements(char *const *reqs, size_t n) {
   return arr;
 }
 
+static void index_settings(env_store_t *s);
+static char *redacted_join(char *const *urls);
+
 static char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, size_t n,
                      const char *uv_config) {
   const srv_config_t *cfg = s->cfg;
+  /* The index settings as they are, but never the secret of a credential: a rotated
+   * password must not rebuild every environment. */
+  index_settings(s);
+  cleanup_free char *index_url = s->index_url ? eg_url_redact(s->index_url) : NULL;
+  cleanup_free char *extra_index_urls = redacted_join(s->extra_index_urls);
+  cleanup_free char *find_links = redacted_join(s->find_links);
   json_t *id =
       json_pack("{s:i, s:{s:s, s:s, s:s, s:b}, s:o, s:s, s:{s:s?, s:s?, s:s?, s:b}}", "format",
                 ENV_FORMAT, "python", "executable", py->executable, "version", py->version,
                 "implementation", py->implementation, "free_threaded", py->free_threaded,
                 "requirements", canonical_requirements(reqs, n), "installer", s->uv ? "uv" : "pip",
-                "index", "index_url", cfg->index_url, "extra_index_urls", cfg->extra_index_urls,
-                "find_links", cfg->find_links, "offline", cfg->offline);
+                "index", "index_url", index_url, "extra_index_urls", extra_index_urls,
+                "find_links", find_links, "offline", cfg->offline);
   if (uv_config) json_object_set_new(id, "tool_uv", json_string(uv_config));
   char *text = json_dumps(id, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(id);
@@ -430,29 +450,147 @@ static void on_step_exit(void *data, const sbx_result_t *res) {
   build_next_step(b);
 }
 
+/* ---------------------------------------------------------------- index settings and builds' network */
+
+/* The installers' own index variables of the server's environment: index settings, read
+ * by the server (a flag wins), never handed to a sandbox that can keep them out. */
+static const char *const index_env_vars[] = {"PIP_INDEX_URL=",     "UV_INDEX_URL=",   "PIP_EXTRA_INDEX_URL=",
+                                             "UV_EXTRA_INDEX_URL=", "PIP_FIND_LINKS=", "UV_FIND_LINKS="};
+
+static char **env_list(const char *a, const char *b) {
+  const char *v = getenv(a);
+  if (!v || !*v) v = getenv(b);
+  return split_spaces(v && *v ? v : NULL);
+}
+
+static void index_settings(env_store_t *s) {
+  if (s->index_loaded) return;
+  s->index_loaded = true;
+  const srv_config_t *cfg = s->cfg;
+  const char *iu = cfg->index_url;
+  if (!iu) iu = getenv("PIP_INDEX_URL");
+  if (!iu || !*iu) iu = getenv("UV_INDEX_URL");
+  s->index_url = iu && *iu ? xstrdup(iu) : NULL;
+  s->extra_index_urls =
+      cfg->extra_index_urls ? split_spaces(cfg->extra_index_urls) : env_list("PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL");
+  s->find_links = cfg->find_links ? split_spaces(cfg->find_links) : env_list("PIP_FIND_LINKS", "UV_FIND_LINKS");
+}
+
+static char *redacted_join(char *const *urls) {
+  if (!urls || !urls[0]) return NULL;
+  cm_buf_t b;
+  cm_buf_init(&b, 0);
+  for (char *const *u = urls; *u; u++) {
+    cleanup_free char *r = eg_url_redact(*u);
+    if (b.len) cm_buf_appends(&b, " ");
+    cm_buf_appends(&b, r);
+  }
+  return cm_buf_steal(&b);
+}
+
+void env_store_set_network(env_store_t *s, struct srv_network *network) { s->network = network; }
+
+/* What a builder gets for url: the forwarder's mapping when it carries credentials (the
+ * proxy adds them), else url itself. */
+static char *builder_url(env_store_t *s, eg_proxy_t *p, const char *url) {
+  eg_url_t u;
+  if (eg_url_parse(url, strlen(url), &u) < 0) return xstrdup(url); /* a local directory */
+  bool secret = u.user != NULL;
+  eg_url_release(&u);
+  if (!secret) return xstrdup(url);
+  cm_error_t err = CM_ERROR_INIT;
+  int n = eg_proxy_add_index(p, url, &err);
+  if (n < 0) {
+    cm_warn("index %s: %s", url, cm_error_message(&err));
+    cm_error_release(&err);
+    return NULL;
+  }
+  return eg_proxy_index_url(p, n);
+}
+
+static char **builder_urls(env_store_t *s, eg_proxy_t *p, char *const *urls) {
+  cm_strv_builder_t b = {0};
+  for (char *const *u = urls; u && *u; u++) {
+    char *m = builder_url(s, p, *u);
+    if (m) cm_strv_add(&b, m);
+    free(m);
+  }
+  return cm_strv_steal(&b);
+}
+
+/* Whether builds go through the egress proxy (a backend with a namespace and a forwarder),
+ * and their policy and URLs, once. */
+static bool build_net_prepare(env_store_t *s) {
+  if (s->build_net_prepared) return s->build_net_ok;
+  s->build_net_prepared = true;
+  index_settings(s);
+  if (!s->network || !sbx_backend_can_egress(s->backend)) return false;
+  cm_error_t err = CM_ERROR_INIT;
+  eg_proxy_t *p = srv_network_proxy(s->network, &err);
+  cm_error_release(&err);
+  /* Without a proxy a build on such a backend has no network at all (never the host's). */
+  s->build_net_ok = true;
+  eg_policy_t *bp = &s->build_policy;
+  bp->public_internet = false;
+  bp->closed_reason = "not an index host (allow it with --build-network-allow)";
+  const eg_policy_t *deny = srv_network_deny_policy(s->network);
+  for (size_t i = 0; i < deny->n_deny; i++) eg_policy_add_deny(bp, &deny->deny[i]);
+  if (s->index_url) {
+    srv_network_allow_url(bp, s->index_url);
+  } else {
+    /* The installers' default index and its file host. */
+    srv_network_allow_url(bp, "https://pypi.org/simple");
+    srv_network_allow_url(bp, "https://files.pythonhosted.org/");
+  }
+  for (char **u = s->extra_index_urls; u && *u; u++) srv_network_allow_url(bp, *u);
+  for (char **u = s->find_links; u && *u; u++) srv_network_allow_url(bp, *u);
+  for (const char *r = s->cfg->build_network_allow; r && *r;) {
+    size_t n = strcspn(r, " ");
+    eg_rule_t rule;
+    if (n && eg_rule_parse(r, n, &rule, &err) == 0) eg_policy_add_allow(bp, &rule);
+    cm_error_release(&err);
+    r += n;
+    while (*r == ' ') r++;
+  }
+  if (p) {
+    s->b_index_url = s->index_url ? builder_url(s, p, s->index_url) : NULL;
+    s->b_extra_index_urls = builder_urls(s, p, s->extra_index_urls);
+    s->b_find_links = builder_urls(s, p, s->find_links);
+  }
+  return true;
+}
+
 static void index_args(env_store_t *s, bool uv, cm_strv_builder_t *a) {
   const srv_config_t *cfg = s->cfg;
   if (cfg->offline && !uv) cm_strv_add(a, "--no-index");
   if (cfg->offline && uv) cm_strv_add(a, "--offline");
-  if (cfg->index_url) {
+  /* Through the proxy: the effective settings, credentials mapped.  Otherwise (a backend
+   * that cannot keep them out) the flags, and the environment's variables pass as they are. */
+  bool proxied = build_net_prepare(s);
+  const char *index_url = proxied ? s->b_index_url : cfg->index_url;
+  cleanup_strv char **extra_own = proxied ? NULL : split_spaces(cfg->extra_index_urls);
+  cleanup_strv char **links_own = proxied ? NULL : split_spaces(cfg->find_links);
+  char **extra = proxied ? s->b_extra_index_urls : extra_own;
+  char **links = proxied ? s->b_find_links : links_own;
+  if (index_url) {
     cm_strv_add(a, "--index-url");
-    cm_strv_add(a, cfg->index_url);
+    cm_strv_add(a, index_url);
   }
-  cleanup_strv char **extra = split_spaces(cfg->extra_index_urls);
-  for (char **e = extra; *e; e++) {
+  for (char **e = extra; e && *e; e++) {
     cm_strv_add(a, "--extra-index-url");
     cm_strv_add(a, *e);
   }
-  cleanup_strv char **links = split_spaces(cfg->find_links);
-  for (char **l = links; *l; l++) {
+  for (char **l = links; l && *l; l++) {
     cm_strv_add(a, "--find-links");
     cm_strv_add(a, *l);
   }
 }
 
-/* The environment of installer runs: PATH and locale, the cache, and the installers' own
- * settings from the server's environment (index credentials, proxies, certificates). */
-static void installer_env(env_store_t *s, cm_strv_builder_t *env) {
+/* The environment of installer runs: PATH and locale, the cache, harmless settings of the
+ * installers from the server's environment (an allowlist: nothing else of PIP_* / UV_*, whose
+ * variables may hold index credentials, tokens or keyring settings), and the proxy.  Package
+ * code runs in a build (setup.py, build backends), so nothing secret may be here. */
+static void installer_env(env_store_t *s, bool proxied, cm_strv_builder_t *env) {
   const char *cache = backend_maps(s) ? ENV_CACHE_TARGET : s->downloads_dir;
   cm_strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
   cm_strv_add(env, "LANG=C.UTF-8");
@@ -464,16 +602,75 @@ static void installer_env(env_store_t *s, cm_strv_builder_t *env) {
   cm_strv_addf(env, "PIP_CACHE_DIR=%s/pip", cache);
   cm_strv_addf(env, "UV_CACHE_DIR=%s/uv", cache);
   cm_strv_add(env, "UV_NO_PROGRESS=1");
+  static const char *const harmless[] = {
+      "PIP_DEFAULT_TIMEOUT=",  "PIP_TIMEOUT=",        "PIP_RETRIES=",           "PIP_PREFER_BINARY=",
+      "PIP_ONLY_BINARY=",      "PIP_NO_BINARY=",      "PIP_PRE=",               "PIP_TRUSTED_HOST=",
+      "UV_HTTP_TIMEOUT=",      "UV_CONCURRENT_DOWNLOADS=", "UV_CONCURRENT_BUILDS=", "UV_CONCURRENT_INSTALLS=",
+      "UV_PRERELEASE=",        "UV_RESOLUTION=",      "UV_INDEX_STRATEGY=",     "UV_NATIVE_TLS=",
+      "SSL_CERT_FILE=",        "SSL_CERT_DIR=",       "REQUESTS_CA_BUNDLE=",
+  };
+  static const char *const host_proxy[] = {"HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=",
+                                           "http_proxy=", "https_proxy=", "no_proxy="};
   for (char **e = environ; *e; e++) {
-    if ((!strncmp(*e, "PIP_", 4) || !strncmp(*e, "UV_", 3)) && strncmp(*e, "PIP_CACHE_DIR=", 14) &&
-        strncmp(*e, "UV_CACHE_DIR=", 13))
-      cm_strv_add(env, *e);
-    static const char *const pass[] = {
-        "HTTP_PROXY=", "HTTPS_PROXY=",   "NO_PROXY=",     "http_proxy=",        "https_proxy=",
-        "no_proxy=",   "SSL_CERT_FILE=", "SSL_CERT_DIR=", "REQUESTS_CA_BUNDLE="};
-    for (size_t i = 0; i < CM_ARRAY_SIZE(pass); i++)
-      if (!strncmp(*e, pass[i], strlen(pass[i]))) cm_strv_add(env, *e);
+    for (size_t i = 0; i < CM_ARRAY_SIZE(harmless); i++)
+      if (!strncmp(*e, harmless[i], strlen(harmless[i]))) cm_strv_add(env, *e);
+    if (proxied) continue;
+    /* A backend without the proxy: the host's proxy settings, and the index variables as
+     * before (it cannot keep them from the installer's processes anyway). */
+    for (size_t i = 0; i < CM_ARRAY_SIZE(host_proxy); i++)
+      if (!strncmp(*e, host_proxy[i], strlen(host_proxy[i]))) cm_strv_add(env, *e);
+    for (size_t i = 0; i < CM_ARRAY_SIZE(index_env_vars); i++)
+      if (!strncmp(*e, index_env_vars[i], strlen(index_env_vars[i]))) cm_strv_add(env, *e);
   }
+  if (proxied) srv_network_env(s->network, env, true);
+}
+
+/* An installer run with a proxy session: the session lives as long as the run. */
+typedef struct installer_net {
+  env_store_t *store;
+  eg_session_t *session;
+  sbx_run_callbacks_t cbs;
+  void *data;
+  struct installer_net *next;
+} installer_net_t;
+
+static void installer_net_unlink(installer_net_t *n) {
+  for (installer_net_t **l = &n->store->nets; *l; l = &(*l)->next)
+    if (*l == n) {
+      *l = n->next;
+      break;
+    }
+}
+
+static void installer_net_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
+  installer_net_t *n = data;
+  if (n->cbs.on_output) n->cbs.on_output(n->data, stream, buf, len);
+}
+
+static void installer_net_exit(void *data, const sbx_result_t *res) {
+  installer_net_t *n = data;
+  eg_session_close(n->session);
+  installer_net_unlink(n);
+  sbx_run_callbacks_t cbs = n->cbs;
+  void *d = n->data;
+  free(n);
+  if (cbs.on_exit) cbs.on_exit(d, res);
+}
+
+static void build_net_release(env_store_t *s) {
+  while (s->nets) {
+    installer_net_t *n = s->nets;
+    s->nets = n->next;
+    eg_session_close(n->session);
+    free(n);
+  }
+  free(s->index_url);
+  cm_strv_free(s->extra_index_urls);
+  cm_strv_free(s->find_links);
+  free(s->b_index_url);
+  cm_strv_free(s->b_extra_index_urls);
+  cm_strv_free(s->b_find_links);
+  eg_policy_release(&s->build_policy);
 }
 
 /* Read-only in installer runs: the interpreter's prefix, local wheel directories, uv. */
@@ -486,14 +683,33 @@ static void installer_binds(env_store_t *s, const char *prefix, cm_strv_builder_
 }
 
 /* Starts one installer run (a build step, a warm-up, a dry-run resolution) in the sandbox:
- * network per --offline, as the builder identity, with the download cache writable and, for
- * a build, the staging directory writable at /env. */
+ * network per --offline (through the egress proxy, allowed the index hosts only, where the
+ * backend can), as the builder identity, with the download cache writable and, for a build,
+ * the staging directory writable at /env. */
 static int start_installer_run(env_store_t *s, const char *prefix, char **argv, const char *workdir,
                                const char *staging, const sbx_run_callbacks_t *cbs, void *data,
                                sbx_run_t **run, cm_error_t *err) {
   const srv_config_t *cfg = s->cfg;
+  bool proxied = !cfg->offline && build_net_prepare(s);
+  eg_proxy_t *proxy = proxied ? srv_network_proxy(s->network, err) : NULL;
+  if (proxied && !proxy) return cm_error_wrap(err, "the build's network (the egress proxy)");
+  int sandbox_fd = -1;
+  installer_net_t *net = NULL;
+  if (proxied) {
+    net = xcalloc(1, sizeof *net);
+    net->session = eg_session_new(proxy, &s->build_policy, EG_SESSION_INDEX, &sandbox_fd, err);
+    if (!net->session) {
+      free(net);
+      return cm_error_wrap(err, "the build's network");
+    }
+    net->store = s;
+    net->cbs = *cbs;
+    net->data = data;
+  }
+  sbx_egress_t egress = {.fd = sandbox_fd, .port = EG_SANDBOX_PORT};
+  sbx_run_callbacks_t net_cbs = {.on_output = installer_net_output, .on_exit = installer_net_exit};
   cm_strv_builder_t env = {0};
-  installer_env(s, &env);
+  installer_env(s, proxied, &env);
   cm_strv_builder_t binds = {0};
   installer_binds(s, prefix, &binds);
   sbx_mount_t mounts[2];
@@ -510,6 +726,7 @@ static int start_installer_run(env_store_t *s, const char *prefix, char **argv, 
       .mounts = mounts,
       .n_mounts = backend_maps(s) ? n_mounts : 0,
       .network = !cfg->offline,
+      .egress = proxied ? &egress : NULL,
       .builder = true,
       .limits =
           {
@@ -522,7 +739,16 @@ static int start_installer_run(env_store_t *s, const char *prefix, char **argv, 
               .tmp_bytes = CM_MAX(cfg->tmp_bytes, 1ull << 30),
           },
   };
-  int rc = sbx_run_start(s->loop, s->backend, &spec, cbs, data, run, err);
+  int rc = net ? sbx_run_start(s->loop, s->backend, &spec, &net_cbs, net, run, err)
+               : sbx_run_start(s->loop, s->backend, &spec, cbs, data, run, err);
+  if (sandbox_fd >= 0) close(sandbox_fd); /* the sandbox has its own copy */
+  if (net && rc < 0) {
+    eg_session_close(net->session);
+    free(net);
+  } else if (net) {
+    net->next = s->nets;
+    s->nets = net;
+  }
   cm_strv_free(env.v);
   cm_strv_free(binds.v);
   return rc;
@@ -1239,5 +1465,6 @@ void env_store_free(env_store_t *s) {
   free(s->work_dir);
   free(s->uv);
   free(s->installer_desc);
+  build_net_release(s);
   free(s);
 }

@@ -61,4 +61,16 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
 void env_store_cancel_resolve(env_store_t *s, void *handle);
 void env_store_free(env_store_t *s);
 
+/* Builds' network (server/network.h): on a backend that can, every installer run gets a
+ * network namespace of its own whose only way out is the egress proxy, allowed exactly the
+ * hosts of the index settings (--index-url, --extra-index-url, --find-links URLs, or
+ * PIP_INDEX_URL / PIP_EXTRA_INDEX_URL / UV_INDEX_URL / UV_EXTRA_INDEX_URL / PIP_FIND_LINKS
+ * from the server's environment; pypi.org and files.pythonhosted.org without an index) plus
+ * --build-network-allow, minus --network-deny.  An index URL with credentials reaches the
+ * installer as http://127.0.0.1:<port>/mps-index/<n>/..., which the proxy maps to the real
+ * index adding the credentials itself: they never enter the sandbox.  Call once, before the
+ * first build. */
+struct srv_network;
+void env_store_set_network(env_store_t *s, struct srv_network *network);
+
 #endif

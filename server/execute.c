@@ -10,6 +10,7 @@
 
 #include "server/envcache.h"
 #include "server/files.h"
+#include "server/network.h"
 #include "server/script.h"
 #include "server/server-internal.h"
 
@@ -56,6 +57,8 @@ struct exec_job {
   char *workdir;
   files_inputs_t inputs; /* the files argument, written before the script starts */
   bool network;          /* this call's network (never more than the server allows) */
+  srv_net_call_t net;    /* the same, with the call's own list of destinations */
+  eg_session_t *egress;  /* the run's egress proxy session, or NULL */
   sbx_run_t *run;
   bool prestarted; /* run is the prestarted sandbox */
   cm_headtail_t out, err;
@@ -108,6 +111,8 @@ static void job_free(exec_job_t *job) {
     cm_timer_cancel(start_gate_timer);
     start_gate_timer = NULL;
   }
+  eg_session_close(job->egress);
+  srv_net_call_release(&job->net);
   free(job->principal);
   free(job->script);
   free(job->timeout_note);
@@ -341,7 +346,17 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   exec_job_t *job = data;
   sbx_run_free(job->run);
   job->run = NULL;
+  /* The run is over: so are its connections (what they did is counted in the session). */
+  sbx_backend_t *nb = srv_server_backend(job->server);
+  json_t *network = srv_network_result(job->cfg, nb, &job->net, job->egress);
+  cm_buf_t net_text;
+  cm_buf_init(&net_text, 0);
+  srv_network_text(job->cfg, nb, &job->net, job->egress, &net_text);
+  eg_session_close(job->egress);
+  job->egress = NULL;
   if (srv_request_cancelled(job->req)) {
+    json_decref(network);
+    cm_buf_release(&net_text);
     job_finish(job, json_object());
     return;
   }
@@ -389,6 +404,11 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
                   "\n--- note: the %s backend cannot isolate the network; network: false was not "
                   "enforced ---",
                   sbx_backend_name(b));
+  if (job->net.rules && !sbx_backend_maps_paths(b))
+    cm_buf_printf(&t, "\n--- note: the %s backend cannot isolate the network; the network list was not enforced ---",
+                  sbx_backend_name(b));
+  if (net_text.len) cm_buf_append(&t, net_text.data, net_text.len);
+  cm_buf_release(&net_text);
   /* Whatever the script left in outputs/, also after a failure or a timeout. */
   files_collection_t files;
   art_store_collect(srv_server_artifacts(job->server), srv_request_session(job->req), job->workdir,
@@ -424,6 +444,7 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
                       job->env ? json_pack("{s:s, s:b, s:O}", "key", job->env->key, "cached", job->env->cached,
                                            "packages", job->env->packages)
                                : json_null());
+  json_object_set_new(sc, "network", network);
   files_result_append(&files, NULL, json_object_get(result, "content"), sc);
   files_collection_release(&files);
   json_object_set_new(result, "structuredContent", sc);
@@ -585,7 +606,7 @@ static void runner_pycs_release(srv_server_t *s) {
  * released): the interpreter (or the environment's), the start-up runner, the limits. */
 static int start_sandbox(srv_server_t *s, py_interp_t *py, env_handle_t *env, bool network, const char *workdir,
                          uint64_t timeout_ms, bool hold, const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
-                         cm_error_t *err) {
+                         eg_session_t **egress_out, cm_error_t *err) {
   const srv_config_t *cfg = srv_server_config(s);
   /* Through the start-up runner when there is one (it saves open matplotlib figures;
    * profiles/runner.py), mounted read-only where the backend maps paths. */
@@ -610,15 +631,25 @@ static int start_sandbox(srv_server_t *s, py_interp_t *py, env_handle_t *env, bo
   cleanup_free char *path_var = env_root ? xasprintf("PATH=%s/bin:/usr/local/bin:/usr/bin:/bin", env_root)
                                          : xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
   cleanup_free char *venv_var = env_root ? xasprintf("VIRTUAL_ENV=%s", env_root) : NULL;
-  char *envp[] = {path_var,
-                  "LANG=C.UTF-8",
-                  "LC_ALL=C.UTF-8",
-                  "PYTHONUNBUFFERED=1",
-                  "PYTHONDONTWRITEBYTECODE=1",
-                  "PYTHONIOENCODING=utf-8",
-                  "MPLBACKEND=Agg",
-                  venv_var,
-                  NULL};
+  /* With the network on, a namespace of its own whose one way out is the egress proxy
+   * (server/network.h), unless the operator chose the host's (--network host). */
+  *egress_out = NULL;
+  int egress_fd = -1;
+  bool proxied = network && srv_network_proxied(cfg, backend);
+  if (proxied) {
+    eg_proxy_t *proxy = srv_network_proxy(srv_server_network(s), err);
+    eg_session_t *session =
+        proxy ? eg_session_new(proxy, srv_network_script_policy(srv_server_network(s)), 0, &egress_fd, err) : NULL;
+    if (!session) return cm_error_wrap(err, "the network of the sandbox (the egress proxy)");
+    *egress_out = session;
+  }
+  sbx_egress_t egress = {.fd = egress_fd, .port = EG_SANDBOX_PORT};
+  cm_strv_builder_t envb = {0};
+  cm_strv_addv(&envb, path_var, "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1",
+               "PYTHONIOENCODING=utf-8", "MPLBACKEND=Agg", NULL);
+  if (venv_var) cm_strv_add(&envb, venv_var);
+  if (proxied) srv_network_env(srv_server_network(s), &envb, false);
+  cleanup_strv char **envp = cm_strv_steal(&envb);
   char *binds[] = {py->prefix, NULL};
   sbx_mount_t mounts[2];
   size_t n_mounts = 0;
@@ -632,6 +663,7 @@ static int start_sandbox(srv_server_t *s, py_interp_t *py, env_handle_t *env, bo
       .mounts = mounts,
       .n_mounts = n_mounts,
       .network = network,
+      .egress = proxied ? &egress : NULL,
       .hold = hold,
       .limits =
           {
@@ -646,7 +678,13 @@ static int start_sandbox(srv_server_t *s, py_interp_t *py, env_handle_t *env, bo
               .cpu_millis = cfg->cpu_millis,
           },
   };
-  return sbx_run_start(srv_server_loop(s), backend, &spec, cbs, data, out, err);
+  int rc = sbx_run_start(srv_server_loop(s), backend, &spec, cbs, data, out, err);
+  if (egress_fd >= 0) close(egress_fd); /* the sandbox has its own copy */
+  if (rc < 0) {
+    eg_session_close(*egress_out);
+    *egress_out = NULL;
+  }
+  return rc;
 }
 
 /* ---------------------------------------------------------------- the prestarted sandbox */
@@ -675,6 +713,7 @@ typedef struct prestart_slot {
   ino_t env_ino;
   bool network;
   sbx_run_t *run;    /* held, or NULL */
+  eg_session_t *egress; /* the held sandbox's egress session, or NULL */
   char *workdir;
   bool workdir_mounted;
   unsigned failures; /* held sandboxes that died in a row; it stops trying after a few */
@@ -693,6 +732,8 @@ static void prestart_fill_now(prestart_slot_t *slot);
 static void slot_drop_run(prestart_slot_t *slot) {
   if (slot->run) sbx_run_free(slot->run); /* kills it: its supervisor never started anything */
   slot->run = NULL;
+  eg_session_close(slot->egress);
+  slot->egress = NULL;
   if (slot->workdir) remove_workdir(slot->workdir, slot->workdir_mounted);
   free(slot->workdir);
   slot->workdir = NULL;
@@ -753,7 +794,8 @@ static void prestart_fill_now(prestart_slot_t *slot) {
   slot->workdir = make_workdir(s, &slot->workdir_mounted, &err);
   sbx_run_callbacks_t cbs = {.on_exit = prestart_on_exit};
   if (!slot->workdir ||
-      start_sandbox(s, slot->py, slot->env, slot->network, slot->workdir, 0, true, &cbs, slot, &slot->run, &err) < 0) {
+      start_sandbox(s, slot->py, slot->env, slot->network, slot->workdir, 0, true, &cbs, slot, &slot->run,
+                    &slot->egress, &err) < 0) {
     cm_warn("prestarting a sandbox: %s", cm_error_message(&err));
     cm_error_release(&err);
     slot->run = NULL;
@@ -815,9 +857,11 @@ static bool prestart_take(exec_job_t *job) {
       return false;
     }
     job->run = slot->run;
+    job->egress = slot->egress;
     job->workdir = slot->workdir;
     job->workdir_mounted = slot->workdir_mounted;
     slot->run = NULL;
+    slot->egress = NULL;
     slot->workdir = NULL;
     slot->failures = 0;
     p->taken++;
@@ -856,6 +900,8 @@ static void job_run(exec_job_t *job) {
   cm_error_t err = CM_ERROR_INIT;
   sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
   if (prestart_take(job)) {
+    /* The call's own list narrows the session before anything can connect. */
+    if (job->egress && job->net.rules) eg_session_narrow(job->egress, job->net.rules, job->net.n_rules);
     if (write_job_files(job, &err) == 0 && sbx_run_release(job->run, &cbs, job, job->timeout_s * 1000, &err) == 0)
       return;
     /* It died meanwhile (or the files could not be written): do it the long way. */
@@ -863,6 +909,8 @@ static void job_run(exec_job_t *job) {
     cm_error_release(&err);
     sbx_run_free(job->run);
     job->run = NULL;
+    eg_session_close(job->egress);
+    job->egress = NULL;
     remove_workdir(job->workdir, job->workdir_mounted);
     free(job->workdir);
     job->workdir = NULL;
@@ -876,10 +924,13 @@ static void job_run(exec_job_t *job) {
     return;
   }
   if (start_sandbox(job->server, job->py, job->env, job->network, job->workdir, job->timeout_s * 1000, false, &cbs,
-                    job, &job->run, &err) < 0) {
+                    job, &job->run, &job->egress, &err) < 0) {
     job_finish(job, srv_tool_error_result("The sandbox could not start the script: %s", cm_error_message(&err)));
     cm_error_release(&err);
+    return;
   }
+  /* Before the loop runs again, so before any connection of the script reaches the proxy. */
+  if (job->egress && job->net.rules) eg_session_narrow(job->egress, job->net.rules, job->net.n_rules);
 }
 
 static void on_cancel(void *data) {
@@ -987,16 +1038,10 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
                                                 json_string_length(script), (unsigned long long)cfg->max_script_bytes));
     return;
   }
-  json_t *network = json_object_get(args, "network");
-  if (network && !json_is_null(network) && !json_is_boolean(network)) {
-    srv_request_finish(r, srv_tool_error_result("'network' must be true or false."));
-    return;
-  }
-  if (json_is_true(network) && !cfg->network) {
-    srv_request_finish(r, srv_tool_error_result(
-                              "The network is off on this server (--network off), so a call cannot "
-                              "ask for it: leave 'network' out or set it to false, and use no "
-                              "network in the script (pass data in with 'files')."));
+  __attribute__((cleanup(srv_net_call_release))) srv_net_call_t net;
+  cleanup_free char *net_error = NULL;
+  if (srv_network_parse_call(srv_server_network(s), cfg, json_object_get(args, "network"), &net, &net_error) < 0) {
+    srv_request_finish(r, srv_tool_error_result("%s", net_error));
     return;
   }
   json_t *deps = json_object_get(args, "dependencies");
@@ -1102,7 +1147,9 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   if (all_jobs) all_jobs->all_prev = job;
   all_jobs = job;
   job->inputs = inputs;
-  job->network = cfg->network && !json_is_false(network);
+  job->net = net;
+  memset(&net, 0, sizeof net); /* the job's now */
+  job->network = job->net.on;
   job->python_request = json_is_string(pv) ? xstrdup(json_string_value(pv)) : NULL;
   job->requires_python = requires_python;
   job->requirements = requirements;
@@ -1174,6 +1221,7 @@ static json_t *output_schema(void) {
                 "properties", "key", "type", "string", "cached", "type", "boolean", "packages",
                 "type", "object", "additionalProperties", "type", "string"));
   json_object_set_new(props, "files", files_output_schema());
+  json_object_set_new(props, "network", srv_network_output_schema());
   return json_pack("{s:s, s:o, s:[s, s, s, s, s, s]}", "type", "object", "properties", props,
                    "required", "stdout", "stderr", "exit_code", "duration_ms", "timed_out",
                    "truncated");
@@ -1223,8 +1271,11 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       "for progress.",
       (unsigned long long)cfg->default_timeout, (unsigned long long)cfg->max_timeout,
       (unsigned long long)cfg->max_output_bytes,
-      cfg->network ? "Network access is on; pass network: false to run without it."
-                   : "Network access is off on this server.",
+      !cfg->network       ? "Network access is off on this server."
+      : cfg->network_host ? "Network access is on (the host's own network); pass network: false to run without it."
+                          : "Network access is on through the server's egress proxy (HTTP_PROXY/HTTPS_PROXY are set; "
+                            "loopback, private and metadata addresses are refused); pass network: false to run "
+                            "without it, or a list of destinations to allow only those.",
       (unsigned long long)cfg->max_input_files, (unsigned long long)cfg->max_input_file_bytes,
       (unsigned long long)cfg->max_input_bytes, (unsigned long long)cfg->max_inline_bytes,
       (unsigned long long)cfg->max_inline_text_bytes,
@@ -1260,11 +1311,19 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
                                 "Input files written into the working directory before the "
                                 "script starts.",
                                 "items", file_item));
-  json_object_set_new(
-      props, "network",
-      json_pack("{s:s, s:b, s:s}", "type", "boolean", "default", cfg->network, "description",
-                cfg->network ? "false runs this call without any network access."
-                             : "The network is off on this server; true is refused."));
+  const char *net_desc =
+      !cfg->network ? "The network is off on this server; true or a list is refused."
+      : cfg->network_host
+          ? "false runs this call without any network access. (This server shares its own network with scripts.)"
+          : "false: no network at all. true (the default): the public internet through the server's egress proxy "
+            "(the sandbox's HTTP_PROXY/HTTPS_PROXY/ALL_PROXY; loopback, private, link-local and metadata addresses "
+            "are refused unless the server allows them). A list of destinations (\"api.github.com\", "
+            "\"*.example.com:443\", \"198.51.100.0/24\") allows only those, within what the server allows; an entry "
+            "the server denies entirely is an error. Refused destinations are listed in the result.";
+  json_object_set_new(props, "network",
+                      json_pack("{s:[{s:s}, {s:s, s:{s:s}, s:I}], s:b, s:s}", "anyOf", "type", "boolean", "type", "array",
+                                "items", "type", "string", "maxItems", (json_int_t)SRV_NET_MAX_CALL_RULES, "default",
+                                cfg->network, "description", net_desc));
   return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
                    "execute_python", "title", "Run Python in a sandbox", "description", desc,
                    "inputSchema", input, "outputSchema", output_schema(), "annotations", "title",

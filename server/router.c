@@ -6,6 +6,7 @@
 
 #include "server/envcache.h"
 #include "server/files.h"
+#include "server/network.h"
 #include "server/server-internal.h"
 
 static const char *const mcp_log_levels[] = {"debug",    "info",  "notice", "warning",
@@ -28,6 +29,7 @@ struct srv_server {
   sbx_backend_t *host;
   py_registry_t *pythons;
   env_store_t *envs;
+  srv_network_t *network;
   art_store_t *artifacts;
   void *warm_wait;
   bool probed;
@@ -165,6 +167,8 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   s->runs_lock = runs_lock;
   s->pythons = py_registry_new(loop, cfg, s->state_dir);
   s->envs = env_store_new(loop, cfg, s->state_dir, backend);
+  s->network = srv_network_new(loop, cfg);
+  env_store_set_network(s->envs, s->network);
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at
    * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */
   s->probe_timer = cm_loop_timer(loop, SRV_PROBE_DELAY_MS, probe_soon, s);
@@ -181,6 +185,7 @@ void srv_server_free(srv_server_t *s) {
   srv_prestart_free(s);
   art_store_free(s->artifacts);
   env_store_free(s->envs);
+  srv_network_free(s->network); /* after the runs and builds: it closes what they left */
   py_registry_free(s->pythons);
   sbx_backend_free(s->backend);
   sbx_backend_free(s->host);
@@ -202,6 +207,7 @@ sbx_cgroups_t *srv_server_cgroups(srv_server_t *s) { return s->cgroups; }
 srv_prestart_t **srv_server_prestart(srv_server_t *s) { return &s->prestart; }
 py_registry_t *srv_server_pythons(srv_server_t *s) { return s->pythons; }
 env_store_t *srv_server_envs(srv_server_t *s) { return s->envs; }
+srv_network_t *srv_server_network(srv_server_t *s) { return s->network; }
 art_store_t *srv_server_artifacts(srv_server_t *s) { return s->artifacts; }
 const char *srv_server_state_dir(srv_server_t *s) { return s->state_dir; }
 const char *srv_server_runs_dir(srv_server_t *s) { return s->runs_dir; }

@@ -39,7 +39,15 @@ typedef struct srv_config {
   uint64_t build_timeout_ms; /* --build-timeout */
   char *state_dir;           /* --state-dir */
   char *transport;           /* --transport stdio|http */
-  bool network;              /* --network on|off */
+  bool network;              /* --network on|host: scripts may use the network (off: false) */
+  bool network_host;         /* --network host: the host's namespace, no proxy (unsafe) */
+  char *network_allow;       /* --network-allow RULE (repeatable): ' '-separated */
+  char *network_deny;        /* --network-deny RULE (repeatable): ' '-separated */
+  char *build_network_allow; /* --build-network-allow RULE (repeatable): ' '-separated */
+  char *dns_servers;         /* --dns-server ADDR[:PORT] (repeatable): ' '-separated */
+  uint64_t network_max_connections;       /* --network-max-connections: per run at once */
+  uint64_t network_max_total_connections; /* --network-max-total-connections: per run */
+  uint64_t network_rate;     /* --network-rate: bytes per second per run; 0 = no cap */
   uint64_t kill_grace_ms;    /* --kill-grace-seconds */
   uint64_t memory_bytes;     /* --memory-limit */
   uint64_t cpu_seconds;      /* --cpu-limit */

@@ -3,6 +3,7 @@
 #include <sys/utsname.h>
 
 #include "server/envcache.h"
+#include "server/network.h"
 #include "server/server-internal.h"
 
 json_t *srv_tool_text_result(const char *text, bool is_error) {
@@ -109,7 +110,16 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
     }
   }
   cm_buf_printf(&t, "Sandbox available: %s\n", b->available ? "yes" : "no (executions are refused; no fall back)");
-  cm_buf_printf(&t, "Network: %s\n", cfg->network ? "on" : "off");
+  cm_buf_printf(&t, "Network: %s\n", !cfg->network ? "off" : cfg->network_host ? "host" : "on");
+  json_t *net_obj = NULL;
+  srv_network_describe(srv_server_network(s), cfg, b, &t, &net_obj);
+  if (!cfg->offline)
+    cm_buf_printf(&t, "Build network: %s\n",
+                  sbx_backend_can_egress(b)
+                      ? "each dependency build has a network namespace of its own and reaches only the index hosts "
+                        "(plus --build-network-allow) through the egress proxy; index credentials stay in the "
+                        "server (the proxy adds them), never in the build's environment or files"
+                      : "not isolated by this backend (builds use its own network, and see the index settings)");
   size_t n_envs;
   uint64_t env_bytes;
   env_store_stats(srv_server_envs(s), &n_envs, &env_bytes);
@@ -164,6 +174,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                          (json_int_t)cfg->max_timeout, "max_output_bytes", (json_int_t)cfg->max_output_bytes,
                          "network", cfg->network, "server_version", srv_version());
   json_object_set_new(sc, "interpreters", jpys);
+  json_object_set_new(sc, "network_policy", net_obj ? net_obj : json_null());
   json_object_set_new(sc, "cgroups", json_pack("{s:b, s:s}", "active", cg_runs, "description", cg_text));
   cleanup_free char *text = cm_buf_steal(&t);
   json_t *result = srv_tool_text_result(text, false);
