@@ -20,10 +20,14 @@
 
 #include "common/cm.h"
 
-/* The port of the forwarder inside every sandbox with network (on its 127.0.0.1 and ::1). */
+/* The port of the forwarder inside every sandbox with network (on every loopback address of
+ * the sandbox's namespace, 127.0.0.0/8 and ::1; it has nothing but loopback). */
 #define EG_SANDBOX_PORT 3128
-/* The path prefix of index requests on the forwarder: /mps-index/<n>/... */
-#define EG_INDEX_PREFIX "/mps-index/"
+/* Index n of a build is http://127.0.1.<n+1>:EG_SANDBOX_PORT inside the sandbox: an origin of
+ * its own, so that the index's root-relative links stay on it. */
+#define EG_INDEX_NET_A 127
+#define EG_INDEX_NET_B 0
+#define EG_INDEX_NET_C 1
 
 /* ---------------------------------------------------------------- addresses */
 
@@ -239,10 +243,11 @@ eg_proxy_t *eg_proxy_new(cm_loop_t *loop, const eg_proxy_config_t *cfg, cm_error
  * their owners, or are closed here). */
 void eg_proxy_free(eg_proxy_t *p);
 /* Registers an index URL (credentials included) that build sessions may reach through the
- * forwarder as http://127.0.0.1:EG_SANDBOX_PORT/mps-index/<n>/<path>; the proxy adds the
- * credentials (Basic) itself and speaks TLS to an https index.  Returns n, or -1. */
+ * forwarder as http://127.0.1.<n+1>:EG_SANDBOX_PORT/<path> (directly, or as a proxied
+ * absolute URI); the proxy adds the credentials (Basic) itself, and speaks TLS to an https
+ * index.  Returns n, or -1. */
 int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err);
-/* The URL the builder gets for index n: the forwarder's prefix plus the original path.  Heap. */
+/* The URL the builder gets for index n: the forwarder's origin of the index plus its path.  Heap. */
 char *eg_proxy_index_url(eg_proxy_t *p, int n);
 /* "resolver: the host's resolv.conf" or the servers, for check_environment.  Heap. */
 char *eg_proxy_describe(eg_proxy_t *p);

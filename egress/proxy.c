@@ -39,7 +39,7 @@
 /* All sessions together: beyond this, sessions wait (their sockets are not read). */
 #define EG_GLOBAL_MAX_CONNECTIONS 2048
 #define EG_MAX_ARES_SOCKETS 32
-#define EG_MAX_INDEXES 64
+#define EG_MAX_INDEXES 200
 
 typedef struct conn conn_t;
 
@@ -764,15 +764,7 @@ static void start_relay(conn_t *c) {
       eg_index_t *ix = &p->indexes[c->index];
       auth = ix->authorization;
       host_header = xstrdup(ix->host_header);
-      if (c->kind == K_INDEX) {
-        /* /mps-index/<n><rest> -> <rest> */
-        const char *tp = c->head + c->req->path.off;
-        size_t tl = c->req->path.len, skip = strlen(EG_INDEX_PREFIX);
-        while (skip < tl && tp[skip] >= '0' && tp[skip] <= '9') skip++;
-        path = tp + skip;
-        path_len = tl - skip;
-        if (path_len == 0) path = "/", path_len = 1;
-      }
+
     } else {
       bool v6 = strchr(c->host, ':') != NULL;
       host_header = c->port == 80 ? xasprintf(v6 ? "[%s]" : "%s", c->host)
@@ -873,14 +865,32 @@ static void on_upstream(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
 
 /* ---------------------------------------------------------------- request heads */
 
-static int index_of_path(const char *p, size_t n, size_t n_indexes) {
-  size_t pre = strlen(EG_INDEX_PREFIX);
-  if (n <= pre || memcmp(p, EG_INDEX_PREFIX, pre) != 0) return -1;
-  size_t i = pre;
-  unsigned v = 0;
-  while (i < n && p[i] >= '0' && p[i] <= '9' && i - pre < 3) v = v * 10 + (unsigned)(p[i++] - '0');
-  if (i == pre || (i < n && p[i] != '/' && p[i] != '?')) return -1;
-  return v < n_indexes ? (int)v : -1;
+/* The index an address of the forwarder stands for (127.0.1.<n+1>), or -1. */
+static int index_of_addr(const eg_addr_t *a, size_t n_indexes) {
+  eg_addr_t v;
+  eg_addr_normalise(a, &v);
+  if (v.family != AF_INET || v.bytes[0] != EG_INDEX_NET_A || v.bytes[1] != EG_INDEX_NET_B ||
+      v.bytes[2] != EG_INDEX_NET_C || v.bytes[3] == 0)
+    return -1;
+  return (size_t)v.bytes[3] - 1 < n_indexes ? v.bytes[3] - 1 : -1;
+}
+
+/* The local address the client connected to (inside the sandbox). */
+static int client_local_index(conn_t *c, size_t n_indexes) {
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(c->cfd, (struct sockaddr *)&ss, &sl) < 0) return -1;
+  eg_addr_t a = {0};
+  if (ss.ss_family == AF_INET) {
+    a.family = AF_INET;
+    memcpy(a.bytes, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+  } else if (ss.ss_family == AF_INET6) {
+    a.family = AF_INET6;
+    memcpy(a.bytes, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+  } else {
+    return -1;
+  }
+  return index_of_addr(&a, n_indexes);
 }
 
 static void head_request(conn_t *c) {
@@ -896,14 +906,18 @@ static void head_request(conn_t *c) {
   eg_session_t *s = c->s;
   eg_proxy_t *p = s->proxy;
   c->index = -1;
-  const char *path = c->head + req->path.off;
+  bool builds = (s->flags & EG_SESSION_INDEX) != 0;
+  eg_addr_t target;
+  int abs_index = builds && req->form == EG_FORM_ABSOLUTE && req->port == EG_SANDBOX_PORT &&
+                          eg_addr_parse(req->host, strlen(req->host), &target) == 0
+                      ? index_of_addr(&target, p->n_indexes)
+                      : -1;
   if (req->form == EG_FORM_AUTHORITY) {
     c->kind = K_CONNECT;
-  } else if (req->form == EG_FORM_ORIGIN ||
-             ((!strcmp(req->host, "127.0.0.1") || !strcmp(req->host, "localhost") || !strcmp(req->host, "::1")) &&
-              req->port == EG_SANDBOX_PORT)) {
-    /* Addressed to the forwarder itself: an index request of a build. */
-    int ix = (s->flags & EG_SESSION_INDEX) ? index_of_path(path, req->path.len, p->n_indexes) : -1;
+  } else if (req->form == EG_FORM_ORIGIN || abs_index >= 0) {
+    /* Addressed to one of a build's index origins on the forwarder (directly, or as a
+     * proxied absolute URI): an index request. */
+    int ix = abs_index >= 0 ? abs_index : builds ? client_local_index(c, p->n_indexes) : -1;
     if (ix < 0) {
       reply_and_close(c, 400, "Bad Request",
                       "mcp-python-exec-sandbox egress proxy: this is a proxy; send CONNECT host:port "
@@ -1300,8 +1314,8 @@ int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err) {
 
 char *eg_proxy_index_url(eg_proxy_t *p, int n) {
   if (n < 0 || (size_t)n >= p->n_indexes) return NULL;
-  const char *path = p->indexes[n].origin_path;
-  return xasprintf("http://127.0.0.1:%d" EG_INDEX_PREFIX "%d%s", EG_SANDBOX_PORT, n, path);
+  return xasprintf("http://%d.%d.%d.%d:%d%s", EG_INDEX_NET_A, EG_INDEX_NET_B, EG_INDEX_NET_C, n + 1, EG_SANDBOX_PORT,
+                   p->indexes[n].origin_path);
 }
 
 char *eg_proxy_describe(eg_proxy_t *p) {

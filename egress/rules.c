@@ -357,9 +357,11 @@ bool eg_rule_match_name(const eg_rule_t *r, const char *host, uint16_t port) {
 
 bool eg_rule_match_addr(const eg_rule_t *r, const eg_addr_t *a, uint16_t port) {
   if (r->kind != EG_RULE_NET || (r->port && r->port != port)) return false;
+  /* In either form: an IPv6 rule wider than the embedded IPv4 space it covers still names
+   * those addresses as written. */
   eg_addr_t n;
   eg_addr_normalise(a, &n);
-  return eg_addr_in(&n, &r->addr, r->prefix);
+  return eg_addr_in(&n, &r->addr, r->prefix) || eg_addr_in(a, &r->addr, r->prefix);
 }
 
 /* ---------------------------------------------------------------- policy */

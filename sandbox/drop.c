@@ -46,8 +46,8 @@
  *
  * With --egress-fd (a unix SOCK_SEQPACKET socket to the server's egress proxy, egress.h) the
  * supervisor is also the sandbox's forwarder: before the go (a prestarted sandbox has it
- * ready) it listens on 127.0.0.1:PORT (and [::1]:PORT when the namespace has IPv6) inside the
- * sandbox's own network namespace, and passes every connection it accepts to the server as a
+ * ready) it listens on PORT of every IPv4 address of the sandbox's own network namespace (which
+ * has nothing but loopback: 127.0.0.0/8) and of [::1] when the namespace has IPv6, and passes every connection it accepts to the server as a
  * file descriptor (SCM_RIGHTS), copying no bytes itself.  It never blocks: the listeners are
  * non-blocking, a connection the server cannot take yet waits in a queue of at most
  * EGRESS_QUEUE (while it is full nothing more is accepted, and the kernel's backlog holds the
@@ -367,7 +367,9 @@ static int egress_listen(int family, uint16_t port) {
   int rc;
   if (family == AF_INET) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    /* Every loopback address: the namespace has nothing else, and a build reaches its
+     * index n at 127.0.1.<n+1> (egress.h). */
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
     rc = bind(fd, (struct sockaddr *)&a, sizeof a);
   } else {
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
@@ -390,7 +392,7 @@ static void egress_setup(egress_t *e, const drop_opts_t *o) {
   if (e->fd < 0) return;
   if (fcntl(e->fd, F_SETFD, FD_CLOEXEC) < 0) die("fcntl");
   e->listen[0] = egress_listen(AF_INET, o->egress_port);
-  if (e->listen[0] < 0) die("listening on the sandbox's 127.0.0.1 for the egress proxy");
+  if (e->listen[0] < 0) die("listening on the sandbox's loopback for the egress proxy");
   e->listen[1] = egress_listen(AF_INET6, o->egress_port); /* a namespace without IPv6: none */
 }
 

@@ -67,8 +67,9 @@ void env_store_free(env_store_t *s);
  * PIP_INDEX_URL / PIP_EXTRA_INDEX_URL / UV_INDEX_URL / UV_EXTRA_INDEX_URL / PIP_FIND_LINKS
  * from the server's environment; pypi.org and files.pythonhosted.org without an index) plus
  * --build-network-allow, minus --network-deny.  An index URL with credentials reaches the
- * installer as http://127.0.0.1:<port>/mps-index/<n>/..., which the proxy maps to the real
- * index adding the credentials itself: they never enter the sandbox.  Call once, before the
+ * installer as http://127.0.1.<n+1>:<port>/<its path> (an origin of its own on the sandbox's
+ * forwarder), which the proxy maps to the real index adding the credentials itself: they
+ * never enter the sandbox.  Call once, before the
  * first build. */
 struct srv_network;
 void env_store_set_network(env_store_t *s, struct srv_network *network);

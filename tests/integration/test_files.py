@@ -505,12 +505,16 @@ except OSError as e:
 
 
 @pytest.mark.skipif(BACKEND != "bwrap", reason="only a sandbox with its own network namespace can turn it off")
-def test_network_false_blocks_loopback_for_that_call_only(files_server, loopback_listener):
+def test_network_false_blocks_loopback_for_that_call_only(make_server, loopback_listener):
+    # Only --network host shares the host's loopback with scripts (the default refuses it:
+    # test_network.py); network: false still takes even that away, for that call only.
+    s = make_server("--network", "host")
+    s.initialize()
     script = CONNECT.format(port=loopback_listener)
-    assert files_server.execute(script)["structuredContent"]["stdout"] == "connected hello\n"
-    res = files_server.execute(script, network=False)
+    assert s.execute(script)["structuredContent"]["stdout"] == "connected hello\n"
+    res = s.execute(script, network=False)
     assert res["structuredContent"]["stdout"].startswith("refused"), text_of(res)
-    assert files_server.execute(script, network=True)["structuredContent"]["stdout"] == "connected hello\n"
+    assert s.execute(script, network=True)["structuredContent"]["stdout"] == "connected hello\n"
 
 
 @pytest.mark.skipif(BACKEND != "none", reason="the none backend cannot isolate the network")
@@ -528,7 +532,9 @@ def test_network_argument_checks(make_server):
     res = s.execute("print(1)", network=False)
     assert res["isError"] is False and res["structuredContent"]["stdout"] == "1\n"
     res = s.execute("print(1)", network="no")
-    assert res["isError"] is True and "true or false" in text_of(res)
+    assert res["isError"] is True and "true, false, or a list" in text_of(res)
+    res = s.execute("print(1)", network=["pypi.org"])
+    assert res["isError"] is True and "--network off" in text_of(res)
     tools = {t["name"]: t for t in s.request("tools/list")["result"]["tools"]}
     assert tools["execute_python"]["annotations"]["openWorldHint"] is False
 
@@ -570,7 +576,8 @@ def test_structured_content_matches_the_output_schema(files_server):
     for name, prop in schema["properties"].items():
         assert "type" in prop, name
     inputs = tool["inputSchema"]["properties"]
-    assert inputs["files"]["type"] == "array" and inputs["network"]["type"] == "boolean"
+    assert inputs["files"]["type"] == "array"
+    assert [t["type"] for t in inputs["network"]["anyOf"]] == ["boolean", "array"]
     assert tool["annotations"]["openWorldHint"] is True
     desc = tool["description"]
     for needle in ("outputs/", "# /// script", "dependencies", "python_version", "figure", "resources/read"):

@@ -190,16 +190,26 @@ except OSError as e:
     assert "CONNECTED" not in out and not accepted, out
 
 
-def test_network_on_reaches_loopback(make_server):
+def test_network_host_reaches_loopback_and_on_does_not(make_server):
+    # The old default (the host's namespace) is now the explicit, unsafe --network host; with
+    # --network on the script has a namespace of its own (test_network.py: the proxy's policy).
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
+    srv.listen(4)
     port = srv.getsockname()[1]
-    s = make_server("--network", "on")
-    s.initialize()
-    out = s.execute(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)\nprint('CONNECTED')")
-    srv.close()
+    script = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+              f"    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)")
+    host = make_server("--network", "host")
+    host.initialize()
+    out = host.execute(script)
     assert out["structuredContent"]["stdout"] == "CONNECTED\n"
+    assert out["structuredContent"]["network"]["policy"] == "host"
+    on = make_server("--network", "on")
+    on.initialize()
+    out = on.execute(script)
+    srv.close()
+    assert out["structuredContent"]["stdout"].startswith("refused"), out
+    assert out["structuredContent"]["network"]["policy"] == "on"
 
 
 def test_runs_as_unprivileged_uid(hostile):

@@ -346,7 +346,7 @@ static void test_http_request(void **state) {
   assert_int_equal(parse_req("GET http://h:8080 HTTP/1.1\r\n\r\n", req), 1);
   assert_int_equal(req->port, 8080);
   assert_int_equal(req->path.len, 0);
-  assert_int_equal(parse_req("GET /mps-index/0/simple/ HTTP/1.1\r\nHost: 127.0.0.1:3128\r\n\r\n", req), 1);
+  assert_int_equal(parse_req("GET /simple/ HTTP/1.1\r\nHost: 127.0.1.1:3128\r\n\r\n", req), 1);
   assert_int_equal(req->form, EG_FORM_ORIGIN);
   /* Incomplete, then malformed ones. */
   assert_int_equal(parse_req("CONNECT pypi.org:443 HTTP/1.1\r\nHost: x\r\n", req), 0);

@@ -1,0 +1,858 @@
+"""The network of scripts and builds (issue 15): with the default policy neither a script nor a
+dependency build reaches the host's loopback (127.0.0.1, ::1), its interface addresses, the
+server's own HTTP port, an abstract unix socket of the host, a private-range or link-local
+address, or a name that resolves to one of them; an allowed destination is reachable through
+the server's egress proxy; a build never sees the server's index credentials and still
+installs from a credentialed index; a call can narrow the policy but never widen it; refusals
+are reported; a run's connections end with it.
+
+Everything stays on loopback and in a network namespace the test makes (a veth pair to
+198.51.100.1, with 10.77.0.1 and 169.254.77.1 behind it); the test's own DNS responder on
+loopback answers the names (--dns-server).  Needs the bwrap backend and root (ip netns)."""
+import base64
+import http.server
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+
+import pytest
+
+from conftest import BACKEND, Server, wait_until
+
+pytestmark = pytest.mark.skipif(BACKEND != "bwrap", reason="only the bwrap backend gives runs a network namespace "
+                                                         "of their own and the egress proxy")
+
+SECRET = "s3cr3t-index-token-9f2c7"
+SECRET2 = "s3cr3t-other-pip-var-41d0"
+NS_ADDR, NS_PRIVATE, NS_LINKLOCAL, HOST_VETH = "198.51.100.1", "10.77.0.1", "169.254.77.1", "198.51.100.2"
+NS_PORT = 8080
+
+
+def text_of(res):
+    return "\n".join(c.get("text", "") for c in res["content"] if c.get("type") == "text")
+
+
+# ------------------------------------------------------------------ listeners the test owns
+
+class Canary:
+    """A TCP (or abstract unix) listener that nobody in a sandbox may reach: it records every
+    connection it accepts."""
+
+    def __init__(self, family, addr):
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        if family != socket.AF_UNIX:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        self.sock.bind(addr)
+        self.sock.listen(16)
+        self.addr = self.sock.getsockname()
+        self.accepted = []
+        self.stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def port(self):
+        return self.addr[1]
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                c, peer = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted.append(peer)
+            try:
+                c.sendall(b"CANARY\n")
+            except OSError:
+                pass
+            c.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+class Hold:
+    """A loopback server (opened by a rule) that keeps each connection open and notes when the
+    peer ends it."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.opened = []
+        self.closed_at = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.opened.append(time.monotonic())
+            threading.Thread(target=self._hold, args=(c,), daemon=True).start()
+
+    def _hold(self, c):
+        c.sendall(b"HOLD\n")
+        while True:
+            try:
+                if not c.recv(4096):
+                    break
+            except OSError:
+                break
+        self.closed_at.append(time.monotonic())
+        c.close()
+
+
+class Allowed(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+
+def allowed_http_server():
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = f"allowed loopback {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    srv = Allowed(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+# ------------------------------------------------------------------ DNS
+
+class DnsResponder:
+    """Answers A/AAAA queries for a fixed table on 127.0.0.1 (UDP); NXDOMAIN otherwise."""
+
+    def __init__(self, table):
+        self.table = table
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.queries = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                q, peer = self.sock.recvfrom(2048)
+            except OSError:
+                return
+            try:
+                self.sock.sendto(self._answer(q), peer)
+            except Exception:
+                pass
+
+    def _answer(self, q):
+        i, labels = 12, []
+        while q[i]:
+            n = q[i]
+            labels.append(q[i + 1:i + 1 + n].decode().lower())
+            i += 1 + n
+        qtype, _ = struct.unpack(">HH", q[i + 1:i + 5])
+        question = q[12:i + 5]
+        name = ".".join(labels)
+        self.queries.append((name, qtype))
+        ans, count, rcode = b"", 0, 0
+        addr = self.table.get(name)
+        if addr is None:
+            rcode = 3
+        elif qtype == 1 and ":" not in addr:
+            ans, count = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 30, 4) + socket.inet_aton(addr), 1
+        elif qtype == 28 and ":" in addr:
+            ans, count = b"\xc0\x0c" + struct.pack(">HHIH", 28, 1, 30, 16) + socket.inet_pton(socket.AF_INET6, addr), 1
+        return q[:2] + struct.pack(">HHHHH", 0x8180 | rcode, 1, count, 0, 0) + question + ans
+
+    def close(self):
+        self.sock.close()
+
+
+# ------------------------------------------------------------------ a network namespace of the test's
+
+NS_SERVER = r"""
+import http.server, socketserver, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        local = self.connection.getsockname()[0]
+        print("HIT", local, self.path, flush=True)
+        body = ("hello from the test namespace at " + local).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+s = S(("0.0.0.0", int(sys.argv[1])), H)
+print("ready", flush=True)
+s.serve_forever()
+"""
+
+
+def ip(*args, check=True):
+    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+class TestNamespace:
+    """netns with 198.51.100.1 (a documentation address, public as far as the policy goes), plus
+    10.77.0.1 (private) and 169.254.77.1 (link-local), routed from the host over a veth whose
+    host end is 198.51.100.2; an HTTP server on port 8080 of all three that logs each hit."""
+
+    def __init__(self):
+        tag = str(os.getpid())[-6:]
+        self.ns = f"mps-net-{tag}"
+        self.host_if, self.ns_if = f"mpsh{tag}", f"mpsn{tag}"
+        self.proc = None
+        self.hits = []
+        try:
+            ip("netns", "add", self.ns)
+            ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+            ip("link", "set", self.ns_if, "netns", self.ns)
+            ip("addr", "add", f"{HOST_VETH}/24", "dev", self.host_if)
+            ip("link", "set", self.host_if, "up")
+            for a in (f"{NS_ADDR}/24", f"{NS_PRIVATE}/32", f"{NS_LINKLOCAL}/32"):
+                ip("netns", "exec", self.ns, "ip", "addr", "add", a, "dev", self.ns_if)
+            ip("netns", "exec", self.ns, "ip", "link", "set", self.ns_if, "up")
+            ip("netns", "exec", self.ns, "ip", "link", "set", "lo", "up")
+            ip("netns", "exec", self.ns, "ip", "route", "add", "default", "via", HOST_VETH)
+            for a in (NS_PRIVATE, NS_LINKLOCAL):
+                ip("route", "add", f"{a}/32", "via", NS_ADDR, "dev", self.host_if)
+            self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, "-u", "-c", NS_SERVER, str(NS_PORT)],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            assert self.proc.stdout.readline().strip() == "ready"
+            threading.Thread(target=self._log, daemon=True).start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _log(self):
+        for line in self.proc.stdout:
+            if line.startswith("HIT"):
+                self.hits.append(line.split()[1:])
+
+    def close(self):
+        if self.proc:
+            self.proc.kill()
+            self.proc.wait()
+        # Deleting the namespace deletes its veth end, and with it the pair and the routes.
+        ip("netns", "del", self.ns, check=False)
+        ip("link", "del", self.host_if, check=False)
+
+
+def host_addresses():
+    """Non-loopback IPv4 addresses of the host (besides the veth's)."""
+    out = ip("-j", "-4", "addr", "show", check=False).stdout
+    try:
+        data = json.loads(out or "[]")
+    except ValueError:
+        return []
+    addrs = []
+    for link in data:
+        for a in link.get("addr_info", []):
+            if a.get("local") and not a["local"].startswith("127.") and a["local"] != HOST_VETH:
+                addrs.append(a["local"])
+    return addrs
+
+
+# ------------------------------------------------------------------ the probe
+
+# Tries each target directly and through the forwarder (HTTP CONNECT at 127.0.0.1:3128), and
+# the abstract unix socket; prints one JSON object.  Also the body of a module of a build.
+PROBE = r'''
+import json, os, socket
+
+def _recv_head(s):
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < 65536:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+def _direct(host, port):
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(3)
+        s.connect((host, port))
+        got = s.recv(64)
+        s.close()
+        return "OPEN " + got.decode(errors="replace").strip()
+    except OSError as e:
+        return "closed " + type(e).__name__
+
+def _connect(host, port):
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+        h = "[%s]" % host if ":" in host else host
+        s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (h, port, h, port)).encode())
+        head = _recv_head(s)
+        status = int(head.split()[1]) if head.startswith(b"HTTP/") else -1
+        if status != 200:
+            return "status %d" % status
+        rest = head.split(b"\r\n\r\n", 1)[1]
+        s.sendall(b"GET /via-connect HTTP/1.0\r\nHost: x\r\n\r\n")
+        s.settimeout(3)
+        try:
+            while len(rest) < 8192:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                rest += chunk
+        except OSError:
+            pass
+        return "OPEN " + rest.decode(errors="replace").strip()[-120:]
+    except OSError as e:
+        return "error " + type(e).__name__
+
+def _abstract(name):
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(3)
+        s.connect("\0" + name)
+        return "OPEN " + s.recv(64).decode(errors="replace").strip()
+    except OSError as e:
+        return "closed " + type(e).__name__
+
+def probe(targets, abstract):
+    out = {}
+    for name, (host, port) in sorted(targets.items()):
+        out[name + "/direct"] = _direct(host, port) if not host.endswith(".test") else "skipped"
+        out[name + "/proxy"] = _connect(host, port)
+    if abstract:
+        out["abstract"] = _abstract(abstract)
+    return out
+'''
+
+
+# ------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="module")
+def world():
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2 to make a network namespace")
+    made = []
+    try:
+        ns = TestNamespace()
+        made.append(ns)
+        # The namespace really is reachable from the host (else the test proves nothing).
+        for a in (NS_ADDR, NS_PRIVATE, NS_LINKLOCAL):
+            with socket.create_connection((a, NS_PORT), timeout=5) as c:
+                c.sendall(b"GET /sanity HTTP/1.0\r\n\r\n")
+                data = b""
+                while chunk := c.recv(4096):
+                    data += chunk
+                assert b"hello from the test namespace" in data
+        w = {"ns": ns}
+        w["c4"] = Canary(socket.AF_INET, ("127.0.0.1", 0))
+        w["c6"] = Canary(socket.AF_INET6, ("::1", 0))
+        w["cveth"] = Canary(socket.AF_INET, (HOST_VETH, 0))
+        extra = host_addresses()
+        w["ciface"] = Canary(socket.AF_INET, (extra[0], 0)) if extra else None
+        w["abstract"] = f"mps-test-abstract-{os.getpid()}"
+        w["cunix"] = Canary(socket.AF_UNIX, "\0" + w["abstract"])
+        made += [w[k] for k in ("c4", "c6", "cveth", "ciface", "cunix") if w[k]]
+        w["dns"] = DnsResponder({"evil.test": "127.0.0.1", "evil6.test": "::1", "private.test": NS_PRIVATE,
+                                 "linklocal.test": NS_LINKLOCAL, "meta.test": "169.254.169.254",
+                                 "public.test": NS_ADDR, "veth.test": HOST_VETH})
+        made.append(w["dns"])
+        w["allowed"] = allowed_http_server()
+        w["hold"] = Hold()
+        ns.hits.clear()
+        yield w
+    finally:
+        for m in reversed(made):
+            try:
+                m.close()
+            except Exception:
+                pass
+    assert ip("netns", "list").stdout.find(made[0].ns if made else "-") < 0
+
+
+def canaries(w):
+    return [w[k] for k in ("c4", "c6", "cveth", "ciface", "cunix") if w[k]]
+
+
+def forbidden_targets(w, http_port=None):
+    t = {"loopback4": ["127.0.0.1", w["c4"].port], "loopback6": ["::1", w["c6"].port],
+         "veth": [HOST_VETH, w["cveth"].port], "private": [NS_PRIVATE, NS_PORT],
+         "linklocal": [NS_LINKLOCAL, NS_PORT], "name-loopback": ["evil.test", w["c4"].port],
+         "name-loopback6": ["evil6.test", w["c6"].port], "name-private": ["private.test", NS_PORT],
+         "name-linklocal": ["linklocal.test", NS_PORT], "name-metadata": ["meta.test", 80],
+         "metadata": ["169.254.169.254", 80]}
+    if w["ciface"]:
+        t["iface"] = [w["ciface"].addr[0], w["ciface"].port]
+    if http_port:
+        t["server-http"] = ["127.0.0.1", http_port]
+    return t
+
+
+@pytest.fixture(scope="module")
+def net_server(world):
+    s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
+               "--network-allow", f"127.0.0.1:{world['allowed'].server_address[1]}",
+               "--network-allow", f"127.0.0.1:{world['hold'].port}")
+    s.initialize()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def http_server_port(world):
+    """A second server, over HTTP on loopback: its port must be out of reach too."""
+    with socket.socket() as t:
+        t.bind(("127.0.0.1", 0))
+        port = t.getsockname()[1]
+    s = Server("--transport", "http", "--port", str(port), "--prestart", "off")
+    try:
+        assert wait_until(lambda: _listening(port), timeout=15)
+        yield port
+    finally:
+        s.proc.send_signal(signal.SIGTERM)
+        s.proc.wait(timeout=15)
+        s.close()
+
+
+def _listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def run_probe(server, targets, abstract=None, **kw):
+    script = PROBE + f"\nprint(json.dumps(probe({targets!r}, {abstract!r})))\n"
+    res = server.execute(script, timeout=120, **kw)
+    assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+    return json.loads(res["structuredContent"]["stdout"]), res
+
+
+# ------------------------------------------------------------------ scripts
+
+def test_script_reaches_nothing_forbidden(net_server, world, http_server_port):
+    targets = forbidden_targets(world, http_server_port)
+    got, res = run_probe(net_server, targets, world["abstract"])
+    for name, value in got.items():
+        assert not value.startswith("OPEN"), (name, value, got)
+    # Refused by the proxy (403), not just unlucky.
+    for name in targets:
+        assert got[name + "/proxy"] == "status 403", (name, got)
+    assert got["abstract"].startswith("closed")
+    for c in canaries(world):
+        assert c.accepted == [], c.addr
+    assert not [h for h in world["ns"].hits if h[0] in (NS_PRIVATE, NS_LINKLOCAL)]
+    # Every refusal is in the result, with why.
+    net = res["structuredContent"]["network"]
+    assert net["policy"] == "on" and net["proxied"] is True
+    denied = {(d["host"], d["port"]): d["reason"] for d in net["denied"]}
+    assert len(denied) + net["denied_more"] == len(targets)
+    assert denied[("127.0.0.1", world["c4"].port)] == "loopback"
+    assert denied[("::1", world["c6"].port)] == "loopback"
+    assert denied[(HOST_VETH, world["cveth"].port)] == "this server's own address"
+    assert denied[(NS_PRIVATE, NS_PORT)] == "private"
+    assert denied[(NS_LINKLOCAL, NS_PORT)] == "link-local"
+    assert denied[("169.254.169.254", 80)] == "cloud metadata"
+    assert "loopback" in denied[("evil.test", world["c4"].port)] and "127.0.0.1" in denied[("evil.test", world["c4"].port)]
+    assert denied[("127.0.0.1", http_server_port)] == "loopback"
+    text = text_of(res)
+    assert f"--- network: denied {len(targets)} destinations: " in text
+    assert "(ask the operator for a --network-allow rule) ---" in text
+
+
+def test_script_reaches_allowed_destinations(net_server, world):
+    allowed_port = world["allowed"].server_address[1]
+    script = f'''
+import urllib.request, json, socket, os
+out = {{}}
+# Through HTTP_PROXY (plain HTTP, absolute URI), the way clients do it.
+out["ns"] = urllib.request.urlopen("http://{NS_ADDR}:{NS_PORT}/plain", timeout=10).read().decode()
+out["ns-name"] = urllib.request.urlopen("http://public.test:{NS_PORT}/by-name", timeout=10).read().decode()
+# A loopback service of the host that a --network-allow rule names.
+out["loopback"] = urllib.request.urlopen("http://127.0.0.1:{allowed_port}/rule", timeout=10).read().decode()
+# SOCKS5 (no authentication, CONNECT to a domain name).
+s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+s.sendall(b"\\x05\\x01\\x00")
+assert s.recv(2) == b"\\x05\\x00"
+name = b"public.test"
+s.sendall(b"\\x05\\x01\\x00\\x03" + bytes([len(name)]) + name + ({NS_PORT}).to_bytes(2, "big"))
+rep = s.recv(10)
+out["socks-rep"] = rep[1]
+s.sendall(b"GET /socks HTTP/1.0\\r\\n\\r\\n")
+data = b""
+while True:
+    c = s.recv(4096)
+    if not c: break
+    data += c
+out["socks"] = data.decode().split("\\r\\n\\r\\n", 1)[-1]
+out["env"] = {{k: v for k, v in os.environ.items() if "proxy" in k.lower()}}
+print(json.dumps(out))
+'''
+    res = net_server.execute(script, timeout=60)
+    assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+    out = json.loads(res["structuredContent"]["stdout"])
+    assert out["ns"] == f"hello from the test namespace at {NS_ADDR}"
+    assert out["ns-name"] == f"hello from the test namespace at {NS_ADDR}"
+    assert out["loopback"] == "allowed loopback /rule"
+    assert out["socks-rep"] == 0 and out["socks"].startswith("hello from the test namespace")
+    assert out["env"]["HTTP_PROXY"] == out["env"]["HTTPS_PROXY"] == "http://127.0.0.1:3128"
+    net = res["structuredContent"]["network"]
+    assert net["connections"] >= 4 and net["bytes_in"] > 0 and net["bytes_out"] > 0
+    assert net["denied"] == [] and "--- network: denied" not in text_of(res)
+    assert ["/plain"] in [h[1:] for h in world["ns"].hits]
+
+
+def test_call_narrows_and_never_widens(net_server, world):
+    allowed_port = world["allowed"].server_address[1]
+    targets = {"listed": [NS_ADDR, NS_PORT], "unlisted-name": ["public.test", NS_PORT],
+               "rule-but-unlisted": ["127.0.0.1", allowed_port]}
+    for _ in range(2):  # the second call may run in a prestarted sandbox
+        got, res = run_probe(net_server, targets, network=[f"{NS_ADDR}:{NS_PORT}"])
+        assert got["listed/proxy"].startswith("OPEN") and "hello from the test namespace" in got["listed/proxy"]
+        assert got["unlisted-name/proxy"] == "status 403"
+        assert got["rule-but-unlisted/proxy"] == "status 403"
+        net = res["structuredContent"]["network"]
+        assert net["policy"] == "rules" and net["allow"] == [f"{NS_ADDR}:{NS_PORT}"]
+        reasons = {d["host"]: d["reason"] for d in net["denied"]}
+        assert reasons["public.test"] == "not in this call's network list"
+    # A name on the list resolving to loopback stays refused: a list never opens anything.
+    got, res = run_probe(net_server, {"evil": ["evil.test", world["c4"].port]}, network=["evil.test"])
+    assert got["evil/proxy"] == "status 403" and world["c4"].accepted == []
+    # Widening is a tool error naming the entry.
+    for entry in ("127.0.0.2", "127.0.0.1:9", "10.0.0.0/8", f"[::1]:{world['c6'].port}", "169.254.169.254",
+                  f"{HOST_VETH}:{world['cveth'].port}" if False else "fd00::/8"):
+        res = net_server.execute("print(1)", network=["pypi.org", entry])
+        assert res["isError"] is True, entry
+        assert "is refused" in text_of(res) and "--network-allow" in text_of(res), text_of(res)
+    res = net_server.execute("print(1)", network=["not a rule"])
+    assert res["isError"] is True and "entry 1" in text_of(res)
+    # The server's own rule may be named: it stays within the policy.
+    res = net_server.execute("print(1)", network=[f"127.0.0.1:{allowed_port}"])
+    assert res["isError"] is False, text_of(res)
+    # An empty list is no network at all.
+    res = net_server.execute("print(1)", network=[])
+    assert res["structuredContent"]["network"]["policy"] == "off"
+
+
+def test_network_false_and_off_server(net_server, world, make_server):
+    got, res = run_probe(net_server, {"ns": [NS_ADDR, NS_PORT]}, network=False)
+    assert got["ns/proxy"].startswith("error") and got["ns/direct"].startswith("closed")
+    assert res["structuredContent"]["network"]["policy"] == "off"
+    off = make_server("--network", "off")
+    off.initialize()
+    res = off.execute("print(1)", network=["pypi.org"])
+    assert res["isError"] is True and "--network off" in text_of(res)
+    got, res = run_probe(off, {"ns": [NS_ADDR, NS_PORT]})
+    assert got["ns/proxy"].startswith("error")  # no forwarder at all
+    assert res["structuredContent"]["network"] == {**res["structuredContent"]["network"], "policy": "off",
+                                                   "proxied": False}
+
+
+def test_connections_end_with_the_run(net_server, world):
+    hold = world["hold"]
+    before = len(hold.opened)
+    script = f'''
+import socket, time
+s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+s.sendall(b"CONNECT 127.0.0.1:{hold.port} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+print(s.recv(64).split(b"\\r\\n")[0].decode(), flush=True)
+time.sleep(120)
+'''
+    res = net_server.execute(script, timeout_seconds=3, timeout=60)
+    assert res["structuredContent"]["timed_out"] is True
+    assert "200" in res["structuredContent"]["stdout"]
+    ended = time.monotonic()
+    assert len(hold.opened) == before + 1
+    assert wait_until(lambda: len(hold.closed_at) >= before + 1, timeout=10)
+    assert hold.closed_at[-1] - ended < 10
+
+
+def test_check_environment_describes_the_policy(net_server):
+    res = net_server.call("check_environment")
+    text = text_of(res)
+    assert "Network: on" in text and "Network policy: on" in text and "egress proxy" in text
+    assert "Build network:" in text
+    sc = res["structuredContent"]
+    assert sc["network"] is True and sc["network_policy"]["mode"] == "on" and sc["network_policy"]["proxied"] is True
+    assert any(r.startswith("127.0.0.1:") for r in sc["network_policy"]["allow"])
+
+
+def test_network_host_is_explicit_and_refused_with_lan(make_server, world):
+    s = make_server("--network", "host")
+    s.initialize()
+    text = text_of(s.call("check_environment"))
+    assert "Network policy: host (unsafe)" in text
+    got, res = run_probe(s, {"loopback4": ["127.0.0.1", world["c4"].port]})
+    assert got["loopback4/direct"] == "OPEN CANARY"  # what host gives up
+    world["c4"].accepted.clear()
+    res = s.execute("print(1)", network=["pypi.org"])
+    assert res["isError"] is True and "--network host" in text_of(res)
+    bad = Server("--profile", "lan", "--network", "host")
+    rc = bad.proc.wait(timeout=15)
+    assert rc != 0 and "refused with the lan profile" in bad.stderr_text()
+    bad.close()
+
+
+def test_profile_rules(make_server, world, tmp_path):
+    prof = tmp_path / "p.toml"
+    prof.write_text(f'network = "on"\nnetwork-allow = ["127.0.0.1:{world["allowed"].server_address[1]}"]\n'
+                    f'network-deny = ["{NS_ADDR}"]\ndns-server = ["127.0.0.1:{world["dns"].port}"]\n')
+    s = make_server("--profile", str(prof))
+    s.initialize()
+    got, res = run_probe(s, {"ns": [NS_ADDR, NS_PORT], "allowed": ["127.0.0.1", world["allowed"].server_address[1]]})
+    assert got["ns/proxy"] == "status 403" and got["allowed/proxy"].startswith("OPEN")
+    reasons = {d["host"]: d["reason"] for d in res["structuredContent"]["network"]["denied"]}
+    assert reasons[NS_ADDR] == f"denied by --network-deny {NS_ADDR}"
+    res = s.execute("print(1)", network=[NS_ADDR])
+    assert res["isError"] is True and "--network-deny" in text_of(res)
+
+
+# ------------------------------------------------------------------ builds
+
+HOSTILE_BACKEND = r'''
+import base64, csv, hashlib, io, json, os, sys, zipfile
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from probe_code import probe
+CFG = json.load(open(os.path.join(HERE, "targets.json")))
+
+def _dump():
+    """Everything a build could leak: its environment, every process it can see, and the
+    files it can read (bounded)."""
+    d = {"env": dict(os.environ), "proc": {}, "files": {}}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        for what in ("environ", "cmdline"):
+            try:
+                d["proc"][pid + "/" + what] = open("/proc/%s/%s" % (pid, what), "rb").read().decode("latin1")
+            except OSError:
+                pass
+    skip = ("/proc", "/sys", "/dev", "/usr", "/lib", "/lib64", "/bin", "/sbin", sys.base_prefix, sys.prefix)
+    budget = 16 << 20
+    for top in ("/",):
+        for root, dirs, files in os.walk(top):
+            dirs[:] = [x for x in dirs if not os.path.join(root, x).startswith(skip)]
+            for f in files:
+                p = os.path.join(root, f)
+                try:
+                    if os.path.islink(p) or not os.path.isfile(p) or os.path.getsize(p) > (1 << 20):
+                        continue
+                    data = open(p, "rb").read()
+                except OSError:
+                    continue
+                budget -= len(data)
+                if budget < 0:
+                    d["truncated"] = True
+                    return d
+                d["files"][p] = data.decode("latin1")
+    return d
+
+def _wheel(wheel_directory, report):
+    name = "mps_hostile-1.0-py3-none-any.whl"
+    files = {"mps_hostile/__init__.py": "",
+             "mps_hostile/report.json": json.dumps(report),
+             "mps_hostile-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: mps-hostile\nVersion: 1.0\n",
+             "mps_hostile-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    rows = []
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
+        for rel, text in files.items():
+            data = text.encode()
+            z.writestr(rel, data)
+            h = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            rows.append([rel, "sha256=" + h, str(len(data))])
+        rows.append(["mps_hostile-1.0.dist-info/RECORD", "", ""])
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(rows)
+        z.writestr("mps_hostile-1.0.dist-info/RECORD", buf.getvalue())
+    return name
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    report = {"probe": probe(CFG["targets"], CFG["abstract"]), "dump": _dump()}
+    return _wheel(wheel_directory, report)
+'''
+
+
+def make_hostile_sdist(directory, targets, abstract):
+    path = os.path.join(directory, "mps_hostile-1.0.tar.gz")
+    members = {
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "hostile_backend"\nbackend-path = ["."]\n',
+        "PKG-INFO": "Metadata-Version: 2.1\nName: mps-hostile\nVersion: 1.0\n",
+        "hostile_backend.py": HOSTILE_BACKEND,
+        "probe_code.py": PROBE,
+        "targets.json": json.dumps({"targets": targets, "abstract": abstract}),
+    }
+    with tarfile.open(path, "w:gz") as t:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"mps_hostile-1.0/{name}")
+            info.size = len(data)
+            info.mode = 0o644
+            t.addfile(info, io.BytesIO(data))
+    return path
+
+
+class AuthIndex(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+
+def credentialed_index(files_dir, user, password):
+    """A PEP 503 index on loopback that answers only with Basic credentials."""
+    want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    seen = {"ok": 0, "refused": 0, "paths": []}
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.headers.get("Authorization") != want:
+                seen["refused"] += 1
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="test"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            seen["ok"] += 1
+            seen["paths"].append(self.path)
+            if self.path.rstrip("/") in ("/simple", "/simple/mps-hostile"):
+                links = "".join(f'<a href="/files/{f}">{f}</a>\n' for f in os.listdir(files_dir))
+                body = f"<html><body>{links}</body></html>".encode()
+                ctype = "text/html"
+            elif self.path.startswith("/files/") and os.path.isfile(os.path.join(files_dir, self.path[7:])):
+                body = open(os.path.join(files_dir, self.path[7:]), "rb").read()
+                ctype = "application/octet-stream"
+            else:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    srv = AuthIndex(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, seen
+
+
+READ_REPORT = r'''
+import json, os, mps_hostile
+text = open(os.path.join(os.path.dirname(mps_hostile.__file__), "report.json")).read()
+r = json.loads(text)
+print(json.dumps({"secrets": [s for s in %r if s in text], "probe": r["probe"],
+                  "files": len(r["dump"]["files"]), "procs": len(r["dump"]["proc"]),
+                  "env": sorted(r["dump"]["env"]), "proxy": r["dump"]["env"].get("HTTP_PROXY")}))
+'''
+
+
+def test_build_reaches_nothing_and_never_sees_credentials(world, http_server_port):
+    d = tempfile.mkdtemp(prefix="mps-hostile-")
+    try:
+        os.chmod(d, 0o755)
+        targets = forbidden_targets(world, http_server_port)
+        make_hostile_sdist(d, targets, world["abstract"])
+        index, seen = credentialed_index(d, "builder", SECRET)
+        port = index.server_address[1]
+        # The credentials come from the server's environment, as index settings (no flag),
+        # along with other PIP_/UV_ variables that must not reach the build either.
+        env = {"PIP_INDEX_URL": f"http://builder:{SECRET}@127.0.0.1:{port}/simple",
+               "PIP_CLIENT_CERT": f"/nonexistent/{SECRET2}", "UV_INDEX_TOKEN": SECRET2,
+               "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None}
+        state = os.path.join(d, "state")
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}", state_dir=state, env=env)
+        try:
+            s.initialize()
+            res = s.execute(READ_REPORT % ([SECRET, SECRET2, base64.b64encode(f"builder:{SECRET}".encode()).decode()],),
+                            dependencies=["mps-hostile"], timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            out = json.loads(res["structuredContent"]["stdout"])
+            # It installed from the credentialed index: the proxy added the credentials.
+            assert seen["ok"] >= 2 and any(p.startswith("/files/") for p in seen["paths"]), seen
+            # The build dumped its environment, the processes and the files it could see:
+            # none of it holds a secret.
+            assert out["secrets"] == [], out["secrets"]
+            assert out["files"] > 0 and out["procs"] > 0
+            assert not [k for k in out["env"] if k in ("PIP_INDEX_URL", "PIP_CLIENT_CERT", "UV_INDEX_TOKEN")]
+            assert out["proxy"] == "http://127.0.0.1:3128"
+            for name, value in out["probe"].items():
+                assert not value.startswith("OPEN"), (name, value)
+            for name in targets:
+                assert out["probe"][name + "/proxy"] == "status 403", (name, out["probe"])
+            assert out["probe"]["abstract"].startswith("closed")
+            for c in canaries(world):
+                assert c.accepted == [], c.addr
+            assert not [h for h in world["ns"].hits if h[0] in (NS_PRIVATE, NS_LINKLOCAL)]
+            assert SECRET not in json.dumps(res) and SECRET not in s.stderr_text()
+            key = res["structuredContent"]["environment"]["key"]
+        finally:
+            s.close()
+        # A rotated secret is the same environment (the key holds no secret): a cache hit.
+        env["PIP_INDEX_URL"] = f"http://builder:rotated-{SECRET2}@127.0.0.1:{port}/simple"
+        s2 = Server("--dns-server", f"127.0.0.1:{world['dns'].port}", state_dir=state, env=env)
+        try:
+            s2.initialize()
+            res = s2.execute("import mps_hostile\nprint('again')", dependencies=["mps-hostile"], timeout=300)
+            assert res["structuredContent"]["stdout"] == "again\n", text_of(res)
+            assert res["structuredContent"]["environment"] == {**res["structuredContent"]["environment"],
+                                                              "key": key, "cached": True}
+        finally:
+            s2.close()
+        index.shutdown()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_build_policy_allows_only_the_index_hosts(world, make_server):
+    """A build's sandbox reaches its index (a plain loopback one, through the proxy) and
+    nothing else, not even what --network-allow opens for scripts."""
+    d = tempfile.mkdtemp(prefix="mps-hostile-")
+    try:
+        os.chmod(d, 0o755)
+        allowed_port = world["allowed"].server_address[1]
+        targets = {"script-rule": ["127.0.0.1", allowed_port], "ns": [NS_ADDR, NS_PORT],
+                   "ns-name": ["public.test", NS_PORT]}
+        make_hostile_sdist(d, targets, None)
+        index, seen = credentialed_index(d, "u", "p")
+        port = index.server_address[1]
+        s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-allow", f"127.0.0.1:{allowed_port}",
+                        "--index-url", f"http://u:p@127.0.0.1:{port}/simple",
+                        env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+        s.initialize()
+        res = s.execute(READ_REPORT % ([],), dependencies=["mps-hostile"], timeout=300)
+        assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+        probe = json.loads(res["structuredContent"]["stdout"])["probe"]
+        for name in targets:
+            assert probe[name + "/proxy"] == "status 403", (name, probe)
+        index.shutdown()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
