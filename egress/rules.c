@@ -435,7 +435,9 @@ bool eg_policy_allows(const eg_policy_t *base, const eg_rule_t *narrow, size_t n
   eg_addr_normalise(addr, &a);
   eg_addr_t lit;
   const char *name = host && !is_literal(host, &lit) ? host : NULL;
-  const eg_rule_t *d = deny_match(base, name, &a, port);
+  /* Rules see the address as given (they match its IPv4 form too); the class is judged on
+   * the IPv4 form of an embedding one. */
+  const eg_rule_t *d = deny_match(base, name, addr, port);
   if (d) {
     set_why(why, why_size, "denied by --network-deny %s", d->text);
     return false;
@@ -450,7 +452,7 @@ bool eg_policy_allows(const eg_policy_t *base, const eg_rule_t *narrow, size_t n
   for (size_t i = 0; !ok && i < base->n_allow; i++) {
     const eg_rule_t *r = &base->allow[i];
     if (r->kind == EG_RULE_NET)
-      ok = eg_rule_match_addr(r, &a, port);
+      ok = eg_rule_match_addr(r, addr, port);
     else if (name && eg_rule_match_name(r, name, port))
       ok = r->kind == EG_RULE_HOST || !cls;
   }
@@ -465,7 +467,7 @@ bool eg_policy_allows(const eg_policy_t *base, const eg_rule_t *narrow, size_t n
     bool listed = false;
     for (size_t i = 0; !listed && i < n_narrow; i++) {
       const eg_rule_t *r = &narrow[i];
-      listed = r->kind == EG_RULE_NET ? eg_rule_match_addr(r, &a, port)
+      listed = r->kind == EG_RULE_NET ? eg_rule_match_addr(r, addr, port)
                                       : name && eg_rule_match_name(r, name, port);
     }
     if (!listed) {

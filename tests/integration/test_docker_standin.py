@@ -188,6 +188,12 @@ def test_execute_end_to_end(standin):
             assert res["structuredContent"]["exit_code"] == 0, res
             argv2 = standin.runs()[-1]
             assert value_after(argv2, "--network") == ["bridge"]
+            # Said plainly: the engine's network, not the server's egress policy.
+            text = res["content"][0]["text"]
+            assert "does not send runs through the server's egress policy yet" in text
+            assert res["structuredContent"]["network"]["policy"] == "unfiltered"
+            env_text = s2.call("check_environment")["content"][0]["text"]
+            assert "does not route runs through the egress proxy yet" in env_text
             assert value_after(argv2, "--name") != [name]
         finally:
             s2.close()
