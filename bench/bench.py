@@ -14,6 +14,7 @@ Stdlib only; loopback only; every case is bounded in count and time.
 """
 import argparse
 import http.client
+import http.server
 import json
 import os
 import platform
@@ -22,6 +23,7 @@ import selectors
 import shutil
 import signal
 import socket
+import socketserver
 import statistics
 import subprocess
 import sys
@@ -137,6 +139,7 @@ CASE_NAMES = {
     5: "HTTP protocol throughput",
     6: "100 concurrent executions (HTTP)",
     7: "Streaming latency (stdio)",
+    8: "Network: egress proxy vs off vs host",
 }
 
 
@@ -1054,6 +1057,67 @@ class Bench:
         except OSError:
             return None
 
+    # -------------------------------------------------------------- case 8
+    def case8(self):
+        """The network through the egress proxy (the default: a namespace of its own per run,
+        the supervisor's forwarder, the server's proxy) against --network off and against
+        --network host (the old shared namespace): a trivial call, and one HTTP fetch from a
+        loopback test server that a --network-allow rule opens."""
+        log("case 8: network through the egress proxy vs off vs host")
+        body = b"x" * 1024
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        class Srv(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+        httpd = Srv(("127.0.0.1", 0), H)
+        port = httpd.server_address[1]
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        fetch = (f"import urllib.request\n"
+                 f"assert len(urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=10).read()) == 1024\n")
+        servers = {
+            "proxy": StdioServer(self.binary, ["--network-allow", f"127.0.0.1:{port}"], self.state_dir("c8-proxy")),
+            "off": StdioServer(self.binary, ["--network", "off"], self.state_dir("c8-off")),
+            "host": StdioServer(self.binary, ["--network", "host"], self.state_dir("c8-host")),
+        }
+        try:
+            for s in servers.values():
+                s.initialize()
+                s.execute("pass")
+            servers["proxy"].execute(fetch)
+            servers["host"].execute(fetch)
+            commands = {f"trivial {k}": (lambda s=s: s.execute("pass")[1]) for k, s in servers.items()}
+            commands["fetch proxy"] = lambda: servers["proxy"].execute(fetch)[1]
+            commands["fetch host"] = lambda: servers["host"].execute(fetch)[1]
+            t = self.interleave(commands, warmup=self.n(5, 3), rounds=self.n(60, 20), settle=0.03)
+            host, proxy, off = median(t["trivial host"]), median(t["trivial proxy"]), median(t["trivial off"])
+            details = {k: summary(v) for k, v in t.items()}
+            self.res.add(8, "execute_python(\"pass\"), network on (egress proxy)", proxy * 1e3, "ms",
+                         "--network host", host * 1e3, proxy / host, "≤ 1.1×", proxy / host <= 1.1,
+                         note=f"+{(proxy - host) * 1e3:.1f} ms/call; --network off {off * 1e3:.2f} ms",
+                         details={"paired_ratio_median": self.paired(t["trivial proxy"], t["trivial host"]), **details})
+            self.res.add(8, "execute_python(\"pass\"), --network off", off * 1e3, "ms", "--network host",
+                         host * 1e3, off / host, None, None)
+            fp, fh = median(t["fetch proxy"]), median(t["fetch host"])
+            self.res.add(8, "one HTTP fetch from a loopback server a rule allows, through the proxy", fp * 1e3, "ms",
+                         "--network host (direct)", fh * 1e3, fp / fh, None, None,
+                         note=f"+{(fp - fh) * 1e3:.1f} ms/call",
+                         details={"paired_ratio_median": self.paired(t["fetch proxy"], t["fetch host"])})
+        finally:
+            for s in servers.values():
+                s.close()
+            httpd.shutdown()
+
     def run(self, cases):
         started = time.time()
         meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "mode": "quick" if self.quick else "full",
@@ -1095,7 +1159,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", default=os.path.join(ROOT, "build-bench", "mcp-python-exec-sandbox"))
     ap.add_argument("--quick", action="store_true", help="fewer samples: under 2 minutes")
-    ap.add_argument("--cases", default="1,2,3,4,5,6,7", help="comma-separated case numbers")
+    ap.add_argument("--cases", default="1,2,3,4,5,6,7,8", help="comma-separated case numbers")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="where latest.json/md go")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
