@@ -756,8 +756,8 @@ static char *bwrap_describe(sbx_backend_t *b) {
   bwrap_priv_t *p = priv_of(b);
   if (!p->version) return xasprintf("bubblewrap (%s)", p->bwrap_path ? p->bwrap_path : "bwrap");
   return xasprintf(
-      "bubblewrap %s (%s): pid/ipc/uts/cgroup namespaces, %s, no capabilities, no_new_privs, "
-      "seccomp filter, rlimits, capped /tmp; network per the policy",
+      "bubblewrap %s (%s): pid/ipc/uts/cgroup/network namespaces, %s, no capabilities, no_new_privs, "
+      "seccomp filter, rlimits, capped /tmp; network per the policy (a forwarder to the egress proxy)",
       p->version, p->bwrap_path,
       p->as_root ? "per-run unprivileged uid" : "user namespace with the server's uid");
 }

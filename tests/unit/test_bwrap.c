@@ -722,6 +722,28 @@ static void on_egress(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   }
 }
 
+/* The same for a forked child, where cmocka's assertions cannot be used. */
+static void on_egress_plain(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
+  egress_peer_t *p = data;
+  for (;;) {
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    if (recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) <= 0) return;
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    if (!h || h->cmsg_type != SCM_RIGHTS) continue;
+    int conn;
+    memcpy(&conn, CMSG_DATA(h), sizeof conn);
+    p->received++;
+    if (write(conn, "pong\n", 5) != 5) p->received = -1000;
+    close(conn);
+  }
+}
+
 static const char egress_script[] =
     "import socket, sys\n"
     "for host in ('127.0.0.1', '::1'):\n"
@@ -1359,6 +1381,40 @@ static int unprivileged_child(void) {
   if (rc) fprintf(stderr, "unprivileged run output:\n%s\n%s\n", c.out.data, c.err.data);
   cm_buf_release(&c.out);
   cm_buf_release(&c.err);
+
+  /* The forwarder works in a user namespace too (the port needs no capability there). */
+  if (rc == 0) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0) return 8;
+    egress_peer = (egress_peer_t){.fd = sv[0]};
+    cm_watch_t *w = cm_loop_watch(loop, sv[0], EPOLLIN, on_egress_plain, &egress_peer, &err);
+    if (!w || cm_write_file(path, egress_script, strlen(egress_script), 0600, &err) < 0) return 8;
+    sbx_egress_t eg = {.fd = sv[1], .port = 3128};
+    char *eargv[] = {SYSTEM_PYTHON, "-I", "script.py", "9", NULL};
+    sbx_spec_t es = spec;
+    es.argv = eargv;
+    es.network = true;
+    es.egress = &eg;
+    run_capture_t e = {0};
+    cm_buf_init(&e.out, 1 << 16);
+    cm_buf_init(&e.err, 1 << 16);
+    if (sbx_run_start(loop, b, &es, &cbs, &e, &run, &err) < 0) {
+      fprintf(stderr, "unprivileged egress run: %s\n", err.msg);
+      return 5;
+    }
+    while (!e.done) cm_loop_run_once(loop, 1000, &err);
+    sbx_run_free(run);
+    cm_loop_run_once(loop, 0, &err);
+    if (!has(&e.out, "127.0.0.1 GOT pong") || !has(&e.out, "isolated") || egress_peer.received < 1) {
+      fprintf(stderr, "unprivileged egress run output:\n%s\n%s\n", e.out.data, e.err.data);
+      rc = 9;
+    }
+    cm_watch_remove(w);
+    close(sv[0]);
+    close(sv[1]);
+    cm_buf_release(&e.out);
+    cm_buf_release(&e.err);
+  }
 
   /* Here the script shares the supervisor's uid, but the supervisor is pid 1 of the run's
    * pid namespace: signals from inside it that it has no handler for, SIGKILL and SIGSTOP
