@@ -28,7 +28,10 @@ import time
 
 import pytest
 
-from conftest import BACKEND, Server, wait_until
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
+import wheelhouse  # noqa: E402
+
+from conftest import BACKEND, Server, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.skipif(BACKEND != "bwrap", reason="only the bwrap backend gives runs a network namespace "
                                                          "of their own and the egress proxy")
@@ -129,6 +132,8 @@ def allowed_http_server():
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = f"allowed loopback {self.path}".encode()
+            if self.path.startswith("/big/"):
+                body = b"x" * min(int(self.path[5:]), 1 << 24)
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -724,8 +729,9 @@ class AuthIndex(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
 
 
-def credentialed_index(files_dir, user, password):
-    """A PEP 503 index on loopback that answers only with Basic credentials."""
+def credentialed_index(files_dir, user, password, tls=None):
+    """A PEP 503 index on loopback that answers only with Basic credentials (over TLS with
+    tls=(certfile, keyfile))."""
     want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
     seen = {"ok": 0, "refused": 0, "paths": []}
 
@@ -740,7 +746,7 @@ def credentialed_index(files_dir, user, password):
                 return
             seen["ok"] += 1
             seen["paths"].append(self.path)
-            if self.path.rstrip("/") in ("/simple", "/simple/mps-hostile"):
+            if self.path.rstrip("/") == "/simple" or self.path.startswith("/simple/mps-"):
                 links = "".join(f'<a href="/files/{f}">{f}</a>\n' for f in os.listdir(files_dir))
                 body = f"<html><body>{links}</body></html>".encode()
                 ctype = "text/html"
@@ -761,6 +767,11 @@ def credentialed_index(files_dir, user, password):
         def log_message(self, *a):
             pass
     srv = AuthIndex(("127.0.0.1", 0), H)
+    if tls:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv, seen
 
@@ -856,3 +867,124 @@ def test_build_policy_allows_only_the_index_hosts(world, make_server):
         index.shutdown()
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def make_ca_and_cert(d):
+    """A CA and a certificate for 127.0.0.1 that it signed (openssl)."""
+    def run(*a):
+        subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=d)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=mps test CA")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1")
+    with open(os.path.join(d, "ext.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    run("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem",
+        "-days", "2", "-extfile", "ext.cnf")
+    return os.path.join(d, "ca.pem"), os.path.join(d, "srv.pem"), os.path.join(d, "srv.key")
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl command to make a test CA")
+def test_credentialed_https_index_through_the_proxy(world):
+    """The proxy speaks TLS to an https index itself (verifying it against the trust store the
+    server's SSL_CERT_FILE names) and adds the credentials; the builder sees plain HTTP on its
+    forwarder and no secret."""
+    d = tempfile.mkdtemp(prefix="mps-tlsindex-")
+    try:
+        os.chmod(d, 0o755)
+        ca, cert, key = make_ca_and_cert(d)
+        files = os.path.join(d, "files")
+        os.makedirs(files)
+        os.chmod(files, 0o755)
+        wheelhouse.make_wheel(files, "mps-tlsdep", "1.0")
+        index, seen = credentialed_index(files, "tls-user", SECRET, tls=(cert, key))
+        port = index.server_address[1]
+        args = ("--index-url", f"https://tls-user:{SECRET}@127.0.0.1:{port}/simple")
+        base_env = {"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None}
+        s = Server(*args, env={**base_env, "SSL_CERT_FILE": ca})
+        try:
+            s.initialize()
+            res = s.execute("import mps_tlsdep, os\nprint(mps_tlsdep.__version__)\n"
+                            "print(sorted(k for k in os.environ if 'PIP' in k or 'UV' in k))",
+                            dependencies=["mps-tlsdep"], timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            assert res["structuredContent"]["stdout"].startswith("1.0\n")
+            assert seen["ok"] >= 2 and any(p.startswith("/files/") for p in seen["paths"]), seen
+            assert SECRET not in json.dumps(res)
+        finally:
+            s.close()
+        # Without the CA the proxy refuses the index: verification is on.
+        seen["ok"] = 0
+        s = Server(*args, env={**base_env, "SSL_CERT_FILE": os.path.join(d, "nonexistent.pem")})
+        try:
+            s.initialize()
+            res = s.execute("print(1)", dependencies=["mps-tlsdep"], timeout=300)
+            assert res["isError"] is True
+            assert seen["ok"] == 0
+        finally:
+            s.close()
+        index.shutdown()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_per_run_connection_caps(world, make_server):
+    hold = world["hold"]
+    s = make_server("--network-allow", f"127.0.0.1:{hold.port}", "--network-max-connections", "2",
+                    "--network-max-total-connections", "4")
+    s.initialize()
+    script = f'''
+import socket, time
+def tunnel():
+    c = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+    c.sendall(b"CONNECT 127.0.0.1:{hold.port} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+    return c
+a, b = tunnel(), tunnel()
+print("a", a.recv(12).decode(), "b", b.recv(12).decode(), flush=True)
+c = tunnel()
+c.settimeout(1.5)
+try:
+    c.recv(12); print("third answered at once")
+except socket.timeout:
+    print("third waits")
+a.close()
+c.settimeout(10)
+print("third", c.recv(12).decode())
+b.close()
+d = tunnel()
+d.settimeout(10)
+print("fourth", d.recv(12).decode())
+c.close()
+e = tunnel()
+e.settimeout(10)
+print("fifth", e.recv(64).decode().split("\\r\\n")[0])
+'''
+    res = s.execute(script, timeout=60)
+    out = res["structuredContent"]["stdout"]
+    assert "a HTTP/1.1 200 b HTTP/1.1 200" in out, text_of(res)
+    assert "third waits" in out and "third HTTP/1.1 200" in out
+    assert "fourth HTTP/1.1 200" in out
+    assert "fifth HTTP/1.1 429 Too Many Requests" in out
+
+
+def test_per_run_bandwidth_cap(world, make_server):
+    """--network-rate: a token bucket per run (a burst of one second's worth, then the rate)."""
+    s = make_server("--network-allow", f"127.0.0.1:{world['allowed'].server_address[1]}", "--network-rate", "64K")
+    s.initialize()
+    port = world["allowed"].server_address[1]
+    script = f'''
+import urllib.request, time
+t = time.monotonic()
+n = 0
+for i in range(5):
+    n += len(urllib.request.urlopen("http://127.0.0.1:{port}/big/60000", timeout=30).read())
+print(n, round(time.monotonic() - t, 2))
+'''
+    res = s.execute(script, timeout=120)
+    assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+    n, took = res["structuredContent"]["stdout"].split()
+    net = res["structuredContent"]["network"]
+    # 300 KB through a 64 KiB/s bucket cannot take less than (300 - 64) / 64 s: a lower bound,
+    # so no load makes it flaky.
+    total = net["bytes_in"] + net["bytes_out"]
+    assert int(n) == 300_000 and total > 300_000
+    assert float(took) >= (total - 65536) / 65536 * 0.9, (took, total)
