@@ -70,10 +70,10 @@ typedef enum eg_rule_kind {
 
 typedef struct eg_rule {
   eg_rule_kind_t kind;
-  char host[EG_HOST_MAX + 2]; /* HOST: the lower-case name; SUFFIX: ".example.com" */
-  eg_addr_t addr;             /* NET: the network, masked, normalised */
-  unsigned prefix;            /* NET: the prefix length in bits */
-  uint16_t port;              /* 0 = every port */
+  char host[EG_HOST_MAX + 2];  /* HOST: the lower-case name; SUFFIX: ".example.com" */
+  eg_addr_t addr;              /* NET: the network, masked, normalised */
+  unsigned prefix;             /* NET: the prefix length in bits */
+  uint16_t port;               /* 0 = every port */
   char text[EG_RULE_TEXT_MAX]; /* canonical text, for messages */
 } eg_rule_t;
 
@@ -159,8 +159,8 @@ typedef struct eg_request {
   eg_form_t form;
   char host[EG_HOST_MAX + 1]; /* lower-case; an IPv6 literal without brackets; "" for origin form */
   uint16_t port;              /* explicit or the scheme's default */
-  eg_span_t path;             /* origin form: the target; absolute: after the authority ("" = "/") */
-  int minor_version;          /* HTTP/1.<minor> */
+  eg_span_t path;    /* origin form: the target; absolute: after the authority ("" = "/") */
+  int minor_version; /* HTTP/1.<minor> */
   eg_header_t headers[EG_MAX_HEADERS];
   size_t n_headers;
 } eg_request_t;
@@ -247,7 +247,8 @@ void eg_proxy_free(eg_proxy_t *p);
  * absolute URI); the proxy adds the credentials (Basic) itself, and speaks TLS to an https
  * index.  Returns n, or -1. */
 int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err);
-/* The URL the builder gets for index n: the forwarder's origin of the index plus its path.  Heap. */
+/* The URL the builder gets for index n: the forwarder's origin of the index plus its path.  Heap.
+ */
 char *eg_proxy_index_url(eg_proxy_t *p, int n);
 /* "resolver: the host's resolv.conf" or the servers, for check_environment.  Heap. */
 char *eg_proxy_describe(eg_proxy_t *p);

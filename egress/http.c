@@ -7,8 +7,12 @@
 
 #include "egress/egress-internal.h"
 
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
+static bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+static char lower(char c) {
+  return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
 
 /* RFC 9110 tchar. */
 static bool is_tchar(char c) {
@@ -103,7 +107,9 @@ static int parse_authority(const char *p, size_t n, uint16_t default_port, char 
   return 0;
 }
 
-static bool target_char_ok(unsigned char c) { return c > 0x20 && c != 0x7f; }
+static bool target_char_ok(unsigned char c) {
+  return c > 0x20 && c != 0x7f;
+}
 
 int eg_http_parse_request(const char *buf, size_t len, eg_request_t *req) {
   memset(req, 0, sizeof *req);
@@ -186,9 +192,9 @@ static bool list_has(const char *buf, eg_span_t value, const char *name, size_t 
 
 bool eg_http_hop_header(const char *buf, const eg_header_t *headers, size_t n_headers,
                         const eg_header_t *h) {
-  static const char *const hop[] = {"connection", "keep-alive", "proxy-connection",
-                                    "proxy-authenticate", "proxy-authorization", "te",
-                                    "trailer", "upgrade"};
+  static const char *const hop[] = {
+      "connection",          "keep-alive", "proxy-connection", "proxy-authenticate",
+      "proxy-authorization", "te",         "trailer",          "upgrade"};
   for (size_t i = 0; i < CM_ARRAY_SIZE(hop); i++)
     if (span_ieq(buf, h->name, hop[i])) return true;
   if (h->name.len > 6 && span_ieq(buf, (eg_span_t){h->name.off, 6}, "proxy-")) return true;
@@ -266,15 +272,20 @@ int eg_socks5_request(const uint8_t *buf, size_t len, size_t *consumed, char *ho
   if (buf[0] != 5 || buf[1] != 1 || buf[2] != 0) return -1;
   size_t alen, aoff = 4;
   switch (buf[3]) {
-    case 1: alen = 4; break;
-    case 4: alen = 16; break;
+    case 1:
+      alen = 4;
+      break;
+    case 4:
+      alen = 16;
+      break;
     case 3:
       if (len < 5) return 0;
       alen = buf[4];
       aoff = 5;
       if (alen == 0) return -1;
       break;
-    default: return -1;
+    default:
+      return -1;
   }
   size_t n = aoff + alen + 2;
   if (len < n) return 0;
@@ -304,8 +315,7 @@ static char *percent_decode(const char *p, size_t n) {
   char *out = xmalloc(n + 1);
   size_t o = 0;
   for (size_t i = 0; i < n; i++) {
-    if (p[i] == '%' && i + 2 < n && hexval(p[i + 1]) >= 0 &&
-        hexval(p[i + 2]) >= 0) {
+    if (p[i] == '%' && i + 2 < n && hexval(p[i + 1]) >= 0 && hexval(p[i + 2]) >= 0) {
       out[o++] = (char)(hexval(p[i + 1]) * 16 + hexval(p[i + 2]));
       i += 2;
     } else {

@@ -177,8 +177,9 @@ static void reply_and_close(conn_t *c, int status, const char *reason, const cha
 static void deny(conn_t *c, const char *why) {
   record_denied(c->s, c->host, c->port, why);
   cm_debug("egress: denied %s:%u: %s", c->host, (unsigned)c->port, why);
-  cleanup_free char *text = xasprintf("mcp-python-exec-sandbox egress proxy: %s:%u is not allowed: %s",
-                                      c->host, (unsigned)c->port, why);
+  cleanup_free char *text =
+      xasprintf("mcp-python-exec-sandbox egress proxy: %s:%u is not allowed: %s", c->host,
+                (unsigned)c->port, why);
   reply_and_close(c, 403, "Forbidden", text);
 }
 
@@ -187,7 +188,9 @@ static bool rbuf_alloc(rbuf_t *b) {
   return true;
 }
 
-static size_t rbuf_room(const rbuf_t *b) { return EG_RELAY_BUF - b->len; }
+static size_t rbuf_room(const rbuf_t *b) {
+  return EG_RELAY_BUF - b->len;
+}
 
 /* Where to read into (contiguous room at the end), compacting first when needed. */
 static char *rbuf_tail(rbuf_t *b, size_t *room) {
@@ -336,7 +339,8 @@ static void ares_reschedule(eg_proxy_t *p) {
 
 static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *error) {
   if (error) {
-    cleanup_free char *text = xasprintf("mcp-python-exec-sandbox egress proxy: cannot resolve %s: %s", c->host, error);
+    cleanup_free char *text =
+        xasprintf("mcp-python-exec-sandbox egress proxy: cannot resolve %s: %s", c->host, error);
     reply_and_close(c, 502, "Bad Gateway", text);
     return;
   }
@@ -355,8 +359,8 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
       if (eg_addr_parse(c->host, strlen(c->host), &(eg_addr_t){0}) == 0)
         snprintf(first_why, sizeof first_why, "%s", why);
       else
-        snprintf(first_why, sizeof first_why, "%.120s (%s resolves to %s)", why, c->host[0] ? "the name" : "it",
-                 eg_addr_format(&addrs[i], at, sizeof at));
+        snprintf(first_why, sizeof first_why, "%.120s (%s resolves to %s)", why,
+                 c->host[0] ? "the name" : "it", eg_addr_format(&addrs[i], at, sizeof at));
     }
   }
   if (c->n_cand == 0) {
@@ -383,7 +387,8 @@ static void on_addrinfo(void *arg, int status, int timeouts, struct ares_addrinf
   }
   eg_addr_t addrs[32];
   size_t n = 0;
-  for (struct ares_addrinfo_node *nd = res->nodes; nd && n < CM_ARRAY_SIZE(addrs); nd = nd->ai_next) {
+  for (struct ares_addrinfo_node *nd = res->nodes; nd && n < CM_ARRAY_SIZE(addrs);
+       nd = nd->ai_next) {
     if (nd->ai_family == AF_INET && nd->ai_addr) {
       addrs[n] = (eg_addr_t){.family = AF_INET};
       memcpy(addrs[n].bytes, &((struct sockaddr_in *)nd->ai_addr)->sin_addr, 4);
@@ -402,7 +407,8 @@ static void on_addrinfo(void *arg, int status, int timeouts, struct ares_addrinf
 static void conn_route(conn_t *c) {
   eg_session_t *s = c->s;
   char why[EG_REASON_MAX];
-  if (eg_policy_precheck(&s->policy, s->narrow, s->n_narrow, c->host, c->port, why, sizeof why) < 0) {
+  if (eg_policy_precheck(&s->policy, s->narrow, s->n_narrow, c->host, c->port, why, sizeof why) <
+      0) {
     deny(c, why);
     return;
   }
@@ -423,8 +429,8 @@ static void conn_route(conn_t *c) {
   lookup_t *lk = xcalloc(1, sizeof *lk);
   lk->conn = c;
   c->lookup = lk;
-  struct ares_addrinfo_hints hints = {.ai_flags = ARES_AI_NOSORT, .ai_family = AF_UNSPEC,
-                                      .ai_socktype = SOCK_STREAM};
+  struct ares_addrinfo_hints hints = {
+      .ai_flags = ARES_AI_NOSORT, .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
   /* May answer at once (the hosts file, say), and then c may be closed already. */
   ares_getaddrinfo(p->channel, c->host, NULL, &hints, on_addrinfo, lk);
   ares_reschedule(p);
@@ -492,14 +498,17 @@ static void conn_connect_next(conn_t *c) {
     conn_update(c);
     return;
   }
-  cleanup_free char *text = xasprintf("mcp-python-exec-sandbox egress proxy: cannot connect to %s:%u: %s",
-                                      c->host, (unsigned)c->port, saved ? strerror(saved) : "no answer");
+  cleanup_free char *text =
+      xasprintf("mcp-python-exec-sandbox egress proxy: cannot connect to %s:%u: %s", c->host,
+                (unsigned)c->port, saved ? strerror(saved) : "no answer");
   reply_and_close(c, 502, "Bad Gateway", text);
 }
 
 /* ---------------------------------------------------------------- relay */
 
-static bool up_tls(const conn_t *c) { return c->tls != NULL; }
+static bool up_tls(const conn_t *c) {
+  return c->tls != NULL;
+}
 
 /* What the upstream socket delivers: >0 bytes, 0 EOF, -1 again later, -2 error. */
 static ssize_t up_read(conn_t *c, char *buf, size_t n) {
@@ -691,7 +700,8 @@ static void conn_update(conn_t *c) {
       if (!c->c_eof && rbuf_room(&c->c2u) > 0 && can_read) cev |= EPOLLIN;
       if (c->u2c.len) cev |= EPOLLOUT;
       if (c->ufd >= 0) {
-        if (!c->u_eof && can_read && (c->resp_head ? c->head_len < EG_HEAD_MAX : rbuf_room(&c->u2c) > 0))
+        if (!c->u_eof && can_read &&
+            (c->resp_head ? c->head_len < EG_HEAD_MAX : rbuf_room(&c->u2c) > 0))
           uev |= EPOLLIN;
         if (c->c2u.len) uev |= EPOLLOUT;
         if (up_tls(c)) uev = eg_tls_adjust(c->tls, uev);
@@ -814,8 +824,9 @@ static void on_upstream(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
       if (c->next_cand < c->n_cand) {
         conn_connect_next(c);
       } else {
-        cleanup_free char *text = xasprintf("mcp-python-exec-sandbox egress proxy: cannot connect to %s:%u: %s",
-                                            c->host, (unsigned)c->port, strerror(soerr));
+        cleanup_free char *text =
+            xasprintf("mcp-python-exec-sandbox egress proxy: cannot connect to %s:%u: %s", c->host,
+                      (unsigned)c->port, strerror(soerr));
         reply_and_close(c, 502, "Bad Gateway", text);
       }
       return;
@@ -828,8 +839,8 @@ static void on_upstream(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
       if (!p->tls) p->tls = eg_tls_ctx_new(&err);
       c->tls = p->tls ? eg_tls_new(p->tls, c->ufd, p->indexes[c->index].url.host, &err) : NULL;
       if (!c->tls) {
-        cleanup_free char *text = xasprintf("mcp-python-exec-sandbox egress proxy: TLS to %s: %s", c->host,
-                                            cm_error_message(&err));
+        cleanup_free char *text = xasprintf("mcp-python-exec-sandbox egress proxy: TLS to %s: %s",
+                                            c->host, cm_error_message(&err));
         cm_error_release(&err);
         reply_and_close(c, 502, "Bad Gateway", text);
         return;
@@ -845,8 +856,8 @@ static void on_upstream(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
     cm_error_t err = CM_ERROR_INIT;
     int rc = eg_tls_handshake(c->tls, &err);
     if (rc < 0) {
-      cleanup_free char *text = xasprintf("mcp-python-exec-sandbox egress proxy: TLS to %s: %s", c->host,
-                                          cm_error_message(&err));
+      cleanup_free char *text = xasprintf("mcp-python-exec-sandbox egress proxy: TLS to %s: %s",
+                                          c->host, cm_error_message(&err));
       cm_error_release(&err);
       reply_and_close(c, 502, "Bad Gateway", text);
       return;
@@ -919,9 +930,10 @@ static void head_request(conn_t *c) {
      * proxied absolute URI): an index request. */
     int ix = abs_index >= 0 ? abs_index : builds ? client_local_index(c, p->n_indexes) : -1;
     if (ix < 0) {
-      reply_and_close(c, 400, "Bad Request",
-                      "mcp-python-exec-sandbox egress proxy: this is a proxy; send CONNECT host:port "
-                      "or an absolute http:// URI");
+      reply_and_close(
+          c, 400, "Bad Request",
+          "mcp-python-exec-sandbox egress proxy: this is a proxy; send CONNECT host:port "
+          "or an absolute http:// URI");
       return;
     }
     c->kind = K_INDEX;
@@ -936,7 +948,8 @@ static void head_request(conn_t *c) {
      * its credentials too, for builds only. */
     for (size_t i = 0; (s->flags & EG_SESSION_INDEX) && i < p->n_indexes; i++) {
       eg_index_t *ix = &p->indexes[i];
-      if (!ix->url.https && ix->authorization && ix->url.port == req->port && !strcmp(ix->url.host, req->host))
+      if (!ix->url.https && ix->authorization && ix->url.port == req->port &&
+          !strcmp(ix->url.host, req->host))
         c->index = (int)i;
     }
   }
@@ -982,7 +995,8 @@ static void head_socks(conn_t *c) {
 static void on_head_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
   conn_t *c = data;
   c->timer = NULL;
-  reply_and_close(c, 408, "Request Timeout", "mcp-python-exec-sandbox egress proxy: no request head in time");
+  reply_and_close(c, 408, "Request Timeout",
+                  "mcp-python-exec-sandbox egress proxy: no request head in time");
 }
 
 static void on_client(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
@@ -1121,8 +1135,8 @@ static void on_session(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
       struct cmsghdr h;
       char buf[CMSG_SPACE(sizeof(int))];
     } ctl;
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                       .msg_controllen = sizeof ctl.buf};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
@@ -1150,12 +1164,14 @@ static void on_session(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   }
   /* Full: the sandbox's connections wait in its supervisor (bounded there) and its kernel
    * backlog until one of these ends. */
-  if (revents & (EPOLLHUP | EPOLLERR) && !(revents & EPOLLIN)) session_stop_reading(s);
-  else session_update_reading(s);
+  if (revents & (EPOLLHUP | EPOLLERR) && !(revents & EPOLLIN))
+    session_stop_reading(s);
+  else
+    session_update_reading(s);
 }
 
-eg_session_t *eg_session_new(eg_proxy_t *p, const eg_policy_t *policy, unsigned flags, int *sandbox_fd,
-                             cm_error_t *err) {
+eg_session_t *eg_session_new(eg_proxy_t *p, const eg_policy_t *policy, unsigned flags,
+                             int *sandbox_fd, cm_error_t *err) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0) {
     cm_error_set(err, errno, CM_ERR_IO, "socketpair for the egress proxy");
@@ -1188,9 +1204,13 @@ void eg_session_narrow(eg_session_t *s, const eg_rule_t *rules, size_t n) {
   s->n_narrow = n;
 }
 
-void eg_session_stats(const eg_session_t *s, eg_stats_t *out) { *out = s->stats; }
+void eg_session_stats(const eg_session_t *s, eg_stats_t *out) {
+  *out = s->stats;
+}
 
-static void session_free(void *data) { free(data); }
+static void session_free(void *data) {
+  free(data);
+}
 
 void eg_session_close(eg_session_t *s) {
   if (!s) return;
@@ -1232,7 +1252,8 @@ eg_proxy_t *eg_proxy_new(cm_loop_t *loop, const eg_proxy_config_t *cfg, cm_error
   opts.sock_state_cb_data = p;
   opts.timeout = 2000;
   opts.tries = 2;
-  int rc = ares_init_options(&p->channel, &opts, ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES);
+  int rc = ares_init_options(&p->channel, &opts,
+                             ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES);
   if (rc != ARES_SUCCESS) {
     cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the egress resolver (c-ares): %s", ares_strerror(rc));
     free(p);
@@ -1243,7 +1264,8 @@ eg_proxy_t *eg_proxy_new(cm_loop_t *loop, const eg_proxy_config_t *cfg, cm_error
   if (cfg->dns_servers && *cfg->dns_servers) {
     rc = ares_set_servers_ports_csv(p->channel, cfg->dns_servers);
     if (rc != ARES_SUCCESS) {
-      cm_error_set(err, 0, CM_ERR_INVALID, "--dns-server %s: %s", cfg->dns_servers, ares_strerror(rc));
+      cm_error_set(err, 0, CM_ERR_INVALID, "--dns-server %s: %s", cfg->dns_servers,
+                   ares_strerror(rc));
       ares_destroy(p->channel);
       free(p);
       return NULL;
@@ -1258,7 +1280,8 @@ void eg_proxy_free(eg_proxy_t *p) {
   while (p->sessions) eg_session_close(p->sessions);
   cm_timer_cancel(p->ares_timer);
   p->ares_timer = NULL;
-  if (p->channel_ok) ares_destroy(p->channel); /* runs the pending callbacks: their conns are gone */
+  if (p->channel_ok)
+    ares_destroy(p->channel); /* runs the pending callbacks: their conns are gone */
   for (size_t i = 0; i < p->n_aw; i++) cm_watch_remove(p->aw[i].w);
   for (size_t i = 0; i < p->n_indexes; i++) {
     eg_index_t *ix = &p->indexes[i];
@@ -1300,10 +1323,12 @@ int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err) {
     return cm_error_set(err, 0, CM_ERR_INVALID, "index URL %s is not an http(s) URL", shown);
   }
   bool v6 = strchr(ix->url.host, ':') != NULL;
-  ix->host_header = ix->url.explicit_port ? xasprintf(v6 ? "[%s]:%u" : "%s:%u", ix->url.host, (unsigned)ix->url.port)
-                                          : xasprintf(v6 ? "[%s]" : "%s", ix->url.host);
+  ix->host_header = ix->url.explicit_port
+                        ? xasprintf(v6 ? "[%s]:%u" : "%s:%u", ix->url.host, (unsigned)ix->url.port)
+                        : xasprintf(v6 ? "[%s]" : "%s", ix->url.host);
   if (ix->url.user) {
-    cleanup_free char *pair = xasprintf("%s:%s", ix->url.user, ix->url.password ? ix->url.password : "");
+    cleanup_free char *pair =
+        xasprintf("%s:%s", ix->url.user, ix->url.password ? ix->url.password : "");
     cleanup_free char *enc = base64(pair, strlen(pair));
     ix->authorization = xasprintf("Basic %s", enc);
     explicit_bzero(pair, strlen(pair));
@@ -1314,12 +1339,13 @@ int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err) {
 
 char *eg_proxy_index_url(eg_proxy_t *p, int n) {
   if (n < 0 || (size_t)n >= p->n_indexes) return NULL;
-  return xasprintf("http://%d.%d.%d.%d:%d%s", EG_INDEX_NET_A, EG_INDEX_NET_B, EG_INDEX_NET_C, n + 1, EG_SANDBOX_PORT,
-                   p->indexes[n].origin_path);
+  return xasprintf("http://%d.%d.%d.%d:%d%s", EG_INDEX_NET_A, EG_INDEX_NET_B, EG_INDEX_NET_C, n + 1,
+                   EG_SANDBOX_PORT, p->indexes[n].origin_path);
 }
 
 char *eg_proxy_describe(eg_proxy_t *p) {
-  cleanup_free char *rate = p->rate ? xasprintf("%llu bytes/s", (unsigned long long)p->rate) : xstrdup("no bandwidth cap");
+  cleanup_free char *rate = p->rate ? xasprintf("%llu bytes/s", (unsigned long long)p->rate)
+                                    : xstrdup("no bandwidth cap");
   return xasprintf("resolver %s; per run: %llu connections at once, %llu in all, %s",
                    p->dns_servers ? p->dns_servers : "from the host's resolv.conf",
                    (unsigned long long)p->max_conns, (unsigned long long)p->max_total, rate);

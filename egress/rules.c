@@ -8,7 +8,9 @@
 
 /* ---------------------------------------------------------------- addresses */
 
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 static int parse_ipv4(const char *buf, size_t len, uint8_t out[4]) {
   size_t i = 0;
@@ -175,7 +177,9 @@ const char *eg_net_class(const eg_addr_t *net, unsigned prefix) {
 
 /* ---------------------------------------------------------------- rules */
 
-static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
+static char lower(char c) {
+  return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
 
 /* A host name: LDH labels (and '_'), 1-63 characters each, at most 253 in all, not all
  * digits and dots (that would be a malformed address).  Lower-cased into out. */
@@ -370,7 +374,8 @@ static bool is_literal(const char *host, eg_addr_t *a) {
   return eg_addr_parse(host, strlen(host), a) == 0;
 }
 
-static void set_why(char *why, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_why(char *why, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void set_why(char *why, size_t size, const char *fmt, ...) {
   if (!why || !size) return;
   va_list ap;
@@ -485,9 +490,13 @@ static bool nets_overlap(const eg_addr_t *a, unsigned pa, const eg_addr_t *b, un
   return eg_addr_in(a, b, p) && eg_addr_in(b, a, p);
 }
 
-static bool ports_overlap(uint16_t a, uint16_t b) { return !a || !b || a == b; }
+static bool ports_overlap(uint16_t a, uint16_t b) {
+  return !a || !b || a == b;
+}
 /* Does a rule with port `cover` apply to every port of a rule with port `of`? */
-static bool port_covers(uint16_t cover, uint16_t of) { return !cover || cover == of; }
+static bool port_covers(uint16_t cover, uint16_t of) {
+  return !cover || cover == of;
+}
 
 bool eg_policy_narrowing_ok(const eg_policy_t *base, const eg_rule_t *rule, char *why,
                             size_t why_size) {
@@ -498,7 +507,8 @@ bool eg_policy_narrowing_ok(const eg_policy_t *base, const eg_rule_t *rule, char
     if (rule->kind == EG_RULE_NET && d->kind == EG_RULE_NET)
       covered = d->prefix <= rule->prefix && eg_addr_in(&rule->addr, &d->addr, d->prefix);
     else if (rule->kind == EG_RULE_HOST)
-      covered = d->kind != EG_RULE_NET && eg_rule_match_name(d, rule->host, rule->port ? rule->port : d->port);
+      covered = d->kind != EG_RULE_NET &&
+                eg_rule_match_name(d, rule->host, rule->port ? rule->port : d->port);
     else if (rule->kind == EG_RULE_SUFFIX && d->kind == EG_RULE_SUFFIX) {
       size_t n = strlen(rule->host), s = strlen(d->host);
       covered = n >= s && strcmp(rule->host + n - s, d->host) == 0;
@@ -524,7 +534,8 @@ bool eg_policy_narrowing_ok(const eg_policy_t *base, const eg_rule_t *rule, char
     }
     (void)host_rules;
     if (cls)
-      set_why(why, why_size, "%s, a range the server denies and no --network-allow rule opens", cls);
+      set_why(why, why_size, "%s, a range the server denies and no --network-allow rule opens",
+              cls);
     else
       set_why(why, why_size, "%s", closed(base));
     return false;
@@ -539,9 +550,8 @@ bool eg_policy_narrowing_ok(const eg_policy_t *base, const eg_rule_t *rule, char
       /* Some name below rule's suffix can match r. */
       size_t n = strlen(rule->host), s = strlen(r->host);
       if (r->kind == EG_RULE_HOST && n < s && strcmp(r->host + s - n, rule->host) == 0) return true;
-      if (r->kind == EG_RULE_SUFFIX &&
-          ((n >= s && strcmp(rule->host + n - s, r->host) == 0) ||
-           (s >= n && strcmp(r->host + s - n, rule->host) == 0)))
+      if (r->kind == EG_RULE_SUFFIX && ((n >= s && strcmp(rule->host + n - s, r->host) == 0) ||
+                                        (s >= n && strcmp(r->host + s - n, rule->host) == 0)))
         return true;
     }
   }
@@ -560,8 +570,12 @@ static void append_rule(eg_rule_t **v, size_t *n, const eg_rule_t *r) {
   (*v)[(*n)++] = *r;
 }
 
-void eg_policy_add_allow(eg_policy_t *p, const eg_rule_t *r) { append_rule(&p->allow, &p->n_allow, r); }
-void eg_policy_add_deny(eg_policy_t *p, const eg_rule_t *r) { append_rule(&p->deny, &p->n_deny, r); }
+void eg_policy_add_allow(eg_policy_t *p, const eg_rule_t *r) {
+  append_rule(&p->allow, &p->n_allow, r);
+}
+void eg_policy_add_deny(eg_policy_t *p, const eg_rule_t *r) {
+  append_rule(&p->deny, &p->n_deny, r);
+}
 
 void eg_policy_copy(eg_policy_t *dst, const eg_policy_t *src) {
   *dst = *src;

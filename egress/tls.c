@@ -9,29 +9,29 @@
 
 #define LIBSSL_SONAME "libssl.so.3"
 
-#define LIBSSL_FUNCTIONS(X)         \
-  X(TLS_client_method)              \
-  X(SSL_CTX_new)                    \
-  X(SSL_CTX_free)                   \
+#define LIBSSL_FUNCTIONS(X)           \
+  X(TLS_client_method)                \
+  X(SSL_CTX_new)                      \
+  X(SSL_CTX_free)                     \
   X(SSL_CTX_set_default_verify_paths) \
-  X(SSL_CTX_set_verify)             \
-  X(SSL_CTX_ctrl)                   \
-  X(SSL_new)                        \
-  X(SSL_free)                       \
-  X(SSL_set_fd)                     \
-  X(SSL_set1_host)                  \
-  X(SSL_get0_param)                 \
-  X(X509_VERIFY_PARAM_set1_ip_asc)  \
-  X(SSL_ctrl)                       \
-  X(SSL_connect)                    \
-  X(SSL_read)                       \
-  X(SSL_write)                      \
-  X(SSL_pending)                    \
-  X(SSL_get_error)                  \
-  X(SSL_get_verify_result)          \
-  X(X509_verify_cert_error_string)  \
-  X(ERR_get_error)                  \
-  X(ERR_clear_error)                \
+  X(SSL_CTX_set_verify)               \
+  X(SSL_CTX_ctrl)                     \
+  X(SSL_new)                          \
+  X(SSL_free)                         \
+  X(SSL_set_fd)                       \
+  X(SSL_set1_host)                    \
+  X(SSL_get0_param)                   \
+  X(X509_VERIFY_PARAM_set1_ip_asc)    \
+  X(SSL_ctrl)                         \
+  X(SSL_connect)                      \
+  X(SSL_read)                         \
+  X(SSL_write)                        \
+  X(SSL_pending)                      \
+  X(SSL_get_error)                    \
+  X(SSL_get_verify_result)            \
+  X(X509_verify_cert_error_string)    \
+  X(ERR_get_error)                    \
+  X(ERR_clear_error)                  \
   X(ERR_error_string_n)
 
 static struct {
@@ -82,7 +82,8 @@ eg_tls_ctx_t *eg_tls_ctx_new(cm_error_t *err) {
     return NULL;
   }
   ssl.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, NULL);
-  ssl.SSL_CTX_ctrl(ctx, SSL_CTRL_MODE, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, NULL);
+  ssl.SSL_CTX_ctrl(ctx, SSL_CTRL_MODE,
+                   SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER, NULL);
   ssl.SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
   if (ssl.SSL_CTX_set_default_verify_paths(ctx) != 1) {
     ssl_error(err, "loading the system trust store");
@@ -112,7 +113,8 @@ eg_tls_t *eg_tls_new(eg_tls_ctx_t *ctx, int fd, const char *host, cm_error_t *er
   if (ok == 1 && literal) ok = ssl.X509_VERIFY_PARAM_set1_ip_asc(ssl.SSL_get0_param(s), host);
   if (ok == 1 && !literal) ok = ssl.SSL_set1_host(s, host);
   if (ok == 1 && !literal)
-    ok = (int)ssl.SSL_ctrl(s, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, (void *)(uintptr_t)host);
+    ok = (int)ssl.SSL_ctrl(s, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+                           (void *)(uintptr_t)host);
   if (ok != 1) {
     ssl_error(err, "setting up TLS");
     ssl.SSL_free(s);
@@ -144,7 +146,9 @@ int eg_tls_handshake(eg_tls_t *t, cm_error_t *err) {
   return ssl_error(err, "handshake");
 }
 
-uint32_t eg_tls_wants(const eg_tls_t *t) { return t->hs_wants; }
+uint32_t eg_tls_wants(const eg_tls_t *t) {
+  return t->hs_wants;
+}
 
 ssize_t eg_tls_read(eg_tls_t *t, char *buf, size_t n) {
   if (n > INT32_MAX) n = INT32_MAX;

@@ -36,8 +36,8 @@ typedef struct srv_net_call {
 
 /* 0, or -1 with a message for a tool error in *error (heap): a malformed entry, or one the
  * server's policy denies entirely (named), or any network on a --network off server. */
-int srv_network_parse_call(srv_network_t *n, const srv_config_t *cfg, json_t *arg, srv_net_call_t *out,
-                           char **error);
+int srv_network_parse_call(srv_network_t *n, const srv_config_t *cfg, json_t *arg,
+                           srv_net_call_t *out, char **error);
 void srv_net_call_release(srv_net_call_t *c);
 
 /* The variables that point a sandbox's clients at its forwarder (HTTP(S)_PROXY, ALL_PROXY,
@@ -47,15 +47,15 @@ void srv_network_env(srv_network_t *n, cm_strv_builder_t *env, bool build);
 
 /* A run's `network` object for structuredContent and its text lines (a denial line, and a
  * note when the backend could not apply the policy).  session may be NULL (not proxied). */
-json_t *srv_network_result(const srv_config_t *cfg, sbx_backend_t *backend, const srv_net_call_t *call,
-                           const eg_session_t *session);
+json_t *srv_network_result(const srv_config_t *cfg, sbx_backend_t *backend,
+                           const srv_net_call_t *call, const eg_session_t *session);
 void srv_network_text(const srv_config_t *cfg, sbx_backend_t *backend, const srv_net_call_t *call,
                       const eg_session_t *session, cm_buf_t *t);
 /* The JSON schema of that object. */
 json_t *srv_network_output_schema(void);
 /* check_environment's lines about the network (text) and its object. */
-void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend_t *backend, cm_buf_t *t,
-                          json_t **obj);
+void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend_t *backend,
+                          cm_buf_t *t, json_t **obj);
 
 /* Adds to p an allow rule for the host and port of an http(s) URL (exact name or address);
  * -1 when it is not one. */

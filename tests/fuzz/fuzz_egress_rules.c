@@ -32,11 +32,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ok[n]) {
       eg_rule_t again;
       if (eg_rule_parse(rules[n].text, strlen(rules[n].text), &again, &err) != 0) abort();
-      if (strcmp(again.text, rules[n].text) != 0 || again.kind != rules[n].kind || again.port != rules[n].port)
+      if (strcmp(again.text, rules[n].text) != 0 || again.kind != rules[n].kind ||
+          again.port != rules[n].port)
         abort();
       if (rules[n].kind == EG_RULE_NET) {
         (void)eg_net_class(&rules[n].addr, rules[n].prefix);
-        if (!eg_rule_match_addr(&rules[n], &rules[n].addr, rules[n].port ? rules[n].port : 1)) abort();
+        if (!eg_rule_match_addr(&rules[n], &rules[n].addr, rules[n].port ? rules[n].port : 1))
+          abort();
       } else {
         const char *h = rules[n].kind == EG_RULE_HOST ? rules[n].host : NULL;
         if (h && !eg_rule_match_name(&rules[n], h, rules[n].port ? rules[n].port : 1)) abort();
@@ -47,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       char text[64];
       eg_addr_format(&addrs[n], text, sizeof text);
       eg_addr_t back;
-      if (eg_addr_parse(text, strlen(text), &back) != 0 || !eg_addr_equal(&back, &addrs[n])) abort();
+      if (eg_addr_parse(text, strlen(text), &back) != 0 || !eg_addr_equal(&back, &addrs[n]))
+        abort();
       (void)eg_addr_class(&addrs[n]);
     }
     n++;
@@ -60,9 +63,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n_narrow = 0;
   for (size_t i = 0; i < n && i < 8; i++) {
     if (!ok[i]) continue;
-    if (i < 4) eg_policy_add_allow(&p, &rules[i]);
-    else if (i < 6) eg_policy_add_deny(&p, &rules[i]);
-    else narrow[n_narrow++] = rules[i];
+    if (i < 4)
+      eg_policy_add_allow(&p, &rules[i]);
+    else if (i < 6)
+      eg_policy_add_deny(&p, &rules[i]);
+    else
+      narrow[n_narrow++] = rules[i];
   }
   for (size_t i = 0; i < n; i++) {
     char why[EG_REASON_MAX];
@@ -75,8 +81,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char host[64];
     eg_addr_format(&addrs[i], host, sizeof host);
     bool base = eg_policy_allows(&p, NULL, 0, host, &addrs[i], port, &addrs[0], 1, why, sizeof why);
-    bool nar = eg_policy_allows(&p, n_narrow ? narrow : NULL, n_narrow, host, &addrs[i], port, &addrs[0], 1, why,
-                                sizeof why);
+    bool nar = eg_policy_allows(&p, n_narrow ? narrow : NULL, n_narrow, host, &addrs[i], port,
+                                &addrs[0], 1, why, sizeof why);
     if (nar && !base) abort();
     if (!base && why[0] == '\0') abort();
     for (size_t d = 0; d < p.n_deny; d++)

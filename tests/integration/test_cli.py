@@ -25,6 +25,14 @@ def run(*args, env=None):
     (["--cpus", "-1"], "argument --cpus: invalid value"),
     (["--cpus", "5000"], "argument --cpus: invalid value"),
     (["--cgroup", "relative/dir"], "Invalid cgroup 'relative/dir', must be 'auto', 'off' or an absolute path"),
+    (["--network", "maybe"], "argument --network: invalid choice: 'maybe' (choose from 'on', 'off', 'host')"),
+    (["--network-allow", "a..b"], "argument --network-allow: network rule 'a..b' is not a host name"),
+    (["--network-deny", "10.0.0.0/33"], "argument --network-deny: network rule '10.0.0.0/33'"),
+    (["--build-network-allow", "*."], "argument --build-network-allow: network rule '*.'"),
+    (["--dns-server", "dns.example"], "argument --dns-server: invalid value: 'dns.example'"),
+    (["--dns-server", "10.0.0.0/8"], "argument --dns-server: invalid value"),
+    (["--network-max-connections", "0"], "network_max_connections must be >= 1"),
+    (["--profile", "lan", "--network", "host"], "--network host is refused with the lan profile"),
 ])
 def test_validation(args, message):
     r = run(*args)

@@ -23,7 +23,8 @@ static eg_addr_t addr(const char *s) {
 static eg_rule_t rule(const char *s) {
   eg_rule_t r;
   cm_error_t err = CM_ERROR_INIT;
-  if (eg_rule_parse(s, strlen(s), &r, &err) != 0) fail_msg("rule %s: %s", s, cm_error_message(&err));
+  if (eg_rule_parse(s, strlen(s), &r, &err) != 0)
+    fail_msg("rule %s: %s", s, cm_error_message(&err));
   cm_error_release(&err);
   return r;
 }
@@ -32,11 +33,12 @@ static eg_rule_t rule(const char *s) {
 
 static void test_addr_parse(void **state) {
   (void)state;
-  static const char *const good[] = {"0.0.0.0", "1.2.3.4", "255.255.255.255", "::", "::1",
-                                     "2001:db8::1", "::ffff:127.0.0.1", "FE80::1"};
-  static const char *const bad[] = {"",        "1.2.3",   "1.2.3.4.5", "256.1.1.1", "01.2.3.4",
-                                    "1.2.3.4 ", " 1.2.3.4", "[::1]",    "::1%eth0",  "1.2.3.-4",
-                                    "0x7f.0.0.1", "2130706433", "127.1", "a::b::c", "example.com"};
+  static const char *const good[] = {"0.0.0.0", "1.2.3.4",     "255.255.255.255",  "::",
+                                     "::1",     "2001:db8::1", "::ffff:127.0.0.1", "FE80::1"};
+  static const char *const bad[] = {"",         "1.2.3",    "1.2.3.4.5",  "256.1.1.1",
+                                    "01.2.3.4", "1.2.3.4 ", " 1.2.3.4",   "[::1]",
+                                    "::1%eth0", "1.2.3.-4", "0x7f.0.0.1", "2130706433",
+                                    "127.1",    "a::b::c",  "example.com"};
   eg_addr_t a;
   for (size_t i = 0; i < CM_ARRAY_SIZE(good); i++)
     if (eg_addr_parse(good[i], strlen(good[i]), &a) != 0) fail_msg("%s is an address", good[i]);
@@ -107,10 +109,17 @@ static void test_net_classes(void **state) {
   static const struct {
     const char *rule, *cls;
   } cases[] = {
-      {"10.0.0.0/8", "private"},  {"10.0.0.0/7", NULL},         {"0.0.0.0/0", NULL},
-      {"127.0.0.0/16", "loopback"}, {"169.254.0.0/16", "link-local"}, {"169.254.169.254", "cloud metadata"},
-      {"fd00::/8", "unique local (ULA)"}, {"::/0", NULL},  {"2000::/3", NULL},
-      {"::ffff:127.0.0.0/104", "loopback"}, {"fe00::/9", "reserved"},
+      {"10.0.0.0/8", "private"},
+      {"10.0.0.0/7", NULL},
+      {"0.0.0.0/0", NULL},
+      {"127.0.0.0/16", "loopback"},
+      {"169.254.0.0/16", "link-local"},
+      {"169.254.169.254", "cloud metadata"},
+      {"fd00::/8", "unique local (ULA)"},
+      {"::/0", NULL},
+      {"2000::/3", NULL},
+      {"::ffff:127.0.0.0/104", "loopback"},
+      {"fe00::/9", "reserved"},
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
     eg_rule_t r = rule(cases[i].rule);
@@ -150,13 +159,14 @@ static void test_rule_parse(void **state) {
   for (size_t i = 0; i < CM_ARRAY_SIZE(good); i++) {
     eg_rule_t r = rule(good[i].in);
     if (r.kind != good[i].kind || strcmp(r.text, good[i].text) != 0)
-      fail_msg("%s: kind %d text %s, expected %d %s", good[i].in, r.kind, r.text, good[i].kind, good[i].text);
+      fail_msg("%s: kind %d text %s, expected %d %s", good[i].in, r.kind, r.text, good[i].kind,
+               good[i].text);
   }
-  static const char *const bad[] = {"",       "a..b",      "-a.com",     "a-.com",      "1.2.3.4:0",
-                                    "1.2.3.4:65536", "*.",  "*",          "*.*.com",     "h:1:2x",
-                                    "1.2.3",  "999.1.1.1", "[1.2.3.4]",  "exa mple.com", "a.com:",
-                                    "10.0.0.0/33", "10.0.0.0/", "::1/129", "[::1", "[::1]x", "1.2.3.4/08",
-                                    "123.45", "http://x", "a@b.com"};
+  static const char *const bad[] = {
+      "",       "a..b",        "-a.com",    "a-.com",  "1.2.3.4:0", "1.2.3.4:65536", "*.",
+      "*",      "*.*.com",     "h:1:2x",    "1.2.3",   "999.1.1.1", "[1.2.3.4]",     "exa mple.com",
+      "a.com:", "10.0.0.0/33", "10.0.0.0/", "::1/129", "[::1",      "[::1]x",        "1.2.3.4/08",
+      "123.45", "http://x",    "a@b.com"};
   for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++) {
     eg_rule_t r;
     cm_error_t err = CM_ERROR_INIT;
@@ -175,7 +185,8 @@ static void test_rule_parse(void **state) {
 
 static void test_rule_match(void **state) {
   (void)state;
-  eg_rule_t h = rule("pypi.org:443"), s = rule("*.example.com"), n = rule("10.0.0.0/8"), p = rule("127.0.0.1:8080");
+  eg_rule_t h = rule("pypi.org:443"), s = rule("*.example.com"), n = rule("10.0.0.0/8"),
+            p = rule("127.0.0.1:8080");
   assert_true(eg_rule_match_name(&h, "pypi.org", 443));
   assert_false(eg_rule_match_name(&h, "pypi.org", 80));
   assert_false(eg_rule_match_name(&h, "xpypi.org", 443));
@@ -195,8 +206,8 @@ static void test_rule_match(void **state) {
 
 /* ---------------------------------------------------------------- policy */
 
-static bool allows(const eg_policy_t *p, const eg_rule_t *narrow, size_t nn, const char *host, const char *a,
-                   uint16_t port, char *why) {
+static bool allows(const eg_policy_t *p, const eg_rule_t *narrow, size_t nn, const char *host,
+                   const char *a, uint16_t port, char *why) {
   eg_addr_t ad = addr(a);
   return eg_policy_allows(p, narrow, nn, host, &ad, port, NULL, 0, why, EG_REASON_MAX);
 }
@@ -249,7 +260,8 @@ static void test_policy_on(void **state) {
 static void test_policy_closed_and_narrowed(void **state) {
   (void)state;
   eg_policy_t b = {.public_internet = false, .closed_reason = "not an index host"};
-  eg_rule_t i1 = rule("pypi.org:443"), i2 = rule("127.0.0.1:3141"), i3 = rule("files.pythonhosted.org:443");
+  eg_rule_t i1 = rule("pypi.org:443"), i2 = rule("127.0.0.1:3141"),
+            i3 = rule("files.pythonhosted.org:443");
   eg_policy_add_allow(&b, &i1);
   eg_policy_add_allow(&b, &i2);
   eg_policy_add_allow(&b, &i3);
@@ -269,7 +281,8 @@ static void test_policy_closed_and_narrowed(void **state) {
   eg_policy_t on = {.public_internet = true};
   eg_rule_t narrow[] = {rule("api.example.com"), rule("198.51.100.0/24")};
   assert_int_equal(eg_policy_precheck(&on, narrow, 2, "api.example.com", 443, why, sizeof why), 0);
-  assert_int_equal(eg_policy_precheck(&on, narrow, 2, "other.example.com", 443, why, sizeof why), -1);
+  assert_int_equal(eg_policy_precheck(&on, narrow, 2, "other.example.com", 443, why, sizeof why),
+                   -1);
   assert_string_equal(why, "not in this call's network list");
   assert_int_equal(eg_policy_precheck(&on, narrow, 2, "198.51.100.1", 80, why, sizeof why), 0);
   assert_true(allows(&on, narrow, 2, "198.51.100.1", "198.51.100.1", 80, why));
@@ -320,7 +333,9 @@ static void test_policy_narrowing_ok(void **state) {
 
 /* ---------------------------------------------------------------- HTTP */
 
-static int parse_req(const char *s, eg_request_t *req) { return eg_http_parse_request(s, strlen(s), req); }
+static int parse_req(const char *s, eg_request_t *req) {
+  return eg_http_parse_request(s, strlen(s), req);
+}
 
 static void test_http_request(void **state) {
   (void)state;
@@ -335,7 +350,9 @@ static void test_http_request(void **state) {
   assert_string_equal(req->host, "::1");
   assert_int_equal(parse_req("CONNECT 198.51.100.1:80 HTTP/1.0\r\n\r\n", req), 1);
   assert_int_equal(req->minor_version, 0);
-  const char *g = "GET http://Example.COM/a/b?q=1#frag HTTP/1.1\r\nHost: example.com\r\nAccept: */*\r\n\r\nBODY";
+  const char *g =
+      "GET http://Example.COM/a/b?q=1#frag HTTP/1.1\r\nHost: example.com\r\nAccept: "
+      "*/*\r\n\r\nBODY";
   assert_int_equal(parse_req(g, req), 1);
   assert_int_equal(req->form, EG_FORM_ABSOLUTE);
   assert_string_equal(req->host, "example.com");
@@ -352,14 +369,22 @@ static void test_http_request(void **state) {
   assert_int_equal(parse_req("CONNECT pypi.org:443 HTTP/1.1\r\nHost: x\r\n", req), 0);
   assert_int_equal(parse_req("", req), 0);
   static const char *const bad[] = {
-      "CONNECT pypi.org HTTP/1.1\r\n\r\n",           "CONNECT pypi.org:0 HTTP/1.1\r\n\r\n",
-      "GET https://pypi.org/ HTTP/1.1\r\n\r\n",      "GET ftp://x/ HTTP/1.1\r\n\r\n",
-      "GET http://u:p@x/ HTTP/1.1\r\n\r\n",          "GET * HTTP/1.1\r\n\r\n",
-      "GET http://x/ HTTP/2.0\r\n\r\n",              "GET http://x/ HTTP/1.1\r\nBad Header: 1\r\n\r\n",
-      "GET http://x/ HTTP/1.1\r\nA: 1\r\n folded\r\n\r\n", "GET http://x/ HTTP/1.1\r\nA: \x01\r\n\r\n",
-      "G@T http://x/ HTTP/1.1\r\n\r\n",              "GET  http://x/ HTTP/1.1\r\n\r\n",
-      "GET http://exa mple/ HTTP/1.1\r\n\r\n",       "GET http://-bad-/ HTTP/1.1\r\n\r\n",
-      "CONNECT [1.2.3.4]:80 HTTP/1.1\r\n\r\n",      "GET http://x/ HTTP/1.1\nA: b\n\n",
+      "CONNECT pypi.org HTTP/1.1\r\n\r\n",
+      "CONNECT pypi.org:0 HTTP/1.1\r\n\r\n",
+      "GET https://pypi.org/ HTTP/1.1\r\n\r\n",
+      "GET ftp://x/ HTTP/1.1\r\n\r\n",
+      "GET http://u:p@x/ HTTP/1.1\r\n\r\n",
+      "GET * HTTP/1.1\r\n\r\n",
+      "GET http://x/ HTTP/2.0\r\n\r\n",
+      "GET http://x/ HTTP/1.1\r\nBad Header: 1\r\n\r\n",
+      "GET http://x/ HTTP/1.1\r\nA: 1\r\n folded\r\n\r\n",
+      "GET http://x/ HTTP/1.1\r\nA: \x01\r\n\r\n",
+      "G@T http://x/ HTTP/1.1\r\n\r\n",
+      "GET  http://x/ HTTP/1.1\r\n\r\n",
+      "GET http://exa mple/ HTTP/1.1\r\n\r\n",
+      "GET http://-bad-/ HTTP/1.1\r\n\r\n",
+      "CONNECT [1.2.3.4]:80 HTTP/1.1\r\n\r\n",
+      "GET http://x/ HTTP/1.1\nA: b\n\n",
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++)
     if (parse_req(bad[i], req) != -1) fail_msg("accepted: %s", bad[i]);
@@ -375,16 +400,19 @@ static void test_http_request(void **state) {
 static void test_http_forward(void **state) {
   (void)state;
   eg_request_t *req = malloc(sizeof *req);
-  const char *g = "POST http://example.com:8080/up HTTP/1.1\r\nHost: wrong\r\nProxy-Connection: keep-alive\r\n"
-                  "Connection: keep-alive, X-Secret, Content-Length\r\nX-Secret: s\r\nProxy-Authorization: Basic x\r\n"
-                  "Content-Length: 4\r\nAuthorization: Bearer t\r\nUser-Agent: pip\r\n\r\nbody";
+  const char *g =
+      "POST http://example.com:8080/up HTTP/1.1\r\nHost: wrong\r\nProxy-Connection: keep-alive\r\n"
+      "Connection: keep-alive, X-Secret, Content-Length\r\nX-Secret: s\r\nProxy-Authorization: "
+      "Basic x\r\n"
+      "Content-Length: 4\r\nAuthorization: Bearer t\r\nUser-Agent: pip\r\n\r\nbody";
   assert_int_equal(parse_req(g, req), 1);
   cm_buf_t out;
   cm_buf_init(&out, 0);
   eg_http_forward_head(g, req, NULL, 0, "example.com:8080", NULL, &out);
-  assert_string_equal(out.data,
-                      "POST /up HTTP/1.1\r\nContent-Length: 4\r\nAuthorization: Bearer t\r\nUser-Agent: pip\r\n"
-                      "Host: example.com:8080\r\nConnection: close\r\n\r\n");
+  assert_string_equal(
+      out.data,
+      "POST /up HTTP/1.1\r\nContent-Length: 4\r\nAuthorization: Bearer t\r\nUser-Agent: pip\r\n"
+      "Host: example.com:8080\r\nConnection: close\r\n\r\n");
   cm_buf_reset(&out);
   eg_http_forward_head(g, req, "/simple/x/", 10, "idx.test", "Basic dTpw", &out);
   assert_non_null(strstr(out.data, "POST /simple/x/ HTTP/1.1\r\n"));
@@ -393,14 +421,17 @@ static void test_http_forward(void **state) {
   cm_buf_release(&out);
 
   eg_response_t resp;
-  const char *r = "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
-                  "Transfer-Encoding: chunked\r\n\r\n5\r\nhello";
+  const char *r =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: keep-alive\r\nKeep-Alive: "
+      "timeout=5\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n5\r\nhello";
   assert_int_equal(eg_http_parse_response(r, strlen(r), &resp), 1);
   assert_int_equal(resp.status, 200);
   cm_buf_init(&out, 0);
   eg_http_forward_response(r, &resp, &out);
-  assert_string_equal(out.data, "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n"
-                                "Connection: close\r\n\r\n");
+  assert_string_equal(out.data,
+                      "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n"
+                      "Connection: close\r\n\r\n");
   cm_buf_release(&out);
   assert_int_equal(eg_http_parse_response("HTTP/1.1 200", 12, &resp), 0);
   assert_int_equal(eg_http_parse_response("HTTX/1.1 200 OK\r\n\r\n", 19, &resp), -1);
@@ -460,7 +491,8 @@ static void test_urls(void **state) {
   assert_int_equal(eg_url_parse(s, strlen(s), &u), 0);
   assert_string_equal(u.host, "::1");
   eg_url_release(&u);
-  static const char *const bad[] = {"ftp://x/", "http://", "http://a b/", "http://x:99999/", "/local/dir", "http://x:/"};
+  static const char *const bad[] = {"ftp://x/",        "http://",    "http://a b/",
+                                    "http://x:99999/", "/local/dir", "http://x:/"};
   for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++)
     if (eg_url_parse(bad[i], strlen(bad[i]), &u) == 0) fail_msg("accepted %s", bad[i]);
   char *r = eg_url_redact("https://user:secret@host/simple");
@@ -476,12 +508,18 @@ static void test_urls(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_addr_parse),         cmocka_unit_test(test_addr_classes),
-      cmocka_unit_test(test_net_classes),        cmocka_unit_test(test_rule_parse),
-      cmocka_unit_test(test_rule_match),         cmocka_unit_test(test_policy_on),
-      cmocka_unit_test(test_policy_closed_and_narrowed), cmocka_unit_test(test_policy_narrowing_ok),
-      cmocka_unit_test(test_http_request),       cmocka_unit_test(test_http_forward),
-      cmocka_unit_test(test_socks5),             cmocka_unit_test(test_urls),
+      cmocka_unit_test(test_addr_parse),
+      cmocka_unit_test(test_addr_classes),
+      cmocka_unit_test(test_net_classes),
+      cmocka_unit_test(test_rule_parse),
+      cmocka_unit_test(test_rule_match),
+      cmocka_unit_test(test_policy_on),
+      cmocka_unit_test(test_policy_closed_and_narrowed),
+      cmocka_unit_test(test_policy_narrowing_ok),
+      cmocka_unit_test(test_http_request),
+      cmocka_unit_test(test_http_forward),
+      cmocka_unit_test(test_socks5),
+      cmocka_unit_test(test_urls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
