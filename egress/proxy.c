@@ -21,6 +21,7 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -36,7 +37,9 @@
 #define EG_OWN_MAX 256
 #define EG_DEFAULT_MAX_CONNECTIONS 64
 #define EG_DEFAULT_MAX_TOTAL 4096
-/* All sessions together: beyond this, sessions wait (their sockets are not read). */
+/* All sessions together: beyond this, sessions wait (their sockets are not read).  Lowered
+ * at start so that egress (two fds per connection) never takes more than half of the
+ * server's open-file limit (see eg_proxy_new). */
 #define EG_GLOBAL_MAX_CONNECTIONS 2048
 #define EG_MAX_ARES_SOCKETS 32
 #define EG_MAX_INDEXES 200
@@ -123,7 +126,7 @@ struct eg_proxy {
   cm_timer_t *ares_timer;
   char *dns_servers;
   eg_session_t *sessions;
-  size_t n_conns;
+  size_t n_conns, global_max;
   uint64_t max_conns, max_total, rate;
   eg_addr_t own[EG_OWN_MAX];
   size_t n_own;
@@ -1062,7 +1065,7 @@ static void conn_close(conn_t *c) {
   cm_loop_defer(s->proxy->loop, conn_free, c);
   session_update_reading(s);
   /* A session of the global cap may have been waiting. */
-  if (s->proxy->n_conns + 1 == EG_GLOBAL_MAX_CONNECTIONS)
+  if (s->proxy->n_conns + 1 == s->proxy->global_max)
     for (eg_session_t *o = s->proxy->sessions; o; o = o->next) session_update_reading(o);
 }
 
@@ -1109,7 +1112,7 @@ static void conn_new(eg_session_t *s, int fd) {
 /* ---------------------------------------------------------------- sessions */
 
 static bool session_has_room(const eg_session_t *s) {
-  return s->n_conns < s->proxy->max_conns && s->proxy->n_conns < EG_GLOBAL_MAX_CONNECTIONS;
+  return s->n_conns < s->proxy->max_conns && s->proxy->n_conns < s->proxy->global_max;
 }
 
 static void session_update_reading(eg_session_t *s) {
@@ -1247,6 +1250,21 @@ eg_proxy_t *eg_proxy_new(cm_loop_t *loop, const eg_proxy_config_t *cfg, cm_error
   p->max_conns = cfg->max_connections ? cfg->max_connections : EG_DEFAULT_MAX_CONNECTIONS;
   p->max_total = cfg->max_total_connections ? cfg->max_total_connections : EG_DEFAULT_MAX_TOTAL;
   p->rate = cfg->rate_bytes;
+  /* Every connection holds two fds of the server.  Raise the soft open-file limit towards
+   * the hard one (children get their own limits: the sandbox sets them), and keep egress
+   * within half of it, so that a flood of connections never starves the rest. */
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    rlim_t want = nofile.rlim_max == RLIM_INFINITY ? 65536 : CM_MIN(nofile.rlim_max, (rlim_t)65536);
+    if (want > nofile.rlim_cur) {
+      struct rlimit raised = {want, nofile.rlim_max};
+      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) nofile.rlim_cur = want;
+    }
+    rlim_t fds = nofile.rlim_cur > 512 ? nofile.rlim_cur - 512 : 64;
+    p->global_max = CM_MAX((size_t)32, CM_MIN((size_t)EG_GLOBAL_MAX_CONNECTIONS, (size_t)(fds / 4)));
+  } else {
+    p->global_max = 256;
+  }
   struct ares_options opts = {0};
   opts.sock_state_cb = on_ares_sock_state;
   opts.sock_state_cb_data = p;
