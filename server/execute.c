@@ -391,8 +391,7 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
                   sbx_backend_name(b));
   /* Whatever the script left in outputs/, also after a failure or a timeout. */
   files_collection_t files;
-  art_store_collect(srv_server_artifacts(job->server), srv_request_session(job->req), job->workdir,
-                    &files);
+  art_store_collect(srv_server_artifacts(job->server), job->principal, job->workdir, &files);
   files_result_append(&files, &t, NULL, NULL);
   cleanup_free char *full = cm_buf_steal(&t);
   bool truncated = cm_headtail_truncated(&job->out) || cm_headtail_truncated(&job->err) ||

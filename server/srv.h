@@ -56,7 +56,8 @@ typedef struct srv_config {
   uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
   uint64_t max_starting;     /* --max-starting: executions in their start-up at once; 0 = one per CPU */
   uint64_t max_session_concurrent; /* --max-session-concurrent: per session, more are refused; 0 = none */
-  uint64_t max_token_concurrent;   /* --max-token-concurrent: per bearer token, likewise */
+  uint64_t max_token_concurrent;   /* --max-token-concurrent: per principal (running or waiting), likewise */
+  uint64_t max_token_running;      /* --max-token-running: per principal, holding a slot; the rest wait */
   /* Files in and out of a run (server/files.c, server/artifacts.c). */
   uint64_t max_input_files;          /* --max-input-files: entries of the files argument */
   uint64_t max_input_file_bytes;     /* --max-input-file-bytes: one input file, decoded */
@@ -64,6 +65,7 @@ typedef struct srv_config {
   uint64_t max_output_files;         /* --max-output-files: entries collected from outputs/ */
   uint64_t max_artifact_bytes;       /* --max-artifact-bytes: output bytes kept per run */
   uint64_t max_artifact_store_bytes; /* --max-artifact-store-bytes: kept for all runs */
+  uint64_t max_artifact_bytes_per_token; /* --max-artifact-bytes-per-token: per principal; 0 = none */
   uint64_t max_inline_bytes;         /* --max-inline-bytes: largest image returned inline */
   uint64_t max_inline_text_bytes;    /* --max-inline-text-bytes: largest text embedded */
   uint64_t artifact_ttl_ms;          /* --artifact-ttl: how long outputs stay readable */
@@ -83,6 +85,11 @@ typedef struct srv_config {
   uint64_t max_sessions;     /* --max-sessions */
   uint64_t session_idle_ms;  /* --session-idle-seconds */
   uint64_t max_connections;  /* --max-connections */
+  uint64_t max_sessions_per_token; /* --max-sessions-per-token: per principal; 0 = none */
+  uint64_t max_streams_per_token;  /* --max-streams-per-token: open GET streams per principal; 0 = none */
+  uint64_t max_replay_bytes_per_session; /* --max-replay-bytes-per-session */
+  uint64_t max_replay_bytes;             /* --max-replay-bytes: events kept for resumption, in all */
+  char *loopback_origins;          /* --loopback-origins auto|on|off */
 } srv_config_t;
 
 void srv_config_defaults(srv_config_t *c);
@@ -178,6 +185,10 @@ struct art_store *srv_server_artifacts(srv_server_t *s);
 const char *srv_server_state_dir(srv_server_t *s);
 /* This server's own directory for its runs' work directories (see srv_workdir_claim). */
 const char *srv_server_runs_dir(srv_server_t *s);
+/* The HTTP transport serving s (srv_serve_http sets it), for what check_environment tells
+ * a principal about its own sessions and streams; NULL on stdio. */
+void srv_server_set_http(srv_server_t *s, tr_http_t *h);
+tr_http_t *srv_server_http(srv_server_t *s);
 /* Cancels every request in flight (shutdown). */
 void srv_server_cancel_all(srv_server_t *s);
 size_t srv_server_inflight(srv_server_t *s);
@@ -186,8 +197,11 @@ size_t srv_server_inflight(srv_server_t *s);
  * tied to a request go (stdout, or the standalone GET stream). */
 srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink);
 void srv_session_free(srv_session_t *ss);
-/* Who opened the session: the name of its bearer token (HTTP with tokens), else NULL. */
+/* Who opened the session, and owns what it makes (runs, artifacts): over HTTP the name of
+ * its bearer token ("local" without tokens), "stdio" for the stdio client (the default). */
+#define SRV_PRINCIPAL_STDIO "stdio"
 void srv_session_set_principal(srv_session_t *ss, const char *principal);
+/* Never NULL for a session; NULL for NULL. */
 const char *srv_session_principal(const srv_session_t *ss);
 /* The negotiated protocol version; NULL before initialize. */
 const char *srv_session_protocol(const srv_session_t *ss);

@@ -1,0 +1,280 @@
+"""Tenants: the real binary over HTTP with two bearer tokens, alice and bob (and --profile lan
+where a finding was made with it).  Each test reproduces one of the findings 5-12 of issue 14
+(or item 5 of issue 16) and shows it closed: bob cannot use, list, read, download, resume,
+evict, cancel, delete or starve anything of alice's; replay memory stays bounded; output
+with NUL bytes arrives whole; error answers carry the request id.  Only 127.0.0.1 is ever
+contacted."""
+import base64
+import json
+import os
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import BACKEND, Server, wait_until
+from test_http import (ACCEPT_BOTH, LATEST, HttpServer, call_msg, messages, sse_events,
+                       sse_events_from_bytes)
+
+ALICE = {"Authorization": "Bearer tok-alice-0123456789"}
+BOB = {"Authorization": "Bearer tok-bob-9876543210"}
+UNKNOWN_SID = "5d6b8a9e-0000-4000-8000-000000000000"
+
+
+@pytest.fixture
+def tokens(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("alice: tok-alice-0123456789\nbob: tok-bob-9876543210\n")
+    return str(path)
+
+
+@pytest.fixture
+def make_tenants(tokens):
+    made = []
+
+    def make(*args, lan=True, backend="none", **kwargs):
+        argv = ["--auth-token-file", tokens, "--no-warm-cache", "--sandbox-backend", backend]
+        if lan:
+            argv += ["--profile", "lan"]
+        s = HttpServer(*argv, *args, **kwargs)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        assert s.close() == 0
+
+
+def result_of(h, body, req_id):
+    """The response to req_id in a JSON or SSE answer."""
+    if h.get("content-type", "").startswith("text/event-stream"):
+        msgs = [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == req_id]
+        assert msgs, body[:2000]
+        return msgs[0]
+    return json.loads(body)
+
+
+def execute(s, sid, auth, req_id, script, **args):
+    st, h, body = s.post(call_msg(req_id, script, **args), sid, headers=auth, version=LATEST)
+    assert st == 200, (st, body[:500])
+    msg = result_of(h, body, req_id)
+    assert "result" in msg, msg
+    return msg["result"]
+
+
+def rpc(s, sid, auth, req_id, method, params=None):
+    msg = {"jsonrpc": "2.0", "id": req_id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    st, h, body = s.post(msg, sid, headers=auth, version=LATEST)
+    return st, (result_of(h, body, req_id) if st == 200 else json.loads(body))
+
+
+def not_found_like_unknown(s, method, path, auth, sid, body=None, extra=None):
+    """The answer for another principal's session id is the very answer for an id that
+    never existed: same status, same body (no oracle)."""
+    answers = []
+    for session in (sid, UNKNOWN_SID):
+        hdrs = {"Accept": ACCEPT_BOTH, "Content-Type": "application/json", **auth, **(extra or {})}
+        if session is not None:
+            hdrs["Mcp-Session-Id"] = session
+        st, h, data = s.request(method, path, body, hdrs)
+        answers.append((st, data))
+    assert answers[0] == answers[1], answers
+    assert answers[0][0] == 404, answers
+    return json.loads(answers[0][1])
+
+
+WRITES_BIN = ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+              "open('outputs/data.bin', 'wb').write(bytes(range(256)) * 64)\n")
+
+
+def link_of(result):
+    links = [c for c in result["content"] if c["type"] == "resource_link"]
+    assert links, result["content"]
+    return links[0]["uri"]
+
+
+# ================================================================ finding 5: sessions
+
+def test_sessions_are_bound_to_their_token(make_tenants):
+    s = make_tenants()
+    a = s.initialize(headers=ALICE)
+    s.initialize(headers=BOB)
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    # bob, with his own token and alice's session id: every method is "Session not found"
+    err = not_found_like_unknown(s, "POST", "/mcp", BOB, a, json.dumps(ping).encode())
+    assert err == {"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": "Session not found"}}
+    for msg in (call_msg(2, "print('bob was here')"),
+                {"jsonrpc": "2.0", "id": 3, "method": "resources/list"},
+                {"jsonrpc": "2.0", "id": 4, "method": "tools/list"},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"}):
+        not_found_like_unknown(s, "POST", "/mcp", BOB, a, json.dumps(msg).encode())
+    # initialize naming her session: as for an unknown one (404), not "already initialized"
+    init = {"jsonrpc": "2.0", "id": 5, "method": "initialize",
+            "params": {"protocolVersion": LATEST, "capabilities": {}}}
+    not_found_like_unknown(s, "POST", "/mcp", BOB, a, json.dumps(init).encode())
+    # GET (standalone stream), DELETE
+    not_found_like_unknown(s, "GET", "/mcp", BOB, a, extra={"Accept": "text/event-stream"})
+    not_found_like_unknown(s, "DELETE", "/mcp", BOB, a)
+    # ... and her session lives on, her own requests work
+    st, r = rpc(s, a, ALICE, 6, "ping")
+    assert st == 200 and r["result"] == {}
+    c = s.connect()
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": a, **ALICE})
+    resp = c.getresponse()
+    assert resp.status == 200
+    c.close()
+    assert s.request("DELETE", "/mcp", headers={"Mcp-Session-Id": a, **ALICE})[0] == 200
+
+
+def test_bob_cannot_cancel_or_resume_alices_call(make_tenants):
+    s = make_tenants()
+    a = s.initialize(headers=ALICE)
+    b = s.initialize(headers=BOB)
+    script = "import time\nfor i in range(6):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\n"
+    c, r = s.open_stream(call_msg(7, script, token="p"), a, headers=ALICE)
+    it = sse_events(r)
+    seen = []
+    for ev in it:
+        seen.append(ev)
+        if len(messages(seen)) >= 2:
+            break
+    last_id = seen[-1]["id"]
+    # alice's client goes away mid-stream (not a cancellation)
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    # bob tries to cancel her request, in her session and in his own
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
+    not_found_like_unknown(s, "POST", "/mcp", BOB, a, json.dumps(cancel).encode())
+    assert s.post(cancel, b, headers=BOB)[0] == 202
+    # ... and to resume her stream
+    not_found_like_unknown(s, "GET", "/mcp", BOB, a,
+                           extra={"Accept": "text/event-stream", "Last-Event-ID": last_id})
+    # alice resumes: the call ran to its end, nothing lost
+    c2 = s.connect()
+    c2.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": a,
+                                       "Last-Event-ID": last_id, **ALICE})
+    r2 = c2.getresponse()
+    assert r2.status == 200
+    msgs = messages(seen + list(sse_events(r2)))
+    c2.close()
+    final = [m for m in msgs if m.get("id") == 7]
+    assert final and final[0]["result"]["structuredContent"]["exit_code"] == 0
+    text = "".join(m["params"]["message"] for m in msgs if m.get("method") == "notifications/progress")
+    assert text == "".join(f"tick {i}\n" for i in range(6))
+
+
+def test_legacy_sessions_are_bound_to_their_token(make_tenants):
+    s = make_tenants()
+    c = s.connect()
+    c.request("GET", "/sse", headers={"Accept": "text/event-stream", **ALICE})
+    r = c.getresponse()
+    assert r.status == 200
+    ev = next(sse_events(r))
+    url = ev["data"]
+    sid = re.fullmatch(r"/messages\?sessionId=([0-9a-f-]{36})", url).group(1)
+    body = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    hdrs = {"Content-Type": "application/json"}
+    theirs = s.request("POST", url, body, {**hdrs, **BOB})
+    unknown = s.request("POST", "/messages?sessionId=" + UNKNOWN_SID, body, {**hdrs, **BOB})
+    assert theirs[0] == unknown[0] == 404 and theirs[2] == unknown[2]
+    assert json.loads(theirs[2])["id"] == 1
+    # alice's own POST is accepted and answered on her stream
+    assert s.request("POST", url, json.dumps(
+        {"jsonrpc": "2.0", "id": 2, "method": "initialize",
+         "params": {"protocolVersion": "2024-11-05", "capabilities": {}}}).encode(),
+        {**hdrs, **ALICE})[0] == 202
+    assert json.loads(next(sse_events(r))["data"])["id"] == 2
+    c.close()
+
+
+# ================================================================ finding 6: artifacts
+
+def test_artifacts_are_bound_to_their_token(make_tenants):
+    s = make_tenants()
+    a = s.initialize(headers=ALICE)
+    b = s.initialize(headers=BOB)
+    uri = link_of(execute(s, a, ALICE, 1, WRITES_BIN))
+    fake = "sandbox://runs/" + "0" * 32 + "/outputs/data.bin"
+    # resources/read: bob gets exactly what an unknown URI gets
+    _, mine = rpc(s, b, BOB, 2, "resources/read", {"uri": uri})
+    _, unknown = rpc(s, b, BOB, 2, "resources/read", {"uri": fake})
+    assert mine["error"]["code"] == unknown["error"]["code"] == -32002
+    assert mine["error"]["message"] == unknown["error"]["message"].replace(fake, uri)
+    assert mine["error"]["data"] == {"uri": uri}
+    # resources/list: one principal's artifacts only
+    assert rpc(s, b, BOB, 3, "resources/list")[1]["result"]["resources"] == []
+    listed = rpc(s, a, ALICE, 4, "resources/list")[1]["result"]["resources"]
+    assert [r["uri"] for r in listed] == [uri]
+    # ... also in another session of alice's
+    a2 = s.initialize(headers=ALICE)
+    assert [r["uri"] for r in rpc(s, a2, ALICE, 5, "resources/list")[1]["result"]["resources"]] == [uri]
+    # the download URL: bob's answer is the answer for a file that does not exist
+    path = "/mcp/runs/" + uri[len("sandbox://runs/"):]
+    theirs = s.request("GET", path, headers=BOB)
+    unknown = s.request("GET", "/mcp/runs/" + fake[len("sandbox://runs/"):], headers=BOB)
+    assert theirs[0] == unknown[0] == 404 and theirs[2] == unknown[2]
+    st, _, data = s.request("GET", path, headers=ALICE)
+    assert st == 200 and data == bytes(range(256)) * 64
+    assert rpc(s, a, ALICE, 6, "resources/read", {"uri": uri})[1]["result"]["contents"][0]["uri"] == uri
+
+
+# ================================================================ issue 16, item 5: error ids
+
+def test_transport_errors_carry_the_request_id(make_tenants):
+    s = make_tenants(lan=False)
+    a = s.initialize(headers=ALICE)
+
+    def post_raw(body, sid=a, headers=None, version=None):
+        hdrs = {"Accept": ACCEPT_BOTH, "Content-Type": "application/json", **ALICE, **(headers or {})}
+        if sid:
+            hdrs["Mcp-Session-Id"] = sid
+        if version:
+            hdrs["MCP-Protocol-Version"] = version
+        st, _, data = s.request("POST", "/mcp", body if isinstance(body, bytes) else json.dumps(body).encode(), hdrs)
+        return st, json.loads(data)
+
+    cases = [
+        # (body, sid, extra headers, version) -> status
+        ({"jsonrpc": "1.0", "id": 11, "method": "ping"}, a, None, None, 400),
+        ({"jsonrpc": "2.0", "id": "s-12", "method": 5}, a, None, None, 400),
+        ({"jsonrpc": "2.0", "id": 13}, a, None, None, 400),
+        ({"jsonrpc": "2.0", "id": 14, "method": "ping"}, None, None, None, 400),
+        ({"jsonrpc": "2.0", "id": 15, "method": "ping"}, UNKNOWN_SID, None, None, 404),
+        ({"jsonrpc": "2.0", "id": 16, "method": "ping"}, a, None, "1999-01-01", 400),
+        ({"jsonrpc": "2.0", "id": 17, "method": "ping"}, a, {"Accept": "text/html"}, None, 406),
+        ({"jsonrpc": "2.0", "id": 18, "method": "initialize", "params": {"protocolVersion": LATEST}},
+         a, None, None, 400),
+    ]
+    for body, sid, hdrs, version, want in cases:
+        st, answer = post_raw(body, sid, hdrs, version)
+        assert st == want, (body, st, answer)
+        assert answer["id"] == body["id"], (body, answer)
+        assert "error" in answer
+    # nothing to read an id from: null
+    st, answer = post_raw(b'{"jsonrpc":"2.0","id":19,')
+    assert st == 400 and answer["id"] is None and answer["error"]["code"] == -32700
+    st, answer = post_raw([{"jsonrpc": "2.0", "id": 20, "method": "ping"}])
+    assert st == 400 and answer["id"] is None
+    # the router's own errors too: nesting too deep for it
+    deep = b'{"jsonrpc":"2.0","id":21,"method":"ping","params":{"a":' + b"[" * 80 + b"]" * 80 + b"}}"
+    st, answer = post_raw(deep)
+    assert st == 200 and answer["id"] == 21 and answer["error"]["code"] == -32600
+
+
+def test_router_errors_carry_the_request_id_on_stdio(make_server):
+    s = make_server()
+    s.initialize()
+    s.send_raw(b'{"jsonrpc":"2.0","id":"deep","method":"ping","params":{"a":' + b"[" * 80 + b"]" * 80 + b"}}\n")
+    r = s.recv()
+    assert r["id"] == "deep" and r["error"]["code"] == -32600
+    for raw, rid in ((b'{"jsonrpc":"1.0","id":31,"method":"ping"}', 31),
+                     (b'{"jsonrpc":"2.0","id":32,"method":"ping","params":3}', 32),
+                     (b'{"jsonrpc":"2.0","id":33}', 33),
+                     (b'{"jsonrpc":"2.0","id":34,"method":"nope"}', 34)):
+        s.send_raw(raw + b"\n")
+        r = s.recv()
+        assert r["id"] == rid and "error" in r, r
+    assert s.request("ping", req_id="after")["result"] == {}
