@@ -276,6 +276,13 @@ json_t *srv_tool_text_result(const char *text, bool is_error);
 json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 void srv_tool_execute_python(srv_request_t *r, json_t *arguments);
+/* A principal's execute_python calls right now (check_environment). */
+typedef struct srv_exec_usage {
+  size_t calls;   /* from validation to the answer (--max-token-concurrent counts these) */
+  size_t running; /* holding a slot, building its environment included (--max-token-running) */
+  size_t queued;  /* waiting for a slot */
+} srv_exec_usage_t;
+void srv_exec_usage(const char *principal, srv_exec_usage_t *out);
 json_t *srv_tool_execute_python_describe(srv_server_t *s);
 void srv_tool_validate_script(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_validate_script_describe(srv_server_t *s);

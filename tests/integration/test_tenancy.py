@@ -278,3 +278,85 @@ def test_router_errors_carry_the_request_id_on_stdio(make_server):
         r = s.recv()
         assert r["id"] == rid and "error" in r, r
     assert s.request("ping", req_id="after")["result"] == {}
+
+
+# ================================================================ finding 9: execution slots
+
+def share(s, sid, auth):
+    """check_environment's view of the caller's own share."""
+    st, msg = rpc(s, sid, auth, "env", "tools/call", {"name": "check_environment", "arguments": {}})
+    assert st == 200, msg
+    return msg["result"]["structuredContent"]["tenant"]
+
+
+def cancel(s, sid, auth, req_id):
+    s.post({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": req_id, "reason": "test over"}}, sid, headers=auth)
+
+
+@pytest.mark.parametrize("backend", [BACKEND])
+def test_one_token_cannot_starve_another(make_tenants, backend):
+    s = make_tenants(backend=backend)  # --profile lan: 4 slots, 2 calls per session
+    a1, a2, a3 = (s.initialize(headers=ALICE) for _ in range(3))
+    b = s.initialize(headers=BOB)
+    sleeper = "import time\nprint('alice', flush=True)\ntime.sleep(100)\n"
+    open_calls = []
+    for req_id, sid in ((1, a1), (2, a1), (3, a2), (4, a2)):
+        c, r = s.open_stream(call_msg(req_id, sleeper, token=f"a{req_id}", timeout_seconds=110), sid,
+                             headers=ALICE)
+        assert r.status == 200
+        open_calls.append((req_id, sid, c, r))
+    # bob is served now, while every call of alice's is still there (no answer yet); before,
+    # he waited behind her four for a slot
+    res = execute(s, b, BOB, 9, "print('bob')")
+    assert res["structuredContent"]["stdout"] == "bob\n", res
+    # alice holds two slots; her other two calls wait behind her own runs, and said so
+    mine = share(s, a3, ALICE)["executions"]
+    assert mine == {"calls": 4, "calls_max": 4, "running": 2, "running_max": 2, "queued": 2}, mine
+    # a fifth call of hers is refused at once, naming the cap
+    res = execute(s, a3, ALICE, 5, "print('too many')")
+    assert res["isError"] and "--max-token-concurrent" in res["content"][0]["text"]
+    notes = []
+    for req_id, sid, c, r in open_calls[2:]:
+        ev = next(e for e in sse_events(r) if e.get("data"))
+        notes.append(json.loads(ev["data"])["params"]["message"])
+    assert all("--max-token-running" in n for n in notes), notes
+    for req_id, sid, c, r in open_calls:
+        cancel(s, sid, ALICE, req_id)
+    for req_id, sid, c, r in open_calls:
+        assert not [m for m in messages(sse_events(r)) if m.get("id") == req_id]  # cancelled: no answer
+        c.close()
+    assert wait_until(lambda: share(s, a3, ALICE)["executions"]["calls"] == 0, 30)
+
+
+def test_waiting_calls_are_admitted_in_turn(make_tenants, tmp_path):
+    """One slot: alice queues three calls, then bob one; bob's runs second, not fourth."""
+    s = make_tenants("--max-concurrent", "1", lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    barrier = tmp_path / "go"
+    first = ("import os, time\nprint('START', time.time(), flush=True)\n"
+             f"while not os.path.exists({str(barrier)!r}):\n    time.sleep(0.02)\n")
+    quick = "import time\nprint('START', time.time(), flush=True)\n"
+    results = {}
+
+    def run(req_id, sid, auth, script):
+        results[req_id] = execute(s, sid, auth, req_id, script)["structuredContent"]
+    threads = []
+
+    def start(req_id, sid, auth, script):
+        t = threading.Thread(target=run, args=(req_id, sid, auth, script))
+        t.start()
+        threads.append(t)
+    start("a1", a, ALICE, first)
+    assert wait_until(lambda: share(s, a, ALICE)["executions"]["running"] == 1, 30)
+    start("a2", a, ALICE, quick)
+    start("a3", a, ALICE, quick)
+    assert wait_until(lambda: share(s, a, ALICE)["executions"]["queued"] == 2, 30)
+    start("b1", b, BOB, quick)
+    assert wait_until(lambda: share(s, b, BOB)["executions"]["queued"] == 1, 30)
+    barrier.write_text("")
+    for t in threads:
+        t.join(60)
+    assert set(results) == {"a1", "a2", "a3", "b1"}
+    order = sorted(results, key=lambda k: float(results[k]["stdout"].split()[1]))
+    assert order == ["a1", "b1", "a2", "a3"], order
