@@ -360,3 +360,126 @@ def test_waiting_calls_are_admitted_in_turn(make_tenants, tmp_path):
     assert set(results) == {"a1", "a2", "a3", "b1"}
     order = sorted(results, key=lambda k: float(results[k]["stdout"].split()[1]))
     assert order == ["a1", "b1", "a2", "a3"], order
+
+
+# ================================================================ finding 7: the session pool
+
+def test_one_token_cannot_evict_anothers_idle_session(make_tenants):
+    s = make_tenants("--max-sessions", "16", lan=False)
+    b = s.initialize(headers=BOB)
+    mine = [s.initialize(headers=ALICE) for _ in range(60)]
+    # at the cap alice's own idle sessions made room, least recently used first
+    assert rpc(s, b, BOB, 1, "ping")[0] == 200
+    assert rpc(s, mine[-1], ALICE, 2, "ping")[0] == 200
+    assert rpc(s, mine[0], ALICE, 3, "ping")[0] == 404
+
+
+def test_one_token_cannot_hold_every_session(make_tenants):
+    s = make_tenants("--max-sessions", "40")  # lan: 32 sessions per token
+    held, refused = [], []
+    for _ in range(40):
+        st, h, body = s.post({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                              "params": {"protocolVersion": LATEST, "capabilities": {}}}, headers=ALICE)
+        if st != 200:
+            refused.append((st, h, json.loads(body)))
+            continue
+        sid = h["mcp-session-id"]
+        c = s.connect()  # a GET stream keeps the session in use: it cannot be evicted
+        c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid, **ALICE})
+        assert c.getresponse().status == 200
+        held.append(c)
+    # bob still gets in
+    b = s.initialize(headers=BOB)
+    assert rpc(s, b, BOB, 1, "ping")[0] == 200
+    assert len(held) == 32
+    st, h, answer = refused[0]
+    assert st == 429 and h["retry-after"] and "--max-sessions-per-token" in answer["error"]["message"]
+    assert share(s, b, BOB)["http"]["sessions"] == 1
+    for c in held:
+        c.close()
+
+
+def test_streams_per_token(make_tenants):
+    s = make_tenants("--max-streams-per-token", "2")
+    sids = [s.initialize(headers=ALICE) for _ in range(3)]
+    held = []
+    for sid in sids[:2]:
+        c = s.connect()
+        c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid, **ALICE})
+        assert c.getresponse().status == 200
+        held.append(c)
+    st, h, body = s.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sids[2],
+                                                    **ALICE})
+    assert st == 429 and "retry-after" in h and "--max-streams-per-token" in json.loads(body)["error"]["message"]
+    assert share(s, sids[2], ALICE)["http"]["streams"] == 2
+    # bob's are his own
+    b = s.initialize(headers=BOB)
+    c = s.connect()
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": b, **BOB})
+    assert c.getresponse().status == 200
+    held.append(c)
+    # a closed stream gives its place back
+    held[0].close()
+    assert wait_until(lambda: share(s, sids[2], ALICE)["http"]["streams"] == 1, 10)
+    c = s.connect()
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sids[2], **ALICE})
+    assert c.getresponse().status == 200
+    held.append(c)
+    for c in held:
+        c.close()
+
+
+# ================================================================ finding 8: the artifact store
+
+def writes(name, size, seed):
+    return ("import os, random\nos.makedirs('outputs', exist_ok=True)\n"
+            f"random.seed({seed})\nopen('outputs/{name}', 'wb').write(random.randbytes({size}))\n")
+
+
+def expected(size, seed):
+    import random
+    random.seed(seed)
+    return random.randbytes(size)
+
+
+def test_one_token_cannot_evict_anothers_artifacts(make_tenants):
+    s = make_tenants("--max-artifact-store-bytes", "3M", "--max-artifact-bytes", "1M", lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    bobs = link_of(execute(s, b, BOB, 1, writes("bob.bin", 600_000, 1)))
+    alices = [link_of(execute(s, a, ALICE, 10 + i, writes("a.bin", 900_000, 10 + i))) for i in range(6)]
+    # the store is over its cap at each of alice's runs from the third on: hers go, oldest first
+    read = rpc(s, b, BOB, 2, "resources/read", {"uri": bobs})[1]
+    assert base64.b64decode(read["result"]["contents"][0]["blob"]) == expected(600_000, 1)
+    assert "error" in rpc(s, a, ALICE, 3, "resources/read", {"uri": alices[0]})[1]
+    assert "result" in rpc(s, a, ALICE, 4, "resources/read", {"uri": alices[-1]})[1]
+    assert share(s, a, ALICE)["artifacts"]["bytes"] <= 3 * 1024 * 1024 - 600_000
+
+
+def test_artifact_bytes_per_token(make_tenants):
+    s = make_tenants("--max-artifact-bytes-per-token", "2M", "--max-artifact-bytes", "1M", lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    bobs = link_of(execute(s, b, BOB, 1, writes("bob.bin", 900_000, 1)))
+    results = [execute(s, a, ALICE, 10 + i, writes("a.bin", 900_000, 10 + i)) for i in range(3)]
+    # her third run dropped her first (not bob's), and said so
+    assert "--max-artifact-bytes-per-token" in results[2]["content"][0]["text"]
+    assert "error" in rpc(s, a, ALICE, 2, "resources/read", {"uri": link_of(results[0])})[1]
+    assert "result" in rpc(s, b, BOB, 3, "resources/read", {"uri": bobs})[1]
+    mine = share(s, a, ALICE)["artifacts"]
+    assert mine["files"] == 2 and mine["bytes"] == 1_800_000 and mine["bytes_max"] == 2 * 1024 * 1024
+
+
+def test_an_artifact_being_downloaded_survives_its_eviction(make_tenants):
+    s = make_tenants("--max-artifact-store-bytes", "12M", "--max-artifact-bytes", "10M", lan=False)
+    a = s.initialize(headers=ALICE)
+    size = 8 << 20
+    uri = link_of(execute(s, a, ALICE, 1, writes("big.bin", size, 7)))
+    c = s.connect()
+    c.request("GET", "/mcp/runs/" + uri[len("sandbox://runs/"):], headers=ALICE)
+    r = c.getresponse()
+    assert r.status == 200
+    head = r.read(1000)
+    # the next run pushes it out of the store while the download is under way
+    execute(s, a, ALICE, 2, writes("big2.bin", size, 8))
+    assert "error" in rpc(s, a, ALICE, 3, "resources/read", {"uri": uri})[1]
+    assert head + r.read() == expected(size, 7)
+    c.close()
