@@ -1126,7 +1126,8 @@ static bool session_shed_one(hs_session_t *s) {
 }
 
 /* Brings every session within max_replay_session and all of them within
- * max_replay_total, taking from the largest session first. */
+ * max_replay_total, taking from the largest session first (of equals, the one idle the
+ * longest). */
 static void replay_enforce(tr_http_t *h) {
   h->replay_over = false;
   size_t before = h->replay_bytes;
@@ -1141,7 +1142,10 @@ static void replay_enforce(tr_http_t *h) {
     for (hs_session_t *s = h->sessions; s; s = s->next) {
       bool skip = false;
       for (size_t i = 0; i < n_stuck && !skip; i++) skip = stuck[i] == s;
-      if (!skip && s->replay_bytes && (!largest || s->replay_bytes > largest->replay_bytes))
+      if (skip || !s->replay_bytes) continue;
+      /* The largest first; of equals, the one left alone the longest. */
+      if (!largest || s->replay_bytes > largest->replay_bytes ||
+          (s->replay_bytes == largest->replay_bytes && s->last_active < largest->last_active))
         largest = s;
     }
     if (!largest) break;

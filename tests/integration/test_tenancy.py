@@ -483,3 +483,72 @@ def test_an_artifact_being_downloaded_survives_its_eviction(make_tenants):
     assert "error" in rpc(s, a, ALICE, 3, "resources/read", {"uri": uri})[1]
     assert head + r.read() == expected(size, 7)
     c.close()
+
+
+# ================================================================ finding 10: replay memory
+
+BIG_ANSWER = ("import os, time\nprint('go', flush=True)\ntime.sleep(0.2)\n"
+              "os.makedirs('outputs', exist_ok=True)\n"
+              "for i in range(3):\n"
+              "    open(f'outputs/img{i}.png', 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + os.urandom(600000))\n")
+
+
+def abandon(s, sid, auth, req_id):
+    """A streamed call whose client hangs up after the first output: its answer (about
+    2.4 MB: three inline images) waits for a resumption that never comes."""
+    c, r = s.open_stream(call_msg(req_id, BIG_ANSWER, token=f"t{req_id}"), sid, headers=auth)
+    assert r.status == 200
+    last = None
+    for ev in sse_events(r):
+        last = ev.get("id", last)
+        if ev.get("data") and "go" in json.loads(ev["data"]).get("params", {}).get("message", ""):
+            break
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    return last
+
+
+def test_abandoned_streams_keep_replay_memory_bounded(make_tenants):
+    bound = 8 << 20
+    s = make_tenants("--max-concurrent", "1", "--max-replay-bytes-per-session", "4M",
+                     "--max-replay-bytes", "8M", lan=False)
+    sanitized = s.sanitized()
+
+    def round_(n_sessions=6, per_session=4):
+        out = []
+        for _ in range(n_sessions):
+            sid = s.initialize(headers=ALICE)
+            for k in range(per_session):
+                out.append((sid, k, abandon(s, sid, ALICE, k)))
+        assert wait_until(lambda: share(s, out[-1][0], ALICE)["executions"]["calls"] == 0, 60)
+        return out
+    round_()
+    before = s.rss_kib()
+    streams = round_()
+    after = s.rss_kib()
+    http = share(s, streams[-1][0], ALICE)["http"]
+    assert http["replay_bytes"] <= bound and http["replay_bytes_max"] == bound, http
+    assert "replay memory over its limit" in s.stderr_text()
+    if not sanitized:
+        # unbounded, the second round alone kept 24 answers of 2.4 MB (58 MB)
+        assert after - before < 24 * 1024, (before, after)
+    # a client resuming a stream whose answer was dropped is told so, with its request id,
+    # and the stream ends (no hang)
+    sid, k, last = streams[0]
+    c = s.connect(timeout=20)
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid,
+                                      "Last-Event-ID": last, **ALICE})
+    r = c.getresponse()
+    assert r.status == 200
+    msgs = messages(list(sse_events(r)))
+    c.close()
+    assert len(msgs) == 1 and msgs[0]["id"] == k and "Response lost" in msgs[0]["error"]["message"], msgs
+    # the newest answer is still there, whole
+    sid, k, last = streams[-1]
+    c = s.connect(timeout=20)
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid,
+                                      "Last-Event-ID": last, **ALICE})
+    msgs = messages(list(sse_events(c.getresponse())))
+    c.close()
+    final = [m for m in msgs if m.get("id") == k]
+    assert final and len([b for b in final[0]["result"]["content"] if b["type"] == "image"]) == 3
