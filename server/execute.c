@@ -394,20 +394,21 @@ static void on_output(void *data, sbx_stream_t stream, const char *buf, size_t l
   stream_output(job, stream, buf, len);
 }
 
-static char *stream_text(const cm_headtail_t *h, uint64_t max) {
+/* A stream's text for the result: bytes (NULs kept), invalid UTF-8 as U+FFFD, cut to max;
+ * its length and whether anything was cut. */
+static char *stream_text(const cm_headtail_t *h, uint64_t max, size_t *len, bool *cut) {
   cleanup_free char *head = NULL, *tail = NULL;
   size_t head_len, tail_len;
   cm_headtail_get(h, &head, &head_len, &tail, &tail_len);
-  return srv_truncate_output(head, head_len, tail, tail_len, h->total, max);
+  return srv_truncate_output_n(head, head_len, tail, tail_len, h->total, max, len, cut);
 }
 
 /* The address-space limit shows as Python's MemoryError (the kernel refuses the mapping; no
  * signal is involved), so the end of stderr tells. */
-static bool hit_memory_limit(const exec_job_t *job, const sbx_result_t *res, const char *err) {
+static bool hit_memory_limit(const exec_job_t *job, const sbx_result_t *res, const char *err, size_t n) {
   if (res->exit_code == 0 || res->timed_out || !job->cfg->memory_bytes) return false;
-  size_t n = strlen(err);
   const char *tail = err + (n > 2048 ? n - 2048 : 0);
-  return strstr(tail, "MemoryError") != NULL;
+  return memmem(tail, (size_t)(err + n - tail), "MemoryError", 11) != NULL;
 }
 
 static const char *limit_hit(const sbx_result_t *res, bool memory) {
@@ -429,20 +430,25 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   }
   if (job->pending.len || job->skipped) flush_progress(job);
   const srv_config_t *cfg = job->cfg;
-  cleanup_free char *out = stream_text(&job->out, cfg->max_output_bytes);
-  cleanup_free char *err = stream_text(&job->err, cfg->max_output_bytes);
+  size_t out_len, err_len;
+  bool out_cut, err_cut;
+  cleanup_free char *out = stream_text(&job->out, cfg->max_output_bytes, &out_len, &out_cut);
+  cleanup_free char *err = stream_text(&job->err, cfg->max_output_bytes, &err_len, &err_cut);
   srv_exec_summary_t sum = {
       .stdout_text = out,
       .stderr_text = err,
+      .stdout_len = out_len,
+      .stderr_len = err_len,
       .exit_code = res->exit_code,
       .duration_ms = res->duration_ms,
       .timed_out = res->timed_out,
   };
-  cleanup_free char *text = srv_format_result(&sum);
+  size_t text_len;
+  cleanup_free char *text = srv_format_result_n(&sum, &text_len);
   sbx_backend_t *b = srv_server_backend(job->server);
   cm_buf_t t;
   cm_buf_init(&t, 0);
-  cm_buf_appends(&t, text);
+  cm_buf_append(&t, text, text_len);
   /* Additive lines after the seed's block: which sandbox and interpreter ran, what killed it. */
   cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b), job->py->version,
                 job->py->executable);
@@ -452,7 +458,7 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
     cm_buf_appends(&t, "\n--- note: the sandbox could not confirm the script's own exit status; the exit code is the sandbox's ---");
   if (res->cpu_limit) cm_buf_appends(&t, "\n--- limit: cpu time exceeded ---");
   /* Either the address-space rlimit (a MemoryError) or the cgroup's OOM killer. */
-  bool memory = res->memory_limit || hit_memory_limit(job, res, err);
+  bool memory = res->memory_limit || hit_memory_limit(job, res, err, err_len);
   if (memory) {
     cleanup_free char *mem = xasprintf("%llu", (unsigned long long)(job->cfg->memory_bytes >> 20));
     cm_buf_printf(&t, "\n--- limit: out of memory (the %s MiB memory limit%s) ---", mem,
@@ -475,14 +481,13 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   files_collection_t files;
   art_store_collect(srv_server_artifacts(job->server), job->tenant->principal, job->workdir, &files);
   files_result_append(&files, &t, NULL, NULL);
+  size_t full_len = t.len;
   cleanup_free char *full = cm_buf_steal(&t);
-  bool truncated = cm_headtail_truncated(&job->out) || cm_headtail_truncated(&job->err) ||
-                   strlen(out) < job->out.total || strlen(err) < job->err.total;
-  truncated = truncated || job->out.total > cfg->max_output_bytes || job->err.total > cfg->max_output_bytes;
+  bool truncated = out_cut || err_cut;
   bool is_error = res->exit_code != 0 || res->timed_out;
-  json_t *result = srv_tool_text_result(full, is_error);
-  json_t *sc = json_pack("{s:s, s:s, s:i, s:I, s:b, s:b, s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}",
-                         "stdout", out, "stderr", err, "exit_code", res->exit_code, "duration_ms",
+  json_t *result = srv_tool_text_resultn(full, full_len, is_error);
+  json_t *sc = json_pack("{s:s%, s:s%, s:i, s:I, s:b, s:b, s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}",
+                         "stdout", out, out_len, "stderr", err, err_len, "exit_code", res->exit_code, "duration_ms",
                          (json_int_t)res->duration_ms, "timed_out", res->timed_out, "truncated", truncated,
                          "stdout_bytes", (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total,
                          "sandbox", sbx_backend_name(b), "python", "version", job->py->version, "path",

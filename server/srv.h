@@ -271,8 +271,10 @@ typedef struct srv_tool {
 const srv_tool_t *srv_tools(size_t *count);
 const srv_tool_t *srv_tool_find(const char *name);
 
-/* A tool result with one text block. isError as given. */
+/* A tool result with one text block. isError as given.  _n: len bytes of valid UTF-8,
+ * which may hold NULs. */
 json_t *srv_tool_text_result(const char *text, bool is_error);
+json_t *srv_tool_text_resultn(const char *text, size_t len, bool is_error);
 json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 void srv_tool_execute_python(srv_request_t *r, json_t *arguments);
@@ -335,7 +337,12 @@ bool srv_workdir_capped(uint64_t bytes);
 /* ---------------------------------------------------------------- output formatting */
 
 /* The seed's truncation: at most max bytes of valid UTF-8, with its marker
- * "\n... [truncated at NKB]" when cut.  Ours keeps the tail too (see output.c). */
+ * "\n... [truncated at NKB]" when cut.  Ours keeps the tail too (see output.c).  Output
+ * is bytes: a NUL is kept like any other byte (JSON carries it as \u0000), and invalid
+ * UTF-8 becomes U+FFFD.  _n gives the length of the result (which may hold NULs) and
+ * whether anything was cut; the plain form is for texts without NUL. */
+char *srv_truncate_output_n(const char *head, size_t head_len, const char *tail, size_t tail_len,
+                            uint64_t total, uint64_t max, size_t *out_len, bool *cut);
 char *srv_truncate_output(const char *head, size_t head_len, const char *tail, size_t tail_len,
                           uint64_t total, uint64_t max);
 char *srv_truncation_marker(uint64_t max);
@@ -346,9 +353,13 @@ typedef struct srv_exec_summary {
   int exit_code;
   uint64_t duration_ms;
   bool timed_out;
+  size_t stdout_len; /* bytes of stdout_text, which may hold NULs; 0 = strlen */
+  size_t stderr_len;
 } srv_exec_summary_t;
 
-/* The seed's text block: "--- stdout ---\n...\n--- exit_code: N ---\n--- duration_ms: N ---". */
+/* The seed's text block: "--- stdout ---\n...\n--- exit_code: N ---\n--- duration_ms: N ---".
+ * _n also gives its length (the outputs' NULs are in it). */
+char *srv_format_result_n(const srv_exec_summary_t *s, size_t *len);
 char *srv_format_result(const srv_exec_summary_t *s);
 
 #endif

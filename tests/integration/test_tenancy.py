@@ -552,3 +552,37 @@ def test_abandoned_streams_keep_replay_memory_bounded(make_tenants):
     c.close()
     final = [m for m in msgs if m.get("id") == k]
     assert final and len([b for b in final[0]["result"]["content"] if b["type"] == "image"]) == 3
+
+
+# ================================================================ finding 12: NUL bytes
+
+NUL_SCRIPT = ("import sys\nsys.stdout.write('before\\x00after\\n')\nsys.stdout.flush()\n"
+              "sys.stderr.buffer.write(b'err\\x00or \\xff tail\\n')\n")
+
+
+def test_output_with_nul_bytes_arrives_whole(make_tenants):
+    s = make_tenants()
+    a = s.initialize(headers=ALICE)
+    c, r = s.open_stream(call_msg(1, NUL_SCRIPT, token="n"), a, headers=ALICE)
+    msgs = messages(list(sse_events(r)))
+    c.close()
+    res = [m for m in msgs if m.get("id") == 1][0]["result"]
+    sc = res["structuredContent"]
+    assert sc["stdout"] == "before\x00after\n"
+    assert sc["stderr"] == "err\x00or \ufffd tail\n"  # invalid UTF-8 is U+FFFD, as ever
+    assert sc["truncated"] is False and sc["stdout_bytes"] == 13 and sc["stderr_bytes"] == 14
+    text = res["content"][0]["text"]
+    assert "--- stdout ---\nbefore\x00after\n" in text and "err\x00or \ufffd tail" in text
+    streamed = "".join(m["params"]["message"] for m in msgs if m.get("method") == "notifications/progress")
+    assert "before\x00after\n" in streamed
+
+
+def test_cut_output_with_nul_bytes_keeps_its_head_and_tail(make_tenants):
+    s = make_tenants()  # lan: 65536 bytes kept per stream
+    a = s.initialize(headers=ALICE)
+    script = ("import sys\nsys.stdout.write('HEAD\\x00' + 'x\\x00' * 100000 + '\\x00TAIL\\n')\n")
+    sc = execute(s, a, ALICE, 1, script)["structuredContent"]
+    assert sc["truncated"] is True and sc["stdout_bytes"] == 5 + 200000 + 6
+    assert sc["stdout"].startswith("HEAD\x00x\x00") and sc["stdout"].endswith("x\x00\x00TAIL\n")
+    assert "[truncated at 64KB]" in sc["stdout"] and "200011 bytes in all" in sc["stdout"]
+    assert len(sc["stdout"].encode()) <= 65536
