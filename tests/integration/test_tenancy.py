@@ -586,3 +586,64 @@ def test_cut_output_with_nul_bytes_keeps_its_head_and_tail(make_tenants):
     assert sc["stdout"].startswith("HEAD\x00x\x00") and sc["stdout"].endswith("x\x00\x00TAIL\n")
     assert "[truncated at 64KB]" in sc["stdout"] and "200011 bytes in all" in sc["stdout"]
     assert len(sc["stdout"].encode()) <= 65536
+
+
+# ================================================================ finding 11: active content, origins
+
+ACTIVE = ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+          "open('outputs/page.html', 'w').write('<script>fetch(\"/mcp\")</script>' + 'x' * 40000)\n"
+          "open('outputs/pic.svg', 'w').write('<svg xmlns=\"http://www.w3.org/2000/svg\"><script>1</script></svg>')\n")
+
+
+def test_downloads_are_attachments_in_a_sandbox(make_tenants):
+    s = make_tenants()
+    a = s.initialize(headers=ALICE)
+    res = execute(s, a, ALICE, 1, ACTIVE)
+    files = {f["path"]: f for f in res["structuredContent"]["files"]}
+    # images are still recognised by their bytes for MCP content
+    assert any(c["type"] == "image" and c["mimeType"] == "image/svg+xml" for c in res["content"])
+    for path, name in (("outputs/page.html", "page.html"), ("outputs/pic.svg", "pic.svg")):
+        uri = files[path]["uri"]
+        st, h, body = s.request("GET", "/mcp/runs/" + uri[len("sandbox://runs/"):], headers=ALICE)
+        assert st == 200
+        assert h["content-disposition"] == f'attachment; filename="{name}"'
+        assert h["x-content-type-options"] == "nosniff"
+        assert h["content-security-policy"] == "sandbox; default-src 'none'"
+        assert h["cache-control"] == "no-store"
+    # a page from an artifact that a browser renders anyway has the opaque origin "null"
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": LATEST, "capabilities": {}}}
+    st, h, _ = s.post(init, headers={"Origin": "null", **ALICE})
+    assert st == 403 and "access-control-allow-origin" not in h
+
+
+def origin_answer(s, origin, auth=ALICE):
+    st, h, _ = s.post({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                       "params": {"protocolVersion": LATEST, "capabilities": {}}},
+                      headers={"Origin": origin, **auth})
+    return st, h.get("access-control-allow-origin")
+
+
+def test_origin_rule_on_a_shared_box(make_tenants):
+    s = make_tenants("--allowed-origins", "https://app.example")  # lan: loopback origins off
+    own = f"http://127.0.0.1:{s.port}"
+    assert origin_answer(s, own) == (200, own)
+    assert origin_answer(s, f"http://localhost:{s.port}") == (200, f"http://localhost:{s.port}")
+    assert origin_answer(s, "https://app.example") == (200, "https://app.example")
+    for foreign in ("http://localhost:9999", "http://127.0.0.1:8080", f"https://127.0.0.1:{s.port}",
+                    "http://evil.example", "null", f"ftp://127.0.0.1:{s.port}"):
+        assert origin_answer(s, foreign) == (403, None), foreign
+    # the download endpoint follows the same rule
+    st, h, _ = s.request("GET", "/mcp/runs/" + "0" * 32 + "/outputs/x", headers={"Origin": "http://localhost:9999",
+                                                                                **ALICE})
+    assert st == 403 and "access-control-allow-origin" not in h
+
+
+def test_loopback_origins_for_local_web_clients(make_tenants):
+    s = make_tenants(lan=False)  # bound to loopback: local web clients on any port (auto)
+    assert origin_answer(s, "http://localhost:6274") == (200, "http://localhost:6274")
+    assert origin_answer(s, "http://[::1]:3000") == (200, "http://[::1]:3000")
+    assert origin_answer(s, "http://evil.example") == (403, None)
+    off = make_tenants("--loopback-origins", "off", lan=False)
+    assert origin_answer(off, "http://localhost:6274") == (403, None)
+    assert origin_answer(off, f"http://127.0.0.1:{off.port}") == (200, f"http://127.0.0.1:{off.port}")
