@@ -82,7 +82,8 @@ struct hs_event {
   hs_event_t *next;
   uint64_t seq;
   bool droppable;
-  bool sent; /* copied to a connection at least once */
+  bool sent;     /* copied to a connection at least once */
+  bool response; /* a JSON-RPC response: dropping it loses the answer */
   size_t len;
   char text[];
 };
@@ -106,9 +107,8 @@ struct hs_stream {
   size_t held_len;
   hs_conn_t *conn;                  /* the attached request, if any */
   json_t *request_id;               /* a POST of one request: its id (for `lost`) */
-  bool lost;                        /* replay memory ran out: an unsent response went */
+  bool lost;                        /* its response was dropped to save memory */
   bool lost_noticed;                /* the error saying so is queued */
-  uint64_t lost_from;               /* the first seq that went unsent */
   hs_stream_t *prev, *next;         /* session->streams */
   hs_stream_t *all_prev, *all_next; /* h->streams */
 };
@@ -820,6 +820,13 @@ static void event_remove(hs_stream_t *st, hs_event_t *prev, hs_event_t *ev) {
   free(ev);
 }
 
+/* Drops an event to save memory (not because it was delivered): a POST stream that loses
+ * its response this way says so to a client that resumes it (stream_lost_notice). */
+static void event_drop(hs_stream_t *st, hs_event_t *prev, hs_event_t *ev) {
+  if (ev->response && st->kind == STREAM_POST) st->lost = true;
+  event_remove(st, prev, ev);
+}
+
 /* Keeps the replay buffer within its bounds: droppable events go first (oldest first),
  * then events already written once; an unsent response is never dropped. */
 static void stream_trim(hs_stream_t *st) {
@@ -843,16 +850,17 @@ static void stream_trim(hs_stream_t *st) {
       }
     }
     if (!victim) break;
-    event_remove(st, victim_prev, victim);
+    event_drop(st, victim_prev, victim);
   }
 }
 
-static void stream_push_text(hs_stream_t *st, uint64_t seq, bool droppable, const char *text,
+static void stream_push_text(hs_stream_t *st, uint64_t seq, tr_send_flags_t flags, const char *text,
                              size_t len) {
   hs_event_t *ev = xmalloc(sizeof *ev + len);
   ev->next = NULL;
   ev->seq = seq;
-  ev->droppable = droppable;
+  ev->droppable = (flags & TR_SEND_DROPPABLE) != 0;
+  ev->response = (flags & TR_SEND_RESPONSE) != 0;
   ev->sent = false;
   ev->len = len;
   memcpy(ev->text, text, len);
@@ -869,12 +877,12 @@ static void stream_push_text(hs_stream_t *st, uint64_t seq, bool droppable, cons
   if (st->h && st->h->replay_over) schedule_soon(st->h);
 }
 
-static void stream_push(hs_stream_t *st, const char *json, size_t len, bool droppable) {
+static void stream_push(hs_stream_t *st, const char *json, size_t len, tr_send_flags_t flags) {
   cm_buf_t b;
   cm_buf_init(&b, 0);
   uint64_t seq = st->next_seq++;
   tr_http_sse_event(&b, "message", st->kind != STREAM_LEGACY, st->number, seq, json, len);
-  stream_push_text(st, seq, droppable, b.data, b.len);
+  stream_push_text(st, seq, flags, b.data, b.len);
   cm_buf_release(&b);
 }
 
@@ -892,10 +900,10 @@ static void stream_go_sse(hs_stream_t *st) {
     char text[96];
     int n = snprintf(text, sizeof text, "id: %llu-0\nretry: %d\ndata: \n\n",
                      (unsigned long long)st->number, HTTP_RETRY_MS);
-    stream_push_text(st, 0, false, text, (size_t)n);
+    stream_push_text(st, 0, TR_SEND_DEFAULT, text, (size_t)n);
   }
   if (st->held) {
-    stream_push(st, st->held, st->held_len, false);
+    stream_push(st, st->held, st->held_len, TR_SEND_RESPONSE);
     free(st->held);
     st->held = NULL;
   }
@@ -982,7 +990,6 @@ static void stream_send(tr_sink_t *sink, const char *json, size_t len, tr_send_f
   hs_stream_t *st = (hs_stream_t *)sink;
   if (!st->h || !st->session || !st->session->open) return;
   bool response = (flags & TR_SEND_RESPONSE) != 0;
-  bool droppable = (flags & TR_SEND_DROPPABLE) != 0;
   if (st->kind == STREAM_POST) {
     if (st->mode != MODE_PENDING && st->mode != MODE_SSE) return;
     if (st->mode == MODE_PENDING) {
@@ -1004,7 +1011,7 @@ static void stream_send(tr_sink_t *sink, const char *json, size_t len, tr_send_f
       stream_go_sse(st);
     }
   }
-  stream_push(st, json, len, droppable);
+  stream_push(st, json, len, flags);
   if (st->conn) conn_wake(st->conn);
 }
 
@@ -1061,19 +1068,15 @@ static bool stream_parked(const hs_stream_t *st) {
 }
 
 /* Drops st's events that no client can be waiting for (droppable ones, ones already
- * written once), or with `all` every event (st must be parked: it then holds a lost
- * response).  Returns whether anything went. */
+ * written once), or with `all` every event (st must be parked; its response, if it had
+ * one, is then lost).  Returns whether anything went. */
 static bool stream_shed(hs_stream_t *st, bool all) {
   bool any = false;
   hs_event_t *prev = NULL, *ev = st->head;
   while (ev) {
     hs_event_t *next = ev->next;
     if (all || ev->droppable || ev->sent) {
-      if (all && !ev->sent && !ev->droppable && !st->lost) {
-        st->lost = true;
-        st->lost_from = ev->seq;
-      }
-      event_remove(st, prev, ev);
+      event_drop(st, prev, ev);
       any = true;
     } else {
       prev = ev;
@@ -1097,7 +1100,7 @@ static void stream_lost_notice(hs_stream_t *st) {
   char *text = json_dumps(j, JSON_COMPACT);
   json_decref(j);
   if (!text) abort();
-  stream_push(st, text, strlen(text), false);
+  stream_push(st, text, strlen(text), TR_SEND_RESPONSE);
   free(text);
 }
 
