@@ -41,6 +41,8 @@
 #define HTTP_RETAIN_MS (5u * 60 * 1000)
 /* ...and at most this many per session. */
 #define HTTP_RETAIN_MAX 16
+/* Replay memory over its bounds is logged at most this often. */
+#define HTTP_REPLAY_LOG_MS 5000
 /* The principal of every request when there are no tokens. */
 #define HTTP_PRINCIPAL_LOCAL "local"
 /* Idle keep-alive connections and slow uploads; streams and waiting requests are exempt. */
@@ -210,6 +212,8 @@ struct tr_http {
   hs_conn_t *conns;
   size_t replay_bytes; /* events kept in all streams */
   bool replay_over;    /* a push went past a bound: enforce it soon */
+  size_t replay_dropped;     /* bytes dropped since the last log line about it */
+  uint64_t replay_logged_at; /* that line (one every HTTP_REPLAY_LOG_MS at most) */
 };
 
 /* ================================================================ pure parts */
@@ -1157,9 +1161,14 @@ static void replay_enforce(tr_http_t *h) {
       stuck[n_stuck++] = largest;
     }
   }
-  if (h->replay_bytes < before)
+  h->replay_dropped += before > h->replay_bytes ? before - h->replay_bytes : 0;
+  uint64_t now = cm_now_ms();
+  if (h->replay_dropped && now - h->replay_logged_at >= HTTP_REPLAY_LOG_MS) {
     cm_info("http: replay memory over its limit: %zu bytes of kept events dropped (%zu kept)",
-            before - h->replay_bytes, h->replay_bytes);
+            h->replay_dropped, h->replay_bytes);
+    h->replay_dropped = 0;
+    h->replay_logged_at = now;
+  }
 }
 
 /* ================================================================ sessions */
