@@ -350,6 +350,7 @@ def test_waiting_calls_are_admitted_in_turn(make_tenants, tmp_path):
     start("a1", a, ALICE, first)
     assert wait_until(lambda: share(s, a, ALICE)["executions"]["running"] == 1, 30)
     start("a2", a, ALICE, quick)
+    assert wait_until(lambda: share(s, a, ALICE)["executions"]["queued"] == 1, 30)
     start("a3", a, ALICE, quick)
     assert wait_until(lambda: share(s, a, ALICE)["executions"]["queued"] == 2, 30)
     start("b1", b, BOB, quick)
