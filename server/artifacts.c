@@ -362,7 +362,12 @@ int art_store_list(art_store_t *s, const char *principal, const char *cursor, js
   expire(s);
   uint64_t after = 0;
   if (cursor) {
-    if (cursor[0] != 'a' || cm_parse_u64(cursor + 1, s->next_seq, &after) < 0)
+    /* Bounded by the principal's own files, not the store's count: how much others
+     * stored is none of its business. */
+    uint64_t own_last = 0;
+    for (const art_run_t *r = s->head; r; r = r->next)
+      if (strcmp(r->principal, principal) == 0 && r->n_files) own_last = r->files[r->n_files - 1].seq;
+    if (cursor[0] != 'a' || cm_parse_u64(cursor + 1, own_last, &after) < 0)
       return cm_error_set(err, 0, CM_ERR_INVALID, "unknown cursor");
   }
   json_t *list = json_array();

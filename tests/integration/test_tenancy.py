@@ -204,8 +204,10 @@ def test_artifacts_are_bound_to_their_token(make_tenants):
     assert mine["error"]["code"] == unknown["error"]["code"] == -32002
     assert mine["error"]["message"] == unknown["error"]["message"].replace(fake, uri)
     assert mine["error"]["data"] == {"uri": uri}
-    # resources/list: one principal's artifacts only
+    # resources/list: one principal's artifacts only; its cursors tell nothing of others'
     assert rpc(s, b, BOB, 3, "resources/list")[1]["result"]["resources"] == []
+    assert rpc(s, b, BOB, 3, "resources/list", {"cursor": "a1"})[1]["error"] == \
+        rpc(s, b, BOB, 3, "resources/list", {"cursor": "a999"})[1]["error"]
     listed = rpc(s, a, ALICE, 4, "resources/list")[1]["result"]["resources"]
     assert [r["uri"] for r in listed] == [uri]
     # ... also in another session of alice's
