@@ -265,7 +265,8 @@ void art_store_collect(art_store_t *s, const char *principal, const char *workdi
   r->dir = xasprintf("%s/%s", s->runs_dir, r->id);
   r->principal = xstrdup(principal);
   uint64_t max_bytes = CM_MIN(cfg->max_artifact_bytes, cfg->max_artifact_store_bytes);
-  if (cfg->max_artifact_bytes_per_token) max_bytes = CM_MIN(max_bytes, cfg->max_artifact_bytes_per_token);
+  if (cfg->max_artifact_bytes_per_token)
+    max_bytes = CM_MIN(max_bytes, cfg->max_artifact_bytes_per_token);
   files_collect_limits_t lim = {
       .max_entries = (size_t)cfg->max_output_files,
       .max_bytes = max_bytes,
@@ -366,7 +367,8 @@ int art_store_list(art_store_t *s, const char *principal, const char *cursor, js
      * stored is none of its business. */
     uint64_t own_last = 0;
     for (const art_run_t *r = s->head; r; r = r->next)
-      if (strcmp(r->principal, principal) == 0 && r->n_files) own_last = r->files[r->n_files - 1].seq;
+      if (strcmp(r->principal, principal) == 0 && r->n_files)
+        own_last = r->files[r->n_files - 1].seq;
     if (cursor[0] != 'a' || cm_parse_u64(cursor + 1, own_last, &after) < 0)
       return cm_error_set(err, 0, CM_ERR_INVALID, "unknown cursor");
   }

@@ -136,8 +136,8 @@ struct hs_session {
 
 struct hs_conn {
   hs_principal_t *principal; /* set by check_auth */
-  json_t *req_id;        /* the body's single request id, for error answers */
-  bool get_stream;       /* a GET stream (standalone, resumed or /sse): counted per principal */
+  json_t *req_id;            /* the body's single request id, for error answers */
+  bool get_stream;           /* a GET stream (standalone, resumed or /sse): counted per principal */
   tr_http_t *h;
   struct MHD_Connection *mc;
   int refs;
@@ -210,8 +210,8 @@ struct tr_http {
   hs_session_t *all_sessions;
   hs_stream_t *streams;
   hs_conn_t *conns;
-  size_t replay_bytes; /* events kept in all streams */
-  bool replay_over;    /* a push went past a bound: enforce it soon */
+  size_t replay_bytes;       /* events kept in all streams */
+  bool replay_over;          /* a push went past a bound: enforce it soon */
   size_t replay_dropped;     /* bytes dropped since the last log line about it */
   uint64_t replay_logged_at; /* that line (one every HTTP_REPLAY_LOG_MS at most) */
 };
@@ -337,8 +337,8 @@ int tr_http_host_name(const char *buf, size_t len, char *out, size_t out_size) {
   return 0;
 }
 
-int tr_http_origin_parse(const char *buf, size_t len, char scheme[32], char *host,
-                         size_t host_size, unsigned *port) {
+int tr_http_origin_parse(const char *buf, size_t len, char scheme[32], char *host, size_t host_size,
+                         unsigned *port) {
   trim(&buf, &len);
   size_t i = 0;
   while (i < len && ((buf[i] >= 'a' && buf[i] <= 'z') || (buf[i] >= 'A' && buf[i] <= 'Z') ||
@@ -803,7 +803,8 @@ static void replay_count(hs_stream_t *st, const hs_event_t *ev, bool add) {
     s->replay_bytes += n;
     s->principal->replay_bytes += n;
     st->h->replay_bytes += n;
-    if (s->replay_bytes > st->h->max_replay_session || st->h->replay_bytes > st->h->max_replay_total)
+    if (s->replay_bytes > st->h->max_replay_session ||
+        st->h->replay_bytes > st->h->max_replay_total)
       st->h->replay_over = true;
   } else {
     s->replay_bytes -= n;
@@ -1181,7 +1182,8 @@ static size_t hash_id(const char *id, size_t n_buckets) {
 
 /* The open session `id` of principal p: another principal's is not found, so that the
  * answer for it is the one for an id that never existed (no oracle). */
-static hs_session_t *session_find(tr_http_t *h, const char *id, size_t len, const hs_principal_t *p) {
+static hs_session_t *session_find(tr_http_t *h, const char *id, size_t len,
+                                  const hs_principal_t *p) {
   if (len != 36) return NULL;
   char key[37];
   memcpy(key, id, 36);
@@ -1301,8 +1303,9 @@ static bool session_evict_fair(tr_http_t *h, const hs_principal_t *p) {
       victim = s;
   }
   if (!victim) return false;
-  cm_info("http: %zu sessions open (the limit): closing an idle one of the token with the most (%zu)",
-          h->n_sessions, victim->principal->sessions);
+  cm_info(
+      "http: %zu sessions open (the limit): closing an idle one of the token with the most (%zu)",
+      h->n_sessions, victim->principal->sessions);
   session_close(victim);
   return true;
 }
@@ -1427,9 +1430,9 @@ static enum MHD_Result respond_empty(hs_conn_t *c, unsigned status) {
  * text in their error message), with the request's id once the body told it. */
 static enum MHD_Result respond_error(hs_conn_t *c, unsigned status, int code, const char *message,
                                      const char *header, const char *value) {
-  json_t *j = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
-                        c->req_id ? c->req_id : json_null(), "error", "code", code, "message",
-                        message);
+  json_t *j =
+      json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
+                c->req_id ? c->req_id : json_null(), "error", "code", code, "message", message);
   char *text = json_dumps(j, JSON_COMPACT);
   json_decref(j);
   if (!text) abort();
@@ -1474,7 +1477,8 @@ static bool session_make_room(hs_conn_t *c, enum MHD_Result *ret) {
     session_close(own);
   }
   if (h->n_sessions >= h->max_sessions && !session_evict_fair(h, p)) {
-    *ret = respond_error(c, 503, -32000, "Service Unavailable: too many sessions", "Retry-After", "5");
+    *ret =
+        respond_error(c, 503, -32000, "Service Unavailable: too many sessions", "Retry-After", "5");
     return false;
   }
   return true;
@@ -2316,9 +2320,10 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   }
   h->max_sessions_per_principal = opts->max_sessions_per_principal;
   h->max_streams_per_principal = opts->max_streams_per_principal;
-  h->max_replay_session =
-      opts->max_replay_bytes_per_session ? opts->max_replay_bytes_per_session : TR_HTTP_REPLAY_SESSION_DEFAULT;
-  h->max_replay_total = opts->max_replay_bytes ? opts->max_replay_bytes : TR_HTTP_REPLAY_TOTAL_DEFAULT;
+  h->max_replay_session = opts->max_replay_bytes_per_session ? opts->max_replay_bytes_per_session
+                                                             : TR_HTTP_REPLAY_SESSION_DEFAULT;
+  h->max_replay_total =
+      opts->max_replay_bytes ? opts->max_replay_bytes : TR_HTTP_REPLAY_TOTAL_DEFAULT;
   const char *host = opts->host && *opts->host ? opts->host : "127.0.0.1";
   if (listen_on(h, host, opts->port, h->n_tokens > 0 || opts->allow_insecure_remote, err) < 0) {
     http_release(h);

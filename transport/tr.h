@@ -120,13 +120,13 @@ void tr_stdio_free(tr_stdio_t *t);
  *
  * Replay memory: events kept for resumption count against max_replay_bytes_per_session
  * and max_replay_bytes (all sessions).  Past either (for the latter the session keeping
- * the most first; of equals, the one idle the longest), events go in this order: progress and other droppable events and events
- * already written once, of finished streams nobody reads (oldest first), then of the
- * other streams; then whole finished streams nobody reads (oldest first).  A resumption
- * of a stream that lost an unsent response gets, instead of it, a JSON-RPC error with
- * the request's id saying so, and the stream ends.  On a stream a client is reading, only
- * droppable events and events already written go: what it has yet to read of the rest is
- * the answer being delivered. */
+ * the most first; of equals, the one idle the longest), events go in this order: progress
+ * and other droppable events and events already written once, of finished streams nobody
+ * reads (oldest first), then of the other streams; then whole finished streams nobody
+ * reads (oldest first).  A resumption of a stream that lost its response this way gets,
+ * in its place, a JSON-RPC error with the request's id saying so, and the stream ends.  On
+ * a stream a client is reading only droppable events and events already written go: what
+ * it has yet to read of the rest is the answer being delivered. */
 typedef struct tr_http tr_http_t;
 
 typedef struct tr_http_callbacks {

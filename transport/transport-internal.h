@@ -33,8 +33,8 @@ int tr_http_origin_host(const char *buf, size_t len, char *out, size_t out_size)
 /* An Origin value split into its scheme (lower-cased, at most 31 characters), host name
  * (as tr_http_origin_host) and port (the scheme's default, 80 for http and 443 for https,
  * when absent; 0 for another scheme without one).  Returns 0, or -1 as tr_http_origin_host. */
-int tr_http_origin_parse(const char *buf, size_t len, char scheme[32], char *host,
-                         size_t host_size, unsigned *port);
+int tr_http_origin_parse(const char *buf, size_t len, char scheme[32], char *host, size_t host_size,
+                         unsigned *port);
 
 /* The file name for "Content-Disposition: attachment" of a download path
  * ("<run-id>/outputs/a%20b.html"): its last component, percent-decoded, with every byte

@@ -460,13 +460,13 @@ static void test_server_starts(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_accept),      cmocka_unit_test(test_media_type),
-      cmocka_unit_test(test_host),        cmocka_unit_test(test_origin),
-      cmocka_unit_test(test_loopback),    cmocka_unit_test(test_event_id),
-      cmocka_unit_test(test_sse_framing), cmocka_unit_test(test_bearer),
-      cmocka_unit_test(test_tokens),      cmocka_unit_test(test_session_id),
-      cmocka_unit_test(test_classify),    cmocka_unit_test(test_classify_id),
-      cmocka_unit_test(test_origin_parse), cmocka_unit_test(test_attachment_name),
+      cmocka_unit_test(test_accept),        cmocka_unit_test(test_media_type),
+      cmocka_unit_test(test_host),          cmocka_unit_test(test_origin),
+      cmocka_unit_test(test_loopback),      cmocka_unit_test(test_event_id),
+      cmocka_unit_test(test_sse_framing),   cmocka_unit_test(test_bearer),
+      cmocka_unit_test(test_tokens),        cmocka_unit_test(test_session_id),
+      cmocka_unit_test(test_classify),      cmocka_unit_test(test_classify_id),
+      cmocka_unit_test(test_origin_parse),  cmocka_unit_test(test_attachment_name),
       cmocka_unit_test(test_server_starts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
