@@ -1134,8 +1134,8 @@ static bool session_shed_one(hs_session_t *s) {
 }
 
 /* Brings every session within max_replay_session and all of them within
- * max_replay_total, taking from the largest session first (of equals, the one idle the
- * longest). */
+ * max_replay_total, taking first from the principal keeping the most, its largest session
+ * (of equals, the one idle the longest). */
 static void replay_enforce(tr_http_t *h) {
   h->replay_over = false;
   size_t before = h->replay_bytes;
@@ -1151,9 +1151,13 @@ static void replay_enforce(tr_http_t *h) {
       bool skip = false;
       for (size_t i = 0; i < n_stuck && !skip; i++) skip = stuck[i] == s;
       if (skip || !s->replay_bytes) continue;
-      /* The largest first; of equals, the one left alone the longest. */
-      if (!largest || s->replay_bytes > largest->replay_bytes ||
-          (s->replay_bytes == largest->replay_bytes && s->last_active < largest->last_active))
+      /* The principal keeping the most first (the one most over its share), its largest
+       * session; of equals, the one left alone the longest. */
+      size_t mine = s->principal->replay_bytes, theirs = largest ? largest->principal->replay_bytes : 0;
+      if (!largest || mine > theirs ||
+          (mine == theirs && (s->replay_bytes > largest->replay_bytes ||
+                              (s->replay_bytes == largest->replay_bytes &&
+                               s->last_active < largest->last_active))))
         largest = s;
     }
     if (!largest) break;

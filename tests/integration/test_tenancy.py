@@ -650,3 +650,30 @@ def test_loopback_origins_for_local_web_clients(make_tenants):
     off = make_tenants("--loopback-origins", "off", lan=False)
     assert origin_answer(off, "http://localhost:6274") == (403, None)
     assert origin_answer(off, f"http://127.0.0.1:{off.port}") == (200, f"http://127.0.0.1:{off.port}")
+
+
+def resume(s, sid, auth, last):
+    c = s.connect(timeout=20)
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid,
+                                      "Last-Event-ID": last, **auth})
+    msgs = messages(list(sse_events(c.getresponse())))
+    c.close()
+    return msgs
+
+
+def test_replay_memory_is_taken_from_the_token_keeping_the_most(make_tenants):
+    s = make_tenants("--max-concurrent", "1", "--max-replay-bytes", "6M", lan=False)
+    b = s.initialize(headers=BOB)
+    bobs = abandon(s, b, BOB, 1)
+    assert wait_until(lambda: share(s, b, BOB)["executions"]["calls"] == 0, 60)
+    alices = []
+    for k in range(4):
+        a = s.initialize(headers=ALICE)
+        alices.append((a, k, abandon(s, a, ALICE, k)))
+    assert wait_until(lambda: share(s, alices[-1][0], ALICE)["executions"]["calls"] == 0, 60)
+    # alice's four answers (each as large as bob's, in sessions as large as his) put the box
+    # over its bound: hers went, bob's (idle the longest) is still there
+    final = [m for m in resume(s, b, BOB, bobs) if m.get("id") == 1]
+    assert final and "result" in final[0], final
+    a, k, last = alices[0]
+    assert "Response lost" in resume(s, a, ALICE, last)[0]["error"]["message"]
