@@ -129,7 +129,11 @@ bool cm_headtail_truncated(const cm_headtail_t *h) {
 
 void cm_headtail_get(const cm_headtail_t *h, char **head, size_t *head_len, char **tail,
                      size_t *tail_len) {
-  *head = xstrndup(h->head, h->head_len);
+  /* Bytes, not a C string: a NUL in the output is kept like any other byte. */
+  char *hd = xmalloc(h->head_len + 1);
+  if (h->head_len) memcpy(hd, h->head, h->head_len);
+  hd[h->head_len] = '\0';
+  *head = hd;
   *head_len = h->head_len;
   char *t = xmalloc(h->tail_len + 1);
   size_t first = CM_MIN(h->tail_len, h->tail_max - h->tail_start);

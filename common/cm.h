@@ -137,8 +137,9 @@ void cm_headtail_init(cm_headtail_t *h, size_t head_max, size_t tail_max);
 void cm_headtail_release(cm_headtail_t *h);
 void cm_headtail_append(cm_headtail_t *h, const char *data, size_t len);
 bool cm_headtail_truncated(const cm_headtail_t *h);
-/* Copies out the kept bytes: the head, and (if truncated) the tail, in order. Both
- * returned strings are heap-allocated and NUL-terminated. tail is "" when not truncated. */
+/* Copies out the kept bytes: the head, and (if truncated) the tail, in order. Both are
+ * heap-allocated, with a NUL after them (they may hold NULs of their own: use the
+ * lengths). tail is "" when not truncated. */
 void cm_headtail_get(const cm_headtail_t *h, char **head, size_t *head_len, char **tail,
                      size_t *tail_len);
 

@@ -245,7 +245,7 @@ int cm_parse_u64(const char *s, uint64_t max, uint64_t *out) {
   for (const char *p = s; *p; p++) {
     if (*p < '0' || *p > '9') return -1;
     uint64_t d = (uint64_t)(*p - '0');
-    if (v > (max - d) / 10) return -1;
+    if (d > max || v > (max - d) / 10) return -1; /* max - d must not wrap */
     v = v * 10 + d;
   }
   *out = v;

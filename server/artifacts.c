@@ -4,12 +4,17 @@
  *
  * The index lives in memory: a run directory is only reachable through the process that
  * made it.  Every run has the same TTL, so creation order is expiry order and one timer,
- * set for the oldest run, expires them.  Run ids are 128 random bits: resources/list shows
- * a session only its own runs, and resources/read needs the exact URI (a capability, as
- * the HTTP download URL will be).  Beyond --max-artifact-store-bytes the oldest runs are
- * dropped early.  Directories of earlier processes (a crash, another server sharing the
- * state directory) are removed once they are older than the TTL, at start-up and whenever
- * the timer fires. */
+ * set for the oldest run, expires them.  Every run belongs to a principal (the bearer
+ * token's name, "local" or "stdio"): resources/list shows a principal only its own runs,
+ * and resources/read and the download URL find a run only for its principal (another's
+ * URI is not found, like one that never existed).  Run ids are 128 random bits on top.
+ *
+ * Bytes are shared out: a principal keeps at most --max-artifact-bytes-per-token (its own
+ * oldest runs go first), and beyond --max-artifact-store-bytes runs go from the principal
+ * holding the most, oldest first: the one most over its share.  The run just collected is
+ * never dropped; a file being downloaded keeps its open fd when its run goes.  Directories
+ * of earlier processes (a crash, another server sharing the state directory) are removed
+ * once they are older than the TTL, at start-up and whenever the timer fires. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -40,7 +45,7 @@ typedef struct art_file {
 typedef struct art_run {
   char id[2 * ART_ID_BYTES + 1];
   char *dir;
-  const void *owner;
+  char *principal;
   uint64_t expires_ms; /* cm_now_ms() */
   art_file_t *files;
   size_t n_files;
@@ -69,20 +74,65 @@ static void run_free(art_run_t *r) {
   }
   free(r->files);
   free(r->dir);
+  free(r->principal);
   free(r);
 }
 
-/* Removes a run's directory and index entry.  r must be the head. */
-static void drop_head(art_store_t *s) {
-  art_run_t *r = s->head;
-  s->head = r->next;
-  if (!s->head) s->tail = NULL;
+/* Removes a run's directory and index entry; prev is the run before it (NULL: the head). */
+static void drop_run(art_store_t *s, art_run_t *prev, art_run_t *r) {
+  if (prev)
+    prev->next = r->next;
+  else
+    s->head = r->next;
+  if (s->tail == r) s->tail = prev;
   s->n_files -= r->n_files;
   s->bytes -= r->bytes;
   cm_error_t err = CM_ERROR_INIT;
   if (cm_rm_rf(r->dir, &err) < 0) cm_warn("removing artifacts: %s", cm_error_message(&err));
   cm_error_release(&err);
   run_free(r);
+}
+
+static void drop_head(art_store_t *s) {
+  drop_run(s, NULL, s->head);
+}
+
+static uint64_t principal_bytes(const art_store_t *s, const char *principal, size_t *files) {
+  uint64_t n = 0;
+  if (files) *files = 0;
+  for (const art_run_t *r = s->head; r; r = r->next) {
+    if (strcmp(r->principal, principal) != 0) continue;
+    n += r->bytes;
+    if (files) *files += r->n_files;
+  }
+  return n;
+}
+
+/* Drops the oldest run of principal (never `keep`); false if it has no other. */
+static bool drop_oldest_of(art_store_t *s, const char *principal, const art_run_t *keep) {
+  art_run_t *prev = NULL;
+  for (art_run_t *r = s->head; r; prev = r, r = r->next) {
+    if (r == keep || strcmp(r->principal, principal) != 0) continue;
+    drop_run(s, prev, r);
+    return true;
+  }
+  return false;
+}
+
+/* Over the store's cap: the oldest run of the principal holding the most bytes (among
+ * those with a run other than `keep`) goes.  False when only `keep` is left. */
+static bool drop_fairly(art_store_t *s, const art_run_t *keep) {
+  const char *victim = NULL;
+  uint64_t most = 0;
+  for (const art_run_t *r = s->head; r; r = r->next) {
+    if (r == keep || (victim && strcmp(r->principal, victim) == 0)) continue;
+    uint64_t b = principal_bytes(s, r->principal, NULL);
+    if (!victim || b > most) {
+      victim = r->principal;
+      most = b;
+    }
+  }
+  return victim && drop_oldest_of(s, victim, keep);
 }
 
 static bool is_run_id(const char *name) {
@@ -205,7 +255,7 @@ static void new_run_id(char out[2 * ART_ID_BYTES + 1]) {
   out[2 * ART_ID_BYTES] = '\0';
 }
 
-void art_store_collect(art_store_t *s, const void *owner, const char *workdir,
+void art_store_collect(art_store_t *s, const char *principal, const char *workdir,
                        files_collection_t *out) {
   memset(out, 0, sizeof *out);
   const srv_config_t *cfg = s->cfg;
@@ -213,10 +263,13 @@ void art_store_collect(art_store_t *s, const void *owner, const char *workdir,
   art_run_t *r = xcalloc(1, sizeof *r);
   new_run_id(r->id);
   r->dir = xasprintf("%s/%s", s->runs_dir, r->id);
-  r->owner = owner;
+  r->principal = xstrdup(principal);
+  uint64_t max_bytes = CM_MIN(cfg->max_artifact_bytes, cfg->max_artifact_store_bytes);
+  if (cfg->max_artifact_bytes_per_token)
+    max_bytes = CM_MIN(max_bytes, cfg->max_artifact_bytes_per_token);
   files_collect_limits_t lim = {
       .max_entries = (size_t)cfg->max_output_files,
-      .max_bytes = CM_MIN(cfg->max_artifact_bytes, cfg->max_artifact_store_bytes),
+      .max_bytes = max_bytes,
       .inline_bytes = cfg->max_inline_bytes,
       .inline_text_bytes = cfg->max_inline_text_bytes,
       .inline_total = cfg->max_inline_bytes * FILES_INLINE_TOTAL_FACTOR,
@@ -265,15 +318,27 @@ void art_store_collect(art_store_t *s, const void *owner, const char *workdir,
   s->tail = r;
   s->n_files += r->n_files;
   s->bytes += r->bytes;
-  /* Over the global cap: the oldest runs go first (never the one just made). */
-  while (s->bytes > cfg->max_artifact_store_bytes && s->head != r) drop_head(s);
+  /* The principal's own cap: its oldest runs go first (never the one just made). */
+  size_t own_dropped = 0;
+  while (cfg->max_artifact_bytes_per_token &&
+         principal_bytes(s, principal, NULL) > cfg->max_artifact_bytes_per_token &&
+         drop_oldest_of(s, principal, r))
+    own_dropped++;
+  /* The store's cap: from whoever holds the most. */
+  while (s->bytes > cfg->max_artifact_store_bytes && drop_fairly(s, r)) {
+  }
+  if (own_dropped && !out->note)
+    out->note = xasprintf(
+        "%zu older run%s of this token dropped to keep its output files within "
+        "--max-artifact-bytes-per-token (%llu bytes)",
+        own_dropped, own_dropped == 1 ? "'s outputs were" : "s' outputs were",
+        (unsigned long long)cfg->max_artifact_bytes_per_token);
   schedule(s);
 }
 
-void art_store_disown(art_store_t *s, const void *owner) {
-  if (!s || !owner) return;
-  for (art_run_t *r = s->head; r; r = r->next)
-    if (r->owner == owner) r->owner = NULL;
+void art_store_usage(art_store_t *s, const char *principal, size_t *files, uint64_t *bytes) {
+  expire(s);
+  *bytes = principal_bytes(s, principal, files);
 }
 
 void art_store_stats(art_store_t *s, size_t *count, uint64_t *bytes) {
@@ -292,20 +357,26 @@ static json_t *describe_file(const art_run_t *r, const art_file_t *f) {
                    "mimeType", f->mime, "size", (json_int_t)f->size);
 }
 
-int art_store_list(art_store_t *s, const void *owner, const char *cursor, json_t **result,
+int art_store_list(art_store_t *s, const char *principal, const char *cursor, json_t **result,
                    cm_error_t *err) {
   *result = NULL;
   expire(s);
   uint64_t after = 0;
   if (cursor) {
-    if (cursor[0] != 'a' || cm_parse_u64(cursor + 1, s->next_seq, &after) < 0)
+    /* Bounded by the principal's own files, not the store's count: how much others
+     * stored is none of its business. */
+    uint64_t own_last = 0;
+    for (const art_run_t *r = s->head; r; r = r->next)
+      if (strcmp(r->principal, principal) == 0 && r->n_files)
+        own_last = r->files[r->n_files - 1].seq;
+    if (cursor[0] != 'a' || cm_parse_u64(cursor + 1, own_last, &after) < 0)
       return cm_error_set(err, 0, CM_ERR_INVALID, "unknown cursor");
   }
   json_t *list = json_array();
   uint64_t last = 0;
   bool more = false;
   for (art_run_t *r = s->head; r && !more; r = r->next) {
-    if (!owner || r->owner != owner) continue;
+    if (strcmp(r->principal, principal) != 0) continue;
     for (size_t i = 0; i < r->n_files; i++) {
       const art_file_t *f = &r->files[i];
       if (f->seq <= after) continue;
@@ -326,21 +397,23 @@ int art_store_list(art_store_t *s, const void *owner, const char *cursor, json_t
   return 0;
 }
 
-static const art_file_t *find(art_store_t *s, const char *uri) {
+/* The file behind uri, if its run belongs to principal: another's is not found. */
+static const art_file_t *find(art_store_t *s, const char *principal, const char *uri) {
   expire(s);
   if (strncmp(uri, ART_URI_PREFIX, strlen(ART_URI_PREFIX)) != 0) return NULL;
   const char *id = uri + strlen(ART_URI_PREFIX);
   for (art_run_t *r = s->head; r; r = r->next) {
-    if (strncmp(id, r->id, 2 * ART_ID_BYTES) != 0) continue;
+    if (strncmp(id, r->id, 2 * ART_ID_BYTES) != 0 || strcmp(r->principal, principal) != 0) continue;
     for (size_t i = 0; i < r->n_files; i++)
       if (strcmp(r->files[i].uri, uri) == 0) return &r->files[i];
   }
   return NULL;
 }
 
-int art_store_read(art_store_t *s, const char *uri, json_t **result, cm_error_t *err) {
+int art_store_read(art_store_t *s, const char *principal, const char *uri, json_t **result,
+                   cm_error_t *err) {
   *result = NULL;
-  const art_file_t *f = find(s, uri);
+  const art_file_t *f = find(s, principal, uri);
   if (!f) return cm_error_set(err, 0, CM_ERR_NOT_FOUND, "Resource not found");
   if (f->size > ART_READ_MAX)
     return cm_error_set(err, 0, CM_ERR_LIMIT, "the resource is too large to read in one message");
@@ -361,10 +434,10 @@ int art_store_read(art_store_t *s, const char *uri, json_t **result, cm_error_t 
   return 0;
 }
 
-int art_store_open(art_store_t *s, const char *uri, int *fd, const char **mime, uint64_t *size,
-                   cm_error_t *err) {
+int art_store_open(art_store_t *s, const char *principal, const char *uri, int *fd,
+                   const char **mime, uint64_t *size, cm_error_t *err) {
   *fd = -1;
-  const art_file_t *f = find(s, uri);
+  const art_file_t *f = find(s, principal, uri);
   if (!f) return cm_error_set(err, 0, CM_ERR_NOT_FOUND, "Resource not found");
   *fd = open(f->host, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
   if (*fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "opening an artifact");

@@ -81,6 +81,17 @@ static const opt_def_t options[] = {
      "egress connections one run may open in all; more are refused (4096)"},
     {"network-rate", OPT_SIZE, OFF(network_rate), "SIZE",
      "egress bandwidth per run in bytes per second, both ways together, e.g. 10M; 0 = no cap (0)"},
+    {"max-sessions-per-token", OPT_INT, OFF(max_sessions_per_token), "N",
+     "HTTP: sessions one bearer token may have open (0 = no limit)"},
+    {"max-streams-per-token", OPT_INT, OFF(max_streams_per_token), "N",
+     "HTTP: GET streams one bearer token may have open (0 = no limit)"},
+    {"max-replay-bytes-per-session", OPT_SIZE, OFF(max_replay_bytes_per_session), "SIZE",
+     "HTTP: events one session keeps for resumption (16M)"},
+    {"max-replay-bytes", OPT_SIZE, OFF(max_replay_bytes), "SIZE",
+     "HTTP: events all sessions keep for resumption (128M)"},
+    {"loopback-origins", OPT_STRING, OFF(loopback_origins), "{auto,on,off}",
+     "HTTP: accept Origins on loopback names (local web clients on any port); auto = when "
+     "bound to loopback (auto)"},
     {"kill-grace-seconds", OPT_SECONDS_MS, OFF(kill_grace_ms), "SECONDS",
      "time between SIGTERM and SIGKILL on timeout or cancellation (2)"},
     {"memory-limit", OPT_SIZE, OFF(memory_bytes), "SIZE", "address-space limit per script, 0 = none (2G)"},
@@ -106,7 +117,11 @@ static const opt_def_t options[] = {
     {"max-session-concurrent", OPT_INT, OFF(max_session_concurrent), "N",
      "executions one session may have running or waiting; more are refused (0 = no limit)"},
     {"max-token-concurrent", OPT_INT, OFF(max_token_concurrent), "N",
-     "HTTP: executions all sessions of one bearer token may have; more are refused (0 = no limit)"},
+     "executions one principal (a bearer token; the stdio client) may have running or waiting; "
+     "more are refused (0 = no limit)"},
+    {"max-token-running", OPT_INT, OFF(max_token_running), "N",
+     "of those, executions one principal may have running at once; the rest wait, admitted "
+     "in turn across principals (0 = no limit)"},
     {"max-input-files", OPT_INT, OFF(max_input_files), "N",
      "input files a call may pass in 'files' (100)"},
     {"max-input-file-bytes", OPT_SIZE, OFF(max_input_file_bytes), "SIZE",
@@ -119,6 +134,8 @@ static const opt_def_t options[] = {
      "output file bytes kept per run (64M)"},
     {"max-artifact-store-bytes", OPT_SIZE, OFF(max_artifact_store_bytes), "SIZE",
      "output file bytes kept for all runs; the oldest go first (1G)"},
+    {"max-artifact-bytes-per-token", OPT_SIZE, OFF(max_artifact_bytes_per_token), "SIZE",
+     "output file bytes kept for one principal; its oldest runs go first (0 = no limit)"},
     {"max-inline-bytes", OPT_SIZE, OFF(max_inline_bytes), "SIZE",
      "largest image returned inline (1M)"},
     {"max-inline-text-bytes", OPT_SIZE, OFF(max_inline_text_bytes), "SIZE",
@@ -178,6 +195,9 @@ void srv_config_defaults(srv_config_t *c) {
   c->max_sessions = 256;
   c->session_idle_ms = 1800ull * 1000;
   c->max_connections = 512;
+  c->max_replay_bytes_per_session = 16ull << 20;
+  c->max_replay_bytes = 128ull << 20;
+  c->loopback_origins = xstrdup("auto");
 }
 
 void srv_config_release(srv_config_t *c) {
@@ -205,6 +225,7 @@ void srv_config_release(srv_config_t *c) {
   free(c->auth_token_file);
   free(c->tls_cert);
   free(c->tls_key);
+  free(c->loopback_origins);
   memset(c, 0, sizeof *c);
 }
 
@@ -592,6 +613,16 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
                         "--network host is refused with the lan profile: it would give every script the host's own "
                         "network (its loopback services, its LAN, this server's port); use --network on with "
                         "--network-allow rules");
+  if (strcmp(c->loopback_origins, "auto") && strcmp(c->loopback_origins, "on") &&
+      strcmp(c->loopback_origins, "off"))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid loopback_origins '%s', must be one of ('auto', 'on', 'off')",
+                        c->loopback_origins);
+  if (c->max_replay_bytes_per_session < (64u << 10) || c->max_replay_bytes < (64u << 10))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "max_replay_bytes_per_session and max_replay_bytes must be >= 64K");
+  if (c->max_replay_bytes_per_session > SIZE_MAX / 2 || c->max_replay_bytes > SIZE_MAX / 2)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_replay_bytes is too large");
   if (c->max_inline_bytes > (16ull << 20) || c->max_inline_text_bytes > (16ull << 20))
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_inline_bytes and max_inline_text_bytes must be <= 16M");

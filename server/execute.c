@@ -26,6 +26,7 @@
 #define EXEC_START_WINDOW_MS 100
 
 typedef struct exec_job exec_job_t;
+typedef struct exec_tenant exec_tenant_t;
 
 struct exec_job {
   srv_request_t *req;
@@ -51,7 +52,7 @@ struct exec_job {
   exec_job_t *queue_next;
   exec_job_t *all_prev, *all_next; /* every job, for per-session counts */
   srv_session_t *session;          /* compared, never dereferenced (it may be gone) */
-  char *principal;                 /* the session's bearer token name, or NULL */
+  exec_tenant_t *tenant;           /* whose call it is (the session's principal) */
   bool holds_slot;
   uint64_t starting_since; /* ms; 0 = not (or no longer) starting */
   char *workdir;
@@ -72,19 +73,36 @@ struct exec_job {
   cm_timer_t *flush_timer;
 };
 
-/* Slots: at most cfg->max_concurrent scripts run at once; the rest wait in order.  Of
- * those, at most max_starting (cfg->max_starting, or one per CPU) may be in their first
+/* Slots: at most cfg->max_concurrent scripts run at once; the rest wait.  Of those, at
+ * most max_starting (cfg->max_starting, or one per CPU) may be in their first
  * EXEC_START_WINDOW_MS at once: starting a run is the CPU-heavy part (bubblewrap's set-up,
  * the interpreter's start-up, ~40 ms of CPU for print('hi')), and a burst of calls that all
  * start together only makes each start slower (more processes fighting for the caches and
  * the CPUs) without finishing any sooner.  A run leaves its start-up when it ends or when
  * the window is over, whichever comes first, so scripts that sleep or wait still overlap
- * as before, a window later. */
+ * as before, a window later.
+ *
+ * Waiting calls are queued per principal (a tenant: a bearer token's name, "local",
+ * "stdio"), oldest first, and admitted round-robin across principals: a free slot goes to
+ * the next principal after the one served last that has a call waiting and is under its
+ * --max-token-running, so one principal's backlog never delays another's call by more than
+ * one turn.  A job holds its slot from admission to its end, building its dependency
+ * environment included.  With one principal (stdio) this is the plain FIFO it always was. */
+struct exec_tenant {
+  char *principal;
+  size_t jobs;    /* its calls from validation to the answer (--max-token-concurrent) */
+  size_t running; /* of those, holding a slot (--max-token-running) */
+  size_t queued;  /* of those, waiting for a slot */
+  exec_job_t *queue_head, *queue_tail;
+  exec_tenant_t *next; /* tenants, in the order they came: the round's order */
+};
+
 static size_t slots_used;
 static size_t n_starting;
 static cm_timer_t *start_gate_timer;
-static exec_job_t *queue_head, *queue_tail;
 static exec_job_t *all_jobs;
+static exec_tenant_t *tenants;
+static exec_tenant_t *last_served; /* the round goes on after it; NULL: from the first */
 
 static size_t session_jobs(srv_session_t *ss) {
   size_t n = 0;
@@ -92,10 +110,65 @@ static size_t session_jobs(srv_session_t *ss) {
   return n;
 }
 
-static size_t principal_jobs(const char *principal) {
-  size_t n = 0;
-  for (exec_job_t *j = all_jobs; j; j = j->all_next) n += j->principal && strcmp(j->principal, principal) == 0;
-  return n;
+static exec_tenant_t *tenant_find(const char *principal) {
+  for (exec_tenant_t *t = tenants; t; t = t->next)
+    if (strcmp(t->principal, principal) == 0) return t;
+  return NULL;
+}
+
+/* A principal's tenant, with one more job (made on its first). */
+static exec_tenant_t *tenant_hold(const char *principal) {
+  exec_tenant_t *t = tenant_find(principal);
+  if (!t) {
+    t = xcalloc(1, sizeof *t);
+    t->principal = xstrdup(principal);
+    exec_tenant_t **link = &tenants;
+    while (*link) link = &(*link)->next;
+    *link = t;
+  }
+  t->jobs++;
+  return t;
+}
+
+/* One job fewer; a tenant without jobs goes (the round then goes on from the one before
+ * it). */
+static void tenant_release(exec_tenant_t *t) {
+  if (--t->jobs > 0) return;
+  exec_tenant_t *prev = NULL;
+  for (exec_tenant_t *x = tenants; x != t; x = x->next) prev = x;
+  if (prev)
+    prev->next = t->next;
+  else
+    tenants = t->next;
+  if (last_served == t) last_served = prev;
+  free(t->principal);
+  free(t);
+}
+
+static bool tenant_may_run(const exec_tenant_t *t, const srv_config_t *cfg) {
+  return t->queue_head && (!cfg->max_token_running || t->running < cfg->max_token_running);
+}
+
+/* The tenant whose turn it is: the first after last_served (going round) with a call it
+ * may start; NULL if there is none. */
+static exec_tenant_t *tenant_next(const srv_config_t *cfg) {
+  if (!tenants) return NULL;
+  exec_tenant_t *start = last_served && last_served->next ? last_served->next : tenants;
+  exec_tenant_t *t = start;
+  do {
+    if (tenant_may_run(t, cfg)) return t;
+    t = t->next ? t->next : tenants;
+  } while (t != start);
+  return NULL;
+}
+
+void srv_exec_usage(const char *principal, srv_exec_usage_t *out) {
+  memset(out, 0, sizeof *out);
+  const exec_tenant_t *t = principal ? tenant_find(principal) : NULL;
+  if (!t) return;
+  out->calls = t->jobs;
+  out->running = t->running;
+  out->queued = t->queued;
 }
 
 static void job_start(exec_job_t *job);
@@ -113,7 +186,7 @@ static void job_free(exec_job_t *job) {
   }
   eg_session_close(job->egress);
   srv_net_call_release(&job->net);
-  free(job->principal);
+  tenant_release(job->tenant);
   free(job->script);
   free(job->timeout_note);
   free(job->python_request);
@@ -160,8 +233,9 @@ static void on_start_gate(cm_loop_t *loop, cm_timer_t *t, void *data) {
   admit_queued(loop, start_gate_cfg);
 }
 
-/* Starts waiting jobs while there is a slot and room to start; when only the start gate
- * holds them back, wakes up when the oldest start-up window is over. */
+/* Starts waiting jobs, in turn across tenants, while there is a slot and room to start;
+ * when only the start gate holds them back, wakes up when the oldest start-up window is
+ * over. */
 static void admit_queued(cm_loop_t *loop, const srv_config_t *cfg) {
   uint64_t now = cm_now_ms();
   uint64_t oldest = 0;
@@ -169,19 +243,24 @@ static void admit_queued(cm_loop_t *loop, const srv_config_t *cfg) {
     if (j->starting_since && now >= j->starting_since + EXEC_START_WINDOW_MS) starting_end(j);
     if (j->starting_since && (!oldest || j->starting_since < oldest)) oldest = j->starting_since;
   }
-  while (queue_head && slots_used < cfg->max_concurrent && n_starting < max_starting(cfg)) {
-    exec_job_t *next = queue_head;
-    queue_head = next->queue_next;
-    if (!queue_head) queue_tail = NULL;
+  exec_tenant_t *t;
+  while (slots_used < cfg->max_concurrent && n_starting < max_starting(cfg) && (t = tenant_next(cfg))) {
+    exec_job_t *next = t->queue_head;
+    t->queue_head = next->queue_next;
+    if (!t->queue_head) t->queue_tail = NULL;
+    next->queue_next = NULL;
+    t->queued--;
+    last_served = t;
     next->queued = false;
     next->holds_slot = true;
     next->starting_since = now ? now : 1;
     slots_used++;
+    t->running++;
     n_starting++;
     if (!oldest) oldest = next->starting_since;
     job_start(next); /* may finish the job, and come back here */
   }
-  if (queue_head && slots_used < cfg->max_concurrent && !start_gate_timer && oldest) {
+  if (slots_used < cfg->max_concurrent && !start_gate_timer && oldest && tenant_next(cfg)) {
     uint64_t at = oldest + EXEC_START_WINDOW_MS;
     start_gate_cfg = cfg;
     start_gate_timer = cm_loop_timer(loop, at > now ? at - now : 1, on_start_gate, NULL);
@@ -192,17 +271,20 @@ static void slot_release(exec_job_t *job) {
   if (!job->holds_slot) return;
   job->holds_slot = false;
   slots_used--;
+  job->tenant->running--;
   starting_end(job);
   admit_queued(srv_server_loop(job->server), job->cfg);
 }
 
 static void queue_remove(exec_job_t *job) {
+  exec_tenant_t *t = job->tenant;
   exec_job_t *prev = NULL;
-  for (exec_job_t *j = queue_head; j; prev = j, j = j->queue_next) {
+  for (exec_job_t *j = t->queue_head; j; prev = j, j = j->queue_next) {
     if (j != job) continue;
     if (prev) prev->queue_next = j->queue_next;
-    else queue_head = j->queue_next;
-    if (queue_tail == j) queue_tail = prev;
+    else t->queue_head = j->queue_next;
+    if (t->queue_tail == j) t->queue_tail = prev;
+    t->queued--;
     job->queued = false;
     return;
   }
@@ -317,20 +399,21 @@ static void on_output(void *data, sbx_stream_t stream, const char *buf, size_t l
   stream_output(job, stream, buf, len);
 }
 
-static char *stream_text(const cm_headtail_t *h, uint64_t max) {
+/* A stream's text for the result: bytes (NULs kept), invalid UTF-8 as U+FFFD, cut to max;
+ * its length and whether anything was cut. */
+static char *stream_text(const cm_headtail_t *h, uint64_t max, size_t *len, bool *cut) {
   cleanup_free char *head = NULL, *tail = NULL;
   size_t head_len, tail_len;
   cm_headtail_get(h, &head, &head_len, &tail, &tail_len);
-  return srv_truncate_output(head, head_len, tail, tail_len, h->total, max);
+  return srv_truncate_output_n(head, head_len, tail, tail_len, h->total, max, len, cut);
 }
 
 /* The address-space limit shows as Python's MemoryError (the kernel refuses the mapping; no
  * signal is involved), so the end of stderr tells. */
-static bool hit_memory_limit(const exec_job_t *job, const sbx_result_t *res, const char *err) {
+static bool hit_memory_limit(const exec_job_t *job, const sbx_result_t *res, const char *err, size_t n) {
   if (res->exit_code == 0 || res->timed_out || !job->cfg->memory_bytes) return false;
-  size_t n = strlen(err);
   const char *tail = err + (n > 2048 ? n - 2048 : 0);
-  return strstr(tail, "MemoryError") != NULL;
+  return memmem(tail, (size_t)(err + n - tail), "MemoryError", 11) != NULL;
 }
 
 static const char *limit_hit(const sbx_result_t *res, bool memory) {
@@ -362,20 +445,25 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   }
   if (job->pending.len || job->skipped) flush_progress(job);
   const srv_config_t *cfg = job->cfg;
-  cleanup_free char *out = stream_text(&job->out, cfg->max_output_bytes);
-  cleanup_free char *err = stream_text(&job->err, cfg->max_output_bytes);
+  size_t out_len, err_len;
+  bool out_cut, err_cut;
+  cleanup_free char *out = stream_text(&job->out, cfg->max_output_bytes, &out_len, &out_cut);
+  cleanup_free char *err = stream_text(&job->err, cfg->max_output_bytes, &err_len, &err_cut);
   srv_exec_summary_t sum = {
       .stdout_text = out,
       .stderr_text = err,
+      .stdout_len = out_len,
+      .stderr_len = err_len,
       .exit_code = res->exit_code,
       .duration_ms = res->duration_ms,
       .timed_out = res->timed_out,
   };
-  cleanup_free char *text = srv_format_result(&sum);
+  size_t text_len;
+  cleanup_free char *text = srv_format_result_n(&sum, &text_len);
   sbx_backend_t *b = srv_server_backend(job->server);
   cm_buf_t t;
   cm_buf_init(&t, 0);
-  cm_buf_appends(&t, text);
+  cm_buf_append(&t, text, text_len);
   /* Additive lines after the seed's block: which sandbox and interpreter ran, what killed it. */
   cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b), job->py->version,
                 job->py->executable);
@@ -385,7 +473,7 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
     cm_buf_appends(&t, "\n--- note: the sandbox could not confirm the script's own exit status; the exit code is the sandbox's ---");
   if (res->cpu_limit) cm_buf_appends(&t, "\n--- limit: cpu time exceeded ---");
   /* Either the address-space rlimit (a MemoryError) or the cgroup's OOM killer. */
-  bool memory = res->memory_limit || hit_memory_limit(job, res, err);
+  bool memory = res->memory_limit || hit_memory_limit(job, res, err, err_len);
   if (memory) {
     cleanup_free char *mem = xasprintf("%llu", (unsigned long long)(job->cfg->memory_bytes >> 20));
     cm_buf_printf(&t, "\n--- limit: out of memory (the %s MiB memory limit%s) ---", mem,
@@ -411,17 +499,15 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   cm_buf_release(&net_text);
   /* Whatever the script left in outputs/, also after a failure or a timeout. */
   files_collection_t files;
-  art_store_collect(srv_server_artifacts(job->server), srv_request_session(job->req), job->workdir,
-                    &files);
+  art_store_collect(srv_server_artifacts(job->server), job->tenant->principal, job->workdir, &files);
   files_result_append(&files, &t, NULL, NULL);
+  size_t full_len = t.len;
   cleanup_free char *full = cm_buf_steal(&t);
-  bool truncated = cm_headtail_truncated(&job->out) || cm_headtail_truncated(&job->err) ||
-                   strlen(out) < job->out.total || strlen(err) < job->err.total;
-  truncated = truncated || job->out.total > cfg->max_output_bytes || job->err.total > cfg->max_output_bytes;
+  bool truncated = out_cut || err_cut;
   bool is_error = res->exit_code != 0 || res->timed_out;
-  json_t *result = srv_tool_text_result(full, is_error);
-  json_t *sc = json_pack("{s:s, s:s, s:i, s:I, s:b, s:b, s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}",
-                         "stdout", out, "stderr", err, "exit_code", res->exit_code, "duration_ms",
+  json_t *result = srv_tool_text_resultn(full, full_len, is_error);
+  json_t *sc = json_pack("{s:s%, s:s%, s:i, s:I, s:b, s:b, s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}",
+                         "stdout", out, out_len, "stderr", err, err_len, "exit_code", res->exit_code, "duration_ms",
                          (json_int_t)res->duration_ms, "timed_out", res->timed_out, "truncated", truncated,
                          "stdout_bytes", (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total,
                          "sandbox", sbx_backend_name(b), "python", "version", job->py->version, "path",
@@ -999,11 +1085,34 @@ static void on_python(void *data, py_interp_t *def, const char *def_error) {
                         sbx_backend_name(b), b->unavailable ? b->unavailable : "unknown reason"));
     return;
   }
+  exec_tenant_t *t = job->tenant;
+  const srv_config_t *cfg = job->cfg;
+  /* Say why it waits (it may: behind the principal's own runs, or for a free slot). */
+  const char *wait_note = NULL;
+  char reason[256];
+  if (cfg->max_token_running && t->running >= cfg->max_token_running) {
+    snprintf(reason, sizeof reason,
+             "waiting: %zu executions of this token are running (its limit, --max-token-running); "
+             "this one starts when one of them ends",
+             t->running);
+    wait_note = reason;
+  } else if (slots_used >= cfg->max_concurrent) {
+    snprintf(reason, sizeof reason,
+             "waiting for a free slot: %llu executions are running (the server's limit, "
+             "--max-concurrent); waiting calls are started in turn across tokens",
+             (unsigned long long)cfg->max_concurrent);
+    wait_note = reason;
+  }
+  if (wait_note) {
+    job->setup_progress += 1;
+    srv_request_progress(job->req, job->setup_progress, wait_note, strlen(wait_note));
+  }
   job->queued = true;
-  if (queue_tail) queue_tail->queue_next = job;
-  else queue_head = job;
-  queue_tail = job;
-  admit_queued(srv_server_loop(job->server), job->cfg);
+  if (t->queue_tail) t->queue_tail->queue_next = job;
+  else t->queue_head = job;
+  t->queue_tail = job;
+  t->queued++;
+  admit_queued(srv_server_loop(job->server), cfg); /* may start and even finish the job */
 }
 
 /* ---------------------------------------------------------------- the tool */
@@ -1128,8 +1237,9 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
                               (unsigned long long)cfg->max_session_concurrent));
     return;
   }
-  const char *principal = srv_session_principal(session);
-  if (cfg->max_token_concurrent && principal && principal_jobs(principal) >= cfg->max_token_concurrent) {
+  const char *principal = session ? srv_session_principal(session) : SRV_PRINCIPAL_STDIO;
+  exec_tenant_t *known = tenant_find(principal);
+  if (cfg->max_token_concurrent && known && known->jobs >= cfg->max_token_concurrent) {
     free(note);
     free(requires_python);
     free(uv_config);
@@ -1142,7 +1252,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   }
   exec_job_t *job = xcalloc(1, sizeof *job);
   job->session = session;
-  job->principal = principal ? xstrdup(principal) : NULL;
+  job->tenant = tenant_hold(principal);
   job->all_next = all_jobs;
   if (all_jobs) all_jobs->all_prev = job;
   all_jobs = job;

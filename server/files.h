@@ -166,27 +166,29 @@ art_store_t *art_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char 
 /* Deletes this process's runs (their index dies with it) and frees the store. */
 void art_store_free(art_store_t *s);
 
-/* Collects a finished run's outputs/ into the store for owner (a session; may be NULL)
- * and fills out (see files_collect).  Never fails: problems become skipped entries or
- * out->note. */
-void art_store_collect(art_store_t *s, const void *owner, const char *workdir,
+/* Collects a finished run's outputs/ into the store for principal (who ran it) and fills
+ * out (see files_collect), within --max-artifact-bytes, --max-artifact-bytes-per-token and
+ * --max-artifact-store-bytes (making room as the top of artifacts.c says; a note in out
+ * says when older runs of the principal went for its cap).  Never fails: problems become
+ * skipped entries or out->note. */
+void art_store_collect(art_store_t *s, const char *principal, const char *workdir,
                        files_collection_t *out);
-/* Forgets owner: its runs stay readable by URI until they expire, but are no longer
- * listed for anyone. */
-void art_store_disown(art_store_t *s, const void *owner);
+/* Files and bytes principal keeps in the store. */
+void art_store_usage(art_store_t *s, const char *principal, size_t *files, uint64_t *bytes);
 
-/* resources/list for owner: {resources:[...], nextCursor?}.  An unknown cursor fails
+/* resources/list for principal: {resources:[...], nextCursor?}.  An unknown cursor fails
  * with CM_ERR_INVALID. */
-int art_store_list(art_store_t *s, const void *owner, const char *cursor, json_t **result,
+int art_store_list(art_store_t *s, const char *principal, const char *cursor, json_t **result,
                    cm_error_t *err);
-/* resources/read: {contents:[{uri, mimeType, text|blob}]}.  An unknown or expired URI
- * fails with CM_ERR_NOT_FOUND. */
-int art_store_read(art_store_t *s, const char *uri, json_t **result, cm_error_t *err);
+/* resources/read for principal: {contents:[{uri, mimeType, text|blob}]}.  An unknown or
+ * expired URI, or one of another principal's, fails alike with CM_ERR_NOT_FOUND. */
+int art_store_read(art_store_t *s, const char *principal, const char *uri, json_t **result,
+                   cm_error_t *err);
 /* For a transport that serves artifacts itself (the HTTP download URL): opens the
- * artifact behind uri read-only (*fd close-on-exec, the caller's), with its type and size.
- * Unknown or expired: CM_ERR_NOT_FOUND. */
-int art_store_open(art_store_t *s, const char *uri, int *fd, const char **mime, uint64_t *size,
-                   cm_error_t *err);
+ * artifact behind uri for principal read-only (*fd close-on-exec, the caller's), with its
+ * type and size.  Unknown, expired or another principal's: CM_ERR_NOT_FOUND. */
+int art_store_open(art_store_t *s, const char *principal, const char *uri, int *fd,
+                   const char **mime, uint64_t *size, cm_error_t *err);
 /* resources/templates/list: {resourceTemplates:[...]}. */
 json_t *art_store_templates(void);
 /* Number of live artifacts and their bytes. */

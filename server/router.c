@@ -31,6 +31,7 @@ struct srv_server {
   env_store_t *envs;
   srv_network_t *network;
   art_store_t *artifacts;
+  tr_http_t *http; /* the HTTP transport, if any */
   void *warm_wait;
   bool probed;
   cm_timer_t *probe_timer;
@@ -46,7 +47,7 @@ struct srv_server {
 struct srv_session {
   srv_server_t *server;
   tr_sink_t *sink;
-  char *principal;    /* the bearer token's name, or NULL */
+  char *principal;    /* who owns it (srv.h) */
   char *protocol;     /* negotiated version; NULL before initialize */
   bool ready;         /* notifications/initialized received */
   int log_level;      /* index into mcp_log_levels; -1 = not set: no log notifications */
@@ -212,6 +213,8 @@ art_store_t *srv_server_artifacts(srv_server_t *s) { return s->artifacts; }
 const char *srv_server_state_dir(srv_server_t *s) { return s->state_dir; }
 const char *srv_server_runs_dir(srv_server_t *s) { return s->runs_dir; }
 size_t srv_server_inflight(srv_server_t *s) { return s->n_inflight; }
+void srv_server_set_http(srv_server_t *s, tr_http_t *h) { s->http = h; }
+tr_http_t *srv_server_http(srv_server_t *s) { return s->http; }
 
 static void fail_client_calls(srv_request_t *r, const char *why);
 static void request_free(srv_request_t *r);
@@ -241,6 +244,7 @@ srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink) {
   ss->server = s;
   ss->sink = tr_sink_ref(sink);
   ss->log_level = -1;
+  ss->principal = xstrdup(SRV_PRINCIPAL_STDIO);
   return ss;
 }
 
@@ -248,7 +252,7 @@ const char *srv_session_protocol(const srv_session_t *ss) { return ss->protocol;
 
 void srv_session_set_principal(srv_session_t *ss, const char *principal) {
   free(ss->principal);
-  ss->principal = principal ? xstrdup(principal) : NULL;
+  ss->principal = xstrdup(principal ? principal : SRV_PRINCIPAL_STDIO);
 }
 
 const char *srv_session_principal(const srv_session_t *ss) { return ss ? ss->principal : NULL; }
@@ -264,7 +268,6 @@ void srv_session_free(srv_session_t *ss) {
     r->session = NULL;
     request_cancel(r);
   }
-  art_store_disown(ss->server->artifacts, ss);
   tr_sink_unref(ss->sink);
   free(ss->principal);
   free(ss->protocol);
@@ -761,11 +764,11 @@ static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *s
     else
       result = art_store_templates();
   } else if (strcmp(m->method, "resources/list") == 0) {
-    rc = art_store_list(ss->server->artifacts, ss, cursor_text, &result, &err);
+    rc = art_store_list(ss->server->artifacts, ss->principal, cursor_text, &result, &err);
   } else if (!json_is_string(uri) || strlen(json_string_value(uri)) != json_string_length(uri)) {
     rc = cm_error_set(&err, 0, CM_ERR_INVALID, "resources/read needs a string \"uri\"");
   } else {
-    rc = art_store_read(ss->server->artifacts, json_string_value(uri), &result, &err);
+    rc = art_store_read(ss->server->artifacts, ss->principal, json_string_value(uri), &result, &err);
   }
   if (rc == 0) {
     reply_result(sink, batch, m->id, result);
@@ -859,6 +862,19 @@ static void handle_one(srv_session_t *ss, json_t *msg, tr_sink_t *sink, srv_batc
   }
 }
 
+/* The id of a single request in a text refused before it was parsed (too deep for us,
+ * not for jansson), so that the error can carry it; NULL when there is none to read. */
+static json_t *refused_request_id(const char *buf, size_t len) {
+  json_error_t jerr;
+  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+  if (!root) return NULL;
+  srv_msg_t m;
+  srv_jsonrpc_classify(root, &m);
+  json_t *id = m.kind != SRV_MSG_RESPONSE && m.id ? json_incref(m.id) : NULL;
+  json_decref(root);
+  return id;
+}
+
 void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_t *reply) {
   int code;
   cleanup_free char *why = NULL;
@@ -866,11 +882,14 @@ void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_
   if (!root) {
     cleanup_free char *excerpt = cm_log_excerpt(buf, len, 80);
     cm_debug("refused message: %s: %s", why, excerpt);
-    reply_error(reply, NULL, NULL, code, why);
+    json_t *id = code == JSONRPC_INVALID_REQUEST ? refused_request_id(buf, len) : NULL;
+    reply_error(reply, NULL, id, code, why);
+    json_decref(id);
     return;
   }
   if (json_is_array(root)) {
     if (!ss->protocol || strcmp(ss->protocol, "2025-03-26") != 0) {
+      /* A batch, refused as a whole: no one id to answer with (JSON-RPC's null). */
       reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST,
                   "Invalid Request: batches are only accepted in protocol version 2025-03-26");
     } else if (json_array_size(root) == 0) {

@@ -315,12 +315,14 @@ static void cleanse_freep(char **p) {
   free(*p);
 }
 
-/* GET <path>/runs/<run-id>/<file>: a run's output file, as resources/read would give it. */
-static int http_open_download(void *data, const char *rest, int *fd, const char **mime, uint64_t *size) {
+/* GET <path>/runs/<run-id>/<file>: a run's output file, as resources/read would give it
+ * to the same principal. */
+static int http_open_download(void *data, const char *principal, const char *rest, int *fd,
+                              const char **mime, uint64_t *size) {
   srv_server_t *server = data;
   cleanup_free char *uri = xasprintf("sandbox://runs/%s", rest);
   cm_error_t err = CM_ERROR_INIT;
-  int rc = art_store_open(srv_server_artifacts(server), uri, fd, mime, size, &err);
+  int rc = art_store_open(srv_server_artifacts(server), principal, uri, fd, mime, size, &err);
   cm_error_release(&err);
   return rc;
 }
@@ -365,6 +367,14 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
       .session_idle_ms = cfg->session_idle_ms,
       .max_connections = (size_t)cfg->max_connections,
       .protocol_versions = versions,
+      .max_sessions_per_principal = (size_t)cfg->max_sessions_per_token,
+      .max_streams_per_principal = (size_t)cfg->max_streams_per_token,
+      .max_replay_bytes_per_session = (size_t)cfg->max_replay_bytes_per_session,
+      .max_replay_bytes = (size_t)cfg->max_replay_bytes,
+      .loopback_origins = strcmp(cfg->loopback_origins, "on") == 0 ? TR_HTTP_LOOPBACK_ORIGINS_ON
+                          : strcmp(cfg->loopback_origins, "off") == 0
+                              ? TR_HTTP_LOOPBACK_ORIGINS_OFF
+                              : TR_HTTP_LOOPBACK_ORIGINS_AUTO,
   };
   static const tr_http_callbacks_t cbs = {
       .session_open = http_session_open,
@@ -375,6 +385,7 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
   };
   tr_http_t *h = tr_http_new(loop, &o, &cbs, server, err);
   if (!h) return -1;
+  srv_server_set_http(server, h);
   *out = h;
   return 0;
 }

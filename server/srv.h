@@ -64,7 +64,8 @@ typedef struct srv_config {
   uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
   uint64_t max_starting;     /* --max-starting: executions in their start-up at once; 0 = one per CPU */
   uint64_t max_session_concurrent; /* --max-session-concurrent: per session, more are refused; 0 = none */
-  uint64_t max_token_concurrent;   /* --max-token-concurrent: per bearer token, likewise */
+  uint64_t max_token_concurrent;   /* --max-token-concurrent: per principal (running or waiting), likewise */
+  uint64_t max_token_running;      /* --max-token-running: per principal, holding a slot; the rest wait */
   /* Files in and out of a run (server/files.c, server/artifacts.c). */
   uint64_t max_input_files;          /* --max-input-files: entries of the files argument */
   uint64_t max_input_file_bytes;     /* --max-input-file-bytes: one input file, decoded */
@@ -72,6 +73,7 @@ typedef struct srv_config {
   uint64_t max_output_files;         /* --max-output-files: entries collected from outputs/ */
   uint64_t max_artifact_bytes;       /* --max-artifact-bytes: output bytes kept per run */
   uint64_t max_artifact_store_bytes; /* --max-artifact-store-bytes: kept for all runs */
+  uint64_t max_artifact_bytes_per_token; /* --max-artifact-bytes-per-token: per principal; 0 = none */
   uint64_t max_inline_bytes;         /* --max-inline-bytes: largest image returned inline */
   uint64_t max_inline_text_bytes;    /* --max-inline-text-bytes: largest text embedded */
   uint64_t artifact_ttl_ms;          /* --artifact-ttl: how long outputs stay readable */
@@ -91,6 +93,11 @@ typedef struct srv_config {
   uint64_t max_sessions;     /* --max-sessions */
   uint64_t session_idle_ms;  /* --session-idle-seconds */
   uint64_t max_connections;  /* --max-connections */
+  uint64_t max_sessions_per_token; /* --max-sessions-per-token: per principal; 0 = none */
+  uint64_t max_streams_per_token;  /* --max-streams-per-token: open GET streams per principal; 0 = none */
+  uint64_t max_replay_bytes_per_session; /* --max-replay-bytes-per-session */
+  uint64_t max_replay_bytes;             /* --max-replay-bytes: events kept for resumption, in all */
+  char *loopback_origins;          /* --loopback-origins auto|on|off */
 } srv_config_t;
 
 void srv_config_defaults(srv_config_t *c);
@@ -186,6 +193,10 @@ struct art_store *srv_server_artifacts(srv_server_t *s);
 const char *srv_server_state_dir(srv_server_t *s);
 /* This server's own directory for its runs' work directories (see srv_workdir_claim). */
 const char *srv_server_runs_dir(srv_server_t *s);
+/* The HTTP transport serving s (srv_serve_http sets it), for what check_environment tells
+ * a principal about its own sessions and streams; NULL on stdio. */
+void srv_server_set_http(srv_server_t *s, tr_http_t *h);
+tr_http_t *srv_server_http(srv_server_t *s);
 /* Cancels every request in flight (shutdown). */
 void srv_server_cancel_all(srv_server_t *s);
 size_t srv_server_inflight(srv_server_t *s);
@@ -194,8 +205,11 @@ size_t srv_server_inflight(srv_server_t *s);
  * tied to a request go (stdout, or the standalone GET stream). */
 srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink);
 void srv_session_free(srv_session_t *ss);
-/* Who opened the session: the name of its bearer token (HTTP with tokens), else NULL. */
+/* Who opened the session, and owns what it makes (runs, artifacts): over HTTP the name of
+ * its bearer token ("local" without tokens), "stdio" for the stdio client (the default). */
+#define SRV_PRINCIPAL_STDIO "stdio"
 void srv_session_set_principal(srv_session_t *ss, const char *principal);
+/* Never NULL for a session; NULL for NULL. */
 const char *srv_session_principal(const srv_session_t *ss);
 /* The negotiated protocol version; NULL before initialize. */
 const char *srv_session_protocol(const srv_session_t *ss);
@@ -265,11 +279,20 @@ typedef struct srv_tool {
 const srv_tool_t *srv_tools(size_t *count);
 const srv_tool_t *srv_tool_find(const char *name);
 
-/* A tool result with one text block. isError as given. */
+/* A tool result with one text block. isError as given.  _n: len bytes of valid UTF-8,
+ * which may hold NULs. */
 json_t *srv_tool_text_result(const char *text, bool is_error);
+json_t *srv_tool_text_resultn(const char *text, size_t len, bool is_error);
 json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 void srv_tool_execute_python(srv_request_t *r, json_t *arguments);
+/* A principal's execute_python calls right now (check_environment). */
+typedef struct srv_exec_usage {
+  size_t calls;   /* from validation to the answer (--max-token-concurrent counts these) */
+  size_t running; /* holding a slot, building its environment included (--max-token-running) */
+  size_t queued;  /* waiting for a slot */
+} srv_exec_usage_t;
+void srv_exec_usage(const char *principal, srv_exec_usage_t *out);
 json_t *srv_tool_execute_python_describe(srv_server_t *s);
 void srv_tool_validate_script(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_validate_script_describe(srv_server_t *s);
@@ -322,7 +345,12 @@ bool srv_workdir_capped(uint64_t bytes);
 /* ---------------------------------------------------------------- output formatting */
 
 /* The seed's truncation: at most max bytes of valid UTF-8, with its marker
- * "\n... [truncated at NKB]" when cut.  Ours keeps the tail too (see output.c). */
+ * "\n... [truncated at NKB]" when cut.  Ours keeps the tail too (see output.c).  Output
+ * is bytes: a NUL is kept like any other byte (JSON carries it as \u0000), and invalid
+ * UTF-8 becomes U+FFFD.  _n gives the length of the result (which may hold NULs) and
+ * whether anything was cut; the plain form is for texts without NUL. */
+char *srv_truncate_output_n(const char *head, size_t head_len, const char *tail, size_t tail_len,
+                            uint64_t total, uint64_t max, size_t *out_len, bool *cut);
 char *srv_truncate_output(const char *head, size_t head_len, const char *tail, size_t tail_len,
                           uint64_t total, uint64_t max);
 char *srv_truncation_marker(uint64_t max);
@@ -333,9 +361,13 @@ typedef struct srv_exec_summary {
   int exit_code;
   uint64_t duration_ms;
   bool timed_out;
+  size_t stdout_len; /* bytes of stdout_text, which may hold NULs; 0 = strlen */
+  size_t stderr_len;
 } srv_exec_summary_t;
 
-/* The seed's text block: "--- stdout ---\n...\n--- exit_code: N ---\n--- duration_ms: N ---". */
+/* The seed's text block: "--- stdout ---\n...\n--- exit_code: N ---\n--- duration_ms: N ---".
+ * _n also gives its length (the outputs' NULs are in it). */
+char *srv_format_result_n(const srv_exec_summary_t *s, size_t *len);
 char *srv_format_result(const srv_exec_summary_t *s);
 
 #endif

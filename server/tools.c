@@ -4,10 +4,15 @@
 
 #include "server/envcache.h"
 #include "server/network.h"
+#include "server/files.h"
 #include "server/server-internal.h"
 
 json_t *srv_tool_text_result(const char *text, bool is_error) {
-  return json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", text, "isError", is_error);
+  return srv_tool_text_resultn(text, strlen(text), is_error);
+}
+
+json_t *srv_tool_text_resultn(const char *text, size_t len, bool is_error) {
+  return json_pack("{s:[{s:s, s:s%}], s:b}", "content", "type", "text", "text", text, len, "isError", is_error);
 }
 
 json_t *srv_tool_error_result(const char *fmt, ...) {
@@ -27,6 +32,54 @@ static char *human_size(uint64_t v) {
 }
 
 /* ---------------------------------------------------------------- check_environment */
+
+static char *of_cap(uint64_t used, uint64_t cap) {
+  return cap ? xasprintf("%llu of %llu", (unsigned long long)used, (unsigned long long)cap)
+             : xasprintf("%llu (no cap)", (unsigned long long)used);
+}
+
+/* What the caller's principal holds against its caps: a line of text and an object. */
+static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
+  srv_server_t *s = srv_request_server(r);
+  const srv_config_t *cfg = srv_server_config(s);
+  srv_session_t *ss = srv_request_session(r);
+  const char *principal = ss ? srv_session_principal(ss) : SRV_PRINCIPAL_STDIO;
+  srv_exec_usage_t ex;
+  srv_exec_usage(principal, &ex);
+  size_t files = 0;
+  uint64_t bytes = 0;
+  art_store_usage(srv_server_artifacts(s), principal, &files, &bytes);
+  tr_http_t *http = srv_server_http(s);
+  tr_http_usage_t hu;
+  tr_http_usage(http, principal, &hu);
+  cleanup_free char *calls = of_cap(ex.calls, cfg->max_token_concurrent);
+  cleanup_free char *running = of_cap(ex.running, cfg->max_token_running ? cfg->max_token_running : cfg->max_concurrent);
+  cleanup_free char *art = of_cap(bytes, cfg->max_artifact_bytes_per_token);
+  cm_buf_printf(t, "Your share (principal '%s'): executions %s (running or waiting), %s running, %zu waiting for a slot; "
+                "output files %zu, bytes %s",
+                principal, calls, running, ex.queued, files, art);
+  json_t *o = json_pack("{s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I}}", "principal", principal,
+                        "executions", "calls", (json_int_t)ex.calls, "calls_max", (json_int_t)cfg->max_token_concurrent,
+                        "running", (json_int_t)ex.running, "running_max", (json_int_t)cfg->max_token_running,
+                        "queued", (json_int_t)ex.queued, "artifacts", "files", (json_int_t)files, "bytes",
+                        (json_int_t)bytes, "bytes_max", (json_int_t)cfg->max_artifact_bytes_per_token,
+                        "store_bytes_max", (json_int_t)cfg->max_artifact_store_bytes);
+  if (http) {
+    cleanup_free char *sessions = of_cap(hu.sessions, cfg->max_sessions_per_token);
+    cleanup_free char *streams = of_cap(hu.streams, cfg->max_streams_per_token);
+    cm_buf_printf(t, "; HTTP sessions %s, GET streams %s, replay memory %zu bytes", sessions, streams,
+                  hu.replay_bytes);
+    json_object_set_new(o, "http",
+                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "sessions", (json_int_t)hu.sessions,
+                                  "sessions_max", (json_int_t)cfg->max_sessions_per_token, "streams",
+                                  (json_int_t)hu.streams, "streams_max", (json_int_t)cfg->max_streams_per_token,
+                                  "replay_bytes", (json_int_t)hu.replay_bytes, "replay_bytes_max_per_session",
+                                  (json_int_t)cfg->max_replay_bytes_per_session, "replay_bytes_max",
+                                  (json_int_t)cfg->max_replay_bytes));
+  }
+  cm_buf_appends(t, "\n");
+  return o;
+}
 
 static json_t *check_environment_describe(srv_server_t *s) {
   return json_pack(
@@ -158,6 +211,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   if (srv_workdir_capped(cfg->work_bytes)) cm_buf_printf(&t, "Work directory size: %s\n", work);
   if (cfg->profile) cm_buf_printf(&t, "Profile: %s\n", cfg->profile);
   cm_buf_printf(&t, "Concurrent executions: %llu\n", (unsigned long long)cfg->max_concurrent);
+  json_t *share = tenant_share(r, &t);
   uint64_t taken = 0;
   bool prestarting = srv_prestart_describe(s, &taken);
   cm_buf_printf(&t, "Prestarted sandbox: %s\n",
@@ -175,6 +229,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                          "network", cfg->network, "server_version", srv_version());
   json_object_set_new(sc, "interpreters", jpys);
   json_object_set_new(sc, "network_policy", net_obj ? net_obj : json_null());
+  json_object_set_new(sc, "tenant", share);
   json_object_set_new(sc, "cgroups", json_pack("{s:b, s:s}", "active", cg_runs, "description", cg_text));
   cleanup_free char *text = cm_buf_steal(&t);
   json_t *result = srv_tool_text_result(text, false);

@@ -41,6 +41,10 @@
 #define HTTP_RETAIN_MS (5u * 60 * 1000)
 /* ...and at most this many per session. */
 #define HTTP_RETAIN_MAX 16
+/* Replay memory over its bounds is logged at most this often. */
+#define HTTP_REPLAY_LOG_MS 5000
+/* The principal of every request when there are no tokens. */
+#define HTTP_PRINCIPAL_LOCAL "local"
 /* Idle keep-alive connections and slow uploads; streams and waiting requests are exempt. */
 #define HTTP_CONNECTION_TIMEOUT_S 30
 /* MHD's per-connection pool: bounds the request line and headers. */
@@ -52,6 +56,17 @@ typedef struct hs_session hs_session_t;
 typedef struct hs_stream hs_stream_t;
 typedef struct hs_conn hs_conn_t;
 typedef struct hs_event hs_event_t;
+typedef struct hs_principal hs_principal_t;
+
+/* Who a request is: one per distinct token name, or the one HTTP_PRINCIPAL_LOCAL without
+ * tokens.  Made at start-up (their number is bounded by the token file), kept to the end:
+ * sessions and requests point at them, and what each holds is counted here. */
+struct hs_principal {
+  char *name;
+  size_t sessions;     /* open sessions */
+  size_t streams;      /* open GET streams */
+  size_t replay_bytes; /* events kept in its sessions' streams */
+};
 
 typedef enum endpoint { EP_NONE = 0, EP_MCP, EP_SSE, EP_MESSAGES, EP_DOWNLOAD } endpoint_t;
 
@@ -69,7 +84,8 @@ struct hs_event {
   hs_event_t *next;
   uint64_t seq;
   bool droppable;
-  bool sent; /* copied to a connection at least once */
+  bool sent;     /* copied to a connection at least once */
+  bool response; /* a JSON-RPC response: dropping it loses the answer */
   size_t len;
   char text[];
 };
@@ -92,6 +108,9 @@ struct hs_stream {
   char *held;           /* the response while JSON vs SSE is undecided */
   size_t held_len;
   hs_conn_t *conn;                  /* the attached request, if any */
+  json_t *request_id;               /* a POST of one request: its id (for `lost`) */
+  bool lost;                        /* its response was dropped to save memory */
+  bool lost_noticed;                /* the error saying so is queued */
   hs_stream_t *prev, *next;         /* session->streams */
   hs_stream_t *all_prev, *all_next; /* h->streams */
 };
@@ -102,7 +121,9 @@ struct hs_session {
   bool open; /* in the table; false once closed */
   bool legacy;
   char id[37];
+  hs_principal_t *principal; /* who opened it: only that principal finds it */
   void *app;
+  size_t replay_bytes; /* events kept in its streams */
   uint64_t last_active;
   unsigned conns; /* requests naming this session right now */
   uint64_t next_stream;
@@ -114,7 +135,9 @@ struct hs_session {
 };
 
 struct hs_conn {
-  const char *principal; /* the name of the token that authenticated it (tokens outlive it) */
+  hs_principal_t *principal; /* set by check_auth */
+  json_t *req_id;            /* the body's single request id, for error answers */
+  bool get_stream;           /* a GET stream (standalone, resumed or /sse): counted per principal */
   tr_http_t *h;
   struct MHD_Connection *mc;
   int refs;
@@ -169,9 +192,16 @@ struct tr_http {
   char **versions;
   size_t max_body;
   size_t max_sessions;
+  size_t max_sessions_per_principal, max_streams_per_principal;
+  size_t max_replay_session, max_replay_total;
+  bool loopback_origins;
+  char *bound_host; /* the --host as a host name, unless it is a wildcard address */
   uint64_t idle_ms;
   tr_http_token_t *tokens;
   size_t n_tokens;
+  hs_principal_t *principals; /* see hs_principal_t */
+  size_t n_principals;
+  size_t *token_principal; /* tokens[i] is principals[token_principal[i]] */
   /* state */
   hs_session_t **buckets;
   size_t n_buckets;
@@ -180,6 +210,10 @@ struct tr_http {
   hs_session_t *all_sessions;
   hs_stream_t *streams;
   hs_conn_t *conns;
+  size_t replay_bytes;       /* events kept in all streams */
+  bool replay_over;          /* a push went past a bound: enforce it soon */
+  size_t replay_dropped;     /* bytes dropped since the last log line about it */
+  uint64_t replay_logged_at; /* that line (one every HTTP_REPLAY_LOG_MS at most) */
 };
 
 /* ================================================================ pure parts */
@@ -303,19 +337,72 @@ int tr_http_host_name(const char *buf, size_t len, char *out, size_t out_size) {
   return 0;
 }
 
-int tr_http_origin_host(const char *buf, size_t len, char *out, size_t out_size) {
+int tr_http_origin_parse(const char *buf, size_t len, char scheme[32], char *host, size_t host_size,
+                         unsigned *port) {
   trim(&buf, &len);
   size_t i = 0;
   while (i < len && ((buf[i] >= 'a' && buf[i] <= 'z') || (buf[i] >= 'A' && buf[i] <= 'Z') ||
                      (i > 0 && ((buf[i] >= '0' && buf[i] <= '9') || buf[i] == '+' ||
                                 buf[i] == '-' || buf[i] == '.'))))
     i++;
-  if (i == 0 || len - i < 3 || memcmp(buf + i, "://", 3) != 0) return -1;
+  if (i == 0 || i > 31 || len - i < 3 || memcmp(buf + i, "://", 3) != 0) return -1;
+  for (size_t k = 0; k < i; k++)
+    scheme[k] = (buf[k] >= 'A' && buf[k] <= 'Z') ? (char)(buf[k] - 'A' + 'a') : buf[k];
+  scheme[i] = '\0';
   const char *auth = buf + i + 3;
   size_t an = len - i - 3;
   if (an && auth[an - 1] == '/') an--; /* some clients send "http://host/" */
   if (memchr(auth, '@', an) || memchr(auth, '/', an)) return -1;
-  return tr_http_host_name(auth, an, out, out_size);
+  if (tr_http_host_name(auth, an, host, host_size) < 0) return -1;
+  /* tr_http_host_name checked the port's digits (and that there are at most 5). */
+  const char *close = an && auth[0] == '[' ? memchr(auth, ']', an) : NULL;
+  const char *colon = close ? (close + 1 < auth + an ? close + 1 : NULL) : memchr(auth, ':', an);
+  uint64_t p = 0;
+  if (colon && colon + 1 < auth + an) {
+    for (const char *d = colon + 1; d < auth + an; d++) p = p * 10 + (uint64_t)(*d - '0');
+    if (p == 0 || p > 65535) return -1;
+  } else if (strcmp(scheme, "http") == 0) {
+    p = 80;
+  } else if (strcmp(scheme, "https") == 0) {
+    p = 443;
+  }
+  *port = (unsigned)p;
+  return 0;
+}
+
+int tr_http_origin_host(const char *buf, size_t len, char *out, size_t out_size) {
+  char scheme[32];
+  unsigned port;
+  return tr_http_origin_parse(buf, len, scheme, out, out_size, &port);
+}
+
+static int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+void tr_http_attachment_name(const char *buf, size_t len, char *out, size_t out_size) {
+  size_t max = out_size ? CM_MIN(out_size - 1, (size_t)128) : 0;
+  if (!out_size) return;
+  const char *slash = len ? memrchr(buf, '/', len) : NULL;
+  const char *p = slash ? slash + 1 : buf;
+  size_t n = len - (size_t)(p - buf);
+  size_t o = 0;
+  for (size_t i = 0; i < n && o < max; i++) {
+    unsigned char c = (unsigned char)p[i];
+    if (c == '%' && i + 2 < n && hex_value(p[i + 1]) >= 0 && hex_value(p[i + 2]) >= 0) {
+      c = (unsigned char)(hex_value(p[i + 1]) * 16 + hex_value(p[i + 2]));
+      i += 2;
+    }
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '+' || c == '-';
+    if (c == '.' && o == 0) continue; /* no hidden or "..": a leading dot goes */
+    out[o++] = ok ? (char)c : '_';
+  }
+  out[o] = '\0';
+  if (o == 0) snprintf(out, out_size, "%s", "download");
 }
 
 bool tr_http_loopback_name(const char *name) {
@@ -542,6 +629,10 @@ void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out) {
       }
     }
   } else {
+    json_t *id = json_is_object(root) ? json_object_get(root, "id") : NULL;
+    bool response = json_is_object(root) && !json_object_get(root, "method") &&
+                    (json_object_get(root, "result") || json_object_get(root, "error"));
+    if (valid_id(id) && !response) out->id = json_incref(id);
     switch (classify_one(root, &why, &out->initialize)) {
       case 'r':
         out->requests = 1;
@@ -561,6 +652,11 @@ void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out) {
     snprintf(out->why, sizeof out->why, "%s", why);
   }
   json_decref(root);
+}
+
+void tr_http_envelope_release(tr_http_envelope_t *env) {
+  json_decref(env->id);
+  env->id = NULL;
 }
 
 /* ================================================================ libmicrohttpd, on demand */
@@ -617,6 +713,8 @@ static int mhd_load(cm_error_t *err) {
 
 static void mhd_run(tr_http_t *h, bool from_soon);
 
+static void replay_enforce(tr_http_t *h);
+
 static void on_soon(void *data) {
   tr_http_t *h = data;
   h->soon_pending = false;
@@ -624,6 +722,7 @@ static void on_soon(void *data) {
     free(h);
     return;
   }
+  if (h->replay_over) replay_enforce(h);
   mhd_run(h, true);
 }
 
@@ -689,6 +788,31 @@ static void stream_close_stream(tr_sink_t *sink);
 static const tr_sink_ops_t stream_sink_ops = {
     .send = stream_send, .release = stream_release, .close_stream = stream_close_stream};
 
+/* What an event costs in replay memory. */
+static size_t event_cost(const hs_event_t *ev) {
+  return sizeof *ev + ev->len;
+}
+
+/* Counts an event in (or out of) its session's, principal's and the transport's replay
+ * memory; an orphaned stream (tr_http_free) counts nowhere. */
+static void replay_count(hs_stream_t *st, const hs_event_t *ev, bool add) {
+  if (!st->h || !st->session) return;
+  size_t n = event_cost(ev);
+  hs_session_t *s = st->session;
+  if (add) {
+    s->replay_bytes += n;
+    s->principal->replay_bytes += n;
+    st->h->replay_bytes += n;
+    if (s->replay_bytes > st->h->max_replay_session ||
+        st->h->replay_bytes > st->h->max_replay_total)
+      st->h->replay_over = true;
+  } else {
+    s->replay_bytes -= n;
+    s->principal->replay_bytes -= n;
+    st->h->replay_bytes -= n;
+  }
+}
+
 static void event_remove(hs_stream_t *st, hs_event_t *prev, hs_event_t *ev) {
   if (prev)
     prev->next = ev->next;
@@ -697,7 +821,15 @@ static void event_remove(hs_stream_t *st, hs_event_t *prev, hs_event_t *ev) {
   if (st->tail == ev) st->tail = prev;
   st->n_events--;
   st->bytes -= ev->len;
+  replay_count(st, ev, false);
   free(ev);
+}
+
+/* Drops an event to save memory (not because it was delivered): a POST stream that loses
+ * its response this way says so to a client that resumes it (stream_lost_notice). */
+static void event_drop(hs_stream_t *st, hs_event_t *prev, hs_event_t *ev) {
+  if (ev->response && st->kind == STREAM_POST) st->lost = true;
+  event_remove(st, prev, ev);
 }
 
 /* Keeps the replay buffer within its bounds: droppable events go first (oldest first),
@@ -723,16 +855,17 @@ static void stream_trim(hs_stream_t *st) {
       }
     }
     if (!victim) break;
-    event_remove(st, victim_prev, victim);
+    event_drop(st, victim_prev, victim);
   }
 }
 
-static void stream_push_text(hs_stream_t *st, uint64_t seq, bool droppable, const char *text,
+static void stream_push_text(hs_stream_t *st, uint64_t seq, tr_send_flags_t flags, const char *text,
                              size_t len) {
   hs_event_t *ev = xmalloc(sizeof *ev + len);
   ev->next = NULL;
   ev->seq = seq;
-  ev->droppable = droppable;
+  ev->droppable = (flags & TR_SEND_DROPPABLE) != 0;
+  ev->response = (flags & TR_SEND_RESPONSE) != 0;
   ev->sent = false;
   ev->len = len;
   memcpy(ev->text, text, len);
@@ -743,15 +876,18 @@ static void stream_push_text(hs_stream_t *st, uint64_t seq, bool droppable, cons
   st->tail = ev;
   st->n_events++;
   st->bytes += len;
+  replay_count(st, ev, true);
   stream_trim(st);
+  /* Past a replay bound: enforced from the loop, once nothing on the stack uses streams. */
+  if (st->h && st->h->replay_over) schedule_soon(st->h);
 }
 
-static void stream_push(hs_stream_t *st, const char *json, size_t len, bool droppable) {
+static void stream_push(hs_stream_t *st, const char *json, size_t len, tr_send_flags_t flags) {
   cm_buf_t b;
   cm_buf_init(&b, 0);
   uint64_t seq = st->next_seq++;
   tr_http_sse_event(&b, "message", st->kind != STREAM_LEGACY, st->number, seq, json, len);
-  stream_push_text(st, seq, droppable, b.data, b.len);
+  stream_push_text(st, seq, flags, b.data, b.len);
   cm_buf_release(&b);
 }
 
@@ -769,10 +905,10 @@ static void stream_go_sse(hs_stream_t *st) {
     char text[96];
     int n = snprintf(text, sizeof text, "id: %llu-0\nretry: %d\ndata: \n\n",
                      (unsigned long long)st->number, HTTP_RETRY_MS);
-    stream_push_text(st, 0, false, text, (size_t)n);
+    stream_push_text(st, 0, TR_SEND_DEFAULT, text, (size_t)n);
   }
   if (st->held) {
-    stream_push(st, st->held, st->held_len, false);
+    stream_push(st, st->held, st->held_len, TR_SEND_RESPONSE);
     free(st->held);
     st->held = NULL;
   }
@@ -833,6 +969,7 @@ static void stream_free(hs_stream_t *st) {
   }
   while (st->head) event_remove(st, NULL, st->head);
   free(st->held);
+  json_decref(st->request_id);
   hs_session_t *s = st->session;
   free(st);
   if (s) session_unref(s);
@@ -858,7 +995,6 @@ static void stream_send(tr_sink_t *sink, const char *json, size_t len, tr_send_f
   hs_stream_t *st = (hs_stream_t *)sink;
   if (!st->h || !st->session || !st->session->open) return;
   bool response = (flags & TR_SEND_RESPONSE) != 0;
-  bool droppable = (flags & TR_SEND_DROPPABLE) != 0;
   if (st->kind == STREAM_POST) {
     if (st->mode != MODE_PENDING && st->mode != MODE_SSE) return;
     if (st->mode == MODE_PENDING) {
@@ -880,7 +1016,7 @@ static void stream_send(tr_sink_t *sink, const char *json, size_t len, tr_send_f
       stream_go_sse(st);
     }
   }
-  stream_push(st, json, len, droppable);
+  stream_push(st, json, len, flags);
   if (st->conn) conn_wake(st->conn);
 }
 
@@ -929,6 +1065,117 @@ static void stream_close_stream(tr_sink_t *sink) {
   conn_wake(st->conn);
 }
 
+/* ================================================================ replay memory */
+
+/* A finished POST stream nobody reads: kept only for a resumption. */
+static bool stream_parked(const hs_stream_t *st) {
+  return st->kind == STREAM_POST && st->finished && !st->conn && st->mode == MODE_SSE;
+}
+
+/* Drops st's events that no client can be waiting for (droppable ones, ones already
+ * written once), or with `all` every event (st must be parked; its response, if it had
+ * one, is then lost).  Returns whether anything went. */
+static bool stream_shed(hs_stream_t *st, bool all) {
+  bool any = false;
+  hs_event_t *prev = NULL, *ev = st->head;
+  while (ev) {
+    hs_event_t *next = ev->next;
+    if (all || ev->droppable || ev->sent) {
+      event_drop(st, prev, ev);
+      any = true;
+    } else {
+      prev = ev;
+    }
+    ev = next;
+  }
+  return any;
+}
+
+/* A resumption of a stream that lost its response: the client gets a JSON-RPC error for
+ * its request instead (once queued, it is replayed like any event), then the end. */
+static void stream_lost_notice(hs_stream_t *st) {
+  if (st->lost_noticed) return;
+  st->lost_noticed = true;
+  json_t *j = json_pack(
+      "{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
+      st->request_id ? st->request_id : json_null(), "error", "code", -32000, "message",
+      "Response lost: it waited for a resumption while the server's replay memory was over its "
+      "limit (--max-replay-bytes-per-session, --max-replay-bytes), and was dropped. The request "
+      "itself ran to its end; send it again if you need its result.");
+  char *text = json_dumps(j, JSON_COMPACT);
+  json_decref(j);
+  if (!text) abort();
+  stream_push(st, text, strlen(text), TR_SEND_RESPONSE);
+  free(text);
+}
+
+/* One step of shedding a session's replay memory, in the documented order (tr.h): the
+ * expendable events of parked streams (oldest finished first), then those of the other
+ * streams, then whole parked streams.  Returns false when nothing more can go. */
+static bool session_shed_one(hs_session_t *s) {
+  for (int level = 0; level < 3; level++) {
+    hs_stream_t *best = NULL;
+    for (hs_stream_t *st = s->streams; st; st = st->next) {
+      if (!st->head || st->kind == STREAM_LEGACY) continue;
+      bool parked = stream_parked(st);
+      if (level != 1 ? !parked : parked) continue;
+      if (level != 2) {
+        bool expendable = false;
+        for (hs_event_t *ev = st->head; ev && !expendable; ev = ev->next)
+          expendable = ev->droppable || ev->sent;
+        if (!expendable) continue;
+      }
+      if (!best || (level == 1 ? st->number < best->number : st->finished_at < best->finished_at))
+        best = st;
+    }
+    if (best && stream_shed(best, level == 2)) return true;
+  }
+  return false;
+}
+
+/* Brings every session within max_replay_session and all of them within
+ * max_replay_total, taking first from the principal keeping the most, its largest session
+ * (of equals, the one idle the longest). */
+static void replay_enforce(tr_http_t *h) {
+  h->replay_over = false;
+  size_t before = h->replay_bytes;
+  for (hs_session_t *s = h->sessions; s; s = s->next)
+    while (s->replay_bytes > h->max_replay_session && session_shed_one(s)) {
+    }
+  /* A session that could shed nothing is skipped for the rest of this pass. */
+  hs_session_t *stuck[64];
+  size_t n_stuck = 0;
+  while (h->replay_bytes > h->max_replay_total) {
+    hs_session_t *largest = NULL;
+    for (hs_session_t *s = h->sessions; s; s = s->next) {
+      bool skip = false;
+      for (size_t i = 0; i < n_stuck && !skip; i++) skip = stuck[i] == s;
+      if (skip || !s->replay_bytes) continue;
+      /* The principal keeping the most first (the one most over its share), its largest
+       * session; of equals, the one left alone the longest. */
+      size_t mine = s->principal->replay_bytes, theirs = largest ? largest->principal->replay_bytes : 0;
+      if (!largest || mine > theirs ||
+          (mine == theirs && (s->replay_bytes > largest->replay_bytes ||
+                              (s->replay_bytes == largest->replay_bytes &&
+                               s->last_active < largest->last_active))))
+        largest = s;
+    }
+    if (!largest) break;
+    if (!session_shed_one(largest)) {
+      if (n_stuck == CM_ARRAY_SIZE(stuck)) break;
+      stuck[n_stuck++] = largest;
+    }
+  }
+  h->replay_dropped += before > h->replay_bytes ? before - h->replay_bytes : 0;
+  uint64_t now = cm_now_ms();
+  if (h->replay_dropped && now - h->replay_logged_at >= HTTP_REPLAY_LOG_MS) {
+    cm_info("http: replay memory over its limit: %zu bytes of kept events dropped (%zu kept)",
+            h->replay_dropped, h->replay_bytes);
+    h->replay_dropped = 0;
+    h->replay_logged_at = now;
+  }
+}
+
 /* ================================================================ sessions */
 
 static size_t hash_id(const char *id, size_t n_buckets) {
@@ -937,13 +1184,16 @@ static size_t hash_id(const char *id, size_t n_buckets) {
   return (size_t)(x & (n_buckets - 1));
 }
 
-static hs_session_t *session_find(tr_http_t *h, const char *id, size_t len) {
+/* The open session `id` of principal p: another principal's is not found, so that the
+ * answer for it is the one for an id that never existed (no oracle). */
+static hs_session_t *session_find(tr_http_t *h, const char *id, size_t len,
+                                  const hs_principal_t *p) {
   if (len != 36) return NULL;
   char key[37];
   memcpy(key, id, 36);
   key[36] = '\0';
   for (hs_session_t *s = h->buckets[hash_id(key, h->n_buckets)]; s; s = s->hnext)
-    if (s->open && strcmp(s->id, key) == 0) return s;
+    if (s->open && strcmp(s->id, key) == 0) return s->principal == p ? s : NULL;
   return NULL;
 }
 
@@ -966,9 +1216,11 @@ static bool session_busy(hs_session_t *s) {
   return false;
 }
 
-static hs_session_t *session_create(tr_http_t *h, bool legacy, const char *principal) {
+static hs_session_t *session_create(tr_http_t *h, bool legacy, hs_principal_t *principal) {
   hs_session_t *s = xcalloc(1, sizeof *s);
   s->h = h;
+  s->principal = principal;
+  principal->sessions++;
   s->refs = 1; /* the table's */
   s->open = true;
   s->legacy = legacy;
@@ -987,7 +1239,7 @@ static hs_session_t *session_create(tr_http_t *h, bool legacy, const char *princ
   if (h->all_sessions) h->all_sessions->all_prev = s;
   h->all_sessions = s;
   s->standalone = stream_new(s, legacy ? STREAM_LEGACY : STREAM_STANDALONE);
-  s->app = h->cbs.session_open(h->data, &s->standalone->sink, principal);
+  s->app = h->cbs.session_open(h->data, &s->standalone->sink, principal->name);
   /* The callee keeps its own reference if it wants one. */
   tr_sink_unref(&s->standalone->sink);
   if (!s->app) {
@@ -1013,6 +1265,7 @@ static void session_close(hs_session_t *s) {
     h->sessions = s->next;
   if (s->next) s->next->prev = s->prev;
   h->n_sessions--;
+  s->principal->sessions--;
   s->refs++; /* hold it while its streams go */
   hs_stream_t *next;
   for (hs_stream_t *st = s->streams; st; st = next) {
@@ -1035,20 +1288,36 @@ static void session_close(hs_session_t *s) {
   session_unref(s); /* the table's */
 }
 
-/* At the cap: closes the least recently used session that has no request open and nothing
- * running.  Returns false if every session is busy. */
-static bool session_evict_one(tr_http_t *h) {
+static bool session_idle(hs_session_t *s) {
+  return !s->conns && !session_busy(s);
+}
+
+/* Makes room for a session of principal p at the global cap: closes an idle session (no
+ * request open, nothing running) of the principal holding the most sessions, least
+ * recently used first, taking only from p itself or from a principal that holds more
+ * sessions than p: a newcomer never pushes out someone with fewer.  Returns false if
+ * there is no such session. */
+static bool session_evict_fair(tr_http_t *h, const hs_principal_t *p) {
   hs_session_t *victim = NULL;
   for (hs_session_t *s = h->sessions; s; s = s->next) {
-    if (s->conns || session_busy(s)) continue;
-    if (!victim || s->last_active < victim->last_active) victim = s;
+    const hs_principal_t *q = s->principal;
+    if (!session_idle(s) || (q != p && q->sessions <= p->sessions)) continue;
+    if (!victim || q->sessions > victim->principal->sessions ||
+        (q == victim->principal && s->last_active < victim->last_active))
+      victim = s;
   }
   if (!victim) return false;
-  cm_info("http: %zu sessions open (the limit): closing the least recently used one",
-          h->n_sessions);
+  cm_info(
+      "http: %zu sessions open (the limit): closing an idle one of the token with the most (%zu)",
+      h->n_sessions, victim->principal->sessions);
   session_close(victim);
   return true;
 }
+
+/* Before a new session for c's principal: its own cap (its least recently used idle
+ * session makes room, else 429), then the global one (session_evict_fair, else 503).
+ * Returns false after answering the request itself. */
+static bool session_make_room(hs_conn_t *c, enum MHD_Result *ret);
 
 /* ================================================================ request contexts */
 
@@ -1056,6 +1325,7 @@ static void conn_unref(hs_conn_t *c) {
   if (--c->refs > 0) return;
   cm_buf_release(&c->body);
   cm_buf_release(&c->out);
+  json_decref(c->req_id);
   free(c->origin);
   free(c);
 }
@@ -1160,12 +1430,13 @@ static enum MHD_Result respond_empty(hs_conn_t *c, unsigned status) {
   return queue(c, status, r);
 }
 
-/* A transport error: the status, and a JSON-RPC error without id in the body (clients
- * show the body text in their error message). */
+/* A transport error: the status, and a JSON-RPC error in the body (clients show the body
+ * text in their error message), with the request's id once the body told it. */
 static enum MHD_Result respond_error(hs_conn_t *c, unsigned status, int code, const char *message,
                                      const char *header, const char *value) {
-  json_t *j = json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", "error", "code", code,
-                        "message", message);
+  json_t *j =
+      json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
+                c->req_id ? c->req_id : json_null(), "error", "code", code, "message", message);
   char *text = json_dumps(j, JSON_COMPACT);
   json_decref(j);
   if (!text) abort();
@@ -1183,6 +1454,54 @@ static enum MHD_Result respond_error(hs_conn_t *c, unsigned status, int code, co
 
 static enum MHD_Result respond_405(hs_conn_t *c, const char *allow) {
   return respond_error(c, 405, -32000, "Method not allowed.", "Allow", allow);
+}
+
+static hs_session_t *session_lru_idle(tr_http_t *h, const hs_principal_t *p) {
+  hs_session_t *victim = NULL;
+  for (hs_session_t *s = h->sessions; s; s = s->next)
+    if (s->principal == p && session_idle(s) && (!victim || s->last_active < victim->last_active))
+      victim = s;
+  return victim;
+}
+
+static bool session_make_room(hs_conn_t *c, enum MHD_Result *ret) {
+  tr_http_t *h = c->h;
+  hs_principal_t *p = c->principal;
+  if (h->max_sessions_per_principal && p->sessions >= h->max_sessions_per_principal) {
+    hs_session_t *own = session_lru_idle(h, p);
+    if (!own) {
+      cleanup_free char *msg = xasprintf(
+          "Too Many Requests: this token already has %zu sessions open (its limit, "
+          "--max-sessions-per-token), all in use; close one (DELETE) or wait",
+          h->max_sessions_per_principal);
+      *ret = respond_error(c, 429, -32000, msg, "Retry-After", "5");
+      return false;
+    }
+    cm_debug("http: %s is at its session limit: closing its least recently used idle one", p->name);
+    session_close(own);
+  }
+  if (h->n_sessions >= h->max_sessions && !session_evict_fair(h, p)) {
+    *ret =
+        respond_error(c, 503, -32000, "Service Unavailable: too many sessions", "Retry-After", "5");
+    return false;
+  }
+  return true;
+}
+
+/* A GET stream for c's principal, within its cap (else 429, answered here). */
+static bool stream_admit(hs_conn_t *c, enum MHD_Result *ret) {
+  tr_http_t *h = c->h;
+  if (h->max_streams_per_principal && c->principal->streams >= h->max_streams_per_principal) {
+    cleanup_free char *msg = xasprintf(
+        "Too Many Requests: this token already has %zu GET streams open (its limit, "
+        "--max-streams-per-token)",
+        h->max_streams_per_principal);
+    *ret = respond_error(c, 429, -32000, msg, "Retry-After", "5");
+    return false;
+  }
+  c->get_stream = true;
+  c->principal->streams++;
+  return true;
 }
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max);
@@ -1305,20 +1624,33 @@ static bool host_allowed(tr_http_t *h, const char *name) {
   return false;
 }
 
+/* The documented rule (tr.h): an allowed origin; the server's own (scheme, port, and a
+ * host it answers to); a loopback origin when loopback_origins is on.  Opaque origins
+ * ("null": sandboxed pages, among them every artifact we serve) never pass. */
+static bool origin_allowed(tr_http_t *h, const char *origin) {
+  size_t olen = strlen(origin);
+  while (olen && origin[olen - 1] == '/') olen--;
+  for (char **p = h->allowed_origins; p && *p; p++)
+    if (strlen(*p) == olen && strncasecmp(*p, origin, olen) == 0) return true;
+  char scheme[32], name[TR_HTTP_HOST_MAX];
+  unsigned port;
+  if (tr_http_origin_parse(origin, olen, scheme, name, sizeof name, &port) < 0) return false;
+  if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0) return false;
+  if (h->loopback_origins && tr_http_loopback_name(name)) return true;
+  if (strcmp(scheme, h->tls ? "https" : "http") != 0 || port != h->port) return false;
+  if (h->loopback && tr_http_loopback_name(name)) return true;
+  if (h->bound_host && strcmp(name, h->bound_host) == 0) return true;
+  for (char **p = h->allowed_hosts; p && *p; p++)
+    if (strcmp(*p, name) == 0) return true;
+  return false;
+}
+
 /* 403 checks.  Returns true if the request may go on. */
 static bool check_origin_host(hs_conn_t *c, const char **why) {
   tr_http_t *h = c->h;
   const char *origin = header(c, "Origin");
   if (origin) {
-    bool ok = false;
-    size_t olen = strlen(origin);
-    while (olen && origin[olen - 1] == '/') olen--;
-    for (char **p = h->allowed_origins; p && *p && !ok; p++)
-      ok = strlen(*p) == olen && strncasecmp(*p, origin, olen) == 0;
-    char name[TR_HTTP_HOST_MAX];
-    if (!ok && tr_http_origin_host(origin, strlen(origin), name, sizeof name) == 0)
-      ok = host_allowed(h, name);
-    if (!ok) {
+    if (!origin_allowed(h, origin)) {
       *why = "Forbidden: Origin not allowed";
       return false;
     }
@@ -1338,15 +1670,19 @@ static bool check_origin_host(hs_conn_t *c, const char **why) {
 
 static bool check_auth(hs_conn_t *c) {
   tr_http_t *h = c->h;
-  if (!h->n_tokens) return true;
+  if (!h->n_tokens) {
+    c->principal = &h->principals[0];
+    return true;
+  }
   const char *v = header(c, "Authorization");
   const char *tok;
   size_t n;
   if (!v || tr_http_bearer_token(v, strlen(v), &tok, &n) < 0) return false;
   const tr_http_token_t *t = tr_http_token_match(h->tokens, h->n_tokens, tok, n);
-  if (t) cm_debug("http: authenticated as %s", t->name);
-  if (t) c->principal = t->name;
-  return t != NULL;
+  if (!t) return false;
+  c->principal = &h->principals[h->token_principal[t - h->tokens]];
+  cm_debug("http: authenticated as %s", c->principal->name);
+  return true;
 }
 
 static bool version_supported(tr_http_t *h, const char *v) {
@@ -1385,7 +1721,7 @@ static hs_session_t *lookup_session(hs_conn_t *c, const char *value, bool legacy
     return NULL;
   }
   hs_session_t *s = tr_http_session_id_valid(value, strlen(value))
-                        ? session_find(c->h, value, strlen(value))
+                        ? session_find(c->h, value, strlen(value), c->principal)
                         : NULL;
   if (!s || s->legacy != legacy) {
     *ret = respond_error(c, 404, -32001, "Session not found", NULL, NULL);
@@ -1416,11 +1752,13 @@ static enum MHD_Result mcp_get(hs_conn_t *c) {
     hs_stream_t *st = NULL;
     for (hs_stream_t *x = s->streams; x; x = x->next)
       if (x->number == number) st = x;
+    if (!stream_admit(c, &ret)) return ret;
     if (!st || st->mode != MODE_SSE) {
       /* Nothing left to replay: an empty stream; the client then opens a plain GET. */
       cm_debug("http: resumption of unknown stream %llu", (unsigned long long)number);
       return respond_sse(c);
     }
+    if (st->lost) stream_lost_notice(st);
     if (st->conn) {
       /* The old request is most likely dead; the new one takes over. */
       hs_conn_t *old = st->conn;
@@ -1440,6 +1778,7 @@ static enum MHD_Result mcp_get(hs_conn_t *c) {
   if (st->conn)
     return respond_error(c, 409, -32000, "Conflict: Only one SSE stream is allowed per session",
                          NULL, NULL);
+  if (!stream_admit(c, &ret)) return ret;
   conn_attach(c, st);
   c->next_seq = st->unsent_from;
   return respond_sse(c);
@@ -1462,13 +1801,18 @@ static enum MHD_Result legacy_get(hs_conn_t *c) {
   if (!c->accept_sse)
     return respond_error(c, 406, -32000, "Not Acceptable: Client must accept text/event-stream",
                          NULL, NULL);
-  if (h->n_sessions >= h->max_sessions && !session_evict_one(h))
-    return respond_error(c, 503, -32000, "Service Unavailable: too many sessions", "Retry-After",
-                         "5");
+  enum MHD_Result ret = MHD_YES;
+  /* The stream is the session: both caps first, before anything is closed for it. */
+  if (h->max_streams_per_principal && c->principal->streams >= h->max_streams_per_principal) {
+    stream_admit(c, &ret);
+    return ret;
+  }
+  if (!session_make_room(c, &ret)) return ret;
   hs_session_t *s = session_create(h, true, c->principal);
   if (!s) return respond_error(c, 503, -32000, "Service Unavailable: session refused", NULL, NULL);
   conn_set_session(c, s);
   c->legacy_stream = true;
+  stream_admit(c, &ret); /* within the cap: checked above */
   hs_stream_t *st = s->standalone;
   cleanup_free char *endpoint = xasprintf("%s?sessionId=%s", h->messages_path, s->id);
   cm_buf_t b;
@@ -1485,11 +1829,12 @@ static enum MHD_Result legacy_post(hs_conn_t *c) {
   tr_http_t *h = c->h;
   enum MHD_Result ret = MHD_YES;
   const char *sid = mhd.lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "sessionId");
+  tr_http_envelope_t env;
+  tr_http_classify(c->body.data ? c->body.data : "", c->body.len, &env);
+  c->req_id = steal_pointer(&env.id);
   hs_session_t *s = lookup_session(c, sid, true, &ret);
   if (!s) return ret;
   conn_set_session(c, s);
-  tr_http_envelope_t env;
-  tr_http_classify(c->body.data ? c->body.data : "", c->body.len, &env);
   if (env.status != TR_HTTP_BODY_OK)
     return respond_error(c, 400, env.status == TR_HTTP_BODY_PARSE_ERROR ? -32700 : -32600, env.why,
                          NULL, NULL);
@@ -1506,6 +1851,7 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
   tr_http_t *h = c->h;
   tr_http_envelope_t env;
   tr_http_classify(c->body.data ? c->body.data : "", c->body.len, &env);
+  c->req_id = steal_pointer(&env.id);
   if (env.status == TR_HTTP_BODY_PARSE_ERROR)
     return respond_error(c, 400, -32700, env.why, NULL, NULL);
   if (env.status == TR_HTTP_BODY_INVALID) return respond_error(c, 400, -32600, env.why, NULL, NULL);
@@ -1524,16 +1870,15 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
       return respond_error(c, 400, -32600,
                            "Invalid Request: initialize must not be part of a batch", NULL, NULL);
     if (sid) {
-      if (tr_http_session_id_valid(sid, strlen(sid)) && session_find(h, sid, strlen(sid)))
+      if (tr_http_session_id_valid(sid, strlen(sid)) &&
+          session_find(h, sid, strlen(sid), c->principal))
         return respond_error(c, 400, -32600, "Invalid Request: Server already initialized", NULL,
                              NULL);
       return respond_error(c, 404, -32001, "Session not found", NULL, NULL);
     }
     ret = check_protocol_version(c, &ok);
     if (!ok) return ret;
-    if (h->n_sessions >= h->max_sessions && !session_evict_one(h))
-      return respond_error(c, 503, -32000, "Service Unavailable: too many sessions", "Retry-After",
-                           "5");
+    if (!session_make_room(c, &ret)) return ret;
     s = session_create(h, false, c->principal);
     if (!s)
       return respond_error(c, 503, -32000, "Service Unavailable: session refused", NULL, NULL);
@@ -1555,6 +1900,7 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
   hs_stream_t *st = stream_new(s, STREAM_POST);
   st->accept_json = c->accept_json;
   st->accept_sse = c->accept_sse;
+  if (c->req_id && env.requests == 1 && !env.batch) st->request_id = json_incref(c->req_id);
   if (!c->has_request) {
     st->mode = MODE_ACCEPTED;
     st->sink.closed = true;
@@ -1601,27 +1947,35 @@ static enum MHD_Result begin_post(hs_conn_t *c) {
   return MHD_YES;
 }
 
-/* The first call: everything that needs only the headers. */
-/* GET <path>/runs/<rest>: a file the server keeps, under the same Origin/Host/token checks
- * as the endpoint. */
+/* GET <path>/runs/<rest>: a file the server keeps for the request's principal, under the
+ * same Origin/Host/token checks as the endpoint.  Never a page of the server's origin: an
+ * attachment, not sniffed, and sandboxed should a browser render it anyway (its origin is
+ * then opaque, "null", which the Origin check refuses). */
 static enum MHD_Result download(hs_conn_t *c, const char *rest) {
   tr_http_t *h = c->h;
   int fd = -1;
   const char *mime = NULL;
   uint64_t size = 0;
-  if (!h->cbs.open_download || strstr(rest, "..") || h->cbs.open_download(h->data, rest, &fd, &mime, &size) < 0)
+  if (!h->cbs.open_download || strstr(rest, "..") ||
+      h->cbs.open_download(h->data, c->principal->name, rest, &fd, &mime, &size) < 0)
     return respond_error(c, 404, -32002, "Not Found: no such file (or it expired)", NULL, NULL);
   struct MHD_Response *r = mhd.create_response_from_fd64(size, fd);
   if (!r) {
     close(fd);
     return MHD_NO;
   }
+  char name[160];
+  tr_http_attachment_name(rest, strlen(rest), name, sizeof name);
+  cleanup_free char *disposition = xasprintf("attachment; filename=\"%s\"", name);
   mhd.add_response_header(r, "Content-Type", mime ? mime : "application/octet-stream");
+  mhd.add_response_header(r, "Content-Disposition", disposition);
   mhd.add_response_header(r, "Cache-Control", "no-store");
   mhd.add_response_header(r, "X-Content-Type-Options", "nosniff");
+  mhd.add_response_header(r, "Content-Security-Policy", "sandbox; default-src 'none'");
   return queue(c, 200, r);
 }
 
+/* The first call: everything that needs only the headers. */
 static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char *method) {
   tr_http_t *h = c->h;
   size_t path_len = strlen(h->path);
@@ -1748,6 +2102,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
   conn_detach(c, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+  if (c->get_stream) {
+    c->get_stream = false;
+    c->principal->streams--;
+  }
   hs_session_t *s = c->session;
   c->session = NULL;
   if (s) {
@@ -1904,6 +2262,10 @@ static char *sibling_path(const char *path, const char *name) {
 
 static void http_release(tr_http_t *h) {
   tr_http_tokens_free(h->tokens, h->n_tokens);
+  for (size_t i = 0; i < h->n_principals; i++) free(h->principals[i].name);
+  free(h->principals);
+  free(h->token_principal);
+  free(h->bound_host);
   cm_strv_free(h->allowed_hosts);
   cm_strv_free(h->allowed_origins);
   cm_strv_free(h->versions);
@@ -1950,11 +2312,35 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
     }
     explicit_bzero(text, len);
   }
+  /* One principal per distinct token name (two lines with one name are one tenant). */
+  h->principals = xcalloc(h->n_tokens ? h->n_tokens : 1, sizeof *h->principals);
+  h->token_principal = xcalloc(h->n_tokens ? h->n_tokens : 1, sizeof *h->token_principal);
+  if (!h->n_tokens) h->principals[h->n_principals++].name = xstrdup(HTTP_PRINCIPAL_LOCAL);
+  for (size_t i = 0; i < h->n_tokens; i++) {
+    size_t k = 0;
+    while (k < h->n_principals && strcmp(h->principals[k].name, h->tokens[i].name) != 0) k++;
+    if (k == h->n_principals) h->principals[h->n_principals++].name = xstrdup(h->tokens[i].name);
+    h->token_principal[i] = k;
+  }
+  h->max_sessions_per_principal = opts->max_sessions_per_principal;
+  h->max_streams_per_principal = opts->max_streams_per_principal;
+  h->max_replay_session = opts->max_replay_bytes_per_session ? opts->max_replay_bytes_per_session
+                                                             : TR_HTTP_REPLAY_SESSION_DEFAULT;
+  h->max_replay_total =
+      opts->max_replay_bytes ? opts->max_replay_bytes : TR_HTTP_REPLAY_TOTAL_DEFAULT;
   const char *host = opts->host && *opts->host ? opts->host : "127.0.0.1";
   if (listen_on(h, host, opts->port, h->n_tokens > 0 || opts->allow_insecure_remote, err) < 0) {
     http_release(h);
     free(h);
     return NULL;
+  }
+  h->loopback_origins = opts->loopback_origins == TR_HTTP_LOOPBACK_ORIGINS_ON ||
+                        (opts->loopback_origins == TR_HTTP_LOOPBACK_ORIGINS_AUTO && h->loopback);
+  if (strcmp(host, "0.0.0.0") != 0 && strcmp(host, "::") != 0) {
+    char name[TR_HTTP_HOST_MAX];
+    cleanup_free char *bracketed = strchr(host, ':') ? xasprintf("[%s]", host) : xstrdup(host);
+    if (tr_http_host_name(bracketed, strlen(bracketed), name, sizeof name) == 0)
+      h->bound_host = xstrdup(name);
   }
   if (!h->loopback && !h->tls)
     cm_warn(
@@ -2020,6 +2406,17 @@ uint16_t tr_http_port(const tr_http_t *h) {
   return h->port;
 }
 
+void tr_http_usage(const tr_http_t *h, const char *principal, tr_http_usage_t *out) {
+  memset(out, 0, sizeof *out);
+  for (size_t i = 0; h && principal && i < h->n_principals; i++) {
+    const hs_principal_t *p = &h->principals[i];
+    if (strcmp(p->name, principal) != 0) continue;
+    out->sessions = p->sessions;
+    out->streams = p->streams;
+    out->replay_bytes = p->replay_bytes;
+  }
+}
+
 void tr_http_shutdown(tr_http_t *h) {
   if (!h || h->shutting_down) return;
   h->shutting_down = true;
@@ -2066,6 +2463,7 @@ void tr_http_free(tr_http_t *h) {
     if (st->sink.refs == 0 && !st->conn) {
       while (st->head) event_remove(st, NULL, st->head);
       free(st->held);
+      json_decref(st->request_id);
       free(st);
     }
   }

@@ -80,13 +80,28 @@ void tr_stdio_free(tr_stdio_t *t);
  * GET <dir>/sse and POST <dir>/messages?sessionId=, where <dir> is path's parent
  * ("/mcp" -> "/sse" and "/messages"; "/a/mcp" -> "/a/sse" and "/a/messages").
  *
- * Checks, in order: Origin (403; absent is fine; allowed if its host is a loopback name or
- * an allowed host, or it equals an allowed origin), Host (403; only when bound to loopback
- * or when allowed_hosts is set), bearer token (401 + WWW-Authenticate), method (405 +
- * Allow), Content-Type (415), body size (413), JSON / JSON-RPC envelope (400 with -32700 /
- * -32600), Accept (406, lenient, requests only), session (400 without Mcp-Session-Id, 404
- * for an unknown one), MCP-Protocol-Version (400 unless in protocol_versions; absent is
- * fine).  Protocol errors are the router's: its answers pass through in 200 bodies.
+ * Checks, in order: Origin (403; absent is fine; see below), Host (403; only when bound to
+ * loopback or when allowed_hosts is set), bearer token (401 + WWW-Authenticate), method
+ * (405 + Allow), Content-Type (415), body size (413), JSON / JSON-RPC envelope (400 with
+ * -32700 / -32600), Accept (406, lenient, requests only), session (400 without
+ * Mcp-Session-Id, 404 for an unknown one), MCP-Protocol-Version (400 unless in
+ * protocol_versions; absent is fine).  Protocol errors are the router's: its answers pass
+ * through in 200 bodies.  The transport's own error answers are JSON-RPC errors that carry
+ * the id of the request when the body was a single request whose id could be read.
+ *
+ * Origins: one of allowed_origins (exactly); the server's own origin (its scheme and port,
+ * and a host the Host check accepts: a loopback name when bound to loopback, or an allowed
+ * host, or the bound address itself); or, with loopback_origins on, any http(s) origin on
+ * a loopback name (local web clients on other ports).  "null" (sandboxed pages, files) is
+ * never allowed.  CORS headers echo only an origin so accepted.
+ *
+ * Principals: a request's principal is the name of its bearer token, or "local" when
+ * there are no tokens.  A session belongs to the principal that opened it; a request of
+ * another principal naming it is answered exactly as for an unknown session (404
+ * "Session not found"), on every method and endpoint, Last-Event-ID resumption included.
+ * Per principal: at most max_sessions_per_principal sessions (the least recently used idle
+ * one of its own makes room, else 429 + Retry-After) and max_streams_per_principal GET
+ * streams open at once (429 + Retry-After).
  *
  * Answers: 202 for a body without requests; otherwise the form is chosen lazily: one
  * application/json body if the first thing sent is the final response, text/event-stream
@@ -98,15 +113,29 @@ void tr_stdio_free(tr_stdio_t *t);
  *
  * Sessions: a random UUIDv4 issued on a successful initialize; closed by DELETE (200),
  * after session_idle_ms with no request, open stream or running request, or at shutdown;
- * later 404.  At max_sessions the least recently used session with nothing open or
- * running is closed to make room; if there is none, initialize gets 503 + Retry-After. */
+ * later 404.  At max_sessions an idle session (nothing open or running) makes room: the
+ * least recently used one of the principal with the most sessions, taken only from the
+ * newcomer's own principal or from one holding more sessions than it; if there is none,
+ * initialize gets 503 + Retry-After.
+ *
+ * Replay memory: events kept for resumption count against max_replay_bytes_per_session
+ * and max_replay_bytes (all sessions).  Past either (for the latter, first the principal
+ * keeping the most, its largest session; of equals, the one idle the longest), events go
+ * in this order: progress
+ * and other droppable events and events already written once, of finished streams nobody
+ * reads (oldest first), then of the other streams; then whole finished streams nobody
+ * reads (oldest first).  A resumption of a stream that lost its response this way gets,
+ * in its place, a JSON-RPC error with the request's id saying so, and the stream ends.  On
+ * a stream a client is reading only droppable events and events already written go: what
+ * it has yet to read of the rest is the answer being delivered. */
 typedef struct tr_http tr_http_t;
 
 typedef struct tr_http_callbacks {
   /* A client sent initialize without a session: open a session.  `standalone` is where
    * messages not tied to a request go (the session's GET stream); the callee keeps a
-   * reference if it wants one.  `principal` names the bearer token that opened it (NULL
-   * without tokens).  Returns the caller's session object, or NULL to refuse. */
+   * reference if it wants one.  `principal` is who opened it (the bearer token's name, or
+   * "local" without tokens; valid during the call).  Returns the caller's session object,
+   * or NULL to refuse. */
   void *(*session_open)(void *data, tr_sink_t *standalone, const char *principal);
   /* One complete POST body for `session`.  Answers go to `reply`. */
   void (*on_message)(void *data, void *session, const char *buf, size_t len, tr_sink_t *reply);
@@ -114,11 +143,25 @@ typedef struct tr_http_callbacks {
   const char *(*session_protocol)(void *data, void *session);
   /* DELETE, idle expiry or shutdown: the session is gone (cancel what it runs). */
   void (*session_close)(void *data, void *session);
-  /* Optional: GET <path>/runs/<rest> downloads a file the server keeps (a run's output):
-   * opens it (fd read-only, the transport's to close) with its MIME type (static or owned by
-   * the server) and size; -1 when there is no such file. */
-  int (*open_download)(void *data, const char *rest, int *fd, const char **mime, uint64_t *size);
+  /* Optional: GET <path>/runs/<rest> downloads a file the server keeps (a run's output)
+   * for `principal`: opens it (fd read-only, the transport's to close) with its MIME type
+   * (static or owned by the server) and size; -1 when there is no such file for that
+   * principal (another's is no such file).  It is served as an attachment, with nosniff
+   * and a sandboxing Content-Security-Policy, never as a page of the server's origin. */
+  int (*open_download)(void *data, const char *principal, const char *rest, int *fd,
+                       const char **mime, uint64_t *size);
 } tr_http_callbacks_t;
+
+/* Whether http(s) origins on loopback names (any port) are accepted: AUTO = when the
+ * server is bound to a loopback address. */
+typedef enum tr_http_loopback_origins {
+  TR_HTTP_LOOPBACK_ORIGINS_AUTO = 0,
+  TR_HTTP_LOOPBACK_ORIGINS_ON,
+  TR_HTTP_LOOPBACK_ORIGINS_OFF,
+} tr_http_loopback_origins_t;
+
+#define TR_HTTP_REPLAY_SESSION_DEFAULT (16u << 20)
+#define TR_HTTP_REPLAY_TOTAL_DEFAULT (128u << 20)
 
 /* Everything is copied by tr_http_new (the PEM texts are only used during the call). */
 typedef struct tr_http_options {
@@ -137,7 +180,20 @@ typedef struct tr_http_options {
   uint64_t session_idle_ms;
   size_t max_connections;
   const char *const *protocol_versions; /* supported MCP-Protocol-Version values */
+  size_t max_sessions_per_principal;    /* 0 = no cap */
+  size_t max_streams_per_principal;     /* open GET streams; 0 = no cap */
+  size_t max_replay_bytes_per_session;  /* 0 = TR_HTTP_REPLAY_SESSION_DEFAULT */
+  size_t max_replay_bytes;              /* 0 = TR_HTTP_REPLAY_TOTAL_DEFAULT */
+  tr_http_loopback_origins_t loopback_origins;
 } tr_http_options_t;
+
+/* What one principal holds right now (check_environment). */
+typedef struct tr_http_usage {
+  size_t sessions;     /* open sessions */
+  size_t streams;      /* open GET streams */
+  size_t replay_bytes; /* kept for resumption in its sessions */
+} tr_http_usage_t;
+void tr_http_usage(const tr_http_t *h, const char *principal, tr_http_usage_t *out);
 
 /* Binds, starts serving and returns the transport; NULL with err set on a bad option, an
  * unreadable or empty token file, a refused address, a failed bind, or when

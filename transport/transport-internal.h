@@ -4,6 +4,8 @@
 #ifndef MPS_TRANSPORT_INTERNAL_H
 #define MPS_TRANSPORT_INTERNAL_H
 
+#include <jansson.h>
+
 #include "transport/tr.h"
 
 /* Longest host name we keep (a DNS name is at most 253 characters). */
@@ -27,6 +29,19 @@ int tr_http_host_name(const char *buf, size_t len, char *out, size_t out_size);
 /* The host name of an Origin value ("scheme://host[:port]"), as tr_http_host_name.
  * "null", user info, paths and empty hosts are refused (-1). */
 int tr_http_origin_host(const char *buf, size_t len, char *out, size_t out_size);
+
+/* An Origin value split into its scheme (lower-cased, at most 31 characters), host name
+ * (as tr_http_origin_host) and port (the scheme's default, 80 for http and 443 for https,
+ * when absent; 0 for another scheme without one).  Returns 0, or -1 as tr_http_origin_host. */
+int tr_http_origin_parse(const char *buf, size_t len, char scheme[32], char *host, size_t host_size,
+                         unsigned *port);
+
+/* The file name for "Content-Disposition: attachment" of a download path
+ * ("<run-id>/outputs/a%20b.html"): its last component, percent-decoded, with every byte
+ * outside [A-Za-z0-9._+-] replaced by '_', leading dots dropped, at most out_size - 1
+ * (and at most 128) bytes; "download" when nothing is left.  out is NUL-terminated, and
+ * the name never needs quoting or escaping in a quoted-string. */
+void tr_http_attachment_name(const char *buf, size_t len, char *out, size_t out_size);
 
 /* localhost, 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104 (a host name as returned above). */
 bool tr_http_loopback_name(const char *name);
@@ -79,11 +94,17 @@ typedef struct tr_http_envelope {
   bool batch;
   size_t requests, notifications, responses;
   bool initialize; /* some element is an initialize request */
-  char why[256];   /* the reason when status != OK */
+  /* A single message that is not a response and has a valid id (a string or an integer):
+   * that id (a new reference), also when the message is otherwise invalid, so that every
+   * error answer to it can carry it; NULL otherwise (batches, notifications, no id). */
+  json_t *id;
+  char why[256]; /* the reason when status != OK */
 } tr_http_envelope_t;
 
 /* Classifies a POST body with the router's envelope rules.  A batch's elements are only
- * counted (the router answers bad elements); a single message must be valid. */
+ * counted (the router answers bad elements); a single message must be valid.  Release
+ * out with tr_http_envelope_release. */
 void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out);
+void tr_http_envelope_release(tr_http_envelope_t *env);
 
 #endif

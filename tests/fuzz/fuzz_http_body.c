@@ -11,6 +11,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (env.status == TR_HTTP_BODY_OK && !env.batch &&
       env.requests + env.notifications + env.responses != 1)
     __builtin_trap();
+  /* An id comes back only for a single message, and only a string or an integer. */
+  if (env.id && (env.batch || !(json_is_string(env.id) || json_is_integer(env.id))))
+    __builtin_trap();
+  tr_http_envelope_release(&env);
   tr_http_token_t *tokens = NULL;
   size_t n = 0;
   cm_error_t err = CM_ERROR_INIT;

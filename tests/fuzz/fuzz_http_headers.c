@@ -16,6 +16,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)tr_http_loopback_name(name);
   }
   if (tr_http_origin_host(buf, size, name, sizeof name) == 0) (void)tr_http_loopback_name(name);
+  char scheme[32];
+  unsigned port;
+  if (tr_http_origin_parse(buf, size, scheme, name, sizeof name, &port) == 0 &&
+      (strlen(scheme) >= sizeof scheme || port > 65535))
+    __builtin_trap();
+  /* A download's attachment name: never empty, never anything a header would mind. */
+  char file[160];
+  tr_http_attachment_name(buf, size, file, sizeof file);
+  if (!file[0] || strlen(file) > 128) __builtin_trap();
+  for (const char *p = file; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '.' || *p == '_' || *p == '+' || *p == '-'))
+      __builtin_trap();
   uint64_t stream, seq;
   (void)tr_http_parse_event_id(buf, size, &stream, &seq);
   const char *tok;

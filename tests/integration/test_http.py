@@ -406,6 +406,14 @@ def test_bearer_tokens(make_http, tmp_path):
     st, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, sid)
     assert st == 401  # every request needs the token
     st, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, sid,
+                      headers={"Authorization": "bearer s3cret-alice"})
+    assert st == 200  # the scheme is case-insensitive
+    # another valid token is another principal: alice's session is not found for it
+    st, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, sid,
+                      headers={"Authorization": "bearer bob-token-123"})
+    assert st == 404
+    bob = s.initialize(headers={"Authorization": "Bearer bob-token-123"})
+    st, _, _ = s.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, bob,
                       headers={"Authorization": "bearer bob-token-123"})
     assert st == 200
     st, _, _ = s.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid})

@@ -98,6 +98,11 @@ static void test_parse_u64(void **state) {
   assert_int_equal(cm_parse_u64("", 1000, &v), -1);
   assert_int_equal(cm_parse_u64("-1", 1000, &v), -1);
   assert_int_equal(cm_parse_u64("99999999999999999999999", UINT64_MAX, &v), -1);
+  /* a max below one digit's value: max - digit must not wrap */
+  assert_int_equal(cm_parse_u64("1", 0, &v), -1);
+  assert_int_equal(cm_parse_u64("0", 0, &v), 0);
+  assert_int_equal(cm_parse_u64("7", 5, &v), -1);
+  assert_int_equal(cm_parse_u64("5", 5, &v), 0);
 }
 
 static void test_sha256(void **state) {

@@ -216,10 +216,105 @@ static void test_session_id(void **state) {
   assert_false(tr_http_session_id_valid(big, 129));
 }
 
+/* The envelope without its id (released here: these tests look at the rest). */
 static tr_http_envelope_t classify(const char *text) {
   tr_http_envelope_t env;
   tr_http_classify(text, strlen(text), &env);
+  tr_http_envelope_release(&env);
   return env;
+}
+
+/* The id classify gives back, as compact JSON, or "" for none. */
+static char *classify_id(const char *text) {
+  tr_http_envelope_t env;
+  tr_http_classify(text, strlen(text), &env);
+  char *out = env.id ? json_dumps(env.id, JSON_COMPACT | JSON_ENCODE_ANY) : xstrdup("");
+  tr_http_envelope_release(&env);
+  assert_null(env.id);
+  return out;
+}
+
+static void id_is(const char *text, const char *want) {
+  cleanup_free char *got = classify_id(text);
+  if (strcmp(got, want) != 0) fail_msg("'%s': id '%s', want '%s'", text, got, want);
+}
+
+/* Every error answer to a request whose id could be read carries it (issue 16.5). */
+static void test_classify_id(void **state) {
+  id_is("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", "1");
+  id_is("{\"jsonrpc\":\"2.0\",\"id\":\"a-b\",\"method\":\"initialize\",\"params\":{}}", "\"a-b\"");
+  /* invalid, but the id is readable */
+  id_is("{\"jsonrpc\":\"1.0\",\"id\":7,\"method\":\"a\"}", "7");
+  id_is("{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":9}", "8");
+  id_is("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"a\",\"params\":1}", "9");
+  id_is("{\"jsonrpc\":\"2.0\",\"id\":10}", "10");
+  /* none: no id, an invalid id, a notification, a response, a batch, not JSON */
+  id_is("{\"jsonrpc\":\"2.0\",\"method\":\"n\"}", "");
+  id_is("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"a\"}", "");
+  id_is("{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"a\"}", "");
+  id_is("{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"a\"}", "");
+  id_is("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}}", "");
+  id_is("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}]", "");
+  id_is("{\"jsonrpc\":\"2.0\",\"id\":1,", "");
+  id_is("5", "");
+}
+
+static void origin_parts_are(const char *v, const char *scheme, const char *host, unsigned port) {
+  char s[32], h[TR_HTTP_HOST_MAX];
+  unsigned p = 12345;
+  int rc = tr_http_origin_parse(v, strlen(v), s, h, sizeof h, &p);
+  if (!scheme) {
+    if (rc == 0) fail_msg("'%s' parsed as %s %s %u", v, s, h, p);
+    return;
+  }
+  if (rc != 0) fail_msg("'%s' refused", v);
+  assert_string_equal(s, scheme);
+  assert_string_equal(h, host);
+  assert_int_equal(p, port);
+}
+
+static void test_origin_parse(void **state) {
+  origin_parts_are("http://localhost:6274", "http", "localhost", 6274);
+  origin_parts_are("HTTPS://App.Example", "https", "app.example", 443);
+  origin_parts_are("http://127.0.0.1/", "http", "127.0.0.1", 80);
+  origin_parts_are("http://[::1]:3000", "http", "::1", 3000);
+  origin_parts_are("http://[::1]", "http", "::1", 80);
+  origin_parts_are("chrome-extension://abcdef", "chrome-extension", "abcdef", 0);
+  origin_parts_are("http://localhost:", "http", "localhost", 80);
+  origin_parts_are("null", NULL, NULL, 0);
+  origin_parts_are("http://localhost:0", NULL, NULL, 0);
+  origin_parts_are("http://localhost:65536", NULL, NULL, 0);
+  origin_parts_are("http://localhost:99999", NULL, NULL, 0);
+  origin_parts_are("http://a@localhost", NULL, NULL, 0);
+  origin_parts_are("abcdefghijklmnopqrstuvwxyzabcdefg://x", NULL, NULL, 0);
+}
+
+static void attachment_is(const char *rest, const char *want) {
+  char out[160];
+  tr_http_attachment_name(rest, strlen(rest), out, sizeof out);
+  if (strcmp(out, want) != 0) fail_msg("'%s' -> '%s', want '%s'", rest, out, want);
+}
+
+static void test_attachment_name(void **state) {
+  attachment_is("0123/outputs/report.html", "report.html");
+  attachment_is("0123/outputs/a%20b%22c.svg", "a_b_c.svg");
+  attachment_is("0123/outputs/%2e%2e%2fx", "_x");
+  attachment_is("0123/outputs/..evil", "evil");
+  attachment_is("0123/outputs/", "download");
+  attachment_is("", "download");
+  attachment_is("0123/outputs/%e2%82%ac.txt", "___.txt");
+  attachment_is("0123/outputs/bad%zz", "bad_zz");
+  attachment_is("0123/outputs/trail%4", "trail_4");
+  attachment_is("x\r\nSet-Cookie: a=b", "x__Set-Cookie__a_b");
+  char long_name[400] = "r/";
+  memset(long_name + 2, 'a', 300);
+  long_name[302] = '\0';
+  char out[160];
+  tr_http_attachment_name(long_name, strlen(long_name), out, sizeof out);
+  assert_int_equal(strlen(out), 128);
+  char tiny[4];
+  tr_http_attachment_name("r/abcdef", 8, tiny, sizeof tiny);
+  assert_string_equal(tiny, "abc");
 }
 
 static void test_classify(void **state) {
@@ -275,6 +370,7 @@ static void test_classify(void **state) {
   tr_http_envelope_t env;
   tr_http_classify(buf, strlen(buf) - 7, &env);
   assert_int_equal(env.status, TR_HTTP_BODY_OK);
+  tr_http_envelope_release(&env);
 }
 
 /* ---------------------------------------------------------------- a running server */
@@ -364,12 +460,14 @@ static void test_server_starts(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_accept),      cmocka_unit_test(test_media_type),
-      cmocka_unit_test(test_host),        cmocka_unit_test(test_origin),
-      cmocka_unit_test(test_loopback),    cmocka_unit_test(test_event_id),
-      cmocka_unit_test(test_sse_framing), cmocka_unit_test(test_bearer),
-      cmocka_unit_test(test_tokens),      cmocka_unit_test(test_session_id),
-      cmocka_unit_test(test_classify),    cmocka_unit_test(test_server_starts),
+      cmocka_unit_test(test_accept),        cmocka_unit_test(test_media_type),
+      cmocka_unit_test(test_host),          cmocka_unit_test(test_origin),
+      cmocka_unit_test(test_loopback),      cmocka_unit_test(test_event_id),
+      cmocka_unit_test(test_sse_framing),   cmocka_unit_test(test_bearer),
+      cmocka_unit_test(test_tokens),        cmocka_unit_test(test_session_id),
+      cmocka_unit_test(test_classify),      cmocka_unit_test(test_classify_id),
+      cmocka_unit_test(test_origin_parse),  cmocka_unit_test(test_attachment_name),
+      cmocka_unit_test(test_server_starts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,679 @@
+"""Tenants: the real binary over HTTP with two bearer tokens, alice and bob (and --profile lan
+where a finding was made with it).  Each test reproduces one of the findings 5-12 of issue 14
+(or item 5 of issue 16) and shows it closed: bob cannot use, list, read, download, resume,
+evict, cancel, delete or starve anything of alice's; replay memory stays bounded; output
+with NUL bytes arrives whole; error answers carry the request id.  Only 127.0.0.1 is ever
+contacted."""
+import base64
+import json
+import os
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import BACKEND, Server, wait_until
+from test_http import (ACCEPT_BOTH, LATEST, HttpServer, call_msg, messages, sse_events,
+                       sse_events_from_bytes)
+
+ALICE = {"Authorization": "Bearer tok-alice-0123456789"}
+BOB = {"Authorization": "Bearer tok-bob-9876543210"}
+UNKNOWN_SID = "5d6b8a9e-0000-4000-8000-000000000000"
+
+
+@pytest.fixture
+def tokens(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("alice: tok-alice-0123456789\nbob: tok-bob-9876543210\n")
+    return str(path)
+
+
+@pytest.fixture
+def make_tenants(tokens):
+    made = []
+
+    def make(*args, lan=True, backend="none", **kwargs):
+        argv = ["--auth-token-file", tokens, "--no-warm-cache", "--sandbox-backend", backend]
+        if lan:
+            argv += ["--profile", "lan"]
+        s = HttpServer(*argv, *args, **kwargs)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        assert s.close() == 0
+
+
+def result_of(h, body, req_id):
+    """The response to req_id in a JSON or SSE answer."""
+    if h.get("content-type", "").startswith("text/event-stream"):
+        msgs = [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == req_id]
+        assert msgs, body[:2000]
+        return msgs[0]
+    return json.loads(body)
+
+
+def execute(s, sid, auth, req_id, script, **args):
+    st, h, body = s.post(call_msg(req_id, script, **args), sid, headers=auth, version=LATEST)
+    assert st == 200, (st, body[:500])
+    msg = result_of(h, body, req_id)
+    assert "result" in msg, msg
+    return msg["result"]
+
+
+def rpc(s, sid, auth, req_id, method, params=None):
+    msg = {"jsonrpc": "2.0", "id": req_id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    st, h, body = s.post(msg, sid, headers=auth, version=LATEST)
+    return st, (result_of(h, body, req_id) if st == 200 else json.loads(body))
+
+
+def not_found_like_unknown(s, method, path, auth, sid, body=None, extra=None):
+    """The answer for another principal's session id is the very answer for an id that
+    never existed: same status, same body (no oracle)."""
+    answers = []
+    for session in (sid, UNKNOWN_SID):
+        hdrs = {"Accept": ACCEPT_BOTH, "Content-Type": "application/json", **auth, **(extra or {})}
+        if session is not None:
+            hdrs["Mcp-Session-Id"] = session
+        st, h, data = s.request(method, path, body, hdrs)
+        answers.append((st, data))
+    assert answers[0] == answers[1], answers
+    assert answers[0][0] == 404, answers
+    return json.loads(answers[0][1])
+
+
+WRITES_BIN = ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+              "open('outputs/data.bin', 'wb').write(bytes(range(256)) * 64)\n")
+
+
+def link_of(result):
+    links = [c for c in result["content"] if c["type"] == "resource_link"]
+    assert links, result["content"]
+    return links[0]["uri"]
+
+
+# ================================================================ finding 5: sessions
+
+def test_sessions_are_bound_to_their_token(make_tenants):
+    s = make_tenants()
+    a = s.initialize(headers=ALICE)
+    s.initialize(headers=BOB)
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    # bob, with his own token and alice's session id: every method is "Session not found"
+    err = not_found_like_unknown(s, "POST", "/mcp", BOB, a, json.dumps(ping).encode())
+    assert err == {"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": "Session not found"}}
+    for msg in (call_msg(2, "print('bob was here')"),
+                {"jsonrpc": "2.0", "id": 3, "method": "resources/list"},
+                {"jsonrpc": "2.0", "id": 4, "method": "tools/list"},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"}):
+        not_found_like_unknown(s, "POST", "/mcp", BOB, a, json.dumps(msg).encode())
+    # initialize naming her session: as for an unknown one (404), not "already initialized"
+    init = {"jsonrpc": "2.0", "id": 5, "method": "initialize",
+            "params": {"protocolVersion": LATEST, "capabilities": {}}}
+    not_found_like_unknown(s, "POST", "/mcp", BOB, a, json.dumps(init).encode())
+    # GET (standalone stream), DELETE
+    not_found_like_unknown(s, "GET", "/mcp", BOB, a, extra={"Accept": "text/event-stream"})
+    not_found_like_unknown(s, "DELETE", "/mcp", BOB, a)
+    # ... and her session lives on, her own requests work
+    st, r = rpc(s, a, ALICE, 6, "ping")
+    assert st == 200 and r["result"] == {}
+    c = s.connect()
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": a, **ALICE})
+    resp = c.getresponse()
+    assert resp.status == 200
+    c.close()
+    assert s.request("DELETE", "/mcp", headers={"Mcp-Session-Id": a, **ALICE})[0] == 200
+
+
+def test_bob_cannot_cancel_or_resume_alices_call(make_tenants):
+    s = make_tenants()
+    a = s.initialize(headers=ALICE)
+    b = s.initialize(headers=BOB)
+    script = "import time\nfor i in range(6):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\n"
+    c, r = s.open_stream(call_msg(7, script, token="p"), a, headers=ALICE)
+    it = sse_events(r)
+    seen = []
+    for ev in it:
+        seen.append(ev)
+        if len(messages(seen)) >= 2:
+            break
+    last_id = seen[-1]["id"]
+    # alice's client goes away mid-stream (not a cancellation)
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    # bob tries to cancel her request, in her session and in his own
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
+    not_found_like_unknown(s, "POST", "/mcp", BOB, a, json.dumps(cancel).encode())
+    assert s.post(cancel, b, headers=BOB)[0] == 202
+    # ... and to resume her stream
+    not_found_like_unknown(s, "GET", "/mcp", BOB, a,
+                           extra={"Accept": "text/event-stream", "Last-Event-ID": last_id})
+    # alice resumes: the call ran to its end, nothing lost
+    c2 = s.connect()
+    c2.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": a,
+                                       "Last-Event-ID": last_id, **ALICE})
+    r2 = c2.getresponse()
+    assert r2.status == 200
+    msgs = messages(seen + list(sse_events(r2)))
+    c2.close()
+    final = [m for m in msgs if m.get("id") == 7]
+    assert final and final[0]["result"]["structuredContent"]["exit_code"] == 0
+    text = "".join(m["params"]["message"] for m in msgs if m.get("method") == "notifications/progress")
+    assert text == "".join(f"tick {i}\n" for i in range(6))
+
+
+def test_legacy_sessions_are_bound_to_their_token(make_tenants):
+    s = make_tenants()
+    c = s.connect()
+    c.request("GET", "/sse", headers={"Accept": "text/event-stream", **ALICE})
+    r = c.getresponse()
+    assert r.status == 200
+    ev = next(sse_events(r))
+    url = ev["data"]
+    sid = re.fullmatch(r"/messages\?sessionId=([0-9a-f-]{36})", url).group(1)
+    body = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    hdrs = {"Content-Type": "application/json"}
+    theirs = s.request("POST", url, body, {**hdrs, **BOB})
+    unknown = s.request("POST", "/messages?sessionId=" + UNKNOWN_SID, body, {**hdrs, **BOB})
+    assert theirs[0] == unknown[0] == 404 and theirs[2] == unknown[2]
+    assert json.loads(theirs[2])["id"] == 1
+    # alice's own POST is accepted and answered on her stream
+    assert s.request("POST", url, json.dumps(
+        {"jsonrpc": "2.0", "id": 2, "method": "initialize",
+         "params": {"protocolVersion": "2024-11-05", "capabilities": {}}}).encode(),
+        {**hdrs, **ALICE})[0] == 202
+    assert json.loads(next(sse_events(r))["data"])["id"] == 2
+    c.close()
+
+
+# ================================================================ finding 6: artifacts
+
+def test_artifacts_are_bound_to_their_token(make_tenants):
+    s = make_tenants()
+    a = s.initialize(headers=ALICE)
+    b = s.initialize(headers=BOB)
+    uri = link_of(execute(s, a, ALICE, 1, WRITES_BIN))
+    fake = "sandbox://runs/" + "0" * 32 + "/outputs/data.bin"
+    # resources/read: bob gets exactly what an unknown URI gets
+    _, mine = rpc(s, b, BOB, 2, "resources/read", {"uri": uri})
+    _, unknown = rpc(s, b, BOB, 2, "resources/read", {"uri": fake})
+    assert mine["error"]["code"] == unknown["error"]["code"] == -32002
+    assert mine["error"]["message"] == unknown["error"]["message"].replace(fake, uri)
+    assert mine["error"]["data"] == {"uri": uri}
+    # resources/list: one principal's artifacts only; its cursors tell nothing of others'
+    assert rpc(s, b, BOB, 3, "resources/list")[1]["result"]["resources"] == []
+    assert rpc(s, b, BOB, 3, "resources/list", {"cursor": "a1"})[1]["error"] == \
+        rpc(s, b, BOB, 3, "resources/list", {"cursor": "a999"})[1]["error"]
+    listed = rpc(s, a, ALICE, 4, "resources/list")[1]["result"]["resources"]
+    assert [r["uri"] for r in listed] == [uri]
+    # ... also in another session of alice's
+    a2 = s.initialize(headers=ALICE)
+    assert [r["uri"] for r in rpc(s, a2, ALICE, 5, "resources/list")[1]["result"]["resources"]] == [uri]
+    # the download URL: bob's answer is the answer for a file that does not exist
+    path = "/mcp/runs/" + uri[len("sandbox://runs/"):]
+    theirs = s.request("GET", path, headers=BOB)
+    unknown = s.request("GET", "/mcp/runs/" + fake[len("sandbox://runs/"):], headers=BOB)
+    assert theirs[0] == unknown[0] == 404 and theirs[2] == unknown[2]
+    st, _, data = s.request("GET", path, headers=ALICE)
+    assert st == 200 and data == bytes(range(256)) * 64
+    assert rpc(s, a, ALICE, 6, "resources/read", {"uri": uri})[1]["result"]["contents"][0]["uri"] == uri
+
+
+# ================================================================ issue 16, item 5: error ids
+
+def test_transport_errors_carry_the_request_id(make_tenants):
+    s = make_tenants(lan=False)
+    a = s.initialize(headers=ALICE)
+
+    def post_raw(body, sid=a, headers=None, version=None):
+        hdrs = {"Accept": ACCEPT_BOTH, "Content-Type": "application/json", **ALICE, **(headers or {})}
+        if sid:
+            hdrs["Mcp-Session-Id"] = sid
+        if version:
+            hdrs["MCP-Protocol-Version"] = version
+        st, _, data = s.request("POST", "/mcp", body if isinstance(body, bytes) else json.dumps(body).encode(), hdrs)
+        return st, json.loads(data)
+
+    cases = [
+        # (body, sid, extra headers, version) -> status
+        ({"jsonrpc": "1.0", "id": 11, "method": "ping"}, a, None, None, 400),
+        ({"jsonrpc": "2.0", "id": "s-12", "method": 5}, a, None, None, 400),
+        ({"jsonrpc": "2.0", "id": 13}, a, None, None, 400),
+        ({"jsonrpc": "2.0", "id": 14, "method": "ping"}, None, None, None, 400),
+        ({"jsonrpc": "2.0", "id": 15, "method": "ping"}, UNKNOWN_SID, None, None, 404),
+        ({"jsonrpc": "2.0", "id": 16, "method": "ping"}, a, None, "1999-01-01", 400),
+        ({"jsonrpc": "2.0", "id": 17, "method": "ping"}, a, {"Accept": "text/html"}, None, 406),
+        ({"jsonrpc": "2.0", "id": 18, "method": "initialize", "params": {"protocolVersion": LATEST}},
+         a, None, None, 400),
+    ]
+    for body, sid, hdrs, version, want in cases:
+        st, answer = post_raw(body, sid, hdrs, version)
+        assert st == want, (body, st, answer)
+        assert answer["id"] == body["id"], (body, answer)
+        assert "error" in answer
+    # nothing to read an id from: null
+    st, answer = post_raw(b'{"jsonrpc":"2.0","id":19,')
+    assert st == 400 and answer["id"] is None and answer["error"]["code"] == -32700
+    st, answer = post_raw([{"jsonrpc": "2.0", "id": 20, "method": "ping"}])
+    assert st == 400 and answer["id"] is None
+    # the router's own errors too: nesting too deep for it
+    deep = b'{"jsonrpc":"2.0","id":21,"method":"ping","params":{"a":' + b"[" * 80 + b"]" * 80 + b"}}"
+    st, answer = post_raw(deep)
+    assert st == 200 and answer["id"] == 21 and answer["error"]["code"] == -32600
+
+
+def test_router_errors_carry_the_request_id_on_stdio(make_server):
+    s = make_server()
+    s.initialize()
+    s.send_raw(b'{"jsonrpc":"2.0","id":"deep","method":"ping","params":{"a":' + b"[" * 80 + b"]" * 80 + b"}}\n")
+    r = s.recv()
+    assert r["id"] == "deep" and r["error"]["code"] == -32600
+    for raw, rid in ((b'{"jsonrpc":"1.0","id":31,"method":"ping"}', 31),
+                     (b'{"jsonrpc":"2.0","id":32,"method":"ping","params":3}', 32),
+                     (b'{"jsonrpc":"2.0","id":33}', 33),
+                     (b'{"jsonrpc":"2.0","id":34,"method":"nope"}', 34)):
+        s.send_raw(raw + b"\n")
+        r = s.recv()
+        assert r["id"] == rid and "error" in r, r
+    assert s.request("ping", req_id="after")["result"] == {}
+
+
+# ================================================================ finding 9: execution slots
+
+def share(s, sid, auth):
+    """check_environment's view of the caller's own share."""
+    st, msg = rpc(s, sid, auth, "env", "tools/call", {"name": "check_environment", "arguments": {}})
+    assert st == 200, msg
+    return msg["result"]["structuredContent"]["tenant"]
+
+
+def cancel(s, sid, auth, req_id):
+    s.post({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": req_id, "reason": "test over"}}, sid, headers=auth)
+
+
+@pytest.mark.parametrize("backend", [BACKEND])
+def test_one_token_cannot_starve_another(make_tenants, backend):
+    s = make_tenants(backend=backend)  # --profile lan: 4 slots, 2 calls per session
+    a1, a2, a3 = (s.initialize(headers=ALICE) for _ in range(3))
+    b = s.initialize(headers=BOB)
+    sleeper = "import time\nprint('alice', flush=True)\ntime.sleep(100)\n"
+    open_calls = []
+    for req_id, sid in ((1, a1), (2, a1), (3, a2), (4, a2)):
+        c, r = s.open_stream(call_msg(req_id, sleeper, token=f"a{req_id}", timeout_seconds=110), sid,
+                             headers=ALICE)
+        assert r.status == 200
+        open_calls.append((req_id, sid, c, r))
+    # bob is served now, while every call of alice's is still there (no answer yet); before,
+    # he waited behind her four for a slot
+    res = execute(s, b, BOB, 9, "print('bob')")
+    assert res["structuredContent"]["stdout"] == "bob\n", res
+    # alice holds two slots; her other two calls wait behind her own runs, and said so
+    mine = share(s, a3, ALICE)["executions"]
+    assert mine == {"calls": 4, "calls_max": 4, "running": 2, "running_max": 2, "queued": 2}, mine
+    # a fifth call of hers is refused at once, naming the cap
+    res = execute(s, a3, ALICE, 5, "print('too many')")
+    assert res["isError"] and "--max-token-concurrent" in res["content"][0]["text"]
+    notes = []
+    for req_id, sid, c, r in open_calls[2:]:
+        ev = next(e for e in sse_events(r) if e.get("data"))
+        notes.append(json.loads(ev["data"])["params"]["message"])
+    assert all("--max-token-running" in n for n in notes), notes
+    for req_id, sid, c, r in open_calls:
+        cancel(s, sid, ALICE, req_id)
+    for req_id, sid, c, r in open_calls:
+        assert not [m for m in messages(sse_events(r)) if m.get("id") == req_id]  # cancelled: no answer
+        c.close()
+    assert wait_until(lambda: share(s, a3, ALICE)["executions"]["calls"] == 0, 30)
+
+
+def test_waiting_calls_are_admitted_in_turn(make_tenants, tmp_path):
+    """One slot: alice queues three calls, then bob one; bob's runs second, not fourth."""
+    s = make_tenants("--max-concurrent", "1", lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    barrier = tmp_path / "go"
+    first = ("import os, time\nprint('START', time.time(), flush=True)\n"
+             f"while not os.path.exists({str(barrier)!r}):\n    time.sleep(0.02)\n")
+    quick = "import time\nprint('START', time.time(), flush=True)\n"
+    results = {}
+
+    def run(req_id, sid, auth, script):
+        results[req_id] = execute(s, sid, auth, req_id, script)["structuredContent"]
+    threads = []
+
+    def start(req_id, sid, auth, script):
+        t = threading.Thread(target=run, args=(req_id, sid, auth, script))
+        t.start()
+        threads.append(t)
+    start("a1", a, ALICE, first)
+    assert wait_until(lambda: share(s, a, ALICE)["executions"]["running"] == 1, 30)
+    start("a2", a, ALICE, quick)
+    assert wait_until(lambda: share(s, a, ALICE)["executions"]["queued"] == 1, 30)
+    start("a3", a, ALICE, quick)
+    assert wait_until(lambda: share(s, a, ALICE)["executions"]["queued"] == 2, 30)
+    start("b1", b, BOB, quick)
+    assert wait_until(lambda: share(s, b, BOB)["executions"]["queued"] == 1, 30)
+    barrier.write_text("")
+    for t in threads:
+        t.join(60)
+    assert set(results) == {"a1", "a2", "a3", "b1"}
+    order = sorted(results, key=lambda k: float(results[k]["stdout"].split()[1]))
+    assert order == ["a1", "b1", "a2", "a3"], order
+
+
+# ================================================================ finding 7: the session pool
+
+def test_one_token_cannot_evict_anothers_idle_session(make_tenants):
+    s = make_tenants("--max-sessions", "16", lan=False)
+    b = s.initialize(headers=BOB)
+    mine = [s.initialize(headers=ALICE) for _ in range(60)]
+    # at the cap alice's own idle sessions made room, least recently used first
+    assert rpc(s, b, BOB, 1, "ping")[0] == 200
+    assert rpc(s, mine[-1], ALICE, 2, "ping")[0] == 200
+    assert rpc(s, mine[0], ALICE, 3, "ping")[0] == 404
+
+
+def test_one_token_cannot_hold_every_session(make_tenants):
+    s = make_tenants("--max-sessions", "40")  # lan: 32 sessions per token
+    held, refused = [], []
+    for _ in range(40):
+        st, h, body = s.post({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                              "params": {"protocolVersion": LATEST, "capabilities": {}}}, headers=ALICE)
+        if st != 200:
+            refused.append((st, h, json.loads(body)))
+            continue
+        sid = h["mcp-session-id"]
+        c = s.connect()  # a GET stream keeps the session in use: it cannot be evicted
+        c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid, **ALICE})
+        assert c.getresponse().status == 200
+        held.append(c)
+    # bob still gets in
+    b = s.initialize(headers=BOB)
+    assert rpc(s, b, BOB, 1, "ping")[0] == 200
+    assert len(held) == 32
+    st, h, answer = refused[0]
+    assert st == 429 and h["retry-after"] and "--max-sessions-per-token" in answer["error"]["message"]
+    assert share(s, b, BOB)["http"]["sessions"] == 1
+    for c in held:
+        c.close()
+
+
+def test_streams_per_token(make_tenants):
+    s = make_tenants("--max-streams-per-token", "2")
+    sids = [s.initialize(headers=ALICE) for _ in range(3)]
+    held = []
+    for sid in sids[:2]:
+        c = s.connect()
+        c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid, **ALICE})
+        assert c.getresponse().status == 200
+        held.append(c)
+    st, h, body = s.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sids[2],
+                                                    **ALICE})
+    assert st == 429 and "retry-after" in h and "--max-streams-per-token" in json.loads(body)["error"]["message"]
+    assert share(s, sids[2], ALICE)["http"]["streams"] == 2
+    # bob's are his own
+    b = s.initialize(headers=BOB)
+    c = s.connect()
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": b, **BOB})
+    assert c.getresponse().status == 200
+    held.append(c)
+    # a closed stream gives its place back
+    held[0].close()
+    assert wait_until(lambda: share(s, sids[2], ALICE)["http"]["streams"] == 1, 10)
+    c = s.connect()
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sids[2], **ALICE})
+    assert c.getresponse().status == 200
+    held.append(c)
+    for c in held:
+        c.close()
+
+
+# ================================================================ finding 8: the artifact store
+
+def writes(name, size, seed):
+    return ("import os, random\nos.makedirs('outputs', exist_ok=True)\n"
+            f"random.seed({seed})\nopen('outputs/{name}', 'wb').write(random.randbytes({size}))\n")
+
+
+def expected(size, seed):
+    import random
+    random.seed(seed)
+    return random.randbytes(size)
+
+
+def test_one_token_cannot_evict_anothers_artifacts(make_tenants):
+    s = make_tenants("--max-artifact-store-bytes", "3M", "--max-artifact-bytes", "1M", lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    bobs = link_of(execute(s, b, BOB, 1, writes("bob.bin", 600_000, 1)))
+    alices = [link_of(execute(s, a, ALICE, 10 + i, writes("a.bin", 900_000, 10 + i))) for i in range(6)]
+    # the store is over its cap at each of alice's runs from the third on: hers go, oldest first
+    read = rpc(s, b, BOB, 2, "resources/read", {"uri": bobs})[1]
+    assert base64.b64decode(read["result"]["contents"][0]["blob"]) == expected(600_000, 1)
+    assert "error" in rpc(s, a, ALICE, 3, "resources/read", {"uri": alices[0]})[1]
+    assert "result" in rpc(s, a, ALICE, 4, "resources/read", {"uri": alices[-1]})[1]
+    assert share(s, a, ALICE)["artifacts"]["bytes"] <= 3 * 1024 * 1024 - 600_000
+
+
+def test_artifact_bytes_per_token(make_tenants):
+    s = make_tenants("--max-artifact-bytes-per-token", "2M", "--max-artifact-bytes", "1M", lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    bobs = link_of(execute(s, b, BOB, 1, writes("bob.bin", 900_000, 1)))
+    results = [execute(s, a, ALICE, 10 + i, writes("a.bin", 900_000, 10 + i)) for i in range(3)]
+    # her third run dropped her first (not bob's), and said so
+    assert "--max-artifact-bytes-per-token" in results[2]["content"][0]["text"]
+    assert "error" in rpc(s, a, ALICE, 2, "resources/read", {"uri": link_of(results[0])})[1]
+    assert "result" in rpc(s, b, BOB, 3, "resources/read", {"uri": bobs})[1]
+    mine = share(s, a, ALICE)["artifacts"]
+    assert mine["files"] == 2 and mine["bytes"] == 1_800_000 and mine["bytes_max"] == 2 * 1024 * 1024
+
+
+def test_an_artifact_being_downloaded_survives_its_eviction(make_tenants):
+    s = make_tenants("--max-artifact-store-bytes", "12M", "--max-artifact-bytes", "10M", lan=False)
+    a = s.initialize(headers=ALICE)
+    size = 8 << 20
+    uri = link_of(execute(s, a, ALICE, 1, writes("big.bin", size, 7)))
+    c = s.connect()
+    c.request("GET", "/mcp/runs/" + uri[len("sandbox://runs/"):], headers=ALICE)
+    r = c.getresponse()
+    assert r.status == 200
+    head = r.read(1000)
+    # the next run pushes it out of the store while the download is under way
+    execute(s, a, ALICE, 2, writes("big2.bin", size, 8))
+    assert "error" in rpc(s, a, ALICE, 3, "resources/read", {"uri": uri})[1]
+    assert head + r.read() == expected(size, 7)
+    c.close()
+
+
+# ================================================================ finding 10: replay memory
+
+BIG_ANSWER = ("import os, time\nprint('go', flush=True)\ntime.sleep(0.2)\n"
+              "os.makedirs('outputs', exist_ok=True)\n"
+              "for i in range(3):\n"
+              "    open(f'outputs/img{i}.png', 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + os.urandom(600000))\n")
+
+
+def abandon(s, sid, auth, req_id):
+    """A streamed call whose client hangs up after the first output: its answer (about
+    2.4 MB: three inline images) waits for a resumption that never comes."""
+    c, r = s.open_stream(call_msg(req_id, BIG_ANSWER, token=f"t{req_id}"), sid, headers=auth)
+    assert r.status == 200
+    last = None
+    for ev in sse_events(r):
+        last = ev.get("id", last)
+        if ev.get("data") and "go" in json.loads(ev["data"]).get("params", {}).get("message", ""):
+            break
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    return last
+
+
+def test_abandoned_streams_keep_replay_memory_bounded(make_tenants):
+    bound = 8 << 20
+    s = make_tenants("--max-concurrent", "1", "--max-replay-bytes-per-session", "4M",
+                     "--max-replay-bytes", "8M", lan=False)
+    sanitized = s.sanitized()
+
+    def round_(n_sessions=6, per_session=4):
+        out = []
+        for _ in range(n_sessions):
+            sid = s.initialize(headers=ALICE)
+            for k in range(per_session):
+                out.append((sid, k, abandon(s, sid, ALICE, k)))
+        assert wait_until(lambda: share(s, out[-1][0], ALICE)["executions"]["calls"] == 0, 60)
+        return out
+    round_()
+    before = s.rss_kib()
+    streams = round_()
+    after = s.rss_kib()
+    http = share(s, streams[-1][0], ALICE)["http"]
+    assert http["replay_bytes"] <= bound and http["replay_bytes_max"] == bound, http
+    assert "replay memory over its limit" in s.stderr_text()
+    if not sanitized:
+        # unbounded, the second round alone kept 24 answers of 2.4 MB (58 MB)
+        assert after - before < 24 * 1024, (before, after)
+    # a client resuming a stream whose answer was dropped is told so, with its request id,
+    # and the stream ends (no hang)
+    sid, k, last = streams[0]
+    c = s.connect(timeout=20)
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid,
+                                      "Last-Event-ID": last, **ALICE})
+    r = c.getresponse()
+    assert r.status == 200
+    msgs = messages(list(sse_events(r)))
+    c.close()
+    assert len(msgs) == 1 and msgs[0]["id"] == k and "Response lost" in msgs[0]["error"]["message"], msgs
+    # the newest answer is still there, whole
+    sid, k, last = streams[-1]
+    c = s.connect(timeout=20)
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid,
+                                      "Last-Event-ID": last, **ALICE})
+    msgs = messages(list(sse_events(c.getresponse())))
+    c.close()
+    final = [m for m in msgs if m.get("id") == k]
+    assert final and len([b for b in final[0]["result"]["content"] if b["type"] == "image"]) == 3
+
+
+# ================================================================ finding 12: NUL bytes
+
+NUL_SCRIPT = ("import sys\nsys.stdout.write('before\\x00after\\n')\nsys.stdout.flush()\n"
+              "sys.stderr.buffer.write(b'err\\x00or \\xff tail\\n')\n")
+
+
+def test_output_with_nul_bytes_arrives_whole(make_tenants):
+    s = make_tenants()
+    a = s.initialize(headers=ALICE)
+    c, r = s.open_stream(call_msg(1, NUL_SCRIPT, token="n"), a, headers=ALICE)
+    msgs = messages(list(sse_events(r)))
+    c.close()
+    res = [m for m in msgs if m.get("id") == 1][0]["result"]
+    sc = res["structuredContent"]
+    assert sc["stdout"] == "before\x00after\n"
+    assert sc["stderr"] == "err\x00or \ufffd tail\n"  # invalid UTF-8 is U+FFFD, as ever
+    assert sc["truncated"] is False and sc["stdout_bytes"] == 13 and sc["stderr_bytes"] == 14
+    text = res["content"][0]["text"]
+    assert "--- stdout ---\nbefore\x00after\n" in text and "err\x00or \ufffd tail" in text
+    streamed = "".join(m["params"]["message"] for m in msgs if m.get("method") == "notifications/progress")
+    assert "before\x00after\n" in streamed
+
+
+def test_cut_output_with_nul_bytes_keeps_its_head_and_tail(make_tenants):
+    s = make_tenants()  # lan: 65536 bytes kept per stream
+    a = s.initialize(headers=ALICE)
+    script = ("import sys\nsys.stdout.write('HEAD\\x00' + 'x\\x00' * 100000 + '\\x00TAIL\\n')\n")
+    sc = execute(s, a, ALICE, 1, script)["structuredContent"]
+    assert sc["truncated"] is True and sc["stdout_bytes"] == 5 + 200000 + 6
+    assert sc["stdout"].startswith("HEAD\x00x\x00") and sc["stdout"].endswith("x\x00\x00TAIL\n")
+    assert "[truncated at 64KB]" in sc["stdout"] and "200011 bytes in all" in sc["stdout"]
+    assert len(sc["stdout"].encode()) <= 65536
+
+
+# ================================================================ finding 11: active content, origins
+
+ACTIVE = ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+          "open('outputs/page.html', 'w').write('<script>fetch(\"/mcp\")</script>' + 'x' * 40000)\n"
+          "open('outputs/pic.svg', 'w').write('<svg xmlns=\"http://www.w3.org/2000/svg\"><script>1</script></svg>')\n")
+
+
+def test_downloads_are_attachments_in_a_sandbox(make_tenants):
+    s = make_tenants()
+    a = s.initialize(headers=ALICE)
+    res = execute(s, a, ALICE, 1, ACTIVE)
+    files = {f["path"]: f for f in res["structuredContent"]["files"]}
+    # images are still recognised by their bytes for MCP content
+    assert any(c["type"] == "image" and c["mimeType"] == "image/svg+xml" for c in res["content"])
+    for path, name in (("outputs/page.html", "page.html"), ("outputs/pic.svg", "pic.svg")):
+        uri = files[path]["uri"]
+        st, h, body = s.request("GET", "/mcp/runs/" + uri[len("sandbox://runs/"):], headers=ALICE)
+        assert st == 200
+        assert h["content-disposition"] == f'attachment; filename="{name}"'
+        assert h["x-content-type-options"] == "nosniff"
+        assert h["content-security-policy"] == "sandbox; default-src 'none'"
+        assert h["cache-control"] == "no-store"
+    # a page from an artifact that a browser renders anyway has the opaque origin "null"
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": LATEST, "capabilities": {}}}
+    st, h, _ = s.post(init, headers={"Origin": "null", **ALICE})
+    assert st == 403 and "access-control-allow-origin" not in h
+
+
+def origin_answer(s, origin, auth=ALICE):
+    st, h, _ = s.post({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                       "params": {"protocolVersion": LATEST, "capabilities": {}}},
+                      headers={"Origin": origin, **auth})
+    return st, h.get("access-control-allow-origin")
+
+
+def test_origin_rule_on_a_shared_box(make_tenants):
+    s = make_tenants("--allowed-origins", "https://app.example")  # lan: loopback origins off
+    own = f"http://127.0.0.1:{s.port}"
+    assert origin_answer(s, own) == (200, own)
+    assert origin_answer(s, f"http://localhost:{s.port}") == (200, f"http://localhost:{s.port}")
+    assert origin_answer(s, "https://app.example") == (200, "https://app.example")
+    for foreign in ("http://localhost:9999", "http://127.0.0.1:8080", f"https://127.0.0.1:{s.port}",
+                    "http://evil.example", "null", f"ftp://127.0.0.1:{s.port}"):
+        assert origin_answer(s, foreign) == (403, None), foreign
+    # the download endpoint follows the same rule
+    st, h, _ = s.request("GET", "/mcp/runs/" + "0" * 32 + "/outputs/x", headers={"Origin": "http://localhost:9999",
+                                                                                **ALICE})
+    assert st == 403 and "access-control-allow-origin" not in h
+
+
+def test_loopback_origins_for_local_web_clients(make_tenants):
+    s = make_tenants(lan=False)  # bound to loopback: local web clients on any port (auto)
+    assert origin_answer(s, "http://localhost:6274") == (200, "http://localhost:6274")
+    assert origin_answer(s, "http://[::1]:3000") == (200, "http://[::1]:3000")
+    assert origin_answer(s, "http://evil.example") == (403, None)
+    off = make_tenants("--loopback-origins", "off", lan=False)
+    assert origin_answer(off, "http://localhost:6274") == (403, None)
+    assert origin_answer(off, f"http://127.0.0.1:{off.port}") == (200, f"http://127.0.0.1:{off.port}")
+
+
+def resume(s, sid, auth, last):
+    c = s.connect(timeout=20)
+    c.request("GET", "/mcp", headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid,
+                                      "Last-Event-ID": last, **auth})
+    msgs = messages(list(sse_events(c.getresponse())))
+    c.close()
+    return msgs
+
+
+def test_replay_memory_is_taken_from_the_token_keeping_the_most(make_tenants):
+    s = make_tenants("--max-concurrent", "1", "--max-replay-bytes", "6M", lan=False)
+    b = s.initialize(headers=BOB)
+    bobs = abandon(s, b, BOB, 1)
+    assert wait_until(lambda: share(s, b, BOB)["executions"]["calls"] == 0, 60)
+    alices = []
+    for k in range(4):
+        a = s.initialize(headers=ALICE)
+        alices.append((a, k, abandon(s, a, ALICE, k)))
+    assert wait_until(lambda: share(s, alices[-1][0], ALICE)["executions"]["calls"] == 0, 60)
+    # alice's four answers (each as large as bob's, in sessions as large as his) put the box
+    # over its bound: hers went, bob's (idle the longest) is still there
+    final = [m for m in resume(s, b, BOB, bobs) if m.get("id") == 1]
+    assert final and "result" in final[0], final
+    a, k, last = alices[0]
+    assert "Response lost" in resume(s, a, ALICE, last)[0]["error"]["message"]
