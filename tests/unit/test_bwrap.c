@@ -27,7 +27,6 @@
 #define UNUSED __attribute__((unused))
 #define SYSTEM_PYTHON "/usr/bin/python3"
 #define UID_BASE 2000000000u
-#define BUILDER_UID 1999999999u
 /* The 4096 uids the backend hands out in this process (other processes get others). */
 #define OUR_UID_FIRST (UID_BASE + (((uint32_t)getpid() & 0x7fff) << 12))
 #define OUR_UID_END (OUR_UID_FIRST + 4096)
@@ -54,7 +53,7 @@ typedef struct run_opts {
   char *ro_bind;          /* one extra read-only bind */
   const sbx_mount_t *mounts;
   size_t n_mounts;
-  bool builder;
+  const sbx_identity_t *identity;
   bool network;
   const sbx_limits_t *limits;
   void (*on_chunk)(run_capture_t *c); /* after each piece of output */
@@ -124,7 +123,7 @@ static void run_script(run_capture_t *c, const char *script, const run_opts_t *o
       .ro_binds = binds,
       .mounts = o->mounts,
       .n_mounts = o->n_mounts,
-      .builder = o->builder,
+      .identity = o->identity,
       .network = o->network,
       .limits = o->limits ? *o->limits : default_limits,
   };
@@ -1109,7 +1108,7 @@ static void test_supervisor_out_of_reach(void **state UNUSED) {
   capture_release(c);
 }
 
-/* ---------------------------------------------------------------- mounts and the builder */
+/* ---------------------------------------------------------------- mounts and identities */
 
 static void test_mounts(void **state UNUSED) {
   cleanup_free char *ro = xasprintf("%s/mount-ro", g.root);
@@ -1156,30 +1155,70 @@ static void test_mounts(void **state UNUSED) {
   capture_release(c);
 }
 
-static void test_builder_identity(void **state UNUSED) {
-  cleanup_free char *cache = xasprintf("%s/builder-cache", g.root);
-  assert_int_equal(mkdir(cache, 0755), 0);
-  sbx_mount_t mounts[] = {{.host = cache, .target = "/cache", .writable = true}};
-  run_opts_t o = {.builder = true, .mounts = mounts, .n_mounts = 1};
-  for (int i = 0; i < 2; i++) {
+/* The steps of one build: one identity for all of them (each step finds what the one
+ * before wrote as its own), another for another build, and neither is a run's.  A mount
+ * at /tmp replaces the sandbox's tmpfs, so /tmp is on the build's own space. */
+static void test_identity_kept_across_runs(void **state UNUSED) {
+  if (geteuid() != 0) skip();
+  sbx_identity_t *one = sbx_identity_new(g.backend), *other = sbx_identity_new(g.backend);
+  assert_true(one->has_uid && other->has_uid);
+  assert_int_not_equal(one->uid, other->uid);
+  cleanup_free char *cache = xasprintf("%s/identity-cache", g.root);
+  cleanup_free char *tmp = xasprintf("%s/identity-tmp", g.root);
+  assert_int_equal(mkdir(cache, 0700), 0);
+  assert_int_equal(mkdir(tmp, 0700), 0);
+  cleanup_free char *cache2 = xasprintf("%s/identity-cache2", g.root);
+  cleanup_free char *tmp2 = xasprintf("%s/identity-tmp2", g.root);
+  assert_int_equal(mkdir(cache2, 0700), 0);
+  assert_int_equal(mkdir(tmp2, 0700), 0);
+  sbx_mount_t mounts[] = {{.host = cache, .target = "/cache", .writable = true},
+                          {.host = tmp, .target = "/tmp", .writable = true}};
+  sbx_mount_t mounts2[] = {{.host = cache2, .target = "/cache", .writable = true},
+                           {.host = tmp2, .target = "/tmp", .writable = true}};
+  uid_t seen[3];
+  for (int i = 0; i < 3; i++) {
+    run_opts_t o = {.identity = i < 2 ? one : other, .mounts = i < 2 ? mounts : mounts2, .n_mounts = 2};
     run_capture_t cap = {0}, *c = &cap;
     cleanup_free char *script = xasprintf(
         "import os\n"
         "print('UID=%%d' %% os.getuid(), 'GID=%%d' %% os.getgid(), os.getgroups())\n"
-        "open('/cache/build-%d', 'w').write('x')\n"
-        "print('CACHE', sorted(os.listdir('/cache')))\n",
+        "for d in ['/cache', '/tmp']:\n"
+        "    try:\n"
+        "        open(d + '/step-%d', 'w').write('x')\n"
+        "    except OSError as e:\n"
+        "        print('refused', d, e.errno)\n"
+        "print('CACHE', sorted(os.listdir('/cache')), 'TMP', sorted(os.listdir('/tmp')))\n",
         i);
     run_script(c, script, &o);
     if (c->result.exit_code != 0) dump(c);
     assert_int_equal(c->result.exit_code, 0);
-    assert_false(c->result.status_unknown);
-    assert_int_equal(script_uid(c), BUILDER_UID);
-    assert_has(&c->out, "GID=1999999999 []\n");
-    /* Every build writes to the same cache as the same identity. */
-    assert_has(&c->out, i == 0 ? "CACHE ['build-0']\n" : "CACHE ['build-0', 'build-1']\n");
-    assert_int_equal(procs_left(BUILDER_UID), 0);
+    seen[i] = script_uid(c);
+    assert_true(seen[i] >= OUR_UID_FIRST && seen[i] < OUR_UID_FIRST + 4096);
+    if (i == 0) assert_has(&c->out, "CACHE ['step-0'] TMP ['step-0']\n");
+    /* The second step of the same build writes where the first one did. */
+    if (i == 1) assert_has(&c->out, "CACHE ['step-0', 'step-1'] TMP ['step-0', 'step-1']\n");
+    /* Another build: its own uid and its own space, where the first one's are not. */
+    if (i == 2) assert_has(&c->out, "CACHE ['step-2'] TMP ['step-2']\n");
     capture_release(c);
   }
+  assert_int_equal(seen[0], one->uid);
+  assert_int_equal(seen[1], one->uid);
+  assert_int_equal(seen[2], other->uid);
+  /* What the first build wrote stays its own: the second one's uid cannot reach it. */
+  struct stat st;
+  assert_int_equal(stat(cache, &st), 0);
+  assert_int_equal(st.st_uid, one->uid);
+  assert_int_equal(st.st_mode & 077, 0);
+  /* A run without an identity gets a uid of its own. */
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(c, "import os\nprint('UID=%d' % os.getuid())\n", NULL);
+  assert_int_not_equal(script_uid(c), one->uid);
+  assert_int_not_equal(script_uid(c), other->uid);
+  capture_release(c);
+  assert_int_equal(procs_left(one->uid), 0);
+  assert_int_equal(procs_left(other->uid), 0);
+  sbx_identity_free(one);
+  sbx_identity_free(other);
 }
 
 /* ---------------------------------------------------------------- a server that is not root */
@@ -1574,7 +1613,7 @@ int main(void) {
       cmocka_unit_test(test_grace_on_timeout),
       cmocka_unit_test(test_supervisor_out_of_reach),
       cmocka_unit_test(test_mounts),
-      cmocka_unit_test(test_builder_identity),
+      cmocka_unit_test(test_identity_kept_across_runs),
       cmocka_unit_test(test_unprivileged_server),
       cmocka_unit_test(test_setup_failure_is_reported),
       cmocka_unit_test(test_spec_validation),
