@@ -938,6 +938,14 @@ static int copy_tree(env_copy_t *c, int src, int dst, int depth, const char *rel
 /* Runs in a child: the environment out of the space into a new directory of the server's. */
 static int copy_env(void *arg, cm_buf_t *out, cm_error_t *err) {
   env_copy_t *c = arg;
+  struct stat st;
+  if (fstatat(c->src_fd, ENV_MANIFEST, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "the build made %s itself (%s; the name is the server's own)",
+                        ENV_MANIFEST,
+                        S_ISLNK(st.st_mode)    ? "a symlink"
+                        : S_ISFIFO(st.st_mode) ? "a FIFO"
+                        : S_ISREG(st.st_mode)  ? "a file"
+                                               : "not a regular file");
   if (mkdirat(c->dst_parent_fd, c->dst_name, 0700) < 0)
     return cm_error_set(err, errno, CM_ERR_IO, "creating %s", c->dst_name);
   int rc = -1;
