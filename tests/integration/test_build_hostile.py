@@ -103,7 +103,7 @@ for d in [os.environ.get("PIP_CACHE_DIR", "/cache"), os.environ.get("TMPDIR", "/
 SLEEPERS = """
 import os, time
 n = 0
-for i in range(500):
+for i in range(2000):  # until the limits refuse
     try:
         pid = os.fork()
     except OSError:
