@@ -1221,6 +1221,92 @@ static void test_identity_kept_across_runs(void **state UNUSED) {
   sbx_identity_free(other);
 }
 
+/* ---------------------------------------------------------------- functions in a child */
+
+typedef struct call_result {
+  bool done;
+  int rc;
+  char *text;
+} call_result_t;
+
+static void on_call_done(void *data, int rc, const char *text) {
+  call_result_t *r = data;
+  r->done = true;
+  r->rc = rc;
+  r->text = xstrdup(text);
+}
+
+static int call_report(void *arg, cm_buf_t *out, cm_error_t *err) {
+  const int *fds = arg;
+  cm_buf_printf(out, "pid %d kept %d other %d stdout %s", (int)getpid(), fcntl(fds[0], F_GETFD) >= 0,
+                fcntl(fds[1], F_GETFD) >= 0, isatty(1) ? "tty" : "not a tty");
+  return 0;
+}
+static int call_fail(void *arg, cm_buf_t *out, cm_error_t *err) {
+  return cm_error_set(err, ENOSPC, CM_ERR_IO, "copying");
+}
+static int call_hang(void *arg, cm_buf_t *out, cm_error_t *err) {
+  for (;;) pause();
+  return 0;
+}
+static int call_die(void *arg, cm_buf_t *out, cm_error_t *err) {
+  kill(getpid(), SIGKILL);
+  return 0;
+}
+
+static void run_call(sbx_call_fn fn, void *arg, const int *keep, size_t n_keep, uint64_t timeout_ms,
+                     call_result_t *r) {
+  cm_error_t err = CM_ERROR_INIT;
+  sbx_call_t *c = NULL;
+  memset(r, 0, sizeof *r);
+  if (sbx_call_start(g.loop, fn, arg, keep, n_keep, timeout_ms, on_call_done, r, &c, &err) < 0)
+    fail_msg("sbx_call_start: %s", err.msg);
+  while (!r->done) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
+}
+
+/* The helper for work that must not block the loop: the function's text or error comes
+ * back, the child keeps only the fds it was given, a crash or a timeout is an error, and a
+ * call freed early is killed without a callback. */
+static void test_function_in_a_child(void **state UNUSED) {
+  int fds[2];
+  assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+  call_result_t r;
+  run_call(call_report, fds, &fds[0], 1, 0, &r);
+  assert_int_equal(r.rc, 0);
+  int pid = 0, kept = -1, other = -1;
+  assert_int_equal(sscanf(r.text, "pid %d kept %d other %d", &pid, &kept, &other), 3);
+  assert_true(pid > 0 && pid != getpid());
+  assert_int_equal(kept, 1);
+  assert_int_equal(other, 0);
+  assert_non_null(strstr(r.text, "stdout not a tty"));
+  free(r.text);
+  close(fds[0]);
+  close(fds[1]);
+
+  run_call(call_fail, NULL, NULL, 0, 0, &r);
+  assert_int_equal(r.rc, -1);
+  assert_string_equal(r.text, "copying: No space left on device");
+  free(r.text);
+  run_call(call_hang, NULL, NULL, 0, 200, &r);
+  assert_int_equal(r.rc, -1);
+  assert_non_null(strstr(r.text, "took too long"));
+  free(r.text);
+  run_call(call_die, NULL, NULL, 0, 0, &r);
+  assert_int_equal(r.rc, -1);
+  assert_non_null(strstr(r.text, "killed by signal 9"));
+  free(r.text);
+
+  cm_error_t err = CM_ERROR_INIT;
+  sbx_call_t *c = NULL;
+  memset(&r, 0, sizeof r);
+  assert_int_equal(sbx_call_start(g.loop, call_hang, NULL, NULL, 0, 0, on_call_done, &r, &c, &err), 0);
+  sbx_call_free(c);
+  for (int i = 0; i < 5; i++) assert_int_equal(cm_loop_run_once(g.loop, 20, &err), 0);
+  assert_false(r.done);
+  assert_int_equal(waitpid(-1, NULL, WNOHANG), -1); /* reaped: no child of ours is left */
+  assert_int_equal(errno, ECHILD);
+}
+
 /* ---------------------------------------------------------------- a server that is not root */
 
 /* In a child that dropped to uid 65534: probe and run a script the way an unprivileged
@@ -1614,6 +1700,7 @@ int main(void) {
       cmocka_unit_test(test_supervisor_out_of_reach),
       cmocka_unit_test(test_mounts),
       cmocka_unit_test(test_identity_kept_across_runs),
+      cmocka_unit_test(test_function_in_a_child),
       cmocka_unit_test(test_unprivileged_server),
       cmocka_unit_test(test_setup_failure_is_reported),
       cmocka_unit_test(test_spec_validation),
