@@ -324,15 +324,26 @@ def test_warm_cache_in_background(make_server, wheels, tmp_path):
     (prof / "warmup.txt").write_text("# test list\nmps-alpha\nmps-gamma\n")
     try:
         s = make_server("--index-url", f"http://127.0.0.1:{port}/simple", "--warm-cache",
-                        env={**NO_PIP_ENV, "MPS_PROFILES_DIR": str(prof), "MCP_PY_SANDBOX_WARM_CACHE": "1"})
+                        env={**NO_PIP_ENV, "MPS_PROFILES_DIR": str(prof), "MCP_PY_SANDBOX_WARM_CACHE": "1",
+                             "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"})
         t0 = time.monotonic()
         s.initialize()
         assert time.monotonic() - t0 < 5  # the handshake never waits for warming
         assert wait_until(lambda: "package cache warmed" in s.stderr_text(), timeout=60), s.stderr_text()
         assert any("mps-alpha" in p for p in seen) and any("mps-gamma" in p for p in seen)
         assert wait_until(lambda: work_left(s.state_dir) == [], timeout=10)
+        # The wheels are in the server's wheelhouse, its own files...
+        wheelhouse_dir = os.path.join(s.state_dir, "downloads", "wheels")
+        got = sorted(os.listdir(wheelhouse_dir))
+        assert any(w.startswith("mps_alpha-") for w in got) and any(w.startswith("mps_gamma-") for w in got), got
+        for w in got:
+            st = os.lstat(os.path.join(wheelhouse_dir, w))
+            assert st.st_uid == os.geteuid() and not st.st_mode & 0o022
     finally:
         httpd.shutdown()
+    # ...and a build finds them there with the index gone.
+    res = s.execute("import mps_gamma\nprint('from the wheelhouse')", dependencies=["mps-gamma"], timeout=120)
+    assert res["structuredContent"]["stdout"] == "from the wheelhouse\n", text(res)
 
 
 def test_validate_resolve_dry_run(dep_server):
