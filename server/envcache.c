@@ -134,6 +134,7 @@ struct env_store {
   bool answers_scheduled;
   env_removal_t *removals;
   struct warm_job *warm;
+  struct resolve_job *resolves; /* running dry-run resolutions */
   unsigned resolving;
   bool closing;
   unsigned serial;
@@ -1491,9 +1492,17 @@ typedef struct resolve_job {
   env_resolved_cb cb;
   void *data;
   bool cancelled;
+  struct resolve_job *next;
 } resolve_job_t;
 
 static void resolve_free(resolve_job_t *j) {
+  for (resolve_job_t **p = &j->store->resolves; *p; p = &(*p)->next) {
+    if (*p == j) {
+      *p = j->next;
+      break;
+    }
+  }
+  if (j->run) sbx_run_free(j->run);
   j->store->resolving--;
   space_remove(j->store, &j->space);
   cm_buf_release(&j->report);
@@ -1550,6 +1559,8 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
   j->store = s;
   j->cb = cb;
   j->data = data;
+  j->next = s->resolves;
+  s->resolves = j;
   s->resolving++;
   cm_buf_init(&j->report, 16u << 20);
   cm_headtail_init(&j->errors, 4096, 8192);
@@ -1801,6 +1812,7 @@ void env_store_free(env_store_t *s) {
   if (!s) return;
   s->closing = true;
   if (s->warm) warm_free(s->warm);
+  while (s->resolves) resolve_free(s->resolves); /* no callback: the callers are going too */
   while (s->builds) {
     env_build_t *b = s->builds;
     env_waiter_t *w = b->waiters;
