@@ -15,22 +15,29 @@ static bool name_ok(const char *name) {
 }
 
 static const char *type_name(mode_t m) {
-  return S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symlink" : S_ISFIFO(m) ? "a FIFO"
-       : S_ISSOCK(m) ? "a socket" : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
+  return S_ISDIR(m)                 ? "a directory"
+         : S_ISLNK(m)               ? "a symlink"
+         : S_ISFIFO(m)              ? "a FIFO"
+         : S_ISSOCK(m)              ? "a socket"
+         : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+                                    : "not a regular file";
 }
 
 int cm_open_dir_at(int dirfd, const char *name, cm_error_t *err) {
-  if (!name_ok(name)) return cm_error_set(err, EINVAL, CM_ERR_INVALID, "bad name '%s'", name ? name : "");
+  if (!name_ok(name))
+    return cm_error_set(err, EINVAL, CM_ERR_INVALID, "bad name '%s'", name ? name : "");
   /* O_DIRECTORY fails with ENOTDIR before a FIFO or device would be opened. */
   int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
-    return cm_error_set(err, errno, errno == ENOENT ? CM_ERR_NOT_FOUND : CM_ERR_IO, "open directory %s", name);
+    return cm_error_set(err, errno, errno == ENOENT ? CM_ERR_NOT_FOUND : CM_ERR_IO,
+                        "open directory %s", name);
   return fd;
 }
 
-int cm_open_regular_at(int dirfd, const char *name, int flags, uid_t owner, uint64_t max_size, struct stat *st,
-                       cm_error_t *err) {
-  if (!name_ok(name)) return cm_error_set(err, EINVAL, CM_ERR_INVALID, "bad name '%s'", name ? name : "");
+int cm_open_regular_at(int dirfd, const char *name, int flags, uid_t owner, uint64_t max_size,
+                       struct stat *st, cm_error_t *err) {
+  if (!name_ok(name))
+    return cm_error_set(err, EINVAL, CM_ERR_INVALID, "bad name '%s'", name ? name : "");
   int fd = openat(dirfd, name, (flags & ~O_CREAT) | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -62,8 +69,8 @@ int cm_open_regular_at(int dirfd, const char *name, int flags, uid_t owner, uint
   return fd;
 }
 
-int cm_read_file_at(int dirfd, const char *name, uid_t owner, size_t max, char **out, size_t *out_len,
-                    cm_error_t *err) {
+int cm_read_file_at(int dirfd, const char *name, uid_t owner, size_t max, char **out,
+                    size_t *out_len, cm_error_t *err) {
   struct stat st;
   cleanup_close int fd = cm_open_regular_at(dirfd, name, O_RDONLY, owner, max, &st, err);
   if (fd < 0) return -1;
@@ -91,11 +98,14 @@ int cm_read_file_at(int dirfd, const char *name, uid_t owner, size_t max, char *
   return 0;
 }
 
-int cm_create_file_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, cm_error_t *err) {
-  if (!name_ok(name)) return cm_error_set(err, EINVAL, CM_ERR_INVALID, "bad name '%s'", name ? name : "");
+int cm_create_file_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode,
+                      cm_error_t *err) {
+  if (!name_ok(name))
+    return cm_error_set(err, EINVAL, CM_ERR_INVALID, "bad name '%s'", name ? name : "");
   /* O_EXCL: never an existing file, and (with O_CREAT) never through a symlink. */
   cleanup_close int fd =
-      openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode);
+      openat(dirfd, name,
+             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode);
   if (fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "create %s", name);
   if (cm_write_all(fd, data, len) < 0) {
     int e = errno;
@@ -131,7 +141,8 @@ static int rm_tree_at(int parent_fd, const char *name, int depth) {
 }
 
 int cm_rm_rf_at(int dirfd, const char *name, cm_error_t *err) {
-  if (!name_ok(name)) return cm_error_set(err, EINVAL, CM_ERR_INVALID, "bad name '%s'", name ? name : "");
+  if (!name_ok(name))
+    return cm_error_set(err, EINVAL, CM_ERR_INVALID, "bad name '%s'", name ? name : "");
   if (rm_tree_at(dirfd, name, 0) < 0) return cm_error_set(err, errno, CM_ERR_IO, "remove %s", name);
   return 0;
 }

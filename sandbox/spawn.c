@@ -429,7 +429,8 @@ struct sbx_call {
 
 /* In the child: [status byte]['\0'-free text], then _exit (no atexit handlers, no stdio
  * flush of the server's buffers, no leak report for memory that is the server's). */
-static void call_child(sbx_call_fn fn, void *arg, int report_w, const int *keep, size_t n_keep, pid_t parent) {
+static void call_child(sbx_call_fn fn, void *arg, int report_w, const int *keep, size_t n_keep,
+                       pid_t parent) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent) _exit(127);
   int fds[64];
   size_t n = 0;
@@ -503,7 +504,8 @@ static void on_call_deadline(cm_loop_t *loop, cm_timer_t *t, void *data) {
 }
 
 int sbx_call_start(cm_loop_t *loop, sbx_call_fn fn, void *arg, const int *keep_fds, size_t n_keep,
-                   uint64_t timeout_ms, sbx_call_done_cb done, void *data, sbx_call_t **out, cm_error_t *err) {
+                   uint64_t timeout_ms, sbx_call_done_cb done, void *data, sbx_call_t **out,
+                   cm_error_t *err) {
   *out = NULL;
   int rp[2];
   if (pipe2(rp, O_CLOEXEC) < 0) return cm_error_set(err, errno, CM_ERR_IO, "pipe2");

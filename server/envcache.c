@@ -79,11 +79,17 @@ typedef struct env_space {
   char *dir;  /* <runs>/<kind>-XXXXXX */
   char *name; /* its last component */
   bool mounted;
-  int fd;     /* dir, for fstatvfs */
+  int fd; /* dir, for fstatvfs */
   char *env, *work, *cache, *tmp;
 } env_space_t;
 
-typedef enum build_step { STEP_VENV = 0, STEP_INSTALL, STEP_INSPECT, STEP_COPY, STEP_DONE } build_step_t;
+typedef enum build_step {
+  STEP_VENV = 0,
+  STEP_INSTALL,
+  STEP_INSPECT,
+  STEP_COPY,
+  STEP_DONE
+} build_step_t;
 
 struct env_build {
   env_store_t *store;
@@ -164,8 +170,10 @@ static char **split_spaces(const char *s) {
 }
 
 static char *human_bytes(uint64_t n) {
-  if (n >= (1ull << 30) && n % (1ull << 30) == 0) return xasprintf("%lluG", (unsigned long long)(n >> 30));
-  if (n >= (1ull << 20) && n % (1ull << 20) == 0) return xasprintf("%lluM", (unsigned long long)(n >> 20));
+  if (n >= (1ull << 30) && n % (1ull << 30) == 0)
+    return xasprintf("%lluG", (unsigned long long)(n >> 30));
+  if (n >= (1ull << 20) && n % (1ull << 20) == 0)
+    return xasprintf("%lluM", (unsigned long long)(n >> 20));
   return xasprintf("%llu bytes", (unsigned long long)n);
 }
 
@@ -225,13 +233,15 @@ static char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, s
  * name-version(-build)?-python-abi-platform.whl in the characters wheel names use. */
 static bool wheel_name_ok(const char *name) {
   size_t n = strlen(name);
-  if (n < 10 || n > 255 || name[0] == '.' || name[0] == '-' || strcmp(name + n - 4, ".whl") != 0) return false;
+  if (n < 10 || n > 255 || name[0] == '.' || name[0] == '-' || strcmp(name + n - 4, ".whl") != 0)
+    return false;
   size_t dashes = 0;
   for (size_t i = 0; i < n - 4; i++) {
     char c = name[i];
-    if (c == '-') dashes++;
-    else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-               c == '.' || c == '+' || c == '!'))
+    if (c == '-')
+      dashes++;
+    else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '.' || c == '+' || c == '!'))
       return false;
   }
   return dashes == 4 || dashes == 5;
@@ -288,9 +298,10 @@ static void remove_later(env_store_t *s, int dir_fd, const char *name) {
   r->next = s->removals;
   s->removals = r;
   cm_error_t err = CM_ERROR_INIT;
-  if (r->dir_fd < 0 ||
-      sbx_call_start(s->loop, remove_in_child, r, &r->dir_fd, 1, 0, removal_done, r, &r->call, &err) < 0) {
-    cm_warn("removing %s later: %s", name, r->dir_fd < 0 ? strerror(errno) : cm_error_message(&err));
+  if (r->dir_fd < 0 || sbx_call_start(s->loop, remove_in_child, r, &r->dir_fd, 1, 0, removal_done,
+                                      r, &r->call, &err) < 0) {
+    cm_warn("removing %s later: %s", name,
+            r->dir_fd < 0 ? strerror(errno) : cm_error_message(&err));
     cm_error_release(&err);
     removal_free(r);
   }
@@ -298,8 +309,8 @@ static void remove_later(env_store_t *s, int dir_fd, const char *name) {
 
 /* Moves name in dir_fd aside to a trash name of the envs directory's kind and removes it. */
 static void discard(env_store_t *s, int dir_fd, const char *name, const char *kind) {
-  cleanup_free char *trash = xasprintf(".%s-%s-%d-%u", kind, name[0] == '.' ? name + 1 : name, (int)getpid(),
-                                       s->serial++);
+  cleanup_free char *trash =
+      xasprintf(".%s-%s-%d-%u", kind, name[0] == '.' ? name + 1 : name, (int)getpid(), s->serial++);
   if (renameat(dir_fd, name, dir_fd, trash) < 0) {
     if (errno != ENOENT) cm_warn("moving %s aside: %s", name, strerror(errno));
     return;
@@ -334,7 +345,8 @@ static void space_remove(env_store_t *s, env_space_t *sp) {
 }
 
 /* Makes a space for one build (with_env), warm-up or resolution. */
-static int space_make(env_store_t *s, const char *kind, bool with_env, env_space_t *sp, cm_error_t *err) {
+static int space_make(env_store_t *s, const char *kind, bool with_env, env_space_t *sp,
+                      cm_error_t *err) {
   space_init(sp);
   sp->dir = xasprintf("%s/%s-XXXXXX", s->runs_dir, kind);
   if (!mkdtemp(sp->dir)) {
@@ -364,7 +376,8 @@ static int space_make(env_store_t *s, const char *kind, bool with_env, env_space
   if (with_env) sp->env = xasprintf("%s/env", sp->dir);
   const char *parts[] = {sp->work, sp->cache, sp->tmp, sp->env};
   for (size_t i = 0; i < CM_ARRAY_SIZE(parts); i++)
-    if (parts[i] && mkdir(parts[i], 0700) < 0) return cm_error_set(err, errno, CM_ERR_IO, "creating %s", parts[i]);
+    if (parts[i] && mkdir(parts[i], 0700) < 0)
+      return cm_error_set(err, errno, CM_ERR_IO, "creating %s", parts[i]);
   return 0;
 }
 
@@ -382,12 +395,14 @@ static bool space_full(const env_space_t *sp, const char *output) {
  * own, not too big, for this key) and, for unpinned requirements, not too old to reuse.
  * With touch, its time is set to now: the last use, for eviction.  st gets the manifest's
  * status (before the touch). */
-static json_t *load_manifest(env_store_t *s, const char *key, bool pinned, bool touch, struct stat *st_out) {
+static json_t *load_manifest(env_store_t *s, const char *key, bool pinned, bool touch,
+                             struct stat *st_out) {
   cm_error_t err = CM_ERROR_INIT;
   cleanup_close int dfd = cm_open_dir_at(s->envs_fd, key, &err);
   struct stat st;
-  cleanup_close int fd =
-      dfd < 0 ? -1 : cm_open_regular_at(dfd, ENV_MANIFEST, O_RDONLY, geteuid(), ENV_MANIFEST_MAX, &st, &err);
+  cleanup_close int fd = dfd < 0 ? -1
+                                 : cm_open_regular_at(dfd, ENV_MANIFEST, O_RDONLY, geteuid(),
+                                                      ENV_MANIFEST_MAX, &st, &err);
   if (fd < 0) {
     if (err.kind != CM_ERR_NOT_FOUND) cm_warn("environment %s: %s", key, cm_error_message(&err));
     cm_error_release(&err);
@@ -508,7 +523,8 @@ static void answer(env_waiter_t *w, env_handle_t *env, const char *error) {
   }
 }
 
-static void build_progress(env_build_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void build_progress(env_build_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void build_progress(env_build_t *b, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -581,7 +597,8 @@ static void build_ready(env_build_t *b, bool cached) {
   while (w) {
     env_waiter_t *next = w->next;
     env_handle_t *h = shared ? handle_open(s, key, pinned, cached) : NULL;
-    answer(w, h, "The environment was removed by another server as it became ready; please try again.");
+    answer(w, h,
+           "The environment was removed by another server as it became ready; please try again.");
     w = next;
   }
   build_free(b);
@@ -626,12 +643,14 @@ static void on_step_output(void *data, sbx_stream_t stream, const char *buf, siz
 }
 
 /* The message for a build that hit --max-build-bytes, or NULL. */
-static char *bound_message(env_store_t *s, const env_space_t *sp, const sbx_result_t *res, const char *tail) {
+static char *bound_message(env_store_t *s, const env_space_t *sp, const sbx_result_t *res,
+                           const char *tail) {
   cleanup_free char *limit = human_bytes(s->cfg->max_build_bytes);
   if (sp->mounted && space_full(sp, tail))
-    return xasprintf("the build wrote more than %s (--max-build-bytes: everything one build may write, its "
-                     "environment, downloads, caches and temporary files together)",
-                     limit);
+    return xasprintf(
+        "the build wrote more than %s (--max-build-bytes: everything one build may write, its "
+        "environment, downloads, caches and temporary files together)",
+        limit);
   if (res && res->file_size_limit)
     return xasprintf("the build wrote a file larger than %s (--max-build-bytes)", limit);
   return NULL;
@@ -646,7 +665,8 @@ static void on_step_exit(void *data, const sbx_result_t *res) {
     const char *what = b->step == STEP_VENV      ? "creating the virtual environment"
                        : b->step == STEP_INSTALL ? "installing the dependencies"
                                                  : "inspecting the environment";
-    cleanup_free char *bound = res->timed_out ? NULL : bound_message(b->store, &b->space, res, tail);
+    cleanup_free char *bound =
+        res->timed_out ? NULL : bound_message(b->store, &b->space, res, tail);
     cleanup_free char *msg =
         res->timed_out
             ? xasprintf("Building the environment failed: %s took longer than %llus.\n%s", what,
@@ -730,9 +750,10 @@ static void installer_binds(env_store_t *s, const char *prefix, cm_strv_builder_
  * network per --offline, as identity (NULL: a fresh one), writing only its space (the
  * work directory, the private cache at /cache, /tmp and, for a build, the environment at
  * /env), with the wheelhouse read-only at /wheels. */
-static int start_installer_run(env_store_t *s, const char *prefix, char **argv, const env_space_t *sp,
-                               const sbx_identity_t *identity, const sbx_run_callbacks_t *cbs, void *data,
-                               sbx_run_t **run, cm_error_t *err) {
+static int start_installer_run(env_store_t *s, const char *prefix, char **argv,
+                               const env_space_t *sp, const sbx_identity_t *identity,
+                               const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **run,
+                               cm_error_t *err) {
   const srv_config_t *cfg = s->cfg;
   cm_strv_builder_t env = {0};
   installer_env(s, sp, &env);
@@ -740,14 +761,18 @@ static int start_installer_run(env_store_t *s, const char *prefix, char **argv, 
   installer_binds(s, prefix, &binds);
   sbx_mount_t mounts[4];
   size_t n_mounts = 0;
-  mounts[n_mounts++] = (sbx_mount_t){.host = sp->cache, .target = ENV_CACHE_TARGET, .writable = true};
+  mounts[n_mounts++] =
+      (sbx_mount_t){.host = sp->cache, .target = ENV_CACHE_TARGET, .writable = true};
   mounts[n_mounts++] = (sbx_mount_t){.host = sp->tmp, .target = "/tmp", .writable = true};
-  if (sp->env) mounts[n_mounts++] = (sbx_mount_t){.host = sp->env, .target = ENV_TARGET, .writable = true};
+  if (sp->env)
+    mounts[n_mounts++] = (sbx_mount_t){.host = sp->env, .target = ENV_TARGET, .writable = true};
   if (s->wheels_fd >= 0)
-    mounts[n_mounts++] = (sbx_mount_t){.host = s->wheels_dir, .target = ENV_WHEELS_TARGET, .writable = false};
+    mounts[n_mounts++] =
+        (sbx_mount_t){.host = s->wheels_dir, .target = ENV_WHEELS_TARGET, .writable = false};
   /* On its tmpfs, what a build writes is memory its cgroup is charged for: the memory limit
    * leaves room for a full space on top of the installer's own. */
-  uint64_t memory = CM_MAX(cfg->memory_bytes, 4ull << 30) + (sp->mounted ? cfg->max_build_bytes : 0);
+  uint64_t memory =
+      CM_MAX(cfg->memory_bytes, 4ull << 30) + (sp->mounted ? cfg->max_build_bytes : 0);
   sbx_spec_t spec = {
       .argv = argv,
       .envp = env.v,
@@ -779,8 +804,10 @@ static void build_run(env_build_t *b, char **argv) {
   cm_headtail_init(&b->output, ENV_STEP_OUTPUT_TAIL / 4, ENV_STEP_OUTPUT_TAIL);
   sbx_run_callbacks_t cbs = {.on_output = on_step_output, .on_exit = on_step_exit};
   cm_error_t err = CM_ERROR_INIT;
-  if (start_installer_run(b->store, b->py.prefix, argv, &b->space, b->identity, &cbs, b, &b->run, &err) < 0) {
-    cleanup_free char *msg = xasprintf("Building the environment failed: %s", cm_error_message(&err));
+  if (start_installer_run(b->store, b->py.prefix, argv, &b->space, b->identity, &cbs, b, &b->run,
+                          &err) < 0) {
+    cleanup_free char *msg =
+        xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
     build_fail(b, msg);
   }
@@ -801,7 +828,8 @@ static int copy_charge(env_copy_t *c, uint64_t bytes, const char *rel, cm_error_
   uint64_t rounded = (bytes + ENV_BLOCK - 1) / ENV_BLOCK * ENV_BLOCK;
   c->total += CM_MAX(rounded, ENV_BLOCK);
   if (c->total > c->max_bytes)
-    return cm_error_set(err, 0, CM_ERR_LIMIT, "the environment is larger than %llu bytes (--max-build-bytes) at %s",
+    return cm_error_set(err, 0, CM_ERR_LIMIT,
+                        "the environment is larger than %llu bytes (--max-build-bytes) at %s",
                         (unsigned long long)c->max_bytes, rel);
   return 0;
 }
@@ -824,16 +852,18 @@ static char *relocated(const env_copy_t *c, const char *text, size_t len, size_t
   return cm_buf_steal(&out);
 }
 
-static int copy_file(env_copy_t *c, int src_dir, int dst_dir, const char *name, const struct stat *lst,
-                     bool in_bin, const char *rel, cm_error_t *err) {
+static int copy_file(env_copy_t *c, int src_dir, int dst_dir, const char *name,
+                     const struct stat *lst, bool in_bin, const char *rel, cm_error_t *err) {
   struct stat st;
-  cleanup_close int in = cm_open_regular_at(src_dir, name, O_RDONLY, CM_ANY_OWNER, c->max_bytes, &st, err);
+  cleanup_close int in =
+      cm_open_regular_at(src_dir, name, O_RDONLY, CM_ANY_OWNER, c->max_bytes, &st, err);
   if (in < 0) return cm_error_wrap(err, "copying %s", rel);
   if (st.st_ino != lst->st_ino || st.st_dev != lst->st_dev)
     return cm_error_set(err, 0, CM_ERR_INVALID, "%s changed while it was copied", rel);
   if (copy_charge(c, (uint64_t)st.st_size, rel, err) < 0) return -1;
   mode_t mode = (st.st_mode & 0111) ? 0755 : 0644; /* readable by every run; no set-id bits */
-  cleanup_close int out = openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  cleanup_close int out =
+      openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (out < 0) return cm_error_set(err, errno, CM_ERR_IO, "creating %s", rel);
   bool relocate = c->reloc_from && in_bin && (uint64_t)st.st_size <= ENV_RELOCATE_MAX;
   cm_buf_t whole;
@@ -862,7 +892,8 @@ static int copy_file(env_copy_t *c, int src_dir, int dst_dir, const char *name, 
   if (relocate) {
     size_t new_len = 0;
     cleanup_free char *moved = relocated(c, whole.data ? whole.data : "", whole.len, &new_len);
-    int rc = moved ? cm_write_all(out, moved, new_len) : cm_write_all(out, whole.data ? whole.data : "", whole.len);
+    int rc = moved ? cm_write_all(out, moved, new_len)
+                   : cm_write_all(out, whole.data ? whole.data : "", whole.len);
     cm_buf_release(&whole);
     if (rc < 0) return cm_error_set(err, errno, CM_ERR_IO, "writing %s", rel);
   }
@@ -875,7 +906,8 @@ static int copy_file(env_copy_t *c, int src_dir, int dst_dir, const char *name, 
 
 static int copy_tree(env_copy_t *c, int src, int dst, int depth, const char *rel, cm_error_t *err) {
   if (depth > ENV_COPY_DEPTH_MAX)
-    return cm_error_set(err, 0, CM_ERR_LIMIT, "the environment is nested deeper than %d directories at %s",
+    return cm_error_set(err, 0, CM_ERR_LIMIT,
+                        "the environment is nested deeper than %d directories at %s",
                         ENV_COPY_DEPTH_MAX, rel);
   DIR *d = list_dir(src);
   if (!d) return cm_error_set(err, errno, CM_ERR_IO, "listing %s", rel);
@@ -885,8 +917,8 @@ static int copy_tree(env_copy_t *c, int src, int dst, int depth, const char *rel
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
     cleanup_free char *path = xasprintf("%s/%s", rel, e->d_name);
     if (depth == 0 && strcmp(e->d_name, ENV_MANIFEST) == 0) {
-      rc = cm_error_set(err, 0, CM_ERR_INVALID, "the build made %s itself (a name the server keeps for its own)",
-                        path);
+      rc = cm_error_set(err, 0, CM_ERR_INVALID,
+                        "the build made %s itself (a name the server keeps for its own)", path);
       break;
     }
     struct stat st;
@@ -907,29 +939,36 @@ static int copy_tree(env_copy_t *c, int src, int dst, int depth, const char *rel
         break;
       }
       rc = copy_tree(c, sub_src, sub_dst, depth + 1, path, err);
-      if (rc == 0 && fchmod(sub_dst, 0755) < 0) rc = cm_error_set(err, errno, CM_ERR_IO, "chmod %s", path);
+      if (rc == 0 && fchmod(sub_dst, 0755) < 0)
+        rc = cm_error_set(err, errno, CM_ERR_IO, "chmod %s", path);
       if (rc == 0) {
         struct timespec times[2] = {st.st_atim, st.st_mtim};
         (void)futimens(sub_dst, times);
       }
     } else if (S_ISREG(st.st_mode)) {
-      rc = copy_file(c, src, dst, e->d_name, &st, depth == 1 && strcmp(rel, "./bin") == 0, path, err);
+      rc = copy_file(c, src, dst, e->d_name, &st, depth == 1 && strcmp(rel, "./bin") == 0, path,
+                     err);
     } else if (S_ISLNK(st.st_mode)) {
       /* Copied as it is, never followed: a run resolves it inside its own sandbox. */
       char target[PATH_MAX];
       ssize_t n = readlinkat(src, e->d_name, target, sizeof target);
       if (n < 0 || (size_t)n >= sizeof target) {
-        rc = cm_error_set(err, n < 0 ? errno : ENAMETOOLONG, CM_ERR_IO, "reading the symlink %s", path);
+        rc = cm_error_set(err, n < 0 ? errno : ENAMETOOLONG, CM_ERR_IO, "reading the symlink %s",
+                          path);
         break;
       }
       target[n] = '\0';
       if ((rc = copy_charge(c, (uint64_t)n, path, err)) < 0) break;
-      if (symlinkat(target, dst, e->d_name) < 0) rc = cm_error_set(err, errno, CM_ERR_IO, "creating %s", path);
+      if (symlinkat(target, dst, e->d_name) < 0)
+        rc = cm_error_set(err, errno, CM_ERR_IO, "creating %s", path);
     } else {
-      rc = cm_error_set(err, 0, CM_ERR_INVALID,
-                        "the build left %s at %s: a FIFO, socket or device is never part of an environment",
-                        S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a device node",
-                        path);
+      rc = cm_error_set(
+          err, 0, CM_ERR_INVALID,
+          "the build left %s at %s: a FIFO, socket or device is never part of an environment",
+          S_ISFIFO(st.st_mode)   ? "a FIFO"
+          : S_ISSOCK(st.st_mode) ? "a socket"
+                                 : "a device node",
+          path);
     }
   }
   closedir(d);
@@ -941,8 +980,8 @@ static int copy_env(void *arg, cm_buf_t *out, cm_error_t *err) {
   env_copy_t *c = arg;
   struct stat st;
   if (fstatat(c->src_fd, ENV_MANIFEST, &st, AT_SYMLINK_NOFOLLOW) == 0)
-    return cm_error_set(err, 0, CM_ERR_INVALID, "the build made %s itself (%s; the name is the server's own)",
-                        ENV_MANIFEST,
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "the build made %s itself (%s; the name is the server's own)", ENV_MANIFEST,
                         S_ISLNK(st.st_mode)    ? "a symlink"
                         : S_ISFIFO(st.st_mode) ? "a FIFO"
                         : S_ISREG(st.st_mode)  ? "a file"
@@ -953,7 +992,8 @@ static int copy_env(void *arg, cm_buf_t *out, cm_error_t *err) {
   int dst = cm_open_dir_at(c->dst_parent_fd, c->dst_name, err);
   if (dst >= 0) {
     rc = copy_tree(c, c->src_fd, dst, 0, ".", err);
-    if (rc == 0 && fchmod(dst, 0755) < 0) rc = cm_error_set(err, errno, CM_ERR_IO, "chmod %s", c->dst_name);
+    if (rc == 0 && fchmod(dst, 0755) < 0)
+      rc = cm_error_set(err, errno, CM_ERR_IO, "chmod %s", c->dst_name);
     close(dst);
   }
   if (rc < 0) {
@@ -987,10 +1027,11 @@ static void start_copy(env_build_t *b) {
   env_store_t *s = b->store;
   build_progress(b, "storing the environment");
   cm_error_t err = CM_ERROR_INIT;
-  cleanup_close int src = open(b->space.env, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  cleanup_close int src =
+      open(b->space.env, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (src < 0) {
-    cleanup_free char *msg = xasprintf("Building the environment failed: the environment's directory: %s",
-                                       strerror(errno));
+    cleanup_free char *msg = xasprintf(
+        "Building the environment failed: the environment's directory: %s", strerror(errno));
     build_fail(b, msg);
     return;
   }
@@ -1005,9 +1046,10 @@ static void start_copy(env_build_t *b) {
       .reloc_to = backend_maps(s) ? NULL : b->final_dir,
   };
   int keep[] = {src, s->envs_fd};
-  if (sbx_call_start(s->loop, copy_env, &c, keep, CM_ARRAY_SIZE(keep), s->cfg->build_timeout_ms, on_copied, b,
-                     &b->copy, &err) < 0) {
-    cleanup_free char *msg = xasprintf("Building the environment failed: %s", cm_error_message(&err));
+  if (sbx_call_start(s->loop, copy_env, &c, keep, CM_ARRAY_SIZE(keep), s->cfg->build_timeout_ms,
+                     on_copied, b, &b->copy, &err) < 0) {
+    cleanup_free char *msg =
+        xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
     free(b->copy_name);
     b->copy_name = NULL;
@@ -1024,19 +1066,22 @@ static void publish(env_build_t *b, uint64_t size) {
     packages = json_object();
   }
   json_t *requested = json_array();
-  for (size_t i = 0; i < b->n_requirements; i++) json_array_append_new(requested, json_string(b->requirements[i]));
-  json_t *m = json_pack("{s:i, s:s, s:{s:s, s:s, s:s}, s:o, s:o, s:s, s:I, s:I, s:b, s:I, s:s?}", "format",
-                        ENV_FORMAT, "key", b->key, "python", "executable", b->py.executable, "version", b->py.version,
-                        "implementation", b->py.implementation, "requested", requested, "packages", packages,
-                        "installer", s->uv ? "uv" : "pip", "created", (json_int_t)time(NULL), "size",
-                        (json_int_t)size, "pinned", b->pinned, "build_ms",
-                        (json_int_t)(cm_now_ms() - b->started_ms), "built_by", b->owner);
+  for (size_t i = 0; i < b->n_requirements; i++)
+    json_array_append_new(requested, json_string(b->requirements[i]));
+  json_t *m =
+      json_pack("{s:i, s:s, s:{s:s, s:s, s:s}, s:o, s:o, s:s, s:I, s:I, s:b, s:I, s:s?}", "format",
+                ENV_FORMAT, "key", b->key, "python", "executable", b->py.executable, "version",
+                b->py.version, "implementation", b->py.implementation, "requested", requested,
+                "packages", packages, "installer", s->uv ? "uv" : "pip", "created",
+                (json_int_t)time(NULL), "size", (json_int_t)size, "pinned", b->pinned, "build_ms",
+                (json_int_t)(cm_now_ms() - b->started_ms), "built_by", b->owner);
   cleanup_free char *text = json_dumps(m, JSON_INDENT(1) | JSON_SORT_KEYS);
   json_decref(m);
   cm_error_t err = CM_ERROR_INIT;
   cleanup_close int dfd = cm_open_dir_at(s->envs_fd, b->copy_name, &err);
   if (dfd < 0 || cm_create_file_at(dfd, ENV_MANIFEST, text, strlen(text), 0644, &err) < 0) {
-    cleanup_free char *msg = xasprintf("Building the environment failed: %s", cm_error_message(&err));
+    cleanup_free char *msg =
+        xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
     build_fail(b, msg);
     return;
@@ -1044,7 +1089,8 @@ static void publish(env_build_t *b, uint64_t size) {
   /* Publish atomically.  An older environment with the same key (re-resolved because it
    * was too old) moves aside first: we hold the key's lock exclusively, so no run uses it. */
   struct stat st;
-  if (fstatat(s->envs_fd, b->key, &st, AT_SYMLINK_NOFOLLOW) == 0) discard(s, s->envs_fd, b->key, "old");
+  if (fstatat(s->envs_fd, b->key, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    discard(s, s->envs_fd, b->key, "old");
   if (renameat(s->envs_fd, b->copy_name, s->envs_fd, b->key) < 0) {
     cleanup_free char *msg = xasprintf("Publishing the environment failed: %s", strerror(errno));
     build_fail(b, msg);
@@ -1054,7 +1100,8 @@ static void publish(env_build_t *b, uint64_t size) {
   b->copy_name = NULL;
   b->step = STEP_DONE;
   cm_info("environment %s built in %llums (%zu requirements, %llu bytes)", b->key,
-          (unsigned long long)(cm_now_ms() - b->started_ms), b->n_requirements, (unsigned long long)size);
+          (unsigned long long)(cm_now_ms() - b->started_ms), b->n_requirements,
+          (unsigned long long)size);
   build_progress(b, "environment ready");
   build_ready(b, false);
 }
@@ -1087,9 +1134,12 @@ static void build_next_step(env_build_t *b) {
       }
       break;
     case STEP_INSTALL:
-      build_progress(b, "installing %zu requirement%s", b->n_requirements, b->n_requirements == 1 ? "" : "s");
+      build_progress(b, "installing %zu requirement%s", b->n_requirements,
+                     b->n_requirements == 1 ? "" : "s");
       if (b->uv_config && !s->uv)
-        build_progress(b, "note: the script's [tool.uv] settings apply only when uv installs; pip ignores them");
+        build_progress(
+            b,
+            "note: the script's [tool.uv] settings apply only when uv installs; pip ignores them");
       if (s->uv) {
         cm_strv_addv(&a, s->uv, "pip", "install", NULL);
         add_uv_config(b, &a);
@@ -1097,7 +1147,8 @@ static void build_next_step(env_build_t *b) {
         cm_strv_add(&a, env_python);
       } else {
         /* The interpreter's own pip, installing into the environment (pip >= 22.3). */
-        cm_strv_addv(&a, b->py.executable, "-m", "pip", "--python", env_python, "install", "--no-input", NULL);
+        cm_strv_addv(&a, b->py.executable, "-m", "pip", "--python", env_python, "install",
+                     "--no-input", NULL);
       }
       index_args(s, s->uv != NULL, true, &a);
       cm_strv_add(&a, "--");
@@ -1184,7 +1235,8 @@ static void try_lock(cm_loop_t *loop, cm_timer_t *t, void *data) {
   evict(b->store);
   cm_error_t err = CM_ERROR_INIT;
   if (prepare_build(b, &err) < 0) {
-    cleanup_free char *msg = xasprintf("Building the environment failed: %s", cm_error_message(&err));
+    cleanup_free char *msg =
+        xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
     build_fail(b, msg);
     return;
@@ -1242,8 +1294,8 @@ static void list_entries(env_store_t *s, entry_list_t *l, bool wheels) {
   d = list_dir(s->wheels_fd);
   while (d && (e = readdir(d))) {
     struct stat st;
-    if (!wheel_name_ok(e->d_name) || fstatat(s->wheels_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-        !S_ISREG(st.st_mode))
+    if (!wheel_name_ok(e->d_name) ||
+        fstatat(s->wheels_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
       continue;
     entry_add(l, e->d_name, true, (uint64_t)st.st_blocks * 512, (int64_t)st.st_mtim.tv_sec);
   }
@@ -1323,9 +1375,8 @@ static int import_wheels(void *arg, cm_buf_t *out, cm_error_t *err) {
       continue;
     }
     struct stat st;
-    cleanup_close int in =
-        cm_open_regular_at(w->src_fd, e->d_name, O_RDONLY, CM_ANY_OWNER, w->max_bytes - CM_MIN(total, w->max_bytes),
-                           &st, err);
+    cleanup_close int in = cm_open_regular_at(w->src_fd, e->d_name, O_RDONLY, CM_ANY_OWNER,
+                                              w->max_bytes - CM_MIN(total, w->max_bytes), &st, err);
     if (in < 0) {
       cm_warn("wheelhouse: not taking %s: %s", e->d_name, cm_error_message(err));
       cm_error_release(err);
@@ -1338,7 +1389,8 @@ static int import_wheels(void *arg, cm_buf_t *out, cm_error_t *err) {
       continue;
     }
     cleanup_free char *tmp = xasprintf(".tmp-%d-%s", (int)getpid(), e->d_name);
-    cleanup_close int outfd = openat(w->dst_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    cleanup_close int outfd =
+        openat(w->dst_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (outfd < 0) {
       closedir(d);
       return cm_error_set(err, errno, CM_ERR_IO, "creating %s in the wheelhouse", tmp);
@@ -1355,7 +1407,8 @@ static int import_wheels(void *arg, cm_buf_t *out, cm_error_t *err) {
         break;
       }
     }
-    if (rc < 0 || fchmod(outfd, 0644) < 0 || renameat2(w->dst_fd, tmp, w->dst_fd, e->d_name, RENAME_NOREPLACE) < 0) {
+    if (rc < 0 || fchmod(outfd, 0644) < 0 ||
+        renameat2(w->dst_fd, tmp, w->dst_fd, e->d_name, RENAME_NOREPLACE) < 0) {
       unlinkat(w->dst_fd, tmp, 0);
       skipped++;
       continue;
@@ -1386,8 +1439,8 @@ static void warm_imported(void *data, int rc, const char *text) {
   warm_job_t *w = data;
   w->import = NULL;
   if (rc == 0)
-    cm_info("package cache warmed in %llums (wheelhouse: %s)", (unsigned long long)(cm_now_ms() - w->started_ms),
-            text);
+    cm_info("package cache warmed in %llums (wheelhouse: %s)",
+            (unsigned long long)(cm_now_ms() - w->started_ms), text);
   else
     cm_info("package cache warming did not complete: %s", text);
   env_store_t *s = w->store;
@@ -1412,13 +1465,16 @@ static void warm_exit(void *data, const sbx_result_t *res) {
   cleanup_free char *dl = xasprintf("%s/dl", w->space.work);
   cleanup_close int src = open(dl, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   cm_error_t err = CM_ERROR_INIT;
-  wheel_import_t imp = {.src_fd = src, .dst_fd = s->wheels_fd, .max_bytes = s->cfg->max_build_bytes};
+  wheel_import_t imp = {
+      .src_fd = src, .dst_fd = s->wheels_fd, .max_bytes = s->cfg->max_build_bytes};
   int keep[] = {src, s->wheels_fd};
   if (src < 0 || s->wheels_fd < 0 ||
-      sbx_call_start(s->loop, import_wheels, &imp, keep, 2, s->cfg->build_timeout_ms, warm_imported, w, &w->import,
-                     &err) < 0) {
-    cm_info("package cache warming did not complete: %s",
-            src < 0 ? "no downloads" : s->wheels_fd < 0 ? "no wheelhouse" : cm_error_message(&err));
+      sbx_call_start(s->loop, import_wheels, &imp, keep, 2, s->cfg->build_timeout_ms, warm_imported,
+                     w, &w->import, &err) < 0) {
+    cm_info("package cache warming did not complete: %s", src < 0 ? "no downloads"
+                                                          : s->wheels_fd < 0
+                                                              ? "no wheelhouse"
+                                                              : cm_error_message(&err));
     cm_error_release(&err);
     warm_free(w);
   }
@@ -1448,8 +1504,8 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
   /* Binary wheels only: no package code runs to make what builds will share. */
   cleanup_free char *dest = xasprintf("%s/dl", backend_maps(s) ? "/work" : w->space.work);
   cm_strv_builder_t a = {0};
-  cm_strv_addv(&a, py->executable, "-m", "pip", "download", "--quiet", "--no-input", "--only-binary=:all:",
-               "--dest", dest, NULL);
+  cm_strv_addv(&a, py->executable, "-m", "pip", "download", "--quiet", "--no-input",
+               "--only-binary=:all:", "--dest", dest, NULL);
   index_args(s, false, false, &a);
   size_t n_pkgs = 0;
   char *save = NULL;
@@ -1522,7 +1578,9 @@ static void resolve_exit(void *data, const sbx_result_t *res) {
   resolve_job_t *j = data;
   sbx_run_free(j->run);
   j->run = NULL;
-  json_t *report = res->exit_code == 0 && j->report.len ? json_loadb(j->report.data, j->report.len, 0, NULL) : NULL;
+  json_t *report = res->exit_code == 0 && j->report.len
+                       ? json_loadb(j->report.data, j->report.len, 0, NULL)
+                       : NULL;
   json_t *resolved = NULL;
   cleanup_free char *error = NULL;
   if (json_is_object(report)) {
@@ -1542,10 +1600,11 @@ static void resolve_exit(void *data, const sbx_result_t *res) {
     size_t n;
     cleanup_free char *clean = cm_utf8_sanitize(tl ? tail : head, tl ? tl : hl, &n);
     while (n && (clean[n - 1] == '\n' || clean[n - 1] == ' ')) clean[--n] = '\0';
-    cleanup_free char *bound = res->timed_out ? NULL : bound_message(j->store, &j->space, res, clean);
+    cleanup_free char *bound =
+        res->timed_out ? NULL : bound_message(j->store, &j->space, res, clean);
     error = res->timed_out ? xstrdup("the resolution took too long")
             : bound        ? xasprintf("the resolution failed: %s:\n%s", bound, clean)
-                           : xasprintf("the resolution failed (exit code %d):\n%s", res->exit_code, clean);
+                    : xasprintf("the resolution failed (exit code %d):\n%s", res->exit_code, clean);
   }
   json_decref(report);
   if (!j->cancelled) j->cb(j->data, resolved, error);
@@ -1566,8 +1625,8 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
   cm_headtail_init(&j->errors, 4096, 8192);
   cm_strv_builder_t a = {0};
   /* pip resolves for the interpreter it runs under: the interpreter of the call. */
-  cm_strv_addv(&a, py->executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--no-input",
-               "--report", "-", NULL);
+  cm_strv_addv(&a, py->executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+               "--quiet", "--no-input", "--report", "-", NULL);
   index_args(s, false, true, &a);
   cm_strv_add(&a, "--");
   for (size_t i = 0; i < n; i++) cm_strv_add(&a, requirements[i]);
@@ -1602,7 +1661,8 @@ static void sweep_envs(env_store_t *s) {
   cm_strv_builder_t gone = {0};
   struct dirent *e;
   while ((e = readdir(d)))
-    if (!strncmp(e->d_name, ".old-", 5) || !strncmp(e->d_name, ".evicted-", 9) || !strncmp(e->d_name, ".trash-", 7))
+    if (!strncmp(e->d_name, ".old-", 5) || !strncmp(e->d_name, ".evicted-", 9) ||
+        !strncmp(e->d_name, ".trash-", 7))
       cm_strv_add(&gone, e->d_name);
   closedir(d);
   for (size_t i = 0; i < gone.n; i++) remove_later(s, s->envs_fd, gone.v[i]);
@@ -1616,8 +1676,8 @@ static void sweep_envs(env_store_t *s) {
  * are regular files of the server's own, written by nobody else. */
 static void clean_downloads(env_store_t *s) {
   struct stat st;
-  if (fstatat(s->state_fd, ENV_DOWNLOADS_MARK, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
-      st.st_uid != geteuid()) {
+  if (fstatat(s->state_fd, ENV_DOWNLOADS_MARK, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+      !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
     if (fstatat(s->state_fd, "downloads", &st, AT_SYMLINK_NOFOLLOW) == 0) {
       cm_info("clearing %s: builds of earlier versions could write there", s->downloads_dir);
       discard(s, s->state_fd, "downloads", "trash");
@@ -1667,8 +1727,8 @@ static void clean_downloads(env_store_t *s) {
     if (fstatat(wfd, e->d_name, &ws, AT_SYMLINK_NOFOLLOW) < 0) continue;
     /* Another server's import in progress (a day is far beyond any). */
     if (!strncmp(e->d_name, ".tmp-", 5) && now - ws.st_mtime < 86400) continue;
-    bool ok = wheel_name_ok(e->d_name) && S_ISREG(ws.st_mode) && ws.st_uid == geteuid() && !(ws.st_mode & 022) &&
-              ws.st_nlink == 1;
+    bool ok = wheel_name_ok(e->d_name) && S_ISREG(ws.st_mode) && ws.st_uid == geteuid() &&
+              !(ws.st_mode & 022) && ws.st_nlink == 1;
     if (ok) continue;
     cm_warn("wheelhouse: removing %s (not a wheel the server stored)", e->d_name);
     if (S_ISDIR(ws.st_mode))
@@ -1682,8 +1742,8 @@ static void clean_downloads(env_store_t *s) {
 
 /* ---------------------------------------------------------------- public */
 
-env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir, const char *runs_dir,
-                           sbx_backend_t *backend) {
+env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir,
+                           const char *runs_dir, sbx_backend_t *backend) {
   env_store_t *s = xcalloc(1, sizeof *s);
   s->loop = loop;
   s->cfg = cfg;
@@ -1695,7 +1755,8 @@ env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char 
   s->runs_dir = xstrdup(runs_dir);
   s->state_fd = s->envs_fd = s->wheels_fd = s->runs_fd = -1;
   cm_error_t err = CM_ERROR_INIT;
-  if (cm_mkdir_p(s->envs_dir, 0755, &err) < 0) cm_warn("environment store: %s", cm_error_message(&err));
+  if (cm_mkdir_p(s->envs_dir, 0755, &err) < 0)
+    cm_warn("environment store: %s", cm_error_message(&err));
   cm_error_release(&err);
   /* envs/ is traversable so that an environment can be mounted; the state dir above it is not. */
   chmod(s->envs_dir, 0755);
@@ -1718,21 +1779,23 @@ env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char 
     if (!uv && strcmp(cfg->installer, "uv") == 0)
       cm_warn("--installer uv: uv not found at '%s'; dependency installs will fail", cfg->uv_path);
   }
-  s->installer_desc = s->uv ? xasprintf("uv (%s)", s->uv) : xstrdup("pip (the interpreter's own, into a venv)");
+  s->installer_desc =
+      s->uv ? xasprintf("uv (%s)", s->uv) : xstrdup("pip (the interpreter's own, into a venv)");
   return s;
 }
 
 void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
-                       const char *uv_config, const char *owner, env_ready_cb cb, env_progress_cb progress,
-                       void *data) {
+                       const char *uv_config, const char *owner, env_ready_cb cb,
+                       env_progress_cb progress, void *data) {
   env_waiter_t *w = xcalloc(1, sizeof *w);
   w->store = s;
   w->cb = cb;
   w->progress = progress;
   w->data = data;
   if (!s->uv && strcmp(s->cfg->installer, "uv") == 0) {
-    cleanup_free char *msg = xasprintf(
-        "The server is configured with --installer uv, but uv was not found at '%s'.", s->cfg->uv_path);
+    cleanup_free char *msg =
+        xasprintf("The server is configured with --installer uv, but uv was not found at '%s'.",
+                  s->cfg->uv_path);
     answer(w, NULL, msg); /* from the loop, like every answer */
     return w;
   }
