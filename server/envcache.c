@@ -1654,9 +1654,10 @@ void env_store_cancel_resolve(env_store_t *s, void *handle) {
 
 /* ---------------------------------------------------------------- start-up */
 
-/* What may be left in envs/ by servers that are gone: trees moved aside for removal. */
-static void sweep_envs(env_store_t *s) {
-  DIR *d = list_dir(s->envs_fd);
+/* What servers that are gone may have left in envs/ (or the state directory): trees moved
+ * aside for removal. */
+static void sweep_dir(env_store_t *s, int dir_fd) {
+  DIR *d = list_dir(dir_fd);
   if (!d) return;
   cm_strv_builder_t gone = {0};
   struct dirent *e;
@@ -1665,7 +1666,7 @@ static void sweep_envs(env_store_t *s) {
         !strncmp(e->d_name, ".trash-", 7))
       cm_strv_add(&gone, e->d_name);
   closedir(d);
-  for (size_t i = 0; i < gone.n; i++) remove_later(s, s->envs_fd, gone.v[i]);
+  for (size_t i = 0; i < gone.n; i++) remove_later(s, dir_fd, gone.v[i]);
   cm_strv_free(gone.v);
 }
 
@@ -1765,8 +1766,10 @@ env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char 
   s->runs_fd = open(runs_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (s->state_fd < 0 || s->envs_fd < 0 || s->runs_fd < 0)
     cm_warn("environment store: cannot open its directories: %s", strerror(errno));
+  /* The sweeps first: what clean_downloads moves aside is already on its way out. */
+  if (s->envs_fd >= 0) sweep_dir(s, s->envs_fd);
+  if (s->state_fd >= 0) sweep_dir(s, s->state_fd);
   if (s->state_fd >= 0) clean_downloads(s);
-  if (s->envs_fd >= 0) sweep_envs(s);
   bool want_uv = strcmp(cfg->installer, "pip") != 0;
   if (want_uv) {
     char *uv = cm_find_executable(cfg->uv_path);
