@@ -423,3 +423,25 @@ def test_a_hit_whose_lock_is_taken_is_a_miss(dep_server):
     assert res["structuredContent"]["stdout"] == "two\n", text(res)
     assert res["structuredContent"]["environment"]["cached"] is False  # built again
     shutil.rmtree(os.path.join(envs, f".evicted-{key}-test"), ignore_errors=True)
+
+
+def test_the_manifest_names_who_asked_for_the_build(wheels, tmp_path):
+    # The hook for per-principal cache accounting: over HTTP, the bearer token's name.
+    from test_http import LATEST, HttpServer, call_msg, messages, sse_events_from_bytes
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice: tok-alice\n")
+    s = HttpServer("--auth-token-file", str(tokens), "--find-links", wheels, "--offline")
+    try:
+        alice = {"Authorization": "Bearer tok-alice"}
+        sid = s.initialize(headers=alice)
+        st, h, body = s.post(call_msg(1, "import mps_gamma\nprint('ok')", dependencies=["mps-gamma"]), sid,
+                             headers=alice, version=LATEST)
+        assert st == 200, body
+        res = json.loads(body)["result"] if h["content-type"] == "application/json" else \
+            [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == 1][0]["result"]
+        assert res["structuredContent"]["stdout"] == "ok\n", res
+        key = res["structuredContent"]["environment"]["key"]
+        manifest = json.load(open(os.path.join(s.state_dir, "envs", key, "mps-manifest.json")))
+        assert manifest["built_by"] == "alice"
+    finally:
+        s.close()
