@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -219,6 +220,32 @@ int cm_write_file(const char *path, const void *data, size_t len, mode_t mode, c
 int cm_mkdir_p(const char *path, mode_t mode, cm_error_t *err);
 /* rm -rf that never follows symlinks and stays on one filesystem path. */
 int cm_rm_rf(const char *path, cm_error_t *err);
+/* ---------------------------------------------------------------- files a sandbox could have written
+ *
+ * For every file the server opens, reads, writes or removes in a directory that a
+ * sandboxed process could write (or could have written: a build's staging directory and
+ * cache, a run's work directory).  name is one path component (no '/', not "." or "..")
+ * relative to dirfd, which the caller opened the same way (cm_open_dir_at), so no symlink
+ * is ever followed; opens are O_NONBLOCK, so a FIFO never blocks the caller (it is
+ * refused after fstat, before any read or write); every fd is close-on-exec. */
+#define CM_ANY_OWNER ((uid_t)-1)
+/* A directory below dirfd (never through a symlink, never a FIFO).  The fd, or -1. */
+int cm_open_dir_at(int dirfd, const char *name, cm_error_t *err);
+/* Opens a regular file with flags (O_RDONLY, O_RDWR, ...; never creates) after checking on
+ * the open fd that it is a regular file, owned by owner (CM_ANY_OWNER: anyone) and at most
+ * max_size bytes; st gets its status (may be NULL).  The fd (blocking again), or -1: a
+ * symlink, FIFO, socket, device or directory is an error naming what it is. */
+int cm_open_regular_at(int dirfd, const char *name, int flags, uid_t owner, uint64_t max_size, struct stat *st,
+                       cm_error_t *err);
+/* Reads a whole regular file of at most max bytes (checks of cm_open_regular_at). */
+int cm_read_file_at(int dirfd, const char *name, uid_t owner, size_t max, char **out, size_t *out_len,
+                    cm_error_t *err);
+/* Creates a new file (O_EXCL: fails if anything has the name, a symlink included) with data. */
+int cm_create_file_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, cm_error_t *err);
+/* rm -rf of name in dirfd, never following a symlink.  Takes as long as the tree is big:
+ * on the event loop only for trees the server made small; else in a child (sbx_call). */
+int cm_rm_rf_at(int dirfd, const char *name, cm_error_t *err);
+
 /* Finds an executable in PATH (or uses name as is if it contains a '/'). Heap string. */
 char *cm_find_executable(const char *name);
 

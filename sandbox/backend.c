@@ -136,3 +136,17 @@ void sbx_backend_free(sbx_backend_t *b) {
   free(b->unavailable);
   free(b);
 }
+
+sbx_identity_t *sbx_identity_new(sbx_backend_t *b) {
+  sbx_identity_t *id = xcalloc(1, sizeof *id);
+  id->backend = b;
+  id->slot = -1;
+  if (b && b->ops->identity_new) b->ops->identity_new(b, id);
+  return id;
+}
+
+void sbx_identity_free(sbx_identity_t *id) {
+  if (!id) return;
+  if (id->backend && id->backend->ops->identity_release) id->backend->ops->identity_release(id->backend, id);
+  free(id);
+}

@@ -36,6 +36,9 @@
  * fresh uid per run means RLIMIT_NPROC (counted per uid by the kernel) bounds this run
  * alone, not this run plus concurrent runs plus real users, and runs never share an
  * identity for files or signals.  The pid part keeps several server processes apart.  The
+ * Environment builds take their uid from the same pool (sbx_identity_new: one slot for all
+ * steps of a build, reserved until the build ends and the margin after it), so no two builds
+ * and no build and run share a uid, an RLIMIT_NPROC budget or files.  The
  * range 2,000,000,000-2,134,217,727 is far above the ids distributions, systemd
  * (DynamicUser stops at 65519) and container subuid ranges (allocated in 65536-blocks from
  * 100000 up) hand out, and stays below 2^31 for tools that treat uids as signed.
@@ -60,8 +63,6 @@
 #define BWRAP_DROP_NAME "mps-sandbox-drop"
 #define BWRAP_DROP_IN_SANDBOX "/run/mps-sandbox-drop"
 #define BWRAP_WORKDIR "/work"
-/* Environment builds run as this one identity, below the per-run range. */
-#define BWRAP_BUILDER_UID 1999999999u
 #define BWRAP_HOSTNAME "sandbox"
 #define BWRAP_UID_BASE 2000000000u
 #define BWRAP_UID_PID_BITS 15
@@ -358,6 +359,7 @@ static int check_ro_bind(const char *p, cm_error_t *err) {
  * provides and the paths of the host that are bound at their own names. */
 static bool mount_target_ok(const char *t) {
   if (!path_is_clean(t) || strcmp(t, "/") == 0) return false;
+  if (strcmp(t, "/tmp") == 0) return true; /* in place of the tmpfs (not below it) */
   static const char *const reserved[] = {"/proc",  "/dev",  "/sys",  "/etc",       "/run",
                                          "/usr",   "/tmp",  "/bin",  "/sbin",      "/lib",
                                          "/lib64", "/root", "/home", BWRAP_WORKDIR};
@@ -405,11 +407,13 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the bwrap backend was not probed");
   if (check_spec(spec, err) < 0) return -1;
 
-  uid_t uid = !p->as_root     ? getuid()
-              : spec->builder ? BWRAP_BUILDER_UID
-                              : pick_uid(p, &spec->limits, &launch->uid_slot);
+  uid_t uid = !p->as_root                               ? getuid()
+              : spec->identity && spec->identity->has_uid ? spec->identity->uid
+                                                          : pick_uid(p, &spec->limits, &launch->uid_slot);
   gid_t gid = p->as_root ? (gid_t)uid : getgid();
-  if (p->as_root && chown_workdir(spec->workdir, uid, gid, err) < 0) return -1;
+  /* Handed over once: a later run of the same identity (the next step of a build) finds the
+   * tree its own already, and the server never walks what a sandbox wrote. */
+  if (p->as_root && hand_over(spec->workdir, uid, gid, err) < 0) return -1;
   for (size_t i = 0; i < spec->n_mounts && p->as_root; i++)
     if (spec->mounts[i].writable && hand_over(spec->mounts[i].host, uid, gid, err) < 0) return -1;
 
@@ -490,9 +494,19 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   uint64_t shm_bytes = CM_MIN(tmp_bytes, BWRAP_MAX_SHM_BYTES);
   args_add(&a, "--proc", "/proc", "--dev", "/dev", "--size", NULL);
   args_addf(&a, "%llu", (unsigned long long)shm_bytes);
-  args_add(&a, "--perms", "01777", "--tmpfs", "/dev/shm", "--size", NULL);
-  args_addf(&a, "%llu", (unsigned long long)tmp_bytes);
-  args_add(&a, "--perms", "01777", "--tmpfs", "/tmp", NULL);
+  args_add(&a, "--perms", "01777", "--tmpfs", "/dev/shm", NULL);
+  /* A spec mount at /tmp (a build's, on its own bounded space) replaces the tmpfs, in the
+   * same place: before the binds, which may be below /tmp. */
+  const sbx_mount_t *tmp_mount = NULL;
+  for (size_t i = 0; i < spec->n_mounts; i++)
+    if (strcmp(spec->mounts[i].target, "/tmp") == 0) tmp_mount = &spec->mounts[i];
+  if (tmp_mount) {
+    args_add(&a, tmp_mount->writable ? "--bind" : "--ro-bind", tmp_mount->host, "/tmp", NULL);
+  } else {
+    args_add(&a, "--size", NULL);
+    args_addf(&a, "%llu", (unsigned long long)tmp_bytes);
+    args_add(&a, "--perms", "01777", "--tmpfs", "/tmp", NULL);
+  }
 
   for (char *const *r = spec->ro_binds; r && *r; r++) {
     if (path_is_under(*r, "/usr")) continue; /* already visible, read-only */
@@ -501,6 +515,7 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   }
   for (size_t i = 0; i < spec->n_mounts; i++) {
     const sbx_mount_t *m = &spec->mounts[i];
+    if (m == tmp_mount) continue;
     args_add_parents(&a, m->target);
     args_add(&a, m->writable ? "--bind" : "--ro-bind", m->host, m->target, NULL);
   }
@@ -568,6 +583,20 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   launch->status_fd = steal_fd(&status_read);
   launch->control_fd = steal_fd(&control_write);
   return 0;
+}
+
+static void bwrap_identity_new(sbx_backend_t *b, sbx_identity_t *id) {
+  bwrap_priv_t *p = priv_of(b);
+  if (!p->as_root) return;
+  sbx_limits_t forever = {0}; /* reserved until released */
+  id->uid = pick_uid(p, &forever, &id->slot);
+  id->has_uid = true;
+}
+
+static void bwrap_identity_release(sbx_backend_t *b, sbx_identity_t *id) {
+  bwrap_priv_t *p = priv_of(b);
+  if (id->slot < 0 || !p->slot_busy_until) return;
+  p->slot_busy_until[id->slot & (BWRAP_UID_RUNS - 1)] = cm_now_ms() + BWRAP_UID_REUSE_MARGIN_MS;
 }
 
 static void bwrap_reserve(sbx_backend_t *b, const sbx_launch_t *launch, uint64_t until_ms) {
@@ -796,6 +825,8 @@ const sbx_backend_ops_t sbx_bwrap_ops = {
     .can_egress = true,
     .host_processes = true,
     .reserve = bwrap_reserve,
+    .identity_new = bwrap_identity_new,
+    .identity_release = bwrap_identity_release,
     .probe = bwrap_probe,
     .build = bwrap_build,
     .describe = bwrap_describe,

@@ -264,7 +264,9 @@ static int check_spec(const sbx_spec_t *spec, cm_error_t *err) {
     if (stat(m->host, &st) < 0 || !S_ISDIR(st.st_mode))
       return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "mount source %s is not a directory",
                           m->host);
-    if (!m->target || !path_is_clean(m->target) || target_is_reserved(m->target))
+    /* /tmp itself may be a mount (an environment build's, on its own bounded space): it
+     * takes the tmpfs's place. */
+    if (!m->target || !path_is_clean(m->target) || (target_is_reserved(m->target) && strcmp(m->target, "/tmp") != 0))
       return cm_error_set(err, 0, CM_ERR_INVALID, "mount target '%s' is not allowed",
                           m->target ? m->target : "(null)");
   }
@@ -454,8 +456,12 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   cm_strv_addv(&a, "--ulimit", "core=0:0", NULL);
 
   uint64_t tmp_bytes = l->tmp_bytes ? l->tmp_bytes : DOCKER_DEFAULT_TMP_BYTES;
-  cm_strv_addv(&a, "--tmpfs", NULL);
-  cm_strv_addf(&a, "/tmp:rw,nosuid,nodev,size=%llu", (unsigned long long)tmp_bytes);
+  bool tmp_mounted = false;
+  for (size_t i = 0; i < spec->n_mounts; i++) tmp_mounted |= strcmp(spec->mounts[i].target, "/tmp") == 0;
+  if (!tmp_mounted) {
+    cm_strv_addv(&a, "--tmpfs", NULL);
+    cm_strv_addf(&a, "/tmp:rw,nosuid,nodev,size=%llu", (unsigned long long)tmp_bytes);
+  }
   cm_strv_addv(&a, "--shm-size", NULL);
   cm_strv_addf(&a, "%llu", (unsigned long long)CM_MIN(tmp_bytes, DOCKER_MAX_SHM_BYTES));
 

@@ -8,6 +8,15 @@
  * checked that spec->workdir is a clean absolute path by its own rules. */
 int sbx_spec_check_common(const sbx_spec_t *spec, cm_error_t *err);
 
+/* See sbx_identity_new(): uid is valid when has_uid; slot is the backend's reservation
+ * (-1: none to release). */
+struct sbx_identity {
+  sbx_backend_t *backend;
+  bool has_uid;
+  uid_t uid;
+  int64_t slot;
+};
+
 /* A deep copy of a NULL-terminated string vector. */
 char **sbx_strv_copy(char *const *v);
 

@@ -53,9 +53,10 @@ typedef struct sbx_spec {
    * namespace (--network host, and backends that cannot isolate). */
   bool network;
   const sbx_egress_t *egress;
-  /* An environment build, not a script run: the sandbox runs as the one builder identity
-   * (so the shared download cache stays writable by every build) instead of a fresh one. */
-  bool builder;
+  /* The identity to run as, kept by the caller across several runs (the steps of one
+   * environment build: each step sees what the one before wrote as its own); NULL: a
+   * fresh one for this run alone. */
+  const struct sbx_identity *identity;
   /* Prestart: set the sandbox up now but hold the command until sbx_run_release()
    * (backends with sbx_backend_can_hold() only).  limits.timeout_ms counts from the
    * release. */
@@ -119,6 +120,10 @@ typedef struct sbx_backend_ops {
    * Called when a held run is released (its timeout is known only then) and when a run is
    * freed.  May be NULL. */
   void (*reserve)(sbx_backend_t *b, const sbx_launch_t *launch, uint64_t until_ms);
+  /* A sandbox identity (bwrap as root: a per-run uid slot) reserved until released, for
+   * sbx_identity_new().  May be NULL (the backend has no identities of its own). */
+  void (*identity_new)(sbx_backend_t *b, struct sbx_identity *id);
+  void (*identity_release)(sbx_backend_t *b, struct sbx_identity *id);
   /* Extra kill step for backends whose processes are not our descendants (docker). */
   void (*kill)(sbx_backend_t *b, const sbx_launch_t *launch, int sig);
   /* One line for check_environment, e.g. "bubblewrap 0.8.0 (/usr/bin/bwrap)". */
@@ -151,6 +156,17 @@ bool sbx_backend_can_egress(const sbx_backend_t *b);
 bool sbx_backend_host_processes(const sbx_backend_t *b);
 char *sbx_backend_describe(sbx_backend_t *b);
 void sbx_backend_free(sbx_backend_t *b);
+
+/* ---------------------------------------------------------------- identities */
+
+/* An identity for several runs in a row (the steps of one environment build): with the
+ * bwrap backend as root, one per-run uid taken from the same pool as runs' uids and kept
+ * reserved (no other run or build gets it) until sbx_identity_free() and the backend's
+ * reuse margin after it, so every build is its own user for RLIMIT_NPROC, files and
+ * signals.  Backends without identities give one that changes nothing.  Never NULL. */
+typedef struct sbx_identity sbx_identity_t;
+sbx_identity_t *sbx_identity_new(sbx_backend_t *b);
+void sbx_identity_free(sbx_identity_t *id);
 
 /* ---------------------------------------------------------------- cgroups */
 
@@ -242,6 +258,28 @@ void sbx_child_close(sbx_child_t *child);
  * buffers' limits.  Closes pass_fds.  For start-up probes only: it blocks the caller. */
 int sbx_run_capture(char *const *argv, char *const *envp, int *pass_fds, size_t n_pass, int timeout_ms,
                     int *status, cm_buf_t *out, cm_buf_t *errout, cm_error_t *err);
+
+/* ---------------------------------------------------------------- functions in a child */
+
+/* Runs fn(arg) in a forked child of the server, for work that must not block the event
+ * loop but needs no sandbox: copying or removing a tree that may be big (an environment
+ * out of a build's space, a wheelhouse import, an evicted environment).  The child is a
+ * copy of the server: fn sees the server's memory as it was at the fork and the fds in
+ * keep_fds (every other fd above 2 is closed; stdin and stdout become /dev/null, stderr
+ * stays for logs); it dies with the server (parent-death SIGKILL).  fn returns 0 with an
+ * optional short text in out (at most ~4000 bytes), or -1 with err set; nothing else comes
+ * back.  done(data, rc, text) runs on the loop once the child is reaped: rc 0 with fn's
+ * text, or -1 with fn's error message or why the child failed (killed, timed out after
+ * timeout_ms, 0 = no limit).  The call is freed right before done runs: forget the
+ * pointer there.  Reaped through a pidfd, never waitpid(-1). */
+typedef struct sbx_call sbx_call_t;
+typedef int (*sbx_call_fn)(void *arg, cm_buf_t *out, cm_error_t *err);
+typedef void (*sbx_call_done_cb)(void *data, int rc, const char *text);
+int sbx_call_start(cm_loop_t *loop, sbx_call_fn fn, void *arg, const int *keep_fds, size_t n_keep,
+                   uint64_t timeout_ms, sbx_call_done_cb done, void *data, sbx_call_t **out, cm_error_t *err);
+/* Before done has run: kills the child (SIGKILL), reaps it (blocking, but a SIGKILLed child
+ * of ours exits at once) and frees the call; done is never called. */
+void sbx_call_free(sbx_call_t *c);
 
 /* ---------------------------------------------------------------- runs */
 

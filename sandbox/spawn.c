@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -409,4 +410,155 @@ int sbx_run_capture(char *const *argv, char *const *envp, int *pass_fds, size_t 
                         argv[1] ? " " : "", argv[1] ? argv[1] : "", timeout_ms);
   *status = st;
   return 0;
+}
+
+/* ---------------------------------------------------------------- functions in a child */
+
+#define SBX_CALL_REPORT_MAX 4000 /* one write below PIPE_BUF into an empty pipe: never blocks */
+
+struct sbx_call {
+  cm_loop_t *loop;
+  sbx_child_t child;
+  int report_fd; /* read end, non-blocking */
+  cm_watch_t *watch;
+  cm_timer_t *deadline;
+  bool timed_out, done;
+  sbx_call_done_cb cb;
+  void *data;
+};
+
+/* In the child: [status byte]['\0'-free text], then _exit (no atexit handlers, no stdio
+ * flush of the server's buffers, no leak report for memory that is the server's). */
+static void call_child(sbx_call_fn fn, void *arg, int report_w, const int *keep, size_t n_keep,
+                       pid_t parent) {
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent) _exit(127);
+  int fds[64];
+  size_t n = 0;
+  fds[n++] = report_w;
+  for (size_t i = 0; i < n_keep && n < CM_ARRAY_SIZE(fds); i++)
+    if (keep[i] > 2) fds[n++] = keep[i];
+  close_all_but(fds, n);
+  /* stdout may be the protocol (stdio transport): never ours to write. */
+  int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull >= 0) {
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    if (devnull > 2) close(devnull);
+  }
+  cm_buf_t out;
+  cm_buf_init(&out, SBX_CALL_REPORT_MAX - 1);
+  cm_error_t err = CM_ERROR_INIT;
+  int rc = fn(arg, &out, &err);
+  char report[SBX_CALL_REPORT_MAX];
+  report[0] = rc < 0 ? 'E' : 'K';
+  const char *text = rc < 0 ? cm_error_message(&err) : (out.data ? out.data : "");
+  size_t len = CM_MIN(strlen(text), sizeof report - 1);
+  memcpy(report + 1, text, len);
+  (void)!write(report_w, report, len + 1);
+  _exit(rc < 0 ? 1 : 0);
+}
+
+static void call_finish(sbx_call_t *c, const siginfo_t *si) {
+  char buf[SBX_CALL_REPORT_MAX + 1];
+  ssize_t n;
+  do n = read(c->report_fd, buf, sizeof buf - 1);
+  while (n < 0 && errno == EINTR);
+  int rc = -1;
+  cleanup_free char *text = NULL;
+  if (c->timed_out) {
+    text = xstrdup("it took too long and was stopped");
+  } else if (n > 0 && (buf[0] == 'K' || buf[0] == 'E') && si->si_code == CLD_EXITED &&
+             si->si_status == (buf[0] == 'K' ? 0 : 1)) {
+    buf[n] = '\0';
+    rc = buf[0] == 'K' ? 0 : -1;
+    text = xstrdup(buf + 1);
+  } else if (si->si_code == CLD_EXITED) {
+    text = xasprintf("the child process exited with status %d without a report", si->si_status);
+  } else {
+    text = xasprintf("the child process was killed by signal %d", si->si_status);
+  }
+  c->done = true;
+  cm_watch_remove(c->watch);
+  c->watch = NULL;
+  cm_timer_cancel(c->deadline);
+  c->deadline = NULL;
+  sbx_call_done_cb cb = c->cb;
+  void *data = c->data;
+  sbx_call_free(c);
+  cb(data, rc, text);
+}
+
+static void on_call_exit(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
+  sbx_call_t *c = data;
+  siginfo_t si;
+  if (sbx_child_reap(&c->child, &si, NULL) == 0) return;
+  c->child.pid = -1; /* reaped */
+  call_finish(c, &si);
+}
+
+static void on_call_deadline(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  sbx_call_t *c = data;
+  c->deadline = NULL;
+  c->timed_out = true;
+  if (c->child.pidfd >= 0) syscall(SYS_pidfd_send_signal, c->child.pidfd, SIGKILL, NULL, 0);
+}
+
+int sbx_call_start(cm_loop_t *loop, sbx_call_fn fn, void *arg, const int *keep_fds, size_t n_keep,
+                   uint64_t timeout_ms, sbx_call_done_cb done, void *data, sbx_call_t **out,
+                   cm_error_t *err) {
+  *out = NULL;
+  int rp[2];
+  if (pipe2(rp, O_CLOEXEC) < 0) return cm_error_set(err, errno, CM_ERR_IO, "pipe2");
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(rp[0]);
+    close(rp[1]);
+    return cm_error_set(err, e, CM_ERR_IO, "fork");
+  }
+  if (pid == 0) {
+    close(rp[0]);
+    call_child(fn, arg, rp[1], keep_fds, n_keep, parent);
+  }
+  close(rp[1]);
+  sbx_call_t *c = xcalloc(1, sizeof *c);
+  c->loop = loop;
+  c->cb = done;
+  c->data = data;
+  c->report_fd = rp[0];
+  c->child.pid = pid;
+  c->child.stdout_fd = c->child.stderr_fd = -1;
+  c->child.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  cm_set_nonblock(c->report_fd, true);
+  if (c->child.pidfd < 0) {
+    cm_error_set(err, errno, CM_ERR_IO, "pidfd_open");
+    sbx_call_free(c);
+    return -1;
+  }
+  fcntl(c->child.pidfd, F_SETFD, FD_CLOEXEC);
+  c->watch = cm_loop_watch(loop, c->child.pidfd, EPOLLIN, on_call_exit, c, err);
+  if (!c->watch) {
+    sbx_call_free(c);
+    return -1;
+  }
+  if (timeout_ms) c->deadline = cm_loop_timer(loop, timeout_ms, on_call_deadline, c);
+  *out = c;
+  return 0;
+}
+
+void sbx_call_free(sbx_call_t *c) {
+  if (!c) return;
+  if (c->child.pid > 0) {
+    /* Still running: stop it now (it is ours and holds no other process). */
+    kill(c->child.pid, SIGKILL);
+    while (waitpid(c->child.pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    c->child.pid = -1;
+  }
+  cm_watch_remove(c->watch);
+  cm_timer_cancel(c->deadline);
+  if (c->child.pidfd >= 0) close(c->child.pidfd);
+  if (c->report_fd >= 0) close(c->report_fd);
+  free(c);
 }

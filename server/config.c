@@ -45,6 +45,8 @@ static const opt_def_t options[] = {
     {"max-cache-bytes", OPT_SIZE, OFF(max_cache_bytes), "SIZE", "environments kept, least recently used evicted beyond (10G)"},
     {"env-max-age-days", OPT_DAYS_MS, OFF(env_max_age_ms), "DAYS", "re-resolve environments with unpinned requirements after (7)"},
     {"build-timeout", OPT_SECONDS_MS, OFF(build_timeout_ms), "SECONDS", "limit for building one environment (900)"},
+    {"max-build-bytes", OPT_SIZE, OFF(max_build_bytes), "SIZE",
+     "all one environment build may write: environment, downloads, caches, temporary files (4G)"},
     {"state-dir", OPT_STRING, OFF(state_dir), "DIR",
      "state directory (default $XDG_CACHE_HOME/mcp-python-exec-sandbox)"},
     {"transport", OPT_STRING, OFF(transport), "{stdio,http}", "transport: stdio, or Streamable HTTP (stdio)"},
@@ -189,6 +191,7 @@ void srv_config_defaults(srv_config_t *c) {
   c->max_cache_bytes = 10ull << 30;
   c->env_max_age_ms = 7ull * 86400 * 1000;
   c->build_timeout_ms = 900ull * 1000;
+  c->max_build_bytes = 4ull << 30;
   c->host = xstrdup("127.0.0.1");
   c->port = 8765;
   c->path = xstrdup("/mcp");
@@ -571,6 +574,8 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
   if (strcmp(c->installer, "auto") && strcmp(c->installer, "uv") && strcmp(c->installer, "pip"))
     return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid installer '%s', must be one of ('auto', 'uv', 'pip')", c->installer);
   if (c->build_timeout_ms < 1000) return cm_error_set(err, 0, CM_ERR_INVALID, "build_timeout must be >= 1");
+  if (c->max_build_bytes < (16ull << 20))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_build_bytes must be >= 16M");
   if (c->max_concurrent < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
   if (c->artifact_ttl_ms < 1000)
     return cm_error_set(err, 0, CM_ERR_INVALID, "artifact_ttl must be >= 1");

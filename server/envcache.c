@@ -1,10 +1,32 @@
-/* The environment store (see envcache.h). */
+/* The environment store (see envcache.h).
+ *
+ * What a build may touch, and what the server touches of it.  A build (and a warm-up, a
+ * dry-run resolution) gets a space of its own: <runs>/build-XXXXXX with env/ (the venv
+ * being built, /env in the sandbox), work/ (its cwd), cache/ (a private, empty download
+ * cache) and tmp/ (its /tmp), all on one size-capped tmpfs of its own when the server is
+ * root (--max-build-bytes: a build that writes more gets ENOSPC), on disk otherwise (each
+ * file bounded by RLIMIT_FSIZE).  Every step of a build runs as one fresh uid of its own
+ * (sbx_identity_t) in a cgroup of its own per step.  Nothing another build reads is
+ * writable by it: the only thing builds share is the wheelhouse (<state>/downloads/wheels),
+ * which only the server writes (binary wheels the warm-up downloaded: no package code ran
+ * to make them) and builds see read-only.
+ *
+ * The server never works inside a space on the event loop: once the last step is over
+ * (every process of the sandbox is gone), a forked child (sbx_call) copies the environment
+ * out of the space into <state>/envs/.staging-<key>-<pid>-<n>, a tree the server made and
+ * owns (regular files, directories and symlinks only, never following one; a FIFO, socket
+ * or device fails the build; set-id bits gone; the total bounded).  The manifest is then
+ * written into that copy and the copy renamed into place; the space is dropped with its
+ * tmpfs.  Big removals (an evicted environment, a space on disk) run in such a child too. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "server/envcache.h"
@@ -14,63 +36,114 @@
 
 extern char **environ;
 
-#define ENV_FORMAT 1
+/* 2: environments copied out of the build's space by the server, with built_by. */
+#define ENV_FORMAT 2
 #define ENV_MANIFEST "mps-manifest.json"
+#define ENV_MANIFEST_MAX (1u << 20)
 #define ENV_TARGET "/env"
 #define ENV_CACHE_TARGET "/cache"
+#define ENV_WHEELS_TARGET "/wheels"
 #define ENV_LOCK_RETRY_MS 200
 #define ENV_STEP_OUTPUT_TAIL (64u << 10)
 #define ENV_PROGRESS_LINE_MAX 2048
 #define ENV_MAX_FIND_LINKS 16
+/* A file, directory or symlink counts as at least this much against --max-build-bytes
+ * (and files are rounded up to it): empty files cost inodes too. */
+#define ENV_BLOCK 4096u
+#define ENV_COPY_DEPTH_MAX 128
+/* Files in bin/ the copy rewrites for backends that do not map /env (shebangs). */
+#define ENV_RELOCATE_MAX (1u << 20)
+/* A space with less free than this after a failed step was filled by it. */
+#define ENV_SPACE_FULL_BYTES (1u << 20)
+#define ENV_WHEELHOUSE "wheels"
+/* In the state directory (which no sandbox ever sees): downloads/ was emptied of what
+ * versions before the wheelhouse left there (a cache every build could write). */
+#define ENV_DOWNLOADS_MARK ".downloads-format-2"
 
 typedef struct env_waiter env_waiter_t;
 typedef struct env_build env_build_t;
 
 struct env_waiter {
   env_store_t *store;
-  env_build_t *build; /* NULL once answered (or while answered from the cache) */
+  env_build_t *build; /* NULL once answered */
   env_ready_cb cb;
   env_progress_cb progress;
   void *data;
-  env_handle_t *hit; /* a cache hit waiting for its deferred answer */
+  env_handle_t *hit; /* the answer, queued for the loop */
+  char *error;
   bool cancelled;
   env_waiter_t *next;
 };
 
-typedef enum build_step { STEP_VENV = 0, STEP_INSTALL, STEP_INSPECT, STEP_DONE } build_step_t;
+/* A build's (warm-up's, resolution's) own bounded space; see the top of the file. */
+typedef struct env_space {
+  char *dir;  /* <runs>/<kind>-XXXXXX */
+  char *name; /* its last component */
+  bool mounted;
+  int fd; /* dir, for fstatvfs */
+  char *env, *work, *cache, *tmp;
+} env_space_t;
+
+typedef enum build_step {
+  STEP_VENV = 0,
+  STEP_INSTALL,
+  STEP_INSPECT,
+  STEP_COPY,
+  STEP_DONE
+} build_step_t;
 
 struct env_build {
   env_store_t *store;
   char *key;
-  char *final_dir, *staging, *workdir, *lock_path;
+  char *final_dir, *lock_path;
+  char *copy_name; /* .staging-<key>-<pid>-<n> in envs/, while the copy exists */
   int lock_fd;
   py_interp_t py; /* a copy of what is needed (the registry entry outlives us anyway) */
   char **requirements;
   size_t n_requirements;
   bool pinned;     /* every requirement is ==version or a URL */
   char *uv_config; /* the script's [tool.uv] table as TOML, or NULL */
+  char *owner;     /* the principal the build is made for, or NULL */
   build_step_t step;
+  env_space_t space;
+  sbx_identity_t *identity;
   sbx_run_t *run;
+  sbx_call_t *copy;
   cm_headtail_t output; /* the current step's output, for error messages */
   cm_buf_t line;        /* a partial output line, for progress */
   cm_buf_t inspect;     /* STEP_INSPECT's stdout */
   cm_timer_t *lock_retry;
+  bool said_waiting;
   env_waiter_t *waiters;
   uint64_t started_ms;
   env_build_t *next;
 };
 
+/* A tree being removed by a child (an evicted or replaced environment, a space on disk). */
+typedef struct env_removal {
+  env_store_t *store;
+  int dir_fd; /* the parent */
+  char *name;
+  sbx_call_t *call;
+  struct env_removal *next;
+} env_removal_t;
+
 struct env_store {
   cm_loop_t *loop;
   const srv_config_t *cfg;
   sbx_backend_t *backend;
-  char *envs_dir, *downloads_dir, *work_dir;
+  char *state_dir, *envs_dir, *downloads_dir, *wheels_dir, *runs_dir;
+  int state_fd, envs_fd, wheels_fd, runs_fd;
   char *uv; /* resolved uv path when the installer is uv */
   char *installer_desc;
   env_build_t *builds;
-  env_waiter_t *pending_hits;
-  bool hits_scheduled;
+  env_waiter_t *answers; /* answered waiters, for the loop to call back */
+  bool answers_scheduled;
+  env_removal_t *removals;
   struct warm_job *warm;
+  struct resolve_job *resolves; /* running dry-run resolutions */
+  unsigned resolving;
+  bool closing;
   unsigned serial;
   /* Index settings and builds' network (index_settings(), build_net_prepare()). */
   struct srv_network *network;
@@ -107,68 +180,12 @@ static char **split_spaces(const char *s) {
   return v;
 }
 
-static int chown_tree(int dirfd_, uid_t uid, gid_t gid, int depth) {
-  if (depth > 128) return -1;
-  int fd = fcntl(dirfd_, F_DUPFD_CLOEXEC, 0);
-  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-  if (!d) {
-    if (fd >= 0) close(fd);
-    return -1;
-  }
-  int rc = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    if (fchownat(dirfd(d), e->d_name, uid, gid, AT_SYMLINK_NOFOLLOW) < 0) rc = -1;
-    struct stat st;
-    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
-    if (S_ISDIR(st.st_mode)) {
-      cleanup_close int sub =
-          openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0 && chown_tree(sub, uid, gid, depth + 1) < 0) rc = -1;
-    } else if (S_ISREG(st.st_mode) && (st.st_mode & (S_ISUID | S_ISGID))) {
-      /* No set-id bits survive into an environment. */
-      (void)!fchmodat(dirfd(d), e->d_name, st.st_mode & 0777 & ~(mode_t)022, 0);
-    }
-  }
-  closedir(d);
-  return rc;
-}
-
-/* Takes the finished tree back from the builder identity: a later build (which runs as
- * that identity and may run foreign code) must not be able to change it. */
-static int reclaim(const char *dir, cm_error_t *err) {
-  cleanup_close int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "open %s", dir);
-  if (fchown(fd, getuid(), getgid()) < 0 || chown_tree(fd, getuid(), getgid(), 0) < 0)
-    return cm_error_set(err, errno, CM_ERR_IO, "taking back %s", dir);
-  fchmod(fd, 0755);
-  return 0;
-}
-
-static uint64_t tree_size(int dirfd_, int depth) {
-  if (depth > 128) return 0;
-  int fd = fcntl(dirfd_, F_DUPFD_CLOEXEC, 0);
-  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-  if (!d) {
-    if (fd >= 0) close(fd);
-    return 0;
-  }
-  uint64_t total = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    struct stat st;
-    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
-    total += (uint64_t)st.st_blocks * 512;
-    if (S_ISDIR(st.st_mode)) {
-      cleanup_close int sub =
-          openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) total += tree_size(sub, depth + 1);
-    }
-  }
-  closedir(d);
-  return total;
+static char *human_bytes(uint64_t n) {
+  if (n >= (1ull << 30) && n % (1ull << 30) == 0)
+    return xasprintf("%lluG", (unsigned long long)(n >> 30));
+  if (n >= (1ull << 20) && n % (1ull << 20) == 0)
+    return xasprintf("%lluM", (unsigned long long)(n >> 20));
+  return xasprintf("%llu bytes", (unsigned long long)n);
 }
 
 static bool requirement_pinned(const char *req) {
@@ -197,7 +214,7 @@ static json_t *canonical_requirements(char *const *reqs, size_t n) {
                     : xstrdup(reqs[i]);
     pep508_requirement_free(q);
   }
-  qsort(sorted, n, sizeof *sorted, cmp_str);
+  if (n) qsort(sorted, n, sizeof *sorted, cmp_str);
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_string(sorted[i]));
   cm_strv_free(sorted);
@@ -232,23 +249,240 @@ static char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, s
   return xstrndup(hex, 32);
 }
 
-/* ---------------------------------------------------------------- handles */
+/* A wheel's file name as the warm-up may bring it into the wheelhouse:
+ * name-version(-build)?-python-abi-platform.whl in the characters wheel names use. */
+static bool wheel_name_ok(const char *name) {
+  size_t n = strlen(name);
+  if (n < 10 || n > 255 || name[0] == '.' || name[0] == '-' || strcmp(name + n - 4, ".whl") != 0)
+    return false;
+  size_t dashes = 0;
+  for (size_t i = 0; i < n - 4; i++) {
+    char c = name[i];
+    if (c == '-')
+      dashes++;
+    else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '.' || c == '+' || c == '!'))
+      return false;
+  }
+  return dashes == 4 || dashes == 5;
+}
 
-static env_handle_t *handle_open(env_store_t *s, const char *key, json_t *manifest, bool cached) {
+/* Lists a directory through a new fd of its own: a duplicate would share the offset of
+ * fd, left at the end by the last listing. */
+static DIR *list_dir(int fd) {
+  int dup = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;
+  DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
+  if (!d) {
+    if (dup >= 0) close(dup);
+    return NULL;
+  }
+  rewinddir(d);
+  return d;
+}
+
+/* ---------------------------------------------------------------- removal in a child */
+
+static int remove_in_child(void *arg, cm_buf_t *out, cm_error_t *err) {
+  env_removal_t *r = arg;
+  return cm_rm_rf_at(r->dir_fd, r->name, err);
+}
+
+static void removal_free(env_removal_t *r) {
+  for (env_removal_t **p = &r->store->removals; *p; p = &(*p)->next) {
+    if (*p == r) {
+      *p = r->next;
+      break;
+    }
+  }
+  if (r->dir_fd >= 0) close(r->dir_fd);
+  free(r->name);
+  free(r);
+}
+
+static void removal_done(void *data, int rc, const char *text) {
+  env_removal_t *r = data;
+  r->call = NULL;
+  if (rc < 0) cm_warn("removing %s: %s", r->name, text);
+  removal_free(r);
+}
+
+/* Removes name in dir_fd (renamed there by the caller, never used again) in a child, so a
+ * big tree never blocks the loop.  If no child can be had it stays for the next start-up's
+ * sweep (names starting with '.') or the next sweep of the work directory. */
+static void remove_later(env_store_t *s, int dir_fd, const char *name) {
+  if (s->closing) return;
+  env_removal_t *r = xcalloc(1, sizeof *r);
+  r->store = s;
+  r->dir_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 3);
+  r->name = xstrdup(name);
+  r->next = s->removals;
+  s->removals = r;
+  cm_error_t err = CM_ERROR_INIT;
+  if (r->dir_fd < 0 || sbx_call_start(s->loop, remove_in_child, r, &r->dir_fd, 1, 0, removal_done,
+                                      r, &r->call, &err) < 0) {
+    cm_warn("removing %s later: %s", name,
+            r->dir_fd < 0 ? strerror(errno) : cm_error_message(&err));
+    cm_error_release(&err);
+    removal_free(r);
+  }
+}
+
+/* Moves name in dir_fd aside to a trash name of the envs directory's kind and removes it. */
+static void discard(env_store_t *s, int dir_fd, const char *name, const char *kind) {
+  cleanup_free char *trash =
+      xasprintf(".%s-%s-%d-%u", kind, name[0] == '.' ? name + 1 : name, (int)getpid(), s->serial++);
+  if (renameat(dir_fd, name, dir_fd, trash) < 0) {
+    if (errno != ENOENT) cm_warn("moving %s aside: %s", name, strerror(errno));
+    return;
+  }
+  remove_later(s, dir_fd, trash);
+}
+
+/* ---------------------------------------------------------------- spaces */
+
+static void space_init(env_space_t *sp) {
+  memset(sp, 0, sizeof *sp);
+  sp->fd = -1;
+}
+
+static void space_remove(env_store_t *s, env_space_t *sp) {
+  if (!sp->dir) return;
+  if (sp->fd >= 0) close(sp->fd);
+  sp->fd = -1;
+  if (sp->mounted) {
+    /* The tmpfs goes with everything in it; the mount point is left empty. */
+    if (umount2(sp->dir, MNT_DETACH) < 0) cm_warn("unmounting %s: %s", sp->dir, strerror(errno));
+    if (rmdir(sp->dir) < 0 && errno != ENOENT) cm_warn("removing %s: %s", sp->dir, strerror(errno));
+  } else if (!s->closing) {
+    remove_later(s, s->runs_fd, sp->name); /* on disk: as big as the build made it */
+  } /* closing: the server's directory goes as a whole (srv_workdir_release) */
+  free(sp->dir);
+  free(sp->env);
+  free(sp->work);
+  free(sp->cache);
+  free(sp->tmp);
+  space_init(sp);
+}
+
+/* Makes a space for one build (with_env), warm-up or resolution. */
+static int space_make(env_store_t *s, const char *kind, bool with_env, env_space_t *sp,
+                      cm_error_t *err) {
+  space_init(sp);
+  sp->dir = xasprintf("%s/%s-XXXXXX", s->runs_dir, kind);
+  if (!mkdtemp(sp->dir)) {
+    int e = errno;
+    free(sp->dir);
+    sp->dir = NULL;
+    return cm_error_set(err, e, CM_ERR_IO, "creating a directory for the build");
+  }
+  sp->name = strrchr(sp->dir, '/') + 1;
+  uint64_t bytes = s->cfg->max_build_bytes;
+  if (geteuid() == 0) {
+    cm_error_t merr = CM_ERROR_INIT;
+    static bool warned;
+    if (srv_space_mount(sp->dir, bytes, CM_MAX(bytes / 16384, 8192), &merr) == 0) {
+      sp->mounted = true;
+    } else {
+      if (!warned) cm_warn("build spaces are not size-capped: %s", cm_error_message(&merr));
+      warned = true;
+      cm_error_release(&merr);
+    }
+  }
+  sp->fd = open(sp->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sp->fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "open %s", sp->dir);
+  sp->work = xasprintf("%s/work", sp->dir);
+  sp->cache = xasprintf("%s/cache", sp->dir);
+  sp->tmp = xasprintf("%s/tmp", sp->dir);
+  if (with_env) sp->env = xasprintf("%s/env", sp->dir);
+  const char *parts[] = {sp->work, sp->cache, sp->tmp, sp->env};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(parts); i++)
+    if (parts[i] && mkdir(parts[i], 0700) < 0)
+      return cm_error_set(err, errno, CM_ERR_IO, "creating %s", parts[i]);
+  return 0;
+}
+
+/* Whether a failed step ran out of the space's bytes. */
+static bool space_full(const env_space_t *sp, const char *output) {
+  if (output && strstr(output, "No space left on device")) return true;
+  struct statvfs v;
+  return sp->mounted && sp->fd >= 0 && fstatvfs(sp->fd, &v) == 0 &&
+         ((uint64_t)v.f_bavail * v.f_frsize < ENV_SPACE_FULL_BYTES || v.f_favail == 0);
+}
+
+/* ---------------------------------------------------------------- manifests and handles */
+
+/* A finished environment's manifest, if it is one of ours (a regular file of the server's
+ * own, not too big, for this key) and, for unpinned requirements, not too old to reuse.
+ * With touch, its time is set to now: the last use, for eviction.  st gets the manifest's
+ * status (before the touch). */
+static json_t *load_manifest(env_store_t *s, const char *key, bool pinned, bool touch,
+                             struct stat *st_out) {
+  cm_error_t err = CM_ERROR_INIT;
+  cleanup_close int dfd = cm_open_dir_at(s->envs_fd, key, &err);
+  struct stat st;
+  cleanup_close int fd = dfd < 0 ? -1
+                                 : cm_open_regular_at(dfd, ENV_MANIFEST, O_RDONLY, geteuid(),
+                                                      ENV_MANIFEST_MAX, &st, &err);
+  if (fd < 0) {
+    if (err.kind != CM_ERR_NOT_FOUND) cm_warn("environment %s: %s", key, cm_error_message(&err));
+    cm_error_release(&err);
+    return NULL;
+  }
+  cleanup_free char *text = xmalloc((size_t)st.st_size + 1);
+  size_t len = 0;
+  while (len < (size_t)st.st_size) {
+    ssize_t n = read(fd, text + len, (size_t)st.st_size - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += (size_t)n;
+  }
+  json_t *m = json_loadb(text, len, 0, NULL);
+  if (!json_is_object(m) || strcmp(json_string_value(json_object_get(m, "key")) ?: "", key) != 0) {
+    json_decref(m);
+    return NULL;
+  }
+  if (!pinned && s->cfg->env_max_age_ms) {
+    json_int_t created = json_integer_value(json_object_get(m, "created"));
+    if ((uint64_t)time(NULL) * 1000 > (uint64_t)created * 1000 + s->cfg->env_max_age_ms) {
+      cm_info(
+          "environment %s has unpinned requirements and is older than its maximum age: "
+          "re-resolving",
+          key);
+      json_decref(m);
+      return NULL;
+    }
+  }
+  if (st_out) *st_out = st;
+  if (touch) (void)futimens(fd, NULL);
+  return m;
+}
+
+/* A handle on a finished environment, or NULL when there is none to use: the shared lock
+ * comes first (another server's eviction or rebuild holds it exclusively while it renames
+ * the directory away), then the manifest is read again under it. */
+static env_handle_t *handle_open(env_store_t *s, const char *key, bool pinned, bool cached) {
+  cleanup_free char *lock = xasprintf("%s/%s.lock", s->envs_dir, key);
+  cleanup_close int lock_fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (lock_fd < 0) {
+    cm_warn("environment %s: open %s: %s", key, lock, strerror(errno));
+    return NULL;
+  }
+  if (flock(lock_fd, LOCK_SH | LOCK_NB) < 0) {
+    cm_debug("environment %s is locked by another server: not a hit", key);
+    return NULL;
+  }
+  json_t *m = load_manifest(s, key, pinned, true, NULL);
+  if (!m) return NULL;
   env_handle_t *h = xcalloc(1, sizeof *h);
   h->key = xstrdup(key);
   h->host_dir = xasprintf("%s/%s", s->envs_dir, key);
   h->mount_target = backend_maps(s) ? xstrdup(ENV_TARGET) : NULL;
   h->python = xasprintf("%s/bin/python", h->mount_target ? h->mount_target : h->host_dir);
   h->cached = cached;
-  json_t *pk = json_object_get(manifest, "packages");
+  json_t *pk = json_object_get(m, "packages");
   h->packages = json_is_object(pk) ? json_incref(pk) : json_object();
-  cleanup_free char *lock = xasprintf("%s/%s.lock", s->envs_dir, key);
-  h->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  /* Shared while in use, so another server's eviction leaves it alone. */
-  if (h->lock_fd >= 0) flock(h->lock_fd, LOCK_SH | LOCK_NB);
-  cleanup_free char *m = xasprintf("%s/" ENV_MANIFEST, h->host_dir);
-  utimensat(AT_FDCWD, m, NULL, 0); /* last use, for eviction */
+  json_decref(m);
+  h->lock_fd = steal_fd(&lock_fd);
   return h;
 }
 
@@ -275,53 +509,37 @@ void env_release(env_handle_t *h) {
   free(h);
 }
 
-/* A finished environment for key, if it exists, is complete, and is not too old to reuse. */
-static json_t *load_manifest(env_store_t *s, const char *key, bool pinned) {
-  cleanup_free char *path = xasprintf("%s/%s/" ENV_MANIFEST, s->envs_dir, key);
-  cleanup_free char *text = NULL;
-  size_t len;
-  cm_error_t err = CM_ERROR_INIT;
-  if (cm_read_file(path, 1u << 20, &text, &len, &err) < 0) {
-    cm_error_release(&err);
-    return NULL;
-  }
-  json_t *m = json_loadb(text, len, 0, NULL);
-  if (!json_is_object(m) || strcmp(json_string_value(json_object_get(m, "key")) ?: "", key) != 0) {
-    json_decref(m);
-    return NULL;
-  }
-  if (!pinned && s->cfg->env_max_age_ms) {
-    json_int_t created = json_integer_value(json_object_get(m, "created"));
-    if ((uint64_t)time(NULL) * 1000 > (uint64_t)created * 1000 + s->cfg->env_max_age_ms) {
-      cm_info(
-          "environment %s has unpinned requirements and is older than its maximum age: "
-          "re-resolving",
-          key);
-      json_decref(m);
-      return NULL;
-    }
-  }
-  return m;
-}
-
 /* ---------------------------------------------------------------- waiters */
 
-static void answer(env_waiter_t *w, env_handle_t *env, const char *error) {
-  if (!w->cancelled) {
-    w->cb(w->data, env, error);
-  } else {
-    env_release(env);
+static void flush_answers(void *data) {
+  env_store_t *s = data;
+  s->answers_scheduled = false;
+  while (s->answers) {
+    env_waiter_t *w = s->answers;
+    s->answers = w->next;
+    if (!w->cancelled)
+      w->cb(w->data, w->hit, w->hit ? NULL : w->error);
+    else
+      env_release(w->hit);
+    free(w->error);
+    free(w);
   }
-  free(w);
 }
 
-static void flush_hits(void *data) {
-  env_store_t *s = data;
-  s->hits_scheduled = false;
-  while (s->pending_hits) {
-    env_waiter_t *w = s->pending_hits;
-    s->pending_hits = w->next;
-    answer(w, w->hit, NULL);
+/* Every answer goes through here and reaches its callback from the loop, never from inside
+ * the call that produced it (env_store_ensure keeps its promise whatever path answers). */
+static void answer(env_waiter_t *w, env_handle_t *env, const char *error) {
+  env_store_t *s = w->store;
+  w->build = NULL;
+  w->hit = env;
+  w->error = env ? NULL : xstrdup(error ? error : "The environment could not be built.");
+  w->next = NULL;
+  env_waiter_t **p = &s->answers;
+  while (*p) p = &(*p)->next;
+  *p = w;
+  if (!s->answers_scheduled) {
+    s->answers_scheduled = true;
+    cm_loop_defer(s->loop, flush_answers, s);
   }
 }
 
@@ -351,16 +569,14 @@ static void build_free(env_build_t *b) {
   }
   cm_timer_cancel(b->lock_retry);
   if (b->run) sbx_run_free(b->run);
-  cm_error_t err = CM_ERROR_INIT;
-  if (b->staging) cm_rm_rf(b->staging, &err);
-  cm_error_release(&err);
-  if (b->workdir) cm_rm_rf(b->workdir, &err);
-  cm_error_release(&err);
+  sbx_call_free(b->copy);
+  if (b->copy_name) discard(s, s->envs_fd, b->copy_name, "trash"); /* a copy never published */
+  space_remove(s, &b->space);
+  sbx_identity_free(b->identity); /* after the run: nothing of it is left */
   if (b->lock_fd >= 0) close(b->lock_fd);
   free(b->key);
   free(b->final_dir);
-  free(b->staging);
-  free(b->workdir);
+  free(b->copy_name);
   free(b->lock_path);
   free(b->py.executable);
   free(b->py.version);
@@ -368,25 +584,44 @@ static void build_free(env_build_t *b) {
   free(b->py.prefix);
   cm_strv_free(b->requirements);
   free(b->uv_config);
+  free(b->owner);
   cm_headtail_release(&b->output);
   cm_buf_release(&b->line);
   cm_buf_release(&b->inspect);
   free(b);
 }
 
-/* Ends the build: every waiter gets the environment (opened anew) or the error. */
-static void build_finish(env_build_t *b, json_t *manifest, const char *error) {
+/* Ends the build with an error for every waiter. */
+static void build_fail(env_build_t *b, const char *error) {
   env_waiter_t *w = b->waiters;
   b->waiters = NULL;
-  env_store_t *s = b->store;
-  cleanup_free char *key = xstrdup(b->key);
   build_free(b);
   while (w) {
     env_waiter_t *next = w->next;
-    answer(w, error ? NULL : handle_open(s, key, manifest, false), error);
+    answer(w, NULL, error);
     w = next;
   }
-  json_decref(manifest);
+}
+
+/* Ends the build with the finished environment (published here or by another server) for
+ * every waiter.  We hold the key's lock exclusively; each waiter's handle needs it shared,
+ * so ours becomes shared first (not atomically: should another server take it in between,
+ * the handles find that and the waiters get an error rather than a vanishing environment). */
+static void build_ready(env_build_t *b, bool cached) {
+  env_store_t *s = b->store;
+  bool shared = flock(b->lock_fd, LOCK_SH | LOCK_NB) == 0;
+  env_waiter_t *w = b->waiters;
+  b->waiters = NULL;
+  cleanup_free char *key = xstrdup(b->key);
+  bool pinned = b->pinned;
+  while (w) {
+    env_waiter_t *next = w->next;
+    env_handle_t *h = shared ? handle_open(s, key, pinned, cached) : NULL;
+    answer(w, h,
+           "The environment was removed by another server as it became ready; please try again.");
+    w = next;
+  }
+  build_free(b);
 }
 
 static char *output_tail(env_build_t *b) {
@@ -427,6 +662,20 @@ static void on_step_output(void *data, sbx_stream_t stream, const char *buf, siz
   }
 }
 
+/* The message for a build that hit --max-build-bytes, or NULL. */
+static char *bound_message(env_store_t *s, const env_space_t *sp, const sbx_result_t *res,
+                           const char *tail) {
+  cleanup_free char *limit = human_bytes(s->cfg->max_build_bytes);
+  if (sp->mounted && space_full(sp, tail))
+    return xasprintf(
+        "the build wrote more than %s (--max-build-bytes: everything one build may write, its "
+        "environment, downloads, caches and temporary files together)",
+        limit);
+  if (res && res->file_size_limit)
+    return xasprintf("the build wrote a file larger than %s (--max-build-bytes)", limit);
+  return NULL;
+}
+
 static void on_step_exit(void *data, const sbx_result_t *res) {
   env_build_t *b = data;
   sbx_run_free(b->run);
@@ -436,14 +685,17 @@ static void on_step_exit(void *data, const sbx_result_t *res) {
     const char *what = b->step == STEP_VENV      ? "creating the virtual environment"
                        : b->step == STEP_INSTALL ? "installing the dependencies"
                                                  : "inspecting the environment";
+    cleanup_free char *bound =
+        res->timed_out ? NULL : bound_message(b->store, &b->space, res, tail);
     cleanup_free char *msg =
         res->timed_out
             ? xasprintf("Building the environment failed: %s took longer than %llus.\n%s", what,
                         (unsigned long long)(b->store->cfg->build_timeout_ms / 1000), tail)
-            : xasprintf("Building the environment failed while %s (exit code %d):\n%s", what,
-                        res->exit_code, tail);
+        : bound ? xasprintf("Building the environment failed while %s: %s.\n%s", what, bound, tail)
+                : xasprintf("Building the environment failed while %s (exit code %d):\n%s", what,
+                            res->exit_code, tail);
     cm_warn("environment %s: %s", b->key, msg);
-    build_finish(b, NULL, msg);
+    build_fail(b, msg);
     return;
   }
   b->step++;
@@ -560,7 +812,7 @@ static bool build_net_prepare(env_store_t *s) {
   return true;
 }
 
-static void index_args(env_store_t *s, bool uv, cm_strv_builder_t *a) {
+static void index_args(env_store_t *s, bool uv, bool wheelhouse, cm_strv_builder_t *a) {
   const srv_config_t *cfg = s->cfg;
   if (cfg->offline && !uv) cm_strv_add(a, "--no-index");
   if (cfg->offline && uv) cm_strv_add(a, "--offline");
@@ -584,17 +836,26 @@ static void index_args(env_store_t *s, bool uv, cm_strv_builder_t *a) {
     cm_strv_add(a, "--find-links");
     cm_strv_add(a, *l);
   }
+  if (wheelhouse && s->wheels_fd >= 0) {
+    /* The server's own wheelhouse (binary wheels the warm-up downloaded), read-only. */
+    cm_strv_add(a, "--find-links");
+    cm_strv_add(a, backend_maps(s) ? ENV_WHEELS_TARGET : s->wheels_dir);
+  }
 }
 
-/* The environment of installer runs: PATH and locale, the cache, harmless settings of the
- * installers from the server's environment (an allowlist: nothing else of PIP_* / UV_*, whose
- * variables may hold index credentials, tokens or keyring settings), and the proxy.  Package
- * code runs in a build (setup.py, build backends), so nothing secret may be here. */
-static void installer_env(env_store_t *s, bool proxied, cm_strv_builder_t *env) {
-  const char *cache = backend_maps(s) ? ENV_CACHE_TARGET : s->downloads_dir;
+/* The environment of installer runs: PATH and locale, the space's private cache and /tmp,
+ * harmless settings of the installers from the server's environment (an allowlist: nothing
+ * else of PIP_* / UV_*, whose variables may hold index credentials, tokens or keyring
+ * settings), and the proxy.  Package code runs in a build (setup.py, build backends), so
+ * nothing secret may be here. */
+static void installer_env(env_store_t *s, const env_space_t *sp, bool proxied, cm_strv_builder_t *env) {
+  bool maps = backend_maps(s);
+  const char *cache = maps ? ENV_CACHE_TARGET : sp->cache;
+  const char *tmp = maps ? "/tmp" : sp->tmp;
   cm_strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
   cm_strv_add(env, "LANG=C.UTF-8");
-  cm_strv_add(env, "HOME=/tmp");
+  cm_strv_addf(env, "HOME=%s", tmp);
+  cm_strv_addf(env, "TMPDIR=%s", tmp);
   cm_strv_add(env, "PYTHONDONTWRITEBYTECODE=1");
   cm_strv_add(env, "PIP_DISABLE_PIP_VERSION_CHECK=1");
   cm_strv_add(env, "PIP_NO_INPUT=1");
@@ -684,11 +945,13 @@ static void installer_binds(env_store_t *s, const char *prefix, cm_strv_builder_
 
 /* Starts one installer run (a build step, a warm-up, a dry-run resolution) in the sandbox:
  * network per --offline (through the egress proxy, allowed the index hosts only, where the
- * backend can), as the builder identity, with the download cache writable and, for a build,
- * the staging directory writable at /env. */
-static int start_installer_run(env_store_t *s, const char *prefix, char **argv, const char *workdir,
-                               const char *staging, const sbx_run_callbacks_t *cbs, void *data,
-                               sbx_run_t **run, cm_error_t *err) {
+ * backend can), as identity (NULL: a fresh one), writing only its space (the work
+ * directory, the private cache at /cache, /tmp and, for a build, the environment at /env),
+ * with the wheelhouse read-only at /wheels. */
+static int start_installer_run(env_store_t *s, const char *prefix, char **argv,
+                               const env_space_t *sp, const sbx_identity_t *identity,
+                               const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **run,
+                               cm_error_t *err) {
   const srv_config_t *cfg = s->cfg;
   bool proxied = !cfg->offline && build_net_prepare(s);
   eg_proxy_t *proxy = proxied ? srv_network_proxy(s->network, err) : NULL;
@@ -709,32 +972,40 @@ static int start_installer_run(env_store_t *s, const char *prefix, char **argv, 
   sbx_egress_t egress = {.fd = sandbox_fd, .port = EG_SANDBOX_PORT};
   sbx_run_callbacks_t net_cbs = {.on_output = installer_net_output, .on_exit = installer_net_exit};
   cm_strv_builder_t env = {0};
-  installer_env(s, proxied, &env);
+  installer_env(s, sp, proxied, &env);
   cm_strv_builder_t binds = {0};
   installer_binds(s, prefix, &binds);
-  sbx_mount_t mounts[2];
+  sbx_mount_t mounts[4];
   size_t n_mounts = 0;
   mounts[n_mounts++] =
-      (sbx_mount_t){.host = s->downloads_dir, .target = ENV_CACHE_TARGET, .writable = true};
-  if (staging)
-    mounts[n_mounts++] = (sbx_mount_t){.host = staging, .target = ENV_TARGET, .writable = true};
+      (sbx_mount_t){.host = sp->cache, .target = ENV_CACHE_TARGET, .writable = true};
+  mounts[n_mounts++] = (sbx_mount_t){.host = sp->tmp, .target = "/tmp", .writable = true};
+  if (sp->env)
+    mounts[n_mounts++] = (sbx_mount_t){.host = sp->env, .target = ENV_TARGET, .writable = true};
+  if (s->wheels_fd >= 0)
+    mounts[n_mounts++] =
+        (sbx_mount_t){.host = s->wheels_dir, .target = ENV_WHEELS_TARGET, .writable = false};
+  /* On its tmpfs, what a build writes is memory its cgroup is charged for: the memory limit
+   * leaves room for a full space on top of the installer's own. */
+  uint64_t memory =
+      CM_MAX(cfg->memory_bytes, 4ull << 30) + (sp->mounted ? cfg->max_build_bytes : 0);
   sbx_spec_t spec = {
       .argv = argv,
       .envp = env.v,
-      .workdir = workdir,
+      .workdir = sp->work,
       .ro_binds = binds.v,
       .mounts = mounts,
       .n_mounts = backend_maps(s) ? n_mounts : 0,
       .network = !cfg->offline,
       .egress = proxied ? &egress : NULL,
-      .builder = true,
+      .identity = identity,
       .limits =
           {
               .timeout_ms = cfg->build_timeout_ms,
               .grace_ms = cfg->kill_grace_ms,
-              .memory_bytes = CM_MAX(cfg->memory_bytes, 4ull << 30),
+              .memory_bytes = memory,
               .max_processes = CM_MAX(cfg->max_processes, 512),
-              .file_size_bytes = CM_MAX(cfg->file_size_bytes, 2ull << 30),
+              .file_size_bytes = cfg->max_build_bytes,
               .open_files = CM_MAX(cfg->open_files, 4096),
               .tmp_bytes = CM_MAX(cfg->tmp_bytes, 1ull << 30),
           },
@@ -759,52 +1030,261 @@ static void build_run(env_build_t *b, char **argv) {
   cm_headtail_init(&b->output, ENV_STEP_OUTPUT_TAIL / 4, ENV_STEP_OUTPUT_TAIL);
   sbx_run_callbacks_t cbs = {.on_output = on_step_output, .on_exit = on_step_exit};
   cm_error_t err = CM_ERROR_INIT;
-  if (start_installer_run(b->store, b->py.prefix, argv, b->workdir, b->staging, &cbs, b, &b->run,
+  if (start_installer_run(b->store, b->py.prefix, argv, &b->space, b->identity, &cbs, b, &b->run,
                           &err) < 0) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
-    build_finish(b, NULL, msg);
+    build_fail(b, msg);
   }
 }
 
-static void relocate_bin(env_build_t *b) {
-  cleanup_free char *bin = xasprintf("%s/bin", b->staging);
-  DIR *d = opendir(bin);
-  if (!d) return;
-  size_t from_len = strlen(b->staging);
+/* ---------------------------------------------------------------- the copy (in a child) */
+
+typedef struct env_copy {
+  int src_fd;           /* the space's env/ */
+  int dst_parent_fd;    /* envs/ */
+  const char *dst_name; /* .staging-... */
+  uint64_t max_bytes;
+  const char *reloc_from, *reloc_to; /* host paths, for backends that do not map /env */
+  uint64_t total;
+} env_copy_t;
+
+static int copy_charge(env_copy_t *c, uint64_t bytes, const char *rel, cm_error_t *err) {
+  uint64_t rounded = (bytes + ENV_BLOCK - 1) / ENV_BLOCK * ENV_BLOCK;
+  c->total += CM_MAX(rounded, ENV_BLOCK);
+  if (c->total > c->max_bytes)
+    return cm_error_set(err, 0, CM_ERR_LIMIT,
+                        "the environment is larger than %llu bytes (--max-build-bytes) at %s",
+                        (unsigned long long)c->max_bytes, rel);
+  return 0;
+}
+
+/* Rewrites the build-time path of the environment into its final one in a small text file
+ * of bin/ (console scripts' shebangs), when the backend runs installers at host paths. */
+static char *relocated(const env_copy_t *c, const char *text, size_t len, size_t *out_len) {
+  size_t from_len = strlen(c->reloc_from);
+  if (memchr(text, '\0', len) || !memmem(text, len, c->reloc_from, from_len)) return NULL;
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  const char *cur = text, *end = text + len, *hit;
+  while ((hit = memmem(cur, (size_t)(end - cur), c->reloc_from, from_len))) {
+    cm_buf_append(&out, cur, (size_t)(hit - cur));
+    cm_buf_appends(&out, c->reloc_to);
+    cur = hit + from_len;
+  }
+  cm_buf_append(&out, cur, (size_t)(end - cur));
+  *out_len = out.len;
+  return cm_buf_steal(&out);
+}
+
+static int copy_file(env_copy_t *c, int src_dir, int dst_dir, const char *name,
+                     const struct stat *lst, bool in_bin, const char *rel, cm_error_t *err) {
+  struct stat st;
+  cleanup_close int in =
+      cm_open_regular_at(src_dir, name, O_RDONLY, CM_ANY_OWNER, c->max_bytes, &st, err);
+  if (in < 0) return cm_error_wrap(err, "copying %s", rel);
+  if (st.st_ino != lst->st_ino || st.st_dev != lst->st_dev)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "%s changed while it was copied", rel);
+  if (copy_charge(c, (uint64_t)st.st_size, rel, err) < 0) return -1;
+  mode_t mode = (st.st_mode & 0111) ? 0755 : 0644; /* readable by every run; no set-id bits */
+  cleanup_close int out =
+      openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (out < 0) return cm_error_set(err, errno, CM_ERR_IO, "creating %s", rel);
+  bool relocate = c->reloc_from && in_bin && (uint64_t)st.st_size <= ENV_RELOCATE_MAX;
+  cm_buf_t whole;
+  cm_buf_init(&whole, relocate ? ENV_RELOCATE_MAX + 1 : 0);
+  char buf[65536];
+  uint64_t copied = 0;
+  for (;;) {
+    ssize_t n = read(in, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      cm_buf_release(&whole);
+      return cm_error_set(err, errno, CM_ERR_IO, "reading %s", rel);
+    }
+    if (n == 0) break;
+    copied += (uint64_t)n;
+    if (copied > (uint64_t)st.st_size) {
+      cm_buf_release(&whole);
+      return cm_error_set(err, 0, CM_ERR_INVALID, "%s grew while it was copied", rel);
+    }
+    if (relocate) {
+      cm_buf_append(&whole, buf, (size_t)n);
+    } else if (cm_write_all(out, buf, (size_t)n) < 0) {
+      return cm_error_set(err, errno, CM_ERR_IO, "writing %s", rel);
+    }
+  }
+  if (relocate) {
+    size_t new_len = 0;
+    cleanup_free char *moved = relocated(c, whole.data ? whole.data : "", whole.len, &new_len);
+    int rc = moved ? cm_write_all(out, moved, new_len)
+                   : cm_write_all(out, whole.data ? whole.data : "", whole.len);
+    cm_buf_release(&whole);
+    if (rc < 0) return cm_error_set(err, errno, CM_ERR_IO, "writing %s", rel);
+  }
+  if (fchmod(out, mode) < 0) return cm_error_set(err, errno, CM_ERR_IO, "chmod %s", rel);
+  /* The installers' byte-code caches are checked against their sources' mtimes. */
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  (void)futimens(out, times);
+  return 0;
+}
+
+static int copy_tree(env_copy_t *c, int src, int dst, int depth, const char *rel, cm_error_t *err) {
+  if (depth > ENV_COPY_DEPTH_MAX)
+    return cm_error_set(err, 0, CM_ERR_LIMIT,
+                        "the environment is nested deeper than %d directories at %s",
+                        ENV_COPY_DEPTH_MAX, rel);
+  DIR *d = list_dir(src);
+  if (!d) return cm_error_set(err, errno, CM_ERR_IO, "listing %s", rel);
+  int rc = 0;
   struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    cleanup_free char *p = xasprintf("%s/%s", bin, e->d_name);
+  while (rc == 0 && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    cleanup_free char *path = xasprintf("%s/%s", rel, e->d_name);
+    if (depth == 0 && strcmp(e->d_name, ENV_MANIFEST) == 0) {
+      rc = cm_error_set(err, 0, CM_ERR_INVALID,
+                        "the build made %s itself (a name the server keeps for its own)", path);
+      break;
+    }
     struct stat st;
-    if (lstat(p, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20)) continue;
-    cleanup_free char *text = NULL;
-    size_t len;
-    cm_error_t err = CM_ERROR_INIT;
-    if (cm_read_file(p, 1u << 20, &text, &len, &err) < 0 || memchr(text, '\0', len)) {
-      cm_error_release(&err);
-      continue;
+    if (fstatat(src, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      rc = cm_error_set(err, errno, CM_ERR_IO, "stat %s", path);
+      break;
     }
-    if (!memmem(text, len, b->staging, from_len)) continue;
-    cm_buf_t out;
-    cm_buf_init(&out, 0);
-    const char *cur = text, *end = text + len, *hit;
-    while ((hit = memmem(cur, (size_t)(end - cur), b->staging, from_len))) {
-      cm_buf_append(&out, cur, (size_t)(hit - cur));
-      cm_buf_appends(&out, b->final_dir);
-      cur = hit + from_len;
+    if (S_ISDIR(st.st_mode)) {
+      if ((rc = copy_charge(c, 0, path, err)) < 0) break;
+      if (mkdirat(dst, e->d_name, 0700) < 0) {
+        rc = cm_error_set(err, errno, CM_ERR_IO, "creating %s", path);
+        break;
+      }
+      cleanup_close int sub_src = cm_open_dir_at(src, e->d_name, err);
+      cleanup_close int sub_dst = sub_src < 0 ? -1 : cm_open_dir_at(dst, e->d_name, err);
+      if (sub_dst < 0) {
+        rc = cm_error_wrap(err, "copying %s", path);
+        break;
+      }
+      rc = copy_tree(c, sub_src, sub_dst, depth + 1, path, err);
+      if (rc == 0 && fchmod(sub_dst, 0755) < 0)
+        rc = cm_error_set(err, errno, CM_ERR_IO, "chmod %s", path);
+      if (rc == 0) {
+        struct timespec times[2] = {st.st_atim, st.st_mtim};
+        (void)futimens(sub_dst, times);
+      }
+    } else if (S_ISREG(st.st_mode)) {
+      rc = copy_file(c, src, dst, e->d_name, &st, depth == 1 && strcmp(rel, "./bin") == 0, path,
+                     err);
+    } else if (S_ISLNK(st.st_mode)) {
+      /* Copied as it is, never followed: a run resolves it inside its own sandbox. */
+      char target[PATH_MAX];
+      ssize_t n = readlinkat(src, e->d_name, target, sizeof target);
+      if (n < 0 || (size_t)n >= sizeof target) {
+        rc = cm_error_set(err, n < 0 ? errno : ENAMETOOLONG, CM_ERR_IO, "reading the symlink %s",
+                          path);
+        break;
+      }
+      target[n] = '\0';
+      if ((rc = copy_charge(c, (uint64_t)n, path, err)) < 0) break;
+      if (symlinkat(target, dst, e->d_name) < 0)
+        rc = cm_error_set(err, errno, CM_ERR_IO, "creating %s", path);
+    } else {
+      rc = cm_error_set(
+          err, 0, CM_ERR_INVALID,
+          "the build left %s at %s: a FIFO, socket or device is never part of an environment",
+          S_ISFIFO(st.st_mode)   ? "a FIFO"
+          : S_ISSOCK(st.st_mode) ? "a socket"
+                                 : "a device node",
+          path);
     }
-    cm_buf_append(&out, cur, (size_t)(end - cur));
-    cm_write_file(p, out.data, out.len, st.st_mode & 0777, &err);
-    chmod(p, st.st_mode & 0777);
-    cm_error_release(&err);
-    cm_buf_release(&out);
   }
   closedir(d);
+  return rc;
 }
 
-static void write_manifest_and_publish(env_build_t *b) {
+/* Runs in a child: the environment out of the space into a new directory of the server's. */
+static int copy_env(void *arg, cm_buf_t *out, cm_error_t *err) {
+  env_copy_t *c = arg;
+  struct stat st;
+  if (fstatat(c->src_fd, ENV_MANIFEST, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "the build made %s itself (%s; the name is the server's own)", ENV_MANIFEST,
+                        S_ISLNK(st.st_mode)    ? "a symlink"
+                        : S_ISFIFO(st.st_mode) ? "a FIFO"
+                        : S_ISREG(st.st_mode)  ? "a file"
+                                               : "not a regular file");
+  if (mkdirat(c->dst_parent_fd, c->dst_name, 0700) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "creating %s", c->dst_name);
+  int rc = -1;
+  int dst = cm_open_dir_at(c->dst_parent_fd, c->dst_name, err);
+  if (dst >= 0) {
+    rc = copy_tree(c, c->src_fd, dst, 0, ".", err);
+    if (rc == 0 && fchmod(dst, 0755) < 0)
+      rc = cm_error_set(err, errno, CM_ERR_IO, "chmod %s", c->dst_name);
+    close(dst);
+  }
+  if (rc < 0) {
+    cm_error_t rm = CM_ERROR_INIT;
+    cm_rm_rf_at(c->dst_parent_fd, c->dst_name, &rm);
+    cm_error_release(&rm);
+    return -1;
+  }
+  cm_buf_printf(out, "%llu", (unsigned long long)c->total);
+  return 0;
+}
+
+static void publish(env_build_t *b, uint64_t size);
+
+static void on_copied(void *data, int rc, const char *text) {
+  env_build_t *b = data;
+  b->copy = NULL;
+  if (rc < 0) {
+    /* The child removed its partial copy (or it is removed as trash by build_free). */
+    cleanup_free char *msg = xasprintf("Building the environment failed: %s.", text);
+    cm_warn("environment %s: %s", b->key, msg);
+    build_fail(b, msg);
+    return;
+  }
+  uint64_t size = 0;
+  (void)cm_parse_u64(text, UINT64_MAX, &size);
+  publish(b, size);
+}
+
+static void start_copy(env_build_t *b) {
+  env_store_t *s = b->store;
+  build_progress(b, "storing the environment");
+  cm_error_t err = CM_ERROR_INIT;
+  cleanup_close int src =
+      open(b->space.env, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (src < 0) {
+    cleanup_free char *msg = xasprintf(
+        "Building the environment failed: the environment's directory: %s", strerror(errno));
+    build_fail(b, msg);
+    return;
+  }
+  b->copy_name = xasprintf(".staging-%s-%d-%u", b->key, (int)getpid(), s->serial++);
+  /* The child has its own copy of this (and of every string it points to). */
+  env_copy_t c = {
+      .src_fd = src,
+      .dst_parent_fd = s->envs_fd,
+      .dst_name = b->copy_name,
+      .max_bytes = s->cfg->max_build_bytes,
+      .reloc_from = backend_maps(s) ? NULL : b->space.env,
+      .reloc_to = backend_maps(s) ? NULL : b->final_dir,
+  };
+  int keep[] = {src, s->envs_fd};
+  if (sbx_call_start(s->loop, copy_env, &c, keep, CM_ARRAY_SIZE(keep), s->cfg->build_timeout_ms,
+                     on_copied, b, &b->copy, &err) < 0) {
+    cleanup_free char *msg =
+        xasprintf("Building the environment failed: %s", cm_error_message(&err));
+    cm_error_release(&err);
+    free(b->copy_name);
+    b->copy_name = NULL;
+    build_fail(b, msg);
+  }
+}
+
+/* The copy is the server's: the manifest goes into it, then it is renamed into place. */
+static void publish(env_build_t *b, uint64_t size) {
   env_store_t *s = b->store;
   json_t *packages = b->inspect.len ? json_loadb(b->inspect.data, b->inspect.len, 0, NULL) : NULL;
   if (!json_is_object(packages)) {
@@ -814,59 +1294,42 @@ static void write_manifest_and_publish(env_build_t *b) {
   json_t *requested = json_array();
   for (size_t i = 0; i < b->n_requirements; i++)
     json_array_append_new(requested, json_string(b->requirements[i]));
-  cm_error_t err = CM_ERROR_INIT;
-  if (reclaim(b->staging, &err) < 0) {
-    cleanup_free char *msg =
-        xasprintf("Building the environment failed: %s", cm_error_message(&err));
-    cm_error_release(&err);
-    json_decref(packages);
-    json_decref(requested);
-    build_finish(b, NULL, msg);
-    return;
-  }
-  if (!backend_maps(s)) relocate_bin(b);
-  cleanup_close int sfd = open(b->staging, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  uint64_t size = sfd >= 0 ? tree_size(sfd, 0) : 0;
-  json_t *m = json_pack(
-      "{s:i, s:s, s:{s:s, s:s, s:s}, s:o, s:O, s:s, s:I, s:I, s:b, s:I}", "format", ENV_FORMAT,
-      "key", b->key, "python", "executable", b->py.executable, "version", b->py.version,
-      "implementation", b->py.implementation, "requested", requested, "packages", packages,
-      "installer", s->uv ? "uv" : "pip", "created", (json_int_t)time(NULL), "size",
-      (json_int_t)size, "pinned", b->pinned, "build_ms", (json_int_t)(cm_now_ms() - b->started_ms));
-  json_decref(packages);
+  json_t *m =
+      json_pack("{s:i, s:s, s:{s:s, s:s, s:s}, s:o, s:o, s:s, s:I, s:I, s:b, s:I, s:s?}", "format",
+                ENV_FORMAT, "key", b->key, "python", "executable", b->py.executable, "version",
+                b->py.version, "implementation", b->py.implementation, "requested", requested,
+                "packages", packages, "installer", s->uv ? "uv" : "pip", "created",
+                (json_int_t)time(NULL), "size", (json_int_t)size, "pinned", b->pinned, "build_ms",
+                (json_int_t)(cm_now_ms() - b->started_ms), "built_by", b->owner);
   cleanup_free char *text = json_dumps(m, JSON_INDENT(1) | JSON_SORT_KEYS);
-  cleanup_free char *mpath = xasprintf("%s/" ENV_MANIFEST, b->staging);
-  if (cm_write_file(mpath, text, strlen(text), 0644, &err) < 0) {
+  json_decref(m);
+  cm_error_t err = CM_ERROR_INIT;
+  cleanup_close int dfd = cm_open_dir_at(s->envs_fd, b->copy_name, &err);
+  if (dfd < 0 || cm_create_file_at(dfd, ENV_MANIFEST, text, strlen(text), 0644, &err) < 0) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
-    json_decref(m);
-    build_finish(b, NULL, msg);
+    build_fail(b, msg);
     return;
   }
   /* Publish atomically.  An older environment with the same key (re-resolved because it
-   * was too old) moves aside first; runs that still use it keep their mount. */
-  if (access(b->final_dir, F_OK) == 0) {
-    cleanup_free char *old =
-        xasprintf("%s/.old-%s-%d-%u", s->envs_dir, b->key, (int)getpid(), s->serial++);
-    if (rename(b->final_dir, old) == 0) {
-      cm_rm_rf(old, &err);
-      cm_error_release(&err);
-    }
-  }
-  if (rename(b->staging, b->final_dir) < 0) {
+   * was too old) moves aside first: we hold the key's lock exclusively, so no run uses it. */
+  struct stat st;
+  if (fstatat(s->envs_fd, b->key, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    discard(s, s->envs_fd, b->key, "old");
+  if (renameat(s->envs_fd, b->copy_name, s->envs_fd, b->key) < 0) {
     cleanup_free char *msg = xasprintf("Publishing the environment failed: %s", strerror(errno));
-    json_decref(m);
-    build_finish(b, NULL, msg);
+    build_fail(b, msg);
     return;
   }
-  free(b->staging);
-  b->staging = NULL;
+  free(b->copy_name);
+  b->copy_name = NULL;
+  b->step = STEP_DONE;
   cm_info("environment %s built in %llums (%zu requirements, %llu bytes)", b->key,
           (unsigned long long)(cm_now_ms() - b->started_ms), b->n_requirements,
           (unsigned long long)size);
   build_progress(b, "environment ready");
-  build_finish(b, m, NULL);
+  build_ready(b, false);
 }
 
 static char inspect_code[] =
@@ -881,7 +1344,7 @@ static char inspect_code[] =
 static void build_next_step(env_build_t *b) {
   env_store_t *s = b->store;
   bool maps = backend_maps(s);
-  const char *env_path = maps ? ENV_TARGET : b->staging;
+  const char *env_path = maps ? ENV_TARGET : b->space.env;
   cleanup_free char *env_python = xasprintf("%s/bin/python", env_path);
   cm_strv_builder_t a = {0};
   switch (b->step) {
@@ -913,36 +1376,31 @@ static void build_next_step(env_build_t *b) {
         cm_strv_addv(&a, b->py.executable, "-m", "pip", "--python", env_python, "install",
                      "--no-input", NULL);
       }
-      index_args(s, s->uv != NULL, &a);
+      index_args(s, s->uv != NULL, true, &a);
       cm_strv_add(&a, "--");
       for (size_t i = 0; i < b->n_requirements; i++) cm_strv_add(&a, b->requirements[i]);
       break;
     case STEP_INSPECT:
       cm_strv_addv(&a, env_python, "-I", "-c", inspect_code, NULL);
       break;
+    case STEP_COPY:
+      start_copy(b);
+      return;
     case STEP_DONE:
-      write_manifest_and_publish(b);
       return;
   }
   build_run(b, a.v);
   cm_strv_free(a.v);
 }
 
-static int prepare_dirs(env_build_t *b, cm_error_t *err) {
+static int prepare_build(env_build_t *b, cm_error_t *err) {
   env_store_t *s = b->store;
-  b->staging = xasprintf("%s/.staging-%s-%d-%u", s->envs_dir, b->key, (int)getpid(), s->serial++);
-  if (mkdir(b->staging, 0755) < 0)
-    return cm_error_set(err, errno, CM_ERR_IO, "creating %s", b->staging);
-  b->workdir = xasprintf("%s/build-XXXXXX", s->work_dir);
-  if (!mkdtemp(b->workdir)) {
-    free(b->workdir);
-    b->workdir = NULL;
-    return cm_error_set(err, errno, CM_ERR_IO, "creating a build directory");
-  }
+  if (space_make(s, "build", true, &b->space, err) < 0) return -1;
   if (b->uv_config && s->uv) {
-    cleanup_free char *path = xasprintf("%s/uv.toml", b->workdir);
+    cleanup_free char *path = xasprintf("%s/uv.toml", b->space.work);
     if (cm_write_file(path, b->uv_config, strlen(b->uv_config), 0644, err) < 0) return -1;
   }
+  b->identity = sbx_identity_new(s->backend);
   return 0;
 }
 
@@ -953,25 +1411,25 @@ static void add_uv_config(env_build_t *b, cm_strv_builder_t *a) {
   if (backend_maps(b->store))
     cm_strv_add(a, "/work/uv.toml");
   else
-    cm_strv_addf(a, "%s/uv.toml", b->workdir);
+    cm_strv_addf(a, "%s/uv.toml", b->space.work);
 }
 
-/* Removes staging directories that a crashed build of this key left behind (we hold the
- * key's exclusive lock, so no live build owns them). */
+/* Removes copies that a crashed build of this key left behind (we hold the key's
+ * exclusive lock, so no live build owns them). */
 static void remove_stale_staging(env_store_t *s, const char *key) {
-  DIR *d = opendir(s->envs_dir);
+  DIR *d = list_dir(s->envs_fd);
   if (!d) return;
   cleanup_free char *prefix = xasprintf(".staging-%s-", key);
+  cm_strv_builder_t stale = {0};
   struct dirent *e;
-  while ((e = readdir(d))) {
-    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
-    cleanup_free char *p = xasprintf("%s/%s", s->envs_dir, e->d_name);
-    cm_error_t err = CM_ERROR_INIT;
-    cm_warn("removing an unfinished environment build left behind: %s", p);
-    cm_rm_rf(p, &err);
-    cm_error_release(&err);
-  }
+  while ((e = readdir(d)))
+    if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) cm_strv_add(&stale, e->d_name);
   closedir(d);
+  for (size_t i = 0; i < stale.n; i++) {
+    cm_warn("removing an unfinished environment build left behind: %s/%s", s->envs_dir, stale.v[i]);
+    discard(s, s->envs_fd, stale.v[i], "trash");
+  }
+  cm_strv_free(stale.v);
 }
 
 static void evict(env_store_t *s);
@@ -982,37 +1440,31 @@ static void try_lock(cm_loop_t *loop, cm_timer_t *t, void *data) {
   if (flock(b->lock_fd, LOCK_EX | LOCK_NB) < 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) {
       cleanup_free char *msg = xasprintf("Locking the environment failed: %s", strerror(errno));
-      build_finish(b, NULL, msg);
+      build_fail(b, msg);
       return;
     }
-    /* Another server is building it: wait, without blocking the loop. */
+    /* Another server is building or evicting it, or a run uses the one that is too old to
+     * keep: wait, without blocking the loop. */
+    if (!b->said_waiting) cm_info("environment %s is locked elsewhere: waiting for it", b->key);
+    b->said_waiting = true;
     b->lock_retry = cm_loop_timer(b->store->loop, ENV_LOCK_RETRY_MS, try_lock, b);
     return;
   }
   /* Another server may have finished it while we waited. */
-  json_t *m = load_manifest(b->store, b->key, b->pinned);
+  json_t *m = load_manifest(b->store, b->key, b->pinned, false, NULL);
   if (m) {
-    env_waiter_t *w = b->waiters;
-    b->waiters = NULL;
-    env_store_t *s = b->store;
-    cleanup_free char *key = xstrdup(b->key);
-    build_free(b);
-    while (w) {
-      env_waiter_t *next = w->next;
-      answer(w, handle_open(s, key, m, true), NULL);
-      w = next;
-    }
     json_decref(m);
+    build_ready(b, true);
     return;
   }
   remove_stale_staging(b->store, b->key);
   evict(b->store);
   cm_error_t err = CM_ERROR_INIT;
-  if (prepare_dirs(b, &err) < 0) {
+  if (prepare_build(b, &err) < 0) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
-    build_finish(b, NULL, msg);
+    build_fail(b, msg);
     return;
   }
   b->started_ms = cm_now_ms();
@@ -1023,7 +1475,8 @@ static void try_lock(cm_loop_t *loop, cm_timer_t *t, void *data) {
 /* ---------------------------------------------------------------- eviction */
 
 typedef struct env_entry {
-  char *key;
+  char *name;
+  bool wheel;
   uint64_t size;
   int64_t used;
 } env_entry_t;
@@ -1033,57 +1486,87 @@ static int by_use(const void *a, const void *b) {
   return x->used < y->used ? -1 : x->used > y->used;
 }
 
-/* Least recently used environments go until the store fits --max-cache-bytes; one in use
- * (here or in another server: its lock is held shared) or being built is never touched. */
-static void evict(env_store_t *s) {
-  DIR *d = opendir(s->envs_dir);
-  if (!d) return;
-  env_entry_t *entries = NULL;
-  size_t n = 0, cap = 0;
-  uint64_t total = 0;
+typedef struct entry_list {
+  env_entry_t *v;
+  size_t n, cap;
+  uint64_t total;
+} entry_list_t;
+
+static void entry_add(entry_list_t *l, const char *name, bool wheel, uint64_t size, int64_t used) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? l->cap * 2 : 16;
+    l->v = xrealloc(l->v, l->cap * sizeof *l->v);
+  }
+  l->v[l->n++] = (env_entry_t){xstrdup(name), wheel, size, used};
+  l->total += size;
+}
+
+/* The finished environments (size from their manifests, last use from the manifests'
+ * time) and the wheelhouse's wheels (their size on disk, last download). */
+static void list_entries(env_store_t *s, entry_list_t *l, bool wheels) {
+  DIR *d = list_dir(s->envs_fd);
   struct dirent *e;
-  while ((e = readdir(d))) {
+  while (d && (e = readdir(d))) {
     if (e->d_name[0] == '.' || strchr(e->d_name, '.')) continue;
-    cleanup_free char *mpath = xasprintf("%s/%s/" ENV_MANIFEST, s->envs_dir, e->d_name);
     struct stat st;
-    if (stat(mpath, &st) < 0) continue;
-    cleanup_free char *text = NULL;
-    size_t len;
-    cm_error_t err = CM_ERROR_INIT;
-    uint64_t size = 0;
-    if (cm_read_file(mpath, 1u << 20, &text, &len, &err) == 0) {
-      json_t *m = json_loadb(text, len, 0, NULL);
-      size = (uint64_t)json_integer_value(json_object_get(m, "size"));
-      json_decref(m);
-    }
-    cm_error_release(&err);
-    if (n == cap) {
-      cap = cap ? cap * 2 : 16;
-      entries = xrealloc(entries, cap * sizeof *entries);
-    }
-    entries[n++] = (env_entry_t){xstrdup(e->d_name), size, (int64_t)st.st_mtim.tv_sec};
-    total += size;
+    json_t *m = load_manifest(s, e->d_name, true, false, &st);
+    if (!m) continue;
+    entry_add(l, e->d_name, false, (uint64_t)json_integer_value(json_object_get(m, "size")),
+              (int64_t)st.st_mtim.tv_sec);
+    json_decref(m);
   }
-  closedir(d);
-  if (n) qsort(entries, n, sizeof *entries, by_use);
-  for (size_t i = 0; i < n && total > s->cfg->max_cache_bytes; i++) {
-    cleanup_free char *lock = xasprintf("%s/%s.lock", s->envs_dir, entries[i].key);
-    cleanup_close int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) continue; /* in use or building */
-    cleanup_free char *dir = xasprintf("%s/%s", s->envs_dir, entries[i].key);
-    cleanup_free char *trash =
-        xasprintf("%s/.evicted-%s-%d-%u", s->envs_dir, entries[i].key, (int)getpid(), s->serial++);
-    if (rename(dir, trash) == 0) {
-      cm_error_t err = CM_ERROR_INIT;
-      cm_rm_rf(trash, &err);
-      cm_error_release(&err);
-      total -= CM_MIN(total, entries[i].size);
-      cm_info("evicted environment %s (%llu bytes)", entries[i].key,
-              (unsigned long long)entries[i].size);
+  if (d) closedir(d);
+  if (!wheels || s->wheels_fd < 0) return;
+  d = list_dir(s->wheels_fd);
+  while (d && (e = readdir(d))) {
+    struct stat st;
+    if (!wheel_name_ok(e->d_name) ||
+        fstatat(s->wheels_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+      continue;
+    entry_add(l, e->d_name, true, (uint64_t)st.st_blocks * 512, (int64_t)st.st_mtim.tv_sec);
+  }
+  if (d) closedir(d);
+}
+
+static void entries_release(entry_list_t *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i].name);
+  free(l->v);
+}
+
+/* Least recently used environments and wheels go until the store fits --max-cache-bytes;
+ * an environment in use (here or in another server: its lock is held shared) or being
+ * built is never touched, and no wheel goes while an installer of ours may be reading the
+ * wheelhouse. */
+static void evict(env_store_t *s) {
+  bool installing = s->resolving > 0;
+  for (env_build_t *b = s->builds; b; b = b->next) installing |= b->run != NULL;
+  entry_list_t l = {0};
+  list_entries(s, &l, !installing);
+  if (l.n) qsort(l.v, l.n, sizeof *l.v, by_use);
+  uint64_t total = l.total;
+  for (size_t i = 0; i < l.n && total > s->cfg->max_cache_bytes; i++) {
+    env_entry_t *en = &l.v[i];
+    if (en->wheel) {
+      if (unlinkat(s->wheels_fd, en->name, 0) == 0) {
+        total -= CM_MIN(total, en->size);
+        cm_info("evicted wheel %s (%llu bytes)", en->name, (unsigned long long)en->size);
+      }
+      continue;
+    }
+    cleanup_free char *lock = xasprintf("%s/%s.lock", s->envs_dir, en->name);
+    cleanup_close int fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) { /* in use or building */
+      cm_debug("environment %s is in use: not evicted", en->name);
+      continue;
+    }
+    cleanup_free char *trash = xasprintf(".evicted-%s-%d-%u", en->name, (int)getpid(), s->serial++);
+    if (renameat(s->envs_fd, en->name, s->envs_fd, trash) == 0) {
+      remove_later(s, s->envs_fd, trash);
+      total -= CM_MIN(total, en->size);
+      cm_info("evicted environment %s (%llu bytes)", en->name, (unsigned long long)en->size);
     }
   }
-  for (size_t i = 0; i < n; i++) free(entries[i].key);
-  free(entries);
+  entries_release(&l);
 }
 
 /* ---------------------------------------------------------------- warming */
@@ -1091,35 +1574,136 @@ static void evict(env_store_t *s) {
 typedef struct warm_job {
   env_store_t *store;
   sbx_run_t *run;
-  char *workdir;
+  sbx_call_t *import;
+  env_space_t space;
   cm_headtail_t output;
   uint64_t started_ms;
 } warm_job_t;
+
+typedef struct wheel_import {
+  int src_fd, dst_fd;
+  uint64_t max_bytes;
+} wheel_import_t;
+
+/* Runs in a child: the downloaded wheels into the wheelhouse, each under a temporary name
+ * first, so a build never sees half a wheel.  A wheel already there stays (it came from
+ * the same kind of download) and counts as used now. */
+static int import_wheels(void *arg, cm_buf_t *out, cm_error_t *err) {
+  wheel_import_t *w = arg;
+  DIR *d = list_dir(w->src_fd);
+  if (!d) return cm_error_set(err, errno, CM_ERR_IO, "listing the downloads");
+  uint64_t total = 0;
+  unsigned added = 0, kept = 0, skipped = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!wheel_name_ok(e->d_name)) {
+      skipped += e->d_name[0] != '.';
+      continue;
+    }
+    struct stat st;
+    cleanup_close int in = cm_open_regular_at(w->src_fd, e->d_name, O_RDONLY, CM_ANY_OWNER,
+                                              w->max_bytes - CM_MIN(total, w->max_bytes), &st, err);
+    if (in < 0) {
+      cm_warn("wheelhouse: not taking %s: %s", e->d_name, cm_error_message(err));
+      cm_error_release(err);
+      skipped++;
+      continue;
+    }
+    total += (uint64_t)st.st_size;
+    if (utimensat(w->dst_fd, e->d_name, NULL, AT_SYMLINK_NOFOLLOW) == 0) {
+      kept++;
+      continue;
+    }
+    cleanup_free char *tmp = xasprintf(".tmp-%d-%s", (int)getpid(), e->d_name);
+    cleanup_close int outfd =
+        openat(w->dst_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (outfd < 0) {
+      closedir(d);
+      return cm_error_set(err, errno, CM_ERR_IO, "creating %s in the wheelhouse", tmp);
+    }
+    char buf[65536];
+    uint64_t copied = 0;
+    ssize_t n;
+    int rc = 0;
+    while ((n = read(in, buf, sizeof buf)) != 0) {
+      if (n < 0 && errno == EINTR) continue;
+      copied += n > 0 ? (uint64_t)n : 0;
+      if (n < 0 || copied > (uint64_t)st.st_size || cm_write_all(outfd, buf, (size_t)n) < 0) {
+        rc = -1;
+        break;
+      }
+    }
+    if (rc < 0 || fchmod(outfd, 0644) < 0 ||
+        renameat2(w->dst_fd, tmp, w->dst_fd, e->d_name, RENAME_NOREPLACE) < 0) {
+      unlinkat(w->dst_fd, tmp, 0);
+      skipped++;
+      continue;
+    }
+    added++;
+  }
+  closedir(d);
+  cm_buf_printf(out, "%u new, %u already there, %u not taken", added, kept, skipped);
+  return 0;
+}
+
+static void warm_free(warm_job_t *w) {
+  env_store_t *s = w->store;
+  if (s->warm == w) s->warm = NULL;
+  if (w->run) sbx_run_free(w->run);
+  sbx_call_free(w->import);
+  space_remove(s, &w->space);
+  cm_headtail_release(&w->output);
+  free(w);
+}
 
 static void warm_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
   warm_job_t *w = data;
   cm_headtail_append(&w->output, buf, len);
 }
 
+static void warm_imported(void *data, int rc, const char *text) {
+  warm_job_t *w = data;
+  w->import = NULL;
+  if (rc == 0)
+    cm_info("package cache warmed in %llums (wheelhouse: %s)",
+            (unsigned long long)(cm_now_ms() - w->started_ms), text);
+  else
+    cm_info("package cache warming did not complete: %s", text);
+  env_store_t *s = w->store;
+  warm_free(w);
+  evict(s);
+}
+
 static void warm_exit(void *data, const sbx_result_t *res) {
   warm_job_t *w = data;
+  env_store_t *s = w->store;
   sbx_run_free(w->run);
-  w->store->warm = NULL;
-  if (res->exit_code == 0) {
-    cm_info("package cache warmed in %llums", (unsigned long long)(cm_now_ms() - w->started_ms));
-  } else {
+  w->run = NULL;
+  if (res->exit_code != 0) {
     cleanup_free char *head = NULL, *tail = NULL;
     size_t hl, tl;
     cm_headtail_get(&w->output, &head, &hl, &tail, &tl);
     cleanup_free char *excerpt = cm_log_excerpt(tl ? tail : head, tl ? tl : hl, 300);
     cm_info("package cache warming did not complete (exit code %d): %s", res->exit_code, excerpt);
+    warm_free(w);
+    return;
   }
+  cleanup_free char *dl = xasprintf("%s/dl", w->space.work);
+  cleanup_close int src = open(dl, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   cm_error_t err = CM_ERROR_INIT;
-  cm_rm_rf(w->workdir, &err);
-  cm_error_release(&err);
-  free(w->workdir);
-  cm_headtail_release(&w->output);
-  free(w);
+  wheel_import_t imp = {
+      .src_fd = src, .dst_fd = s->wheels_fd, .max_bytes = s->cfg->max_build_bytes};
+  int keep[] = {src, s->wheels_fd};
+  if (src < 0 || s->wheels_fd < 0 ||
+      sbx_call_start(s->loop, import_wheels, &imp, keep, 2, s->cfg->build_timeout_ms, warm_imported,
+                     w, &w->import, &err) < 0) {
+    cm_info("package cache warming did not complete: %s", src < 0 ? "no downloads"
+                                                          : s->wheels_fd < 0
+                                                              ? "no wheelhouse"
+                                                              : cm_error_message(&err));
+    cm_error_release(&err);
+    warm_free(w);
+  }
 }
 
 void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_file) {
@@ -1132,10 +1716,23 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
     cm_error_release(&err);
     return;
   }
+  warm_job_t *w = xcalloc(1, sizeof *w);
+  w->store = s;
+  w->started_ms = cm_now_ms();
+  cm_headtail_init(&w->output, 2048, 2048);
+  space_init(&w->space);
+  if (space_make(s, "warm", false, &w->space, &err) < 0) {
+    cm_info("cache warming: %s", cm_error_message(&err));
+    cm_error_release(&err);
+    warm_free(w);
+    return;
+  }
+  /* Binary wheels only: no package code runs to make what builds will share. */
+  cleanup_free char *dest = xasprintf("%s/dl", backend_maps(s) ? "/work" : w->space.work);
   cm_strv_builder_t a = {0};
-  cm_strv_addv(&a, py->executable, "-m", "pip", "download", "--quiet", "--no-input", "--dest",
-               "/tmp/warm", NULL);
-  index_args(s, false, &a);
+  cm_strv_addv(&a, py->executable, "-m", "pip", "download", "--quiet", "--no-input",
+               "--only-binary=:all:", "--dest", dest, NULL);
+  index_args(s, false, false, &a);
   size_t n_pkgs = 0;
   char *save = NULL;
   for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -1151,29 +1748,14 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
   }
   if (n_pkgs == 0) {
     cm_strv_free(a.v);
-    return;
-  }
-  warm_job_t *w = xcalloc(1, sizeof *w);
-  w->store = s;
-  w->started_ms = cm_now_ms();
-  cm_headtail_init(&w->output, 2048, 2048);
-  w->workdir = xasprintf("%s/warm-XXXXXX", s->work_dir);
-  if (!mkdtemp(w->workdir)) {
-    cm_strv_free(a.v);
-    free(w->workdir);
-    cm_headtail_release(&w->output);
-    free(w);
+    warm_free(w);
     return;
   }
   sbx_run_callbacks_t cbs = {.on_output = warm_output, .on_exit = warm_exit};
-  if (start_installer_run(s, py->prefix, a.v, w->workdir, NULL, &cbs, w, &w->run, &err) < 0) {
+  if (start_installer_run(s, py->prefix, a.v, &w->space, NULL, &cbs, w, &w->run, &err) < 0) {
     cm_info("cache warming could not start: %s", cm_error_message(&err));
     cm_error_release(&err);
-    cm_rm_rf(w->workdir, &err);
-    cm_error_release(&err);
-    free(w->workdir);
-    cm_headtail_release(&w->output);
-    free(w);
+    warm_free(w);
   } else {
     s->warm = w;
     cm_info("warming the package cache with %zu packages in the background", n_pkgs);
@@ -1186,13 +1768,29 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
 typedef struct resolve_job {
   env_store_t *store;
   sbx_run_t *run;
-  char *workdir;
+  env_space_t space;
   cm_buf_t report;
   cm_headtail_t errors;
   env_resolved_cb cb;
   void *data;
   bool cancelled;
+  struct resolve_job *next;
 } resolve_job_t;
+
+static void resolve_free(resolve_job_t *j) {
+  for (resolve_job_t **p = &j->store->resolves; *p; p = &(*p)->next) {
+    if (*p == j) {
+      *p = j->next;
+      break;
+    }
+  }
+  if (j->run) sbx_run_free(j->run);
+  j->store->resolving--;
+  space_remove(j->store, &j->space);
+  cm_buf_release(&j->report);
+  cm_headtail_release(&j->errors);
+  free(j);
+}
 
 static void resolve_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
   resolve_job_t *j = data;
@@ -1205,6 +1803,7 @@ static void resolve_output(void *data, sbx_stream_t stream, const char *buf, siz
 static void resolve_exit(void *data, const sbx_result_t *res) {
   resolve_job_t *j = data;
   sbx_run_free(j->run);
+  j->run = NULL;
   json_t *report = res->exit_code == 0 && j->report.len
                        ? json_loadb(j->report.data, j->report.len, 0, NULL)
                        : NULL;
@@ -1227,20 +1826,16 @@ static void resolve_exit(void *data, const sbx_result_t *res) {
     size_t n;
     cleanup_free char *clean = cm_utf8_sanitize(tl ? tail : head, tl ? tl : hl, &n);
     while (n && (clean[n - 1] == '\n' || clean[n - 1] == ' ')) clean[--n] = '\0';
-    error = res->timed_out
-                ? xstrdup("the resolution took too long")
-                : xasprintf("the resolution failed (exit code %d):\n%s", res->exit_code, clean);
+    cleanup_free char *bound =
+        res->timed_out ? NULL : bound_message(j->store, &j->space, res, clean);
+    error = res->timed_out ? xstrdup("the resolution took too long")
+            : bound        ? xasprintf("the resolution failed: %s:\n%s", bound, clean)
+                    : xasprintf("the resolution failed (exit code %d):\n%s", res->exit_code, clean);
   }
   json_decref(report);
   if (!j->cancelled) j->cb(j->data, resolved, error);
   json_decref(resolved);
-  cm_error_t err = CM_ERROR_INIT;
-  cm_rm_rf(j->workdir, &err);
-  cm_error_release(&err);
-  free(j->workdir);
-  cm_buf_release(&j->report);
-  cm_headtail_release(&j->errors);
-  free(j);
+  resolve_free(j);
 }
 
 void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
@@ -1249,33 +1844,28 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
   j->store = s;
   j->cb = cb;
   j->data = data;
+  j->next = s->resolves;
+  s->resolves = j;
+  s->resolving++;
   cm_buf_init(&j->report, 16u << 20);
   cm_headtail_init(&j->errors, 4096, 8192);
-  j->workdir = xasprintf("%s/resolve-XXXXXX", s->work_dir);
   cm_strv_builder_t a = {0};
   /* pip resolves for the interpreter it runs under: the interpreter of the call. */
   cm_strv_addv(&a, py->executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
                "--quiet", "--no-input", "--report", "-", NULL);
-  index_args(s, false, &a);
+  index_args(s, false, true, &a);
   cm_strv_add(&a, "--");
   for (size_t i = 0; i < n; i++) cm_strv_add(&a, requirements[i]);
   sbx_run_callbacks_t cbs = {.on_output = resolve_output, .on_exit = resolve_exit};
   cm_error_t err = CM_ERROR_INIT;
-  int rc = mkdtemp(j->workdir)
-               ? start_installer_run(s, py->prefix, a.v, j->workdir, NULL, &cbs, j, &j->run, &err)
-               : cm_error_set(&err, errno, CM_ERR_IO, "creating a directory");
+  int rc = space_make(s, "resolve", false, &j->space, &err) == 0
+               ? start_installer_run(s, py->prefix, a.v, &j->space, NULL, &cbs, j, &j->run, &err)
+               : -1;
   cm_strv_free(a.v);
   if (rc < 0) {
-    /* Answer from the loop, never from inside this call. */
     cm_warn("resolution: %s", cm_error_message(&err));
     cm_error_release(&err);
-
-    cm_rm_rf(j->workdir, &err);
-    cm_error_release(&err);
-    free(j->workdir);
-    cm_buf_release(&j->report);
-    cm_headtail_release(&j->errors);
-    free(j);
+    resolve_free(j);
     return NULL;
   }
   return j;
@@ -1288,23 +1878,124 @@ void env_store_cancel_resolve(env_store_t *s, void *handle) {
   sbx_run_cancel(j->run);
 }
 
+/* ---------------------------------------------------------------- start-up */
+
+/* What servers that are gone may have left in envs/ (or the state directory): trees moved
+ * aside for removal. */
+static void sweep_dir(env_store_t *s, int dir_fd) {
+  DIR *d = list_dir(dir_fd);
+  if (!d) return;
+  cm_strv_builder_t gone = {0};
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (!strncmp(e->d_name, ".old-", 5) || !strncmp(e->d_name, ".evicted-", 9) ||
+        !strncmp(e->d_name, ".trash-", 7))
+      cm_strv_add(&gone, e->d_name);
+  closedir(d);
+  for (size_t i = 0; i < gone.n; i++) remove_later(s, dir_fd, gone.v[i]);
+  cm_strv_free(gone.v);
+}
+
+/* downloads/ holds the wheelhouse and nothing else.  Versions before it let every build
+ * write there (it was their shared download cache), so what such a version left may be a
+ * tenant's forgery: the first start of this version clears it all (marked in the state
+ * directory, which no sandbox ever saw).  After that, every start keeps only wheels that
+ * are regular files of the server's own, written by nobody else. */
+static void clean_downloads(env_store_t *s) {
+  struct stat st;
+  if (fstatat(s->state_fd, ENV_DOWNLOADS_MARK, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+      !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    if (fstatat(s->state_fd, "downloads", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      cm_info("clearing %s: builds of earlier versions could write there", s->downloads_dir);
+      discard(s, s->state_fd, "downloads", "trash");
+    }
+    unlinkat(s->state_fd, ENV_DOWNLOADS_MARK, 0);
+    cm_error_t err = CM_ERROR_INIT;
+    if (cm_create_file_at(s->state_fd, ENV_DOWNLOADS_MARK, "", 0, 0600, &err) < 0) {
+      cm_warn("environment store: %s", cm_error_message(&err));
+      cm_error_release(&err);
+    }
+  }
+  if (mkdirat(s->state_fd, "downloads", 0755) < 0 && errno != EEXIST)
+    cm_warn("environment store: creating %s: %s", s->downloads_dir, strerror(errno));
+  cm_error_t err = CM_ERROR_INIT;
+  cleanup_close int dl = cm_open_dir_at(s->state_fd, "downloads", &err);
+  if (dl < 0 || fstat(dl, &st) < 0 || st.st_uid != geteuid()) {
+    cm_warn("environment store: %s is not the server's: no wheelhouse", s->downloads_dir);
+    cm_error_release(&err);
+    return;
+  }
+  (void)fchmod(dl, 0755);
+  /* Anything but the wheelhouse goes. */
+  DIR *d = list_dir(dl);
+  cm_strv_builder_t gone = {0};
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, ENV_WHEELHOUSE))
+      cm_strv_add(&gone, e->d_name);
+  if (d) closedir(d);
+  for (size_t i = 0; i < gone.n; i++) discard(s, dl, gone.v[i], "trash");
+  cm_strv_free(gone.v);
+  if (mkdirat(dl, ENV_WHEELHOUSE, 0755) < 0 && errno != EEXIST)
+    cm_warn("environment store: creating %s: %s", s->wheels_dir, strerror(errno));
+  int wfd = cm_open_dir_at(dl, ENV_WHEELHOUSE, &err);
+  if (wfd < 0 || fstat(wfd, &st) < 0 || st.st_uid != geteuid()) {
+    cm_warn("environment store: %s is not the server's: no wheelhouse", s->wheels_dir);
+    cm_error_release(&err);
+    if (wfd >= 0) close(wfd);
+    return;
+  }
+  (void)fchmod(wfd, 0755);
+  d = list_dir(wfd);
+  time_t now = time(NULL);
+  while (d && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    struct stat ws;
+    if (fstatat(wfd, e->d_name, &ws, AT_SYMLINK_NOFOLLOW) < 0) continue;
+    /* Another server's import in progress (a day is far beyond any). */
+    if (!strncmp(e->d_name, ".tmp-", 5) && now - ws.st_mtime < 86400) continue;
+    bool ok = wheel_name_ok(e->d_name) && S_ISREG(ws.st_mode) && ws.st_uid == geteuid() &&
+              !(ws.st_mode & 022) && ws.st_nlink == 1;
+    if (ok) continue;
+    cm_warn("wheelhouse: removing %s (not a wheel the server stored)", e->d_name);
+    if (S_ISDIR(ws.st_mode))
+      discard(s, wfd, e->d_name, "trash");
+    else
+      unlinkat(wfd, e->d_name, 0);
+  }
+  if (d) closedir(d);
+  s->wheels_fd = wfd;
+}
+
 /* ---------------------------------------------------------------- public */
 
 env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir,
-                           sbx_backend_t *backend) {
+                           const char *runs_dir, sbx_backend_t *backend) {
   env_store_t *s = xcalloc(1, sizeof *s);
   s->loop = loop;
   s->cfg = cfg;
   s->backend = backend;
+  s->state_dir = xstrdup(state_dir);
   s->envs_dir = xasprintf("%s/envs", state_dir);
   s->downloads_dir = xasprintf("%s/downloads", state_dir);
-  s->work_dir = xasprintf("%s/work", state_dir);
+  s->wheels_dir = xasprintf("%s/" ENV_WHEELHOUSE, s->downloads_dir);
+  s->runs_dir = xstrdup(runs_dir);
+  s->state_fd = s->envs_fd = s->wheels_fd = s->runs_fd = -1;
   cm_error_t err = CM_ERROR_INIT;
-  if (cm_mkdir_p(s->envs_dir, 0755, &err) < 0 || cm_mkdir_p(s->downloads_dir, 0700, &err) < 0)
+  if (cm_mkdir_p(s->envs_dir, 0755, &err) < 0)
     cm_warn("environment store: %s", cm_error_message(&err));
   cm_error_release(&err);
   /* envs/ is traversable so that an environment can be mounted; the state dir above it is not. */
   chmod(s->envs_dir, 0755);
+  s->state_fd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  s->envs_fd = open(s->envs_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  s->runs_fd = open(runs_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (s->state_fd < 0 || s->envs_fd < 0 || s->runs_fd < 0)
+    cm_warn("environment store: cannot open its directories: %s", strerror(errno));
+  /* The sweeps first: what clean_downloads moves aside is already on its way out. */
+  if (s->envs_fd >= 0) sweep_dir(s, s->envs_fd);
+  if (s->state_fd >= 0) sweep_dir(s, s->state_fd);
+  if (s->state_fd >= 0) clean_downloads(s);
   bool want_uv = strcmp(cfg->installer, "pip") != 0;
   if (want_uv) {
     char *uv = cm_find_executable(cfg->uv_path);
@@ -1323,15 +2014,19 @@ env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char 
 }
 
 void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
-                       const char *uv_config, env_ready_cb cb, env_progress_cb progress,
-                       void *data) {
+                       const char *uv_config, const char *owner, env_ready_cb cb,
+                       env_progress_cb progress, void *data) {
   env_waiter_t *w = xcalloc(1, sizeof *w);
   w->store = s;
   w->cb = cb;
   w->progress = progress;
   w->data = data;
   if (!s->uv && strcmp(s->cfg->installer, "uv") == 0) {
-    w->hit = NULL;
+    cleanup_free char *msg =
+        xasprintf("The server is configured with --installer uv, but uv was not found at '%s'.",
+                  s->cfg->uv_path);
+    answer(w, NULL, msg); /* from the loop, like every answer */
+    return w;
   }
   bool pinned = true;
   for (size_t i = 0; i < n; i++) pinned = pinned && requirement_pinned(requirements[i]);
@@ -1345,17 +2040,9 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
       return w;
     }
   }
-  json_t *m = load_manifest(s, key, pinned);
-  if (m) {
-    w->hit = handle_open(s, key, m, true);
-    json_decref(m);
-    env_waiter_t **p = &s->pending_hits;
-    while (*p) p = &(*p)->next;
-    *p = w;
-    if (!s->hits_scheduled) {
-      s->hits_scheduled = true;
-      cm_loop_defer(s->loop, flush_hits, s);
-    }
+  env_handle_t *hit = s->envs_fd >= 0 ? handle_open(s, key, pinned, true) : NULL;
+  if (hit) {
+    answer(w, hit, NULL);
     return w;
   }
   env_build_t *b = xcalloc(1, sizeof *b);
@@ -1363,7 +2050,7 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   b->key = xstrdup(key);
   b->final_dir = xasprintf("%s/%s", s->envs_dir, key);
   b->lock_path = xasprintf("%s/%s.lock", s->envs_dir, key);
-  b->lock_fd = open(b->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  b->lock_fd = open(b->lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   b->py.executable = xstrdup(py->executable);
   b->py.version = xstrdup(py->version);
   b->py.implementation = xstrdup(py->implementation);
@@ -1373,6 +2060,8 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   b->n_requirements = n;
   b->pinned = pinned;
   b->uv_config = uv_config ? xstrdup(uv_config) : NULL;
+  b->owner = owner ? xstrdup(owner) : NULL;
+  space_init(&b->space);
   cm_headtail_init(&b->output, 1024, 1024);
   cm_buf_init(&b->line, ENV_PROGRESS_LINE_MAX + 1);
   cm_buf_init(&b->inspect, 4u << 20);
@@ -1380,15 +2069,6 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   s->builds = b;
   w->build = b;
   b->waiters = w;
-  if (!s->uv && strcmp(s->cfg->installer, "uv") == 0) {
-    cleanup_free char *msg =
-        xasprintf("The server is configured with --installer uv, but uv was not found at '%s'.",
-                  s->cfg->uv_path);
-    b->lock_retry = NULL;
-    build_finish(b, NULL, msg); /* answers w now: callers must not rely on deferral here */
-    return NULL;
-  }
-  /* Start from the loop, so the caller is never called back from inside this call. */
   b->lock_retry = cm_loop_timer(s->loop, 0, try_lock, b);
   return w;
 }
@@ -1412,37 +2092,19 @@ const char *env_store_installer(env_store_t *s) {
 void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes) {
   *count = 0;
   *bytes = 0;
-  DIR *d = opendir(s->envs_dir);
-  if (!d) return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.' || strchr(e->d_name, '.')) continue;
-    cleanup_free char *mpath = xasprintf("%s/%s/" ENV_MANIFEST, s->envs_dir, e->d_name);
-    cleanup_free char *text = NULL;
-    size_t len;
-    cm_error_t err = CM_ERROR_INIT;
-    if (cm_read_file(mpath, 1u << 20, &text, &len, &err) == 0) {
-      json_t *m = json_loadb(text, len, 0, NULL);
-      (*count)++;
-      *bytes += (uint64_t)json_integer_value(json_object_get(m, "size"));
-      json_decref(m);
-    }
-    cm_error_release(&err);
-  }
-  closedir(d);
+  if (s->envs_fd < 0) return;
+  entry_list_t l = {0};
+  list_entries(s, &l, true);
+  for (size_t i = 0; i < l.n; i++) *count += !l.v[i].wheel;
+  *bytes = l.total;
+  entries_release(&l);
 }
 
 void env_store_free(env_store_t *s) {
   if (!s) return;
-  if (s->warm) {
-    sbx_run_free(s->warm->run);
-    cm_error_t err = CM_ERROR_INIT;
-    cm_rm_rf(s->warm->workdir, &err);
-    cm_error_release(&err);
-    free(s->warm->workdir);
-    cm_headtail_release(&s->warm->output);
-    free(s->warm);
-  }
+  s->closing = true;
+  if (s->warm) warm_free(s->warm);
+  while (s->resolves) resolve_free(s->resolves); /* no callback: the callers are going too */
   while (s->builds) {
     env_build_t *b = s->builds;
     env_waiter_t *w = b->waiters;
@@ -1454,15 +2116,26 @@ void env_store_free(env_store_t *s) {
     }
     build_free(b);
   }
-  while (s->pending_hits) {
-    env_waiter_t *w = s->pending_hits;
-    s->pending_hits = w->next;
+  while (s->answers) {
+    env_waiter_t *w = s->answers;
+    s->answers = w->next;
     env_release(w->hit);
+    free(w->error);
     free(w);
   }
+  while (s->removals) {
+    env_removal_t *r = s->removals;
+    sbx_call_free(r->call); /* what it did not remove is swept at the next start */
+    removal_free(r);
+  }
+  int fds[] = {s->state_fd, s->envs_fd, s->wheels_fd, s->runs_fd};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(fds); i++)
+    if (fds[i] >= 0) close(fds[i]);
+  free(s->state_dir);
   free(s->envs_dir);
   free(s->downloads_dir);
-  free(s->work_dir);
+  free(s->wheels_dir);
+  free(s->runs_dir);
   free(s->uv);
   free(s->installer_desc);
   build_net_release(s);

@@ -582,8 +582,10 @@ static void job_start(exec_job_t *job) {
     job_run(job);
     return;
   }
+  /* The answer comes from the loop, never from inside this call (envcache.h), so job is
+   * still alive to hold the handle. */
   job->env_wait = env_store_ensure(srv_server_envs(job->server), job->py, job->requirements, job->n_requirements,
-                                   job->uv_config, on_env, on_env_progress, job);
+                                   job->uv_config, job->tenant->principal, on_env, on_env_progress, job);
 }
 
 /* ---------------------------------------------------------------- the runner's bytecode */

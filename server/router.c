@@ -167,7 +167,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   s->runs_dir = steal_pointer(&runs_dir);
   s->runs_lock = runs_lock;
   s->pythons = py_registry_new(loop, cfg, s->state_dir);
-  s->envs = env_store_new(loop, cfg, s->state_dir, backend);
+  s->envs = env_store_new(loop, cfg, s->state_dir, s->runs_dir, backend);
   s->network = srv_network_new(loop, cfg);
   env_store_set_network(s->envs, s->network);
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at

@@ -226,8 +226,9 @@ def test_kill_during_build_then_retry(make_server, wheels, tmp_path):
         s.initialize()
         s.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
             "name": "execute_python", "arguments": {"script": "import mps_gamma", "dependencies": ["mps-gamma"]}}})
-        staging = os.path.join(state, "envs", ".staging-*")
-        assert wait_until(lambda: glob.glob(staging), timeout=30)
+        # The build in progress: its space in the server's own work directory.
+        staging = os.path.join(state, "work", "srv-*", "build-*")
+        assert wait_until(lambda: glob.glob(os.path.join(staging, "env", "bin")), timeout=30)
         time.sleep(0.5)
         s.proc.send_signal(signal.SIGKILL)
         s.proc.wait()
@@ -238,25 +239,28 @@ def test_kill_during_build_then_retry(make_server, wheels, tmp_path):
         res = s2.execute("import mps_gamma\nprint('ok')", dependencies=["mps-gamma"], timeout=120)
         assert res["structuredContent"]["stdout"] == "ok\n", text(res)
         assert not glob.glob(staging)  # ...and cleaned up, never used
+        assert not glob.glob(os.path.join(state, "envs", ".staging-*"))
         assert len(envs_of(s2)) == 1
     finally:
         httpd.shutdown()
 
 
 UV_STANDIN = r'''#!/usr/bin/python3
-# A stand-in for uv: records its arguments, then does the work with venv and pip.
+# A stand-in for uv: records its arguments (in the environment it builds: a build's cache is
+# its own and goes with it), then does the work with venv and pip.
 import json, os, subprocess, sys
 args = sys.argv[1:]
-cache = os.environ.get("UV_CACHE_DIR", "/tmp")
-os.makedirs(cache, exist_ok=True)
 record = {"args": args}
 if "--config-file" in args:
     cfg = args[args.index("--config-file") + 1]
     record["config"] = open(cfg).read()
     i = args.index("--config-file")
     args = args[:i] + args[i + 2:]
-with open(os.path.join(cache, "uv-standin-calls.jsonl"), "a") as f:
-    f.write(json.dumps(record) + "\n")
+env_dir = args[-1] if args[:1] == ["venv"] else \
+    os.path.dirname(os.path.dirname(args[args.index("--python") + 1])) if "--python" in args else None
+if env_dir:
+    with open(os.path.join(env_dir, "uv-standin-calls.jsonl"), "a") as f:
+        f.write(json.dumps(record) + "\n")
 if args[:1] == ["--version"]:
     print("uv 0.0.0 (stand-in)"); sys.exit(0)
 if args[:1] == ["venv"]:
@@ -281,7 +285,7 @@ def test_uv_path_with_standin(make_server, wheels, tmp_path):
     s.initialize()
     res = s.execute("import mps_beta\nprint(mps_beta.ALPHA)", dependencies=["mps-beta"], timeout=120)
     assert res["structuredContent"]["stdout"] == "2.0\n", text(res)
-    log = os.path.join(s.state_dir, "downloads", "uv", "uv-standin-calls.jsonl")
+    log = os.path.join(s.state_dir, "envs", res["structuredContent"]["environment"]["key"], "uv-standin-calls.jsonl")
     calls = [json.loads(l)["args"] for l in open(log)]
     assert calls[0][0] == "venv" and "--python" in calls[0]
     install = calls[1]
@@ -293,6 +297,7 @@ def test_uv_path_with_standin(make_server, wheels, tmp_path):
               '# index-strategy = "unsafe-best-match"\n# ///\nimport mps_gamma\nprint("ok")\n')
     res = s.execute(script, timeout=120)
     assert res["structuredContent"]["stdout"] == "ok\n", text(res)
+    log = os.path.join(s.state_dir, "envs", res["structuredContent"]["environment"]["key"], "uv-standin-calls.jsonl")
     records = [json.loads(l) for l in open(log)]
     with_config = [r for r in records if "config" in r]
     assert len(with_config) == 2  # venv and pip install
@@ -319,15 +324,26 @@ def test_warm_cache_in_background(make_server, wheels, tmp_path):
     (prof / "warmup.txt").write_text("# test list\nmps-alpha\nmps-gamma\n")
     try:
         s = make_server("--index-url", f"http://127.0.0.1:{port}/simple", "--warm-cache",
-                        env={**NO_PIP_ENV, "MPS_PROFILES_DIR": str(prof), "MCP_PY_SANDBOX_WARM_CACHE": "1"})
+                        env={**NO_PIP_ENV, "MPS_PROFILES_DIR": str(prof), "MCP_PY_SANDBOX_WARM_CACHE": "1",
+                             "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"})
         t0 = time.monotonic()
         s.initialize()
         assert time.monotonic() - t0 < 5  # the handshake never waits for warming
         assert wait_until(lambda: "package cache warmed" in s.stderr_text(), timeout=60), s.stderr_text()
         assert any("mps-alpha" in p for p in seen) and any("mps-gamma" in p for p in seen)
         assert wait_until(lambda: work_left(s.state_dir) == [], timeout=10)
+        # The wheels are in the server's wheelhouse, its own files...
+        wheelhouse_dir = os.path.join(s.state_dir, "downloads", "wheels")
+        got = sorted(os.listdir(wheelhouse_dir))
+        assert any(w.startswith("mps_alpha-") for w in got) and any(w.startswith("mps_gamma-") for w in got), got
+        for w in got:
+            st = os.lstat(os.path.join(wheelhouse_dir, w))
+            assert st.st_uid == os.geteuid() and not st.st_mode & 0o022
     finally:
         httpd.shutdown()
+    # ...and a build finds them there with the index gone.
+    res = s.execute("import mps_gamma\nprint('from the wheelhouse')", dependencies=["mps-gamma"], timeout=120)
+    assert res["structuredContent"]["stdout"] == "from the wheelhouse\n", text(res)
 
 
 def test_validate_resolve_dry_run(dep_server):

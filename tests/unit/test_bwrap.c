@@ -28,7 +28,6 @@
 #define UNUSED __attribute__((unused))
 #define SYSTEM_PYTHON "/usr/bin/python3"
 #define UID_BASE 2000000000u
-#define BUILDER_UID 1999999999u
 /* The 4096 uids the backend hands out in this process (other processes get others). */
 #define OUR_UID_FIRST (UID_BASE + (((uint32_t)getpid() & 0x7fff) << 12))
 #define OUR_UID_END (OUR_UID_FIRST + 4096)
@@ -55,7 +54,7 @@ typedef struct run_opts {
   char *ro_bind;          /* one extra read-only bind */
   const sbx_mount_t *mounts;
   size_t n_mounts;
-  bool builder;
+  const sbx_identity_t *identity;
   bool network;
   const sbx_egress_t *egress;
   bool hold; /* start held; c->user is then a callback run before the release */
@@ -127,7 +126,7 @@ static void run_script(run_capture_t *c, const char *script, const run_opts_t *o
       .ro_binds = binds,
       .mounts = o->mounts,
       .n_mounts = o->n_mounts,
-      .builder = o->builder,
+      .identity = o->identity,
       .network = o->network,
       .egress = o->egress,
       .hold = o->hold,
@@ -1250,7 +1249,7 @@ static void test_supervisor_out_of_reach(void **state UNUSED) {
   capture_release(c);
 }
 
-/* ---------------------------------------------------------------- mounts and the builder */
+/* ---------------------------------------------------------------- mounts and identities */
 
 static void test_mounts(void **state UNUSED) {
   cleanup_free char *ro = xasprintf("%s/mount-ro", g.root);
@@ -1297,30 +1296,156 @@ static void test_mounts(void **state UNUSED) {
   capture_release(c);
 }
 
-static void test_builder_identity(void **state UNUSED) {
-  cleanup_free char *cache = xasprintf("%s/builder-cache", g.root);
-  assert_int_equal(mkdir(cache, 0755), 0);
-  sbx_mount_t mounts[] = {{.host = cache, .target = "/cache", .writable = true}};
-  run_opts_t o = {.builder = true, .mounts = mounts, .n_mounts = 1};
-  for (int i = 0; i < 2; i++) {
+/* The steps of one build: one identity for all of them (each step finds what the one
+ * before wrote as its own), another for another build, and neither is a run's.  A mount
+ * at /tmp replaces the sandbox's tmpfs, so /tmp is on the build's own space. */
+static void test_identity_kept_across_runs(void **state UNUSED) {
+  if (geteuid() != 0) skip();
+  sbx_identity_t *one = sbx_identity_new(g.backend), *other = sbx_identity_new(g.backend);
+  assert_true(one->has_uid && other->has_uid);
+  assert_int_not_equal(one->uid, other->uid);
+  cleanup_free char *cache = xasprintf("%s/identity-cache", g.root);
+  cleanup_free char *tmp = xasprintf("%s/identity-tmp", g.root);
+  assert_int_equal(mkdir(cache, 0700), 0);
+  assert_int_equal(mkdir(tmp, 0700), 0);
+  cleanup_free char *cache2 = xasprintf("%s/identity-cache2", g.root);
+  cleanup_free char *tmp2 = xasprintf("%s/identity-tmp2", g.root);
+  assert_int_equal(mkdir(cache2, 0700), 0);
+  assert_int_equal(mkdir(tmp2, 0700), 0);
+  sbx_mount_t mounts[] = {{.host = cache, .target = "/cache", .writable = true},
+                          {.host = tmp, .target = "/tmp", .writable = true}};
+  sbx_mount_t mounts2[] = {{.host = cache2, .target = "/cache", .writable = true},
+                           {.host = tmp2, .target = "/tmp", .writable = true}};
+  uid_t seen[3];
+  for (int i = 0; i < 3; i++) {
+    run_opts_t o = {.identity = i < 2 ? one : other, .mounts = i < 2 ? mounts : mounts2, .n_mounts = 2};
     run_capture_t cap = {0}, *c = &cap;
     cleanup_free char *script = xasprintf(
         "import os\n"
         "print('UID=%%d' %% os.getuid(), 'GID=%%d' %% os.getgid(), os.getgroups())\n"
-        "open('/cache/build-%d', 'w').write('x')\n"
-        "print('CACHE', sorted(os.listdir('/cache')))\n",
+        "for d in ['/cache', '/tmp']:\n"
+        "    try:\n"
+        "        open(d + '/step-%d', 'w').write('x')\n"
+        "    except OSError as e:\n"
+        "        print('refused', d, e.errno)\n"
+        "print('CACHE', sorted(os.listdir('/cache')), 'TMP', sorted(os.listdir('/tmp')))\n",
         i);
     run_script(c, script, &o);
     if (c->result.exit_code != 0) dump(c);
     assert_int_equal(c->result.exit_code, 0);
-    assert_false(c->result.status_unknown);
-    assert_int_equal(script_uid(c), BUILDER_UID);
-    assert_has(&c->out, "GID=1999999999 []\n");
-    /* Every build writes to the same cache as the same identity. */
-    assert_has(&c->out, i == 0 ? "CACHE ['build-0']\n" : "CACHE ['build-0', 'build-1']\n");
-    assert_int_equal(procs_left(BUILDER_UID), 0);
+    seen[i] = script_uid(c);
+    assert_true(seen[i] >= OUR_UID_FIRST && seen[i] < OUR_UID_FIRST + 4096);
+    if (i == 0) assert_has(&c->out, "CACHE ['step-0'] TMP ['step-0']\n");
+    /* The second step of the same build writes where the first one did. */
+    if (i == 1) assert_has(&c->out, "CACHE ['step-0', 'step-1'] TMP ['step-0', 'step-1']\n");
+    /* Another build: its own uid and its own space, where the first one's are not. */
+    if (i == 2) assert_has(&c->out, "CACHE ['step-2'] TMP ['step-2']\n");
     capture_release(c);
   }
+  assert_int_equal(seen[0], one->uid);
+  assert_int_equal(seen[1], one->uid);
+  assert_int_equal(seen[2], other->uid);
+  /* What the first build wrote stays its own: the second one's uid cannot reach it. */
+  struct stat st;
+  assert_int_equal(stat(cache, &st), 0);
+  assert_int_equal(st.st_uid, one->uid);
+  assert_int_equal(st.st_mode & 077, 0);
+  /* A run without an identity gets a uid of its own. */
+  run_capture_t cap = {0}, *c = &cap;
+  run_script(c, "import os\nprint('UID=%d' % os.getuid())\n", NULL);
+  assert_int_not_equal(script_uid(c), one->uid);
+  assert_int_not_equal(script_uid(c), other->uid);
+  capture_release(c);
+  assert_int_equal(procs_left(one->uid), 0);
+  assert_int_equal(procs_left(other->uid), 0);
+  sbx_identity_free(one);
+  sbx_identity_free(other);
+}
+
+/* ---------------------------------------------------------------- functions in a child */
+
+typedef struct call_result {
+  bool done;
+  int rc;
+  char *text;
+} call_result_t;
+
+static void on_call_done(void *data, int rc, const char *text) {
+  call_result_t *r = data;
+  r->done = true;
+  r->rc = rc;
+  r->text = xstrdup(text);
+}
+
+static int call_report(void *arg, cm_buf_t *out, cm_error_t *err) {
+  const int *fds = arg;
+  cm_buf_printf(out, "pid %d kept %d other %d stdout %s", (int)getpid(), fcntl(fds[0], F_GETFD) >= 0,
+                fcntl(fds[1], F_GETFD) >= 0, isatty(1) ? "tty" : "not a tty");
+  return 0;
+}
+static int call_fail(void *arg, cm_buf_t *out, cm_error_t *err) {
+  return cm_error_set(err, ENOSPC, CM_ERR_IO, "copying");
+}
+static int call_hang(void *arg, cm_buf_t *out, cm_error_t *err) {
+  for (;;) pause();
+  return 0;
+}
+static int call_die(void *arg, cm_buf_t *out, cm_error_t *err) {
+  kill(getpid(), SIGKILL);
+  return 0;
+}
+
+static void run_call(sbx_call_fn fn, void *arg, const int *keep, size_t n_keep, uint64_t timeout_ms,
+                     call_result_t *r) {
+  cm_error_t err = CM_ERROR_INIT;
+  sbx_call_t *c = NULL;
+  memset(r, 0, sizeof *r);
+  if (sbx_call_start(g.loop, fn, arg, keep, n_keep, timeout_ms, on_call_done, r, &c, &err) < 0)
+    fail_msg("sbx_call_start: %s", err.msg);
+  while (!r->done) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
+}
+
+/* The helper for work that must not block the loop: the function's text or error comes
+ * back, the child keeps only the fds it was given, a crash or a timeout is an error, and a
+ * call freed early is killed without a callback. */
+static void test_function_in_a_child(void **state UNUSED) {
+  int fds[2];
+  assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+  call_result_t r;
+  run_call(call_report, fds, &fds[0], 1, 0, &r);
+  assert_int_equal(r.rc, 0);
+  int pid = 0, kept = -1, other = -1;
+  assert_int_equal(sscanf(r.text, "pid %d kept %d other %d", &pid, &kept, &other), 3);
+  assert_true(pid > 0 && pid != getpid());
+  assert_int_equal(kept, 1);
+  assert_int_equal(other, 0);
+  assert_non_null(strstr(r.text, "stdout not a tty"));
+  free(r.text);
+  close(fds[0]);
+  close(fds[1]);
+
+  run_call(call_fail, NULL, NULL, 0, 0, &r);
+  assert_int_equal(r.rc, -1);
+  assert_string_equal(r.text, "copying: No space left on device");
+  free(r.text);
+  run_call(call_hang, NULL, NULL, 0, 200, &r);
+  assert_int_equal(r.rc, -1);
+  assert_non_null(strstr(r.text, "took too long"));
+  free(r.text);
+  run_call(call_die, NULL, NULL, 0, 0, &r);
+  assert_int_equal(r.rc, -1);
+  assert_non_null(strstr(r.text, "killed by signal 9"));
+  free(r.text);
+
+  cm_error_t err = CM_ERROR_INIT;
+  sbx_call_t *c = NULL;
+  memset(&r, 0, sizeof r);
+  assert_int_equal(sbx_call_start(g.loop, call_hang, NULL, NULL, 0, 0, on_call_done, &r, &c, &err), 0);
+  sbx_call_free(c);
+  for (int i = 0; i < 5; i++) assert_int_equal(cm_loop_run_once(g.loop, 20, &err), 0);
+  assert_false(r.done);
+  assert_int_equal(waitpid(-1, NULL, WNOHANG), -1); /* reaped: no child of ours is left */
+  assert_int_equal(errno, ECHILD);
 }
 
 /* ---------------------------------------------------------------- a server that is not root */
@@ -1750,7 +1875,8 @@ int main(void) {
       cmocka_unit_test(test_grace_on_timeout),
       cmocka_unit_test(test_supervisor_out_of_reach),
       cmocka_unit_test(test_mounts),
-      cmocka_unit_test(test_builder_identity),
+      cmocka_unit_test(test_identity_kept_across_runs),
+      cmocka_unit_test(test_function_in_a_child),
       cmocka_unit_test(test_unprivileged_server),
       cmocka_unit_test(test_setup_failure_is_reported),
       cmocka_unit_test(test_spec_validation),

@@ -1,9 +1,12 @@
-/* Unit tests for common/: errors, buffers, head+tail capture, UTF-8, the event loop. */
+/* Unit tests for common/: errors, buffers, head+tail capture, UTF-8, the event loop, file
+ * operations in directories a sandbox could write. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
 
@@ -227,6 +230,89 @@ static void test_rm_rf(void **state) {
   assert_int_equal(stat("/etc/passwd", &st), 0); /* the link was not followed */
 }
 
+/* A FIFO, a symlink, a device, another owner's file, a big one: each refused on the open fd
+ * without blocking (the test would hang on a FIFO opened without O_NONBLOCK), and an
+ * exclusive create never goes through a symlink. */
+static void test_files_at(void **state) {
+  char tmpl[] = "/tmp/mps-unit-XXXXXX";
+  assert_non_null(mkdtemp(tmpl));
+  cm_error_t err = CM_ERROR_INIT;
+  int dir = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  assert_true(dir >= 0);
+  assert_int_equal(mkfifoat(dir, "fifo", 0666), 0);
+  assert_int_equal(symlinkat("/etc/passwd", dir, "link"), 0);
+  assert_int_equal(symlinkat("/etc", dir, "dirlink"), 0);
+  assert_int_equal(mkdirat(dir, "sub", 0755), 0);
+  int fd = openat(dir, "file", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  assert_true(fd >= 0 && write(fd, "hello", 5) == 5);
+  close(fd);
+
+  char *text = NULL;
+  size_t len = 0;
+  assert_int_equal(cm_read_file_at(dir, "file", geteuid(), 100, &text, &len, &err), 0);
+  assert_int_equal(len, 5);
+  assert_string_equal(text, "hello");
+  free(text);
+  const struct {
+    const char *name;
+    int flags;
+    uid_t owner;
+    uint64_t max;
+    const char *why;
+  } refused[] = {
+      {"fifo", O_RDONLY, CM_ANY_OWNER, 100, "fifo is a FIFO"},
+      {"fifo", O_WRONLY, CM_ANY_OWNER, 100, "fifo is a FIFO or a socket"}, /* no reader: ENXIO */
+      {"link", O_RDONLY, CM_ANY_OWNER, 100, "link is a symlink"},
+      {"sub", O_RDONLY, CM_ANY_OWNER, 100, "sub is a directory"},
+      {"/dev/null", O_RDONLY, CM_ANY_OWNER, 100, "bad name"},
+      {"..", O_RDONLY, CM_ANY_OWNER, 100, "bad name"},
+      {"file", O_RDONLY, geteuid() + 1, 100, "file is owned by someone else"},
+      {"file", O_RDONLY, CM_ANY_OWNER, 4, "file is too large"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    assert_int_equal(
+        cm_open_regular_at(dir, refused[i].name, refused[i].flags, refused[i].owner, refused[i].max, NULL, &err), -1);
+    if (!strstr(cm_error_message(&err), refused[i].why)) fail_msg("%s: %s", refused[i].name, cm_error_message(&err));
+    cm_error_release(&err);
+  }
+  int devdir = open("/dev", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  assert_int_equal(cm_open_regular_at(devdir, "null", O_RDONLY, CM_ANY_OWNER, 100, NULL, &err), -1);
+  assert_non_null(strstr(cm_error_message(&err), "a device"));
+  cm_error_release(&err);
+  close(devdir);
+  assert_int_equal(cm_open_dir_at(dir, "dirlink", &err), -1);
+  cm_error_release(&err);
+  assert_int_equal(cm_open_dir_at(dir, "fifo", &err), -1);
+  cm_error_release(&err);
+  fd = cm_open_dir_at(dir, "sub", &err);
+  assert_true(fd >= 0);
+  close(fd);
+
+  /* Exclusive: never over a symlink (the target stays untouched), a FIFO or a file. */
+  struct stat before, after;
+  assert_int_equal(stat("/etc/passwd", &before), 0);
+  assert_int_equal(cm_create_file_at(dir, "link", "x", 1, 0644, &err), -1);
+  cm_error_release(&err);
+  assert_int_equal(cm_create_file_at(dir, "fifo", "x", 1, 0644, &err), -1);
+  cm_error_release(&err);
+  assert_int_equal(cm_create_file_at(dir, "file", "x", 1, 0644, &err), -1);
+  cm_error_release(&err);
+  assert_int_equal(stat("/etc/passwd", &after), 0);
+  assert_int_equal(before.st_mtime, after.st_mtime);
+  assert_int_equal(cm_create_file_at(dir, "new", "abc", 3, 0640, &err), 0);
+  struct stat st;
+  assert_int_equal(fstatat(dir, "new", &st, 0), 0);
+  assert_int_equal(st.st_size, 3);
+  assert_int_equal(st.st_mode & 0777, 0640);
+
+  assert_int_equal(cm_rm_rf_at(dir, "dirlink", &err), 0); /* the link, not /etc */
+  assert_int_equal(stat("/etc/passwd", &st), 0);
+  assert_int_equal(cm_rm_rf_at(dir, "../x", &err), -1);
+  cm_error_release(&err);
+  close(dir);
+  assert_int_equal(cm_rm_rf(tmpl, &err), 0);
+}
+
 static int fired;
 static void on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
   fired += *(int *)data;
@@ -285,6 +371,7 @@ int main(void) {
       cmocka_unit_test(test_parse_u64),          cmocka_unit_test(test_sha256),
       cmocka_unit_test(test_sha256_vectors),     cmocka_unit_test(test_sha256_lengths),
       cmocka_unit_test(test_memeq_ct),           cmocka_unit_test(test_rm_rf),
+      cmocka_unit_test(test_files_at),
       cmocka_unit_test(test_loop_timers),        cmocka_unit_test(test_loop_fd),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
