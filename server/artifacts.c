@@ -410,12 +410,13 @@ static const art_file_t *find(art_store_t *s, const char *principal, const char 
   return NULL;
 }
 
-int art_store_read(art_store_t *s, const char *principal, const char *uri, json_t **result,
-                   cm_error_t *err) {
+int art_store_read(art_store_t *s, const char *principal, const char *uri, size_t max_answer,
+                   json_t **result, cm_error_t *err) {
   *result = NULL;
   const art_file_t *f = find(s, principal, uri);
   if (!f) return cm_error_set(err, 0, CM_ERR_NOT_FOUND, "Resource not found");
-  if (f->size > ART_READ_MAX)
+  /* As base64, the smaller of the two forms a binary file can take. */
+  if (f->size > ART_READ_MAX || (max_answer && (f->size + 2) / 3 * 4 > max_answer))
     return cm_error_set(err, 0, CM_ERR_LIMIT, "the resource is too large to read in one message");
   cleanup_free char *data = NULL;
   size_t len = 0;

@@ -677,3 +677,43 @@ def test_replay_memory_is_taken_from_the_token_keeping_the_most(make_tenants):
     assert final and "result" in final[0], final
     a, k, last = alices[0]
     assert "Response lost" in resume(s, a, ALICE, last)[0]["error"]["message"]
+
+
+# ================================================================ review: what one message can cost
+
+def test_a_batch_cannot_ask_for_unbounded_answers(make_tenants):
+    """A few bytes per element of a 2025-03-26 batch asked for megabytes each (resources/read
+    of one's own artifact, tools/list), all built in memory before anything was sent: a 6 KB
+    batch got a 224 MB answer, and a larger one would take the box down for everyone.  A
+    batch's answers now stay within --max-message-bytes (an element that does not fit gets an
+    error with its id, and its file is not even read) and a batch has at most 256 elements."""
+    s = make_tenants("--max-message-bytes", "4M", lan=False)
+    b = s.initialize(version="2025-03-26", headers=BOB)
+    st, h, body = s.post(call_msg(1, writes("big.bin", 1 << 20, 3)), b, headers=BOB, version="2025-03-26")
+    uri = link_of(result_of(h, body, 1)["result"])
+    batch = [{"jsonrpc": "2.0", "id": i, "method": "resources/read", "params": {"uri": uri}} for i in range(40)]
+    batch.append({"jsonrpc": "2.0", "id": "p", "method": "ping"})
+    st, h, body = s.post(batch, b, headers=BOB, version="2025-03-26")
+    assert st == 200 and len(body) <= 4 << 20, len(body)
+    answers = {m["id"]: m for m in json.loads(body)}
+    assert set(answers) == set(range(40)) | {"p"}
+    read = [i for i in range(40) if "result" in answers[i]]
+    assert read and read == list(range(len(read))) and len(read) < 4, read
+    assert base64.b64decode(answers[0]["result"]["contents"][0]["blob"]) == expected(1 << 20, 3)
+    refused = answers[39]["error"]
+    assert "--max-message-bytes" in refused["message"] and "on its own" in refused["message"], refused
+    assert answers["p"]["result"] == {}  # what still fits is answered
+    # tools/list: some 10 KB each
+    batch = [{"jsonrpc": "2.0", "id": i, "method": "tools/list"} for i in range(256)]
+    st, h, body = s.post(batch, b, headers=BOB, version="2025-03-26")
+    assert st == 200 and len(body) <= 4 << 20 and len(json.loads(body)) == 256
+    # more elements than that: refused as a whole
+    st, h, body = s.post(batch + [{"jsonrpc": "2.0", "id": 999, "method": "ping"}], b, headers=BOB,
+                         version="2025-03-26")
+    err = json.loads(body)
+    assert st == 200 and err["error"]["code"] == -32600 and "limit of 256" in err["error"]["message"], err
+    # one request on its own is answered as before
+    _, one = rpc(s, b, BOB, 2, "resources/read", {"uri": uri})
+    assert base64.b64decode(one["result"]["contents"][0]["blob"]) == expected(1 << 20, 3)
+    a = s.initialize(headers=ALICE)
+    assert rpc(s, a, ALICE, 3, "ping")[1]["result"] == {}
