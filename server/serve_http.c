@@ -371,6 +371,7 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
       .max_streams_per_principal = (size_t)cfg->max_streams_per_token,
       .max_replay_bytes_per_session = (size_t)cfg->max_replay_bytes_per_session,
       .max_replay_bytes = (size_t)cfg->max_replay_bytes,
+      .max_unread_bytes_per_principal = (size_t)cfg->max_unread_bytes_per_token,
       .loopback_origins = strcmp(cfg->loopback_origins, "on") == 0 ? TR_HTTP_LOOPBACK_ORIGINS_ON
                           : strcmp(cfg->loopback_origins, "off") == 0
                               ? TR_HTTP_LOOPBACK_ORIGINS_OFF

@@ -101,7 +101,11 @@ void tr_stdio_free(tr_stdio_t *t);
  * "Session not found"), on every method and endpoint, Last-Event-ID resumption included.
  * Per principal: at most max_sessions_per_principal sessions (the least recently used idle
  * one of its own makes room, else 429 + Retry-After) and max_streams_per_principal GET
- * streams open at once (429 + Retry-After).
+ * streams open at once (429 + Retry-After).  What its clients have yet to read (answers
+ * queued for its connections, bodies not yet written, and its replay memory) is bounded by
+ * max_unread_bytes_per_principal: past it, a body with a request gets 429 + Retry-After
+ * (notifications and responses, cancellations among them, still pass; so do GET streams,
+ * through which it reads).
  *
  * Answers: 202 for a body without requests; otherwise the form is chosen lazily: one
  * application/json body if the first thing sent is the final response, text/event-stream
@@ -184,6 +188,7 @@ typedef struct tr_http_options {
   size_t max_streams_per_principal;     /* open GET streams; 0 = no cap */
   size_t max_replay_bytes_per_session;  /* 0 = TR_HTTP_REPLAY_SESSION_DEFAULT */
   size_t max_replay_bytes;              /* 0 = TR_HTTP_REPLAY_TOTAL_DEFAULT */
+  size_t max_unread_bytes_per_principal; /* 0 = twice max_replay_bytes */
   tr_http_loopback_origins_t loopback_origins;
 } tr_http_options_t;
 
@@ -192,6 +197,7 @@ typedef struct tr_http_usage {
   size_t sessions;     /* open sessions */
   size_t streams;      /* open GET streams */
   size_t replay_bytes; /* kept for resumption in its sessions */
+  size_t unread_bytes; /* queued for its connections, not yet written to them */
 } tr_http_usage_t;
 void tr_http_usage(const tr_http_t *h, const char *principal, tr_http_usage_t *out);
 

@@ -717,3 +717,61 @@ def test_a_batch_cannot_ask_for_unbounded_answers(make_tenants):
     assert base64.b64decode(one["result"]["contents"][0]["blob"]) == expected(1 << 20, 3)
     a = s.initialize(headers=ALICE)
     assert rpc(s, a, ALICE, 3, "ping")[1]["result"] == {}
+
+
+def raw_post(s, body, sid, auth, accept):
+    """POSTs body on a socket with a small receive buffer and reads only the status line and
+    headers: the rest of the answer stays where the server put it (a client that never reads)."""
+    so = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    so.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    so.settimeout(30)
+    so.connect(("127.0.0.1", s.port))
+    so.sendall((f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nAuthorization: {auth['Authorization']}\r\n"
+                f"Mcp-Session-Id: {sid}\r\nMCP-Protocol-Version: {LATEST}\r\nContent-Type: application/json\r\n"
+                f"Accept: {accept}\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = so.recv(1)
+        assert chunk, head
+        head += chunk
+    status = int(head.split()[1])
+    if status != 200:
+        rest = head.split(b"\r\n\r\n", 1)[1]
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(rest) < length:
+            rest += so.recv(length - len(rest))
+        so.close()
+        return status, json.loads(rest)
+    return status, so
+
+
+def test_a_client_that_never_reads_cannot_pin_unbounded_memory(make_tenants):
+    """Answers queued for a connection whose client never reads stayed there (an SSE stream has
+    no idle timeout) and counted nowhere: 20 such resources/read of an 8 MB artifact pinned
+    440 MB, and 500 of a 64 MB one would take the box down for every tenant.  What a token's
+    clients have yet to read is now bounded: past --max-unread-bytes-per-token its requests
+    get 429 at once (cancellations still pass), other tokens are served as ever, and reading
+    (or closing) gives the room back."""
+    s = make_tenants("--max-unread-bytes-per-token", "24M", lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    uri = link_of(execute(s, b, BOB, 1, writes("big.bin", 8 << 20, 5)))
+    read = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "resources/read", "params": {"uri": uri}}).encode()
+    held, refused = [], []
+    for i in range(12):
+        status, got = raw_post(s, read, b, BOB, "text/event-stream" if i % 2 else "application/json")
+        (held if status == 200 else refused).append(got)
+    assert refused and len(held) < 6, (len(held), len(refused))
+    err = refused[0]
+    assert err["id"] == 7 and "--max-unread-bytes-per-token" in err["error"]["message"], err
+    mine = share(s, a, ALICE)["http"]
+    assert mine["unread_bytes"] == 0 and mine["unread_bytes_max"] == 24 << 20
+    # bob's over his share; his cancellations pass, alice is served
+    assert s.post({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}}, b,
+                  headers=BOB, version=LATEST)[0] == 202
+    _, answer = rpc(s, a, ALICE, 8, "resources/read", {"uri": uri})
+    assert answer["error"]["code"] == -32002  # his file is not hers, as ever
+    assert rpc(s, a, ALICE, 9, "ping")[1]["result"] == {}
+    for so in held:
+        so.close()
+    assert wait_until(lambda: rpc(s, b, BOB, 10, "ping")[0] == 200, 30)
+    assert wait_until(lambda: share(s, b, BOB)["http"]["unread_bytes"] == 0, 30)
