@@ -1987,6 +1987,17 @@ static enum MHD_Result begin_post(hs_conn_t *c) {
   return MHD_YES;
 }
 
+/* A "." or ".." segment ("a..b.txt" is a file name like any other). */
+static bool has_dot_segment(const char *p) {
+  while (*p) {
+    size_t n = strcspn(p, "/");
+    if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) return true;
+    p += n;
+    if (*p) p++;
+  }
+  return false;
+}
+
 /* GET <path>/runs/<rest>: a file the server keeps for the request's principal, under the
  * same Origin/Host/token checks as the endpoint.  Never a page of the server's origin: an
  * attachment, not sniffed, and sandboxed should a browser render it anyway (its origin is
@@ -1996,7 +2007,7 @@ static enum MHD_Result download(hs_conn_t *c, const char *rest) {
   int fd = -1;
   const char *mime = NULL;
   uint64_t size = 0;
-  if (!h->cbs.open_download || strstr(rest, "..") ||
+  if (!h->cbs.open_download || has_dot_segment(rest) ||
       h->cbs.open_download(h->data, c->principal->name, rest, &fd, &mime, &size) < 0)
     return respond_error(c, 404, -32002, "Not Found: no such file (or it expired)", NULL, NULL);
   struct MHD_Response *r = mhd.create_response_from_fd64(size, fd);

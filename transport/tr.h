@@ -148,7 +148,7 @@ typedef struct tr_http_callbacks {
   /* DELETE, idle expiry or shutdown: the session is gone (cancel what it runs). */
   void (*session_close)(void *data, void *session);
   /* Optional: GET <path>/runs/<rest> downloads a file the server keeps (a run's output)
-   * for `principal`: opens it (fd read-only, the transport's to close) with its MIME type
+   * for `principal` (rest percent-decoded, without "." or ".." segments): opens it (fd read-only, the transport's to close) with its MIME type
    * (static or owned by the server) and size; -1 when there is no such file for that
    * principal (another's is no such file).  It is served as an attachment, with nosniff
    * and a sandboxing Content-Security-Policy, never as a page of the server's origin. */

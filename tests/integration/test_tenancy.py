@@ -775,3 +775,30 @@ def test_a_client_that_never_reads_cannot_pin_unbounded_memory(make_tenants):
         so.close()
     assert wait_until(lambda: rpc(s, b, BOB, 10, "ping")[0] == 200, 30)
     assert wait_until(lambda: share(s, b, BOB)["http"]["unread_bytes"] == 0, 30)
+
+
+def test_a_download_of_a_file_whose_name_is_escaped(make_tenants):
+    """The download URL of a file whose URI needs percent-escapes (a space, a quote, non-ASCII,
+    '%', ';') or whose name holds '..' answered 404: the path arrives decoded, the lookup
+    compared it with the escaped URI.  The Content-Disposition stays a plain safe name."""
+    s = make_tenants()
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    names = ["a b.html", 'q"x.txt', "\u00e9t\u00e9.svg", "a..b.txt", "semi;x.bin", "pct%41.txt", "r\u202egnp.exe"]
+    script = ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+              f"for i, n in enumerate({names!r}):\n"
+              "    open('outputs/' + n, 'w').write('<html><script>parent.x=1</script>%d</html>' % i)\n")
+    files = {f["path"]: f for f in execute(s, a, ALICE, 1, script)["structuredContent"]["files"]}
+    for i, name in enumerate(names):
+        uri = files["outputs/" + name]["uri"]
+        path = "/mcp/runs/" + uri[len("sandbox://runs/"):]
+        st, h, body = s.request("GET", path, headers=ALICE)
+        assert st == 200 and body == b"<html><script>parent.x=1</script>%d</html>" % i, (name, st, body)
+        disposition = h["content-disposition"]
+        assert re.fullmatch(r'attachment; filename="[A-Za-z0-9._+-]+"', disposition), disposition
+        assert h["x-content-type-options"] == "nosniff" and h["content-security-policy"].startswith("sandbox")
+        # still not bob's
+        theirs = s.request("GET", path, headers=BOB)
+        assert theirs[0] == 404
+    for bad in ("/outputs/../outputs/a%20b.html", "/./outputs/a%20b.html", "/outputs/%2e%2e/x"):
+        rid = files["outputs/a b.html"]["uri"][len("sandbox://runs/"):][:32]
+        assert s.request("GET", "/mcp/runs/" + rid + bad, headers=ALICE)[0] == 404
