@@ -802,3 +802,37 @@ def test_a_download_of_a_file_whose_name_is_escaped(make_tenants):
     for bad in ("/outputs/../outputs/a%20b.html", "/./outputs/a%20b.html", "/outputs/%2e%2e/x"):
         rid = files["outputs/a b.html"]["uri"][len("sandbox://runs/"):][:32]
         assert s.request("GET", "/mcp/runs/" + rid + bad, headers=ALICE)[0] == 404
+
+
+def validate(s, sid, auth, req_id, script="print('hi')\n"):
+    st, msg = rpc(s, sid, auth, req_id, "tools/call", {"name": "validate_script", "arguments": {"script": script}})
+    assert st == 200, msg
+    return msg["result"]
+
+
+def test_validate_script_counts_against_the_token_share(make_tenants):
+    """validate_script runs a process on the host (the interpreter's compile, up to 1 GiB, 15 s;
+    or a resolution) for every call, and counted against no cap: a token at its
+    --max-token-concurrent could still start any number of them.  It now counts like an
+    execution."""
+    s = make_tenants()  # lan: 4 calls per token, 2 per session
+    b1, b2 = s.initialize(headers=BOB), s.initialize(headers=BOB)
+    a = s.initialize(headers=ALICE)
+    sleeper = "import time\nprint('bob', flush=True)\ntime.sleep(100)\n"
+    held = []
+    for req_id, sid in ((1, b1), (2, b1), (3, b2), (4, b2)):
+        c, r = s.open_stream(call_msg(req_id, sleeper, token=f"b{req_id}", timeout_seconds=110), sid, headers=BOB)
+        assert r.status == 200
+        held.append((req_id, sid, c))
+    b3 = s.initialize(headers=BOB)
+    assert wait_until(lambda: share(s, b3, BOB)["executions"]["calls"] == 4, 30)
+    res = validate(s, b3, BOB, 5)
+    assert res["isError"] and "--max-token-concurrent" in res["content"][0]["text"], res
+    assert not validate(s, a, ALICE, 6)["isError"]  # alice's share is hers
+    for req_id, sid, c in held:
+        cancel(s, sid, BOB, req_id)
+        c.close()
+    assert wait_until(lambda: share(s, b3, BOB)["executions"]["calls"] == 0, 30)
+    res = validate(s, b3, BOB, 7)
+    assert not res["isError"] and res["structuredContent"]["valid"], res
+    assert share(s, b3, BOB)["executions"]["calls"] == 0  # and gives it back
