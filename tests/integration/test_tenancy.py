@@ -836,3 +836,30 @@ def test_validate_script_counts_against_the_token_share(make_tenants):
     res = validate(s, b3, BOB, 7)
     assert not res["isError"] and res["structuredContent"]["valid"], res
     assert share(s, b3, BOB)["executions"]["calls"] == 0  # and gives it back
+
+
+def test_listing_cursors_tell_nothing_of_other_tokens(make_tenants):
+    """resources/list's cursor was the store's running count of files ("a<seq>"): bob's second
+    page told him how many files every other token had stored before his.  It now names a
+    place in his own files only."""
+    s = make_tenants(lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    many = lambda n, tag: ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+                           f"for i in range({n}):\n    open(f'outputs/{tag}%03d.txt' % i, 'w').write('x')\n")
+    execute(s, a, ALICE, 1, many(90, "a"))
+    bobs = [execute(s, b, BOB, 2, many(60, "b")), execute(s, b, BOB, 3, many(60, "c"))]
+    runs = [r["structuredContent"]["files"][0]["uri"][len("sandbox://runs/"):][:32] for r in bobs]
+    page = rpc(s, b, BOB, 4, "resources/list")[1]["result"]
+    assert len(page["resources"]) == 100
+    m = re.fullmatch(r"([0-9a-f]{32}):(\d+)", page["nextCursor"])
+    assert m and m.group(1) == runs[1] and int(m.group(2)) == 40, page["nextCursor"]
+    rest = rpc(s, b, BOB, 5, "resources/list", {"cursor": page["nextCursor"]})[1]["result"]
+    assert "nextCursor" not in rest
+    names = [r["name"] for r in page["resources"] + rest["resources"]]
+    assert names == [f"outputs/b{i:03d}.txt" for i in range(60)] + [f"outputs/c{i:03d}.txt" for i in range(60)]
+    # a cursor naming alice's run is one naming a run that is gone: from his oldest
+    hers = rpc(s, a, ALICE, 6, "resources/list")[1]["result"]["resources"][0]["uri"][len("sandbox://runs/"):][:32]
+    for cursor in (hers + ":0", "0" * 32 + ":0"):
+        again = rpc(s, b, BOB, 7, "resources/list", {"cursor": cursor})[1]["result"]
+        assert again == page or again["resources"] == page["resources"], cursor
+    assert rpc(s, b, BOB, 8, "resources/list", {"cursor": "a150"})[1]["error"]["code"] == -32602
