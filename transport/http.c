@@ -517,6 +517,15 @@ int tr_http_parse_tokens(const char *buf, size_t len, tr_http_token_t **tokens, 
                             "token file line %zu: a token must be visible ASCII", line_no);
       }
     }
+    /* "line N" names the unnamed token of line N: given to another, it would make the two
+     * one tenant. */
+    if (nn > 5 && memcmp(name, "line ", 5) == 0 && all_digits(name + 5, nn - 5)) {
+      tr_http_tokens_free(out, n);
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "token file line %zu: the name '%.*s' is the one an unnamed token gets; "
+                          "choose another",
+                          line_no, (int)nn, name);
+    }
     if (n == TR_HTTP_MAX_TOKENS) {
       tr_http_tokens_free(out, n);
       return cm_error_set(err, 0, CM_ERR_LIMIT, "token file: more than %d tokens",
