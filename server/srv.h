@@ -97,7 +97,7 @@ typedef struct srv_config {
   uint64_t max_streams_per_token;  /* --max-streams-per-token: open GET streams per principal; 0 = none */
   uint64_t max_replay_bytes_per_session; /* --max-replay-bytes-per-session */
   uint64_t max_replay_bytes;             /* --max-replay-bytes: events kept for resumption, in all */
-  uint64_t max_unread_bytes_per_token;   /* --max-unread-bytes-per-token; 0 = twice max_replay_bytes */
+  uint64_t max_unread_bytes_per_token;   /* --max-unread-bytes-per-token (HTTP) */
   char *loopback_origins;          /* --loopback-origins auto|on|off */
 } srv_config_t;
 

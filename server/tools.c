@@ -77,8 +77,7 @@ static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
                                   (json_int_t)cfg->max_replay_bytes_per_session, "replay_bytes_max",
                                   (json_int_t)cfg->max_replay_bytes, "unread_bytes", (json_int_t)hu.unread_bytes,
                                   "unread_bytes_max",
-                                  (json_int_t)(cfg->max_unread_bytes_per_token ? cfg->max_unread_bytes_per_token
-                                                                               : 2 * cfg->max_replay_bytes)));
+                                  (json_int_t)cfg->max_unread_bytes_per_token));
   }
   cm_buf_appends(t, "\n");
   return o;

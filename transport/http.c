@@ -791,6 +791,7 @@ static void session_close(hs_session_t *s);
 static void stream_maybe_free(hs_stream_t *st);
 static void stream_drop(hs_stream_t *st);
 static void conn_wake(hs_conn_t *c);
+static void conn_count(hs_conn_t *c);
 static void tick_arm(tr_http_t *h);
 
 /* ================================================================ events and streams */
@@ -1030,7 +1031,10 @@ static void stream_send(tr_sink_t *sink, const char *json, size_t len, tr_send_f
     }
   }
   stream_push(st, json, len, flags);
-  if (st->conn) conn_wake(st->conn);
+  if (st->conn) {
+    conn_count(st->conn);
+    conn_wake(st->conn);
+  }
 }
 
 static void stream_release(tr_sink_t *sink) {
@@ -1405,12 +1409,14 @@ static void conn_detach(hs_conn_t *c, bool completed_ok) {
 static void conn_count(hs_conn_t *c) {
   if (!c->principal) return;
   size_t now = c->completed ? 0 : c->out.len - c->out_off + c->body_out;
+  /* An HTTP+SSE stream keeps nothing for replay: what waits in it waits for this client. */
+  if (!c->completed && c->stream && c->stream->kind == STREAM_LEGACY) now += c->stream->bytes;
   c->principal->unread_bytes = c->principal->unread_bytes - c->counted + now;
   c->counted = now;
 }
 
-/* Whether c's principal has more than its share waiting for its clients to read (its
- * replay memory included: unsent answers there cannot be shed).  Answers 429 if so. */
+/* Whether c's principal has more than its share waiting for its clients to read; answers
+ * 429 if so.  (Replay memory has bounds of its own.) */
 static bool unread_over(hs_conn_t *c, enum MHD_Result *ret);
 
 static void conn_set_session(hs_conn_t *c, hs_session_t *s) {
@@ -1522,11 +1528,11 @@ static bool session_make_room(hs_conn_t *c, enum MHD_Result *ret) {
 /* A GET stream for c's principal, within its cap (else 429, answered here). */
 static bool unread_over(hs_conn_t *c, enum MHD_Result *ret) {
   const hs_principal_t *p = c->principal;
-  if (p->unread_bytes + p->replay_bytes <= c->h->max_unread) return false;
+  if (p->unread_bytes <= c->h->max_unread) return false;
   cleanup_free char *msg = xasprintf(
       "Too Many Requests: this token's clients have %zu bytes of answers they have not read yet "
       "(its limit, --max-unread-bytes-per-token); read them (or close those connections) first",
-      p->unread_bytes + p->replay_bytes);
+      p->unread_bytes);
   *ret = respond_error(c, 429, -32000, msg, "Retry-After", "5");
   return true;
 }
@@ -2394,7 +2400,7 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   h->max_replay_total =
       opts->max_replay_bytes ? opts->max_replay_bytes : TR_HTTP_REPLAY_TOTAL_DEFAULT;
   h->max_unread = opts->max_unread_bytes_per_principal ? opts->max_unread_bytes_per_principal
-                                                       : 2 * h->max_replay_total;
+                                                       : TR_HTTP_UNREAD_DEFAULT;
   const char *host = opts->host && *opts->host ? opts->host : "127.0.0.1";
   if (listen_on(h, host, opts->port, h->n_tokens > 0 || opts->allow_insecure_remote, err) < 0) {
     http_release(h);

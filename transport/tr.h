@@ -102,8 +102,8 @@ void tr_stdio_free(tr_stdio_t *t);
  * Per principal: at most max_sessions_per_principal sessions (the least recently used idle
  * one of its own makes room, else 429 + Retry-After) and max_streams_per_principal GET
  * streams open at once (429 + Retry-After).  What its clients have yet to read (answers
- * queued for its connections, bodies not yet written, and its replay memory) is bounded by
- * max_unread_bytes_per_principal: past it, a body with a request gets 429 + Retry-After
+ * queued for its connections and bodies not yet written to them, what waits in its HTTP+SSE
+ * streams) is bounded by max_unread_bytes_per_principal: past it, a body with a request gets 429 + Retry-After
  * (notifications and responses, cancellations among them, still pass; so do GET streams,
  * through which it reads).
  *
@@ -166,6 +166,7 @@ typedef enum tr_http_loopback_origins {
 
 #define TR_HTTP_REPLAY_SESSION_DEFAULT (16u << 20)
 #define TR_HTTP_REPLAY_TOTAL_DEFAULT (128u << 20)
+#define TR_HTTP_UNREAD_DEFAULT (256u << 20)
 
 /* Everything is copied by tr_http_new (the PEM texts are only used during the call). */
 typedef struct tr_http_options {
@@ -188,7 +189,7 @@ typedef struct tr_http_options {
   size_t max_streams_per_principal;     /* open GET streams; 0 = no cap */
   size_t max_replay_bytes_per_session;  /* 0 = TR_HTTP_REPLAY_SESSION_DEFAULT */
   size_t max_replay_bytes;              /* 0 = TR_HTTP_REPLAY_TOTAL_DEFAULT */
-  size_t max_unread_bytes_per_principal; /* 0 = twice max_replay_bytes */
+  size_t max_unread_bytes_per_principal; /* 0 = TR_HTTP_UNREAD_DEFAULT */
   tr_http_loopback_origins_t loopback_origins;
 } tr_http_options_t;
 

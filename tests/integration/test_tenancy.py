@@ -775,6 +775,30 @@ def test_a_client_that_never_reads_cannot_pin_unbounded_memory(make_tenants):
         so.close()
     assert wait_until(lambda: rpc(s, b, BOB, 10, "ping")[0] == 200, 30)
     assert wait_until(lambda: share(s, b, BOB)["http"]["unread_bytes"] == 0, 30)
+    # the HTTP+SSE transport: each POST to /messages is answered 202 at once, and the answers
+    # queue up in the /sse stream its client does not read
+    so = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    so.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    so.settimeout(30)
+    so.connect(("127.0.0.1", s.port))
+    so.sendall((f"GET /sse HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nAccept: text/event-stream\r\n"
+                f"Authorization: {BOB['Authorization']}\r\n\r\n").encode())
+    got = b""
+    while not re.search(rb"sessionId=[0-9a-f-]{36}", got):
+        chunk = so.recv(1)
+        assert chunk, got
+        got += chunk
+    url = "/messages?" + re.search(rb"sessionId=[0-9a-f-]{36}", got).group(0).decode()
+    hdrs = {"Content-Type": "application/json", **BOB}
+    assert s.request("POST", url, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}}}).encode(), hdrs)[0] == 202
+    statuses = [s.request("POST", url, read, hdrs) for _ in range(10)]
+    codes = [st for st, _, _ in statuses]
+    assert 429 in codes and codes.index(429) < 6, codes
+    assert json.loads(statuses[codes.index(429)][2])["id"] == 7
+    assert rpc(s, a, ALICE, 11, "ping")[1]["result"] == {}
+    so.close()
+    assert wait_until(lambda: rpc(s, b, BOB, 12, "ping")[0] == 200, 30)
 
 
 def test_a_download_of_a_file_whose_name_is_escaped(make_tenants):
