@@ -38,7 +38,6 @@ typedef struct art_file {
   char *host; /* the copy */
   const char *mime;
   uint64_t size;
-  uint64_t seq; /* listing order and cursor */
   bool is_text;
 } art_file_t;
 
@@ -60,7 +59,6 @@ struct art_store {
   art_run_t *head, *tail; /* oldest first */
   size_t n_files;
   uint64_t bytes;
-  uint64_t next_seq;
   cm_timer_t *timer;
   uint64_t timer_at;
   uint64_t orphans_at; /* cm_now_ms() when the next foreign directory expires, or 0 */
@@ -306,7 +304,6 @@ void art_store_collect(art_store_t *s, const char *principal, const char *workdi
     f->host = xasprintf("%s/%s", r->dir, e->stored);
     f->mime = e->mime;
     f->size = e->size;
-    f->seq = ++s->next_seq;
     f->is_text = e->is_text;
     r->bytes += e->size;
   }
@@ -357,41 +354,50 @@ static json_t *describe_file(const art_run_t *r, const art_file_t *f) {
                    "mimeType", f->mime, "size", (json_int_t)f->size);
 }
 
+/* A listing cursor names where the next page starts: one of the principal's runs and a
+ * file in it ("<run-id>:<index>"), nothing that counts what others stored.  A principal's
+ * runs go oldest first (expiry, its own cap, the store's cap), so when the cursor's run is
+ * gone so are all its older ones, and the listing goes on from its oldest run left; a run
+ * id of another principal's is no different from one that is gone. */
 int art_store_list(art_store_t *s, const char *principal, const char *cursor, json_t **result,
                    cm_error_t *err) {
   *result = NULL;
   expire(s);
-  uint64_t after = 0;
+  const art_run_t *from = NULL;
+  uint64_t from_i = 0;
   if (cursor) {
-    /* Bounded by the principal's own files, not the store's count: how much others
-     * stored is none of its business. */
-    uint64_t own_last = 0;
-    for (const art_run_t *r = s->head; r; r = r->next)
-      if (strcmp(r->principal, principal) == 0 && r->n_files)
-        own_last = r->files[r->n_files - 1].seq;
-    if (cursor[0] != 'a' || cm_parse_u64(cursor + 1, own_last, &after) < 0)
+    char id[2 * ART_ID_BYTES + 1];
+    size_t n = strlen(cursor);
+    if (n <= 2 * ART_ID_BYTES + 1 || cursor[2 * ART_ID_BYTES] != ':' ||
+        cm_parse_u64(cursor + 2 * ART_ID_BYTES + 1, UINT32_MAX, &from_i) < 0)
       return cm_error_set(err, 0, CM_ERR_INVALID, "unknown cursor");
+    memcpy(id, cursor, 2 * ART_ID_BYTES);
+    id[2 * ART_ID_BYTES] = '\0';
+    if (!is_run_id(id)) return cm_error_set(err, 0, CM_ERR_INVALID, "unknown cursor");
+    for (const art_run_t *r = s->head; r && !from; r = r->next)
+      if (strcmp(r->principal, principal) == 0 && strcmp(r->id, id) == 0) from = r;
+    if (!from) from_i = 0;
   }
   json_t *list = json_array();
-  uint64_t last = 0;
-  bool more = false;
-  for (art_run_t *r = s->head; r && !more; r = r->next) {
-    if (strcmp(r->principal, principal) != 0) continue;
-    for (size_t i = 0; i < r->n_files; i++) {
-      const art_file_t *f = &r->files[i];
-      if (f->seq <= after) continue;
+  const art_run_t *next_run = NULL;
+  size_t next_i = 0;
+  bool started = !from;
+  for (const art_run_t *r = s->head; r && !next_run; r = r->next) {
+    if (r == from) started = true;
+    if (!started || strcmp(r->principal, principal) != 0) continue;
+    for (size_t i = r == from ? (size_t)from_i : 0; i < r->n_files; i++) {
       if (json_array_size(list) == ART_PAGE_SIZE) {
-        more = true;
+        next_run = r;
+        next_i = i;
         break;
       }
-      json_array_append_new(list, describe_file(r, f));
-      last = f->seq;
+      json_array_append_new(list, describe_file(r, &r->files[i]));
     }
   }
   *result = json_pack("{s:o}", "resources", list);
-  if (more) {
-    char next[32];
-    snprintf(next, sizeof next, "a%llu", (unsigned long long)last);
+  if (next_run) {
+    char next[2 * ART_ID_BYTES + 24];
+    snprintf(next, sizeof next, "%s:%zu", next_run->id, next_i);
     json_object_set_new(*result, "nextCursor", json_string(next));
   }
   return 0;
@@ -410,12 +416,13 @@ static const art_file_t *find(art_store_t *s, const char *principal, const char 
   return NULL;
 }
 
-int art_store_read(art_store_t *s, const char *principal, const char *uri, json_t **result,
-                   cm_error_t *err) {
+int art_store_read(art_store_t *s, const char *principal, const char *uri, size_t max_answer,
+                   json_t **result, cm_error_t *err) {
   *result = NULL;
   const art_file_t *f = find(s, principal, uri);
   if (!f) return cm_error_set(err, 0, CM_ERR_NOT_FOUND, "Resource not found");
-  if (f->size > ART_READ_MAX)
+  /* As base64, the smaller of the two forms a binary file can take. */
+  if (f->size > ART_READ_MAX || (max_answer && (f->size + 2) / 3 * 4 > max_answer))
     return cm_error_set(err, 0, CM_ERR_LIMIT, "the resource is too large to read in one message");
   cleanup_free char *data = NULL;
   size_t len = 0;

@@ -91,6 +91,9 @@ static const opt_def_t options[] = {
      "HTTP: events one session keeps for resumption (16M)"},
     {"max-replay-bytes", OPT_SIZE, OFF(max_replay_bytes), "SIZE",
      "HTTP: events all sessions keep for resumption (128M)"},
+    {"max-unread-bytes-per-token", OPT_SIZE, OFF(max_unread_bytes_per_token), "SIZE",
+     "HTTP: answers one bearer token's clients have yet to read; past it its requests get 429 "
+     "(256M)"},
     {"loopback-origins", OPT_STRING, OFF(loopback_origins), "{auto,on,off}",
      "HTTP: accept Origins on loopback names (local web clients on any port); auto = when "
      "bound to loopback (auto)"},
@@ -200,6 +203,7 @@ void srv_config_defaults(srv_config_t *c) {
   c->max_connections = 512;
   c->max_replay_bytes_per_session = 16ull << 20;
   c->max_replay_bytes = 128ull << 20;
+  c->max_unread_bytes_per_token = 256ull << 20;
   c->loopback_origins = xstrdup("auto");
 }
 
@@ -628,6 +632,8 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
                         "max_replay_bytes_per_session and max_replay_bytes must be >= 64K");
   if (c->max_replay_bytes_per_session > SIZE_MAX / 2 || c->max_replay_bytes > SIZE_MAX / 2)
     return cm_error_set(err, 0, CM_ERR_INVALID, "max_replay_bytes is too large");
+  if (c->max_unread_bytes_per_token < (64u << 10) || c->max_unread_bytes_per_token > SIZE_MAX / 2)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_unread_bytes_per_token must be >= 64K");
   if (c->max_inline_bytes > (16ull << 20) || c->max_inline_text_bytes > (16ull << 20))
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_inline_bytes and max_inline_text_bytes must be <= 16M");

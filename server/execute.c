@@ -162,6 +162,18 @@ static exec_tenant_t *tenant_next(const srv_config_t *cfg) {
   return NULL;
 }
 
+bool srv_exec_hold(const srv_config_t *cfg, const char *principal) {
+  const exec_tenant_t *known = tenant_find(principal);
+  if (cfg->max_token_concurrent && known && known->jobs >= cfg->max_token_concurrent) return false;
+  tenant_hold(principal);
+  return true;
+}
+
+void srv_exec_release(const char *principal) {
+  exec_tenant_t *t = tenant_find(principal);
+  if (t) tenant_release(t);
+}
+
 void srv_exec_usage(const char *principal, srv_exec_usage_t *out) {
   memset(out, 0, sizeof *out);
   const exec_tenant_t *t = principal ? tenant_find(principal) : NULL;

@@ -181,9 +181,11 @@ void art_store_usage(art_store_t *s, const char *principal, size_t *files, uint6
 int art_store_list(art_store_t *s, const char *principal, const char *cursor, json_t **result,
                    cm_error_t *err);
 /* resources/read for principal: {contents:[{uri, mimeType, text|blob}]}.  An unknown or
- * expired URI, or one of another principal's, fails alike with CM_ERR_NOT_FOUND. */
-int art_store_read(art_store_t *s, const char *principal, const char *uri, json_t **result,
-                   cm_error_t *err);
+ * expired URI, or one of another principal's, fails alike with CM_ERR_NOT_FOUND; a file
+ * whose answer would be larger than max_answer bytes (0: no such bound) with CM_ERR_LIMIT,
+ * before it is read. */
+int art_store_read(art_store_t *s, const char *principal, const char *uri, size_t max_answer,
+                   json_t **result, cm_error_t *err);
 /* For a transport that serves artifacts itself (the HTTP download URL): opens the
  * artifact behind uri for principal read-only (*fd close-on-exec, the caller's), with its
  * type and size.  Unknown, expired or another principal's: CM_ERR_NOT_FOUND. */

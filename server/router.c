@@ -16,7 +16,15 @@ typedef struct srv_batch {
   tr_sink_t *sink;
   json_t *responses; /* array; a slot per element that gets an answer (json null until then) */
   size_t pending;
+  size_t bytes;     /* of the answers so far, as sent (compact JSON) */
+  size_t max_bytes; /* --max-message-bytes: the answer is one message too */
 } srv_batch_t;
+
+/* A batch is one message whose answers are built in memory before any is sent: a few
+ * bytes per element could ask for megabytes each (resources/read, tools/list).  So it
+ * has at most this many elements, and its answers together at most max_bytes; past that
+ * an element gets an error (and no work is done for it). */
+#define SRV_MAX_BATCH 256
 
 #define SRV_PROBE_DELAY_MS 20
 
@@ -296,12 +304,31 @@ static void batch_release(srv_batch_t *batch) {
   free(batch);
 }
 
-/* Delivers a response: straight to the sink, or into its batch slot. */
+static bool batch_full(const srv_batch_t *batch) { return batch && batch->bytes >= batch->max_bytes; }
+
+static json_t *batch_full_error(const srv_batch_t *batch, json_t *id) {
+  cleanup_free char *msg = xasprintf("The batch's answers would exceed %zu bytes (--max-message-bytes): send this "
+                                     "request again on its own", batch->max_bytes);
+  return srv_jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, msg, NULL);
+}
+
+/* Delivers a response: straight to the sink, or into its batch slot (an error in its place
+ * if it does not fit in what is left of the batch's bytes). */
 static void deliver(tr_sink_t *sink, srv_batch_t *batch, size_t slot, json_t *response) {
   if (!batch) {
     send_json(sink, response, TR_SEND_RESPONSE);
     json_decref(response);
     return;
+  }
+  if (!json_is_null(response)) {
+    size_t n = json_dumpb(response, NULL, 0, JSON_COMPACT);
+    if (batch->bytes + n > batch->max_bytes) {
+      json_t *small = batch_full_error(batch, json_object_get(response, "id"));
+      json_decref(response);
+      response = small;
+      n = json_dumpb(response, NULL, 0, JSON_COMPACT);
+    }
+    batch->bytes += n + 1;
   }
   json_array_set_new(batch->responses, slot, response);
   batch_release(batch);
@@ -768,7 +795,9 @@ static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *s
   } else if (!json_is_string(uri) || strlen(json_string_value(uri)) != json_string_length(uri)) {
     rc = cm_error_set(&err, 0, CM_ERR_INVALID, "resources/read needs a string \"uri\"");
   } else {
-    rc = art_store_read(ss->server->artifacts, ss->principal, json_string_value(uri), &result, &err);
+    /* In a batch, a file whose answer cannot fit is not even read. */
+    rc = art_store_read(ss->server->artifacts, ss->principal, json_string_value(uri),
+                        batch ? batch->max_bytes - batch->bytes : 0, &result, &err);
   }
   if (rc == 0) {
     reply_result(sink, batch, m->id, result);
@@ -780,7 +809,9 @@ static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *s
     cleanup_free char *msg = xasprintf("Resource not found: %s", excerpt);
     deliver(sink, batch, batch_reserve(batch),
             srv_jsonrpc_error(m->id, MCP_RESOURCE_NOT_FOUND, msg, json_pack("{s:O}", "uri", uri)));
-  } else if (err.kind == CM_ERR_INVALID) {
+  } else if (err.kind == CM_ERR_LIMIT && batch) {
+    deliver(sink, batch, batch_reserve(batch), batch_full_error(batch, m->id));
+  } else if (err.kind == CM_ERR_INVALID || err.kind == CM_ERR_LIMIT) {
     cleanup_free char *msg = xasprintf("Invalid params: %s", cm_error_message(&err));
     reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS, msg);
   } else {
@@ -808,6 +839,10 @@ static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sin
   }
   if (find_inflight(ss, m->id)) {
     reply_error(sink, batch, m->id, JSONRPC_INVALID_REQUEST, "Invalid Request: a request with this id is still in flight");
+    return;
+  }
+  if (batch_full(batch)) {
+    deliver(sink, batch, batch_reserve(batch), batch_full_error(batch, m->id));
     return;
   }
   if (extension_request(ss, m, sink, batch)) return;
@@ -894,10 +929,16 @@ void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_
                   "Invalid Request: batches are only accepted in protocol version 2025-03-26");
     } else if (json_array_size(root) == 0) {
       reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, "Invalid Request: empty batch");
+    } else if (json_array_size(root) > SRV_MAX_BATCH) {
+      cleanup_free char *msg = xasprintf("Invalid Request: a batch of %zu messages exceeds the limit of %d",
+                                         json_array_size(root), SRV_MAX_BATCH);
+      reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, msg);
     } else {
       srv_batch_t *batch = xcalloc(1, sizeof *batch);
       batch->sink = tr_sink_ref(reply);
       batch->responses = json_array();
+      batch->bytes = 2; /* the brackets */
+      batch->max_bytes = (size_t)ss->server->cfg->max_message_bytes;
       batch->pending = 1; /* held until every element is dispatched */
       size_t i;
       json_t *el;

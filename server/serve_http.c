@@ -316,11 +316,13 @@ static void cleanse_freep(char **p) {
 }
 
 /* GET <path>/runs/<run-id>/<file>: a run's output file, as resources/read would give it
- * to the same principal. */
+ * to the same principal.  rest comes percent-decoded (libmicrohttpd decodes the path), the
+ * URIs we issued are escaped: escape it again ("a b.html" is "a%20b.html"). */
 static int http_open_download(void *data, const char *principal, const char *rest, int *fd,
                               const char **mime, uint64_t *size) {
   srv_server_t *server = data;
-  cleanup_free char *uri = xasprintf("sandbox://runs/%s", rest);
+  cleanup_free char *escaped = files_uri_escape(rest, strlen(rest));
+  cleanup_free char *uri = xasprintf("sandbox://runs/%s", escaped);
   cm_error_t err = CM_ERROR_INIT;
   int rc = art_store_open(srv_server_artifacts(server), principal, uri, fd, mime, size, &err);
   cm_error_release(&err);
@@ -371,6 +373,7 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
       .max_streams_per_principal = (size_t)cfg->max_streams_per_token,
       .max_replay_bytes_per_session = (size_t)cfg->max_replay_bytes_per_session,
       .max_replay_bytes = (size_t)cfg->max_replay_bytes,
+      .max_unread_bytes_per_principal = (size_t)cfg->max_unread_bytes_per_token,
       .loopback_origins = strcmp(cfg->loopback_origins, "on") == 0 ? TR_HTTP_LOOPBACK_ORIGINS_ON
                           : strcmp(cfg->loopback_origins, "off") == 0
                               ? TR_HTTP_LOOPBACK_ORIGINS_OFF

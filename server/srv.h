@@ -98,6 +98,7 @@ typedef struct srv_config {
   uint64_t max_streams_per_token;  /* --max-streams-per-token: open GET streams per principal; 0 = none */
   uint64_t max_replay_bytes_per_session; /* --max-replay-bytes-per-session */
   uint64_t max_replay_bytes;             /* --max-replay-bytes: events kept for resumption, in all */
+  uint64_t max_unread_bytes_per_token;   /* --max-unread-bytes-per-token (HTTP) */
   char *loopback_origins;          /* --loopback-origins auto|on|off */
 } srv_config_t;
 
@@ -294,6 +295,11 @@ typedef struct srv_exec_usage {
   size_t queued;  /* waiting for a slot */
 } srv_exec_usage_t;
 void srv_exec_usage(const char *principal, srv_exec_usage_t *out);
+/* Another call that runs a process for principal (validate_script's compile or resolution)
+ * counts against --max-token-concurrent like an execution, without a slot: false, holding
+ * nothing, when the principal is at that cap; else held until srv_exec_release. */
+bool srv_exec_hold(const srv_config_t *cfg, const char *principal);
+void srv_exec_release(const char *principal);
 json_t *srv_tool_execute_python_describe(srv_server_t *s);
 void srv_tool_validate_script(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_validate_script_describe(srv_server_t *s);

@@ -67,15 +67,17 @@ static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
   if (http) {
     cleanup_free char *sessions = of_cap(hu.sessions, cfg->max_sessions_per_token);
     cleanup_free char *streams = of_cap(hu.streams, cfg->max_streams_per_token);
-    cm_buf_printf(t, "; HTTP sessions %s, GET streams %s, replay memory %zu bytes", sessions, streams,
-                  hu.replay_bytes);
+    cm_buf_printf(t, "; HTTP sessions %s, GET streams %s, replay memory %zu bytes, unread answers %zu bytes",
+                  sessions, streams, hu.replay_bytes, hu.unread_bytes);
     json_object_set_new(o, "http",
-                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "sessions", (json_int_t)hu.sessions,
+                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "sessions", (json_int_t)hu.sessions,
                                   "sessions_max", (json_int_t)cfg->max_sessions_per_token, "streams",
                                   (json_int_t)hu.streams, "streams_max", (json_int_t)cfg->max_streams_per_token,
                                   "replay_bytes", (json_int_t)hu.replay_bytes, "replay_bytes_max_per_session",
                                   (json_int_t)cfg->max_replay_bytes_per_session, "replay_bytes_max",
-                                  (json_int_t)cfg->max_replay_bytes));
+                                  (json_int_t)cfg->max_replay_bytes, "unread_bytes", (json_int_t)hu.unread_bytes,
+                                  "unread_bytes_max",
+                                  (json_int_t)cfg->max_unread_bytes_per_token));
   }
   cm_buf_appends(t, "\n");
   return o;

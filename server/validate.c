@@ -37,9 +37,12 @@ typedef struct validate_call {
   void *resolve_wait;
   char *valid_text;   /* the VALID answer, waiting for the resolution */
   json_t *valid_sc;
+  char *principal; /* held against --max-token-concurrent (srv_exec_hold) */
 } validate_call_t;
 
 static void call_free(validate_call_t *c) {
+  if (c->principal) srv_exec_release(c->principal);
+  free(c->principal);
   if (c->workdir) {
     cm_error_t err = CM_ERROR_INIT;
     cm_rm_rf(c->workdir, &err);
@@ -309,6 +312,19 @@ void srv_tool_validate_script(srv_request_t *r, json_t *args) {
     finish(c, res);
     return;
   }
+  /* It runs a process (and maybe a resolution): one principal may not have more of those
+   * at once than --max-token-concurrent lets it have executions. */
+  srv_session_t *session = srv_request_session(r);
+  const char *principal = session ? srv_session_principal(session) : SRV_PRINCIPAL_STDIO;
+  if (!srv_exec_hold(cfg, principal)) {
+    json_t *res = srv_tool_error_result(
+        "The token '%s' already has %llu calls running or waiting across its sessions (the server's "
+        "per-token limit, --max-token-concurrent). Wait for one to finish and call again.",
+        principal, (unsigned long long)cfg->max_token_concurrent);
+    finish(c, res);
+    return;
+  }
+  c->principal = xstrdup(principal);
   srv_request_on_cancel(r, on_cancel, c);
   c->py_wait = py_registry_when_ready(srv_server_pythons(s), on_python, c);
 }

@@ -66,6 +66,7 @@ struct hs_principal {
   size_t sessions;     /* open sessions */
   size_t streams;      /* open GET streams */
   size_t replay_bytes; /* events kept in its sessions' streams */
+  size_t unread_bytes; /* queued for its connections and not yet written (conn_count) */
 };
 
 typedef enum endpoint { EP_NONE = 0, EP_MCP, EP_SSE, EP_MESSAGES, EP_DOWNLOAD } endpoint_t;
@@ -136,6 +137,8 @@ struct hs_session {
 
 struct hs_conn {
   hs_principal_t *principal; /* set by check_auth */
+  size_t counted;            /* what it counts in principal->unread_bytes */
+  size_t body_out;           /* a body handed to MHD, until the request completes */
   json_t *req_id;            /* the body's single request id, for error answers */
   bool get_stream;           /* a GET stream (standalone, resumed or /sse): counted per principal */
   tr_http_t *h;
@@ -194,6 +197,7 @@ struct tr_http {
   size_t max_sessions;
   size_t max_sessions_per_principal, max_streams_per_principal;
   size_t max_replay_session, max_replay_total;
+  size_t max_unread; /* per principal: see conn_count */
   bool loopback_origins;
   char *bound_host; /* the --host as a host name, unless it is a wildcard address */
   uint64_t idle_ms;
@@ -513,6 +517,15 @@ int tr_http_parse_tokens(const char *buf, size_t len, tr_http_token_t **tokens, 
                             "token file line %zu: a token must be visible ASCII", line_no);
       }
     }
+    /* "line N" names the unnamed token of line N: given to another, it would make the two
+     * one tenant. */
+    if (nn > 5 && memcmp(name, "line ", 5) == 0 && all_digits(name + 5, nn - 5)) {
+      tr_http_tokens_free(out, n);
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "token file line %zu: the name '%.*s' is the one an unnamed token gets; "
+                          "choose another",
+                          line_no, (int)nn, name);
+    }
     if (n == TR_HTTP_MAX_TOKENS) {
       tr_http_tokens_free(out, n);
       return cm_error_set(err, 0, CM_ERR_LIMIT, "token file: more than %d tokens",
@@ -778,6 +791,7 @@ static void session_close(hs_session_t *s);
 static void stream_maybe_free(hs_stream_t *st);
 static void stream_drop(hs_stream_t *st);
 static void conn_wake(hs_conn_t *c);
+static void conn_count(hs_conn_t *c);
 static void tick_arm(tr_http_t *h);
 
 /* ================================================================ events and streams */
@@ -1017,7 +1031,10 @@ static void stream_send(tr_sink_t *sink, const char *json, size_t len, tr_send_f
     }
   }
   stream_push(st, json, len, flags);
-  if (st->conn) conn_wake(st->conn);
+  if (st->conn) {
+    conn_count(st->conn);
+    conn_wake(st->conn);
+  }
 }
 
 static void stream_release(tr_sink_t *sink) {
@@ -1384,6 +1401,24 @@ static void conn_detach(hs_conn_t *c, bool completed_ok) {
   stream_maybe_free(st);
 }
 
+/* A client that never reads keeps what we queued for it: an SSE connection has no idle
+ * timeout, and an answer can be large (a resources/read of a big file).  So what a
+ * request holds for its client (its output buffer, a body handed to MHD) counts against
+ * its principal until written or the request is over; past max_unread a principal's new
+ * requests are refused (unread_over). */
+static void conn_count(hs_conn_t *c) {
+  if (!c->principal) return;
+  size_t now = c->completed ? 0 : c->out.len - c->out_off + c->body_out;
+  /* An HTTP+SSE stream keeps nothing for replay: what waits in it waits for this client. */
+  if (!c->completed && c->stream && c->stream->kind == STREAM_LEGACY) now += c->stream->bytes;
+  c->principal->unread_bytes = c->principal->unread_bytes - c->counted + now;
+  c->counted = now;
+}
+
+/* Whether c's principal has more than its share waiting for its clients to read; answers
+ * 429 if so.  (Replay memory has bounds of its own.) */
+static bool unread_over(hs_conn_t *c, enum MHD_Result *ret);
+
 static void conn_set_session(hs_conn_t *c, hs_session_t *s) {
   c->session = s;
   s->refs++;
@@ -1420,6 +1455,8 @@ static enum MHD_Result respond_body(hs_conn_t *c, unsigned status, const char *t
     free(body);
     return MHD_NO;
   }
+  c->body_out = len;
+  conn_count(c);
   if (type) mhd.add_response_header(r, "Content-Type", type);
   return queue(c, status, r);
 }
@@ -1489,6 +1526,17 @@ static bool session_make_room(hs_conn_t *c, enum MHD_Result *ret) {
 }
 
 /* A GET stream for c's principal, within its cap (else 429, answered here). */
+static bool unread_over(hs_conn_t *c, enum MHD_Result *ret) {
+  const hs_principal_t *p = c->principal;
+  if (p->unread_bytes <= c->h->max_unread) return false;
+  cleanup_free char *msg = xasprintf(
+      "Too Many Requests: this token's clients have %zu bytes of answers they have not read yet "
+      "(its limit, --max-unread-bytes-per-token); read them (or close those connections) first",
+      p->unread_bytes);
+  *ret = respond_error(c, 429, -32000, msg, "Retry-After", "5");
+  return true;
+}
+
 static bool stream_admit(hs_conn_t *c, enum MHD_Result *ret) {
   tr_http_t *h = c->h;
   if (h->max_streams_per_principal && c->principal->streams >= h->max_streams_per_principal) {
@@ -1563,6 +1611,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     memcpy(buf, c->out.data + c->out_off, n);
     c->out_off += n;
     c->last_write = cm_now_ms();
+    conn_count(c);
     return (ssize_t)n;
   }
   hs_stream_t *st = c->stream;
@@ -1820,6 +1869,7 @@ static enum MHD_Result legacy_get(hs_conn_t *c) {
   tr_http_sse_event(&b, "endpoint", false, 0, 0, endpoint, strlen(endpoint));
   cm_buf_append(&c->out, b.data, b.len);
   cm_buf_release(&b);
+  conn_count(c);
   conn_attach(c, st);
   c->next_seq = st->unsent_from;
   return respond_sse(c);
@@ -1838,6 +1888,7 @@ static enum MHD_Result legacy_post(hs_conn_t *c) {
   if (env.status != TR_HTTP_BODY_OK)
     return respond_error(c, 400, env.status == TR_HTTP_BODY_PARSE_ERROR ? -32700 : -32600, env.why,
                          NULL, NULL);
+  if (env.requests && unread_over(c, &ret)) return ret;
   hs_stream_t *st = s->standalone;
   if (st && s->app) h->cbs.on_message(h->data, s->app, c->body.data, c->body.len, &st->sink);
   struct MHD_Response *r =
@@ -1865,6 +1916,10 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
   enum MHD_Result ret = MHD_YES;
   bool ok;
   hs_session_t *s;
+  if (c->has_request && !(env.initialize && sid) && unread_over(c, &ret)) {
+    /* (an initialize naming a session is answered below as ever: no new work) */
+    return ret;
+  }
   if (env.initialize) {
     if (env.batch)
       return respond_error(c, 400, -32600,
@@ -1947,6 +2002,17 @@ static enum MHD_Result begin_post(hs_conn_t *c) {
   return MHD_YES;
 }
 
+/* A "." or ".." segment ("a..b.txt" is a file name like any other). */
+static bool has_dot_segment(const char *p) {
+  while (*p) {
+    size_t n = strcspn(p, "/");
+    if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) return true;
+    p += n;
+    if (*p) p++;
+  }
+  return false;
+}
+
 /* GET <path>/runs/<rest>: a file the server keeps for the request's principal, under the
  * same Origin/Host/token checks as the endpoint.  Never a page of the server's origin: an
  * attachment, not sniffed, and sandboxed should a browser render it anyway (its origin is
@@ -1956,7 +2022,7 @@ static enum MHD_Result download(hs_conn_t *c, const char *rest) {
   int fd = -1;
   const char *mime = NULL;
   uint64_t size = 0;
-  if (!h->cbs.open_download || strstr(rest, "..") ||
+  if (!h->cbs.open_download || has_dot_segment(rest) ||
       h->cbs.open_download(h->data, c->principal->name, rest, &fd, &mime, &size) < 0)
     return respond_error(c, 404, -32002, "Not Found: no such file (or it expired)", NULL, NULL);
   struct MHD_Response *r = mhd.create_response_from_fd64(size, fd);
@@ -2092,6 +2158,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
   *con_cls = NULL;
   tr_http_t *h = c->h;
   c->completed = true;
+  conn_count(c);
   cm_watch_remove(c->w_hup);
   c->w_hup = NULL;
   c->suspended = false;
@@ -2140,9 +2207,13 @@ static void on_tick(cm_loop_t *loop, cm_timer_t *t, void *data) {
     }
   }
   for (hs_conn_t *c = h->conns; c; c = c->next) {
-    if (!c->streaming || c->ending || now - c->last_write < HTTP_KEEPALIVE_MS) continue;
+    /* (not behind data the client has yet to read: that would only pile up) */
+    if (!c->streaming || c->ending || c->out.len > c->out_off ||
+        now - c->last_write < HTTP_KEEPALIVE_MS)
+      continue;
     cm_buf_appends(&c->out, ": keepalive\n\n");
     c->last_write = now;
+    conn_count(c);
     conn_wake(c);
   }
   tick_arm(h);
@@ -2328,6 +2399,8 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
                                                              : TR_HTTP_REPLAY_SESSION_DEFAULT;
   h->max_replay_total =
       opts->max_replay_bytes ? opts->max_replay_bytes : TR_HTTP_REPLAY_TOTAL_DEFAULT;
+  h->max_unread = opts->max_unread_bytes_per_principal ? opts->max_unread_bytes_per_principal
+                                                       : TR_HTTP_UNREAD_DEFAULT;
   const char *host = opts->host && *opts->host ? opts->host : "127.0.0.1";
   if (listen_on(h, host, opts->port, h->n_tokens > 0 || opts->allow_insecure_remote, err) < 0) {
     http_release(h);
@@ -2414,6 +2487,7 @@ void tr_http_usage(const tr_http_t *h, const char *principal, tr_http_usage_t *o
     out->sessions = p->sessions;
     out->streams = p->streams;
     out->replay_bytes = p->replay_bytes;
+    out->unread_bytes = p->unread_bytes;
   }
 }
 

@@ -101,7 +101,11 @@ void tr_stdio_free(tr_stdio_t *t);
  * "Session not found"), on every method and endpoint, Last-Event-ID resumption included.
  * Per principal: at most max_sessions_per_principal sessions (the least recently used idle
  * one of its own makes room, else 429 + Retry-After) and max_streams_per_principal GET
- * streams open at once (429 + Retry-After).
+ * streams open at once (429 + Retry-After).  What its clients have yet to read (answers
+ * queued for its connections and bodies not yet written to them, what waits in its HTTP+SSE
+ * streams) is bounded by max_unread_bytes_per_principal: past it, a body with a request gets 429 + Retry-After
+ * (notifications and responses, cancellations among them, still pass; so do GET streams,
+ * through which it reads).
  *
  * Answers: 202 for a body without requests; otherwise the form is chosen lazily: one
  * application/json body if the first thing sent is the final response, text/event-stream
@@ -144,7 +148,7 @@ typedef struct tr_http_callbacks {
   /* DELETE, idle expiry or shutdown: the session is gone (cancel what it runs). */
   void (*session_close)(void *data, void *session);
   /* Optional: GET <path>/runs/<rest> downloads a file the server keeps (a run's output)
-   * for `principal`: opens it (fd read-only, the transport's to close) with its MIME type
+   * for `principal` (rest percent-decoded, without "." or ".." segments): opens it (fd read-only, the transport's to close) with its MIME type
    * (static or owned by the server) and size; -1 when there is no such file for that
    * principal (another's is no such file).  It is served as an attachment, with nosniff
    * and a sandboxing Content-Security-Policy, never as a page of the server's origin. */
@@ -162,6 +166,7 @@ typedef enum tr_http_loopback_origins {
 
 #define TR_HTTP_REPLAY_SESSION_DEFAULT (16u << 20)
 #define TR_HTTP_REPLAY_TOTAL_DEFAULT (128u << 20)
+#define TR_HTTP_UNREAD_DEFAULT (256u << 20)
 
 /* Everything is copied by tr_http_new (the PEM texts are only used during the call). */
 typedef struct tr_http_options {
@@ -184,6 +189,7 @@ typedef struct tr_http_options {
   size_t max_streams_per_principal;     /* open GET streams; 0 = no cap */
   size_t max_replay_bytes_per_session;  /* 0 = TR_HTTP_REPLAY_SESSION_DEFAULT */
   size_t max_replay_bytes;              /* 0 = TR_HTTP_REPLAY_TOTAL_DEFAULT */
+  size_t max_unread_bytes_per_principal; /* 0 = TR_HTTP_UNREAD_DEFAULT */
   tr_http_loopback_origins_t loopback_origins;
 } tr_http_options_t;
 
@@ -192,6 +198,7 @@ typedef struct tr_http_usage {
   size_t sessions;     /* open sessions */
   size_t streams;      /* open GET streams */
   size_t replay_bytes; /* kept for resumption in its sessions */
+  size_t unread_bytes; /* queued for its connections, not yet written to them */
 } tr_http_usage_t;
 void tr_http_usage(const tr_http_t *h, const char *principal, tr_http_usage_t *out);
 

@@ -677,3 +677,213 @@ def test_replay_memory_is_taken_from_the_token_keeping_the_most(make_tenants):
     assert final and "result" in final[0], final
     a, k, last = alices[0]
     assert "Response lost" in resume(s, a, ALICE, last)[0]["error"]["message"]
+
+
+# ================================================================ review: what one message can cost
+
+def test_a_batch_cannot_ask_for_unbounded_answers(make_tenants):
+    """A few bytes per element of a 2025-03-26 batch asked for megabytes each (resources/read
+    of one's own artifact, tools/list), all built in memory before anything was sent: a 6 KB
+    batch got a 224 MB answer, and a larger one would take the box down for everyone.  A
+    batch's answers now stay within --max-message-bytes (an element that does not fit gets an
+    error with its id, and its file is not even read) and a batch has at most 256 elements."""
+    s = make_tenants("--max-message-bytes", "4M", lan=False)
+    b = s.initialize(version="2025-03-26", headers=BOB)
+    st, h, body = s.post(call_msg(1, writes("big.bin", 1 << 20, 3)), b, headers=BOB, version="2025-03-26")
+    uri = link_of(result_of(h, body, 1)["result"])
+    batch = [{"jsonrpc": "2.0", "id": i, "method": "resources/read", "params": {"uri": uri}} for i in range(40)]
+    batch.append({"jsonrpc": "2.0", "id": "p", "method": "ping"})
+    st, h, body = s.post(batch, b, headers=BOB, version="2025-03-26")
+    assert st == 200 and len(body) <= 4 << 20, len(body)
+    answers = {m["id"]: m for m in json.loads(body)}
+    assert set(answers) == set(range(40)) | {"p"}
+    read = [i for i in range(40) if "result" in answers[i]]
+    assert read and read == list(range(len(read))) and len(read) < 4, read
+    assert base64.b64decode(answers[0]["result"]["contents"][0]["blob"]) == expected(1 << 20, 3)
+    refused = answers[39]["error"]
+    assert "--max-message-bytes" in refused["message"] and "on its own" in refused["message"], refused
+    assert answers["p"]["result"] == {}  # what still fits is answered
+    # tools/list: some 10 KB each
+    batch = [{"jsonrpc": "2.0", "id": i, "method": "tools/list"} for i in range(256)]
+    st, h, body = s.post(batch, b, headers=BOB, version="2025-03-26")
+    assert st == 200 and len(body) <= 4 << 20 and len(json.loads(body)) == 256
+    # more elements than that: refused as a whole
+    st, h, body = s.post(batch + [{"jsonrpc": "2.0", "id": 999, "method": "ping"}], b, headers=BOB,
+                         version="2025-03-26")
+    err = json.loads(body)
+    assert st == 200 and err["error"]["code"] == -32600 and "limit of 256" in err["error"]["message"], err
+    # one request on its own is answered as before
+    _, one = rpc(s, b, BOB, 2, "resources/read", {"uri": uri})
+    assert base64.b64decode(one["result"]["contents"][0]["blob"]) == expected(1 << 20, 3)
+    a = s.initialize(headers=ALICE)
+    assert rpc(s, a, ALICE, 3, "ping")[1]["result"] == {}
+
+
+def raw_post(s, body, sid, auth, accept):
+    """POSTs body on a socket with a small receive buffer and reads only the status line and
+    headers: the rest of the answer stays where the server put it (a client that never reads)."""
+    so = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    so.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    so.settimeout(30)
+    so.connect(("127.0.0.1", s.port))
+    so.sendall((f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nAuthorization: {auth['Authorization']}\r\n"
+                f"Mcp-Session-Id: {sid}\r\nMCP-Protocol-Version: {LATEST}\r\nContent-Type: application/json\r\n"
+                f"Accept: {accept}\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = so.recv(1)
+        assert chunk, head
+        head += chunk
+    status = int(head.split()[1])
+    if status != 200:
+        rest = head.split(b"\r\n\r\n", 1)[1]
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(rest) < length:
+            rest += so.recv(length - len(rest))
+        so.close()
+        return status, json.loads(rest)
+    return status, so
+
+
+def test_a_client_that_never_reads_cannot_pin_unbounded_memory(make_tenants):
+    """Answers queued for a connection whose client never reads stayed there (an SSE stream has
+    no idle timeout) and counted nowhere: 20 such resources/read of an 8 MB artifact pinned
+    440 MB, and 500 of a 64 MB one would take the box down for every tenant.  What a token's
+    clients have yet to read is now bounded: past --max-unread-bytes-per-token its requests
+    get 429 at once (cancellations still pass), other tokens are served as ever, and reading
+    (or closing) gives the room back."""
+    s = make_tenants("--max-unread-bytes-per-token", "24M", lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    uri = link_of(execute(s, b, BOB, 1, writes("big.bin", 8 << 20, 5)))
+    read = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "resources/read", "params": {"uri": uri}}).encode()
+    held, refused = [], []
+    for i in range(12):
+        status, got = raw_post(s, read, b, BOB, "text/event-stream" if i % 2 else "application/json")
+        (held if status == 200 else refused).append(got)
+    assert refused and len(held) < 6, (len(held), len(refused))
+    err = refused[0]
+    assert err["id"] == 7 and "--max-unread-bytes-per-token" in err["error"]["message"], err
+    mine = share(s, a, ALICE)["http"]
+    assert mine["unread_bytes"] == 0 and mine["unread_bytes_max"] == 24 << 20
+    # bob's over his share; his cancellations pass, alice is served
+    assert s.post({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}}, b,
+                  headers=BOB, version=LATEST)[0] == 202
+    _, answer = rpc(s, a, ALICE, 8, "resources/read", {"uri": uri})
+    assert answer["error"]["code"] == -32002  # his file is not hers, as ever
+    assert rpc(s, a, ALICE, 9, "ping")[1]["result"] == {}
+    for so in held:
+        so.close()
+    assert wait_until(lambda: rpc(s, b, BOB, 10, "ping")[0] == 200, 30)
+    assert wait_until(lambda: share(s, b, BOB)["http"]["unread_bytes"] == 0, 30)
+    # the HTTP+SSE transport: each POST to /messages is answered 202 at once, and the answers
+    # queue up in the /sse stream its client does not read
+    so = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    so.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    so.settimeout(30)
+    so.connect(("127.0.0.1", s.port))
+    so.sendall((f"GET /sse HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nAccept: text/event-stream\r\n"
+                f"Authorization: {BOB['Authorization']}\r\n\r\n").encode())
+    got = b""
+    while not re.search(rb"sessionId=[0-9a-f-]{36}", got):
+        chunk = so.recv(1)
+        assert chunk, got
+        got += chunk
+    url = "/messages?" + re.search(rb"sessionId=[0-9a-f-]{36}", got).group(0).decode()
+    hdrs = {"Content-Type": "application/json", **BOB}
+    assert s.request("POST", url, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}}}).encode(), hdrs)[0] == 202
+    statuses = [s.request("POST", url, read, hdrs) for _ in range(10)]
+    codes = [st for st, _, _ in statuses]
+    assert 429 in codes and codes.index(429) < 6, codes
+    assert json.loads(statuses[codes.index(429)][2])["id"] == 7
+    assert rpc(s, a, ALICE, 11, "ping")[1]["result"] == {}
+    so.close()
+    assert wait_until(lambda: rpc(s, b, BOB, 12, "ping")[0] == 200, 30)
+
+
+def test_a_download_of_a_file_whose_name_is_escaped(make_tenants):
+    """The download URL of a file whose URI needs percent-escapes (a space, a quote, non-ASCII,
+    '%', ';') or whose name holds '..' answered 404: the path arrives decoded, the lookup
+    compared it with the escaped URI.  The Content-Disposition stays a plain safe name."""
+    s = make_tenants()
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    names = ["a b.html", 'q"x.txt', "\u00e9t\u00e9.svg", "a..b.txt", "semi;x.bin", "pct%41.txt", "r\u202egnp.exe"]
+    script = ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+              f"for i, n in enumerate({names!r}):\n"
+              "    open('outputs/' + n, 'w').write('<html><script>parent.x=1</script>%d</html>' % i)\n")
+    files = {f["path"]: f for f in execute(s, a, ALICE, 1, script)["structuredContent"]["files"]}
+    for i, name in enumerate(names):
+        uri = files["outputs/" + name]["uri"]
+        path = "/mcp/runs/" + uri[len("sandbox://runs/"):]
+        st, h, body = s.request("GET", path, headers=ALICE)
+        assert st == 200 and body == b"<html><script>parent.x=1</script>%d</html>" % i, (name, st, body)
+        disposition = h["content-disposition"]
+        assert re.fullmatch(r'attachment; filename="[A-Za-z0-9._+-]+"', disposition), disposition
+        assert h["x-content-type-options"] == "nosniff" and h["content-security-policy"].startswith("sandbox")
+        # still not bob's
+        theirs = s.request("GET", path, headers=BOB)
+        assert theirs[0] == 404
+    for bad in ("/outputs/../outputs/a%20b.html", "/./outputs/a%20b.html", "/outputs/%2e%2e/x"):
+        rid = files["outputs/a b.html"]["uri"][len("sandbox://runs/"):][:32]
+        assert s.request("GET", "/mcp/runs/" + rid + bad, headers=ALICE)[0] == 404
+
+
+def validate(s, sid, auth, req_id, script="print('hi')\n"):
+    st, msg = rpc(s, sid, auth, req_id, "tools/call", {"name": "validate_script", "arguments": {"script": script}})
+    assert st == 200, msg
+    return msg["result"]
+
+
+def test_validate_script_counts_against_the_token_share(make_tenants):
+    """validate_script runs a process on the host (the interpreter's compile, up to 1 GiB, 15 s;
+    or a resolution) for every call, and counted against no cap: a token at its
+    --max-token-concurrent could still start any number of them.  It now counts like an
+    execution."""
+    s = make_tenants()  # lan: 4 calls per token, 2 per session
+    b1, b2 = s.initialize(headers=BOB), s.initialize(headers=BOB)
+    a = s.initialize(headers=ALICE)
+    sleeper = "import time\nprint('bob', flush=True)\ntime.sleep(100)\n"
+    held = []
+    for req_id, sid in ((1, b1), (2, b1), (3, b2), (4, b2)):
+        c, r = s.open_stream(call_msg(req_id, sleeper, token=f"b{req_id}", timeout_seconds=110), sid, headers=BOB)
+        assert r.status == 200
+        held.append((req_id, sid, c))
+    b3 = s.initialize(headers=BOB)
+    assert wait_until(lambda: share(s, b3, BOB)["executions"]["calls"] == 4, 30)
+    res = validate(s, b3, BOB, 5)
+    assert res["isError"] and "--max-token-concurrent" in res["content"][0]["text"], res
+    assert not validate(s, a, ALICE, 6)["isError"]  # alice's share is hers
+    for req_id, sid, c in held:
+        cancel(s, sid, BOB, req_id)
+        c.close()
+    assert wait_until(lambda: share(s, b3, BOB)["executions"]["calls"] == 0, 30)
+    res = validate(s, b3, BOB, 7)
+    assert not res["isError"] and res["structuredContent"]["valid"], res
+    assert share(s, b3, BOB)["executions"]["calls"] == 0  # and gives it back
+
+
+def test_listing_cursors_tell_nothing_of_other_tokens(make_tenants):
+    """resources/list's cursor was the store's running count of files ("a<seq>"): bob's second
+    page told him how many files every other token had stored before his.  It now names a
+    place in his own files only."""
+    s = make_tenants(lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    many = lambda n, tag: ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+                           f"for i in range({n}):\n    open(f'outputs/{tag}%03d.txt' % i, 'w').write('x')\n")
+    execute(s, a, ALICE, 1, many(90, "a"))
+    bobs = [execute(s, b, BOB, 2, many(60, "b")), execute(s, b, BOB, 3, many(60, "c"))]
+    runs = [r["structuredContent"]["files"][0]["uri"][len("sandbox://runs/"):][:32] for r in bobs]
+    page = rpc(s, b, BOB, 4, "resources/list")[1]["result"]
+    assert len(page["resources"]) == 100
+    m = re.fullmatch(r"([0-9a-f]{32}):(\d+)", page["nextCursor"])
+    assert m and m.group(1) == runs[1] and int(m.group(2)) == 40, page["nextCursor"]
+    rest = rpc(s, b, BOB, 5, "resources/list", {"cursor": page["nextCursor"]})[1]["result"]
+    assert "nextCursor" not in rest
+    names = [r["name"] for r in page["resources"] + rest["resources"]]
+    assert names == [f"outputs/b{i:03d}.txt" for i in range(60)] + [f"outputs/c{i:03d}.txt" for i in range(60)]
+    # a cursor naming alice's run is one naming a run that is gone: from his oldest
+    hers = rpc(s, a, ALICE, 6, "resources/list")[1]["result"]["resources"][0]["uri"][len("sandbox://runs/"):][:32]
+    for cursor in (hers + ":0", "0" * 32 + ":0"):
+        again = rpc(s, b, BOB, 7, "resources/list", {"cursor": cursor})[1]["result"]
+        assert again == page or again["resources"] == page["resources"], cursor
+    assert rpc(s, b, BOB, 8, "resources/list", {"cursor": "a150"})[1]["error"]["code"] == -32602
