@@ -117,13 +117,16 @@ static bool drop_oldest_of(art_store_t *s, const char *principal, const art_run_
   return false;
 }
 
-/* Over the store's cap: the oldest run of the principal holding the most bytes (among
- * those with a run other than `keep`) goes.  False when only `keep` is left. */
+/* Over the store's cap: the oldest run of the principal holding the most bytes goes, `keep`
+ * (the run just collected) counted with its principal but never dropped.  False when that
+ * principal has nothing but `keep`: then the store stays over its cap by that one run (at
+ * most --max-artifact-bytes) rather than take from a principal who holds less; the next
+ * collection takes from it first. */
 static bool drop_fairly(art_store_t *s, const art_run_t *keep) {
   const char *victim = NULL;
   uint64_t most = 0;
   for (const art_run_t *r = s->head; r; r = r->next) {
-    if (r == keep || (victim && strcmp(r->principal, victim) == 0)) continue;
+    if (victim && strcmp(r->principal, victim) == 0) continue;
     uint64_t b = principal_bytes(s, r->principal, NULL);
     if (!victim || b > most) {
       victim = r->principal;

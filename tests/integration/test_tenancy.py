@@ -458,6 +458,23 @@ def test_one_token_cannot_evict_anothers_artifacts(make_tenants):
     assert share(s, a, ALICE)["artifacts"]["bytes"] <= 3 * 1024 * 1024 - 600_000
 
 
+def test_a_newcomer_holding_the_most_does_not_evict_a_smaller_holder(make_tenants):
+    """bob's first run alone holds more than alice's two: over the store's cap, his run is
+    counted with him, so nothing of alice's goes (the store stays over by his one run)."""
+    s = make_tenants("--max-artifact-store-bytes", "2M", "--max-artifact-bytes", "1500K", lan=False)
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    alices = [link_of(execute(s, a, ALICE, 10 + i, writes("a.bin", 400_000, 10 + i))) for i in range(2)]
+    bobs = link_of(execute(s, b, BOB, 1, writes("bob.bin", 1_400_000, 1)))
+    for i, uri in enumerate(alices):
+        read = rpc(s, a, ALICE, 20 + i, "resources/read", {"uri": uri})[1]
+        assert base64.b64decode(read["result"]["contents"][0]["blob"]) == expected(400_000, 10 + i)
+    assert "result" in rpc(s, b, BOB, 2, "resources/read", {"uri": bobs})[1]
+    # the next run over the cap takes from bob, who holds the most
+    link_of(execute(s, b, BOB, 3, writes("bob2.bin", 300_000, 3)))
+    assert "error" in rpc(s, b, BOB, 4, "resources/read", {"uri": bobs})[1]
+    assert "result" in rpc(s, a, ALICE, 30, "resources/read", {"uri": alices[0]})[1]
+
+
 def test_artifact_bytes_per_token(make_tenants):
     s = make_tenants("--max-artifact-bytes-per-token", "2M", "--max-artifact-bytes", "1M", lan=False)
     a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
