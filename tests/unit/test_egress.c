@@ -94,6 +94,14 @@ static void test_addr_classes(void **state) {
       {"2001:4860:4860::8888", NULL},
       {"2001:db8::1", NULL},
       {"100::1", "reserved"},
+      /* 6to4 and Teredo lead to the IPv4 address they carry (Teredo's client, inverted). */
+      {"2002:7f00:1::1", "loopback"},
+      {"2002:a00:5::", "private"},
+      {"2002:a9fe:a9fe::1", "cloud metadata"},
+      {"2002:c633:6401::1", NULL},
+      {"2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"},
+      {"2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"},
+      {"2001:0:4136:e378:8000:63bf:39cc:9bfe", NULL},
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
     eg_addr_t a = addr(cases[i].addr);
