@@ -1270,8 +1270,16 @@ eg_proxy_t *eg_proxy_new(cm_loop_t *loop, const eg_proxy_config_t *cfg, cm_error
   opts.sock_state_cb_data = p;
   opts.timeout = 2000;
   opts.tries = 2;
+  /* A name is resolved as the client wrote it: with the host's search domains, "db" could
+   * become db.corp.example, a name no rule of the client's request was judged on (a
+   * --network-deny db.corp.example would not apply).  An empty search list, since
+   * ares_getaddrinfo() of some c-ares versions (Debian 12's 1.18) ignores the flag. */
+  opts.flags = ARES_FLAG_NOSEARCH;
+  opts.domains = NULL;
+  opts.ndomains = 0;
   int rc = ares_init_options(&p->channel, &opts,
-                             ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES);
+                             ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES |
+                                 ARES_OPT_FLAGS | ARES_OPT_DOMAINS);
   if (rc != ARES_SUCCESS) {
     cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the egress resolver (c-ares): %s", ares_strerror(rc));
     free(p);

@@ -384,7 +384,7 @@ def world():
         made += [w[k] for k in ("c4", "c6", "cveth", "ciface", "cunix") if w[k]]
         w["dns"] = DnsResponder({"evil.test": "127.0.0.1", "evil6.test": "::1", "private.test": NS_PRIVATE,
                                  "linklocal.test": NS_LINKLOCAL, "meta.test": "169.254.169.254",
-                                 "public.test": NS_ADDR, "veth.test": HOST_VETH})
+                                 "public.test": NS_ADDR, "veth.test": HOST_VETH, "searched.corp.test": NS_ADDR})
         made.append(w["dns"])
         w["allowed"] = allowed_http_server()
         w["hold"] = Hold()
@@ -635,6 +635,25 @@ def test_profile_rules(make_server, world, tmp_path):
     assert reasons[NS_ADDR] == f"denied by --network-deny {NS_ADDR}"
     res = s.execute("print(1)", network=[NS_ADDR])
     assert res["isError"] is True and "--network-deny" in text_of(res)
+
+
+
+def test_names_are_resolved_as_written(world, make_server):
+    """The proxy's resolver applies no search domains of the host (LOCALDOMAIN stands in for
+    resolv.conf's search line): "searched" is not searched.corp.test, a name the deny rule
+    names, and the judged name is the one resolved."""
+    s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-deny", "searched.corp.test",
+                    env={"LOCALDOMAIN": "corp.test"})
+    s.initialize()
+    hits = len(world["ns"].hits)
+    script = PROBE + f"\nprint(json.dumps({{'short': _connect('searched', {NS_PORT}), " \
+                     f"'full': _connect('searched.corp.test', {NS_PORT})}}))\n"
+    res = s.execute(script, timeout=120)
+    assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+    got = json.loads(res["structuredContent"]["stdout"])
+    assert got == {"short": "status 502", "full": "status 403"}, got
+    assert len(world["ns"].hits) == hits
+    assert not [q for q in world["dns"].queries if q[0] == "searched.corp.test"]
 
 
 # ------------------------------------------------------------------ builds
