@@ -177,13 +177,19 @@ static void reply_and_close(conn_t *c, int status, const char *reason, const cha
   conn_close(c);
 }
 
-static void deny(conn_t *c, const char *why) {
+/* why goes to the run's result; the client gets shown, which may say less (never what a
+ * name resolved to: the host's resolver sees names the sandbox must not map). */
+static void deny_shown(conn_t *c, const char *why, const char *shown) {
   record_denied(c->s, c->host, c->port, why);
   cm_debug("egress: denied %s:%u: %s", c->host, (unsigned)c->port, why);
   cleanup_free char *text =
       xasprintf("mcp-python-exec-sandbox egress proxy: %s:%u is not allowed: %s", c->host,
-                (unsigned)c->port, why);
+                (unsigned)c->port, shown);
   reply_and_close(c, 403, "Forbidden", text);
+}
+
+static void deny(conn_t *c, const char *why) {
+  deny_shown(c, why, why);
 }
 
 static bool rbuf_alloc(rbuf_t *b) {
@@ -349,7 +355,7 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
   }
   eg_session_t *s = c->s;
   refresh_own(s->proxy);
-  char first_why[EG_REASON_MAX] = "";
+  char first_why[EG_REASON_MAX] = "", first_shown[EG_REASON_MAX] = "";
   c->n_cand = 0;
   for (size_t i = 0; i < n && c->n_cand < EG_MAX_CANDIDATES; i++) {
     char why[EG_REASON_MAX];
@@ -358,6 +364,7 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
                          c->port, s->proxy->own, s->proxy->n_own, why, sizeof why)) {
       c->cand[c->n_cand++] = addrs[i];
     } else if (!first_why[0]) {
+      snprintf(first_shown, sizeof first_shown, "%s", why);
       char at[64];
       if (eg_addr_parse(c->host, strlen(c->host), &(eg_addr_t){0}) == 0)
         snprintf(first_why, sizeof first_why, "%s", why);
@@ -367,7 +374,10 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
     }
   }
   if (c->n_cand == 0) {
-    deny(c, first_why[0] ? first_why : "no address");
+    if (first_why[0])
+      deny_shown(c, first_why, first_shown);
+    else
+      deny(c, "no address");
     return;
   }
   c->next_cand = 0;

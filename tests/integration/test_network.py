@@ -564,6 +564,37 @@ def test_call_narrows_and_never_widens(net_server, world):
     assert res["structuredContent"]["network"]["policy"] == "off"
 
 
+
+def test_refusals_do_not_map_names_for_the_sandbox(net_server, world):
+    """A refused client learns why (the class), never what the host's resolver answered: the
+    proxy resolves names the sandbox cannot, and must not be an oracle of internal names'
+    addresses.  The run's result, for the model, keeps the address."""
+    script = r'''
+import json, socket
+def body(host, port):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+    s.sendall(("GET http://%s:%d/ HTTP/1.1\r\nHost: x\r\n\r\n" % (host, port)).encode())
+    data = b""
+    while True:
+        c = s.recv(4096)
+        if not c:
+            break
+        data += c
+    return data.decode()
+print(json.dumps({h: body(h, PORT) for h in ("private.test", "evil.test", "linklocal.test")}))
+'''.replace("PORT", str(NS_PORT))
+    res = net_server.execute(script, timeout=60)
+    assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+    got = json.loads(res["structuredContent"]["stdout"])
+    reasons = {d["host"]: d["reason"] for d in res["structuredContent"]["network"]["denied"]}
+    for host, addr, cls in (("private.test", NS_PRIVATE, "private"), ("evil.test", "127.0.0.1", "loopback"),
+                            ("linklocal.test", NS_LINKLOCAL, "link-local")):
+        assert got[host].startswith("HTTP/1.1 403 Forbidden"), got[host]
+        assert got[host].rstrip().endswith(f"{host}:{NS_PORT} is not allowed: {cls}"), got[host]
+        assert addr not in got[host], got[host]
+        assert addr in reasons[host] and reasons[host].startswith(cls), reasons
+
+
 def test_network_false_and_off_server(net_server, world, make_server):
     got, res = run_probe(net_server, {"ns": [NS_ADDR, NS_PORT]}, network=False)
     assert got["ns/proxy"].startswith("error") and got["ns/direct"].startswith("closed")
