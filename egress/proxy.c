@@ -598,7 +598,7 @@ static void take_response_head(conn_t *c, const char *data, size_t n) {
   }
   cm_buf_t out;
   cm_buf_init(&out, 0);
-  eg_http_forward_response(c->head, &resp, &out);
+  eg_http_forward_response(c->head, &resp, c->index >= 0, &out);
   if (out.len + (c->head_len - resp.head_len) > rbuf_room(&c->u2c)) {
     cm_buf_release(&out);
     conn_close(c);
@@ -917,6 +917,31 @@ static int client_local_index(conn_t *c, size_t n_indexes) {
   return index_of_addr(&a, n_indexes);
 }
 
+/* The server's index credentials go with reads only: with another method a build could
+ * upload to or delete from the index as the operator, or have them echoed back (TRACE); a
+ * body could carry a second request to a server that reads none on a GET. */
+static bool read_only(const char *buf, const eg_request_t *req) {
+  const char *m = buf + req->method.off;
+  if (!(req->method.len == 3 && !memcmp(m, "GET", 3)) &&
+      !(req->method.len == 4 && !memcmp(m, "HEAD", 4)))
+    return false;
+  for (size_t i = 0; i < req->n_headers; i++) {
+    const eg_header_t *h = &req->headers[i];
+    const char *name = buf + h->name.off, *value = buf + h->value.off;
+    if (h->name.len == 17 && !strncasecmp(name, "transfer-encoding", 17)) return false;
+    if (h->name.len == 14 && !strncasecmp(name, "content-length", 14) &&
+        !(h->value.len == 1 && value[0] == '0'))
+      return false;
+  }
+  return true;
+}
+
+static void refuse_unsafe(conn_t *c) {
+  reply_and_close(c, 405, "Method Not Allowed",
+                  "mcp-python-exec-sandbox egress proxy: only GET and HEAD without a body go to an "
+                  "index with the server's credentials");
+}
+
 static void head_request(conn_t *c) {
   eg_request_t *req = c->req ? c->req : (c->req = xmalloc(sizeof *c->req));
   int rc = eg_http_parse_request(c->head, c->head_len, req);
@@ -949,6 +974,10 @@ static void head_request(conn_t *c) {
           "or an absolute http:// URI");
       return;
     }
+    if (!read_only(c->head, req)) {
+      refuse_unsafe(c);
+      return;
+    }
     c->kind = K_INDEX;
     c->index = ix;
     snprintf(c->host, sizeof c->host, "%s", p->indexes[ix].url.host);
@@ -964,6 +993,10 @@ static void head_request(conn_t *c) {
       if (!ix->url.https && ix->authorization && ix->url.port == req->port &&
           !strcmp(ix->url.host, req->host))
         c->index = (int)i;
+    }
+    if (c->index >= 0 && !read_only(c->head, req)) {
+      refuse_unsafe(c);
+      return;
     }
   }
   snprintf(c->host, sizeof c->host, "%s", req->host);

@@ -756,13 +756,13 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def make_hostile_sdist(directory, targets, abstract):
+def make_hostile_sdist(directory, targets, abstract, probe_code=PROBE):
     path = os.path.join(directory, "mps_hostile-1.0.tar.gz")
     members = {
         "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "hostile_backend"\nbackend-path = ["."]\n',
         "PKG-INFO": "Metadata-Version: 2.1\nName: mps-hostile\nVersion: 1.0\n",
         "hostile_backend.py": HOSTILE_BACKEND,
-        "probe_code.py": PROBE,
+        "probe_code.py": probe_code,
         "targets.json": json.dumps({"targets": targets, "abstract": abstract}),
     }
     with tarfile.open(path, "w:gz") as t:
@@ -783,9 +783,25 @@ def credentialed_index(files_dir, user, password, tls=None):
     """A PEP 503 index on loopback that answers only with Basic credentials (over TLS with
     tls=(certfile, keyfile))."""
     want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-    seen = {"ok": 0, "refused": 0, "paths": []}
+    # "other": every request but GET (method, path, with the credentials); "bodied": GETs
+    # with the credentials that came with a body.
+    seen = {"ok": 0, "refused": 0, "paths": [], "other": [], "bodied": []}
 
     class H(http.server.BaseHTTPRequestHandler):
+        def _other(self):
+            # What a careless index does: stores uploads, deletes, echoes TRACE.
+            seen["other"].append((self.command, self.path, self.headers.get("Authorization") == want))
+            n = int(self.headers.get("Content-Length") or 0)
+            if n:
+                self.rfile.read(n)
+            body = (self.requestline + "\r\n" + str(self.headers)).encode() if self.command == "TRACE" else b"done"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_PUT = do_DELETE = do_PATCH = do_TRACE = _other
+
         def do_GET(self):
             if self.headers.get("Authorization") != want:
                 seen["refused"] += 1
@@ -796,6 +812,16 @@ def credentialed_index(files_dir, user, password, tls=None):
                 return
             seen["ok"] += 1
             seen["paths"].append(self.path)
+            if self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding"):
+                seen["bodied"].append(self.path)
+            if self.path == "/session":
+                # A session cookie, issued for the credentials: as good as they are.
+                self.send_response(200)
+                self.send_header("Set-Cookie", f"session=cookie-{password}; Path=/")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+                return
             if self.path.rstrip("/") == "/simple" or self.path.startswith("/simple/mps-"):
                 links = "".join(f'<a href="/files/{f}">{f}</a>\n' for f in os.listdir(files_dir))
                 body = f"<html><body>{links}</body></html>".encode()
@@ -915,6 +941,82 @@ def test_build_policy_allows_only_the_index_hosts(world, make_server):
         for name in targets:
             assert probe[name + "/proxy"] == "status 403", (name, probe)
         index.shutdown()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+
+# What a hostile build tries with the index origin of its forwarder: writes, TRACE, a body
+# to smuggle a second request in, a session cookie.
+INDEX_ABUSE = r'''
+import socket
+
+def _raw(host, port, data):
+    try:
+        s = socket.create_connection((host, port), timeout=10)
+        s.sendall(data)
+        out = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+        return out.decode("latin1")
+    except OSError as e:
+        return "error " + type(e).__name__
+
+def probe(targets, abstract):
+    port = targets["index_port"]
+    fw = ("127.0.1.1", 3128)
+    r = {}
+    for m in ("POST", "PUT", "DELETE", "PATCH", "TRACE", "get"):
+        r[m] = _raw(*fw, ("%s /simple/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody" % m).encode())
+    r["GET-body"] = _raw(*fw, b"GET /simple/ HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody")
+    r["GET-chunked"] = _raw(*fw, b"GET /simple/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    r["abs-POST"] = _raw(*fw, b"POST http://127.0.1.1:3128/simple/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    # Plain HTTP to the index's real origin gets its credentials too: the same rules apply.
+    r["origin-PUT"] = _raw("127.0.0.1", 3128, ("PUT http://127.0.0.1:%d/simple/upload HTTP/1.1\r\nHost: x\r\n"
+                                                 "Content-Length: 0\r\n\r\n" % port).encode())
+    r["session"] = _raw(*fw, b"GET /session HTTP/1.1\r\nHost: x\r\n\r\n")
+    r["GET"] = _raw(*fw, b"GET /simple/ HTTP/1.1\r\nHost: x\r\n\r\n")
+    return r
+'''
+
+
+def test_build_uses_index_credentials_only_to_read(world):
+    """The proxy adds the server's index credentials to GET and HEAD without a body only: a
+    hostile build cannot upload, delete, have them echoed back (TRACE), smuggle a request in
+    a body, or keep a session cookie the index issued for them."""
+    d = tempfile.mkdtemp(prefix="mps-hostile-")
+    try:
+        os.chmod(d, 0o755)
+        index, seen = credentialed_index(d, "builder", SECRET)
+        port = index.server_address[1]
+        make_hostile_sdist(d, {"index_port": port}, None, probe_code=INDEX_ABUSE)
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
+                   "--index-url", f"http://builder:{SECRET}@127.0.0.1:{port}/simple",
+                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+        try:
+            s.initialize()
+            res = s.execute("import json, os, mps_hostile\n"
+                            "r = json.load(open(os.path.join(os.path.dirname(mps_hostile.__file__), 'report.json')))\n"
+                            "print(json.dumps(r['probe']))", dependencies=["mps-hostile"], timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            got = json.loads(res["structuredContent"]["stdout"])
+        finally:
+            s.close()
+        index.shutdown()
+        # Nothing but GET reached the index with the credentials, and no GET with a body.
+        assert [o for o in seen["other"] if o[2]] == [], seen["other"]
+        assert seen["bodied"] == [], seen["bodied"]
+        for name in ("POST", "PUT", "DELETE", "PATCH", "TRACE", "get", "GET-body", "GET-chunked", "abs-POST",
+                     "origin-PUT"):
+            assert got[name].startswith("HTTP/1.1 405 "), (name, got[name])
+        assert SECRET not in json.dumps(got)
+        assert got["session"].split(" ")[1] == "200" and "set-cookie" not in got["session"].lower(), got["session"]
+        assert f"cookie-{SECRET}" not in got["session"]
+        # The reads still work.
+        assert got["GET"].split(" ")[1] == "200" and "mps_hostile-1.0.tar.gz" in got["GET"], got["GET"]
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -436,10 +436,21 @@ static void test_http_forward(void **state) {
   assert_int_equal(eg_http_parse_response(r, strlen(r), &resp), 1);
   assert_int_equal(resp.status, 200);
   cm_buf_init(&out, 0);
-  eg_http_forward_response(r, &resp, &out);
+  eg_http_forward_response(r, &resp, false, &out);
   assert_string_equal(out.data,
                       "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n"
                       "Connection: close\r\n\r\n");
+  cm_buf_release(&out);
+  /* The answer to a request with the server's credentials keeps no cookie. */
+  const char *rc = "HTTP/1.1 200 OK\r\nSet-Cookie: s=1\r\nX-A: b\r\nSET-COOKIE2: t=2\r\n\r\n";
+  assert_int_equal(eg_http_parse_response(rc, strlen(rc), &resp), 1);
+  cm_buf_init(&out, 0);
+  eg_http_forward_response(rc, &resp, true, &out);
+  assert_string_equal(out.data, "HTTP/1.1 200 OK\r\nX-A: b\r\nConnection: close\r\n\r\n");
+  cm_buf_release(&out);
+  cm_buf_init(&out, 0);
+  eg_http_forward_response(rc, &resp, false, &out);
+  assert_non_null(strstr(out.data, "Set-Cookie: s=1\r\n"));
   cm_buf_release(&out);
   assert_int_equal(eg_http_parse_response("HTTP/1.1 200", 12, &resp), 0);
   assert_int_equal(eg_http_parse_response("HTTX/1.1 200 OK\r\n\r\n", 19, &resp), -1);
