@@ -454,6 +454,9 @@ static void conn_route(conn_t *c) {
 static void on_connect_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
   conn_t *c = data;
   c->timer = NULL;
+  /* A TLS handshake that timed out: the next address gets a session of its own. */
+  if (c->tls) eg_tls_free(c->tls);
+  c->tls = NULL;
   if (c->uw) cm_watch_remove(c->uw);
   c->uw = NULL;
   if (c->ufd >= 0) close(c->ufd);

@@ -149,7 +149,8 @@ def allowed_http_server():
 # ------------------------------------------------------------------ DNS
 
 class DnsResponder:
-    """Answers A/AAAA queries for a fixed table on 127.0.0.1 (UDP); NXDOMAIN otherwise."""
+    """Answers A/AAAA queries for a fixed table (an address or a list of them) on 127.0.0.1
+    (UDP); NXDOMAIN otherwise."""
 
     def __init__(self, table):
         self.table = table
@@ -181,13 +182,16 @@ class DnsResponder:
         name = ".".join(labels)
         self.queries.append((name, qtype))
         ans, count, rcode = b"", 0, 0
-        addr = self.table.get(name)
-        if addr is None:
+        addrs = self.table.get(name)
+        if addrs is None:
             rcode = 3
-        elif qtype == 1 and ":" not in addr:
-            ans, count = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 30, 4) + socket.inet_aton(addr), 1
-        elif qtype == 28 and ":" in addr:
-            ans, count = b"\xc0\x0c" + struct.pack(">HHIH", 28, 1, 30, 16) + socket.inet_pton(socket.AF_INET6, addr), 1
+        for addr in [addrs] if isinstance(addrs, str) else addrs or []:  # in this order
+            if qtype == 1 and ":" not in addr:
+                ans += b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 30, 4) + socket.inet_aton(addr)
+                count += 1
+            elif qtype == 28 and ":" in addr:
+                ans += b"\xc0\x0c" + struct.pack(">HHIH", 28, 1, 30, 16) + socket.inet_pton(socket.AF_INET6, addr)
+                count += 1
         return q[:2] + struct.pack(">HHHHH", 0x8180 | rcode, 1, count, 0, 0) + question + ans
 
     def close(self):
@@ -384,7 +388,8 @@ def world():
         made += [w[k] for k in ("c4", "c6", "cveth", "ciface", "cunix") if w[k]]
         w["dns"] = DnsResponder({"evil.test": "127.0.0.1", "evil6.test": "::1", "private.test": NS_PRIVATE,
                                  "linklocal.test": NS_LINKLOCAL, "meta.test": "169.254.169.254",
-                                 "public.test": NS_ADDR, "veth.test": HOST_VETH, "searched.corp.test": NS_ADDR})
+                                 "public.test": NS_ADDR, "veth.test": HOST_VETH, "searched.corp.test": NS_ADDR,
+                                 "tls-index.test": ["127.0.0.2", "127.0.0.1"]})
         made.append(w["dns"])
         w["allowed"] = allowed_http_server()
         w["hold"] = Hold()
@@ -1022,14 +1027,14 @@ def test_build_uses_index_credentials_only_to_read(world):
 
 
 def make_ca_and_cert(d):
-    """A CA and a certificate for 127.0.0.1 that it signed (openssl)."""
+    """A CA and a certificate for 127.0.0.1 and tls-index.test that it signed (openssl)."""
     def run(*a):
         subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=d)
     run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
         "-subj", "/CN=mps test CA")
     run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1")
     with open(os.path.join(d, "ext.cnf"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+        f.write("subjectAltName=IP:127.0.0.1,DNS:tls-index.test\nbasicConstraints=CA:FALSE\n")
     run("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem",
         "-days", "2", "-extfile", "ext.cnf")
     return os.path.join(d, "ca.pem"), os.path.join(d, "srv.pem"), os.path.join(d, "srv.key")
@@ -1075,6 +1080,54 @@ def test_credentialed_https_index_through_the_proxy(world):
         finally:
             s.close()
         index.shutdown()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl command to make a test CA")
+def test_index_tls_handshake_that_hangs_moves_on(world):
+    """An https index whose name has two addresses, the first of which accepts and then never
+    answers the TLS handshake: after the handshake's timeout the proxy tries the next address
+    with a TLS session of its own (the hung one freed: the sanitizer build's leak check)."""
+    d = tempfile.mkdtemp(prefix="mps-tlsindex-")
+    hang = None
+    try:
+        os.chmod(d, 0o755)
+        ca, cert, key = make_ca_and_cert(d)
+        files = os.path.join(d, "files")
+        os.makedirs(files)
+        os.chmod(files, 0o755)
+        wheelhouse.make_wheel(files, "mps-tlsdep", "1.0")
+        index, seen = credentialed_index(files, "tls-user", SECRET, tls=(cert, key))
+        port = index.server_address[1]
+        # The first address: one connection is accepted and held, then nothing listens.
+        hang = socket.socket()
+        hang.bind(("127.0.0.2", port))
+        hang.listen(1)
+        held = []
+
+        def hold_one():
+            c, _ = hang.accept()
+            held.append(c)
+            hang.close()
+        threading.Thread(target=hold_one, daemon=True).start()
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
+                   "--index-url", f"https://tls-user:{SECRET}@tls-index.test:{port}/simple",
+                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None,
+                        "SSL_CERT_FILE": ca, "PIP_DEFAULT_TIMEOUT": "60", "UV_HTTP_TIMEOUT": "60"})
+        try:
+            s.initialize()
+            res = s.execute("import mps_tlsdep\nprint(mps_tlsdep.__version__)", dependencies=["mps-tlsdep"],
+                            timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            assert res["structuredContent"]["stdout"] == "1.0\n"
+            assert len(held) == 1 and seen["ok"] >= 2
+        finally:
+            s.close()  # asserts no sanitizer report
+        index.shutdown()
+        for c in held:
+            c.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
