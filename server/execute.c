@@ -404,9 +404,6 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
                   "\n--- note: the %s backend cannot isolate the network; network: false was not "
                   "enforced ---",
                   sbx_backend_name(b));
-  if (job->net.rules && !sbx_backend_maps_paths(b))
-    cm_buf_printf(&t, "\n--- note: the %s backend cannot isolate the network; the network list was not enforced ---",
-                  sbx_backend_name(b));
   if (net_text.len) cm_buf_append(&t, net_text.data, net_text.len);
   cm_buf_release(&net_text);
   /* Whatever the script left in outputs/, also after a failure or a timeout. */
@@ -1040,7 +1037,8 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   }
   __attribute__((cleanup(srv_net_call_release))) srv_net_call_t net;
   cleanup_free char *net_error = NULL;
-  if (srv_network_parse_call(srv_server_network(s), cfg, json_object_get(args, "network"), &net, &net_error) < 0) {
+  if (srv_network_parse_call(srv_server_network(s), cfg, srv_server_backend(s), json_object_get(args, "network"), &net,
+                             &net_error) < 0) {
     srv_request_finish(r, srv_tool_error_result("%s", net_error));
     return;
   }
