@@ -1026,6 +1026,63 @@ def test_build_uses_index_credentials_only_to_read(world):
         shutil.rmtree(d, ignore_errors=True)
 
 
+
+def test_script_gets_no_index_credentials(world):
+    """The forwarder's index origins (127.0.1.<n+1>) are a build's: a script run on the same
+    server, right after a build registered the credentialed index, reaches the index only as
+    anyone would (a rule opens it here), without the credentials, however it asks."""
+    d = tempfile.mkdtemp(prefix="mps-scriptidx-")
+    try:
+        os.chmod(d, 0o755)
+        wheelhouse.make_wheel(d, "mps-netdep", "1.0")
+        index, seen = credentialed_index(d, "builder", SECRET)
+        port = index.server_address[1]
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-allow", f"127.0.0.1:{port}",
+                   "--index-url", f"http://builder:{SECRET}@127.0.0.1:{port}/simple",
+                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+        script = r'''
+import json, socket
+def raw(addr, data):
+    try:
+        s = socket.create_connection(addr, timeout=10)
+        s.sendall(data)
+        out = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+        return out.decode("latin1").split("\r\n")[0]
+    except OSError as e:
+        return "error " + type(e).__name__
+fw = ("127.0.0.1", 3128)
+print(json.dumps({
+    "origin": raw(("127.0.1.1", 3128), b"GET /simple/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "absolute": raw(fw, b"GET http://127.0.1.1:3128/simple/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "mapped": raw(fw, b"GET http://[::ffff:127.0.1.1]:3128/simple/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "connect": raw(fw, b"CONNECT 127.0.1.1:3128 HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "real": raw(fw, b"GET http://127.0.0.1:PORT/simple/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+}))
+'''.replace("PORT", str(port))
+        try:
+            s.initialize()
+            res = s.execute(script, dependencies=["mps-netdep"], timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            got = json.loads(res["structuredContent"]["stdout"])
+        finally:
+            s.close()
+        index.shutdown()
+        built = seen["ok"]
+        assert built >= 2 and any(p.startswith("/files/") for p in seen["paths"]), seen
+        assert got["origin"].startswith("HTTP/1.1 400 "), got
+        for name in ("absolute", "mapped", "connect"):
+            assert got[name].startswith("HTTP/1.1 403 "), (name, got)
+        assert got["real"].split(" ")[1] == "401", got  # reached, without the credentials
+        assert not [p for p in seen["paths"] if p.startswith("/simple/") and p.rstrip("/") == "/simple"], seen
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def make_ca_and_cert(d):
     """A CA and a certificate for 127.0.0.1 and tls-index.test that it signed (openssl)."""
     def run(*a):
