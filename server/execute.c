@@ -1227,6 +1227,8 @@ static json_t *output_schema(void) {
 
 json_t *srv_tool_execute_python_describe(srv_server_t *s) {
   const srv_config_t *cfg = srv_server_config(s);
+  /* docker and none: the network is on, but no policy of ours applies to it. */
+  bool unfiltered = cfg->network && !cfg->network_host && !srv_network_proxied(cfg, srv_server_backend(s));
   cleanup_free char *desc = xasprintf(
       "Run a Python script in a sandbox and get back its output, its exit code and the files it "
       "writes to outputs/.\n"
@@ -1271,6 +1273,8 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       (unsigned long long)cfg->max_output_bytes,
       !cfg->network       ? "Network access is off on this server."
       : cfg->network_host ? "Network access is on (the host's own network); pass network: false to run without it."
+      : unfiltered        ? "Network access is on, not filtered: this sandbox backend does not apply the server's "
+                            "egress policy; pass network: false to run without it."
                           : "Network access is on through the server's egress proxy (HTTP_PROXY/HTTPS_PROXY are set; "
                             "loopback, private and metadata addresses are refused); pass network: false to run "
                             "without it, or a list of destinations to allow only those.",
@@ -1313,6 +1317,8 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       !cfg->network ? "The network is off on this server; true or a list is refused."
       : cfg->network_host
           ? "false runs this call without any network access. (This server shares its own network with scripts.)"
+      : unfiltered ? "false runs this call without any network access where the backend can isolate it. (This "
+                     "backend does not filter the network: a list of destinations is refused.)"
           : "false: no network at all. true (the default): the public internet through the server's egress proxy "
             "(the sandbox's HTTP_PROXY/HTTPS_PROXY/ALL_PROXY; loopback, private, link-local and metadata addresses "
             "are refused unless the server allows them). A list of destinations (\"api.github.com\", "
