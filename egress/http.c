@@ -243,7 +243,8 @@ void eg_http_forward_response(const char *buf, const eg_response_t *resp, bool d
   for (size_t i = 0; i < resp->n_headers; i++) {
     const eg_header_t *h = &resp->headers[i];
     if (eg_http_hop_header(buf, resp->headers, resp->n_headers, h)) continue;
-    if (drop_cookies && (span_ieq(buf, h->name, "set-cookie") || span_ieq(buf, h->name, "set-cookie2")))
+    if (drop_cookies &&
+        (span_ieq(buf, h->name, "set-cookie") || span_ieq(buf, h->name, "set-cookie2")))
       continue;
     cm_buf_append(out, buf + h->name.off, h->name.len);
     cm_buf_appends(out, ": ");
