@@ -1037,7 +1037,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   }
   __attribute__((cleanup(srv_net_call_release))) srv_net_call_t net;
   cleanup_free char *net_error = NULL;
-  if (srv_network_parse_call(srv_server_network(s), cfg, srv_server_backend(s), json_object_get(args, "network"), &net,
+  if (srv_network_parse_call(srv_server_network(s), cfg, srv_server_backend_kind(s), json_object_get(args, "network"), &net,
                              &net_error) < 0) {
     srv_request_finish(r, srv_tool_error_result("%s", net_error));
     return;
@@ -1228,7 +1228,7 @@ static json_t *output_schema(void) {
 json_t *srv_tool_execute_python_describe(srv_server_t *s) {
   const srv_config_t *cfg = srv_server_config(s);
   /* docker and none: the network is on, but no policy of ours applies to it. */
-  bool unfiltered = cfg->network && !cfg->network_host && !srv_network_proxied(cfg, srv_server_backend(s));
+  bool unfiltered = cfg->network && !cfg->network_host && !srv_network_proxied(cfg, srv_server_backend_kind(s));
   cleanup_free char *desc = xasprintf(
       "Run a Python script in a sandbox and get back its output, its exit code and the files it "
       "writes to outputs/.\n"
