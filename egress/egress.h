@@ -191,8 +191,11 @@ bool eg_http_hop_header(const char *buf, const eg_header_t *headers, size_t n_he
 void eg_http_forward_head(const char *buf, const eg_request_t *req, const char *path,
                           size_t path_len, const char *host_header, const char *authorization,
                           cm_buf_t *out);
-/* Appends a response head with the hop-by-hop headers dropped and "Connection: close". */
-void eg_http_forward_response(const char *buf, const eg_response_t *resp, cm_buf_t *out);
+/* Appends a response head with the hop-by-hop headers dropped and "Connection: close";
+ * with drop_cookies also Set-Cookie (the answer to a request that carried the server's
+ * credentials: a session cookie issued for them is as good as they are). */
+void eg_http_forward_response(const char *buf, const eg_response_t *resp, bool drop_cookies,
+                              cm_buf_t *out);
 
 /* ---------------------------------------------------------------- SOCKS5 */
 

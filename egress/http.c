@@ -235,13 +235,17 @@ void eg_http_forward_head(const char *buf, const eg_request_t *req, const char *
   cm_buf_appends(out, "Connection: close\r\n\r\n");
 }
 
-void eg_http_forward_response(const char *buf, const eg_response_t *resp, cm_buf_t *out) {
+void eg_http_forward_response(const char *buf, const eg_response_t *resp, bool drop_cookies,
+                              cm_buf_t *out) {
   size_t eol = 0;
   while (eol + 1 < resp->head_len && !(buf[eol] == '\r' && buf[eol + 1] == '\n')) eol++;
   cm_buf_append(out, buf, eol + 2);
   for (size_t i = 0; i < resp->n_headers; i++) {
     const eg_header_t *h = &resp->headers[i];
     if (eg_http_hop_header(buf, resp->headers, resp->n_headers, h)) continue;
+    if (drop_cookies &&
+        (span_ieq(buf, h->name, "set-cookie") || span_ieq(buf, h->name, "set-cookie2")))
+      continue;
     cm_buf_append(out, buf + h->name.off, h->name.len);
     cm_buf_appends(out, ": ");
     cm_buf_append(out, buf + h->value.off, h->value.len);

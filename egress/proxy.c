@@ -177,13 +177,19 @@ static void reply_and_close(conn_t *c, int status, const char *reason, const cha
   conn_close(c);
 }
 
-static void deny(conn_t *c, const char *why) {
+/* why goes to the run's result; the client gets shown, which may say less (never what a
+ * name resolved to: the host's resolver sees names the sandbox must not map). */
+static void deny_shown(conn_t *c, const char *why, const char *shown) {
   record_denied(c->s, c->host, c->port, why);
   cm_debug("egress: denied %s:%u: %s", c->host, (unsigned)c->port, why);
   cleanup_free char *text =
       xasprintf("mcp-python-exec-sandbox egress proxy: %s:%u is not allowed: %s", c->host,
-                (unsigned)c->port, why);
+                (unsigned)c->port, shown);
   reply_and_close(c, 403, "Forbidden", text);
+}
+
+static void deny(conn_t *c, const char *why) {
+  deny_shown(c, why, why);
 }
 
 static bool rbuf_alloc(rbuf_t *b) {
@@ -349,7 +355,7 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
   }
   eg_session_t *s = c->s;
   refresh_own(s->proxy);
-  char first_why[EG_REASON_MAX] = "";
+  char first_why[EG_REASON_MAX] = "", first_shown[EG_REASON_MAX] = "";
   c->n_cand = 0;
   for (size_t i = 0; i < n && c->n_cand < EG_MAX_CANDIDATES; i++) {
     char why[EG_REASON_MAX];
@@ -358,6 +364,7 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
                          c->port, s->proxy->own, s->proxy->n_own, why, sizeof why)) {
       c->cand[c->n_cand++] = addrs[i];
     } else if (!first_why[0]) {
+      snprintf(first_shown, sizeof first_shown, "%s", why);
       char at[64];
       if (eg_addr_parse(c->host, strlen(c->host), &(eg_addr_t){0}) == 0)
         snprintf(first_why, sizeof first_why, "%s", why);
@@ -367,7 +374,10 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
     }
   }
   if (c->n_cand == 0) {
-    deny(c, first_why[0] ? first_why : "no address");
+    if (first_why[0])
+      deny_shown(c, first_why, first_shown);
+    else
+      deny(c, "no address");
     return;
   }
   c->next_cand = 0;
@@ -444,6 +454,9 @@ static void conn_route(conn_t *c) {
 static void on_connect_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
   conn_t *c = data;
   c->timer = NULL;
+  /* A TLS handshake that timed out: the next address gets a session of its own. */
+  if (c->tls) eg_tls_free(c->tls);
+  c->tls = NULL;
   if (c->uw) cm_watch_remove(c->uw);
   c->uw = NULL;
   if (c->ufd >= 0) close(c->ufd);
@@ -588,7 +601,7 @@ static void take_response_head(conn_t *c, const char *data, size_t n) {
   }
   cm_buf_t out;
   cm_buf_init(&out, 0);
-  eg_http_forward_response(c->head, &resp, &out);
+  eg_http_forward_response(c->head, &resp, c->index >= 0, &out);
   if (out.len + (c->head_len - resp.head_len) > rbuf_room(&c->u2c)) {
     cm_buf_release(&out);
     conn_close(c);
@@ -907,6 +920,31 @@ static int client_local_index(conn_t *c, size_t n_indexes) {
   return index_of_addr(&a, n_indexes);
 }
 
+/* The server's index credentials go with reads only: with another method a build could
+ * upload to or delete from the index as the operator, or have them echoed back (TRACE); a
+ * body could carry a second request to a server that reads none on a GET. */
+static bool read_only(const char *buf, const eg_request_t *req) {
+  const char *m = buf + req->method.off;
+  if (!(req->method.len == 3 && !memcmp(m, "GET", 3)) &&
+      !(req->method.len == 4 && !memcmp(m, "HEAD", 4)))
+    return false;
+  for (size_t i = 0; i < req->n_headers; i++) {
+    const eg_header_t *h = &req->headers[i];
+    const char *name = buf + h->name.off, *value = buf + h->value.off;
+    if (h->name.len == 17 && !strncasecmp(name, "transfer-encoding", 17)) return false;
+    if (h->name.len == 14 && !strncasecmp(name, "content-length", 14) &&
+        !(h->value.len == 1 && value[0] == '0'))
+      return false;
+  }
+  return true;
+}
+
+static void refuse_unsafe(conn_t *c) {
+  reply_and_close(c, 405, "Method Not Allowed",
+                  "mcp-python-exec-sandbox egress proxy: only GET and HEAD without a body go to an "
+                  "index with the server's credentials");
+}
+
 static void head_request(conn_t *c) {
   eg_request_t *req = c->req ? c->req : (c->req = xmalloc(sizeof *c->req));
   int rc = eg_http_parse_request(c->head, c->head_len, req);
@@ -939,6 +977,10 @@ static void head_request(conn_t *c) {
           "or an absolute http:// URI");
       return;
     }
+    if (!read_only(c->head, req)) {
+      refuse_unsafe(c);
+      return;
+    }
     c->kind = K_INDEX;
     c->index = ix;
     snprintf(c->host, sizeof c->host, "%s", p->indexes[ix].url.host);
@@ -954,6 +996,10 @@ static void head_request(conn_t *c) {
       if (!ix->url.https && ix->authorization && ix->url.port == req->port &&
           !strcmp(ix->url.host, req->host))
         c->index = (int)i;
+    }
+    if (c->index >= 0 && !read_only(c->head, req)) {
+      refuse_unsafe(c);
+      return;
     }
   }
   snprintf(c->host, sizeof c->host, "%s", req->host);
@@ -1270,8 +1316,16 @@ eg_proxy_t *eg_proxy_new(cm_loop_t *loop, const eg_proxy_config_t *cfg, cm_error
   opts.sock_state_cb_data = p;
   opts.timeout = 2000;
   opts.tries = 2;
+  /* A name is resolved as the client wrote it: with the host's search domains, "db" could
+   * become db.corp.example, a name no rule of the client's request was judged on (a
+   * --network-deny db.corp.example would not apply).  An empty search list, since
+   * ares_getaddrinfo() of some c-ares versions (Debian 12's 1.18) ignores the flag. */
+  opts.flags = ARES_FLAG_NOSEARCH;
+  opts.domains = NULL;
+  opts.ndomains = 0;
   int rc = ares_init_options(&p->channel, &opts,
-                             ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES);
+                             ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES |
+                                 ARES_OPT_FLAGS | ARES_OPT_DOMAINS);
   if (rc != ARES_SUCCESS) {
     cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the egress resolver (c-ares): %s", ares_strerror(rc));
     free(p);

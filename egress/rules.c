@@ -142,11 +142,33 @@ static const char *range_of(const eg_addr_t *a) {
   return NULL;
 }
 
+/* The IPv4 address a 6to4 (2002:V4ADDR::/48) or Teredo (2001:0::/32, the client's address
+ * in the last 32 bits, inverted) address leads to: a relay or tunnel on the way delivers to
+ * it, so 2002:7f00:1:: is as much the host's loopback as 127.0.0.1 is.  false for others. */
+static bool tunnel_ipv4(const eg_addr_t *a, eg_addr_t *v4) {
+  if (a->family != AF_INET6) return false;
+  const uint8_t *b = a->bytes;
+  memset(v4, 0, sizeof *v4);
+  v4->family = AF_INET;
+  if (b[0] == 0x20 && b[1] == 0x02) {
+    memcpy(v4->bytes, b + 2, 4);
+    return true;
+  }
+  if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0 && b[3] == 0) {
+    for (int i = 0; i < 4; i++) v4->bytes[i] = (uint8_t)~b[12 + i];
+    return true;
+  }
+  return false;
+}
+
 const char *eg_addr_class(const eg_addr_t *a) {
   eg_addr_t n;
   eg_addr_normalise(a, &n);
   if (n.family != AF_INET && n.family != AF_INET6) return "unspecified";
-  return range_of(&n);
+  const char *cls = range_of(&n);
+  eg_addr_t v4;
+  if (!cls && tunnel_ipv4(&n, &v4)) cls = range_of(&v4);
+  return cls;
 }
 
 static bool nets_overlap(const eg_addr_t *a, unsigned pa, const eg_addr_t *b, unsigned pb);

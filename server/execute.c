@@ -504,9 +504,6 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
                   "\n--- note: the %s backend cannot isolate the network; network: false was not "
                   "enforced ---",
                   sbx_backend_name(b));
-  if (job->net.rules && !sbx_backend_maps_paths(b))
-    cm_buf_printf(&t, "\n--- note: the %s backend cannot isolate the network; the network list was not enforced ---",
-                  sbx_backend_name(b));
   if (net_text.len) cm_buf_append(&t, net_text.data, net_text.len);
   cm_buf_release(&net_text);
   /* Whatever the script left in outputs/, also after a failure or a timeout. */
@@ -1163,7 +1160,8 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   }
   __attribute__((cleanup(srv_net_call_release))) srv_net_call_t net;
   cleanup_free char *net_error = NULL;
-  if (srv_network_parse_call(srv_server_network(s), cfg, json_object_get(args, "network"), &net, &net_error) < 0) {
+  if (srv_network_parse_call(srv_server_network(s), cfg, srv_server_backend_kind(s), json_object_get(args, "network"), &net,
+                             &net_error) < 0) {
     srv_request_finish(r, srv_tool_error_result("%s", net_error));
     return;
   }
@@ -1353,6 +1351,8 @@ static json_t *output_schema(void) {
 
 json_t *srv_tool_execute_python_describe(srv_server_t *s) {
   const srv_config_t *cfg = srv_server_config(s);
+  /* docker and none: the network is on, but no policy of ours applies to it. */
+  bool unfiltered = cfg->network && !cfg->network_host && !srv_network_proxied(cfg, srv_server_backend_kind(s));
   cleanup_free char *desc = xasprintf(
       "Run a Python script in a sandbox and get back its output, its exit code and the files it "
       "writes to outputs/.\n"
@@ -1397,6 +1397,8 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       (unsigned long long)cfg->max_output_bytes,
       !cfg->network       ? "Network access is off on this server."
       : cfg->network_host ? "Network access is on (the host's own network); pass network: false to run without it."
+      : unfiltered        ? "Network access is on, not filtered: this sandbox backend does not apply the server's "
+                            "egress policy; pass network: false to run without it."
                           : "Network access is on through the server's egress proxy (HTTP_PROXY/HTTPS_PROXY are set; "
                             "loopback, private and metadata addresses are refused); pass network: false to run "
                             "without it, or a list of destinations to allow only those.",
@@ -1439,6 +1441,8 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       !cfg->network ? "The network is off on this server; true or a list is refused."
       : cfg->network_host
           ? "false runs this call without any network access. (This server shares its own network with scripts.)"
+      : unfiltered ? "false runs this call without any network access where the backend can isolate it. (This "
+                     "backend does not filter the network: a list of destinations is refused.)"
           : "false: no network at all. true (the default): the public internet through the server's egress proxy "
             "(the sandbox's HTTP_PROXY/HTTPS_PROXY/ALL_PROXY; loopback, private, link-local and metadata addresses "
             "are refused unless the server allows them). A list of destinations (\"api.github.com\", "

@@ -84,8 +84,8 @@ void srv_net_call_release(srv_net_call_t *c) {
   memset(c, 0, sizeof *c);
 }
 
-int srv_network_parse_call(srv_network_t *n, const srv_config_t *cfg, json_t *arg,
-                           srv_net_call_t *out, char **error) {
+int srv_network_parse_call(srv_network_t *n, const srv_config_t *cfg, sbx_backend_t *backend,
+                           json_t *arg, srv_net_call_t *out, char **error) {
   memset(out, 0, sizeof *out);
   *error = NULL;
   if (!arg || json_is_null(arg)) {
@@ -122,6 +122,14 @@ int srv_network_parse_call(srv_network_t *n, const srv_config_t *cfg, json_t *ar
     *error = xstrdup(
         "This server gives scripts the host's own network (--network host) and has no egress "
         "policy, so a list of destinations cannot be enforced: pass true or false.");
+    return -1;
+  }
+  if (!srv_network_proxied(cfg, backend)) {
+    /* A list asks for less than the network: running without enforcing it would give more. */
+    *error = xasprintf(
+        "The %s backend does not send runs through the server's egress proxy, so a list of "
+        "destinations cannot be enforced: pass true or false.",
+        sbx_backend_name(backend));
     return -1;
   }
   out->rules = xcalloc(count, sizeof *out->rules);

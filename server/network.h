@@ -35,9 +35,10 @@ typedef struct srv_net_call {
 #define SRV_NET_MAX_CALL_RULES 64
 
 /* 0, or -1 with a message for a tool error in *error (heap): a malformed entry, or one the
- * server's policy denies entirely (named), or any network on a --network off server. */
-int srv_network_parse_call(srv_network_t *n, const srv_config_t *cfg, json_t *arg,
-                           srv_net_call_t *out, char **error);
+ * server's policy denies entirely (named), any network on a --network off server, or a list
+ * where runs do not go through the proxy (--network host, a backend that cannot). */
+int srv_network_parse_call(srv_network_t *n, const srv_config_t *cfg, sbx_backend_t *backend,
+                           json_t *arg, srv_net_call_t *out, char **error);
 void srv_net_call_release(srv_net_call_t *c);
 
 /* The variables that point a sandbox's clients at its forwarder (HTTP(S)_PROXY, ALL_PROXY,

@@ -211,6 +211,7 @@ sbx_backend_t *srv_server_backend(srv_server_t *s) {
   ensure_probed(s);
   return s->backend;
 }
+sbx_backend_t *srv_server_backend_kind(srv_server_t *s) { return s->backend; }
 sbx_backend_t *srv_server_host_backend(srv_server_t *s) { return s->host; }
 sbx_cgroups_t *srv_server_cgroups(srv_server_t *s) { return s->cgroups; }
 srv_prestart_t **srv_server_prestart(srv_server_t *s) { return &s->prestart; }

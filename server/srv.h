@@ -176,6 +176,9 @@ void srv_server_free(srv_server_t *s);
 cm_loop_t *srv_server_loop(srv_server_t *s);
 const srv_config_t *srv_server_config(srv_server_t *s);
 sbx_backend_t *srv_server_backend(srv_server_t *s);
+/* The same without probing it first (the probe runs a whole sandbox): for what its kind
+ * alone tells, such as sbx_backend_can_egress(), where a probe would be premature. */
+sbx_backend_t *srv_server_backend_kind(srv_server_t *s);
 /* The none backend, for trusted host helpers (interpreter probes, syntax checks). */
 sbx_backend_t *srv_server_host_backend(srv_server_t *s);
 sbx_cgroups_t *srv_server_cgroups(srv_server_t *s);

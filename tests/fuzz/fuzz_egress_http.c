@@ -62,7 +62,7 @@ static void fuzz_response(const char *buf, size_t size) {
   if (resp.status < 0 || resp.status > 999 || resp.head_len > size) abort();
   cm_buf_t out;
   cm_buf_init(&out, 0);
-  eg_http_forward_response(buf, &resp, &out);
+  eg_http_forward_response(buf, &resp, size & 1, &out);
   eg_response_t again;
   if (out.len <= EG_HEAD_MAX && eg_http_parse_response(out.data, out.len, &again) != 1) abort();
   cm_buf_release(&out);

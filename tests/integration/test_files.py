@@ -524,6 +524,18 @@ def test_network_false_without_isolation_says_so(files_server):
     assert "network: false was not enforced" in text_of(res)
 
 
+@pytest.mark.skipif(BACKEND != "none", reason="the none backend cannot isolate the network")
+def test_network_list_without_isolation_is_refused(files_server):
+    # A list asks for less than the network; run anyway, the script would get all of it.
+    res = files_server.execute("print('ran')", network=["pypi.org"])
+    assert res["isError"] is True, text_of(res)
+    assert "cannot be enforced" in text_of(res) and "ran" not in text_of(res)
+    # The tool's description does not promise a policy this backend cannot apply.
+    tool = {t["name"]: t for t in files_server.request("tools/list")["result"]["tools"]}["execute_python"]
+    assert "not filtered" in tool["description"] and "egress proxy" not in tool["description"]
+    assert "a list of destinations is refused" in tool["inputSchema"]["properties"]["network"]["description"]
+
+
 def test_network_argument_checks(make_server):
     s = make_server("--network", "off")
     s.initialize()

@@ -149,7 +149,8 @@ def allowed_http_server():
 # ------------------------------------------------------------------ DNS
 
 class DnsResponder:
-    """Answers A/AAAA queries for a fixed table on 127.0.0.1 (UDP); NXDOMAIN otherwise."""
+    """Answers A/AAAA queries for a fixed table (an address or a list of them) on 127.0.0.1
+    (UDP); NXDOMAIN otherwise."""
 
     def __init__(self, table):
         self.table = table
@@ -181,13 +182,16 @@ class DnsResponder:
         name = ".".join(labels)
         self.queries.append((name, qtype))
         ans, count, rcode = b"", 0, 0
-        addr = self.table.get(name)
-        if addr is None:
+        addrs = self.table.get(name)
+        if addrs is None:
             rcode = 3
-        elif qtype == 1 and ":" not in addr:
-            ans, count = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 30, 4) + socket.inet_aton(addr), 1
-        elif qtype == 28 and ":" in addr:
-            ans, count = b"\xc0\x0c" + struct.pack(">HHIH", 28, 1, 30, 16) + socket.inet_pton(socket.AF_INET6, addr), 1
+        for addr in [addrs] if isinstance(addrs, str) else addrs or []:  # in this order
+            if qtype == 1 and ":" not in addr:
+                ans += b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 30, 4) + socket.inet_aton(addr)
+                count += 1
+            elif qtype == 28 and ":" in addr:
+                ans += b"\xc0\x0c" + struct.pack(">HHIH", 28, 1, 30, 16) + socket.inet_pton(socket.AF_INET6, addr)
+                count += 1
         return q[:2] + struct.pack(">HHHHH", 0x8180 | rcode, 1, count, 0, 0) + question + ans
 
     def close(self):
@@ -384,7 +388,8 @@ def world():
         made += [w[k] for k in ("c4", "c6", "cveth", "ciface", "cunix") if w[k]]
         w["dns"] = DnsResponder({"evil.test": "127.0.0.1", "evil6.test": "::1", "private.test": NS_PRIVATE,
                                  "linklocal.test": NS_LINKLOCAL, "meta.test": "169.254.169.254",
-                                 "public.test": NS_ADDR, "veth.test": HOST_VETH})
+                                 "public.test": NS_ADDR, "veth.test": HOST_VETH, "searched.corp.test": NS_ADDR,
+                                 "tls-index.test": ["127.0.0.2", "127.0.0.1"]})
         made.append(w["dns"])
         w["allowed"] = allowed_http_server()
         w["hold"] = Hold()
@@ -564,6 +569,37 @@ def test_call_narrows_and_never_widens(net_server, world):
     assert res["structuredContent"]["network"]["policy"] == "off"
 
 
+
+def test_refusals_do_not_map_names_for_the_sandbox(net_server, world):
+    """A refused client learns why (the class), never what the host's resolver answered: the
+    proxy resolves names the sandbox cannot, and must not be an oracle of internal names'
+    addresses.  The run's result, for the model, keeps the address."""
+    script = r'''
+import json, socket
+def body(host, port):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+    s.sendall(("GET http://%s:%d/ HTTP/1.1\r\nHost: x\r\n\r\n" % (host, port)).encode())
+    data = b""
+    while True:
+        c = s.recv(4096)
+        if not c:
+            break
+        data += c
+    return data.decode()
+print(json.dumps({h: body(h, PORT) for h in ("private.test", "evil.test", "linklocal.test")}))
+'''.replace("PORT", str(NS_PORT))
+    res = net_server.execute(script, timeout=60)
+    assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+    got = json.loads(res["structuredContent"]["stdout"])
+    reasons = {d["host"]: d["reason"] for d in res["structuredContent"]["network"]["denied"]}
+    for host, addr, cls in (("private.test", NS_PRIVATE, "private"), ("evil.test", "127.0.0.1", "loopback"),
+                            ("linklocal.test", NS_LINKLOCAL, "link-local")):
+        assert got[host].startswith("HTTP/1.1 403 Forbidden"), got[host]
+        assert got[host].rstrip().endswith(f"{host}:{NS_PORT} is not allowed: {cls}"), got[host]
+        assert addr not in got[host], got[host]
+        assert addr in reasons[host] and reasons[host].startswith(cls), reasons
+
+
 def test_network_false_and_off_server(net_server, world, make_server):
     got, res = run_probe(net_server, {"ns": [NS_ADDR, NS_PORT]}, network=False)
     assert got["ns/proxy"].startswith("error") and got["ns/direct"].startswith("closed")
@@ -637,6 +673,25 @@ def test_profile_rules(make_server, world, tmp_path):
     assert res["isError"] is True and "--network-deny" in text_of(res)
 
 
+
+def test_names_are_resolved_as_written(world, make_server):
+    """The proxy's resolver applies no search domains of the host (LOCALDOMAIN stands in for
+    resolv.conf's search line): "searched" is not searched.corp.test, a name the deny rule
+    names, and the judged name is the one resolved."""
+    s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-deny", "searched.corp.test",
+                    env={"LOCALDOMAIN": "corp.test"})
+    s.initialize()
+    hits = len(world["ns"].hits)
+    script = PROBE + f"\nprint(json.dumps({{'short': _connect('searched', {NS_PORT}), " \
+                     f"'full': _connect('searched.corp.test', {NS_PORT})}}))\n"
+    res = s.execute(script, timeout=120)
+    assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+    got = json.loads(res["structuredContent"]["stdout"])
+    assert got == {"short": "status 502", "full": "status 403"}, got
+    assert len(world["ns"].hits) == hits
+    assert not [q for q in world["dns"].queries if q[0] == "searched.corp.test"]
+
+
 # ------------------------------------------------------------------ builds
 
 HOSTILE_BACKEND = r'''
@@ -706,13 +761,13 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def make_hostile_sdist(directory, targets, abstract):
+def make_hostile_sdist(directory, targets, abstract, probe_code=PROBE):
     path = os.path.join(directory, "mps_hostile-1.0.tar.gz")
     members = {
         "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "hostile_backend"\nbackend-path = ["."]\n',
         "PKG-INFO": "Metadata-Version: 2.1\nName: mps-hostile\nVersion: 1.0\n",
         "hostile_backend.py": HOSTILE_BACKEND,
-        "probe_code.py": PROBE,
+        "probe_code.py": probe_code,
         "targets.json": json.dumps({"targets": targets, "abstract": abstract}),
     }
     with tarfile.open(path, "w:gz") as t:
@@ -733,9 +788,25 @@ def credentialed_index(files_dir, user, password, tls=None):
     """A PEP 503 index on loopback that answers only with Basic credentials (over TLS with
     tls=(certfile, keyfile))."""
     want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-    seen = {"ok": 0, "refused": 0, "paths": []}
+    # "other": every request but GET (method, path, with the credentials); "bodied": GETs
+    # with the credentials that came with a body.
+    seen = {"ok": 0, "refused": 0, "paths": [], "other": [], "bodied": []}
 
     class H(http.server.BaseHTTPRequestHandler):
+        def _other(self):
+            # What a careless index does: stores uploads, deletes, echoes TRACE.
+            seen["other"].append((self.command, self.path, self.headers.get("Authorization") == want))
+            n = int(self.headers.get("Content-Length") or 0)
+            if n:
+                self.rfile.read(n)
+            body = (self.requestline + "\r\n" + str(self.headers)).encode() if self.command == "TRACE" else b"done"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_PUT = do_DELETE = do_PATCH = do_TRACE = _other
+
         def do_GET(self):
             if self.headers.get("Authorization") != want:
                 seen["refused"] += 1
@@ -746,6 +817,16 @@ def credentialed_index(files_dir, user, password, tls=None):
                 return
             seen["ok"] += 1
             seen["paths"].append(self.path)
+            if self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding"):
+                seen["bodied"].append(self.path)
+            if self.path == "/session":
+                # A session cookie, issued for the credentials: as good as they are.
+                self.send_response(200)
+                self.send_header("Set-Cookie", f"session=cookie-{password}; Path=/")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+                return
             if self.path.rstrip("/") == "/simple" or self.path.startswith("/simple/mps-"):
                 links = "".join(f'<a href="/files/{f}">{f}</a>\n' for f in os.listdir(files_dir))
                 body = f"<html><body>{links}</body></html>".encode()
@@ -869,15 +950,148 @@ def test_build_policy_allows_only_the_index_hosts(world, make_server):
         shutil.rmtree(d, ignore_errors=True)
 
 
+
+# What a hostile build tries with the index origin of its forwarder: writes, TRACE, a body
+# to smuggle a second request in, a session cookie.
+INDEX_ABUSE = r'''
+import socket
+
+def _raw(host, port, data):
+    try:
+        s = socket.create_connection((host, port), timeout=10)
+        s.sendall(data)
+        out = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+        return out.decode("latin1")
+    except OSError as e:
+        return "error " + type(e).__name__
+
+def probe(targets, abstract):
+    port = targets["index_port"]
+    fw = ("127.0.1.1", 3128)
+    r = {}
+    for m in ("POST", "PUT", "DELETE", "PATCH", "TRACE", "get"):
+        r[m] = _raw(*fw, ("%s /simple/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody" % m).encode())
+    r["GET-body"] = _raw(*fw, b"GET /simple/ HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody")
+    r["GET-chunked"] = _raw(*fw, b"GET /simple/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    r["abs-POST"] = _raw(*fw, b"POST http://127.0.1.1:3128/simple/upload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    # Plain HTTP to the index's real origin gets its credentials too: the same rules apply.
+    r["origin-PUT"] = _raw("127.0.0.1", 3128, ("PUT http://127.0.0.1:%d/simple/upload HTTP/1.1\r\nHost: x\r\n"
+                                                 "Content-Length: 0\r\n\r\n" % port).encode())
+    r["session"] = _raw(*fw, b"GET /session HTTP/1.1\r\nHost: x\r\n\r\n")
+    r["GET"] = _raw(*fw, b"GET /simple/ HTTP/1.1\r\nHost: x\r\n\r\n")
+    return r
+'''
+
+
+def test_build_uses_index_credentials_only_to_read(world):
+    """The proxy adds the server's index credentials to GET and HEAD without a body only: a
+    hostile build cannot upload, delete, have them echoed back (TRACE), smuggle a request in
+    a body, or keep a session cookie the index issued for them."""
+    d = tempfile.mkdtemp(prefix="mps-hostile-")
+    try:
+        os.chmod(d, 0o755)
+        index, seen = credentialed_index(d, "builder", SECRET)
+        port = index.server_address[1]
+        make_hostile_sdist(d, {"index_port": port}, None, probe_code=INDEX_ABUSE)
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
+                   "--index-url", f"http://builder:{SECRET}@127.0.0.1:{port}/simple",
+                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+        try:
+            s.initialize()
+            res = s.execute("import json, os, mps_hostile\n"
+                            "r = json.load(open(os.path.join(os.path.dirname(mps_hostile.__file__), 'report.json')))\n"
+                            "print(json.dumps(r['probe']))", dependencies=["mps-hostile"], timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            got = json.loads(res["structuredContent"]["stdout"])
+        finally:
+            s.close()
+        index.shutdown()
+        # Nothing but GET reached the index with the credentials, and no GET with a body.
+        assert [o for o in seen["other"] if o[2]] == [], seen["other"]
+        assert seen["bodied"] == [], seen["bodied"]
+        for name in ("POST", "PUT", "DELETE", "PATCH", "TRACE", "get", "GET-body", "GET-chunked", "abs-POST",
+                     "origin-PUT"):
+            assert got[name].startswith("HTTP/1.1 405 "), (name, got[name])
+        assert SECRET not in json.dumps(got)
+        assert got["session"].split(" ")[1] == "200" and "set-cookie" not in got["session"].lower(), got["session"]
+        assert f"cookie-{SECRET}" not in got["session"]
+        # The reads still work.
+        assert got["GET"].split(" ")[1] == "200" and "mps_hostile-1.0.tar.gz" in got["GET"], got["GET"]
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+
+def test_script_gets_no_index_credentials(world):
+    """The forwarder's index origins (127.0.1.<n+1>) are a build's: a script run on the same
+    server, right after a build registered the credentialed index, reaches the index only as
+    anyone would (a rule opens it here), without the credentials, however it asks."""
+    d = tempfile.mkdtemp(prefix="mps-scriptidx-")
+    try:
+        os.chmod(d, 0o755)
+        wheelhouse.make_wheel(d, "mps-netdep", "1.0")
+        index, seen = credentialed_index(d, "builder", SECRET)
+        port = index.server_address[1]
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-allow", f"127.0.0.1:{port}",
+                   "--index-url", f"http://builder:{SECRET}@127.0.0.1:{port}/simple",
+                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+        script = r'''
+import json, socket
+def raw(addr, data):
+    try:
+        s = socket.create_connection(addr, timeout=10)
+        s.sendall(data)
+        out = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+        return out.decode("latin1").split("\r\n")[0]
+    except OSError as e:
+        return "error " + type(e).__name__
+fw = ("127.0.0.1", 3128)
+print(json.dumps({
+    "origin": raw(("127.0.1.1", 3128), b"GET /simple/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "absolute": raw(fw, b"GET http://127.0.1.1:3128/simple/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "mapped": raw(fw, b"GET http://[::ffff:127.0.1.1]:3128/simple/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "connect": raw(fw, b"CONNECT 127.0.1.1:3128 HTTP/1.1\r\nHost: x\r\n\r\n"),
+    "real": raw(fw, b"GET http://127.0.0.1:PORT/simple/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+}))
+'''.replace("PORT", str(port))
+        try:
+            s.initialize()
+            res = s.execute(script, dependencies=["mps-netdep"], timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            got = json.loads(res["structuredContent"]["stdout"])
+        finally:
+            s.close()
+        index.shutdown()
+        built = seen["ok"]
+        assert built >= 2 and any(p.startswith("/files/") for p in seen["paths"]), seen
+        assert got["origin"].startswith("HTTP/1.1 400 "), got
+        for name in ("absolute", "mapped", "connect"):
+            assert got[name].startswith("HTTP/1.1 403 "), (name, got)
+        assert got["real"].split(" ")[1] == "401", got  # reached, without the credentials
+        assert not [p for p in seen["paths"] if p.startswith("/simple/") and p.rstrip("/") == "/simple"], seen
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def make_ca_and_cert(d):
-    """A CA and a certificate for 127.0.0.1 that it signed (openssl)."""
+    """A CA and a certificate for 127.0.0.1 and tls-index.test that it signed (openssl)."""
     def run(*a):
         subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=d)
     run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
         "-subj", "/CN=mps test CA")
     run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1")
     with open(os.path.join(d, "ext.cnf"), "w") as f:
-        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+        f.write("subjectAltName=IP:127.0.0.1,DNS:tls-index.test\nbasicConstraints=CA:FALSE\n")
     run("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "srv.pem",
         "-days", "2", "-extfile", "ext.cnf")
     return os.path.join(d, "ca.pem"), os.path.join(d, "srv.pem"), os.path.join(d, "srv.key")
@@ -923,6 +1137,54 @@ def test_credentialed_https_index_through_the_proxy(world):
         finally:
             s.close()
         index.shutdown()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs the openssl command to make a test CA")
+def test_index_tls_handshake_that_hangs_moves_on(world):
+    """An https index whose name has two addresses, the first of which accepts and then never
+    answers the TLS handshake: after the handshake's timeout the proxy tries the next address
+    with a TLS session of its own (the hung one freed: the sanitizer build's leak check)."""
+    d = tempfile.mkdtemp(prefix="mps-tlsindex-")
+    hang = None
+    try:
+        os.chmod(d, 0o755)
+        ca, cert, key = make_ca_and_cert(d)
+        files = os.path.join(d, "files")
+        os.makedirs(files)
+        os.chmod(files, 0o755)
+        wheelhouse.make_wheel(files, "mps-tlsdep", "1.0")
+        index, seen = credentialed_index(files, "tls-user", SECRET, tls=(cert, key))
+        port = index.server_address[1]
+        # The first address: one connection is accepted and held, then nothing listens.
+        hang = socket.socket()
+        hang.bind(("127.0.0.2", port))
+        hang.listen(1)
+        held = []
+
+        def hold_one():
+            c, _ = hang.accept()
+            held.append(c)
+            hang.close()
+        threading.Thread(target=hold_one, daemon=True).start()
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
+                   "--index-url", f"https://tls-user:{SECRET}@tls-index.test:{port}/simple",
+                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None,
+                        "SSL_CERT_FILE": ca, "PIP_DEFAULT_TIMEOUT": "60", "UV_HTTP_TIMEOUT": "60"})
+        try:
+            s.initialize()
+            res = s.execute("import mps_tlsdep\nprint(mps_tlsdep.__version__)", dependencies=["mps-tlsdep"],
+                            timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            assert res["structuredContent"]["stdout"] == "1.0\n"
+            assert len(held) == 1 and seen["ok"] >= 2
+        finally:
+            s.close()  # asserts no sanitizer report
+        index.shutdown()
+        for c in held:
+            c.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -94,6 +94,14 @@ static void test_addr_classes(void **state) {
       {"2001:4860:4860::8888", NULL},
       {"2001:db8::1", NULL},
       {"100::1", "reserved"},
+      /* 6to4 and Teredo lead to the IPv4 address they carry (Teredo's client, inverted). */
+      {"2002:7f00:1::1", "loopback"},
+      {"2002:a00:5::", "private"},
+      {"2002:a9fe:a9fe::1", "cloud metadata"},
+      {"2002:c633:6401::1", NULL},
+      {"2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"},
+      {"2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"},
+      {"2001:0:4136:e378:8000:63bf:39cc:9bfe", NULL},
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
     eg_addr_t a = addr(cases[i].addr);
@@ -428,10 +436,21 @@ static void test_http_forward(void **state) {
   assert_int_equal(eg_http_parse_response(r, strlen(r), &resp), 1);
   assert_int_equal(resp.status, 200);
   cm_buf_init(&out, 0);
-  eg_http_forward_response(r, &resp, &out);
+  eg_http_forward_response(r, &resp, false, &out);
   assert_string_equal(out.data,
                       "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n"
                       "Connection: close\r\n\r\n");
+  cm_buf_release(&out);
+  /* The answer to a request with the server's credentials keeps no cookie. */
+  const char *rc = "HTTP/1.1 200 OK\r\nSet-Cookie: s=1\r\nX-A: b\r\nSET-COOKIE2: t=2\r\n\r\n";
+  assert_int_equal(eg_http_parse_response(rc, strlen(rc), &resp), 1);
+  cm_buf_init(&out, 0);
+  eg_http_forward_response(rc, &resp, true, &out);
+  assert_string_equal(out.data, "HTTP/1.1 200 OK\r\nX-A: b\r\nConnection: close\r\n\r\n");
+  cm_buf_release(&out);
+  cm_buf_init(&out, 0);
+  eg_http_forward_response(rc, &resp, false, &out);
+  assert_non_null(strstr(out.data, "Set-Cookie: s=1\r\n"));
   cm_buf_release(&out);
   assert_int_equal(eg_http_parse_response("HTTP/1.1 200", 12, &resp), 0);
   assert_int_equal(eg_http_parse_response("HTTX/1.1 200 OK\r\n\r\n", 19, &resp), -1);
