@@ -244,6 +244,18 @@ def test_no_outputs_no_files(files_server):
     assert "--- files:" not in text_of(res)
 
 
+def test_empty_outputs_directory_no_files(files_server):
+    # An empty outputs/ (and an empty directory in it) is no files, not a crash: the
+    # sanitizer build once aborted here (qsort of no names).
+    res = files_server.execute("import os\nos.makedirs('outputs/empty')\nprint('made')")
+    assert not res.get("isError"), res
+    assert "--- stdout ---\nmade\n" in text_of(res)
+    assert res["structuredContent"]["files"] == [] and len(res["content"]) == 1
+    res = files_server.execute("import os\nos.makedirs('outputs')\nprint('only outputs')")
+    assert "only outputs" in text_of(res) and res["structuredContent"]["files"] == []
+    assert files_server.request("ping")["result"] == {}
+
+
 @pytest.fixture
 def buffered_server():
     made = []
