@@ -1,7 +1,9 @@
 /* The JSON-RPC/MCP router: envelope checks, lifecycle, dispatch, requests in flight,
  * progress, logging and cancellation.  Transport-neutral: everything goes out through
  * tr_sink_t. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include "server/envcache.h"
@@ -110,11 +112,39 @@ static void start_warming(void *data, py_interp_t *def, const char *error) {
   if (def && list) env_store_warm(s->envs, def, list);
 }
 
+/* Absolute, no empty, "." or ".." component, no trailing slash: what the sandboxes accept
+ * as the root of their mounts. */
+static bool state_path_is_clean(const char *p) {
+  if (p[0] != '/') return false;
+  if (p[1] == '\0') return true;
+  for (const char *c = p; *c;) {
+    c++;
+    const char *e = strchrnul(c, '/');
+    size_t n = (size_t)(e - c);
+    if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.')) return false;
+    c = e;
+  }
+  return true;
+}
+
 srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err) {
   cleanup_free char *state = cfg->state_dir ? xstrdup(cfg->state_dir) : default_state_dir();
   if (cm_mkdir_p(state, 0700, err) < 0) {
     cm_error_wrap(err, "creating the state directory");
     return NULL;
+  }
+  /* Every path under the state directory ends up in a mount of the sandbox, which takes
+   * clean absolute paths only: a relative --state-dir (or one with "..") is resolved here,
+   * once, against the directory the server started in. */
+  if (!state_path_is_clean(state)) {
+    cleanup_free char *resolved = realpath(state, NULL);
+    if (!resolved) {
+      cm_error_set(err, errno, CM_ERR_IO, "resolving the state directory %s", state);
+      return NULL;
+    }
+    cm_info("state directory: %s (given as %s)", resolved, state);
+    free(state);
+    state = steal_pointer(&resolved);
   }
   cleanup_free char *work = xasprintf("%s/work", state);
   if (cm_mkdir_p(work, 0711, err) < 0) {

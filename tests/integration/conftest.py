@@ -19,7 +19,7 @@ BACKEND = os.environ.get("MPS_TEST_BACKEND", "none")
 
 
 class Server:
-    def __init__(self, *args, backend=None, state_dir=None, env=None):
+    def __init__(self, *args, backend=None, state_dir=None, env=None, cwd=None, preexec_fn=None):
         self.tmp = tempfile.TemporaryDirectory(prefix="mps-itest-")
         self.state_dir = state_dir or os.path.join(self.tmp.name, "state")
         argv = [BINARY, "--sandbox-backend", backend or BACKEND, "--state-dir", self.state_dir, *args]
@@ -34,7 +34,8 @@ class Server:
             else:
                 full_env[k] = v
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr_file, env=full_env, bufsize=0)
+                                     stderr=self.stderr_file, env=full_env, bufsize=0, cwd=cwd,
+                                     preexec_fn=preexec_fn)
         self.lines = queue.Queue()
         self.notifications = []
         self.stray = []
