@@ -26,8 +26,8 @@ struct cm_watch {
 struct cm_timer {
   cm_loop_t *loop;
   uint64_t deadline_us;
-  uint64_t seq;  /* creation order: the tie-break between equal deadlines */
-  size_t index;  /* in loop->timers while pending */
+  uint64_t seq; /* creation order: the tie-break between equal deadlines */
+  size_t index; /* in loop->timers while pending */
   cm_timer_cb cb;
   void *data;
   bool done; /* fired or cancelled */
