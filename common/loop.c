@@ -67,7 +67,9 @@ cm_loop_t *cm_loop_new(cm_error_t *err) {
   return loop;
 }
 
-static void run_deferred(cm_loop_t *loop) {
+/* Returns whether anything ran. */
+static bool run_deferred(cm_loop_t *loop) {
+  bool ran = loop->defer_head != NULL;
   while (loop->defer_head) {
     defer_item_t *d = loop->defer_head;
     loop->defer_head = d->next;
@@ -75,6 +77,7 @@ static void run_deferred(cm_loop_t *loop) {
     d->cb(d->data);
     free(d);
   }
+  return ran;
 }
 
 void cm_loop_free(cm_loop_t *loop) {
@@ -242,7 +245,9 @@ static int wait_ms(const cm_loop_t *loop, int timeout_ms) {
 
 int cm_loop_run_once(cm_loop_t *loop, int timeout_ms, cm_error_t *err) {
   struct epoll_event events[64];
-  run_deferred(loop);
+  /* What deferred calls did (a result delivered, say) may be what the caller waits for:
+   * then this iteration only polls. */
+  if (run_deferred(loop)) timeout_ms = 0;
   int n = epoll_wait(loop->epfd, events, (int)CM_ARRAY_SIZE(events), wait_ms(loop, timeout_ms));
   if (n < 0) {
     if (errno == EINTR) return 0;

@@ -158,7 +158,15 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
 void srv_server_free(srv_server_t *s);
 cm_loop_t *srv_server_loop(srv_server_t *s);
 const srv_config_t *srv_server_config(srv_server_t *s);
+/* The sandbox backend.  Starts its probe if it has not started yet (never waits for it):
+ * until srv_server_probed(), b->available says nothing. */
 sbx_backend_t *srv_server_backend(srv_server_t *s);
+/* Whether the backend's probe has finished (b->available then holds its outcome). */
+bool srv_server_probed(srv_server_t *s);
+/* Calls cb(data) once the probe has finished (starting it if need be), never from inside
+ * this call.  The handle is for srv_server_cancel_probe_wait until cb has run. */
+void *srv_server_when_probed(srv_server_t *s, void (*cb)(void *data), void *data);
+void srv_server_cancel_probe_wait(srv_server_t *s, void *wait);
 /* The none backend, for trusted host helpers (interpreter probes, syntax checks). */
 sbx_backend_t *srv_server_host_backend(srv_server_t *s);
 sbx_cgroups_t *srv_server_cgroups(srv_server_t *s);

@@ -80,7 +80,7 @@ def test_profiles(tmp_path):
     def env_text(*args):
         srv = Server(*args, backend="none")
         srv.initialize()
-        t = srv.call("check_environment")["content"][0]["text"]
+        t = srv.probed_environment()["content"][0]["text"]
         srv.close()
         return t
     t = env_text("--profile", "lan")

@@ -282,7 +282,7 @@ def test_missing_dependency_fails_clearly(make_server):
 
 
 def test_check_environment(server):
-    res = server.call("check_environment")
+    res = server.probed_environment()
     t = text_of(res)
     lines = t.splitlines()
     labels = ["Python version:", "uv:", "Platform:", "Sandbox backend:", "Sandbox status:",
@@ -302,7 +302,7 @@ def test_unavailable_backend_refuses_without_fallback(make_server):
     res = s.execute("print('should not run')")
     if res["isError"] and "not available" in text_of(res):
         assert "should not run" not in text_of(res)
-        env = text_of(s.call("check_environment"))
+        env = text_of(s.probed_environment())
         assert "Sandbox available: no" in env
 
 

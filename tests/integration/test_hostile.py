@@ -235,4 +235,4 @@ except OSError as e:
     print('work', errno.errorcode[e.errno], i)
 """, timeout=60)["structuredContent"]["stdout"]
     assert "work ENOSPC" in out, out
-    assert "size-capped tmpfs" in s.call("check_environment")["content"][0]["text"]
+    assert "size-capped tmpfs" in s.probed_environment()["content"][0]["text"]

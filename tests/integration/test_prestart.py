@@ -37,7 +37,7 @@ def test_calls_run_in_prestarted_sandboxes(make_server):
         assert sc["prestarted"] is True and sc["exit_code"] == 0, sc
         assert sc["stdout"].strip() == "/work"
         wait_held(s)
-    text = s.call("check_environment")["content"][0]["text"]
+    text = s.probed_environment()["content"][0]["text"]
     assert "Prestarted sandbox: on" in text
 
 
