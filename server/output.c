@@ -1,6 +1,7 @@
 /* The seed's text result format and truncation, with the tail kept as well: a traceback
  * at the end of a flood is what a model needs most. */
 #include <stdio.h>
+#include <string.h>
 
 #include "server/srv.h"
 
@@ -16,11 +17,37 @@ static size_t utf8_skip_partial(const char *s, size_t len) {
   return i;
 }
 
+/* Valid UTF-8, with every NUL byte replaced by U+FFFD: the text travels on as a C string,
+ * and a NUL would silently cut off everything after it. */
+static char *text_of(const char *buf, size_t len, size_t *out_len) {
+  size_t n;
+  cleanup_free char *clean = cm_utf8_sanitize(buf, len, &n);
+  size_t nuls = 0;
+  for (size_t i = 0; i < n; i++) nuls += clean[i] == '\0';
+  if (nuls == 0) {
+    *out_len = n;
+    return steal_pointer(&clean);
+  }
+  char *out = xmalloc(n + 2 * nuls + 1);
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (clean[i] == '\0') {
+      memcpy(out + o, "\xef\xbf\xbd", 3);
+      o += 3;
+    } else {
+      out[o++] = clean[i];
+    }
+  }
+  out[o] = '\0';
+  *out_len = o;
+  return out;
+}
+
 char *srv_truncate_output(const char *head, size_t head_len, const char *tail, size_t tail_len,
                           uint64_t total, uint64_t max) {
   size_t h_len, t_len;
-  cleanup_free char *h = cm_utf8_sanitize(head, head_len, &h_len);
-  cleanup_free char *t = cm_utf8_sanitize(tail, tail_len, &t_len);
+  cleanup_free char *h = text_of(head, head_len, &h_len);
+  cleanup_free char *t = text_of(tail, tail_len, &t_len);
   bool complete = total == head_len && tail_len == 0;
   if (complete && h_len <= max) return steal_pointer(&h);
 

@@ -62,6 +62,13 @@ def test_unicode_and_invalid_utf8(server):
     assert "Hello 世界 🌍" in out and "\ufffd" in out and "ok" in out
 
 
+def test_nul_bytes_in_output_do_not_cut_it_off(server):
+    # A NUL byte shows as U+FFFD; what follows it is kept (it once ended the text there).
+    sc = server.execute("import sys\nsys.stdout.write('a\\0b\\n')\nsys.stderr.write('\\0e\\n')\nprint('end')")["structuredContent"]
+    assert sc["stdout"] == "a\ufffdb\nend\n", sc
+    assert sc["stderr"] == "\ufffde\n", sc
+
+
 def test_input_gets_eof(server):
     res = server.execute("try:\n    input()\nexcept EOFError:\n    print('EOF')\nimport sys\nprint(repr(sys.stdin.read()))",
                          timeout_seconds=10)
