@@ -12,12 +12,14 @@ from conftest import BACKEND, Server, daemon_script, descendants, processes_with
 pytestmark = pytest.mark.skipif(BACKEND == "none", reason="the none backend does not isolate")
 
 SECRET = "mps-host-secret-%d" % os.getpid()
+# Per test run: other sessions on the machine run these tests too.
+SECRET_FILE = "/root/.mps-test-secret-%d" % os.getpid()
 
 
 @pytest.fixture(scope="module")
 def hostile():
     # A host secret in root's home and in the server's environment.
-    secret_file = "/root/.mps-test-secret"
+    secret_file = SECRET_FILE
     with open(secret_file, "w") as f:
         f.write(SECRET)
     os.chmod(secret_file, 0o644)
@@ -40,7 +42,7 @@ def run(s, script, **kw):
 def test_host_files_unreadable(hostile):
     out = run(hostile, f"""
 import os
-for p in ['/etc/shadow', '/root/.mps-test-secret', '/root/.bashrc', '/home']:
+for p in ['/etc/shadow', {SECRET_FILE!r}, '/root/.bashrc', '/home']:
     try:
         if os.path.isdir(p):
             print(p, 'LISTED', os.listdir(p))
@@ -84,9 +86,9 @@ print('looked')
 
 
 def test_symlink_to_host_file(hostile):
-    out = run(hostile, """
+    out = run(hostile, f"""
 import os
-os.symlink('/etc/shadow', 'link'); os.symlink('/root/.mps-test-secret', 'link2')
+os.symlink('/etc/shadow', 'link'); os.symlink({SECRET_FILE!r}, 'link2')
 for l in ['link', 'link2']:
     try:
         print(open(l).read()[:10])
