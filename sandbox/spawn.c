@@ -34,18 +34,30 @@ static void child_fail(int errpipe, const char *stage) {
   _exit(127);
 }
 
+/* Sets cur/max; where that would raise the hard limit the server runs under and the
+ * process may not (no CAP_SYS_RESOURCE, as under `ulimit -Hn 64`), the server's own hard
+ * limit is the tighter one anyway: both are capped at it, and the run starts. */
+static int set_limits(int resource, rlim_t cur, rlim_t max) {
+  struct rlimit rl = {.rlim_cur = cur, .rlim_max = max};
+  if (setrlimit(resource, &rl) == 0) return 0;
+  struct rlimit now;
+  if (errno != EPERM || getrlimit(resource, &now) < 0 || now.rlim_max == RLIM_INFINITY || max <= now.rlim_max)
+    return -1;
+  rl.rlim_max = now.rlim_max;
+  if (rl.rlim_cur > rl.rlim_max) rl.rlim_cur = rl.rlim_max;
+  return setrlimit(resource, &rl);
+}
+
 static int set_limit(int resource, uint64_t value) {
   if (value == 0) return 0;
-  struct rlimit rl = {.rlim_cur = (rlim_t)value, .rlim_max = (rlim_t)value};
-  return setrlimit(resource, &rl);
+  return set_limits(resource, (rlim_t)value, (rlim_t)value);
 }
 
 static int apply_rlimits(const sbx_limits_t *l) {
   if (set_limit(RLIMIT_AS, l->memory_bytes) < 0) return -1;
   if (l->cpu_seconds) {
     /* Soft limit sends SIGXCPU; the hard limit one second later is SIGKILL. */
-    struct rlimit rl = {.rlim_cur = (rlim_t)l->cpu_seconds, .rlim_max = (rlim_t)l->cpu_seconds + 1};
-    if (setrlimit(RLIMIT_CPU, &rl) < 0) return -1;
+    if (set_limits(RLIMIT_CPU, (rlim_t)l->cpu_seconds, (rlim_t)l->cpu_seconds + 1) < 0) return -1;
   }
   if (set_limit(RLIMIT_NPROC, l->max_processes) < 0) return -1;
   if (set_limit(RLIMIT_FSIZE, l->file_size_bytes) < 0) return -1;
