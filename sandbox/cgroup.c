@@ -329,6 +329,21 @@ static char *enable_string(unsigned set) {
   return cm_buf_steal(&b);
 }
 
+/* kill_members for dir and every directory below it (a dead server's runs are below its
+ * own directory). */
+static void kill_members_below(const char *dir, int version) {
+  cleanup_closedir DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+      cleanup_free char *sub = xasprintf("%s/%s", dir, e->d_name);
+      kill_members_below(sub, version);
+    }
+  }
+  kill_members(dir, version);
+}
+
 /* Removes directories "mps-<pid>" under dir left by servers that are gone. */
 static void sweep_stale(const char *dir) {
   cleanup_closedir DIR *d = opendir(dir);
@@ -339,8 +354,15 @@ static void sweep_stale(const char *dir) {
     if (strncmp(e->d_name, "mps-", 4) != 0 || cm_parse_u64(e->d_name + 4, INT32_MAX, &pid) < 0) continue;
     if (pid == (uint64_t)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
     cleanup_free char *sub = xasprintf("%s/%s", dir, e->d_name);
-    kill_members(sub, 1);
-    remove_tree(sub);
+    kill_members_below(sub, 1);
+    /* A server killed a moment ago still has processes dying in there (its children get
+     * SIGKILL by the parent-death signal, and just now by us): a directory cannot go before
+     * they are gone.  This runs once, at start-up, before anything is served; bounded. */
+    for (int i = 0; i < 200 && !remove_tree(sub); i++) {
+      if (errno != EBUSY) break;
+      usleep(5000);
+      kill_members_below(sub, 1);
+    }
   }
 }
 

@@ -1079,6 +1079,11 @@ void env_store_cancel_resolve(env_store_t *s, void *handle) {
 
 /* ---------------------------------------------------------------- public */
 
+void env_store_set_work_dir(env_store_t *s, const char *dir) {
+  free(s->work_dir);
+  s->work_dir = xstrdup(dir);
+}
+
 env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir,
                            sbx_backend_t *backend) {
   env_store_t *s = xcalloc(1, sizeof *s);

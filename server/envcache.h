@@ -33,6 +33,10 @@ typedef void (*env_progress_cb)(void *data, const char *message, size_t len);
 
 env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir,
                            sbx_backend_t *backend);
+/* Where builds, warm-ups and resolutions make their work directories (default
+ * <state>/work): the server's own directory there, which the next server removes even after
+ * a crash. */
+void env_store_set_work_dir(env_store_t *s, const char *dir);
 /* Finds or builds the environment for (py, requirements).  uv_config is the script's
  * [tool.uv] table as TOML text (part of the key; handed to uv with --config-file), or NULL.  cb runs exactly once (never
  * from inside this call) with the environment or an error message a model can act on

@@ -267,6 +267,8 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   s->runs_lock = runs_lock;
   s->pythons = py_registry_new(loop, cfg, s->state_dir);
   s->envs = env_store_new(loop, cfg, s->state_dir, backend);
+  /* Build directories in this server's own part of work/: gone with it, crash or not. */
+  env_store_set_work_dir(s->envs, s->runs_dir);
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at
    * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */
   s->probe_timer = cm_loop_timer(loop, SRV_PROBE_DELAY_MS, probe_soon, s);
