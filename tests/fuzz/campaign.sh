@@ -7,6 +7,7 @@
 # replays tests/fuzz/corpus and tests/fuzz/regressions only.
 #
 #   tests/fuzz/campaign.sh [--runs N] [--build DIR] [--no-merge] [target...]
+#   tests/fuzz/campaign.sh --report [--build DIR]   # the README table from summary.tsv
 #
 # Defaults: 10 million executions per target, build directory build-fuzz, every target.
 # A crash stops that target; its input is left in DIR/campaign/<target>/ (crash-*, leak-*,
@@ -19,13 +20,15 @@ src=$(cd "$here/../.." && pwd)
 runs=10000000
 build="$src/build-fuzz"
 merge=1
+report=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --report) report=1; shift ;;
     --runs) runs="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --no-merge) merge=0; shift ;;
     --) shift; break ;;
-    -*) echo "usage: $0 [--runs N] [--build DIR] [--no-merge] [target...]" >&2; exit 2 ;;
+    -*) echo "usage: $0 [--runs N] [--build DIR] [--no-merge] [target...] | --report" >&2; exit 2 ;;
     *) break ;;
   esac
 done
@@ -49,6 +52,24 @@ dicts_for() {
 all="fuzz_cgroup fuzz_files fuzz_http_body fuzz_http_headers fuzz_jsonrpc fuzz_pep440 fuzz_pep508
      fuzz_pep723 fuzz_profile fuzz_script fuzz_toml"
 [ $# -gt 0 ] && all="$*"
+
+if [ "$report" = 1 ]; then
+  # The table of tests/fuzz/README.md: executions from the last campaign of each target
+  # (summary.tsv), edges and features of the checked-in corpus as it is now (one pass over
+  # it, no mutation).
+  echo "| target | executions | edges | features | corpus files | corpus KiB |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+  awk -F'\t' 'NR > 1 && $8 == "ok" { last[$1] = $2 } END { for (t in last) print t, last[t] }' \
+    "$build/campaign/summary.tsv" | sort | while read -r t execs; do
+    line=$("$build/tests/$t" -runs=0 "$here/corpus/$t" 2>&1 | grep -E 'INITED|DONE' | tail -1)
+    edges=$(echo "$line" | sed -n 's/.*cov: \([0-9]*\).*/\1/p')
+    feats=$(echo "$line" | sed -n 's/.*ft: \([0-9]*\).*/\1/p')
+    files=$(find "$here/corpus/$t" -type f | wc -l)
+    kib=$((($(du -sb "$here/corpus/$t" | cut -f1) + 1023) / 1024))
+    echo "| \`$t\` | $execs | $edges | $feats | $files | $kib |"
+  done
+  exit 0
+fi
 
 cc=${CC:-clang}
 cmake -S "$src" -B "$build" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
