@@ -98,9 +98,9 @@ for t in $all; do
   # The grown corpus is the first directory (libFuzzer writes new inputs there); the
   # checked-in corpus and the regressions seed it.
   # shellcheck disable=SC2086
-  if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  if ! ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:quarantine_size_mb=64 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     nice -n 19 "$bin" -runs="$runs" $dict -print_final_stats=1 -artifact_prefix="$dir/" \
-    -timeout=10 -rss_limit_mb=2048 "$dir/grown" "$here/corpus/$t" \
+    -timeout=10 -rss_limit_mb=4096 -malloc_limit_mb=2048 "$dir/grown" "$here/corpus/$t" \
     $( [ -d "$here/regressions/$t" ] && echo "$here/regressions/$t" ) >"$dir/log" 2>&1; then
     result=finding
     failed=1

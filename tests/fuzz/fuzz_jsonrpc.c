@@ -4,11 +4,10 @@
  * jansson is not instrumented (Debian's build; its source is not at hand offline), so
  * mutating raw bytes mostly explores jansson's rejections and reaches few of our own
  * branches.  The input is therefore used twice: as raw text, and as a program that builds
- * a structured message (an object or a batch of them, with the envelope's members chosen
- * and typed by the input: "jsonrpc", "id", "method", "params", "result", "error" and others,
- * values of every JSON type), which is serialised and then fed through the same parse and
- * classification, so that the envelope checks see well-formed JSON with every combination
- * of members.  Checks, beyond memory safety: the classification's contract (a request has
+ * a structured message (jsongen.h: an object or a batch of them, with the envelope's
+ * members chosen and typed by the input), which is serialised and then fed through the
+ * same parse and classification, so that the envelope checks see well-formed JSON with
+ * every combination of members.  Checks, beyond memory safety: the classification's contract (a request has
  * a method and a string or integer id, a notification no id, a response an id member and
  * exactly one of result and error; params, when there, an object or an array); answers built for a
  * classified message serialise and parse back to the same id. */
@@ -18,102 +17,9 @@
 
 #include "server/jsonscan.h"
 #include "server/server-internal.h"
+#include "tests/fuzz/jsongen.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-typedef struct {
-  const uint8_t *p;
-  size_t left;
-} reader_t;
-
-static unsigned take(reader_t *r) {
-  if (!r->left) return 0;
-  r->left--;
-  return *r->p++;
-}
-
-static const char *const keys[] = {"jsonrpc", "id",   "method",  "params",   "result",        "error",
-                                   "code",    "data", "message", "_meta",    "progressToken", "cursor",
-                                   "name",    "arguments"};
-static const char *const methods[] = {"initialize",     "ping",      "tools/list",
-                                      "tools/call",     "notifications/initialized",
-                                      "notifications/cancelled", "logging/setLevel", "resources/list",
-                                      "",               "x"};
-
-static json_t *make_string(reader_t *r) {
-  unsigned how = take(r) % 4;
-  if (how == 0) return json_string(keys[take(r) % CM_ARRAY_SIZE(keys)]);
-  if (how == 1) return json_string(methods[take(r) % CM_ARRAY_SIZE(methods)]);
-  /* Raw bytes, which may be invalid UTF-8 or hold a NUL: through the lossy constructor. */
-  size_t want = take(r) % 24; /* CM_MIN evaluates its arguments twice */
-  size_t n = CM_MIN(want, r->left);
-  json_t *s = srv_json_string_lossy((const char *)r->p, n);
-  r->p += n;
-  r->left -= n;
-  return s;
-}
-
-static json_t *make_value(reader_t *r, int depth) {
-  unsigned t = take(r) % (depth > 6 ? 6 : 8);
-  switch (t) {
-    case 0: return json_null();
-    case 1: return json_boolean(take(r) & 1);
-    case 2: {
-      uint64_t v = 0;
-      for (int i = 0, n = 1 + (int)(take(r) % 8); i < n; i++) v = (v << 8) | take(r);
-      return json_integer((json_int_t)v); /* any 64-bit pattern, negative ones too */
-    }
-    case 3: return json_real((double)(int8_t)take(r) / 4.0);
-    case 4:
-    case 5: return make_string(r);
-    case 6: {
-      json_t *a = json_array();
-      for (unsigned n = take(r) % 4; n > 0 && r->left; n--) json_array_append_new(a, make_value(r, depth + 1));
-      return a;
-    }
-    default: {
-      json_t *o = json_object();
-      for (unsigned n = take(r) % 5; n > 0 && r->left; n--) {
-        json_t *k = make_string(r);
-        json_object_set_new(o, json_string_value(k), make_value(r, depth + 1));
-        json_decref(k);
-      }
-      return o;
-    }
-  }
-}
-
-/* One message: each envelope member present or not, well-typed or not, as the input says. */
-static json_t *make_message(reader_t *r) {
-  json_t *m = json_object();
-  unsigned present = take(r) | (take(r) << 8);
-  unsigned typed = take(r);
-  if (present & 1) json_object_set_new(m, "jsonrpc", typed & 1 ? json_string(take(r) & 7 ? "2.0" : "1.0") : make_value(r, 1));
-  if (present & 2) {
-    json_t *id;
-    switch (typed >> 1 & 3) {
-      case 0: id = json_integer((json_int_t)take(r) - 128); break;
-      case 1: id = make_string(r); break;
-      default: id = make_value(r, 1); break;
-    }
-    json_object_set_new(m, "id", id);
-  }
-  if (present & 4)
-    json_object_set_new(m, "method", typed & 8 ? json_string(methods[take(r) % CM_ARRAY_SIZE(methods)]) : make_value(r, 1));
-  if (present & 8) json_object_set_new(m, "params", typed & 16 ? json_object() : make_value(r, 1));
-  if (present & 16) json_object_set_new(m, "result", make_value(r, 1));
-  if (present & 32) json_object_set_new(m, "error", make_value(r, 1));
-  for (unsigned n = present >> 6 & 3; n > 0 && r->left; n--) {
-    json_t *k = make_string(r);
-    json_object_set_new(m, json_string_value(k), make_value(r, 1));
-    json_decref(k);
-  }
-  if ((present >> 8 & 7) == 0) { /* now and then not an object at all */
-    json_decref(m);
-    return make_value(r, 1);
-  }
-  return m;
-}
 
 static void check_one(json_t *el) {
   srv_msg_t m;
@@ -181,23 +87,27 @@ static void run_text(const char *buf, size_t len) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   run_text((const char *)data, size);
 
-  reader_t r = {data, size};
+  jg_reader_t r = {data, size};
   json_t *msg;
-  if (take(&r) % 4 == 0) {
+  if (jg_take(&r) % 4 == 0) {
     msg = json_array();
-    for (unsigned n = take(&r) % 5; n > 0 && r.left; n--) json_array_append_new(msg, make_message(&r));
+    for (unsigned n = jg_take(&r) % 5; n > 0 && r.left; n--) json_array_append_new(msg, jg_message(&r));
   } else {
-    msg = make_message(&r);
+    msg = jg_message(&r);
   }
   char *text = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
   if (text) {
     size_t len = strlen(text);
     run_text(text, len);
     /* And cut short where the rest of the input says: the truncated envelope. */
-    if (len > 1 && r.left) run_text(text, take(&r) % len);
+    if (len > 1 && r.left) run_text(text, jg_take(&r) % len);
     free(text);
   }
   json_decref(msg);
   (void)srv_protocol_supported(size > 10 ? "2025-06-18" : "1999-01-01");
+  /* Arbitrary bytes as a JSON string: always a valid one. */
+  json_t *lossy = srv_json_string_lossy((const char *)data, size);
+  if (!lossy || !cm_utf8_valid(json_string_value(lossy), json_string_length(lossy))) abort();
+  json_decref(lossy);
   return 0;
 }
