@@ -412,6 +412,35 @@ def test_fd_exhaustion_refuses_or_queues_and_keeps_serving(tmp_path):
         assert srv.close() == 0
 
 
+def test_fd_exhaustion_refuses_new_calls_with_an_error(make_server):
+    """A stdio server with RLIMIT_NOFILE 40 and eight calls at once: those that get their
+    pipes run; the others are refused with an error that says why; every call is answered
+    once, and once descriptors are free again calls run."""
+    def low_fds():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+
+    s = make_server("--max-concurrent", "16", "--prestart", "off", preexec_fn=low_fds)
+    s.initialize()
+    assert s.execute("print('warm')")["structuredContent"]["stdout"] == "warm\n"
+    n = 8
+    for i in range(n):
+        s.send({"jsonrpc": "2.0", "id": f"c{i}", "method": "tools/call", "params": {
+            "name": "execute_python", "arguments": {"script": "import time\ntime.sleep(2)\nprint('ran')"}}})
+    got = {}
+    while len(got) < n:
+        m = s.recv(timeout=60)
+        if str(m.get("id", "")).startswith("c"):
+            assert m["id"] not in got, m  # answered once
+            got[m["id"]] = m["result"]
+    ran = [k for k, r in got.items() if not r["isError"]]
+    refused = [k for k, r in got.items() if r["isError"]]
+    assert ran and refused, got
+    assert all(got[k]["structuredContent"]["stdout"] == "ran\n" for k in ran)
+    assert all("Too many open files" in text_of(got[k]) for k in refused), [text_of(got[k]) for k in refused]
+    assert s.proc.poll() is None
+    assert s.execute("print('after')")["structuredContent"]["stdout"] == "after\n"
+
+
 # ------------------------------------------------------------------ clients that stop reading
 
 FLOOD = "import sys\nline = 'x' * 65535 + '\\n'\nfor i in range({n}):\n    sys.stdout.write(line)\n    sys.stdout.flush()\n"
