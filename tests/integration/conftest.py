@@ -18,6 +18,11 @@ BINARY = os.path.abspath(BINARY)
 BACKEND = os.environ.get("MPS_TEST_BACKEND", "none")
 
 
+# The pids of every server this test run started (cgroup directories are named after them;
+# other sessions on the machine run servers too).
+STARTED_SERVERS = set()
+
+
 class Server:
     def __init__(self, *args, backend=None, state_dir=None, env=None, cwd=None, preexec_fn=None):
         self.tmp = tempfile.TemporaryDirectory(prefix="mps-itest-")
@@ -36,6 +41,7 @@ class Server:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr_file, env=full_env, bufsize=0, cwd=cwd,
                                      preexec_fn=preexec_fn)
+        STARTED_SERVERS.add(self.proc.pid)
         self.lines = queue.Queue()
         self.notifications = []
         self.stray = []
