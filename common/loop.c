@@ -215,8 +215,12 @@ void cm_timer_cancel(cm_timer_t *t) {
   cm_loop_defer(t->loop, free, t);
 }
 
-uint64_t cm_timer_deadline_us(const cm_timer_t *t) { return t->deadline_us; }
-size_t cm_loop_pending_timers(const cm_loop_t *loop) { return loop->n_timers; }
+uint64_t cm_timer_deadline_us(const cm_timer_t *t) {
+  return t->deadline_us;
+}
+size_t cm_loop_pending_timers(const cm_loop_t *loop) {
+  return loop->n_timers;
+}
 
 /* Fires the timers due by now.  Timers that their callbacks make are due at least a
  * millisecond later, so the loop ends. */

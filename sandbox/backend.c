@@ -41,7 +41,9 @@ char **sbx_strv_copy(char *const *v) {
   return out;
 }
 
-static void none_probe(sbx_backend_t *b, sbx_probe_t *probe) { sbx_probe_finish(probe, NULL); }
+static void none_probe(sbx_backend_t *b, sbx_probe_t *probe) {
+  sbx_probe_finish(probe, NULL);
+}
 
 static int none_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
                       cm_error_t *err) {

@@ -721,8 +721,8 @@ static int probe_sandbox_start(sbx_backend_t *b, sbx_probe_t *probe, cm_error_t 
   if (bwrap_build(b, &spec, &st->launch, err) < 0) return -1;
   size_t n = 0;
   while (n < CM_ARRAY_SIZE(st->launch.pass_fds) && st->launch.pass_fds[n] >= 0) n++;
-  return sbx_probe_command(probe, st->launch.argv, NULL, st->launch.pass_fds, n, BWRAP_PROBE_TIMEOUT_MS,
-                           BWRAP_PROBE_OUTPUT_MAX, probe_sandbox_done, err);
+  return sbx_probe_command(probe, st->launch.argv, NULL, st->launch.pass_fds, n,
+                           BWRAP_PROBE_TIMEOUT_MS, BWRAP_PROBE_OUTPUT_MAX, probe_sandbox_done, err);
 }
 
 static void probe_version_done(sbx_probe_t *probe, const sbx_probe_result_t *r) {

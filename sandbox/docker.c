@@ -526,13 +526,14 @@ static char *trimmed(const cm_buf_t *b) {
 
 /* The outcome of `docker <args…>`: 0 with *out its trimmed stdout (maybe NULL), or -1 with
  * an error quoting its stderr. */
-static int docker_query_result(char *const *argv, const sbx_probe_result_t *r, char **out, cm_error_t *err) {
+static int docker_query_result(char *const *argv, const sbx_probe_result_t *r, char **out,
+                               cm_error_t *err) {
   if (r->rc < 0) return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s", cm_error_message(r->err));
   if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) {
     cleanup_free char *why = trimmed(r->errout);
     if (!why) why = trimmed(r->out);
-    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "`docker %s %s` failed (%s %d): %s", argv[1], argv[2],
-                        WIFEXITED(r->status) ? "exit" : "signal",
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "`docker %s %s` failed (%s %d): %s", argv[1],
+                        argv[2], WIFEXITED(r->status) ? "exit" : "signal",
                         WIFEXITED(r->status) ? WEXITSTATUS(r->status) : WTERMSIG(r->status),
                         why ? why : "no output");
   }
@@ -643,18 +644,20 @@ static void probe_version_done(sbx_probe_t *probe, const sbx_probe_result_t *r) 
   cm_error_t err = CM_ERROR_INIT;
   char *version_argv[] = {p->docker_path, "version", "--format", "{{.Server.Version}}", NULL};
   if (docker_query_result(version_argv, r, &st->version, &err) < 0) {
-    cm_error_wrap(&err, "the docker engine is not reachable (is it running, and may this user use it?)");
+    cm_error_wrap(&err,
+                  "the docker engine is not reachable (is it running, and may this user use it?)");
     sbx_probe_finish(probe, &err);
     return;
   }
   if (!st->version) {
-    cm_error_set(&err, 0, CM_ERR_UNAVAILABLE, "the docker engine is not reachable: `docker version` reports no server");
+    cm_error_set(&err, 0, CM_ERR_UNAVAILABLE,
+                 "the docker engine is not reachable: `docker version` reports no server");
     sbx_probe_finish(probe, &err);
     return;
   }
   char **argv = inspect_argv_new(p, st->image);
-  int rc = sbx_probe_command(probe, argv, p->cli_envp, NULL, 0, DOCKER_PROBE_TIMEOUT_MS, DOCKER_PROBE_OUTPUT_MAX,
-                             probe_inspect_done, &err);
+  int rc = sbx_probe_command(probe, argv, p->cli_envp, NULL, 0, DOCKER_PROBE_TIMEOUT_MS,
+                             DOCKER_PROBE_OUTPUT_MAX, probe_inspect_done, &err);
   cm_strv_free(argv);
   if (rc < 0) sbx_probe_finish(probe, &err);
 }

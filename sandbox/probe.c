@@ -64,7 +64,8 @@ static void command_maybe_done(probe_command_t *c) {
   if (c->timed_out)
     rc = cm_error_set(&err, 0, CM_ERR_UNAVAILABLE, "`%s` did not finish within %d ms", c->what,
                       c->timeout_ms);
-  sbx_probe_result_t r = {.rc = rc, .status = c->status, .out = &c->out, .errout = &c->errout, .err = &err};
+  sbx_probe_result_t r = {
+      .rc = rc, .status = c->status, .out = &c->out, .errout = &c->errout, .err = &err};
   c->next(p, &r);
   cm_error_release(&err);
   command_free(c);
@@ -126,8 +127,9 @@ static void on_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
   command_maybe_done(c);
 }
 
-int sbx_probe_command(sbx_probe_t *p, char *const *argv, char *const *envp, int *pass_fds, size_t n_pass,
-                      int timeout_ms, size_t output_max, sbx_probe_step_cb next, cm_error_t *err) {
+int sbx_probe_command(sbx_probe_t *p, char *const *argv, char *const *envp, int *pass_fds,
+                      size_t n_pass, int timeout_ms, size_t output_max, sbx_probe_step_cb next,
+                      cm_error_t *err) {
   char *const no_env[] = {NULL};
   sbx_spawn_opts_t opts = {
       .argv = argv,
@@ -164,7 +166,9 @@ int sbx_probe_command(sbx_probe_t *p, char *const *argv, char *const *envp, int 
   return 0;
 }
 
-void *sbx_probe_state(sbx_probe_t *p) { return p->state; }
+void *sbx_probe_state(sbx_probe_t *p) {
+  return p->state;
+}
 
 void sbx_probe_set_state(sbx_probe_t *p, void *state, void (*state_free)(void *state)) {
   if (p->state && p->state_free) p->state_free(p->state);
@@ -172,7 +176,9 @@ void sbx_probe_set_state(sbx_probe_t *p, void *state, void (*state_free)(void *s
   p->state_free = state_free;
 }
 
-cm_loop_t *sbx_probe_loop(sbx_probe_t *p) { return p->loop; }
+cm_loop_t *sbx_probe_loop(sbx_probe_t *p) {
+  return p->loop;
+}
 
 static void probe_deliver(void *data) {
   sbx_probe_t *p = data;
@@ -198,7 +204,8 @@ void sbx_probe_finish(sbx_probe_t *p, cm_error_t *err) {
   cm_loop_defer(p->loop, probe_deliver, p);
 }
 
-sbx_probe_t *sbx_backend_probe_start(sbx_backend_t *b, cm_loop_t *loop, sbx_probe_done_cb done, void *data) {
+sbx_probe_t *sbx_backend_probe_start(sbx_backend_t *b, cm_loop_t *loop, sbx_probe_done_cb done,
+                                     void *data) {
   sbx_probe_t *p = xcalloc(1, sizeof *p);
   p->loop = loop;
   p->backend = b;
@@ -222,9 +229,13 @@ void sbx_probe_cancel(sbx_probe_t *p) {
   free(p);
 }
 
-bool sbx_backend_probing(const sbx_backend_t *b) { return b->probing; }
+bool sbx_backend_probing(const sbx_backend_t *b) {
+  return b->probing;
+}
 
-static void sync_done(void *data, sbx_backend_t *b) { *(bool *)data = true; }
+static void sync_done(void *data, sbx_backend_t *b) {
+  *(bool *)data = true;
+}
 
 void sbx_backend_probe(sbx_backend_t *b) {
   cm_error_t err = CM_ERROR_INIT;

@@ -27,8 +27,9 @@ typedef struct sbx_probe_result {
   cm_error_t *err;
 } sbx_probe_result_t;
 typedef void (*sbx_probe_step_cb)(sbx_probe_t *probe, const sbx_probe_result_t *r);
-int sbx_probe_command(sbx_probe_t *probe, char *const *argv, char *const *envp, int *pass_fds, size_t n_pass,
-                      int timeout_ms, size_t output_max, sbx_probe_step_cb next, cm_error_t *err);
+int sbx_probe_command(sbx_probe_t *probe, char *const *argv, char *const *envp, int *pass_fds,
+                      size_t n_pass, int timeout_ms, size_t output_max, sbx_probe_step_cb next,
+                      cm_error_t *err);
 void sbx_probe_finish(sbx_probe_t *probe, cm_error_t *err);
 void *sbx_probe_state(sbx_probe_t *probe);
 void sbx_probe_set_state(sbx_probe_t *probe, void *state, void (*state_free)(void *state));

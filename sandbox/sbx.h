@@ -136,7 +136,8 @@ sbx_backend_t *sbx_backend_new(const char *name, cm_error_t *err);
  * this call, with the outcome in b->available / b->unavailable; until then
  * sbx_backend_probing(b).  The probe is freed after done returns. */
 typedef void (*sbx_probe_done_cb)(void *data, sbx_backend_t *b);
-sbx_probe_t *sbx_backend_probe_start(sbx_backend_t *b, cm_loop_t *loop, sbx_probe_done_cb done, void *data);
+sbx_probe_t *sbx_backend_probe_start(sbx_backend_t *b, cm_loop_t *loop, sbx_probe_done_cb done,
+                                     void *data);
 /* Stops a probe whose done has not run yet: its processes are killed and reaped, done is
  * never called, b->available stays as it was. */
 void sbx_probe_cancel(sbx_probe_t *probe);

@@ -41,7 +41,8 @@ static int set_limits(int resource, rlim_t cur, rlim_t max) {
   struct rlimit rl = {.rlim_cur = cur, .rlim_max = max};
   if (setrlimit(resource, &rl) == 0) return 0;
   struct rlimit now;
-  if (errno != EPERM || getrlimit(resource, &now) < 0 || now.rlim_max == RLIM_INFINITY || max <= now.rlim_max)
+  if (errno != EPERM || getrlimit(resource, &now) < 0 || now.rlim_max == RLIM_INFINITY ||
+      max <= now.rlim_max)
     return -1;
   rl.rlim_max = now.rlim_max;
   if (rl.rlim_cur > rl.rlim_max) rl.rlim_cur = rl.rlim_max;

@@ -416,9 +416,10 @@ static char *disk_note(const char *tail, const char *envs_dir) {
   if (statvfs(envs_dir, &v) < 0) return xstrdup("");
   double free_mib = (double)v.f_bavail * (double)v.f_frsize / (1024.0 * 1024.0);
   double size_mib = (double)v.f_blocks * (double)v.f_frsize / (1024.0 * 1024.0);
-  return xasprintf("\n(The disk of the environment cache, %s, has %.1f MiB free of %.1f MiB; with room there, "
-                   "it is the sandbox's /tmp, see --tmp-size.)",
-                   envs_dir, free_mib, size_mib);
+  return xasprintf(
+      "\n(The disk of the environment cache, %s, has %.1f MiB free of %.1f MiB; with room there, "
+      "it is the sandbox's /tmp, see --tmp-size.)",
+      envs_dir, free_mib, size_mib);
 }
 
 static void on_step_exit(void *data, const sbx_result_t *res) {

@@ -34,10 +34,10 @@ struct srv_server {
   void *warm_wait;
   void *warm_probe_wait;
   py_interp_t *warm_python;
-  bool probed;                     /* the backend's probe has finished */
-  sbx_probe_t *probe;              /* in flight */
-  struct probe_wait *probe_waits;  /* callers waiting for it */
-  cm_timer_t *probe_flush; /* calls the waiters: a timer, so freeing the server cancels it */
+  bool probed;                    /* the backend's probe has finished */
+  sbx_probe_t *probe;             /* in flight */
+  struct probe_wait *probe_waits; /* callers waiting for it */
+  cm_timer_t *probe_flush;        /* calls the waiters: a timer, so freeing the server cancels it */
   cm_timer_t *probe_timer;
   char *state_dir;
   char *runs_dir; /* work/srv-XXXXXX, locked while we live */
@@ -134,7 +134,9 @@ static void ensure_probed(srv_server_t *s) {
   s->probe = sbx_backend_probe_start(s->backend, s->loop, on_probed, s);
 }
 
-bool srv_server_probed(srv_server_t *s) { return s->probed; }
+bool srv_server_probed(srv_server_t *s) {
+  return s->probed;
+}
 
 void *srv_server_when_probed(srv_server_t *s, void (*cb)(void *data), void *data) {
   probe_wait_t *w = xcalloc(1, sizeof *w);

@@ -94,7 +94,8 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err);
 /* Applies a profile's TOML text (a table of flag names and values; `path` names it in
  * errors) to c, as --profile does after reading the file.  Errors: CM_ERR_INVALID or
  * CM_ERR_LIMIT (the TOML limits), naming the line. */
-int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, const char *path, cm_error_t *err);
+int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, const char *path,
+                             cm_error_t *err);
 void srv_config_release(srv_config_t *c);
 /* A file of profiles/ ($MPS_PROFILES_DIR, beside the binary, the source tree, or the
  * installed share directory), or NULL. */

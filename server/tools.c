@@ -111,9 +111,10 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                                             p->error ? p->error : "unknown", "ok", 0));
     }
   }
-  cm_buf_printf(&t, "Sandbox available: %s\n", probing        ? "probing (executions wait for the outcome)"
-                                                : b->available ? "yes"
-                                                               : "no (executions are refused; no fall back)");
+  cm_buf_printf(&t, "Sandbox available: %s\n",
+                probing        ? "probing (executions wait for the outcome)"
+                : b->available ? "yes"
+                               : "no (executions are refused; no fall back)");
   cm_buf_printf(&t, "Network: %s\n", cfg->network ? "on" : "off");
   size_t n_envs;
   uint64_t env_bytes;
@@ -161,13 +162,14 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                                  : "off (the backend cannot hold a sandbox, or prestarting failed)");
   cm_buf_printf(&t, "Server: %s %s", SRV_NAME, srv_version());
   cleanup_free char *platform = xasprintf("%s %s", u.sysname, u.machine);
-  json_t *sc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:b, s:s}",
-                         "python_version", py ? py->version : "", "python_path", py ? py->executable : "",
-                         "uv", uv ? uv : "", "platform", platform, "sandbox_backend", sbx_backend_name(b),
-                         "sandbox_status", status, "sandbox_available", !probing && b->available,
-                         "default_timeout", (json_int_t)cfg->default_timeout, "max_timeout",
-                         (json_int_t)cfg->max_timeout, "max_output_bytes", (json_int_t)cfg->max_output_bytes,
-                         "network", cfg->network, "server_version", srv_version());
+  json_t *sc =
+      json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:b, s:s}", "python_version",
+                py ? py->version : "", "python_path", py ? py->executable : "", "uv", uv ? uv : "",
+                "platform", platform, "sandbox_backend", sbx_backend_name(b), "sandbox_status",
+                status, "sandbox_available", !probing && b->available, "default_timeout",
+                (json_int_t)cfg->default_timeout, "max_timeout", (json_int_t)cfg->max_timeout,
+                "max_output_bytes", (json_int_t)cfg->max_output_bytes, "network", cfg->network,
+                "server_version", srv_version());
   json_object_set_new(sc, "interpreters", jpys);
   json_object_set_new(sc, "sandbox_probing", json_boolean(probing));
   json_object_set_new(sc, "cgroups", json_pack("{s:b, s:s}", "active", cg_runs, "description", cg_text));

@@ -35,7 +35,7 @@ typedef struct validate_call {
   cm_buf_t out;
   bool resolve;
   void *resolve_wait;
-  void *probe_wait; /* the resolution runs in the sandbox: after its probe */
+  void *probe_wait;   /* the resolution runs in the sandbox: after its probe */
   char *valid_text;   /* the VALID answer, waiting for the resolution */
   json_t *valid_sc;
 } validate_call_t;

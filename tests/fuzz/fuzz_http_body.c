@@ -34,7 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   json_t *msg;
   if (jg_take(&r) % 4 == 0) {
     msg = json_array();
-    for (unsigned n = jg_take(&r) % 5; n > 0 && r.left; n--) json_array_append_new(msg, jg_message(&r));
+    for (unsigned n = jg_take(&r) % 5; n > 0 && r.left; n--)
+      json_array_append_new(msg, jg_message(&r));
   } else {
     msg = jg_message(&r);
   }

@@ -7,10 +7,10 @@
  * a structured message (jsongen.h: an object or a batch of them, with the envelope's
  * members chosen and typed by the input), which is serialised and then fed through the
  * same parse and classification, so that the envelope checks see well-formed JSON with
- * every combination of members.  Checks, beyond memory safety: the classification's contract (a request has
- * a method and a string or integer id, a notification no id, a response an id member and
- * exactly one of result and error; params, when there, an object or an array); answers built for a
- * classified message serialise and parse back to the same id. */
+ * every combination of members.  Checks, beyond memory safety: the classification's contract (a
+ * request has a method and a string or integer id, a notification no id, a response an id member
+ * and exactly one of result and error; params, when there, an object or an array); answers built
+ * for a classified message serialise and parse back to the same id. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +45,9 @@ static void check_one(json_t *el) {
   }
   /* The answers we would send for it serialise and parse back with the same id. */
   json_t *empty = json_object(); /* borrowed by srv_jsonrpc_result */
-  json_t *answer = m.kind == SRV_MSG_REQUEST ? srv_jsonrpc_result(m.id, empty)
-                                             : srv_jsonrpc_error(m.id, -32600, m.error ? m.error : "x", NULL);
+  json_t *answer = m.kind == SRV_MSG_REQUEST
+                       ? srv_jsonrpc_result(m.id, empty)
+                       : srv_jsonrpc_error(m.id, -32600, m.error ? m.error : "x", NULL);
   json_decref(empty);
   size_t len;
   char *text = srv_jsonrpc_dump(answer, &len);
@@ -91,7 +92,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   json_t *msg;
   if (jg_take(&r) % 4 == 0) {
     msg = json_array();
-    for (unsigned n = jg_take(&r) % 5; n > 0 && r.left; n--) json_array_append_new(msg, jg_message(&r));
+    for (unsigned n = jg_take(&r) % 5; n > 0 && r.left; n--)
+      json_array_append_new(msg, jg_message(&r));
   } else {
     msg = jg_message(&r);
   }

@@ -23,13 +23,19 @@ static inline unsigned jg_take(jg_reader_t *r) {
   return *r->p++;
 }
 
-static const char *const jg_keys[] = {"jsonrpc", "id",   "method",  "params",   "result",        "error",
-                                   "code",    "data", "message", "_meta",    "progressToken", "cursor",
-                                   "name",    "arguments"};
-static const char *const jg_methods[] = {"initialize",     "ping",      "tools/list",
-                                      "tools/call",     "notifications/initialized",
-                                      "notifications/cancelled", "logging/setLevel", "resources/list",
-                                      "",               "x"};
+static const char *const jg_keys[] = {"jsonrpc",       "id",     "method", "params",   "result",
+                                      "error",         "code",   "data",   "message",  "_meta",
+                                      "progressToken", "cursor", "name",   "arguments"};
+static const char *const jg_methods[] = {"initialize",
+                                         "ping",
+                                         "tools/list",
+                                         "tools/call",
+                                         "notifications/initialized",
+                                         "notifications/cancelled",
+                                         "logging/setLevel",
+                                         "resources/list",
+                                         "",
+                                         "x"};
 
 static inline json_t *jg_string(jg_reader_t *r) {
   unsigned how = jg_take(r) % 4;
@@ -50,19 +56,24 @@ static inline json_t *jg_string(jg_reader_t *r) {
 static inline json_t *jg_value(jg_reader_t *r, int depth) {
   unsigned t = jg_take(r) % (depth > 6 ? 6 : 8);
   switch (t) {
-    case 0: return json_null();
-    case 1: return json_boolean(jg_take(r) & 1);
+    case 0:
+      return json_null();
+    case 1:
+      return json_boolean(jg_take(r) & 1);
     case 2: {
       uint64_t v = 0;
       for (int i = 0, n = 1 + (int)(jg_take(r) % 8); i < n; i++) v = (v << 8) | jg_take(r);
       return json_integer((json_int_t)v); /* any 64-bit pattern, negative ones too */
     }
-    case 3: return json_real((double)(int8_t)jg_take(r) / 4.0);
+    case 3:
+      return json_real((double)(int8_t)jg_take(r) / 4.0);
     case 4:
-    case 5: return jg_string(r);
+    case 5:
+      return jg_string(r);
     case 6: {
       json_t *a = json_array();
-      for (unsigned n = jg_take(r) % 4; n > 0 && r->left; n--) json_array_append_new(a, jg_value(r, depth + 1));
+      for (unsigned n = jg_take(r) % 4; n > 0 && r->left; n--)
+        json_array_append_new(a, jg_value(r, depth + 1));
       return a;
     }
     default: {
@@ -82,18 +93,28 @@ static inline json_t *jg_message(jg_reader_t *r) {
   json_t *m = json_object();
   unsigned present = jg_take(r) | (jg_take(r) << 8);
   unsigned typed = jg_take(r);
-  if (present & 1) json_object_set_new(m, "jsonrpc", typed & 1 ? json_string(jg_take(r) & 7 ? "2.0" : "1.0") : jg_value(r, 1));
+  if (present & 1)
+    json_object_set_new(m, "jsonrpc",
+                        typed & 1 ? json_string(jg_take(r) & 7 ? "2.0" : "1.0") : jg_value(r, 1));
   if (present & 2) {
     json_t *id;
     switch (typed >> 1 & 3) {
-      case 0: id = json_integer((json_int_t)jg_take(r) - 128); break;
-      case 1: id = jg_string(r); break;
-      default: id = jg_value(r, 1); break;
+      case 0:
+        id = json_integer((json_int_t)jg_take(r) - 128);
+        break;
+      case 1:
+        id = jg_string(r);
+        break;
+      default:
+        id = jg_value(r, 1);
+        break;
     }
     json_object_set_new(m, "id", id);
   }
   if (present & 4)
-    json_object_set_new(m, "method", typed & 8 ? json_string(jg_methods[jg_take(r) % CM_ARRAY_SIZE(jg_methods)]) : jg_value(r, 1));
+    json_object_set_new(m, "method",
+                        typed & 8 ? json_string(jg_methods[jg_take(r) % CM_ARRAY_SIZE(jg_methods)])
+                                  : jg_value(r, 1));
   if (present & 8) json_object_set_new(m, "params", typed & 16 ? json_object() : jg_value(r, 1));
   if (present & 16) json_object_set_new(m, "result", jg_value(r, 1));
   if (present & 32) json_object_set_new(m, "error", jg_value(r, 1));

@@ -306,8 +306,12 @@ typedef struct {
   bool ticked;
 } probe_seen_t;
 
-static void on_probe_done(void *data, sbx_backend_t *b) { ((probe_seen_t *)data)->calls++; }
-static void on_tick(cm_loop_t *loop, cm_timer_t *t, void *data) { *(bool *)data = true; }
+static void on_probe_done(void *data, sbx_backend_t *b) {
+  ((probe_seen_t *)data)->calls++;
+}
+static void on_tick(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  *(bool *)data = true;
+}
 
 static pid_t child_running(const char *marker) {
   DIR *d = opendir("/proc");
@@ -336,8 +340,9 @@ static void test_probe_is_asynchronous(void **state UNUSED) {
   cleanup_free char *gate = xasprintf("%s/probe-gate", g.root);
   assert_int_equal(mkfifo(gate, 0600), 0);
   cleanup_free char *bwrap_path = cm_find_executable("bwrap");
-  cleanup_free char *script = xasprintf("#!/bin/sh\nif [ \"$1\" = --version ]; then read line < %s; fi\nexec %s \"$@\"\n",
-                                        gate, bwrap_path);
+  cleanup_free char *script =
+      xasprintf("#!/bin/sh\nif [ \"$1\" = --version ]; then read line < %s; fi\nexec %s \"$@\"\n",
+                gate, bwrap_path);
   write_file(g.root, "held-bwrap", script, 0755);
   cleanup_free char *fake = xasprintf("%s/held-bwrap", g.root);
 

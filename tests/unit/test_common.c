@@ -285,8 +285,8 @@ static void on_heap_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
   uint64_t deadline = cm_timer_deadline_us(t);
   if (deadline > cm_now_us()) heap.early = true;
   if (heap.cancelled[i] || heap.fired[i]) heap.fired_cancelled = true;
-  if (heap.n_fired > 0 && (deadline < heap.last_deadline ||
-                           (deadline == heap.last_deadline && i < heap.last_index)))
+  if (heap.n_fired > 0 &&
+      (deadline < heap.last_deadline || (deadline == heap.last_deadline && i < heap.last_index)))
     heap.out_of_order = true;
   heap.last_deadline = deadline;
   heap.last_index = i;
@@ -333,7 +333,9 @@ static void test_loop_timer_heap(void **state) {
  * it (no busy loop); one left pending at cm_loop_free is freed with the loop. */
 static int zero_iteration, zero_fired_in;
 static int iteration;
-static void on_zero(cm_loop_t *loop, cm_timer_t *t, void *data) { zero_fired_in = iteration; }
+static void on_zero(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  zero_fired_in = iteration;
+}
 static void on_make_zero(cm_loop_t *loop, cm_timer_t *t, void *data) {
   zero_iteration = iteration;
   cm_loop_timer(loop, 0, on_zero, NULL);
@@ -372,7 +374,8 @@ static void test_loop_timers_need_no_fds(void **state) {
   assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
   /* Fill the holes below the limit: then really no descriptor is left. */
   int fillers[1024], n_fillers = 0, fd;
-  while (n_fillers < 1024 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) fillers[n_fillers++] = fd;
+  while (n_fillers < 1024 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+    fillers[n_fillers++] = fd;
   assert_int_equal(open("/dev/null", O_RDONLY | O_CLOEXEC) < 0 && errno == EMFILE, 1);
   fd_timers_fired = 0;
   for (int i = 0; i < 1000; i++) cm_loop_timer(loop, (uint64_t)(i % 10), on_fd_timer, NULL);
@@ -414,13 +417,20 @@ static void test_loop_fd(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buf_limits),
-      cmocka_unit_test(test_headtail),           cmocka_unit_test(test_utf8),
-      cmocka_unit_test(test_parse_u64),          cmocka_unit_test(test_sha256),
-      cmocka_unit_test(test_sha256_vectors),     cmocka_unit_test(test_sha256_lengths),
-      cmocka_unit_test(test_memeq_ct),           cmocka_unit_test(test_rm_rf),
-      cmocka_unit_test(test_loop_timers),        cmocka_unit_test(test_loop_fd),
-      cmocka_unit_test(test_loop_timer_heap),    cmocka_unit_test(test_loop_timer_zero),
+      cmocka_unit_test(test_error_set_and_wrap),
+      cmocka_unit_test(test_buf_limits),
+      cmocka_unit_test(test_headtail),
+      cmocka_unit_test(test_utf8),
+      cmocka_unit_test(test_parse_u64),
+      cmocka_unit_test(test_sha256),
+      cmocka_unit_test(test_sha256_vectors),
+      cmocka_unit_test(test_sha256_lengths),
+      cmocka_unit_test(test_memeq_ct),
+      cmocka_unit_test(test_rm_rf),
+      cmocka_unit_test(test_loop_timers),
+      cmocka_unit_test(test_loop_fd),
+      cmocka_unit_test(test_loop_timer_heap),
+      cmocka_unit_test(test_loop_timer_zero),
       cmocka_unit_test(test_loop_timers_need_no_fds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -464,8 +464,12 @@ static void test_router_calls(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_depth_scan), cmocka_unit_test(test_classify), cmocka_unit_test(test_parse_errors),
-      cmocka_unit_test(test_marker),     cmocka_unit_test(test_truncate), cmocka_unit_test(test_format),
+      cmocka_unit_test(test_depth_scan),
+      cmocka_unit_test(test_classify),
+      cmocka_unit_test(test_parse_errors),
+      cmocka_unit_test(test_marker),
+      cmocka_unit_test(test_truncate),
+      cmocka_unit_test(test_format),
       cmocka_unit_test(test_config),
       cmocka_unit_test_setup_teardown(test_router_lifecycle, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_dispatch, router_setup, router_teardown),
