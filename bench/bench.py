@@ -140,6 +140,7 @@ CASE_NAMES = {
     6: "100 concurrent executions (HTTP)",
     7: "Streaming latency (stdio)",
     8: "Network: egress proxy vs off vs host",
+    9: "Time bounds the tests used to assert",
 }
 
 
@@ -1013,6 +1014,136 @@ class Bench:
                          m <= 5.0, note=f"p90 {pct(lat, 90) * 1e3:.2f} ms, max {max(lat) * 1e3:.2f} ms, {len(lat)} prints",
                          details=summary(lat))
 
+    # -------------------------------------------------------------- case 8
+    def run_together(self, s, n, script):
+        """Sends n calls at once; returns their structuredContent in call order."""
+        ids = []
+        for _ in range(n):
+            rid = s.next_id
+            s.next_id += 1
+            ids.append(rid)
+            s.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                    "params": {"name": "execute_python", "arguments": {"script": script}}})
+        got = {}
+        while len(got) < n:
+            m, _ = s.read()
+            if m.get("id") in ids and "method" not in m:
+                got[m["id"]] = m["result"]["structuredContent"]
+        return [got[i] for i in ids]
+
+    def case9(self):
+        """What the integration tests asserted as durations until they kept to behaviour
+        (order, overlap, counts): measured here, against the same bounds."""
+        log("case 9: time bounds the tests used to assert")
+        stamp = ("import time\nprint('START', time.monotonic(), flush=True)\ntime.sleep(%s)\n"
+                 "print('END', time.monotonic())\n")
+
+        def starts_of(results):
+            return sorted(float(r["stdout"].split()[1]) for r in results)
+
+        rounds = self.n(3, 1)
+        # The start-up window of --max-starting: 4 calls at once, one start at a time.
+        spreads = []
+        s = StdioServer(self.binary, ["--max-starting", "1", "--prestart", "off"], self.state_dir("c8-stagger"))
+        try:
+            s.initialize()
+            s.execute("pass")
+            for _ in range(rounds):
+                st = starts_of(self.run_together(s, 4, stamp % 1.5))
+                spreads.append(st[-1] - st[0])
+        finally:
+            s.close()
+        m = median(spreads)
+        self.res.add(9, "--max-starting 1: first to last of 4 starts (3 windows of 100 ms)", m * 1e3, "ms", None,
+                     None, None, "≥ 200 ms", m >= 0.2, details=summary(spreads))
+        # Below the limit: not staggered.
+        spreads = []
+        s = StdioServer(self.binary, ["--max-starting", "8"], self.state_dir("c8-nostagger"))
+        try:
+            s.initialize()
+            s.execute("pass")
+            for _ in range(rounds):
+                st = starts_of(self.run_together(s, 3, stamp % 0.5))
+                spreads.append(st[-1] - st[0])
+        finally:
+            s.close()
+        m = median(spreads)
+        self.res.add(9, "--max-starting 8: first to last of 3 starts", m * 1e3, "ms", None, None, None, "< 300 ms",
+                     m < 0.3, details=summary(spreads))
+        # A prestarted sandbox held for 1.5 s: the call's duration counts from the call.
+        durs = []
+        s = StdioServer(self.binary, [], self.state_dir("c8-held"))
+        try:
+            s.initialize()
+            s.execute("pass")
+            for _ in range(rounds):
+                time.sleep(1.5)
+                res, _ = s.execute("import time; time.sleep(0.3)", timeout_seconds=1)
+                sc = res["structuredContent"]
+                if sc.get("prestarted"):
+                    durs.append(sc["duration_ms"])
+        finally:
+            s.close()
+        if durs:
+            m = median(durs)
+            self.res.add(9, "held 1.5 s, then a 0.3 s script: its duration_ms", m, "ms", None, None, None,
+                         "< 1000 ms", m < 1000, details=summary(durs))
+        else:
+            self.res.unavailable(8, "held 1.5 s, then a 0.3 s script: its duration_ms",
+                                 "no call ran in a prestarted sandbox (backend cannot hold one?)", "< 1000 ms")
+        # initialize while the cache is being warmed from a slow index.
+        times = []
+        for i in range(rounds):
+            times.append(self.initialize_while_warming(i))
+        m = median(times)
+        self.res.add(9, "initialize answered while warming from an index that answers in 3 s", m * 1e3, "ms",
+                     None, None, None, "< 5 s", m < 5.0, details=summary(times))
+        # Collecting outputs/ with 100 000 files, capped at 50.
+        s = StdioServer(self.binary, ["--max-output-files", "50"], self.state_dir("c8-files"))
+        try:
+            s.initialize()
+            t0 = time.monotonic()
+            res, _ = s.execute("import os\nos.makedirs('outputs')\nfor i in range(100000):\n"
+                               "    open('outputs/%06d.txt' % i, 'w').write('x')\n", timeout_seconds=240)
+            call_s = time.monotonic() - t0
+            extra = call_s - res["structuredContent"]["duration_ms"] / 1000
+        finally:
+            s.close()
+        self.res.add(9, "100 000 files in outputs/, 50 collected: the call beyond the script", extra * 1e3, "ms",
+                     None, None, None, "< 20 s", extra < 20.0)
+
+    def initialize_while_warming(self, i):
+        """Seconds from writing initialize to reading its answer, with --warm-cache against a
+        loopback index whose every answer takes 3 s."""
+        import http.server
+
+        class Slow(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                time.sleep(3)
+                self.send_response(404)
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        prof = os.path.join(self.tmp, f"c8-profiles-{i}")
+        os.makedirs(prof, exist_ok=True)
+        with open(os.path.join(prof, "warmup.txt"), "w") as f:
+            f.write("mps-alpha\nmps-gamma\n")
+        s = StdioServer(self.binary, ["--index-url", f"http://127.0.0.1:{httpd.server_address[1]}/simple", "--warm-cache"],
+                        self.state_dir(f"c8-warm-{i}"),
+                        env={"MPS_PROFILES_DIR": prof, "MCP_PY_SANDBOX_WARM_CACHE": "1"})
+        try:
+            time.sleep(0.5)  # warming has started
+            t0 = time.monotonic()
+            s.initialize()
+            return time.monotonic() - t0
+        finally:
+            s.close()
+            httpd.shutdown()
+
     # -------------------------------------------------------------- driver
     def machine(self):
         cpu = "unknown"
@@ -1159,7 +1290,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", default=os.path.join(ROOT, "build-bench", "mcp-python-exec-sandbox"))
     ap.add_argument("--quick", action="store_true", help="fewer samples: under 2 minutes")
-    ap.add_argument("--cases", default="1,2,3,4,5,6,7,8", help="comma-separated case numbers")
+    ap.add_argument("--cases", default="1,2,3,4,5,6,7,8,9", help="comma-separated case numbers")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="where latest.json/md go")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()

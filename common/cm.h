@@ -193,7 +193,10 @@ int cm_watch_set_events(cm_watch_t *w, uint32_t events, cm_error_t *err);
 /* Removes and frees the watch (safe from inside any callback, including its own). */
 void cm_watch_remove(cm_watch_t *w);
 
-/* One-shot timer after ms milliseconds.  Freed after it fires or when cancelled. */
+/* One-shot timer after ms milliseconds (0 counts as 1: never in the iteration that made
+ * it).  Freed after it fires or when cancelled.  Takes no file descriptor, so it cannot
+ * fail.  Timers due at the same time fire in the order they were made, after the
+ * iteration's fd callbacks. */
 cm_timer_t *cm_loop_timer(cm_loop_t *loop, uint64_t ms, cm_timer_cb cb, void *data);
 /* Cancels a pending timer (safe on a timer that already fired only from its own callback:
  * do not keep a pointer to a fired timer). */

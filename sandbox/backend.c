@@ -41,7 +41,9 @@ char **sbx_strv_copy(char *const *v) {
   return out;
 }
 
-static int none_probe(sbx_backend_t *b, cm_error_t *err) { return 0; }
+static void none_probe(sbx_backend_t *b, sbx_probe_t *probe) {
+  sbx_probe_finish(probe, NULL);
+}
 
 static int none_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
                       cm_error_t *err) {
@@ -64,11 +66,16 @@ static const sbx_backend_ops_t none_ops = {
 #if !defined(MPS_HAVE_BWRAP) || !defined(MPS_HAVE_DOCKER)
 /* A backend this binary was built without: it exists, so the server starts and says why
  * it cannot run anything, but it never runs a script. */
-static int missing_probe(sbx_backend_t *b, cm_error_t *err) {
+static int missing_error(sbx_backend_t *b, cm_error_t *err) {
   return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "this binary was built without the %s backend", b->ops->name);
 }
+static void missing_probe(sbx_backend_t *b, sbx_probe_t *probe) {
+  cm_error_t err = CM_ERROR_INIT;
+  missing_error(b, &err);
+  sbx_probe_finish(probe, &err);
+}
 static int missing_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch, cm_error_t *err) {
-  return missing_probe(b, err);
+  return missing_error(b, err);
 }
 #endif
 #ifndef MPS_HAVE_BWRAP
@@ -102,19 +109,6 @@ sbx_backend_t *sbx_backend_new(const char *name, cm_error_t *err) {
   sbx_backend_t *b = xcalloc(1, sizeof *b);
   b->ops = ops;
   return b;
-}
-
-void sbx_backend_probe(sbx_backend_t *b) {
-  cm_error_t err = CM_ERROR_INIT;
-  free(b->unavailable);
-  b->unavailable = NULL;
-  if (b->ops->probe(b, &err) < 0) {
-    b->available = false;
-    b->unavailable = xstrdup(cm_error_message(&err));
-    cm_error_release(&err);
-  } else {
-    b->available = true;
-  }
 }
 
 const char *sbx_backend_name(const sbx_backend_t *b) { return b->ops->name; }

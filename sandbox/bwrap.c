@@ -688,39 +688,73 @@ static int find_drop_helper(bwrap_priv_t *p, cm_error_t *err) {
   return check_drop_helper(p, p->drop_path, err);
 }
 
-static int probe_version(bwrap_priv_t *p, cm_error_t *err) {
-  char *argv[] = {p->bwrap_path, "--version", NULL};
-  cm_buf_t out, errout;
-  cm_buf_init(&out, BWRAP_PROBE_OUTPUT_MAX);
-  cm_buf_init(&errout, BWRAP_PROBE_OUTPUT_MAX);
-  int status = 0;
-  int rc = sbx_run_capture(argv, NULL, NULL, 0, BWRAP_PROBE_TIMEOUT_MS, &status, &out, &errout, err);
-  if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
-    cleanup_free char *why = output_excerpt(&errout);
-    rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s --version failed: %s", p->bwrap_path, why);
+/* The probe runs in steps, each from a callback of the loop: the file checks and
+ * `bwrap --version`, then one trivial sandbox with the same argv shape as a run and
+ * /bin/true as the command, then the verdict on it. */
+typedef struct bwrap_probe_state {
+  sbx_backend_t *b;
+  char *dir; /* the trivial sandbox's work directory */
+  sbx_launch_t launch;
+} bwrap_probe_state_t;
+
+static void probe_state_free(void *data) {
+  bwrap_probe_state_t *st = data;
+  sbx_launch_close_channel(&st->launch);
+  sbx_launch_release(&st->launch);
+  if (st->dir) {
+    cm_error_t rm_err = CM_ERROR_INIT;
+    cm_rm_rf(st->dir, &rm_err);
+    cm_error_release(&rm_err);
+    free(st->dir);
   }
-  if (rc == 0) {
-    const char *v = out.data ? strstr(out.data, "bubblewrap ") : NULL;
-    free(p->version);
-    p->version = v ? xstrndup(v + 11, strcspn(v + 11, " \r\n")) : xstrdup("(unknown version)");
-  }
-  cm_buf_release(&out);
-  cm_buf_release(&errout);
-  return rc;
+  free(st);
 }
 
-/* Runs the real thing once: the same argv shape as a run, with /bin/true as the command. */
-static int probe_sandbox(sbx_backend_t *b, cm_error_t *err) {
+static void probe_sandbox_done(sbx_probe_t *probe, const sbx_probe_result_t *r) {
+  bwrap_probe_state_t *st = sbx_probe_state(probe);
+  cm_error_t err = CM_ERROR_INIT;
+  if (r->rc < 0) {
+    cm_error_set(&err, 0, CM_ERR_UNAVAILABLE, "%s", cm_error_message(r->err));
+  } else if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) {
+    cleanup_free char *why = output_excerpt(r->errout);
+    if (WIFEXITED(r->status))
+      cm_error_set(&err, 0, CM_ERR_UNAVAILABLE, "bwrap cannot create the sandbox (exit %d): %s",
+                   WEXITSTATUS(r->status), why);
+    else
+      cm_error_set(&err, 0, CM_ERR_UNAVAILABLE, "bwrap cannot create the sandbox (signal %d): %s",
+                   WTERMSIG(r->status), why);
+  } else {
+    /* Without the record every run's exit status and usage would be unknown: a helper from
+     * another version, say. */
+    sbx_status_record_t rec;
+    if (sbx_status_read(st->launch.status_fd, &rec) != 1 || !WIFEXITED(rec.wait_status) ||
+        WEXITSTATUS(rec.wait_status) != 0)
+      cm_error_set(&err, 0, CM_ERR_UNAVAILABLE,
+                   "the drop helper %s did not report the exit status of a test command",
+                   priv_of(st->b)->drop_path);
+  }
+  sbx_probe_finish(probe, &err);
+}
+
+static int probe_sandbox_start(sbx_backend_t *b, sbx_probe_t *probe, cm_error_t *err) {
   const char *tmpdir = getenv("TMPDIR");
-  cleanup_free char *dir =
-      xasprintf("%s/mps-bwrap-probe-XXXXXX", tmpdir && tmpdir[0] == '/' ? tmpdir : "/tmp");
-  if (!mkdtemp(dir)) return cm_error_set(err, errno, CM_ERR_IO, "mkdtemp %s", dir);
+  bwrap_probe_state_t *st = xcalloc(1, sizeof *st);
+  st->b = b;
+  st->launch = (sbx_launch_t)SBX_LAUNCH_INIT;
+  sbx_probe_set_state(probe, st, probe_state_free);
+  st->dir = xasprintf("%s/mps-bwrap-probe-XXXXXX", tmpdir && tmpdir[0] == '/' ? tmpdir : "/tmp");
+  if (!mkdtemp(st->dir)) {
+    cm_error_set(err, errno, CM_ERR_IO, "mkdtemp %s", st->dir);
+    free(st->dir);
+    st->dir = NULL;
+    return -1;
+  }
   char *const argv[] = {access("/usr/bin/true", X_OK) == 0 ? "/usr/bin/true" : "/bin/true", NULL};
   char *const envp[] = {"PATH=/usr/bin:/bin", NULL};
   sbx_spec_t spec = {
       .argv = argv,
       .envp = envp,
-      .workdir = dir,
+      .workdir = st->dir,
       .limits = {.timeout_ms = BWRAP_PROBE_TIMEOUT_MS,
                  .memory_bytes = 256ULL << 20,
                  .max_processes = 16,
@@ -728,55 +762,51 @@ static int probe_sandbox(sbx_backend_t *b, cm_error_t *err) {
                  .file_size_bytes = 1 << 20,
                  .tmp_bytes = 1 << 20},
   };
-  sbx_launch_t launch = SBX_LAUNCH_INIT;
-  int rc = bwrap_build(b, &spec, &launch, err);
-  if (rc == 0) {
-    size_t n = 0;
-    while (n < CM_ARRAY_SIZE(launch.pass_fds) && launch.pass_fds[n] >= 0) n++;
-    cm_buf_t out, errout;
-    cm_buf_init(&out, BWRAP_PROBE_OUTPUT_MAX);
-    cm_buf_init(&errout, BWRAP_PROBE_OUTPUT_MAX);
-    int status = 0;
-    rc = sbx_run_capture(launch.argv, NULL, launch.pass_fds, n, BWRAP_PROBE_TIMEOUT_MS, &status, &out,
-                     &errout, err);
-    if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
-      cleanup_free char *why = output_excerpt(&errout);
-      if (WIFEXITED(status))
-        rc =
-            cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
-                         "bwrap cannot create the sandbox (exit %d): %s", WEXITSTATUS(status), why);
-      else
-        rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
-                          "bwrap cannot create the sandbox (signal %d): %s", WTERMSIG(status), why);
-    }
-    /* Without the record every run's exit status and usage would be unknown: a helper from
-     * another version, say. */
-    sbx_status_record_t rec;
-    if (rc == 0 && (sbx_status_read(launch.status_fd, &rec) != 1 || !WIFEXITED(rec.wait_status) ||
-                    WEXITSTATUS(rec.wait_status) != 0))
-      rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
-                        "the drop helper %s did not report the exit status of a test command",
-                        priv_of(b)->drop_path);
-    cm_buf_release(&out);
-    cm_buf_release(&errout);
-  }
-  sbx_launch_close_channel(&launch);
-  sbx_launch_release(&launch);
-  cm_error_t rm_err = CM_ERROR_INIT;
-  cm_rm_rf(dir, &rm_err);
-  cm_error_release(&rm_err);
-  return rc;
+  if (bwrap_build(b, &spec, &st->launch, err) < 0) return -1;
+  size_t n = 0;
+  while (n < CM_ARRAY_SIZE(st->launch.pass_fds) && st->launch.pass_fds[n] >= 0) n++;
+  return sbx_probe_command(probe, st->launch.argv, NULL, st->launch.pass_fds, n,
+                           BWRAP_PROBE_TIMEOUT_MS, BWRAP_PROBE_OUTPUT_MAX, probe_sandbox_done, err);
 }
 
-static int bwrap_probe(sbx_backend_t *b, cm_error_t *err) {
+static void probe_version_done(sbx_probe_t *probe, const sbx_probe_result_t *r) {
+  sbx_backend_t *b = sbx_probe_state(probe);
   bwrap_priv_t *p = priv_of(b);
-  p->as_root = geteuid() == 0;
-  if (find_bwrap(p, err) < 0) return -1;
-  if (find_drop_helper(p, err) < 0) return -1;
-  if (probe_version(p, err) < 0) return -1;
+  sbx_probe_set_state(probe, NULL, NULL);
+  cm_error_t err = CM_ERROR_INIT;
+  if (r->rc < 0) {
+    cm_error_set(&err, 0, CM_ERR_UNAVAILABLE, "%s", cm_error_message(r->err));
+    sbx_probe_finish(probe, &err);
+    return;
+  }
+  if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) {
+    cleanup_free char *why = output_excerpt(r->errout);
+    cm_error_set(&err, 0, CM_ERR_UNAVAILABLE, "%s --version failed: %s", p->bwrap_path, why);
+    sbx_probe_finish(probe, &err);
+    return;
+  }
+  const char *v = r->out->data ? strstr(r->out->data, "bubblewrap ") : NULL;
+  free(p->version);
+  p->version = v ? xstrndup(v + 11, strcspn(v + 11, " \r\n")) : xstrdup("(unknown version)");
   if (!p->system_args) p->system_args = system_args_new(&p->system_files);
   if (!p->network_args) p->network_args = network_args_new(&p->network_files);
-  return probe_sandbox(b, err);
+  if (probe_sandbox_start(b, probe, &err) < 0) sbx_probe_finish(probe, &err);
+}
+
+static void bwrap_probe(sbx_backend_t *b, sbx_probe_t *probe) {
+  bwrap_priv_t *p = priv_of(b);
+  cm_error_t err = CM_ERROR_INIT;
+  p->as_root = geteuid() == 0;
+  if (find_bwrap(p, &err) < 0 || find_drop_helper(p, &err) < 0) {
+    sbx_probe_finish(probe, &err);
+    return;
+  }
+  char *argv[] = {p->bwrap_path, "--version", NULL};
+  /* The state of this step is the backend itself (nothing to free). */
+  sbx_probe_set_state(probe, b, NULL);
+  if (sbx_probe_command(probe, argv, NULL, NULL, 0, BWRAP_PROBE_TIMEOUT_MS, BWRAP_PROBE_OUTPUT_MAX,
+                        probe_version_done, &err) < 0)
+    sbx_probe_finish(probe, &err);
 }
 
 /* ---------------------------------------------------------------- the rest */

@@ -119,6 +119,20 @@ static char *unescape_field(const char *s, size_t n) {
   return out;
 }
 
+/* Whether p is absolute and has no "." or ".." component: the kernel shows mount points
+ * and cgroup paths canonical, so anything else in /proc text is not to be trusted. */
+static bool path_is_clean(const char *p) {
+  if (p[0] != '/') return false;
+  for (const char *c = p + 1; *c;) {
+    const char *slash = strchr(c, '/');
+    size_t n = slash ? (size_t)(slash - c) : strlen(c);
+    if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.')) return false;
+    if (!slash) break;
+    c = slash + 1;
+  }
+  return true;
+}
+
 int sbx_cgroup_find_mount(const char *buf, size_t len, const char *controller, char **mountpoint, char **root) {
   *mountpoint = *root = NULL;
   const char *p = buf, *end = buf + len;
@@ -159,7 +173,7 @@ int sbx_cgroup_find_mount(const char *buf, size_t len, const char *controller, c
       if (match) {
         *root = unescape_field(f[3], fl[3]);
         *mountpoint = unescape_field(f[4], fl[4]);
-        if (*root && *mountpoint && **root == '/' && **mountpoint == '/') return 0;
+        if (*root && *mountpoint && path_is_clean(*root) && path_is_clean(*mountpoint)) return 0;
         free(*root);
         free(*mountpoint);
         *root = *mountpoint = NULL;
@@ -178,8 +192,15 @@ char *sbx_cgroup_dir(const char *mountpoint, const char *root, const char *own) 
   const char *rel = own + rl;
   if (strstr(rel, "/../") || strstr(rel, "/./") || (strlen(rel) >= 3 && strcmp(rel + strlen(rel) - 3, "/..") == 0))
     return NULL;
-  if (strcmp(rel, "/") == 0 || *rel == '\0') return xstrdup(mountpoint);
-  return xasprintf("%s%s", strcmp(mountpoint, "/") == 0 ? "" : mountpoint, rel);
+  char *dir = strcmp(rel, "/") == 0 || *rel == '\0'
+                  ? xstrdup(mountpoint)
+                  : xasprintf("%s%s", strcmp(mountpoint, "/") == 0 ? "" : mountpoint, rel);
+  /* The final path, not only its parts: a mount point of its own can carry "..". */
+  if (!path_is_clean(dir)) {
+    free(dir);
+    return NULL;
+  }
+  return dir;
 }
 
 /* ---------------------------------------------------------------- files */
@@ -308,6 +329,21 @@ static char *enable_string(unsigned set) {
   return cm_buf_steal(&b);
 }
 
+/* kill_members for dir and every directory below it (a dead server's runs are below its
+ * own directory). */
+static void kill_members_below(const char *dir, int version) {
+  cleanup_closedir DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+      cleanup_free char *sub = xasprintf("%s/%s", dir, e->d_name);
+      kill_members_below(sub, version);
+    }
+  }
+  kill_members(dir, version);
+}
+
 /* Removes directories "mps-<pid>" under dir left by servers that are gone. */
 static void sweep_stale(const char *dir) {
   cleanup_closedir DIR *d = opendir(dir);
@@ -318,8 +354,15 @@ static void sweep_stale(const char *dir) {
     if (strncmp(e->d_name, "mps-", 4) != 0 || cm_parse_u64(e->d_name + 4, INT32_MAX, &pid) < 0) continue;
     if (pid == (uint64_t)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
     cleanup_free char *sub = xasprintf("%s/%s", dir, e->d_name);
-    kill_members(sub, 1);
-    remove_tree(sub);
+    kill_members_below(sub, 1);
+    /* A server killed a moment ago still has processes dying in there (its children get
+     * SIGKILL by the parent-death signal, and just now by us): a directory cannot go before
+     * they are gone.  This runs once, at start-up, before anything is served; bounded. */
+    for (int i = 0; i < 200 && !remove_tree(sub); i++) {
+      if (errno != EBUSY) break;
+      usleep(5000);
+      kill_members_below(sub, 1);
+    }
   }
 }
 

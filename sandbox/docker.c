@@ -44,9 +44,10 @@
  * DOCKER_HELPER_TIMEOUT_MS is killed.  So a helper may stay a zombie until the next run, never
  * longer.  A second SIGKILL for a name whose `rm -f` is still running is not repeated.
  *
- * The probe (once, at start-up, blocking up to twice DOCKER_PROBE_TIMEOUT_MS): `docker
- * version` must report a server version, and `docker image inspect` must find the image
- * ($MPS_DOCKER_IMAGE or DOCKER_DEFAULT_IMAGE) locally. */
+ * The probe (once, at start-up, on the event loop like every other child: up to twice
+ * DOCKER_PROBE_TIMEOUT_MS, without blocking): `docker version` must report a server
+ * version, and `docker image inspect` must find the image ($MPS_DOCKER_IMAGE or
+ * DOCKER_DEFAULT_IMAGE) locally. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -529,26 +530,21 @@ static char *trimmed(const cm_buf_t *b) {
   return len ? cm_log_excerpt(s, len, 400) : NULL;
 }
 
-/* Runs `docker <args…>`; on success *out holds its trimmed stdout (maybe NULL).  On failure
- * the error quotes its stderr. */
-static int docker_query(docker_priv_t *p, char *const *argv, char **out, cm_error_t *err) {
-  cm_buf_t o, e;
-  cm_buf_init(&o, DOCKER_PROBE_OUTPUT_MAX);
-  cm_buf_init(&e, DOCKER_PROBE_OUTPUT_MAX);
-  int status = 0;
-  int rc = sbx_run_capture(argv, p->cli_envp, NULL, 0, DOCKER_PROBE_TIMEOUT_MS, &status, &o, &e, err);
-  if (rc == 0 && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
-    cleanup_free char *why = trimmed(&e);
-    if (!why) why = trimmed(&o);
-    rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "`docker %s %s` failed (%s %d): %s", argv[1],
-                      argv[2], WIFEXITED(status) ? "exit" : "signal",
-                      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
-                      why ? why : "no output");
+/* The outcome of `docker <args…>`: 0 with *out its trimmed stdout (maybe NULL), or -1 with
+ * an error quoting its stderr. */
+static int docker_query_result(char *const *argv, const sbx_probe_result_t *r, char **out,
+                               cm_error_t *err) {
+  if (r->rc < 0) return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s", cm_error_message(r->err));
+  if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) {
+    cleanup_free char *why = trimmed(r->errout);
+    if (!why) why = trimmed(r->out);
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "`docker %s %s` failed (%s %d): %s", argv[1],
+                        argv[2], WIFEXITED(r->status) ? "exit" : "signal",
+                        WIFEXITED(r->status) ? WEXITSTATUS(r->status) : WTERMSIG(r->status),
+                        why ? why : "no output");
   }
-  if (rc == 0) *out = trimmed(&o);
-  cm_buf_release(&o);
-  cm_buf_release(&e);
-  return rc;
+  *out = trimmed(r->out);
+  return 0;
 }
 
 static int find_docker(docker_priv_t *p, cm_error_t *err) {
@@ -590,46 +586,51 @@ static char **split_words(const char *s) {
   return cm_strv_steal(&a);
 }
 
-static int docker_probe(sbx_backend_t *b, cm_error_t *err) {
-  docker_priv_t *p = priv_of(b);
-  const char *image_env = getenv("MPS_DOCKER_IMAGE");
-  cleanup_free char *image = xstrdup(image_env && *image_env ? image_env : DOCKER_DEFAULT_IMAGE);
-  free(p->image);
-  p->image = NULL;
-  if (!image_ref_ok(image))
-    return cm_error_set(err, 0, CM_ERR_INVALID, "MPS_DOCKER_IMAGE '%s' is not an image reference",
-                        image);
-  if (find_docker(p, err) < 0) return -1;
-  cm_strv_free(p->cli_envp);
-  p->cli_envp = cli_env_new();
+/* The probe's two steps, each from a callback of the loop: `docker version`, then
+ * `docker image inspect`. */
+typedef struct docker_probe_state {
+  sbx_backend_t *b;
+  char *image;
+  char *version;
+} docker_probe_state_t;
 
-  char *version_argv[] = {p->docker_path, "version", "--format", "{{.Server.Version}}", NULL};
-  cleanup_free char *version = NULL;
-  if (docker_query(p, version_argv, &version, err) < 0)
-    return cm_error_wrap(
-        err, "the docker engine is not reachable (is it running, and may this user use it?)");
-  if (!version)
-    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
-                        "the docker engine is not reachable: `docker version` reports no server");
+static void probe_state_free(void *data) {
+  docker_probe_state_t *st = data;
+  free(st->image);
+  free(st->version);
+  free(st);
+}
 
-  char *inspect_argv[] = {p->docker_path,
-                          "image",
-                          "inspect",
-                          "--format",
-                          "{{.Id}} {{index .Config.Labels \"" DOCKER_PYTHONS_LABEL "\"}}",
-                          image,
-                          NULL};
+static char **inspect_argv_new(docker_priv_t *p, const char *image) {
+  cm_strv_builder_t a = {0};
+  cm_strv_add(&a, p->docker_path);
+  cm_strv_add(&a, "image");
+  cm_strv_add(&a, "inspect");
+  cm_strv_add(&a, "--format");
+  cm_strv_add(&a, "{{.Id}} {{index .Config.Labels \"" DOCKER_PYTHONS_LABEL "\"}}");
+  cm_strv_add(&a, image);
+  return cm_strv_steal(&a);
+}
+
+static void probe_inspect_done(sbx_probe_t *probe, const sbx_probe_result_t *r) {
+  docker_probe_state_t *st = sbx_probe_state(probe);
+  docker_priv_t *p = priv_of(st->b);
+  cm_error_t err = CM_ERROR_INIT;
+  char **argv = inspect_argv_new(p, st->image);
   cleanup_free char *inspect = NULL;
-  if (docker_query(p, inspect_argv, &inspect, err) < 0) {
-    cm_error_wrap(err,
+  int rc = docker_query_result(argv, r, &inspect, &err);
+  cm_strv_free(argv);
+  if (rc < 0) {
+    cm_error_wrap(&err,
                   "image %s is not in the local docker engine (the server never pulls): build it "
                   "with `docker build -t %s "
                   "profiles/` or fetch it with `docker pull %s`",
-                  image, image, image);
-    return -1;
+                  st->image, st->image, st->image);
+    sbx_probe_finish(probe, &err);
+    return;
   }
   free(p->server_version);
-  p->server_version = steal_pointer(&version);
+  p->server_version = steal_pointer(&st->version);
   free(p->image_id);
   cm_strv_free(p->pythons);
   size_t id_len = inspect ? strcspn(inspect, " ") : 0;
@@ -639,8 +640,60 @@ static int docker_probe(sbx_backend_t *b, cm_error_t *err) {
     cm_strv_free(p->pythons);
     p->pythons = xcalloc(1, sizeof(char *));
   }
-  p->image = steal_pointer(&image);
-  return 0;
+  p->image = steal_pointer(&st->image);
+  sbx_probe_finish(probe, NULL);
+}
+
+static void probe_version_done(sbx_probe_t *probe, const sbx_probe_result_t *r) {
+  docker_probe_state_t *st = sbx_probe_state(probe);
+  docker_priv_t *p = priv_of(st->b);
+  cm_error_t err = CM_ERROR_INIT;
+  char *version_argv[] = {p->docker_path, "version", "--format", "{{.Server.Version}}", NULL};
+  if (docker_query_result(version_argv, r, &st->version, &err) < 0) {
+    cm_error_wrap(&err,
+                  "the docker engine is not reachable (is it running, and may this user use it?)");
+    sbx_probe_finish(probe, &err);
+    return;
+  }
+  if (!st->version) {
+    cm_error_set(&err, 0, CM_ERR_UNAVAILABLE,
+                 "the docker engine is not reachable: `docker version` reports no server");
+    sbx_probe_finish(probe, &err);
+    return;
+  }
+  char **argv = inspect_argv_new(p, st->image);
+  int rc = sbx_probe_command(probe, argv, p->cli_envp, NULL, 0, DOCKER_PROBE_TIMEOUT_MS,
+                             DOCKER_PROBE_OUTPUT_MAX, probe_inspect_done, &err);
+  cm_strv_free(argv);
+  if (rc < 0) sbx_probe_finish(probe, &err);
+}
+
+static void docker_probe(sbx_backend_t *b, sbx_probe_t *probe) {
+  docker_priv_t *p = priv_of(b);
+  cm_error_t err = CM_ERROR_INIT;
+  const char *image_env = getenv("MPS_DOCKER_IMAGE");
+  cleanup_free char *image = xstrdup(image_env && *image_env ? image_env : DOCKER_DEFAULT_IMAGE);
+  free(p->image);
+  p->image = NULL;
+  if (!image_ref_ok(image)) {
+    cm_error_set(&err, 0, CM_ERR_INVALID, "MPS_DOCKER_IMAGE '%s' is not an image reference", image);
+    sbx_probe_finish(probe, &err);
+    return;
+  }
+  if (find_docker(p, &err) < 0) {
+    sbx_probe_finish(probe, &err);
+    return;
+  }
+  cm_strv_free(p->cli_envp);
+  p->cli_envp = cli_env_new();
+  docker_probe_state_t *st = xcalloc(1, sizeof *st);
+  st->b = b;
+  st->image = steal_pointer(&image);
+  sbx_probe_set_state(probe, st, probe_state_free);
+  char *version_argv[] = {p->docker_path, "version", "--format", "{{.Server.Version}}", NULL};
+  if (sbx_probe_command(probe, version_argv, p->cli_envp, NULL, 0, DOCKER_PROBE_TIMEOUT_MS,
+                        DOCKER_PROBE_OUTPUT_MAX, probe_version_done, &err) < 0)
+    sbx_probe_finish(probe, &err);
 }
 
 /* ---------------------------------------------------------------- the rest */

@@ -20,6 +20,30 @@ struct sbx_identity {
 /* A deep copy of a NULL-terminated string vector. */
 char **sbx_strv_copy(char *const *v);
 
+/* probe.c: the steps of a backend's probe.  sbx_probe_command runs argv (environment envp,
+ * NULL = empty; pass_fds kept open in it and closed here) on the probe's loop, capturing
+ * stdout and stderr up to output_max bytes each; when it has exited and both pipes are
+ * closed, or timeout_ms passed (then its tree is SIGKILLed and r->rc is -1 with r->err
+ * saying so), next(probe, r) runs from the loop.  Returns -1 (nothing started) when it
+ * cannot start.  r's buffers are valid during the call only.  A step ends the probe with
+ * sbx_probe_finish (err NULL or empty = available; its message is kept as the reason
+ * otherwise), or starts the next command.  State a backend keeps between steps is freed
+ * with the probe (also when it is cancelled). */
+typedef struct sbx_probe_result {
+  int rc;     /* 0: status holds the wait status; -1: timed out (err) */
+  int status; /* as waitpid() gives it */
+  const cm_buf_t *out, *errout;
+  cm_error_t *err;
+} sbx_probe_result_t;
+typedef void (*sbx_probe_step_cb)(sbx_probe_t *probe, const sbx_probe_result_t *r);
+int sbx_probe_command(sbx_probe_t *probe, char *const *argv, char *const *envp, int *pass_fds,
+                      size_t n_pass, int timeout_ms, size_t output_max, sbx_probe_step_cb next,
+                      cm_error_t *err);
+void sbx_probe_finish(sbx_probe_t *probe, cm_error_t *err);
+void *sbx_probe_state(sbx_probe_t *probe);
+void sbx_probe_set_state(sbx_probe_t *probe, void *state, void (*state_free)(void *state));
+cm_loop_t *sbx_probe_loop(sbx_probe_t *probe);
+
 #ifdef MPS_HAVE_BWRAP
 extern const sbx_backend_ops_t sbx_bwrap_ops;
 

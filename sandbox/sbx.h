@@ -98,6 +98,8 @@ void sbx_launch_release(sbx_launch_t *l);
 /* Closes status_fd and control_fd (and sets them to -1).  sbx_launch_release() does not. */
 void sbx_launch_close_channel(sbx_launch_t *l);
 
+typedef struct sbx_probe sbx_probe_t;
+
 typedef struct sbx_backend_ops {
   const char *name;
   /* Whether spec mounts appear at their targets (and the work directory at /work);
@@ -112,8 +114,10 @@ typedef struct sbx_backend_ops {
    * bwrap); false when an engine runs it elsewhere (docker: its own limits, its image's
    * interpreter).  Runs of such backends get cgroups of ours. */
   bool host_processes;
-  /* Checks that the backend can really run a sandbox here (by running one). */
-  int (*probe)(sbx_backend_t *b, cm_error_t *err);
+  /* Checks that the backend can really run a sandbox here (by running one), without
+   * blocking: its commands go through sbx_probe_command, and it ends, at once or from a
+   * later step, with sbx_probe_finish (sandbox-internal.h). */
+  void (*probe)(sbx_backend_t *b, sbx_probe_t *probe);
   int (*build)(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch, cm_error_t *err);
   /* Keeps what the backend reserved for the launch (bwrap: its uid) until until_ms
    * (cm_now_ms() clock; UINT64_MAX: until told again), plus the backend's own margin.
@@ -137,6 +141,7 @@ struct sbx_backend {
   const sbx_backend_ops_t *ops;
   bool available;     /* probe succeeded */
   char *unavailable;  /* why not, when !available */
+  bool probing;       /* a probe is in flight: available says nothing yet */
   void *priv;
   /* Borrowed: runs of this backend get a cgroup each (backends whose processes are our
    * descendants; docker's containers have the engine's).  NULL = none. */
@@ -146,7 +151,20 @@ struct sbx_backend {
 /* Creates a backend by name: "none", "bwrap" (alias "native" on Linux), "docker".
  * Unknown names fail with CM_ERR_INVALID. */
 sbx_backend_t *sbx_backend_new(const char *name, cm_error_t *err);
-/* Probes the backend and records the outcome in b->available / b->unavailable. */
+/* Starts probing the backend on loop: its checks run as child processes the loop
+ * watches, so the caller never blocks (bubblewrap's probe takes up to 2 x 5 s on a slow
+ * host, docker's up to 2 x 5 s).  done(data, b) follows exactly once, never from inside
+ * this call, with the outcome in b->available / b->unavailable; until then
+ * sbx_backend_probing(b).  The probe is freed after done returns. */
+typedef void (*sbx_probe_done_cb)(void *data, sbx_backend_t *b);
+sbx_probe_t *sbx_backend_probe_start(sbx_backend_t *b, cm_loop_t *loop, sbx_probe_done_cb done,
+                                     void *data);
+/* Stops a probe whose done has not run yet: its processes are killed and reaped, done is
+ * never called, b->available stays as it was. */
+void sbx_probe_cancel(sbx_probe_t *probe);
+bool sbx_backend_probing(const sbx_backend_t *b);
+/* The same, blocking the caller on a loop of its own until the outcome is in: for the
+ * `none` backend (nothing to run) and for tests. */
 void sbx_backend_probe(sbx_backend_t *b);
 const char *sbx_backend_name(const sbx_backend_t *b);
 /* See sbx_backend_ops_t.maps_paths. */
@@ -253,11 +271,6 @@ int sbx_child_reap(sbx_child_t *child, siginfo_t *info, struct rusage *ru);
 /* Kills the child's process group (and the child) with sig. */
 void sbx_child_kill_tree(const sbx_child_t *child, int sig);
 void sbx_child_close(sbx_child_t *child);
-/* Runs argv to completion with an environment (NULL = empty), blocking for at most
- * timeout_ms (then the tree is killed and it fails), capturing stdout and stderr up to the
- * buffers' limits.  Closes pass_fds.  For start-up probes only: it blocks the caller. */
-int sbx_run_capture(char *const *argv, char *const *envp, int *pass_fds, size_t n_pass, int timeout_ms,
-                    int *status, cm_buf_t *out, cm_buf_t *errout, cm_error_t *err);
 
 /* ---------------------------------------------------------------- functions in a child */
 

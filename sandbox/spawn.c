@@ -35,18 +35,31 @@ static void child_fail(int errpipe, const char *stage) {
   _exit(127);
 }
 
+/* Sets cur/max; where that would raise the hard limit the server runs under and the
+ * process may not (no CAP_SYS_RESOURCE, as under `ulimit -Hn 64`), the server's own hard
+ * limit is the tighter one anyway: both are capped at it, and the run starts. */
+static int set_limits(int resource, rlim_t cur, rlim_t max) {
+  struct rlimit rl = {.rlim_cur = cur, .rlim_max = max};
+  if (setrlimit(resource, &rl) == 0) return 0;
+  struct rlimit now;
+  if (errno != EPERM || getrlimit(resource, &now) < 0 || now.rlim_max == RLIM_INFINITY ||
+      max <= now.rlim_max)
+    return -1;
+  rl.rlim_max = now.rlim_max;
+  if (rl.rlim_cur > rl.rlim_max) rl.rlim_cur = rl.rlim_max;
+  return setrlimit(resource, &rl);
+}
+
 static int set_limit(int resource, uint64_t value) {
   if (value == 0) return 0;
-  struct rlimit rl = {.rlim_cur = (rlim_t)value, .rlim_max = (rlim_t)value};
-  return setrlimit(resource, &rl);
+  return set_limits(resource, (rlim_t)value, (rlim_t)value);
 }
 
 static int apply_rlimits(const sbx_limits_t *l) {
   if (set_limit(RLIMIT_AS, l->memory_bytes) < 0) return -1;
   if (l->cpu_seconds) {
     /* Soft limit sends SIGXCPU; the hard limit one second later is SIGKILL. */
-    struct rlimit rl = {.rlim_cur = (rlim_t)l->cpu_seconds, .rlim_max = (rlim_t)l->cpu_seconds + 1};
-    if (setrlimit(RLIMIT_CPU, &rl) < 0) return -1;
+    if (set_limits(RLIMIT_CPU, (rlim_t)l->cpu_seconds, (rlim_t)l->cpu_seconds + 1) < 0) return -1;
   }
   if (set_limit(RLIMIT_NPROC, l->max_processes) < 0) return -1;
   if (set_limit(RLIMIT_FSIZE, l->file_size_bytes) < 0) return -1;
@@ -351,65 +364,6 @@ void sbx_child_close(sbx_child_t *child) {
   if (child->stderr_fd >= 0) close(child->stderr_fd);
   child->pidfd = child->stdout_fd = child->stderr_fd = -1;
   child->pid = -1;
-}
-
-int sbx_run_capture(char *const *argv, char *const *envp, int *pass_fds, size_t n_pass, int timeout_ms,
-                    int *status, cm_buf_t *out, cm_buf_t *errout, cm_error_t *err) {
-  char *const no_env[] = {NULL};
-  sbx_spawn_opts_t opts = {
-      .argv = argv,
-      .envp = envp ? envp : no_env,
-      .capture_output = true,
-      .pass_fds = pass_fds,
-      .n_pass_fds = n_pass,
-  };
-  sbx_child_t child;
-  int rc = sbx_spawn(&opts, &child, err);
-  for (size_t i = 0; i < n_pass; i++) {
-    if (pass_fds[i] >= 0) close(pass_fds[i]);
-    pass_fds[i] = -1;
-  }
-  if (rc < 0) return -1;
-
-  uint64_t deadline = cm_now_ms() + (uint64_t)timeout_ms;
-  bool timed_out = false;
-  while (child.stdout_fd >= 0 || child.stderr_fd >= 0) {
-    uint64_t now = cm_now_ms();
-    if (now >= deadline) {
-      timed_out = true;
-      break;
-    }
-    struct pollfd pfd[2] = {{child.stdout_fd, POLLIN, 0}, {child.stderr_fd, POLLIN, 0}};
-    if (poll(pfd, 2, (int)(deadline - now)) < 0 && errno != EINTR) {
-      timed_out = true; /* cannot watch it any more: stop it */
-      break;
-    }
-    for (int i = 0; i < 2; i++) {
-      if (pfd[i].fd < 0 || !pfd[i].revents) continue;
-      char buf[1024];
-      ssize_t r = read(pfd[i].fd, buf, sizeof buf);
-      if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (r > 0) {
-        cm_buf_t *dst = i == 0 ? out : errout;
-        (void)cm_buf_append(dst, buf, CM_MIN((size_t)r, dst->max - CM_MIN(dst->max, dst->len)));
-        continue;
-      }
-      int *fd = i == 0 ? &child.stdout_fd : &child.stderr_fd;
-      close(*fd);
-      *fd = -1;
-    }
-  }
-  if (timed_out) sbx_child_kill_tree(&child, SIGKILL);
-  int st = 0;
-  while (waitpid(child.pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  child.pid = -1;
-  sbx_child_close(&child);
-  if (timed_out)
-    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "`%s%s%s` did not finish within %d ms", argv[0],
-                        argv[1] ? " " : "", argv[1] ? argv[1] : "", timeout_ms);
-  *status = st;
-  return 0;
 }
 
 /* ---------------------------------------------------------------- functions in a child */

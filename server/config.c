@@ -431,13 +431,8 @@ static char *profile_path(const char *name) {
 
 /* A profile is a TOML table of flag names (dashes or underscores) and values; it applies
  * before the environment and the flags, which override it. */
-static int load_profile(srv_config_t *c, const char *name, cm_error_t *err) {
-  cleanup_free char *path = profile_path(name);
-  if (!path)
-    return cm_error_set(err, 0, CM_ERR_NOT_FOUND, "profile '%s' not found (known: default, offline, lan; or give a file path)", name);
-  cleanup_free char *text = NULL;
-  size_t len;
-  if (cm_read_file(path, 1u << 20, &text, &len, err) < 0) return cm_error_wrap(err, "profile '%s'", name);
+int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, const char *path,
+                             cm_error_t *err) {
   toml_value_t *doc = NULL;
   if (toml_parse(text, len, NULL, &doc, err) < 0) return cm_error_wrap(err, "profile %s", path);
   int rc = 0;
@@ -490,6 +485,19 @@ static int load_profile(srv_config_t *c, const char *name, cm_error_t *err) {
   }
   toml_free(doc);
   return rc;
+}
+
+static int load_profile(srv_config_t *c, const char *name, cm_error_t *err) {
+  cleanup_free char *path = profile_path(name);
+  if (!path)
+    return cm_error_set(
+        err, 0, CM_ERR_NOT_FOUND,
+        "profile '%s' not found (known: default, offline, lan; or give a file path)", name);
+  cleanup_free char *text = NULL;
+  size_t len;
+  if (cm_read_file(path, 1u << 20, &text, &len, err) < 0)
+    return cm_error_wrap(err, "profile '%s'", name);
+  return srv_config_apply_profile(c, text, len, path, err);
 }
 
 int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err) {

@@ -676,12 +676,27 @@ static char *bound_message(env_store_t *s, const env_space_t *sp, const sbx_resu
   return NULL;
 }
 
+/* When the installer ran out of space, which disk: the cache's, or (when that one has room)
+ * the sandbox's own /tmp. */
+static char *disk_note(const char *tail, const char *envs_dir) {
+  if (!strstr(tail, "No space left on device")) return xstrdup("");
+  struct statvfs v;
+  if (statvfs(envs_dir, &v) < 0) return xstrdup("");
+  double free_mib = (double)v.f_bavail * (double)v.f_frsize / (1024.0 * 1024.0);
+  double size_mib = (double)v.f_blocks * (double)v.f_frsize / (1024.0 * 1024.0);
+  return xasprintf(
+      "\n(The disk of the environment cache, %s, has %.1f MiB free of %.1f MiB; with room there, "
+      "it is the build's own space, see --max-build-bytes.)",
+      envs_dir, free_mib, size_mib);
+}
+
 static void on_step_exit(void *data, const sbx_result_t *res) {
   env_build_t *b = data;
   sbx_run_free(b->run);
   b->run = NULL;
   if (res->exit_code != 0 || res->timed_out || res->cancelled) {
     cleanup_free char *tail = output_tail(b);
+    cleanup_free char *disk = disk_note(tail, b->store->envs_dir);
     const char *what = b->step == STEP_VENV      ? "creating the virtual environment"
                        : b->step == STEP_INSTALL ? "installing the dependencies"
                                                  : "inspecting the environment";
@@ -692,8 +707,8 @@ static void on_step_exit(void *data, const sbx_result_t *res) {
             ? xasprintf("Building the environment failed: %s took longer than %llus.\n%s", what,
                         (unsigned long long)(b->store->cfg->build_timeout_ms / 1000), tail)
         : bound ? xasprintf("Building the environment failed while %s: %s.\n%s", what, bound, tail)
-                : xasprintf("Building the environment failed while %s (exit code %d):\n%s", what,
-                            res->exit_code, tail);
+                : xasprintf("Building the environment failed while %s (exit code %d):\n%s%s", what,
+                            res->exit_code, tail, disk);
     cm_warn("environment %s: %s", b->key, msg);
     build_fail(b, msg);
     return;

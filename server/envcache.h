@@ -47,6 +47,10 @@ typedef void (*env_progress_cb)(void *data, const char *message, size_t len);
 /* runs_dir: this server's own work directory (srv_workdir_claim), where build spaces go. */
 env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir, const char *runs_dir,
                            sbx_backend_t *backend);
+/* Where builds, warm-ups and resolutions make their work directories (default
+ * <state>/work): the server's own directory there, which the next server removes even after
+ * a crash. */
+void env_store_set_work_dir(env_store_t *s, const char *dir);
 /* Finds or builds the environment for (py, requirements).  uv_config is the script's
  * [tool.uv] table as TOML text (part of the key; handed to uv with --config-file), or NULL.
  * owner is the principal asking (a bearer token's name, or NULL): recorded as the

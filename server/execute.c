@@ -47,6 +47,7 @@ struct exec_job {
   bool workdir_mounted;
   double setup_progress;  /* progress counter while the environment is prepared */
   void *py_wait;
+  void *probe_wait; /* waiting for the sandbox's probe (srv_server_when_probed) */
   py_interp_t *py;
   bool queued; /* waiting for a slot */
   exec_job_t *queue_next;
@@ -1040,6 +1041,10 @@ static void on_cancel(void *data) {
     py_registry_cancel_wait(srv_server_pythons(job->server), job->py_wait);
     job->py_wait = NULL;
   }
+  if (job->probe_wait) {
+    srv_server_cancel_probe_wait(job->server, job->probe_wait);
+    job->probe_wait = NULL;
+  }
   if (job->env_wait) {
     env_store_cancel(srv_server_envs(job->server), job->env_wait);
     job->env_wait = NULL;
@@ -1049,6 +1054,7 @@ static void on_cancel(void *data) {
 }
 
 static void on_python(void *data, py_interp_t *def, const char *def_error);
+static void on_probed(void *data);
 
 static void on_downloaded(void *data, const char *error) {
   exec_job_t *job = data;
@@ -1088,6 +1094,18 @@ static void on_python(void *data, py_interp_t *def, const char *def_error) {
     return;
   }
   job->py = py;
+  on_probed(job);
+}
+
+/* The sandbox must be probed before anything runs in it (environment builds included):
+ * until then the job waits, and the loop serves others. */
+static void on_probed(void *data) {
+  exec_job_t *job = data;
+  job->probe_wait = NULL;
+  if (!srv_server_probed(job->server)) {
+    job->probe_wait = srv_server_when_probed(job->server, on_probed, job);
+    return;
+  }
   sbx_backend_t *b = srv_server_backend(job->server);
   if (!b->available) {
     job_finish(job, srv_tool_error_result(

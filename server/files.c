@@ -713,7 +713,8 @@ static void walk_dir(walk_t *w, int dfd, const char *rel, unsigned depth) {
     }
     names[n++] = xstrdup(ent->d_name);
   }
-  qsort(names, n, sizeof *names, cmp_names);
+  /* An empty directory leaves names NULL, which qsort must not be given. */
+  if (n > 1) qsort(names, n, sizeof *names, cmp_names);
   for (size_t i = 0; i < n && !w->stop; i++) {
     const char *name = names[i];
     if (w->out->n >= lim->max_entries || w->scanned >= w->scan_max) {

@@ -1,6 +1,7 @@
 /* The seed's text result format and truncation, with the tail kept as well: a traceback
  * at the end of a flood is what a model needs most. */
 #include <stdio.h>
+#include <string.h>
 
 #include "server/srv.h"
 

@@ -1,7 +1,9 @@
 /* The JSON-RPC/MCP router: envelope checks, lifecycle, dispatch, requests in flight,
  * progress, logging and cancellation.  Transport-neutral: everything goes out through
  * tr_sink_t. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include "server/envcache.h"
@@ -41,7 +43,12 @@ struct srv_server {
   art_store_t *artifacts;
   tr_http_t *http; /* the HTTP transport, if any */
   void *warm_wait;
-  bool probed;
+  void *warm_probe_wait;
+  py_interp_t *warm_python;
+  bool probed;                    /* the backend's probe has finished */
+  sbx_probe_t *probe;             /* in flight */
+  struct probe_wait *probe_waits; /* callers waiting for it */
+  cm_timer_t *probe_flush;        /* calls the waiters: a timer, so freeing the server cancels it */
   cm_timer_t *probe_timer;
   char *state_dir;
   char *runs_dir; /* work/srv-XXXXXX, locked while we live */
@@ -93,17 +100,75 @@ static char *default_state_dir(void) {
   return xasprintf("/tmp/%s-%u", SRV_NAME, (unsigned)getuid());
 }
 
-static void ensure_probed(srv_server_t *s) {
-  if (s->probed) return;
+/* The sandbox backend is probed like every other child process is run: started from the
+ * loop, its outcome arriving by callback.  Calls that need the backend before then wait
+ * (srv_server_when_probed) without blocking the loop. */
+typedef struct probe_wait {
+  struct probe_wait *next;
+  void (*cb)(void *data);
+  void *data;
+} probe_wait_t;
+
+static void flush_probe_waits(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  srv_server_t *s = data;
+  s->probe_flush = NULL;
+  /* One at a time from the head: a callback may cancel or add others. */
+  while (s->probed && s->probe_waits) {
+    probe_wait_t *w = s->probe_waits;
+    s->probe_waits = w->next;
+    w->cb(w->data);
+    free(w);
+  }
+}
+
+static void queue_probe_flush(srv_server_t *s) {
+  if (s->probe_flush || !s->probe_waits) return;
+  s->probe_flush = cm_loop_timer(s->loop, 0, flush_probe_waits, s);
+}
+
+static void on_probed(void *data, sbx_backend_t *b) {
+  srv_server_t *s = data;
+  s->probe = NULL;
   s->probed = true;
-  cm_timer_cancel(s->probe_timer);
-  s->probe_timer = NULL;
-  sbx_backend_probe(s->backend);
-  if (!s->backend->available)
+  if (!b->available)
     cm_warn("sandbox backend %s is not available: %s; executions will be refused (no fall back)",
-            sbx_backend_name(s->backend), s->backend->unavailable);
+            sbx_backend_name(b), b->unavailable);
   else
     srv_prestart_start(s);
+  queue_probe_flush(s);
+}
+
+static void ensure_probed(srv_server_t *s) {
+  if (s->probed || s->probe) return;
+  cm_timer_cancel(s->probe_timer);
+  s->probe_timer = NULL;
+  s->probe = sbx_backend_probe_start(s->backend, s->loop, on_probed, s);
+}
+
+bool srv_server_probed(srv_server_t *s) {
+  return s->probed;
+}
+
+void *srv_server_when_probed(srv_server_t *s, void (*cb)(void *data), void *data) {
+  probe_wait_t *w = xcalloc(1, sizeof *w);
+  w->cb = cb;
+  w->data = data;
+  probe_wait_t **tail = &s->probe_waits;
+  while (*tail) tail = &(*tail)->next;
+  *tail = w;
+  ensure_probed(s);
+  if (s->probed) queue_probe_flush(s);
+  return w;
+}
+
+void srv_server_cancel_probe_wait(srv_server_t *s, void *wait) {
+  for (probe_wait_t **p = &s->probe_waits; *p; p = &(*p)->next) {
+    if (*p == wait) {
+      *p = ((probe_wait_t *)wait)->next;
+      free(wait);
+      return;
+    }
+  }
 }
 
 static void probe_soon(cm_loop_t *loop, cm_timer_t *t, void *data) {
@@ -112,13 +177,39 @@ static void probe_soon(cm_loop_t *loop, cm_timer_t *t, void *data) {
   ensure_probed(s);
 }
 
-/* Once the interpreters are known: warm the download cache in the background. */
+/* Once the interpreters are known and the sandbox probed: warm the download cache in the
+ * background. */
+static void warm_when_probed(void *data) {
+  srv_server_t *s = data;
+  s->warm_probe_wait = NULL;
+  py_interp_t *def = s->warm_python;
+  s->warm_python = NULL;
+  if (!s->backend->available) return;
+  cleanup_free char *list = srv_find_profile_file("warmup.txt");
+  if (def && list) env_store_warm(s->envs, def, list);
+}
+
 static void start_warming(void *data, py_interp_t *def, const char *error) {
   srv_server_t *s = data;
   s->warm_wait = NULL;
-  if (!srv_server_backend(s)->available) return;
-  cleanup_free char *list = srv_find_profile_file("warmup.txt");
-  if (def && list) env_store_warm(s->envs, def, list);
+  if (!def) return;
+  s->warm_python = def;
+  s->warm_probe_wait = srv_server_when_probed(s, warm_when_probed, s);
+}
+
+/* Absolute, no empty, "." or ".." component, no trailing slash: what the sandboxes accept
+ * as the root of their mounts. */
+static bool state_path_is_clean(const char *p) {
+  if (p[0] != '/') return false;
+  if (p[1] == '\0') return true;
+  for (const char *c = p; *c;) {
+    c++;
+    const char *e = strchrnul(c, '/');
+    size_t n = (size_t)(e - c);
+    if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.')) return false;
+    c = e;
+  }
+  return true;
 }
 
 srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err) {
@@ -126,6 +217,19 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   if (cm_mkdir_p(state, 0700, err) < 0) {
     cm_error_wrap(err, "creating the state directory");
     return NULL;
+  }
+  /* Every path under the state directory ends up in a mount of the sandbox, which takes
+   * clean absolute paths only: a relative --state-dir (or one with "..") is resolved here,
+   * once, against the directory the server started in. */
+  if (!state_path_is_clean(state)) {
+    cleanup_free char *resolved = realpath(state, NULL);
+    if (!resolved) {
+      cm_error_set(err, errno, CM_ERR_IO, "resolving the state directory %s", state);
+      return NULL;
+    }
+    cm_info("state directory: %s (given as %s)", resolved, state);
+    free(state);
+    state = steal_pointer(&resolved);
   }
   cleanup_free char *work = xasprintf("%s/work", state);
   if (cm_mkdir_p(work, 0711, err) < 0) {
@@ -190,7 +294,16 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
 void srv_server_free(srv_server_t *s) {
   if (!s) return;
   if (s->warm_wait) py_registry_cancel_wait(s->pythons, s->warm_wait);
+  if (s->warm_probe_wait) srv_server_cancel_probe_wait(s, s->warm_probe_wait);
   cm_timer_cancel(s->probe_timer);
+  sbx_probe_cancel(s->probe);
+  s->probe = NULL;
+  cm_timer_cancel(s->probe_flush);
+  while (s->probe_waits) {
+    probe_wait_t *w = s->probe_waits;
+    s->probe_waits = w->next;
+    free(w);
+  }
   srv_prestart_free(s);
   art_store_free(s->artifacts);
   env_store_free(s->envs);

@@ -24,8 +24,10 @@ int srv_script_prepare(const char *script, size_t len, json_t *extra, srv_script
   cleanup_free const char **extras = xcalloc(n_extra + 1, sizeof *extras);
   for (size_t i = 0; i < n_extra; i++) {
     json_t *d = json_array_get(extra, i);
-    if (!json_is_string(d) || strlen(json_string_value(d)) != json_string_length(d))
+    if (!json_is_string(d) || strlen(json_string_value(d)) != json_string_length(d)) {
+      srv_script_release(out); /* on failure nothing is left to release */
       return cm_error_set(err, 0, CM_ERR_INVALID, "dependencies[%zu] must be a string", i);
+    }
     extras[i] = json_string_value(d);
   }
   char **merged = NULL;

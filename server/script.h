@@ -14,7 +14,8 @@ typedef struct srv_script {
 
 /* Parses the PEP 723 block, merges `extra` (a JSON array of strings, or NULL) into its
  * dependencies with the seed's rule, and parses every requirement.  Errors are
- * CM_ERR_INVALID/CM_ERR_LIMIT with a message that names the bad part. */
+ * CM_ERR_INVALID/CM_ERR_LIMIT with a message that names the bad part; on failure *out
+ * holds nothing (releasing it is harmless). */
 int srv_script_prepare(const char *script, size_t len, json_t *extra, srv_script_t *out, cm_error_t *err);
 void srv_script_release(srv_script_t *s);
 

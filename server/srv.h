@@ -108,6 +108,11 @@ void srv_config_defaults(srv_config_t *c);
 int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err);
 /* The seed's validation, with its messages. */
 int srv_config_validate(const srv_config_t *c, cm_error_t *err);
+/* Applies a profile's TOML text (a table of flag names and values; `path` names it in
+ * errors) to c, as --profile does after reading the file.  Errors: CM_ERR_INVALID or
+ * CM_ERR_LIMIT (the TOML limits), naming the line. */
+int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, const char *path,
+                             cm_error_t *err);
 void srv_config_release(srv_config_t *c);
 /* A file of profiles/ ($MPS_PROFILES_DIR, beside the binary, the source tree, or the
  * installed share directory), or NULL. */
@@ -175,10 +180,18 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
 void srv_server_free(srv_server_t *s);
 cm_loop_t *srv_server_loop(srv_server_t *s);
 const srv_config_t *srv_server_config(srv_server_t *s);
+/* The sandbox backend.  Starts its probe if it has not started yet (never waits for it):
+ * until srv_server_probed(), b->available says nothing. */
 sbx_backend_t *srv_server_backend(srv_server_t *s);
 /* The same without probing it first (the probe runs a whole sandbox): for what its kind
  * alone tells, such as sbx_backend_can_egress(), where a probe would be premature. */
 sbx_backend_t *srv_server_backend_kind(srv_server_t *s);
+/* Whether the backend's probe has finished (b->available then holds its outcome). */
+bool srv_server_probed(srv_server_t *s);
+/* Calls cb(data) once the probe has finished (starting it if need be), never from inside
+ * this call.  The handle is for srv_server_cancel_probe_wait until cb has run. */
+void *srv_server_when_probed(srv_server_t *s, void (*cb)(void *data), void *data);
+void srv_server_cancel_probe_wait(srv_server_t *s, void *wait);
 /* The none backend, for trusted host helpers (interpreter probes, syntax checks). */
 sbx_backend_t *srv_server_host_backend(srv_server_t *s);
 sbx_cgroups_t *srv_server_cgroups(srv_server_t *s);

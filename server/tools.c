@@ -125,7 +125,10 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   struct utsname u;
   if (uname(&u) < 0) strcpy(u.sysname, "unknown"), strcpy(u.machine, "unknown");
   cleanup_free char *uv = cm_find_executable(cfg->uv_path);
-  cleanup_free char *status = sbx_backend_describe(b);
+  /* The probe runs in the background after start-up: until it is done, say so. */
+  bool probing = !srv_server_probed(s);
+  cleanup_free char *described = sbx_backend_describe(b);
+  cleanup_free char *status = probing ? xasprintf("%s: probing", described) : xstrdup(described);
   cleanup_free char *mem = human_size(cfg->memory_bytes);
   cleanup_free char *fsize = human_size(cfg->file_size_bytes);
   cleanup_free char *tmp = human_size(cfg->tmp_bytes);
@@ -164,7 +167,10 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                                             p->error ? p->error : "unknown", "ok", 0));
     }
   }
-  cm_buf_printf(&t, "Sandbox available: %s\n", b->available ? "yes" : "no (executions are refused; no fall back)");
+  cm_buf_printf(&t, "Sandbox available: %s\n",
+                probing        ? "probing (executions wait for the outcome)"
+                : b->available ? "yes"
+                               : "no (executions are refused; no fall back)");
   cm_buf_printf(&t, "Network: %s\n", !cfg->network ? "off" : cfg->network_host ? "host" : "on");
   json_t *net_obj = NULL;
   srv_network_describe(srv_server_network(s), cfg, b, &t, &net_obj);
@@ -222,16 +228,18 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                                  : "off (the backend cannot hold a sandbox, or prestarting failed)");
   cm_buf_printf(&t, "Server: %s %s", SRV_NAME, srv_version());
   cleanup_free char *platform = xasprintf("%s %s", u.sysname, u.machine);
-  json_t *sc = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:b, s:s}",
-                         "python_version", py ? py->version : "", "python_path", py ? py->executable : "",
-                         "uv", uv ? uv : "", "platform", platform, "sandbox_backend", sbx_backend_name(b),
-                         "sandbox_status", status, "sandbox_available", b->available,
-                         "default_timeout", (json_int_t)cfg->default_timeout, "max_timeout",
-                         (json_int_t)cfg->max_timeout, "max_output_bytes", (json_int_t)cfg->max_output_bytes,
-                         "network", cfg->network, "server_version", srv_version());
+  json_t *sc =
+      json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:b, s:s}", "python_version",
+                py ? py->version : "", "python_path", py ? py->executable : "", "uv", uv ? uv : "",
+                "platform", platform, "sandbox_backend", sbx_backend_name(b), "sandbox_status",
+                status, "sandbox_available", !probing && b->available, "default_timeout",
+                (json_int_t)cfg->default_timeout, "max_timeout", (json_int_t)cfg->max_timeout,
+                "max_output_bytes", (json_int_t)cfg->max_output_bytes, "network", cfg->network,
+                "server_version", srv_version());
   json_object_set_new(sc, "interpreters", jpys);
   json_object_set_new(sc, "network_policy", net_obj ? net_obj : json_null());
   json_object_set_new(sc, "tenant", share);
+  json_object_set_new(sc, "sandbox_probing", json_boolean(probing));
   json_object_set_new(sc, "cgroups", json_pack("{s:b, s:s}", "active", cg_runs, "description", cg_text));
   cleanup_free char *text = cm_buf_steal(&t);
   json_t *result = srv_tool_text_result(text, false);

@@ -35,6 +35,7 @@ typedef struct validate_call {
   cm_buf_t out;
   bool resolve;
   void *resolve_wait;
+  void *probe_wait;   /* the resolution runs in the sandbox: after its probe */
   char *valid_text;   /* the VALID answer, waiting for the resolution */
   json_t *valid_sc;
   char *principal; /* held against --max-token-concurrent (srv_exec_hold) */
@@ -120,6 +121,20 @@ static void on_resolved(void *data, json_t *resolved, const char *error) {
   finish(c, result);
 }
 
+/* The resolution runs in the sandbox, so only once the sandbox is probed (waiting for that
+ * does not block the loop). */
+static void start_resolve(void *data) {
+  validate_call_t *c = data;
+  c->probe_wait = NULL;
+  if (!srv_server_probed(c->server)) {
+    c->probe_wait = srv_server_when_probed(c->server, start_resolve, c);
+    return;
+  }
+  c->resolve_wait = env_store_resolve(srv_server_envs(c->server), c->py, c->script.requirements,
+                                      c->script.n_requirements, on_resolved, c);
+  if (!c->resolve_wait) on_resolved(c, NULL, "the resolution could not start (see the server log)");
+}
+
 static void on_compile_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
   validate_call_t *c = data;
   if (stream == SBX_STDOUT) cm_buf_append(&c->out, buf, len);
@@ -188,10 +203,7 @@ static void on_compiled(void *data, const sbx_result_t *res) {
   if (c->resolve && c->script.n_requirements > 0) {
     c->valid_text = steal_pointer(&text);
     c->valid_sc = sc;
-    (void)srv_server_backend(c->server); /* probed before anything runs in it */
-    c->resolve_wait = env_store_resolve(srv_server_envs(c->server), c->py, c->script.requirements,
-                                        c->script.n_requirements, on_resolved, c);
-    if (!c->resolve_wait) on_resolved(c, NULL, "the resolution could not start (see the server log)");
+    start_resolve(c);
     return;
   }
   json_t *result = srv_tool_text_result(text, false);
@@ -201,6 +213,12 @@ static void on_compiled(void *data, const sbx_result_t *res) {
 
 static void on_cancel(void *data) {
   validate_call_t *c = data;
+  if (c->probe_wait) {
+    srv_server_cancel_probe_wait(c->server, c->probe_wait);
+    c->probe_wait = NULL;
+    finish(c, json_object());
+    return;
+  }
   if (c->resolve_wait) {
     env_store_cancel_resolve(srv_server_envs(c->server), c->resolve_wait);
     c->resolve_wait = NULL;

@@ -774,9 +774,21 @@ static void rearm(tr_http_t *h, bool from_soon) {
   h->t_mhd_deadline = deadline;
 }
 
+static unsigned mhd_connections(tr_http_t *h) {
+  const union MHD_DaemonInfo *di =
+      mhd.get_daemon_info(h->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+  return di ? di->num_connections : 0;
+}
+
 static void mhd_run(tr_http_t *h, bool from_soon) {
   if (!h->daemon) return;
+  unsigned before = mhd_connections(h);
   mhd.run(h->daemon);
+  /* Out of descriptors, MHD stops accepting and takes the listening socket out of its epoll
+   * set; a connection that closes lifts that, but the socket goes back only at the next
+   * MHD_run, which nothing else may trigger (the connections waiting in the backlog do not
+   * wake its epoll fd while the socket is out of it).  So: once more, soon. */
+  if (mhd_connections(h) < before) schedule_soon(h);
   rearm(h, from_soon);
 }
 

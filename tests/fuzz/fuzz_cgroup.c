@@ -1,7 +1,8 @@
 /* libFuzzer target for the /proc parsers of sandbox/cgroup.c.  The input is read both as
  * /proc/self/cgroup and as /proc/self/mountinfo text.  Checks, beyond memory safety: a
  * path found is absolute and has no NUL; a mount found has absolute, NUL-free mount point
- * and root; the directory built from them lies under the mount point. */
+ * and root; the directory built from them lies under the mount point and has no "." or
+ * ".." component. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       check_path(root);
       char *dir = own ? sbx_cgroup_dir(mp, root, own) : NULL;
       if (dir && strcmp(mp, "/") != 0 && strncmp(dir, mp, strlen(mp)) != 0) abort();
-      if (dir && strstr(dir, "/../")) abort();
+      if (dir && (strstr(dir, "/../") || strstr(dir, "/./") ||
+                  (strlen(dir) >= 3 && strcmp(dir + strlen(dir) - 3, "/..") == 0) ||
+                  (strlen(dir) >= 2 && strcmp(dir + strlen(dir) - 2, "/.") == 0)))
+        abort();
       free(dir);
     } else if (mp || root) {
       abort();

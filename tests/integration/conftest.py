@@ -18,8 +18,13 @@ BINARY = os.path.abspath(BINARY)
 BACKEND = os.environ.get("MPS_TEST_BACKEND", "none")
 
 
+# The pids of every server this test run started (cgroup directories are named after them;
+# other sessions on the machine run servers too).
+STARTED_SERVERS = set()
+
+
 class Server:
-    def __init__(self, *args, backend=None, state_dir=None, env=None):
+    def __init__(self, *args, backend=None, state_dir=None, env=None, cwd=None, preexec_fn=None):
         self.tmp = tempfile.TemporaryDirectory(prefix="mps-itest-")
         self.state_dir = state_dir or os.path.join(self.tmp.name, "state")
         argv = [BINARY, "--sandbox-backend", backend or BACKEND, "--state-dir", self.state_dir, *args]
@@ -34,7 +39,9 @@ class Server:
             else:
                 full_env[k] = v
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr_file, env=full_env, bufsize=0)
+                                     stderr=self.stderr_file, env=full_env, bufsize=0, cwd=cwd,
+                                     preexec_fn=preexec_fn)
+        STARTED_SERVERS.add(self.proc.pid)
         self.lines = queue.Queue()
         self.notifications = []
         self.stray = []
@@ -111,6 +118,16 @@ class Server:
         r = self.request("tools/call", params, timeout=timeout, req_id=req_id)
         assert "result" in r, r
         return r["result"]
+
+    def probed_environment(self, timeout=60):
+        """check_environment once the sandbox's probe (which runs in the background after
+        start-up) has finished: until then it says "probing"."""
+        deadline = time.monotonic() + timeout
+        while True:
+            res = self.call("check_environment")
+            if not res["structuredContent"].get("sandbox_probing") or time.monotonic() > deadline:
+                return res
+            time.sleep(0.05)
 
     def execute(self, script, timeout=60, **kwargs):
         args = {"script": script, **kwargs}
@@ -213,15 +230,28 @@ def _processes():
 
 
 def held_sandboxes():
-    """The prestarted sandboxes (--prestart) still waiting for a call: pid -> their work
-    directory.  Every process of one, bwrap and the waiting drop helper, carries --wait-go in
+    """The prestarted sandboxes (--prestart) of this test run's servers still waiting for a
+    call: pid -> their work directory.  Every process of one, bwrap and the waiting drop helper, carries --wait-go in
     its command line; they are kept on purpose, so the leak checks leave them out.  Once a call
     has released one, its processes keep that command line, but the drop helper has forked the
     script: a --wait-go process with any descendant without --wait-go is running a call, and is
     counted like any other process."""
     marked = {}
     table = _processes()
+    me = os.getpid()
+
+    def ours(pid):
+        # Started by a server of this test run: other sessions on the machine hold theirs.
+        q, seen = pid, 0
+        while q in table and seen < 64:
+            if q == me:
+                return True
+            q, seen = table[q][1], seen + 1
+        return False
+
     for pid in table:
+        if not ours(pid):
+            continue
         argv = _cmdline(pid)
         if b"--wait-go" not in argv:
             continue

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import BACKEND, Server, daemon_script, held_sandboxes, processes_with_marker, wait_until
+from conftest import BACKEND, STARTED_SERVERS, Server, daemon_script, held_sandboxes, processes_with_marker, wait_until
 
 
 def cgroups_line(s):
@@ -52,7 +52,15 @@ def run_dirs():
         except OSError:
             pass
     return [d for d in glob.glob("/sys/fs/cgroup/**/mps-*/run-*", recursive=True)
-            if os.path.isdir(d) and not any(d.endswith(h) for h in held if h != "/")]
+            if os.path.isdir(d) and not any(d.endswith(h) for h in held if h != "/")
+            and _server_of(d) in STARTED_SERVERS]
+
+
+def _server_of(run_dir):
+    """The pid in the mps-<pid> directory above a run directory (other sessions' servers
+    have theirs too)."""
+    name = os.path.basename(os.path.dirname(run_dir))
+    return int(name[4:]) if name[4:].isdigit() else None
 
 
 def test_check_environment_says_which_cgroups(cg_available, make_server):

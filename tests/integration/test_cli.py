@@ -1,4 +1,5 @@
 """Flags, environment variables and the seed's validation messages."""
+import os
 import subprocess
 
 import pytest
@@ -87,10 +88,32 @@ def test_profiles(tmp_path):
     def env_text(*args):
         srv = Server(*args, backend="none")
         srv.initialize()
-        t = srv.call("check_environment")["content"][0]["text"]
+        t = srv.probed_environment()["content"][0]["text"]
         srv.close()
         return t
     t = env_text("--profile", "lan")
     assert "Max timeout: 120s" in t and "Network: off" in t and "Profile: lan" in t
     t = env_text("--profile", "lan", "--max-timeout", "200")
     assert "Max timeout: 200s" in t
+
+
+def test_relative_state_dir_is_resolved_at_start(tmp_path):
+    """A relative --state-dir (and one with "..") is resolved against the directory the
+    server starts in: calls work, and the state lands there."""
+    from conftest import BACKEND, Server
+    start = tmp_path / "start"
+    start.mkdir()
+    for given, where in (("rel/state", start / "rel" / "state"),
+                         ("../up/./state/", tmp_path / "up" / "state")):
+        srv = Server(backend=BACKEND, state_dir=given, cwd=str(start))
+        try:
+            srv.initialize()
+            res = srv.execute("print('relative ok')")
+            assert not res.get("isError"), res
+            assert "relative ok" in res["content"][0]["text"]
+            # the work directory of this server is under the resolved directory
+            assert (where / "work").is_dir()
+            assert any(e.startswith("srv-") for e in os.listdir(where / "work"))
+            assert f"state directory: {where}" in srv.stderr_text()
+        finally:
+            srv.close()

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import Server, wait_until
+from conftest import Server, processes_with_marker, wait_until
 
 STANDIN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "docker-standin")
 SECRET = "hunter2-docker-itest-secret"
@@ -86,7 +86,7 @@ def start(standin, *args):
 
 
 def check_environment(s):
-    res = s.call("check_environment")
+    res = s.probed_environment()
     sc = res["structuredContent"]
     if "built without the docker backend" in sc["sandbox_status"]:
         s.close()
@@ -230,5 +230,34 @@ def test_cancellation_kills_the_container_by_name(standin):
         assert wait_until(lambda: standin.has_call("rm", "-f", name), timeout=10)
         assert s.request("ping")["result"] == {}
         assert all(m.get("id") != "long" for m in s.stray)
+    finally:
+        s.close()
+
+
+def test_a_hanging_engine_does_not_block_the_server(standin):
+    """The probe runs on the event loop: while `docker version` hangs, the server answers,
+    check_environment says "probing", and a call that needs the sandbox waits for the
+    probe's outcome (here: the engine did not answer in time) instead of failing early."""
+    standin.switch("engine-hangs")
+    s = start(standin)
+    try:
+        assert wait_until(lambda: standin.has_call("version", "--format", "{{.Server.Version}}"), timeout=10)
+        assert s.request("ping")["result"] == {}
+        res = s.call("check_environment")
+        sc = res["structuredContent"]
+        assert sc["sandbox_probing"] is True and sc["sandbox_available"] is False, sc
+        assert "Sandbox available: probing" in res["content"][0]["text"]
+        # Sent while probing: answered once the probe has given up on the engine.
+        s.send({"jsonrpc": "2.0", "id": "waits", "method": "tools/call",
+                "params": {"name": "execute_python", "arguments": {"script": "print('never')"}}})
+        assert s.request("tools/list")["result"]["tools"]
+        res = s.recv_response("waits", timeout=60)["result"]
+        assert res["isError"] is True
+        assert "did not finish within" in res["content"][0]["text"], res
+        assert standin.runs() == []
+        sc = s.probed_environment()["structuredContent"]
+        assert sc["sandbox_probing"] is False and sc["sandbox_available"] is False
+        # The hung client was killed, not left behind.
+        assert wait_until(lambda: not processes_with_marker(standin.path), timeout=10)
     finally:
         s.close()

@@ -62,6 +62,14 @@ def test_unicode_and_invalid_utf8(server):
     assert "Hello 世界 🌍" in out and "\ufffd" in out and "ok" in out
 
 
+def test_nul_bytes_in_output_do_not_cut_it_off(server):
+    # A NUL byte is kept (JSON carries it as \u0000), and so is what follows it (it once
+    # ended the text there).
+    sc = server.execute("import sys\nsys.stdout.write('a\\0b\\n')\nsys.stderr.write('\\0e\\n')\nprint('end')")["structuredContent"]
+    assert sc["stdout"] == "a\x00b\nend\n", sc
+    assert sc["stderr"] == "\x00e\n", sc
+
+
 def test_input_gets_eof(server):
     res = server.execute("try:\n    input()\nexcept EOFError:\n    print('EOF')\nimport sys\nprint(repr(sys.stdin.read()))",
                          timeout_seconds=10)
@@ -282,7 +290,7 @@ def test_missing_dependency_fails_clearly(make_server):
 
 
 def test_check_environment(server):
-    res = server.call("check_environment")
+    res = server.probed_environment()
     t = text_of(res)
     lines = t.splitlines()
     labels = ["Python version:", "uv:", "Platform:", "Sandbox backend:", "Sandbox status:",
@@ -302,7 +310,7 @@ def test_unavailable_backend_refuses_without_fallback(make_server):
     res = s.execute("print('should not run')")
     if res["isError"] and "not available" in text_of(res):
         assert "should not run" not in text_of(res)
-        env = text_of(s.call("check_environment"))
+        env = text_of(s.probed_environment())
         assert "Sandbox available: no" in env
 
 

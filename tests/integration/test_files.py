@@ -14,7 +14,7 @@ import zlib
 
 import pytest
 
-from conftest import BACKEND, Server, wait_until
+from conftest import BACKEND, Server, wait_until, work_left
 
 
 def text_of(res):
@@ -244,6 +244,18 @@ def test_no_outputs_no_files(files_server):
     assert "--- files:" not in text_of(res)
 
 
+def test_empty_outputs_directory_no_files(files_server):
+    # An empty outputs/ (and an empty directory in it) is no files, not a crash: the
+    # sanitizer build once aborted here (qsort of no names).
+    res = files_server.execute("import os\nos.makedirs('outputs/empty')\nprint('made')")
+    assert not res.get("isError"), res
+    assert "--- stdout ---\nmade\n" in text_of(res)
+    assert res["structuredContent"]["files"] == [] and len(res["content"]) == 1
+    res = files_server.execute("import os\nos.makedirs('outputs')\nprint('only outputs')")
+    assert "only outputs" in text_of(res) and res["structuredContent"]["files"] == []
+    assert files_server.request("ping")["result"] == {}
+
+
 @pytest.fixture
 def buffered_server():
     made = []
@@ -374,7 +386,6 @@ def test_outputs_itself_a_symlink_is_not_followed(files_server):
 def test_a_hundred_thousand_tiny_files_stop_at_the_cap(make_server):
     s = make_server("--max-output-files", "50")
     s.initialize()
-    t0 = time.monotonic()
     res = s.execute('''
 import os
 os.makedirs("outputs")
@@ -383,15 +394,14 @@ for i in range(100000):
         f.write("x")
 print("made")
 ''', timeout_seconds=240, timeout=300)
-    call_s = time.monotonic() - t0
-    script_s = res["structuredContent"]["duration_ms"] / 1000
     assert res["structuredContent"]["stdout"] == "made\n", text_of(res)
     files = res["structuredContent"]["files"]
     # Which 50 is up to the directory's order; they are listed sorted by name.
     assert len(files) == 50 and [f["path"] for f in files] == sorted(f["path"] for f in files)
     assert "holds more than 50 entries" in text_of(res)
-    # Collecting (and removing the work directory) takes seconds at most, not minutes.
-    assert call_s - script_s < 20, (call_s, script_s)
+    # The work directory went too (how long collecting and removing take: bench/ case 8).
+    assert wait_until(lambda: work_left(s.state_dir) == [], timeout=60)
+    assert s.request("ping")["result"] == {}
 
 
 # ------------------------------------------------------------------ inputs

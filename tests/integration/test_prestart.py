@@ -37,7 +37,7 @@ def test_calls_run_in_prestarted_sandboxes(make_server):
         assert sc["prestarted"] is True and sc["exit_code"] == 0, sc
         assert sc["stdout"].strip() == "/work"
         wait_held(s)
-    text = s.call("check_environment")["content"][0]["text"]
+    text = s.probed_environment()["content"][0]["text"]
     assert "Prestarted sandbox: on" in text
 
 
@@ -130,8 +130,9 @@ def test_inputs_and_timeout_start_at_the_call(make_server):
     res = s.execute("import time; time.sleep(0.3); print(open('data.txt').read())", timeout_seconds=1,
                     files=[{"path": "data.txt", "content": "hello"}])
     sc = res["structuredContent"]
+    # Held for longer than its 1 s timeout, yet not timed out: the clock started at the call
+    # (how long the call took is bench/ case 8's).
     assert sc["prestarted"] is True and sc["timed_out"] is False and sc["stdout"] == "hello\n", sc
-    assert sc["duration_ms"] < 1000
     wait_held(s)
     res = s.execute("import time; time.sleep(30)", timeout_seconds=1)
     assert res["structuredContent"]["timed_out"] is True

@@ -145,11 +145,20 @@ def test_notifications_never_answered(server):
     r = server.recv()  # ...but an invalid message gets an error with a null id
     assert r["error"]["code"] == -32600 and r["id"] is None
     assert server.request("ping", req_id="after")["id"] == "after"
+    # Nothing else came back: any answer to the notifications would sit in stray.
+    assert server.stray == []
 
 
 def test_responses_from_client_are_ignored(server):
+    # Responses to requests the server never sent (a result, an error, a string id): no
+    # answer, no error, and the session goes on.  recv_response puts every message with
+    # another id in stray, so an answer to any of them would show there.
     server.send({"jsonrpc": "2.0", "id": 99, "result": {}})
+    server.send({"jsonrpc": "2.0", "id": "s-1", "error": {"code": -32601, "message": "no"}})
+    server.send({"jsonrpc": "2.0", "id": 100, "result": {"roots": []}})
     assert server.request("ping", req_id="x")["id"] == "x"
+    assert server.request("ping", req_id="y")["id"] == "y"
+    assert server.stray == []
 
 
 def test_wrong_param_types(server):

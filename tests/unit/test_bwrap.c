@@ -307,6 +307,114 @@ static void test_probe_bogus_bwrap(void **state UNUSED) {
   sbx_backend_free(b);
 }
 
+/* The probe on a loop: it returns at once, the loop keeps running while the probe's
+ * command waits (a stand-in for bwrap holds `--version` until a FIFO gets a line), the
+ * outcome comes by callback exactly once, never from inside the start.  Cancelling a probe
+ * in flight kills and reaps its command and never calls back. */
+typedef struct {
+  int calls;
+  bool ticked;
+} probe_seen_t;
+
+static void on_probe_done(void *data, sbx_backend_t *b) {
+  ((probe_seen_t *)data)->calls++;
+}
+static void on_tick(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  *(bool *)data = true;
+}
+
+static pid_t child_running(const char *marker) {
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  pid_t found = 0;
+  while (d && (e = readdir(d)) && !found) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char path[300], buf[4096];
+    snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) continue;
+    for (ssize_t i = 0; i < n; i++)
+      if (!buf[i]) buf[i] = ' ';
+    buf[n] = '\0';
+    if (strstr(buf, marker) && strstr(buf, "--version")) found = (pid_t)atoi(e->d_name);
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+static void test_probe_is_asynchronous(void **state UNUSED) {
+  cm_error_t err = CM_ERROR_INIT;
+  cleanup_free char *gate = xasprintf("%s/probe-gate", g.root);
+  assert_int_equal(mkfifo(gate, 0600), 0);
+  cleanup_free char *bwrap_path = cm_find_executable("bwrap");
+  cleanup_free char *script =
+      xasprintf("#!/bin/sh\nif [ \"$1\" = --version ]; then read line < %s; fi\nexec %s \"$@\"\n",
+                gate, bwrap_path);
+  write_file(g.root, "held-bwrap", script, 0755);
+  cleanup_free char *fake = xasprintf("%s/held-bwrap", g.root);
+
+  for (int cancel = 0; cancel < 2; cancel++) {
+    sbx_backend_t *b = sbx_backend_new("bwrap", &err);
+    sbx_bwrap_set_paths(b, fake, MPS_SANDBOX_DROP_PATH);
+    probe_seen_t seen = {0};
+    sbx_probe_t *probe = sbx_backend_probe_start(b, g.loop, on_probe_done, &seen);
+    assert_non_null(probe);
+    assert_true(sbx_backend_probing(b));
+    assert_int_equal(seen.calls, 0);
+    /* The loop runs while the command is held. */
+    cm_loop_timer(g.loop, 10, on_tick, &seen.ticked);
+    while (!seen.ticked) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
+    uint64_t until = cm_now_ms() + 5000;
+    pid_t held = 0;
+    while (!(held = child_running(fake)) && cm_now_ms() < until)
+      assert_int_equal(cm_loop_run_once(g.loop, 20, &err), 0);
+    assert_true(held > 0);
+    assert_int_equal(seen.calls, 0);
+    assert_true(sbx_backend_probing(b));
+    if (cancel) {
+      sbx_probe_cancel(probe);
+      assert_false(sbx_backend_probing(b));
+      assert_int_equal(kill(held, 0), -1); /* killed and reaped */
+      for (int i = 0; i < 5; i++) assert_int_equal(cm_loop_run_once(g.loop, 0, &err), 0);
+      assert_int_equal(seen.calls, 0);
+    } else {
+      int fd = open(gate, O_WRONLY | O_CLOEXEC);
+      assert_true(fd >= 0);
+      assert_int_equal(write(fd, "go\n", 3), 3);
+      close(fd);
+      until = cm_now_ms() + 30000;
+      while (seen.calls == 0 && cm_now_ms() < until)
+        assert_int_equal(cm_loop_run_once(g.loop, 100, &err), 0);
+      assert_int_equal(seen.calls, 1);
+      assert_false(sbx_backend_probing(b));
+      assert_true(b->available);
+      for (int i = 0; i < 5; i++) assert_int_equal(cm_loop_run_once(g.loop, 0, &err), 0);
+      assert_int_equal(seen.calls, 1);
+    }
+    sbx_backend_free(b);
+  }
+  unlink(gate);
+}
+
+/* A probe that fails before running anything still answers from the loop, not from
+ * inside the start. */
+static void test_probe_failure_is_deferred(void **state UNUSED) {
+  cm_error_t err = CM_ERROR_INIT;
+  sbx_backend_t *b = sbx_backend_new("bwrap", &err);
+  sbx_bwrap_set_paths(b, "/nonexistent/bin/bwrap", MPS_SANDBOX_DROP_PATH);
+  probe_seen_t seen = {0};
+  sbx_backend_probe_start(b, g.loop, on_probe_done, &seen);
+  assert_int_equal(seen.calls, 0);
+  assert_int_equal(cm_loop_run_once(g.loop, 0, &err), 0);
+  assert_int_equal(seen.calls, 1);
+  assert_false(b->available);
+  assert_non_null(strstr(b->unavailable, "/nonexistent/bin/bwrap"));
+  sbx_backend_free(b);
+}
+
 /* ---------------------------------------------------------------- it works */
 
 static void test_runs_python(void **state UNUSED) {
@@ -1881,6 +1989,8 @@ int main(void) {
       cmocka_unit_test(test_setup_failure_is_reported),
       cmocka_unit_test(test_spec_validation),
       cmocka_unit_test(test_probe_bogus_bwrap),
+      cmocka_unit_test(test_probe_is_asynchronous),
+      cmocka_unit_test(test_probe_failure_is_deferred),
       cmocka_unit_test(test_measure_cost),
       cmocka_unit_test(test_nothing_left_behind),
   };

@@ -74,6 +74,14 @@ static void test_find_mount(void **state) {
   assert_int_equal(sbx_cgroup_find_mount(nosep, strlen(nosep), NULL, &mp, &root), -1);
   const char *nul = "29 23 0:26 / /sys/\\000x rw - cgroup2 cgroup2 rw\n";
   assert_int_equal(sbx_cgroup_find_mount(nul, strlen(nul), NULL, &mp, &root), -1);
+  /* A mount point or root with a "." or ".." component is not taken (found by fuzzing). */
+  const char *dotdot = ":cpuacct:/ 3 0 / /.. i - cgroup c cpuacct";
+  assert_int_equal(sbx_cgroup_find_mount(dotdot, strlen(dotdot), "cpuacct", &mp, &root), -1);
+  assert_null(mp);
+  const char *dotroot = "29 23 0:26 /a/../b /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+  assert_int_equal(sbx_cgroup_find_mount(dotroot, strlen(dotroot), NULL, &mp, &root), -1);
+  const char *dot = "29 23 0:26 / /sys/fs/./cgroup rw - cgroup2 cgroup2 rw\n";
+  assert_int_equal(sbx_cgroup_find_mount(dot, strlen(dot), NULL, &mp, &root), -1);
 }
 
 static void test_dir(void **state) {
@@ -91,6 +99,10 @@ static void test_dir(void **state) {
   assert_null(sbx_cgroup_dir("/sys/fs/cgroup", "/docker/abc", "/other"));
   assert_null(sbx_cgroup_dir("/sys/fs/cgroup", "/", "/a/../../etc"));
   assert_null(sbx_cgroup_dir("/sys/fs/cgroup", "/", "/a/.."));
+  /* The final path is checked, not only the part after the root. */
+  assert_null(sbx_cgroup_dir("/..", "/", "/ 3 0 / /.. i - cgroup c cpuacct"));
+  assert_null(sbx_cgroup_dir("/sys/..", "/", "/"));
+  assert_null(sbx_cgroup_dir("/sys/fs/cgroup", "/", "/.."));
 }
 
 static void test_off(void **state) {

@@ -8,8 +8,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/cm-internal.h"
 #include "common/cm.h"
 
 static void test_error_set_and_wrap(void **state) {
@@ -329,10 +335,146 @@ static void test_loop_timers(void **state) {
   cm_loop_timer(loop, 1, on_timer, &one);
   cm_timer_t *c = cm_loop_timer(loop, 5, on_timer, &hundred);
   cm_timer_cancel(c);
-  uint64_t t0 = cm_now_ms();
   assert_int_equal(cm_loop_run(loop, &err), 0);
   assert_int_equal(fired, 11);
-  assert_true(cm_now_ms() - t0 >= 19);
+  cm_loop_free(loop);
+}
+
+/* The timer heap, through the loop: thousands of timers with random delays, a third of
+ * them cancelled (some before the loop runs, some from other timers' callbacks), some
+ * made from callbacks.  Every timer fires once, never before its deadline, in the order of
+ * (deadline, creation); a cancelled one never fires. */
+#define HEAP_TIMERS 3000
+typedef struct {
+  cm_timer_t *t[HEAP_TIMERS + 64];
+  size_t order[HEAP_TIMERS + 64]; /* creation index of each timer */
+  bool cancelled[HEAP_TIMERS + 64], fired[HEAP_TIMERS + 64];
+  size_t made, n_fired, n_cancelled;
+  uint64_t last_deadline;
+  size_t last_index;
+  bool early, out_of_order, fired_cancelled;
+  unsigned seed;
+} heap_state_t;
+
+static heap_state_t heap;
+
+static unsigned heap_rand(void) {
+  heap.seed = heap.seed * 1103515245u + 12345u;
+  return (heap.seed >> 16) & 0x7fff;
+}
+
+static void on_heap_timer(cm_loop_t *loop, cm_timer_t *t, void *data);
+
+static void heap_make(cm_loop_t *loop, uint64_t ms) {
+  size_t i = heap.made++;
+  heap.t[i] = cm_loop_timer(loop, ms, on_heap_timer, (void *)(uintptr_t)i);
+  heap.order[i] = i;
+}
+
+static void on_heap_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  size_t i = (size_t)(uintptr_t)data;
+  uint64_t deadline = cm_timer_deadline_us(t);
+  if (deadline > cm_now_us()) heap.early = true;
+  if (heap.cancelled[i] || heap.fired[i]) heap.fired_cancelled = true;
+  if (heap.n_fired > 0 &&
+      (deadline < heap.last_deadline || (deadline == heap.last_deadline && i < heap.last_index)))
+    heap.out_of_order = true;
+  heap.last_deadline = deadline;
+  heap.last_index = i;
+  heap.fired[i] = true;
+  heap.n_fired++;
+  cm_timer_cancel(t); /* from its own callback: a no-op */
+  /* Cancel another pending timer now and then; make a new one now and then. */
+  if (heap_rand() % 7 == 0) {
+    size_t j = heap_rand() % heap.made;
+    if (!heap.fired[j] && !heap.cancelled[j]) {
+      cm_timer_cancel(heap.t[j]);
+      heap.cancelled[j] = true;
+      heap.n_cancelled++;
+    }
+  }
+  if (heap.made < HEAP_TIMERS + 64 && heap_rand() % 50 == 0) heap_make(loop, heap_rand() % 5);
+  if (cm_loop_pending_timers(loop) == 0) cm_loop_stop(loop);
+}
+
+static void test_loop_timer_heap(void **state) {
+  cm_error_t err = CM_ERROR_INIT;
+  cm_loop_t *loop = cm_loop_new(&err);
+  memset(&heap, 0, sizeof heap);
+  heap.seed = 42;
+  for (size_t i = 0; i < HEAP_TIMERS; i++) heap_make(loop, heap_rand() % 40);
+  for (size_t i = 0; i < HEAP_TIMERS; i += 1 + heap_rand() % 5) {
+    cm_timer_cancel(heap.t[i]);
+    heap.cancelled[i] = true;
+    heap.n_cancelled++;
+  }
+  assert_int_equal(cm_loop_pending_timers(loop), heap.made - heap.n_cancelled);
+  assert_int_equal(cm_loop_run(loop, &err), 0);
+  assert_false(heap.early);
+  assert_false(heap.out_of_order);
+  assert_false(heap.fired_cancelled);
+  assert_int_equal(heap.n_fired + heap.n_cancelled, heap.made);
+  assert_true(heap.made > HEAP_TIMERS); /* some were made from callbacks */
+  for (size_t i = 0; i < heap.made; i++) assert_true(heap.fired[i] != heap.cancelled[i]);
+  assert_int_equal(cm_loop_pending_timers(loop), 0);
+  cm_loop_free(loop);
+}
+
+/* A timer of 0 ms made in a callback fires in a later iteration, not in the one that made
+ * it (no busy loop); one left pending at cm_loop_free is freed with the loop. */
+static int zero_iteration, zero_fired_in;
+static int iteration;
+static void on_zero(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  zero_fired_in = iteration;
+}
+static void on_make_zero(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  zero_iteration = iteration;
+  cm_loop_timer(loop, 0, on_zero, NULL);
+}
+
+static void test_loop_timer_zero(void **state) {
+  cm_error_t err = CM_ERROR_INIT;
+  cm_loop_t *loop = cm_loop_new(&err);
+  zero_iteration = zero_fired_in = -1;
+  cm_loop_timer(loop, 0, on_make_zero, NULL);
+  for (iteration = 0; iteration < 1000 && zero_fired_in < 0; iteration++)
+    assert_int_equal(cm_loop_run_once(loop, 100, &err), 0);
+  assert_true(zero_iteration >= 0);
+  assert_true(zero_fired_in > zero_iteration);
+  cm_loop_timer(loop, 60000, on_zero, NULL); /* left pending: freed by cm_loop_free */
+  cm_loop_free(loop);
+}
+
+/* Timers take no file descriptor: with the descriptor limit at what is open now, a
+ * thousand timers are made and fire (a timerfd per timer aborted here). */
+static int fd_timers_fired;
+static void on_fd_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  if (++fd_timers_fired == 1000) cm_loop_stop(loop);
+}
+
+static void test_loop_timers_need_no_fds(void **state) {
+  cm_error_t err = CM_ERROR_INIT;
+  cm_loop_t *loop = cm_loop_new(&err);
+  struct rlimit old, low;
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+  int highest = 0;
+  for (int fd = 0; fd < 1024; fd++)
+    if (fcntl(fd, F_GETFD) >= 0) highest = fd;
+  low = old;
+  low.rlim_cur = (rlim_t)highest + 1;
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+  /* Fill the holes below the limit: then really no descriptor is left. */
+  int fillers[1024], n_fillers = 0, fd;
+  while (n_fillers < 1024 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+    fillers[n_fillers++] = fd;
+  assert_int_equal(open("/dev/null", O_RDONLY | O_CLOEXEC) < 0 && errno == EMFILE, 1);
+  fd_timers_fired = 0;
+  for (int i = 0; i < 1000; i++) cm_loop_timer(loop, (uint64_t)(i % 10), on_fd_timer, NULL);
+  int rc = cm_loop_run(loop, &err);
+  for (int i = 0; i < n_fillers; i++) close(fillers[i]);
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+  assert_int_equal(rc, 0);
+  assert_int_equal(fd_timers_fired, 1000);
   cm_loop_free(loop);
 }
 
@@ -366,13 +508,22 @@ static void test_loop_fd(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_error_set_and_wrap), cmocka_unit_test(test_buf_limits),
-      cmocka_unit_test(test_headtail),           cmocka_unit_test(test_utf8),
-      cmocka_unit_test(test_parse_u64),          cmocka_unit_test(test_sha256),
-      cmocka_unit_test(test_sha256_vectors),     cmocka_unit_test(test_sha256_lengths),
-      cmocka_unit_test(test_memeq_ct),           cmocka_unit_test(test_rm_rf),
+      cmocka_unit_test(test_error_set_and_wrap),
+      cmocka_unit_test(test_buf_limits),
+      cmocka_unit_test(test_headtail),
+      cmocka_unit_test(test_utf8),
+      cmocka_unit_test(test_parse_u64),
+      cmocka_unit_test(test_sha256),
+      cmocka_unit_test(test_sha256_vectors),
+      cmocka_unit_test(test_sha256_lengths),
+      cmocka_unit_test(test_memeq_ct),
+      cmocka_unit_test(test_rm_rf),
       cmocka_unit_test(test_files_at),
-      cmocka_unit_test(test_loop_timers),        cmocka_unit_test(test_loop_fd),
+      cmocka_unit_test(test_loop_timers),
+      cmocka_unit_test(test_loop_fd),
+      cmocka_unit_test(test_loop_timer_heap),
+      cmocka_unit_test(test_loop_timer_zero),
+      cmocka_unit_test(test_loop_timers_need_no_fds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

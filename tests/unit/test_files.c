@@ -493,6 +493,18 @@ static void test_collect_caps(void **state) {
   struct stat st;
   assert_int_equal(stat(dest3, &st), -1);
   files_collection_release(&c);
+  /* An empty outputs/ (and an empty directory inside it): nothing, no store directory. */
+  mkdir_at(empty, "outputs/sub");
+  assert_int_equal(files_collect(efd, dest3, &lim, &c, &err), 0);
+  assert_int_equal(c.n, 0);
+  assert_null(c.note);
+  assert_int_equal(stat(dest3, &st), -1);
+  files_collection_release(&c);
+  char *sub = xasprintf("%s/outputs/sub", empty), *outputs = xasprintf("%s/outputs", empty);
+  assert_int_equal(rmdir(sub), 0);
+  assert_int_equal(rmdir(outputs), 0);
+  free(sub);
+  free(outputs);
   /* outputs/ itself a symlink. */
   symlink_at(dir, empty, "outputs");
   assert_int_equal(files_collect(efd, dest3, &lim, &c, &err), 0);

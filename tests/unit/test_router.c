@@ -1,10 +1,13 @@
-/* Unit tests for the server's pure parts: JSON-RPC envelope, output formatting, config. */
+/* Unit tests for the router (srv_session_handle on a real server with the none backend,
+ * answers recorded by a sink) and for the server's pure parts: JSON-RPC envelope, output
+ * formatting, config. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "server/jsonscan.h"
 #include "server/server-internal.h"
@@ -151,11 +154,326 @@ static void test_config(void **state) {
   srv_config_release(&c);
 }
 
+/* ---------------------------------------------------------------- the router */
+
+/* A sink that keeps every message sent to it, parsed, with its flags. */
+typedef struct {
+  tr_sink_t base;
+  json_t *messages; /* array */
+  json_t *flags;    /* array of integers, one per message */
+} record_sink_t;
+
+static void record_send(tr_sink_t *s, const char *text, size_t len, tr_send_flags_t flags) {
+  record_sink_t *r = (record_sink_t *)s;
+  json_error_t e;
+  json_t *msg = json_loadb(text, len, 0, &e);
+  if (!msg) fail_msg("the router sent something that is not JSON: %.*s", (int)len, text);
+  json_array_append_new(r->messages, msg);
+  json_array_append_new(r->flags, json_integer(flags));
+}
+
+static void record_release(tr_sink_t *s) {}
+
+static const tr_sink_ops_t record_ops = {.send = record_send, .release = record_release};
+
+typedef struct {
+  cm_loop_t *loop;
+  srv_config_t cfg;
+  srv_server_t *server;
+  record_sink_t sink;
+  srv_session_t *session;
+  char *state;
+} router_fixture_t;
+
+static router_fixture_t rf;
+
+static int router_setup(void **state) {
+  cm_error_t err = CM_ERROR_INIT;
+  memset(&rf, 0, sizeof rf);
+  char tmpl[] = "/tmp/mps-test-router-XXXXXX";
+  if (!mkdtemp(tmpl)) return -1;
+  rf.state = xstrdup(tmpl);
+  rf.loop = cm_loop_new(&err);
+  srv_config_defaults(&rf.cfg);
+  free(rf.cfg.sandbox_backend);
+  rf.cfg.sandbox_backend = xstrdup("none");
+  free(rf.cfg.cgroup);
+  rf.cfg.cgroup = xstrdup("off");
+  rf.cfg.state_dir = xstrdup(rf.state);
+  rf.cfg.prestart = false;
+  rf.cfg.warm_cache = false;
+  rf.server = srv_server_new(rf.loop, &rf.cfg, &err);
+  if (!rf.server) fail_msg("srv_server_new: %s", cm_error_message(&err));
+  rf.sink = (record_sink_t){
+      .base = {.ops = &record_ops, .refs = 1}, .messages = json_array(), .flags = json_array()};
+  rf.session = srv_session_new(rf.server, &rf.sink.base);
+  return 0;
+}
+
+static int router_teardown(void **state) {
+  srv_session_free(rf.session);
+  for (int i = 0; i < 10; i++) cm_loop_run_once(rf.loop, 0, NULL);
+  /* Every reference the router took on the sink is given back. */
+  assert_int_equal(rf.sink.base.refs, 1);
+  srv_server_free(rf.server);
+  cm_loop_free(rf.loop);
+  srv_config_release(&rf.cfg);
+  json_decref(rf.sink.messages);
+  json_decref(rf.sink.flags);
+  cm_error_t err = CM_ERROR_INIT;
+  cm_rm_rf(rf.state, &err);
+  cm_error_release(&err);
+  free(rf.state);
+  return 0;
+}
+
+/* Hands text to the router; returns how many messages it sent from inside the call. */
+static size_t handle(const char *text) {
+  size_t before = json_array_size(rf.sink.messages);
+  srv_session_handle(rf.session, text, strlen(text), &rf.sink.base);
+  return json_array_size(rf.sink.messages) - before;
+}
+
+static json_t *last(void) {
+  size_t n = json_array_size(rf.sink.messages);
+  assert_true(n > 0);
+  return json_array_get(rf.sink.messages, n - 1);
+}
+
+static json_int_t error_code(const json_t *msg) {
+  return json_integer_value(json_object_get(json_object_get(msg, "error"), "code"));
+}
+
+/* Runs the loop until a response with this (integer) id was sent; returns it. */
+static json_t *wait_response(json_int_t id) {
+  uint64_t until = cm_now_ms() + 60000;
+  cm_error_t err = CM_ERROR_INIT;
+  while (cm_now_ms() < until) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(rf.sink.messages, i, m) {
+      json_t *mid = json_object_get(m, "id");
+      if (json_is_integer(mid) && json_integer_value(mid) == id &&
+          (json_object_get(m, "result") || json_object_get(m, "error")))
+        return m;
+    }
+    assert_int_equal(cm_loop_run_once(rf.loop, 100, &err), 0);
+  }
+  fail_msg("no response to %lld", (long long)id);
+  return NULL;
+}
+
+static size_t count_responses(json_int_t id) {
+  size_t i, n = 0;
+  json_t *m;
+  json_array_foreach(rf.sink.messages, i, m) {
+    json_t *mid = json_object_get(m, "id");
+    if (json_is_integer(mid) && json_integer_value(mid) == id && !json_object_get(m, "method")) n++;
+  }
+  return n;
+}
+
+static void initialize(const char *version) {
+  char text[256];
+  snprintf(text, sizeof text,
+           "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+           "\"protocolVersion\":\"%s\","
+           "\"capabilities\":{},\"clientInfo\":{\"name\":\"unit\",\"version\":\"0\"}}}",
+           version);
+  assert_int_equal(handle(text), 1);
+  json_t *res = json_object_get(last(), "result");
+  assert_non_null(res);
+  assert_string_equal(json_string_value(json_object_get(res, "protocolVersion")), version);
+  assert_string_equal(
+      json_string_value(json_object_get(json_object_get(res, "serverInfo"), "name")), SRV_NAME);
+  assert_int_equal(
+      json_integer_value(json_array_get(rf.sink.flags, json_array_size(rf.sink.flags) - 1)),
+      TR_SEND_RESPONSE);
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}"), 0);
+  assert_string_equal(srv_session_protocol(rf.session), version);
+}
+
+static void test_router_lifecycle(void **state) {
+  /* Before initialize: only ping. */
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\"}"), 1);
+  assert_int_equal(error_code(last()), -32600);
+  assert_non_null(
+      strstr(json_string_value(json_object_get(json_object_get(last(), "error"), "message")),
+             "initialize"));
+  assert_null(srv_session_protocol(rf.session));
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\"}"), 1);
+  json_t *want = json_pack("{s:s, s:i, s:{}}", "jsonrpc", "2.0", "id", 6, "result");
+  assert_true(json_equal(last(), want));
+  json_decref(want);
+  initialize("2025-06-18");
+  /* A second initialize is refused. */
+  assert_int_equal(
+      handle(
+          "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"
+          "\"2025-06-18\",\"capabilities\":{}}}"),
+      1);
+  assert_int_equal(error_code(last()), -32600);
+  assert_string_equal(srv_session_protocol(rf.session), "2025-06-18");
+}
+
+static void test_router_dispatch(void **state) {
+  initialize("2025-11-25");
+  /* tools/list answers in the call, with the two tools first. */
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"tools/list\"}"), 1);
+  json_t *tools = json_object_get(json_object_get(last(), "result"), "tools");
+  assert_true(json_array_size(tools) >= 2);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(tools, 0), "name")),
+                      "execute_python");
+  assert_string_equal(json_string_value(json_object_get(json_array_get(tools, 1), "name")),
+                      "check_environment");
+  /* Ids come back exactly. */
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":\"abc\",\"method\":\"ping\"}"), 1);
+  assert_string_equal(json_string_value(json_object_get(last(), "id")), "abc");
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":9007199254740993,\"method\":\"ping\"}"), 1);
+  assert_int_equal(json_integer_value(json_object_get(last(), "id")), 9007199254740993LL);
+  /* Unknown method, bad params, bad cursor. */
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"nope/nothing\"}"), 1);
+  assert_int_equal(error_code(last()), -32601);
+  assert_int_equal(json_integer_value(json_object_get(last(), "id")), 11);
+  assert_int_equal(
+      handle("{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\",\"params\":{\"name\":5}}"),
+      1);
+  assert_int_equal(error_code(last()), -32602);
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"tools/"
+                          "list\",\"params\":{\"cursor\":\"x\"}}"),
+                   1);
+  assert_int_equal(error_code(last()), -32602);
+  /* Notifications and responses from the client: never answered. */
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/whatever\"}"), 0);
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"method\":\"tools/list\"}"), 0);
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}"), 0);
+  assert_int_equal(
+      handle("{\"jsonrpc\":\"2.0\",\"id\":98,\"error\":{\"code\":1,\"message\":\"x\"}}"), 0);
+  /* Malformed texts: a parse error or an invalid request, with a null id... */
+  assert_int_equal(handle("{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"ping\""), 1);
+  assert_int_equal(error_code(last()), -32700);
+  assert_true(json_is_null(json_object_get(last(), "id")));
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"ping\"}"), 1);
+  assert_int_equal(error_code(last()), -32700);
+  assert_int_equal(handle("42"), 1);
+  assert_int_equal(error_code(last()), -32600);
+  /* ...or the request's own id when it could be read. */
+  assert_int_equal(handle("{\"jsonrpc\":\"1.0\",\"id\":77,\"method\":\"ping\"}"), 1);
+  assert_int_equal(error_code(last()), -32600);
+  assert_int_equal(json_integer_value(json_object_get(last(), "id")), 77);
+  /* Batches are refused after 2025-03-26. */
+  assert_int_equal(handle("[{\"jsonrpc\":\"2.0\",\"id\":14,\"method\":\"ping\"}]"), 1);
+  assert_int_equal(error_code(last()), -32600);
+  /* An oversize text. */
+  size_t before = json_array_size(rf.sink.messages);
+  srv_session_oversize(rf.session, 1u << 30, &rf.sink.base);
+  assert_int_equal(json_array_size(rf.sink.messages), before + 1);
+  assert_non_null(json_object_get(last(), "error"));
+  /* logging/setLevel. */
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":15,\"method\":\"logging/"
+                          "setLevel\",\"params\":{\"level\":\"debug\"}}"),
+                   1);
+  assert_non_null(json_object_get(last(), "result"));
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":16,\"method\":\"logging/"
+                          "setLevel\",\"params\":{\"level\":\"warn\"}}"),
+                   1);
+  assert_int_equal(error_code(last()), -32602);
+}
+
+/* A tool call is answered later, from the loop, exactly once; one cancelled while it runs
+ * gets no answer at all; a batch of 2025-03-26 comes back as one array with a slot per
+ * request. */
+static void test_router_calls(void **state) {
+  initialize("2025-03-26");
+  assert_int_equal(
+      handle("{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"tools/call\",\"params\":{\"name\":"
+             "\"execute_python\",\"arguments\":{\"script\":\"print(6 * 7)\"}}}"),
+      0);
+  json_t *r = wait_response(20);
+  json_t *sc = json_object_get(json_object_get(r, "result"), "structuredContent");
+  assert_string_equal(json_string_value(json_object_get(sc, "stdout")), "42\n");
+  assert_int_equal(json_integer_value(json_object_get(sc, "exit_code")), 0);
+  for (int i = 0; i < 20; i++) cm_loop_run_once(rf.loop, 5, NULL);
+  assert_int_equal(count_responses(20), 1);
+
+  /* Cancelled while it runs: no response. */
+  assert_int_equal(
+      handle(
+          "{\"jsonrpc\":\"2.0\",\"id\":21,\"method\":\"tools/call\",\"params\":{\"name\":"
+          "\"execute_python\",\"arguments\":{\"script\":\"import time\\nprint('up', flush=True)\\n"
+          "time.sleep(60)\"},\"_meta\":{\"progressToken\":\"t21\"}}}"),
+      0);
+  /* Wait for its output as progress: then it runs. */
+  uint64_t until = cm_now_ms() + 60000;
+  bool running = false;
+  while (!running && cm_now_ms() < until) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(rf.sink.messages, i, m) {
+      const char *method = json_string_value(json_object_get(m, "method"));
+      json_t *params = json_object_get(m, "params");
+      const char *token = json_string_value(json_object_get(params, "progressToken"));
+      if (method && strcmp(method, "notifications/progress") == 0 && token &&
+          strcmp(token, "t21") == 0)
+        running = true;
+    }
+    cm_loop_run_once(rf.loop, 50, NULL);
+  }
+  assert_true(running);
+  assert_int_equal(srv_server_inflight(rf.server), 1);
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/"
+                          "cancelled\",\"params\":{\"requestId\":21}}"),
+                   0);
+  until = cm_now_ms() + 30000;
+  while (srv_server_inflight(rf.server) > 0 && cm_now_ms() < until)
+    cm_loop_run_once(rf.loop, 50, NULL);
+  assert_int_equal(srv_server_inflight(rf.server), 0);
+  for (int i = 0; i < 20; i++) cm_loop_run_once(rf.loop, 5, NULL);
+  assert_int_equal(count_responses(21), 0);
+
+  /* A batch: one array, a slot per request, none for the notification. */
+  size_t before = json_array_size(rf.sink.messages);
+  handle(
+      "[{\"jsonrpc\":\"2.0\",\"id\":30,\"method\":\"ping\"},{\"jsonrpc\":\"2.0\",\"method\":\"x\"},"
+      "{\"jsonrpc\":\"2.0\",\"id\":31,\"method\":\"tools/"
+      "call\",\"params\":{\"name\":\"execute_python\","
+      "\"arguments\":{\"script\":\"print(1)\"}}},{\"jsonrpc\":\"2.0\",\"id\":32,\"method\":"
+      "\"nope\"}]");
+  until = cm_now_ms() + 60000;
+  while (json_array_size(rf.sink.messages) == before && cm_now_ms() < until)
+    cm_loop_run_once(rf.loop, 50, NULL);
+  assert_int_equal(json_array_size(rf.sink.messages), before + 1);
+  json_t *batch = last();
+  assert_true(json_is_array(batch));
+  assert_int_equal(json_array_size(batch), 3);
+  size_t i;
+  json_t *m;
+  int seen = 0;
+  json_array_foreach(batch, i, m) {
+    json_int_t id = json_integer_value(json_object_get(m, "id"));
+    if (id == 30) seen |= 1, assert_non_null(json_object_get(m, "result"));
+    if (id == 31) seen |= 2, assert_non_null(json_object_get(m, "result"));
+    if (id == 32) seen |= 4, assert_int_equal(error_code(m), -32601);
+  }
+  assert_int_equal(seen, 7);
+  /* A batch of notifications only: nothing. */
+  assert_int_equal(handle("[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}]"), 0);
+  assert_int_equal(handle("[]"), 1);
+  assert_int_equal(error_code(last()), -32600);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_depth_scan), cmocka_unit_test(test_classify), cmocka_unit_test(test_parse_errors),
-      cmocka_unit_test(test_marker),     cmocka_unit_test(test_truncate), cmocka_unit_test(test_format),
+      cmocka_unit_test(test_depth_scan),
+      cmocka_unit_test(test_classify),
+      cmocka_unit_test(test_parse_errors),
+      cmocka_unit_test(test_marker),
+      cmocka_unit_test(test_truncate),
+      cmocka_unit_test(test_format),
       cmocka_unit_test(test_config),
+      cmocka_unit_test_setup_teardown(test_router_lifecycle, router_setup, router_teardown),
+      cmocka_unit_test_setup_teardown(test_router_dispatch, router_setup, router_teardown),
+      cmocka_unit_test_setup_teardown(test_router_calls, router_setup, router_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

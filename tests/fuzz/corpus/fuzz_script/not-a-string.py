@@ -1,0 +1,4 @@
+requests
+#int
+
+print(2)
