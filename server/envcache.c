@@ -1254,7 +1254,8 @@ static void on_copied(void *data, int rc, const char *text) {
   b->copy = NULL;
   if (rc < 0) {
     /* The child removed its partial copy (or it is removed as trash by build_free). */
-    cleanup_free char *msg = xasprintf("Building the environment failed: %s.", text);
+    cleanup_free char *disk = disk_note(text, b->store->envs_dir);
+    cleanup_free char *msg = xasprintf("Building the environment failed: %s.%s", text, disk);
     cm_warn("environment %s: %s", b->key, msg);
     build_fail(b, msg);
     return;

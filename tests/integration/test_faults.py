@@ -166,7 +166,8 @@ def test_kill9_during_a_build(make_server, wheels, tmp_path):
         s.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
             "name": "execute_python", "arguments": {"script": "import mps_gamma\nprint('built')",
                                                     "dependencies": ["mps-gamma"]}}})
-        staging = os.path.join(state, "envs", ".staging-*")
+        # The build's space in the server's own work directory.
+        staging = os.path.join(state, "work", "srv-*", "build-*")
         # The installer is waiting on the index: the build is in flight.
         assert wait_until(lambda: seen and glob.glob(staging), timeout=60), s.stderr_text()[-2000:]
         pid = kill9(s)
