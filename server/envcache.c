@@ -1025,12 +1025,30 @@ static int start_installer_run(env_store_t *s, const char *prefix, char **argv,
   return rc;
 }
 
+/* Each step after the first gets a /tmp of its own, made here and empty: bwrap (as root)
+ * creates the mount points of read-only binds below /tmp (a --find-links directory there)
+ * inside it, following symlinks, so a /tmp an earlier step wrote could steer those mkdirs
+ * anywhere on the host.  The old one stays in the space, counted, until the space goes. */
+static int step_tmp(env_space_t *sp, build_step_t step, cm_error_t *err) {
+  if (step == STEP_VENV) return 0;
+  char *tmp = xasprintf("%s/tmp-%d", sp->dir, (int)step);
+  if (mkdir(tmp, 0700) < 0) {
+    int e = errno;
+    free(tmp);
+    return cm_error_set(err, e, CM_ERR_IO, "creating the build's /tmp");
+  }
+  free(sp->tmp);
+  sp->tmp = tmp;
+  return 0;
+}
+
 static void build_run(env_build_t *b, char **argv) {
   cm_headtail_release(&b->output);
   cm_headtail_init(&b->output, ENV_STEP_OUTPUT_TAIL / 4, ENV_STEP_OUTPUT_TAIL);
   sbx_run_callbacks_t cbs = {.on_output = on_step_output, .on_exit = on_step_exit};
   cm_error_t err = CM_ERROR_INIT;
-  if (start_installer_run(b->store, b->py.prefix, argv, &b->space, b->identity, &cbs, b, &b->run,
+  if (step_tmp(&b->space, b->step, &err) < 0 ||
+      start_installer_run(b->store, b->py.prefix, argv, &b->space, b->identity, &cbs, b, &b->run,
                           &err) < 0) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: %s", cm_error_message(&err));

@@ -270,6 +270,43 @@ def test_symlinks_to_host_files_stay_symlinks(dep_server, victim):
     assert_nothing_left(s)
 
 
+# The install step swaps a directory of its /tmp that bwrap made for the mount point of a
+# --find-links directory deeper below /tmp for a symlink to a host directory: should the next
+# step (inspect) get the same /tmp, bwrap (as root) makes that mount point through the symlink,
+# a directory on the host outside the build's space.
+TMP_SWAP = """
+import os
+os.rename(TOP, TOP + "-moved")
+os.symlink("/oldroot" + HOST_DIR, TOP)
+"""
+
+
+def test_a_step_cannot_steer_the_next_steps_mounts_through_tmp(make_server):
+    if BACKEND != "bwrap":
+        pytest.skip("bubblewrap makes the mount points of the build's read-only binds below its /tmp")
+    top = tempfile.mkdtemp(prefix="mps-deep-links-")
+    host_dir = tempfile.mkdtemp(prefix="mps-host-dir-")
+    try:
+        links = os.path.join(top, "links")
+        os.mkdir(links)
+        for d in (top, links):
+            os.chmod(d, 0o755)
+        wheelhouse.make_sdist(links, "mps-tmp-swap", "1.0",
+                              hostile=f"TOP = {top!r}\nHOST_DIR = {host_dir!r}\n" + TMP_SWAP)
+        for f in os.listdir(links):
+            os.chmod(os.path.join(links, f), 0o644)
+        s = make_server("--find-links", links, "--offline", env=NO_PIP_ENV)
+        s.initialize()
+        res = s.execute("import mps_tmp_swap\nprint('built')", dependencies=["mps-tmp-swap"], timeout=180)
+        assert res["structuredContent"]["stdout"] == "built\n", text(res)
+        assert os.listdir(host_dir) == []
+        assert_nothing_left(s)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+        shutil.rmtree(top + "-moved", ignore_errors=True)
+        shutil.rmtree(host_dir, ignore_errors=True)
+
+
 # ---------------------------------------------------------------- nothing shared writable
 
 def test_a_build_cannot_poison_another_builds_packages(dep_server):
@@ -377,7 +414,7 @@ def test_a_build_forking_hundreds_does_not_starve_a_concurrent_one(dep_server):
     cg = cgroups_of(live[0])
     if cg and any("/mps-" in v for v in cg.values()):
         assert all("/run-" in v for k, v in cg.items() if "/mps-" in v), cg  # a cgroup of the build's own
-    for d in glob.glob(os.path.join(s.state_dir, "work", "srv-*", "build-*", "tmp")):
+    for d in glob.glob(os.path.join(s.state_dir, "work", "srv-*", "build-*", "tmp*")):
         open(os.path.join(d, "mps-release"), "w").close()
     a = s.recv_response("a", timeout=180)["result"]
     assert a["isError"] is True and "stopped" in text(a), text(a)
