@@ -532,7 +532,11 @@ static void answer(env_waiter_t *w, env_handle_t *env, const char *error) {
   env_store_t *s = w->store;
   w->build = NULL;
   w->hit = env;
-  w->error = env ? NULL : xstrdup(error ? error : "The environment could not be built.");
+  /* Valid UTF-8 whatever the build made: an error may name its files (a JSON string of
+   * anything else would leave the call without an answer). */
+  if (!error) error = "The environment could not be built.";
+  size_t n;
+  w->error = env ? NULL : cm_utf8_sanitize(error, strlen(error), &n);
   w->next = NULL;
   env_waiter_t **p = &s->answers;
   while (*p) p = &(*p)->next;

@@ -38,6 +38,12 @@ import os, time
 os.symlink(VICTIM, os.path.join(sys.prefix, "mps-manifest.json"))
 time.sleep(2)
 """
+# A FIFO whose name is not UTF-8: the error that names it must still reach the caller.
+FIFO_BAD_NAME = """
+import os, time
+os.mkfifo(os.path.join(os.fsencode(sys.prefix), b"mps-\\xff\\xfe-fifo"))
+time.sleep(2)
+"""
 FIFO_BIN = """
 import os, time
 os.makedirs(os.path.join(sys.prefix, "bin"), exist_ok=True)
@@ -156,7 +162,8 @@ def wheels(victim):
     wheelhouse.build_synthetic(d)
     prelude = f"VICTIM = {victim!r}\n"
     for name, code in [("mps-fifo-manifest", FIFO_MANIFEST), ("mps-link-manifest", LINK_MANIFEST),
-                       ("mps-fifo-bin", FIFO_BIN), ("mps-link-bin", LINK_BIN), ("mps-alice", POISON),
+                       ("mps-fifo-bin", FIFO_BIN), ("mps-fifo-bad-name", FIFO_BAD_NAME),
+                       ("mps-link-bin", LINK_BIN), ("mps-alice", POISON),
                        ("mps-big", BIG), ("mps-sleepers", SLEEPERS), ("mps-probe", PROBE)]:
         wheelhouse.make_sdist(d, name, "1.0", hostile=prelude + code)
     wheelhouse.make_sdist(d, "mps-legit", "1.0", files={"mps_legit/__init__.py": "MARKER = 'REAL'\n"})
@@ -224,6 +231,7 @@ def victim_intact(victim):
     ("mps-fifo-manifest", ["mps-manifest.json", "a FIFO"]),
     ("mps-link-manifest", ["mps-manifest.json", "a symlink"]),
     ("mps-fifo-bin", ["a FIFO", "bin/mps-fifo"]),
+    ("mps-fifo-bad-name", ["a FIFO", "./mps-\ufffd\ufffd-fifo"]),
     ("mps-pth-fifo", ["mps-manifest.json", "a FIFO"]),
     ("mps-pth-link", ["mps-manifest.json", "a symlink"]),
 ])
