@@ -2104,7 +2104,14 @@ void env_store_cancel(env_store_t *s, void *handle) {
   if (!b) return;
   bool others = false;
   for (env_waiter_t *x = b->waiters; x; x = x->next) others |= !x->cancelled;
-  if (!others && b->run) sbx_run_cancel(b->run);
+  if (others) return;
+  if (b->run) {
+    sbx_run_cancel(b->run); /* its exit fails the build */
+    return;
+  }
+  /* Waiting for the lock, or copying: it would go on with no call (and no slot) of anyone's
+   * behind it, its space and copy kept meanwhile. */
+  build_fail(b, "The environment's build was cancelled.");
 }
 
 const char *env_store_installer(env_store_t *s) {

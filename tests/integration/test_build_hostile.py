@@ -127,6 +127,18 @@ for i in range(1200):
     time.sleep(0.1)
 raise SystemExit("forked %%d sleepers and stopped" %% n)
 """ % SLEEPER
+# Enough for the server's copy out of the space to take a while: many files and some bytes.
+SLOW_COPY = """
+import os
+d = os.path.join(sys.prefix, "mps-slow-copy")
+os.makedirs(d)
+for i in range(30000):
+    with open(os.path.join(d, "f%d" % i), "wb") as f:
+        f.write(b"x" * 1024)
+with open(os.path.join(d, "big"), "wb") as f:
+    for i in range(200):
+        f.write(os.urandom(1 << 20))
+"""
 PROBE = """
 import os
 FILES["mps_probe/__init__.py"] = "UID = %d\\n" % os.getuid()
@@ -164,7 +176,8 @@ def wheels(victim):
     for name, code in [("mps-fifo-manifest", FIFO_MANIFEST), ("mps-link-manifest", LINK_MANIFEST),
                        ("mps-fifo-bin", FIFO_BIN), ("mps-fifo-bad-name", FIFO_BAD_NAME),
                        ("mps-link-bin", LINK_BIN), ("mps-alice", POISON),
-                       ("mps-big", BIG), ("mps-sleepers", SLEEPERS), ("mps-probe", PROBE)]:
+                       ("mps-big", BIG), ("mps-sleepers", SLEEPERS), ("mps-probe", PROBE),
+                       ("mps-slow-copy", SLOW_COPY)]:
         wheelhouse.make_sdist(d, name, "1.0", hostile=prelude + code)
     wheelhouse.make_sdist(d, "mps-legit", "1.0", files={"mps_legit/__init__.py": "MARKER = 'REAL'\n"})
     pth_wheel(d, "mps-pth-fifo", "os.mkfifo(os.path.join(sys.prefix, 'mps-manifest.json'))")
@@ -382,6 +395,22 @@ def test_a_build_that_writes_too_much_fails_at_the_bound(dep_server):
         all("/run-" in m for m in mounts_under(os.path.join(s.state_dir, "work")))
 
 
+def test_a_build_cancelled_while_it_is_copied_stops(dep_server):
+    # The call goes (and its slot with it): the build must not go on without it.
+    s = dep_server("--max-concurrent", "1")
+    s.send({"jsonrpc": "2.0", "id": "big", "method": "tools/call", "params": {
+        "name": "execute_python", "arguments": {"script": "print('never')", "dependencies": ["mps-slow-copy"]}}})
+    staging = os.path.join(s.state_dir, "envs", ".staging-*")
+    assert wait_until(lambda: glob.glob(staging), timeout=180, interval=0.01)
+    s.notify("notifications/cancelled", {"requestId": "big"})
+    assert s.request("ping")["result"] == {}
+    assert_nothing_left(s)
+    assert envs_of(s) == []
+    assert "built in" not in s.stderr_text()
+    ok = s.execute("import mps_gamma\nprint('next')", dependencies=["mps-gamma"], timeout=180)
+    assert ok["structuredContent"]["stdout"] == "next\n", text(ok)
+
+
 # ---------------------------------------------------------------- processes
 
 def cgroups_of(pid):
@@ -467,6 +496,32 @@ def test_a_hit_whose_lock_is_taken_is_a_miss(dep_server):
     res = s.recv_response("hit", timeout=180)["result"]
     assert res["structuredContent"]["stdout"] == "two\n", text(res)
     assert res["structuredContent"]["environment"]["cached"] is False  # built again
+    shutil.rmtree(os.path.join(envs, f".evicted-{key}-test"), ignore_errors=True)
+
+
+def lock_holders(pid, path):
+    fds = os.path.join(f"/proc/{pid}/fd")
+    return [fd for fd in os.listdir(fds) if os.path.realpath(os.path.join(fds, fd)) == os.path.realpath(path)]
+
+
+def test_a_build_cancelled_while_it_waits_for_the_lock_never_starts(dep_server):
+    s = dep_server()
+    first = s.execute("import mps_gamma\nprint('one')", dependencies=["mps-gamma"], timeout=180)
+    key = first["structuredContent"]["environment"]["key"]
+    envs = os.path.join(s.state_dir, "envs")
+    with open(os.path.join(envs, key + ".lock"), "r+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        os.rename(os.path.join(envs, key), os.path.join(envs, f".evicted-{key}-test"))
+        s.send({"jsonrpc": "2.0", "id": "wait", "method": "tools/call", "params": {
+            "name": "execute_python", "arguments": {"script": "print('never')", "dependencies": ["mps-gamma"]}}})
+        assert wait_until(lambda: f"environment {key} is locked elsewhere" in s.stderr_text(), timeout=30), \
+            s.stderr_text()[-2000:]
+        s.notify("notifications/cancelled", {"requestId": "wait"})
+        assert s.request("ping")["result"] == {}
+        # The build is gone: nothing of the server's waits on the lock any more (had it gone
+        # on, it would build the environment again, for no one, once the lock is free).
+        assert lock_holders(s.proc.pid, os.path.join(envs, key + ".lock")) == []
+        fcntl.flock(lock, fcntl.LOCK_UN)
     shutil.rmtree(os.path.join(envs, f".evicted-{key}-test"), ignore_errors=True)
 
 
