@@ -1918,6 +1918,27 @@ static void sweep_dir(env_store_t *s, int dir_fd) {
   cm_strv_free(gone.v);
 }
 
+/* Copies of builds that a server killed while copying left in envs/ (never published, never
+ * counted): gone unless a live server builds that key (it holds the key's lock). */
+static void sweep_staging(env_store_t *s) {
+  DIR *d = list_dir(s->envs_fd);
+  if (!d) return;
+  cm_strv_builder_t stale = {0};
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (!strncmp(e->d_name, ".staging-", 9)) cm_strv_add(&stale, e->d_name);
+  closedir(d);
+  for (size_t i = 0; i < stale.n; i++) {
+    cleanup_free char *key = xstrndup(stale.v[i] + 9, strcspn(stale.v[i] + 9, "-"));
+    cleanup_free char *lock = xasprintf("%s/%s.lock", s->envs_dir, key);
+    cleanup_close int fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) continue;
+    cm_warn("removing an unfinished environment build left behind: %s/%s", s->envs_dir, stale.v[i]);
+    discard(s, s->envs_fd, stale.v[i], "trash");
+  }
+  cm_strv_free(stale.v);
+}
+
 /* downloads/ holds the wheelhouse and nothing else.  Versions before it let every build
  * write there (it was their shared download cache), so what such a version left may be a
  * tenant's forgery: the first start of this version clears it all (marked in the state
@@ -2016,6 +2037,7 @@ env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char 
     cm_warn("environment store: cannot open its directories: %s", strerror(errno));
   /* The sweeps first: what clean_downloads moves aside is already on its way out. */
   if (s->envs_fd >= 0) sweep_dir(s, s->envs_fd);
+  if (s->envs_fd >= 0) sweep_staging(s);
   if (s->state_fd >= 0) sweep_dir(s, s->state_fd);
   if (s->state_fd >= 0) clean_downloads(s);
   bool want_uv = strcmp(cfg->installer, "pip") != 0;

@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -409,6 +410,26 @@ def test_a_build_cancelled_while_it_is_copied_stops(dep_server):
     assert "built in" not in s.stderr_text()
     ok = s.execute("import mps_gamma\nprint('next')", dependencies=["mps-gamma"], timeout=180)
     assert ok["structuredContent"]["stdout"] == "next\n", text(ok)
+
+
+def test_a_copy_left_by_a_server_killed_while_copying_goes_at_the_next_start(dep_server, tmp_path):
+    state = str(tmp_path / "state")
+    s = dep_server(state_dir=state)
+    s.send({"jsonrpc": "2.0", "id": "big", "method": "tools/call", "params": {
+        "name": "execute_python", "arguments": {"script": "print('never')", "dependencies": ["mps-slow-copy"]}}})
+    staging = os.path.join(state, "envs", ".staging-*")
+    assert wait_until(lambda: glob.glob(staging), timeout=180, interval=0.01)
+    s.proc.send_signal(signal.SIGKILL)
+    s.proc.wait()
+    assert glob.glob(staging)  # left behind by the crash...
+    # ...and gone once another server starts on the state directory, whatever it builds
+    # (no build of that key would ever come to remove it).
+    s2 = dep_server(state_dir=state)
+    ok = s2.execute("import mps_gamma\nprint('next')", dependencies=["mps-gamma"], timeout=180)
+    assert ok["structuredContent"]["stdout"] == "next\n", text(ok)
+    assert wait_until(lambda: not glob.glob(staging) and not glob.glob(os.path.join(state, "envs", ".trash-*")),
+                      timeout=60)
+    assert_nothing_left(s2)
 
 
 # ---------------------------------------------------------------- processes
