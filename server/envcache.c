@@ -1795,6 +1795,7 @@ typedef struct resolve_job {
   cm_headtail_t errors;
   env_resolved_cb cb;
   void *data;
+  char *owner;
   bool cancelled;
   struct resolve_job *next;
 } resolve_job_t;
@@ -1811,6 +1812,7 @@ static void resolve_free(resolve_job_t *j) {
   space_remove(j->store, &j->space);
   cm_buf_release(&j->report);
   cm_headtail_release(&j->errors);
+  free(j->owner);
   free(j);
 }
 
@@ -1861,11 +1863,31 @@ static void resolve_exit(void *data, const sbx_result_t *res) {
 }
 
 void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
-                        env_resolved_cb cb, void *data) {
+                        const char *owner, env_resolved_cb cb, void *data, cm_error_t *err) {
+  /* A resolution runs package code in a space of its own like a build, but holds no slot of
+   * the executions': bounded here, in all and per principal, with an immediate answer. */
+  const srv_config_t *cfg = s->cfg;
+  uint64_t own = 0, own_max = cfg->max_token_running;
+  for (resolve_job_t *r = s->resolves; r; r = r->next) own += strcmp(r->owner, owner) == 0;
+  if (own_max && own >= own_max) {
+    cm_error_set(err, 0, CM_ERR_LIMIT,
+                 "%llu dependency resolutions of yours are running already (at most %llu at once); "
+                 "try again when one has finished",
+                 (unsigned long long)own, (unsigned long long)own_max);
+    return NULL;
+  }
+  if (s->resolving >= cfg->max_concurrent) {
+    cm_error_set(err, 0, CM_ERR_LIMIT,
+                 "%u dependency resolutions are running already (at most %llu at once, "
+                 "--max-concurrent); try again when one has finished",
+                 s->resolving, (unsigned long long)cfg->max_concurrent);
+    return NULL;
+  }
   resolve_job_t *j = xcalloc(1, sizeof *j);
   j->store = s;
   j->cb = cb;
   j->data = data;
+  j->owner = xstrdup(owner);
   j->next = s->resolves;
   s->resolves = j;
   s->resolving++;
@@ -1879,14 +1901,12 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
   cm_strv_add(&a, "--");
   for (size_t i = 0; i < n; i++) cm_strv_add(&a, requirements[i]);
   sbx_run_callbacks_t cbs = {.on_output = resolve_output, .on_exit = resolve_exit};
-  cm_error_t err = CM_ERROR_INIT;
-  int rc = space_make(s, "resolve", false, &j->space, &err) == 0
-               ? start_installer_run(s, py->prefix, a.v, &j->space, NULL, &cbs, j, &j->run, &err)
+  int rc = space_make(s, "resolve", false, &j->space, err) == 0
+               ? start_installer_run(s, py->prefix, a.v, &j->space, NULL, &cbs, j, &j->run, err)
                : -1;
   cm_strv_free(a.v);
   if (rc < 0) {
-    cm_warn("resolution: %s", cm_error_message(&err));
-    cm_error_release(&err);
+    cm_warn("resolution: %s", cm_error_message(err));
     resolve_free(j);
     return NULL;
   }

@@ -186,9 +186,15 @@ static void on_compiled(void *data, const sbx_result_t *res) {
     c->valid_text = steal_pointer(&text);
     c->valid_sc = sc;
     (void)srv_server_backend(c->server); /* probed before anything runs in it */
+    const char *principal = srv_session_principal(srv_request_session(c->req));
+    cm_error_t err = CM_ERROR_INIT;
     c->resolve_wait = env_store_resolve(srv_server_envs(c->server), c->py, c->script.requirements,
-                                        c->script.n_requirements, on_resolved, c);
-    if (!c->resolve_wait) on_resolved(c, NULL, "the resolution could not start (see the server log)");
+                                        c->script.n_requirements, principal ? principal : SRV_PRINCIPAL_STDIO,
+                                        on_resolved, c, &err);
+    if (!c->resolve_wait) {
+      finish(c, srv_tool_error_result("The dependencies were not resolved: %s.", cm_error_message(&err)));
+      cm_error_release(&err);
+    }
     return;
   }
   json_t *result = srv_tool_text_result(text, false);

@@ -140,6 +140,11 @@ with open(os.path.join(d, "big"), "wb") as f:
     for i in range(200):
         f.write(os.urandom(1 << 20))
 """
+# A backend that takes its time: what a dry-run resolution runs to learn the metadata.
+STALL = """
+import time
+time.sleep(120)
+"""
 PROBE = """
 import os
 FILES["mps_probe/__init__.py"] = "UID = %d\\n" % os.getuid()
@@ -178,7 +183,7 @@ def wheels(victim):
                        ("mps-fifo-bin", FIFO_BIN), ("mps-fifo-bad-name", FIFO_BAD_NAME),
                        ("mps-link-bin", LINK_BIN), ("mps-alice", POISON),
                        ("mps-big", BIG), ("mps-sleepers", SLEEPERS), ("mps-probe", PROBE),
-                       ("mps-slow-copy", SLOW_COPY)]:
+                       ("mps-slow-copy", SLOW_COPY), ("mps-stall", STALL)]:
         wheelhouse.make_sdist(d, name, "1.0", hostile=prelude + code)
     wheelhouse.make_sdist(d, "mps-legit", "1.0", files={"mps_legit/__init__.py": "MARKER = 'REAL'\n"})
     pth_wheel(d, "mps-pth-fifo", "os.mkfifo(os.path.join(sys.prefix, 'mps-manifest.json'))")
@@ -430,6 +435,27 @@ def test_a_copy_left_by_a_server_killed_while_copying_goes_at_the_next_start(dep
     assert wait_until(lambda: not glob.glob(staging) and not glob.glob(os.path.join(state, "envs", ".trash-*")),
                       timeout=60)
     assert_nothing_left(s2)
+
+
+@pytest.mark.parametrize("caps,why", [
+    (("--max-concurrent", "4", "--max-token-running", "1"), "of yours are running already (at most 1 at once)"),
+    (("--max-concurrent", "1"), "are running already (at most 1 at once, --max-concurrent)"),
+])
+def test_dry_run_resolutions_are_bounded(dep_server, caps, why):
+    # They run package code in a space of their own, like builds, but hold no execution slot.
+    s = dep_server(*caps)
+    s.send({"jsonrpc": "2.0", "id": "stall", "method": "tools/call", "params": {
+        "name": "validate_script", "arguments": {"script": "pass", "dependencies": ["mps-stall"], "resolve": True}}})
+    spaces = os.path.join(s.state_dir, "work", "srv-*", "resolve-*")
+    assert wait_until(lambda: glob.glob(spaces), timeout=60)
+    res = s.call("validate_script", {"script": "pass", "dependencies": ["mps-gamma"], "resolve": True}, timeout=60)
+    assert res["isError"] is True and why in text(res), text(res)
+    assert len(glob.glob(spaces)) == 1
+    s.notify("notifications/cancelled", {"requestId": "stall"})
+    assert wait_until(lambda: not glob.glob(spaces), timeout=60)
+    res = s.call("validate_script", {"script": "pass", "dependencies": ["mps-gamma"], "resolve": True}, timeout=120)
+    assert text(res).startswith("VALID") and "mps-gamma==1.0" in text(res), text(res)
+    assert not any(m.get("id") == "stall" for m in s.stray)
 
 
 # ---------------------------------------------------------------- processes
