@@ -1325,6 +1325,15 @@ static void publish(env_build_t *b, uint64_t size) {
                 (json_int_t)(cm_now_ms() - b->started_ms), "built_by", b->owner);
   cleanup_free char *text = json_dumps(m, JSON_INDENT(1) | JSON_SORT_KEYS);
   json_decref(m);
+  if (strlen(text) > ENV_MANIFEST_MAX) {
+    /* It could never be read back (load_manifest): every call would build it again. */
+    cleanup_free char *msg = xasprintf(
+        "Building the environment failed: its manifest would be %zu bytes, more than %u (the "
+        "requirement list is too long)",
+        strlen(text), ENV_MANIFEST_MAX);
+    build_fail(b, msg);
+    return;
+  }
   cm_error_t err = CM_ERROR_INIT;
   cleanup_close int dfd = cm_open_dir_at(s->envs_fd, b->copy_name, &err);
   if (dfd < 0 || cm_create_file_at(dfd, ENV_MANIFEST, text, strlen(text), 0644, &err) < 0) {
@@ -2128,7 +2137,9 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   space_init(&b->space);
   cm_headtail_init(&b->output, 1024, 1024);
   cm_buf_init(&b->line, ENV_PROGRESS_LINE_MAX + 1);
-  cm_buf_init(&b->inspect, 4u << 20);
+  /* What the inspect step prints (the environment's own interpreter: a .pth of the build's
+   * runs first) goes into the manifest: never more than half of what a manifest may be. */
+  cm_buf_init(&b->inspect, ENV_MANIFEST_MAX / 2);
   b->next = s->builds;
   s->builds = b;
   w->build = b;

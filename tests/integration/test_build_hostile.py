@@ -188,6 +188,11 @@ def wheels(victim):
     wheelhouse.make_sdist(d, "mps-legit", "1.0", files={"mps_legit/__init__.py": "MARKER = 'REAL'\n"})
     pth_wheel(d, "mps-pth-fifo", "os.mkfifo(os.path.join(sys.prefix, 'mps-manifest.json'))")
     pth_wheel(d, "mps-pth-link", f"os.symlink({victim!r}, os.path.join(sys.prefix, 'mps-manifest.json'))")
+    # At the inspect step (the only start of the environment's interpreter that may write it):
+    # a package list of 2 MB instead of the real one.
+    pth_wheel(d, "mps-pth-flood", "if os.access(sys.prefix, os.W_OK): "
+              "sys.stdout.write('{' + ','.join('\"p%d\": \"%s\"' % (i, 'x' * 200) for i in range(10000)) + '}'); "
+              "sys.stdout.flush(); os._exit(0)")
     for f in os.listdir(d):
         os.chmod(os.path.join(d, f), 0o644)
     yield d
@@ -332,6 +337,21 @@ def test_a_step_cannot_steer_the_next_steps_mounts_through_tmp(make_server):
         shutil.rmtree(top, ignore_errors=True)
         shutil.rmtree(top + "-moved", ignore_errors=True)
         shutil.rmtree(host_dir, ignore_errors=True)
+
+
+def test_a_package_list_too_big_for_a_manifest_is_not_kept(dep_server):
+    s = dep_server()
+    res = s.execute("import mps_pth_flood\nprint('ok')", dependencies=["mps-pth-flood"], timeout=180)
+    assert res["structuredContent"]["stdout"] == "ok\n", text(res)
+    assert res["structuredContent"]["environment"]["packages"] == {}
+    again = s.execute("print('again')", dependencies=["mps-pth-flood"], timeout=60)
+    assert again["structuredContent"]["environment"]["cached"] is True, text(again)
+    # A requirement list that makes the manifest too big fails the build, saying why (rather
+    # than building it again on every call, each time "removed by another server").
+    skipped = [f"mps-nothing{i}; platform_release == '{chr(34) * 3900}'" for i in range(200)]  # 2 MB in JSON
+    res = s.execute("print('never')", dependencies=["mps-gamma"] + skipped, timeout=180)
+    assert res["isError"] is True and "the requirement list is too long" in text(res), text(res)[:2000]
+    assert_nothing_left(s)
 
 
 # ---------------------------------------------------------------- nothing shared writable
