@@ -990,9 +990,15 @@ static int start_installer_run(env_store_t *s, const char *prefix, char **argv,
     mounts[n_mounts++] =
         (sbx_mount_t){.host = s->wheels_dir, .target = ENV_WHEELS_TARGET, .writable = false};
   /* On its tmpfs, what a build writes is memory its cgroup is charged for: the memory limit
-   * leaves room for a full space on top of the installer's own. */
-  uint64_t memory =
-      CM_MAX(cfg->memory_bytes, 4ull << 30) + (sp->mounted ? cfg->max_build_bytes : 0);
+   * leaves room for a full space on top of the installer's own.  What earlier steps wrote
+   * there is memory already (charged to their cgroups, gone with them): only the rest of the
+   * space is room, so that a build never holds more than the installer's own and one space. */
+  uint64_t memory = CM_MAX(cfg->memory_bytes, 4ull << 30);
+  struct statvfs v;
+  if (sp->mounted) {
+    uint64_t used = fstatvfs(sp->fd, &v) == 0 ? (uint64_t)(v.f_blocks - v.f_bfree) * v.f_frsize : 0;
+    memory += cfg->max_build_bytes - CM_MIN(used, cfg->max_build_bytes);
+  }
   sbx_spec_t spec = {
       .argv = argv,
       .envp = env.v,

@@ -145,6 +145,19 @@ STALL = """
 import time
 time.sleep(120)
 """
+# 100 MB into the build's cache at install, then (a .pth of the wheel it makes) a sleeper at
+# the inspect step, whose cgroup the test reads.
+MEMORY_STEPS = """
+import os
+with open("/cache/filler", "wb") as f:
+    for i in range(100):
+        f.write(os.urandom(1 << 20))
+FILES["mps_memory_steps.pth"] = "import mps_memory_steps_hook\\n"
+FILES["mps_memory_steps_hook.py"] = (
+    "import os, subprocess, sys\\n"
+    "if os.access(sys.prefix, os.W_OK):\\n"
+    "    subprocess.run(['MARKER', '60'], executable='/bin/sleep')\\n")
+""".replace("MARKER", SLEEPER)
 PROBE = """
 import os
 FILES["mps_probe/__init__.py"] = "UID = %d\\n" % os.getuid()
@@ -183,7 +196,7 @@ def wheels(victim):
                        ("mps-fifo-bin", FIFO_BIN), ("mps-fifo-bad-name", FIFO_BAD_NAME),
                        ("mps-link-bin", LINK_BIN), ("mps-alice", POISON),
                        ("mps-big", BIG), ("mps-sleepers", SLEEPERS), ("mps-probe", PROBE),
-                       ("mps-slow-copy", SLOW_COPY), ("mps-stall", STALL)]:
+                       ("mps-slow-copy", SLOW_COPY), ("mps-stall", STALL), ("mps-memory-steps", MEMORY_STEPS)]:
         wheelhouse.make_sdist(d, name, "1.0", hostile=prelude + code)
     wheelhouse.make_sdist(d, "mps-legit", "1.0", files={"mps_legit/__init__.py": "MARKER = 'REAL'\n"})
     pth_wheel(d, "mps-pth-fifo", "os.mkfifo(os.path.join(sys.prefix, 'mps-manifest.json'))")
@@ -494,6 +507,38 @@ def uid_of(pid):
             return next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
     except OSError:
         return None
+
+
+def memory_limit_of(pid):
+    for controller, path in (cgroups_of(pid) or {}).items():
+        for f in ("memory.max", "memory.limit_in_bytes"):
+            base = "/sys/fs/cgroup" + ("/memory" if controller == "memory" else "")
+            try:
+                with open(base + path + "/" + f) as fh:
+                    return int(fh.read())
+            except (OSError, ValueError):
+                pass
+    return None
+
+
+def test_what_earlier_steps_wrote_counts_against_a_later_steps_memory(dep_server):
+    # The space is a tmpfs: its pages are memory, charged to the step that wrote them; the
+    # next step's cgroup must not get room for a whole space again on top of them.
+    if not ROOT or BACKEND == "none":
+        pytest.skip("the build space is a tmpfs only when the server runs as root")
+    s = dep_server("--max-build-bytes", "256M")
+    s.send({"jsonrpc": "2.0", "id": "m", "method": "tools/call", "params": {
+        "name": "execute_python", "arguments": {"script": "print('done')", "dependencies": ["mps-memory-steps"]}}})
+    assert wait_until(lambda: processes_with_marker(SLEEPER), timeout=180)
+    pid = processes_with_marker(SLEEPER)[0]
+    limit, cgroups = memory_limit_of(pid), cgroups_of(pid) or {}
+    for p in processes_with_marker(SLEEPER):
+        os.kill(p, signal.SIGKILL)
+    if limit is None or not any("/mps-" in v for v in cgroups.values()):
+        pytest.skip("no memory cgroup for builds here")
+    assert limit <= (4 << 30) + (256 << 20) - (100 << 20), limit
+    res = s.recv_response("m", timeout=180)["result"]
+    assert res["structuredContent"]["stdout"] == "done\n", text(res)
 
 
 def test_a_build_forking_hundreds_does_not_starve_a_concurrent_one(dep_server):
