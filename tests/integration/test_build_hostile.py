@@ -637,6 +637,18 @@ def test_a_build_cancelled_while_it_waits_for_the_lock_never_starts(dep_server):
     shutil.rmtree(os.path.join(envs, f".evicted-{key}-test"), ignore_errors=True)
 
 
+def test_check_environment_says_how_builds_are_held(dep_server):
+    s = dep_server("--max-build-bytes", "64M", "--build-timeout", "77")
+    line = next(l for l in text(s.call("check_environment")).splitlines() if l.startswith("Dependency builds: "))
+    assert "64M (--max-build-bytes)" in line and "77s (--build-timeout)" in line, line
+    if BACKEND == "none":
+        assert "not isolated" in line, line
+    else:
+        assert line.startswith("Dependency builds: in the sandbox"), line
+        assert (", as a uid of its own" in line) == (ROOT and BACKEND == "bwrap"), line
+    assert ("a tmpfs capped at 64M" in line) == ROOT, line
+
+
 def test_the_manifest_names_who_asked_for_the_build(wheels, tmp_path):
     # The hook for per-principal cache accounting: over HTTP, the bearer token's name.
     from test_http import LATEST, HttpServer, call_msg, messages, sse_events_from_bytes
