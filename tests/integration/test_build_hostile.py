@@ -201,9 +201,9 @@ def wheels(victim):
     wheelhouse.make_sdist(d, "mps-legit", "1.0", files={"mps_legit/__init__.py": "MARKER = 'REAL'\n"})
     pth_wheel(d, "mps-pth-fifo", "os.mkfifo(os.path.join(sys.prefix, 'mps-manifest.json'))")
     pth_wheel(d, "mps-pth-link", f"os.symlink({victim!r}, os.path.join(sys.prefix, 'mps-manifest.json'))")
-    # At the inspect step (the only start of the environment's interpreter that may write it):
-    # a package list of 2 MB instead of the real one.
-    pth_wheel(d, "mps-pth-flood", "if os.access(sys.prefix, os.W_OK): "
+    # At the inspect step (the server starts the environment's interpreter with -I there, runs
+    # without): a package list of 2 MB instead of the real one.
+    pth_wheel(d, "mps-pth-flood", "if sys.flags.isolated: "
               "sys.stdout.write('{' + ','.join('\"p%d\": \"%s\"' % (i, 'x' * 200) for i in range(10000)) + '}'); "
               "sys.stdout.flush(); os._exit(0)")
     for f in os.listdir(d):
