@@ -40,6 +40,10 @@ extern char **environ;
 #define ENV_FORMAT 2
 #define ENV_MANIFEST "mps-manifest.json"
 #define ENV_MANIFEST_MAX (1u << 20)
+/* What a new manifest holds of the package list (printed by the inspect step, where a .pth
+ * of the build runs first) and of the requested list: every listing of the store reads the
+ * manifests it has not read yet, on the loop. */
+#define ENV_MANIFEST_PART_MAX (64u << 10)
 #define ENV_TARGET "/env"
 #define ENV_CACHE_TARGET "/cache"
 #define ENV_WHEELS_TARGET "/wheels"
@@ -155,6 +159,11 @@ struct env_store {
   char **b_extra_index_urls, **b_find_links;
   eg_policy_t build_policy;
   struct installer_net *nets;              /* installer runs with a proxy session */
+  /* Sizes of the manifests read by list_entries, by name and sorted: a manifest never
+   * changes once published (only its time, the last use), so each is parsed once, not at
+   * every eviction or check_environment. */
+  struct env_known *known;
+  size_t n_known;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -1320,7 +1329,9 @@ static void publish(env_build_t *b, uint64_t size) {
     packages = json_object();
   }
   json_t *requested = json_array();
-  for (size_t i = 0; i < b->n_requirements; i++)
+  size_t requested_bytes = 0;
+  for (size_t i = 0; i < b->n_requirements; i++) requested_bytes += strlen(b->requirements[i]);
+  for (size_t i = 0; i < b->n_requirements && requested_bytes <= ENV_MANIFEST_PART_MAX; i++)
     json_array_append_new(requested, json_string(b->requirements[i]));
   json_t *m =
       json_pack("{s:i, s:s, s:{s:s, s:s, s:s}, s:o, s:o, s:s, s:I, s:I, s:b, s:I, s:s?}", "format",
@@ -1329,13 +1340,14 @@ static void publish(env_build_t *b, uint64_t size) {
                 "packages", packages, "installer", s->uv ? "uv" : "pip", "created",
                 (json_int_t)time(NULL), "size", (json_int_t)size, "pinned", b->pinned, "build_ms",
                 (json_int_t)(cm_now_ms() - b->started_ms), "built_by", b->owner);
+  if (json_array_size(requested) < b->n_requirements)
+    json_object_set_new(m, "requested_count", json_integer((json_int_t)b->n_requirements));
   cleanup_free char *text = json_dumps(m, JSON_INDENT(1) | JSON_SORT_KEYS);
   json_decref(m);
   if (strlen(text) > ENV_MANIFEST_MAX) {
     /* It could never be read back (load_manifest): every call would build it again. */
     cleanup_free char *msg = xasprintf(
-        "Building the environment failed: its manifest would be %zu bytes, more than %u (the "
-        "requirement list is too long)",
+        "Building the environment failed: its manifest would be %zu bytes, more than %u",
         strlen(text), ENV_MANIFEST_MAX);
     build_fail(b, msg);
     return;
@@ -1538,21 +1550,71 @@ static void entry_add(entry_list_t *l, const char *name, bool wheel, uint64_t si
   l->total += size;
 }
 
+typedef struct env_known {
+  char *name;
+  dev_t dev;
+  ino_t ino;
+  uint64_t size;
+} env_known_t;
+
+static int by_known_name(const void *a, const void *b) {
+  return strcmp(((const env_known_t *)a)->name, ((const env_known_t *)b)->name);
+}
+
+static int name_vs_known(const void *name, const void *k) {
+  return strcmp(name, ((const env_known_t *)k)->name);
+}
+
+static void known_release(env_known_t *v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i].name);
+  free(v);
+}
+
+/* An environment's size from its manifest: from what was read before when the manifest is
+ * the same file (its status now, in st), else read and parsed.  false: not one of ours. */
+static bool entry_size(env_store_t *s, const char *name, struct stat *st, uint64_t *size) {
+  cm_error_t err = CM_ERROR_INIT;
+  cleanup_close int dfd = cm_open_dir_at(s->envs_fd, name, &err);
+  cm_error_release(&err);
+  if (dfd < 0 || fstatat(dfd, ENV_MANIFEST, st, AT_SYMLINK_NOFOLLOW) < 0) return false;
+  env_known_t *k = s->known ? bsearch(name, s->known, s->n_known, sizeof *k, name_vs_known) : NULL;
+  if (k && k->dev == st->st_dev && k->ino == st->st_ino && S_ISREG(st->st_mode) &&
+      st->st_uid == geteuid()) {
+    *size = k->size;
+    return true;
+  }
+  json_t *m = load_manifest(s, name, true, false, st);
+  if (!m) return false;
+  *size = (uint64_t)json_integer_value(json_object_get(m, "size"));
+  json_decref(m);
+  return true;
+}
+
 /* The finished environments (size from their manifests, last use from the manifests'
  * time) and the wheelhouse's wheels (their size on disk, last download). */
 static void list_entries(env_store_t *s, entry_list_t *l, bool wheels) {
   DIR *d = list_dir(s->envs_fd);
   struct dirent *e;
+  env_known_t *known = NULL;
+  size_t n_known = 0, cap_known = 0;
   while (d && (e = readdir(d))) {
     if (e->d_name[0] == '.' || strchr(e->d_name, '.')) continue;
     struct stat st;
-    json_t *m = load_manifest(s, e->d_name, true, false, &st);
-    if (!m) continue;
-    entry_add(l, e->d_name, false, (uint64_t)json_integer_value(json_object_get(m, "size")),
-              (int64_t)st.st_mtim.tv_sec);
-    json_decref(m);
+    uint64_t size;
+    if (!entry_size(s, e->d_name, &st, &size)) continue;
+    entry_add(l, e->d_name, false, size, (int64_t)st.st_mtim.tv_sec);
+    if (n_known == cap_known) {
+      cap_known = cap_known ? cap_known * 2 : 16;
+      known = xrealloc(known, cap_known * sizeof *known);
+    }
+    known[n_known++] = (env_known_t){xstrdup(e->d_name), st.st_dev, st.st_ino, size};
   }
   if (d) closedir(d);
+  /* What is gone is forgotten with the old list. */
+  if (n_known) qsort(known, n_known, sizeof *known, by_known_name);
+  known_release(s->known, s->n_known);
+  s->known = known;
+  s->n_known = n_known;
   if (!wheels || s->wheels_fd < 0) return;
   d = list_dir(s->wheels_fd);
   while (d && (e = readdir(d))) {
@@ -2143,9 +2205,8 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   space_init(&b->space);
   cm_headtail_init(&b->output, 1024, 1024);
   cm_buf_init(&b->line, ENV_PROGRESS_LINE_MAX + 1);
-  /* What the inspect step prints (the environment's own interpreter: a .pth of the build's
-   * runs first) goes into the manifest: never more than half of what a manifest may be. */
-  cm_buf_init(&b->inspect, ENV_MANIFEST_MAX / 2);
+  /* What the inspect step prints goes into the manifest (ENV_MANIFEST_PART_MAX). */
+  cm_buf_init(&b->inspect, ENV_MANIFEST_PART_MAX);
   b->next = s->builds;
   s->builds = b;
   w->build = b;
@@ -2226,6 +2287,7 @@ void env_store_free(env_store_t *s) {
   free(s->runs_dir);
   free(s->uv);
   free(s->installer_desc);
+  known_release(s->known, s->n_known);
   build_net_release(s);
   free(s);
 }
