@@ -248,6 +248,9 @@ int cm_create_file_at(int dirfd, const char *name, const void *data, size_t len,
 /* rm -rf of name in dirfd, never following a symlink.  Takes as long as the tree is big:
  * on the event loop only for trees the server made small; else in a child (sbx_call). */
 int cm_rm_rf_at(int dirfd, const char *name, cm_error_t *err);
+/* chmod of the directory name in dirfd, never through a symlink, whatever its own mode
+ * (0 or -1 with errno). */
+int cm_chmod_dir_at(int dirfd, const char *name, mode_t mode);
 
 /* Finds an executable in PATH (or uses name as is if it contains a '/'). Heap string. */
 char *cm_find_executable(const char *name);

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 #include "common/cm.h"
@@ -121,6 +122,8 @@ static int rm_tree_at(int parent_fd, const char *name, int depth) {
   if (unlinkat(parent_fd, name, 0) == 0 || errno == ENOENT) return 0;
   if (errno != EISDIR && errno != EPERM) return -1;
   int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && errno == EACCES && cm_chmod_dir_at(parent_fd, name, 0700) == 0)
+    fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? 0 : -1;
   /* A directory a sandboxed process made unwritable or unsearchable must still go. */
   (void)fchmod(fd, 0700);
@@ -137,6 +140,20 @@ static int rm_tree_at(int parent_fd, const char *name, int depth) {
   }
   closedir(d);
   if (unlinkat(parent_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT) rc = -1;
+  return rc;
+}
+
+int cm_chmod_dir_at(int dirfd, const char *name, mode_t mode) {
+  /* An O_PATH fd needs no permission on the directory itself (an unreadable one: opening it
+   * to fchmod would fail), and chmod through its /proc link changes exactly that inode. */
+  int fd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  int rc = chmod(path, mode);
+  int e = errno;
+  close(fd);
+  errno = e;
   return rc;
 }
 

@@ -86,6 +86,9 @@ static int rm_rf_at(int parent_fd, const char *name, int depth) {
   if (unlinkat(parent_fd, name, 0) == 0 || errno == ENOENT) return 0;
   if (errno != EISDIR && errno != EPERM) return -1;
   int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  /* Unreadable (a sandboxed script's chmod 0, as the server's own uid): readable first. */
+  if (fd < 0 && errno == EACCES && cm_chmod_dir_at(parent_fd, name, 0700) == 0)
+    fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return -1;
   /* A directory a sandboxed script made unwritable or unsearchable must still go. */
   fchmod(fd, 0700);

@@ -40,6 +40,10 @@ extern char **environ;
 #define ENV_FORMAT 2
 #define ENV_MANIFEST "mps-manifest.json"
 #define ENV_MANIFEST_MAX (1u << 20)
+/* What a new manifest holds of the package list (printed by the inspect step, where a .pth
+ * of the build runs first) and of the requested list: every listing of the store reads the
+ * manifests it has not read yet, on the loop. */
+#define ENV_MANIFEST_PART_MAX (64u << 10)
 #define ENV_TARGET "/env"
 #define ENV_CACHE_TARGET "/cache"
 #define ENV_WHEELS_TARGET "/wheels"
@@ -155,6 +159,11 @@ struct env_store {
   char **b_extra_index_urls, **b_find_links;
   eg_policy_t build_policy;
   struct installer_net *nets;              /* installer runs with a proxy session */
+  /* Sizes of the manifests read by list_entries, by name and sorted: a manifest never
+   * changes once published (only its time, the last use), so each is parsed once, not at
+   * every eviction or check_environment. */
+  struct env_known *known;
+  size_t n_known;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -532,7 +541,11 @@ static void answer(env_waiter_t *w, env_handle_t *env, const char *error) {
   env_store_t *s = w->store;
   w->build = NULL;
   w->hit = env;
-  w->error = env ? NULL : xstrdup(error ? error : "The environment could not be built.");
+  /* Valid UTF-8 whatever the build made: an error may name its files (a JSON string of
+   * anything else would leave the call without an answer). */
+  if (!error) error = "The environment could not be built.";
+  size_t n;
+  w->error = env ? NULL : cm_utf8_sanitize(error, strlen(error), &n);
   w->next = NULL;
   env_waiter_t **p = &s->answers;
   while (*p) p = &(*p)->next;
@@ -1001,9 +1014,15 @@ static int start_installer_run(env_store_t *s, const char *prefix, char **argv,
     mounts[n_mounts++] =
         (sbx_mount_t){.host = s->wheels_dir, .target = ENV_WHEELS_TARGET, .writable = false};
   /* On its tmpfs, what a build writes is memory its cgroup is charged for: the memory limit
-   * leaves room for a full space on top of the installer's own. */
-  uint64_t memory =
-      CM_MAX(cfg->memory_bytes, 4ull << 30) + (sp->mounted ? cfg->max_build_bytes : 0);
+   * leaves room for a full space on top of the installer's own.  What earlier steps wrote
+   * there is memory already (charged to their cgroups, gone with them): only the rest of the
+   * space is room, so that a build never holds more than the installer's own and one space. */
+  uint64_t memory = CM_MAX(cfg->memory_bytes, 4ull << 30);
+  struct statvfs v;
+  if (sp->mounted) {
+    uint64_t used = fstatvfs(sp->fd, &v) == 0 ? (uint64_t)(v.f_blocks - v.f_bfree) * v.f_frsize : 0;
+    memory += cfg->max_build_bytes - CM_MIN(used, cfg->max_build_bytes);
+  }
   sbx_spec_t spec = {
       .argv = argv,
       .envp = env.v,
@@ -1040,12 +1059,30 @@ static int start_installer_run(env_store_t *s, const char *prefix, char **argv,
   return rc;
 }
 
+/* Each step after the first gets a /tmp of its own, made here and empty: bwrap (as root)
+ * creates the mount points of read-only binds below /tmp (a --find-links directory there)
+ * inside it, following symlinks, so a /tmp an earlier step wrote could steer those mkdirs
+ * anywhere on the host.  The old one stays in the space, counted, until the space goes. */
+static int step_tmp(env_space_t *sp, build_step_t step, cm_error_t *err) {
+  if (step == STEP_VENV) return 0;
+  char *tmp = xasprintf("%s/tmp-%d", sp->dir, (int)step);
+  if (mkdir(tmp, 0700) < 0) {
+    int e = errno;
+    free(tmp);
+    return cm_error_set(err, e, CM_ERR_IO, "creating the build's /tmp");
+  }
+  free(sp->tmp);
+  sp->tmp = tmp;
+  return 0;
+}
+
 static void build_run(env_build_t *b, char **argv) {
   cm_headtail_release(&b->output);
   cm_headtail_init(&b->output, ENV_STEP_OUTPUT_TAIL / 4, ENV_STEP_OUTPUT_TAIL);
   sbx_run_callbacks_t cbs = {.on_output = on_step_output, .on_exit = on_step_exit};
   cm_error_t err = CM_ERROR_INIT;
-  if (start_installer_run(b->store, b->py.prefix, argv, &b->space, b->identity, &cbs, b, &b->run,
+  if (step_tmp(&b->space, b->step, &err) < 0 ||
+      start_installer_run(b->store, b->py.prefix, argv, &b->space, b->identity, &cbs, b, &b->run,
                           &err) < 0) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: %s", cm_error_message(&err));
@@ -1308,7 +1345,9 @@ static void publish(env_build_t *b, uint64_t size) {
     packages = json_object();
   }
   json_t *requested = json_array();
-  for (size_t i = 0; i < b->n_requirements; i++)
+  size_t requested_bytes = 0;
+  for (size_t i = 0; i < b->n_requirements; i++) requested_bytes += strlen(b->requirements[i]);
+  for (size_t i = 0; i < b->n_requirements && requested_bytes <= ENV_MANIFEST_PART_MAX; i++)
     json_array_append_new(requested, json_string(b->requirements[i]));
   json_t *m =
       json_pack("{s:i, s:s, s:{s:s, s:s, s:s}, s:o, s:o, s:s, s:I, s:I, s:b, s:I, s:s?}", "format",
@@ -1317,8 +1356,18 @@ static void publish(env_build_t *b, uint64_t size) {
                 "packages", packages, "installer", s->uv ? "uv" : "pip", "created",
                 (json_int_t)time(NULL), "size", (json_int_t)size, "pinned", b->pinned, "build_ms",
                 (json_int_t)(cm_now_ms() - b->started_ms), "built_by", b->owner);
+  if (json_array_size(requested) < b->n_requirements)
+    json_object_set_new(m, "requested_count", json_integer((json_int_t)b->n_requirements));
   cleanup_free char *text = json_dumps(m, JSON_INDENT(1) | JSON_SORT_KEYS);
   json_decref(m);
+  if (strlen(text) > ENV_MANIFEST_MAX) {
+    /* It could never be read back (load_manifest): every call would build it again. */
+    cleanup_free char *msg = xasprintf(
+        "Building the environment failed: its manifest would be %zu bytes, more than %u",
+        strlen(text), ENV_MANIFEST_MAX);
+    build_fail(b, msg);
+    return;
+  }
   cm_error_t err = CM_ERROR_INIT;
   cleanup_close int dfd = cm_open_dir_at(s->envs_fd, b->copy_name, &err);
   if (dfd < 0 || cm_create_file_at(dfd, ENV_MANIFEST, text, strlen(text), 0644, &err) < 0) {
@@ -1517,21 +1566,71 @@ static void entry_add(entry_list_t *l, const char *name, bool wheel, uint64_t si
   l->total += size;
 }
 
+typedef struct env_known {
+  char *name;
+  dev_t dev;
+  ino_t ino;
+  uint64_t size;
+} env_known_t;
+
+static int by_known_name(const void *a, const void *b) {
+  return strcmp(((const env_known_t *)a)->name, ((const env_known_t *)b)->name);
+}
+
+static int name_vs_known(const void *name, const void *k) {
+  return strcmp(name, ((const env_known_t *)k)->name);
+}
+
+static void known_release(env_known_t *v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i].name);
+  free(v);
+}
+
+/* An environment's size from its manifest: from what was read before when the manifest is
+ * the same file (its status now, in st), else read and parsed.  false: not one of ours. */
+static bool entry_size(env_store_t *s, const char *name, struct stat *st, uint64_t *size) {
+  cm_error_t err = CM_ERROR_INIT;
+  cleanup_close int dfd = cm_open_dir_at(s->envs_fd, name, &err);
+  cm_error_release(&err);
+  if (dfd < 0 || fstatat(dfd, ENV_MANIFEST, st, AT_SYMLINK_NOFOLLOW) < 0) return false;
+  env_known_t *k = s->known ? bsearch(name, s->known, s->n_known, sizeof *k, name_vs_known) : NULL;
+  if (k && k->dev == st->st_dev && k->ino == st->st_ino && S_ISREG(st->st_mode) &&
+      st->st_uid == geteuid()) {
+    *size = k->size;
+    return true;
+  }
+  json_t *m = load_manifest(s, name, true, false, st);
+  if (!m) return false;
+  *size = (uint64_t)json_integer_value(json_object_get(m, "size"));
+  json_decref(m);
+  return true;
+}
+
 /* The finished environments (size from their manifests, last use from the manifests'
  * time) and the wheelhouse's wheels (their size on disk, last download). */
 static void list_entries(env_store_t *s, entry_list_t *l, bool wheels) {
   DIR *d = list_dir(s->envs_fd);
   struct dirent *e;
+  env_known_t *known = NULL;
+  size_t n_known = 0, cap_known = 0;
   while (d && (e = readdir(d))) {
     if (e->d_name[0] == '.' || strchr(e->d_name, '.')) continue;
     struct stat st;
-    json_t *m = load_manifest(s, e->d_name, true, false, &st);
-    if (!m) continue;
-    entry_add(l, e->d_name, false, (uint64_t)json_integer_value(json_object_get(m, "size")),
-              (int64_t)st.st_mtim.tv_sec);
-    json_decref(m);
+    uint64_t size;
+    if (!entry_size(s, e->d_name, &st, &size)) continue;
+    entry_add(l, e->d_name, false, size, (int64_t)st.st_mtim.tv_sec);
+    if (n_known == cap_known) {
+      cap_known = cap_known ? cap_known * 2 : 16;
+      known = xrealloc(known, cap_known * sizeof *known);
+    }
+    known[n_known++] = (env_known_t){xstrdup(e->d_name), st.st_dev, st.st_ino, size};
   }
   if (d) closedir(d);
+  /* What is gone is forgotten with the old list. */
+  if (n_known) qsort(known, n_known, sizeof *known, by_known_name);
+  known_release(s->known, s->n_known);
+  s->known = known;
+  s->n_known = n_known;
   if (!wheels || s->wheels_fd < 0) return;
   d = list_dir(s->wheels_fd);
   while (d && (e = readdir(d))) {
@@ -1789,6 +1888,7 @@ typedef struct resolve_job {
   cm_headtail_t errors;
   env_resolved_cb cb;
   void *data;
+  char *owner;
   bool cancelled;
   struct resolve_job *next;
 } resolve_job_t;
@@ -1805,6 +1905,7 @@ static void resolve_free(resolve_job_t *j) {
   space_remove(j->store, &j->space);
   cm_buf_release(&j->report);
   cm_headtail_release(&j->errors);
+  free(j->owner);
   free(j);
 }
 
@@ -1855,11 +1956,31 @@ static void resolve_exit(void *data, const sbx_result_t *res) {
 }
 
 void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
-                        env_resolved_cb cb, void *data) {
+                        const char *owner, env_resolved_cb cb, void *data, cm_error_t *err) {
+  /* A resolution runs package code in a space of its own like a build, but holds no slot of
+   * the executions': bounded here, in all and per principal, with an immediate answer. */
+  const srv_config_t *cfg = s->cfg;
+  uint64_t own = 0, own_max = cfg->max_token_running;
+  for (resolve_job_t *r = s->resolves; r; r = r->next) own += strcmp(r->owner, owner) == 0;
+  if (own_max && own >= own_max) {
+    cm_error_set(err, 0, CM_ERR_LIMIT,
+                 "%llu dependency resolutions of yours are running already (at most %llu at once); "
+                 "try again when one has finished",
+                 (unsigned long long)own, (unsigned long long)own_max);
+    return NULL;
+  }
+  if (s->resolving >= cfg->max_concurrent) {
+    cm_error_set(err, 0, CM_ERR_LIMIT,
+                 "%u dependency resolutions are running already (at most %llu at once, "
+                 "--max-concurrent); try again when one has finished",
+                 s->resolving, (unsigned long long)cfg->max_concurrent);
+    return NULL;
+  }
   resolve_job_t *j = xcalloc(1, sizeof *j);
   j->store = s;
   j->cb = cb;
   j->data = data;
+  j->owner = xstrdup(owner);
   j->next = s->resolves;
   s->resolves = j;
   s->resolving++;
@@ -1873,14 +1994,12 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
   cm_strv_add(&a, "--");
   for (size_t i = 0; i < n; i++) cm_strv_add(&a, requirements[i]);
   sbx_run_callbacks_t cbs = {.on_output = resolve_output, .on_exit = resolve_exit};
-  cm_error_t err = CM_ERROR_INIT;
-  int rc = space_make(s, "resolve", false, &j->space, &err) == 0
-               ? start_installer_run(s, py->prefix, a.v, &j->space, NULL, &cbs, j, &j->run, &err)
+  int rc = space_make(s, "resolve", false, &j->space, err) == 0
+               ? start_installer_run(s, py->prefix, a.v, &j->space, NULL, &cbs, j, &j->run, err)
                : -1;
   cm_strv_free(a.v);
   if (rc < 0) {
-    cm_warn("resolution: %s", cm_error_message(&err));
-    cm_error_release(&err);
+    cm_warn("resolution: %s", cm_error_message(err));
     resolve_free(j);
     return NULL;
   }
@@ -1910,6 +2029,27 @@ static void sweep_dir(env_store_t *s, int dir_fd) {
   closedir(d);
   for (size_t i = 0; i < gone.n; i++) remove_later(s, dir_fd, gone.v[i]);
   cm_strv_free(gone.v);
+}
+
+/* Copies of builds that a server killed while copying left in envs/ (never published, never
+ * counted): gone unless a live server builds that key (it holds the key's lock). */
+static void sweep_staging(env_store_t *s) {
+  DIR *d = list_dir(s->envs_fd);
+  if (!d) return;
+  cm_strv_builder_t stale = {0};
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (!strncmp(e->d_name, ".staging-", 9)) cm_strv_add(&stale, e->d_name);
+  closedir(d);
+  for (size_t i = 0; i < stale.n; i++) {
+    cleanup_free char *key = xstrndup(stale.v[i] + 9, strcspn(stale.v[i] + 9, "-"));
+    cleanup_free char *lock = xasprintf("%s/%s.lock", s->envs_dir, key);
+    cleanup_close int fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) continue;
+    cm_warn("removing an unfinished environment build left behind: %s/%s", s->envs_dir, stale.v[i]);
+    discard(s, s->envs_fd, stale.v[i], "trash");
+  }
+  cm_strv_free(stale.v);
 }
 
 /* downloads/ holds the wheelhouse and nothing else.  Versions before it let every build
@@ -2010,6 +2150,7 @@ env_store_t *env_store_new(cm_loop_t *loop, const srv_config_t *cfg, const char 
     cm_warn("environment store: cannot open its directories: %s", strerror(errno));
   /* The sweeps first: what clean_downloads moves aside is already on its way out. */
   if (s->envs_fd >= 0) sweep_dir(s, s->envs_fd);
+  if (s->envs_fd >= 0) sweep_staging(s);
   if (s->state_fd >= 0) sweep_dir(s, s->state_fd);
   if (s->state_fd >= 0) clean_downloads(s);
   bool want_uv = strcmp(cfg->installer, "pip") != 0;
@@ -2080,7 +2221,8 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   space_init(&b->space);
   cm_headtail_init(&b->output, 1024, 1024);
   cm_buf_init(&b->line, ENV_PROGRESS_LINE_MAX + 1);
-  cm_buf_init(&b->inspect, 4u << 20);
+  /* What the inspect step prints goes into the manifest (ENV_MANIFEST_PART_MAX). */
+  cm_buf_init(&b->inspect, ENV_MANIFEST_PART_MAX);
   b->next = s->builds;
   s->builds = b;
   w->build = b;
@@ -2098,7 +2240,14 @@ void env_store_cancel(env_store_t *s, void *handle) {
   if (!b) return;
   bool others = false;
   for (env_waiter_t *x = b->waiters; x; x = x->next) others |= !x->cancelled;
-  if (!others && b->run) sbx_run_cancel(b->run);
+  if (others) return;
+  if (b->run) {
+    sbx_run_cancel(b->run); /* its exit fails the build */
+    return;
+  }
+  /* Waiting for the lock, or copying: it would go on with no call (and no slot) of anyone's
+   * behind it, its space and copy kept meanwhile. */
+  build_fail(b, "The environment's build was cancelled.");
 }
 
 const char *env_store_installer(env_store_t *s) {
@@ -2154,6 +2303,7 @@ void env_store_free(env_store_t *s) {
   free(s->runs_dir);
   free(s->uv);
   free(s->installer_desc);
+  known_release(s->known, s->n_known);
   build_net_release(s);
   free(s);
 }

@@ -81,10 +81,12 @@ void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes);
 void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_file);
 /* A dry-run resolution (pip install --dry-run --report) with the server's index settings,
  * for validate_script: cb gets {"name": "version"} of everything that would be installed,
- * or an error.  Returns NULL (and never calls cb) if it could not even start. */
+ * or an error.  It runs package code, like a build, in a space of its own; at most
+ * --max-concurrent run at once, and per principal (owner) --max-token-running.  Returns NULL (and never calls cb) if it could not start, with err
+ * saying why (CM_ERR_LIMIT: at a cap). */
 typedef void (*env_resolved_cb)(void *data, json_t *resolved, const char *error);
 void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
-                        env_resolved_cb cb, void *data);
+                        const char *owner, env_resolved_cb cb, void *data, cm_error_t *err);
 void env_store_cancel_resolve(env_store_t *s, void *handle);
 void env_store_free(env_store_t *s);
 

@@ -213,6 +213,16 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   else
     cm_buf_printf(&t, "Cgroups: %s\n",
                   sbx_cgroups_active(cg) ? "not used for docker (the container's own limits apply)" : cg_text);
+  /* What a dependency build (or a dry-run resolution) may write and hold. */
+  cleanup_free char *build_bytes = human_size(cfg->max_build_bytes);
+  bool own_uid = isolating && geteuid() == 0 && strcmp(sbx_backend_name(b), "bwrap") == 0;
+  cm_buf_printf(&t,
+                "Dependency builds: %s%s%s; each writes only a space of its own, %s %s (--max-build-bytes); "
+                "each step may take %llus (--build-timeout); at most %llu dry-run resolutions at once\n",
+                isolating ? "in the sandbox" : "not isolated by this backend (package code runs with the server's rights)",
+                own_uid ? ", as a uid of its own" : "", cg_runs ? ", a cgroup per step" : "",
+                geteuid() == 0 ? "a tmpfs capped at" : "a plain directory (its total is not capped: needs root), each file up to",
+                build_bytes, (unsigned long long)(cfg->build_timeout_ms / 1000), (unsigned long long)cfg->max_concurrent);
   cleanup_free char *work = human_size(cfg->work_bytes);
   cm_buf_printf(&t, "Work directory: %s\n",
                 srv_workdir_capped(cfg->work_bytes) ? "a size-capped tmpfs per run" : "a plain directory per run (not size-capped: needs root)");

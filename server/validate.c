@@ -130,9 +130,15 @@ static void start_resolve(void *data) {
     c->probe_wait = srv_server_when_probed(c->server, start_resolve, c);
     return;
   }
+  const char *principal = srv_session_principal(srv_request_session(c->req));
+  cm_error_t err = CM_ERROR_INIT;
   c->resolve_wait = env_store_resolve(srv_server_envs(c->server), c->py, c->script.requirements,
-                                      c->script.n_requirements, on_resolved, c);
-  if (!c->resolve_wait) on_resolved(c, NULL, "the resolution could not start (see the server log)");
+                                      c->script.n_requirements, principal ? principal : SRV_PRINCIPAL_STDIO,
+                                      on_resolved, c, &err);
+  if (!c->resolve_wait) {
+    finish(c, srv_tool_error_result("The dependencies were not resolved: %s.", cm_error_message(&err)));
+    cm_error_release(&err);
+  }
 }
 
 static void on_compile_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {

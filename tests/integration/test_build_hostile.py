@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -36,6 +37,12 @@ time.sleep(2)
 LINK_MANIFEST = """
 import os, time
 os.symlink(VICTIM, os.path.join(sys.prefix, "mps-manifest.json"))
+time.sleep(2)
+"""
+# A FIFO whose name is not UTF-8: the error that names it must still reach the caller.
+FIFO_BAD_NAME = """
+import os, time
+os.mkfifo(os.path.join(os.fsencode(sys.prefix), b"mps-\\xff\\xfe-fifo"))
 time.sleep(2)
 """
 FIFO_BIN = """
@@ -121,6 +128,36 @@ for i in range(1200):
     time.sleep(0.1)
 raise SystemExit("forked %%d sleepers and stopped" %% n)
 """ % SLEEPER
+# Enough for the server's copy out of the space to take a while: many files and some bytes.
+SLOW_COPY = """
+import os
+d = os.path.join(sys.prefix, "mps-slow-copy")
+os.makedirs(d)
+for i in range(30000):
+    with open(os.path.join(d, "f%d" % i), "wb") as f:
+        f.write(b"x" * 1024)
+with open(os.path.join(d, "big"), "wb") as f:
+    for i in range(200):
+        f.write(os.urandom(1 << 20))
+"""
+# A backend that takes its time: what a dry-run resolution runs to learn the metadata.
+STALL = """
+import time
+time.sleep(120)
+"""
+# 100 MB into the build's cache at install, then (a .pth of the wheel it makes) a sleeper at
+# the inspect step, whose cgroup the test reads.
+MEMORY_STEPS = """
+import os
+with open("/cache/filler", "wb") as f:
+    for i in range(100):
+        f.write(os.urandom(1 << 20))
+FILES["mps_memory_steps.pth"] = "import mps_memory_steps_hook\\n"
+FILES["mps_memory_steps_hook.py"] = (
+    "import os, subprocess, sys\\n"
+    "if os.access(sys.prefix, os.W_OK):\\n"
+    "    subprocess.run(['MARKER', '60'], executable='/bin/sleep')\\n")
+""".replace("MARKER", SLEEPER)
 PROBE = """
 import os
 FILES["mps_probe/__init__.py"] = "UID = %d\\n" % os.getuid()
@@ -156,12 +193,19 @@ def wheels(victim):
     wheelhouse.build_synthetic(d)
     prelude = f"VICTIM = {victim!r}\n"
     for name, code in [("mps-fifo-manifest", FIFO_MANIFEST), ("mps-link-manifest", LINK_MANIFEST),
-                       ("mps-fifo-bin", FIFO_BIN), ("mps-link-bin", LINK_BIN), ("mps-alice", POISON),
-                       ("mps-big", BIG), ("mps-sleepers", SLEEPERS), ("mps-probe", PROBE)]:
+                       ("mps-fifo-bin", FIFO_BIN), ("mps-fifo-bad-name", FIFO_BAD_NAME),
+                       ("mps-link-bin", LINK_BIN), ("mps-alice", POISON),
+                       ("mps-big", BIG), ("mps-sleepers", SLEEPERS), ("mps-probe", PROBE),
+                       ("mps-slow-copy", SLOW_COPY), ("mps-stall", STALL), ("mps-memory-steps", MEMORY_STEPS)]:
         wheelhouse.make_sdist(d, name, "1.0", hostile=prelude + code)
     wheelhouse.make_sdist(d, "mps-legit", "1.0", files={"mps_legit/__init__.py": "MARKER = 'REAL'\n"})
     pth_wheel(d, "mps-pth-fifo", "os.mkfifo(os.path.join(sys.prefix, 'mps-manifest.json'))")
     pth_wheel(d, "mps-pth-link", f"os.symlink({victim!r}, os.path.join(sys.prefix, 'mps-manifest.json'))")
+    # At the inspect step (the server starts the environment's interpreter with -I there, runs
+    # without): a package list of 2 MB instead of the real one.
+    pth_wheel(d, "mps-pth-flood", "if sys.flags.isolated: "
+              "sys.stdout.write('{' + ','.join('\"p%d\": \"%s\"' % (i, 'x' * 200) for i in range(10000)) + '}'); "
+              "sys.stdout.flush(); os._exit(0)")
     for f in os.listdir(d):
         os.chmod(os.path.join(d, f), 0o644)
     yield d
@@ -224,6 +268,7 @@ def victim_intact(victim):
     ("mps-fifo-manifest", ["mps-manifest.json", "a FIFO"]),
     ("mps-link-manifest", ["mps-manifest.json", "a symlink"]),
     ("mps-fifo-bin", ["a FIFO", "bin/mps-fifo"]),
+    ("mps-fifo-bad-name", ["a FIFO", "./mps-\ufffd\ufffd-fifo"]),
     ("mps-pth-fifo", ["mps-manifest.json", "a FIFO"]),
     ("mps-pth-link", ["mps-manifest.json", "a symlink"]),
 ])
@@ -267,6 +312,72 @@ def test_symlinks_to_host_files_stay_symlinks(dep_server, victim):
             assert not st.st_mode & 0o7000, os.path.join(d, f)
     manifest = json.load(open(os.path.join(env, "mps-manifest.json")))
     assert manifest["format"] == 2 and "built_by" in manifest and manifest["built_by"] == "stdio"
+    assert_nothing_left(s)
+
+
+# The install step swaps a directory of its /tmp that bwrap made for the mount point of a
+# --find-links directory deeper below /tmp for a symlink to a host directory: should the next
+# step (inspect) get the same /tmp, bwrap (as root) makes that mount point through the symlink,
+# a directory on the host outside the build's space.
+TMP_SWAP = """
+import os
+os.rename(TOP, TOP + "-moved")
+os.symlink("/oldroot" + HOST_DIR, TOP)
+"""
+
+
+def test_a_step_cannot_steer_the_next_steps_mounts_through_tmp(make_server):
+    if BACKEND != "bwrap":
+        pytest.skip("bubblewrap makes the mount points of the build's read-only binds below its /tmp")
+    top = tempfile.mkdtemp(prefix="mps-deep-links-")
+    host_dir = tempfile.mkdtemp(prefix="mps-host-dir-")
+    try:
+        links = os.path.join(top, "links")
+        os.mkdir(links)
+        for d in (top, links):
+            os.chmod(d, 0o755)
+        wheelhouse.make_sdist(links, "mps-tmp-swap", "1.0",
+                              hostile=f"TOP = {top!r}\nHOST_DIR = {host_dir!r}\n" + TMP_SWAP)
+        for f in os.listdir(links):
+            os.chmod(os.path.join(links, f), 0o644)
+        s = make_server("--find-links", links, "--offline", env=NO_PIP_ENV)
+        s.initialize()
+        res = s.execute("import mps_tmp_swap\nprint('built')", dependencies=["mps-tmp-swap"], timeout=180)
+        assert res["structuredContent"]["stdout"] == "built\n", text(res)
+        assert os.listdir(host_dir) == []
+        assert_nothing_left(s)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+        shutil.rmtree(top + "-moved", ignore_errors=True)
+        shutil.rmtree(host_dir, ignore_errors=True)
+
+
+def manifest_bytes(s, key):
+    return os.path.getsize(os.path.join(s.state_dir, "envs", key, "mps-manifest.json"))
+
+
+def test_a_manifest_stays_small_whatever_the_build_prints_or_the_call_asks(dep_server):
+    # Every listing of the store (an eviction at each build, check_environment) reads the
+    # manifests it has not read before, on the loop: a 1 MB one per environment made a
+    # thousand such environments block the server for seconds at each listing.  The package
+    # list comes from the inspect step, which a .pth of the build can flood.
+    s = dep_server()
+    res = s.execute("import mps_pth_flood\nprint('ok')", dependencies=["mps-pth-flood"], timeout=180)
+    assert res["structuredContent"]["stdout"] == "ok\n", text(res)
+    assert res["structuredContent"]["environment"]["packages"] == {}
+    assert manifest_bytes(s, res["structuredContent"]["environment"]["key"]) < 8192
+    again = s.execute("print('again')", dependencies=["mps-pth-flood"], timeout=60)
+    assert again["structuredContent"]["environment"]["cached"] is True, text(again)
+    # A long requirement list (2 MB in JSON) is counted, not kept.
+    skipped = [f"mps-nothing{i}; platform_release == '{chr(34) * 3900}'" for i in range(200)]
+    res = s.execute("print('long')", dependencies=["mps-gamma"] + skipped, timeout=180)
+    assert res["structuredContent"]["stdout"] == "long\n", text(res)[:2000]
+    key = res["structuredContent"]["environment"]["key"]
+    assert manifest_bytes(s, key) < 8192
+    manifest = json.load(open(os.path.join(s.state_dir, "envs", key, "mps-manifest.json")))
+    assert manifest["requested_count"] == 201 and manifest["requested"] == []
+    again = s.execute("print('again')", dependencies=["mps-gamma"] + skipped, timeout=60)
+    assert again["structuredContent"]["environment"]["cached"] is True, text(again)
     assert_nothing_left(s)
 
 
@@ -337,6 +448,63 @@ def test_a_build_that_writes_too_much_fails_at_the_bound(dep_server):
         all("/run-" in m for m in mounts_under(os.path.join(s.state_dir, "work")))
 
 
+def test_a_build_cancelled_while_it_is_copied_stops(dep_server):
+    # The call goes (and its slot with it): the build must not go on without it.
+    s = dep_server("--max-concurrent", "1")
+    s.send({"jsonrpc": "2.0", "id": "big", "method": "tools/call", "params": {
+        "name": "execute_python", "arguments": {"script": "print('never')", "dependencies": ["mps-slow-copy"]}}})
+    staging = os.path.join(s.state_dir, "envs", ".staging-*")
+    assert wait_until(lambda: glob.glob(staging), timeout=180, interval=0.01)
+    s.notify("notifications/cancelled", {"requestId": "big"})
+    assert s.request("ping")["result"] == {}
+    assert_nothing_left(s)
+    assert envs_of(s) == []
+    assert "built in" not in s.stderr_text()
+    ok = s.execute("import mps_gamma\nprint('next')", dependencies=["mps-gamma"], timeout=180)
+    assert ok["structuredContent"]["stdout"] == "next\n", text(ok)
+
+
+def test_a_copy_left_by_a_server_killed_while_copying_goes_at_the_next_start(dep_server, tmp_path):
+    state = str(tmp_path / "state")
+    s = dep_server(state_dir=state)
+    s.send({"jsonrpc": "2.0", "id": "big", "method": "tools/call", "params": {
+        "name": "execute_python", "arguments": {"script": "print('never')", "dependencies": ["mps-slow-copy"]}}})
+    staging = os.path.join(state, "envs", ".staging-*")
+    assert wait_until(lambda: glob.glob(staging), timeout=180, interval=0.01)
+    s.proc.send_signal(signal.SIGKILL)
+    s.proc.wait()
+    assert glob.glob(staging)  # left behind by the crash...
+    # ...and gone once another server starts on the state directory, whatever it builds
+    # (no build of that key would ever come to remove it).
+    s2 = dep_server(state_dir=state)
+    ok = s2.execute("import mps_gamma\nprint('next')", dependencies=["mps-gamma"], timeout=180)
+    assert ok["structuredContent"]["stdout"] == "next\n", text(ok)
+    assert wait_until(lambda: not glob.glob(staging) and not glob.glob(os.path.join(state, "envs", ".trash-*")),
+                      timeout=60)
+    assert_nothing_left(s2)
+
+
+@pytest.mark.parametrize("caps,why", [
+    (("--max-concurrent", "4", "--max-token-running", "1"), "of yours are running already (at most 1 at once)"),
+    (("--max-concurrent", "1"), "are running already (at most 1 at once, --max-concurrent)"),
+])
+def test_dry_run_resolutions_are_bounded(dep_server, caps, why):
+    # They run package code in a space of their own, like builds, but hold no execution slot.
+    s = dep_server(*caps)
+    s.send({"jsonrpc": "2.0", "id": "stall", "method": "tools/call", "params": {
+        "name": "validate_script", "arguments": {"script": "pass", "dependencies": ["mps-stall"], "resolve": True}}})
+    spaces = os.path.join(s.state_dir, "work", "srv-*", "resolve-*")
+    assert wait_until(lambda: glob.glob(spaces), timeout=60)
+    res = s.call("validate_script", {"script": "pass", "dependencies": ["mps-gamma"], "resolve": True}, timeout=60)
+    assert res["isError"] is True and why in text(res), text(res)
+    assert len(glob.glob(spaces)) == 1
+    s.notify("notifications/cancelled", {"requestId": "stall"})
+    assert wait_until(lambda: not glob.glob(spaces), timeout=60)
+    res = s.call("validate_script", {"script": "pass", "dependencies": ["mps-gamma"], "resolve": True}, timeout=120)
+    assert text(res).startswith("VALID") and "mps-gamma==1.0" in text(res), text(res)
+    assert not any(m.get("id") == "stall" for m in s.stray)
+
+
 # ---------------------------------------------------------------- processes
 
 def cgroups_of(pid):
@@ -353,6 +521,38 @@ def uid_of(pid):
             return next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
     except OSError:
         return None
+
+
+def memory_limit_of(pid):
+    for controller, path in (cgroups_of(pid) or {}).items():
+        for f in ("memory.max", "memory.limit_in_bytes"):
+            base = "/sys/fs/cgroup" + ("/memory" if controller == "memory" else "")
+            try:
+                with open(base + path + "/" + f) as fh:
+                    return int(fh.read())
+            except (OSError, ValueError):
+                pass
+    return None
+
+
+def test_what_earlier_steps_wrote_counts_against_a_later_steps_memory(dep_server):
+    # The space is a tmpfs: its pages are memory, charged to the step that wrote them; the
+    # next step's cgroup must not get room for a whole space again on top of them.
+    if not ROOT or BACKEND == "none":
+        pytest.skip("the build space is a tmpfs only when the server runs as root")
+    s = dep_server("--max-build-bytes", "256M")
+    s.send({"jsonrpc": "2.0", "id": "m", "method": "tools/call", "params": {
+        "name": "execute_python", "arguments": {"script": "print('done')", "dependencies": ["mps-memory-steps"]}}})
+    assert wait_until(lambda: processes_with_marker(SLEEPER), timeout=180)
+    pid = processes_with_marker(SLEEPER)[0]
+    limit, cgroups = memory_limit_of(pid), cgroups_of(pid) or {}
+    for p in processes_with_marker(SLEEPER):
+        os.kill(p, signal.SIGKILL)
+    if limit is None or not any("/mps-" in v for v in cgroups.values()):
+        pytest.skip("no memory cgroup for builds here")
+    assert limit <= (4 << 30) + (256 << 20) - (100 << 20), limit
+    res = s.recv_response("m", timeout=180)["result"]
+    assert res["structuredContent"]["stdout"] == "done\n", text(res)
 
 
 def test_a_build_forking_hundreds_does_not_starve_a_concurrent_one(dep_server):
@@ -377,7 +577,7 @@ def test_a_build_forking_hundreds_does_not_starve_a_concurrent_one(dep_server):
     cg = cgroups_of(live[0])
     if cg and any("/mps-" in v for v in cg.values()):
         assert all("/run-" in v for k, v in cg.items() if "/mps-" in v), cg  # a cgroup of the build's own
-    for d in glob.glob(os.path.join(s.state_dir, "work", "srv-*", "build-*", "tmp")):
+    for d in glob.glob(os.path.join(s.state_dir, "work", "srv-*", "build-*", "tmp*")):
         open(os.path.join(d, "mps-release"), "w").close()
     a = s.recv_response("a", timeout=180)["result"]
     assert a["isError"] is True and "stopped" in text(a), text(a)
@@ -423,6 +623,44 @@ def test_a_hit_whose_lock_is_taken_is_a_miss(dep_server):
     assert res["structuredContent"]["stdout"] == "two\n", text(res)
     assert res["structuredContent"]["environment"]["cached"] is False  # built again
     shutil.rmtree(os.path.join(envs, f".evicted-{key}-test"), ignore_errors=True)
+
+
+def lock_holders(pid, path):
+    fds = os.path.join(f"/proc/{pid}/fd")
+    return [fd for fd in os.listdir(fds) if os.path.realpath(os.path.join(fds, fd)) == os.path.realpath(path)]
+
+
+def test_a_build_cancelled_while_it_waits_for_the_lock_never_starts(dep_server):
+    s = dep_server()
+    first = s.execute("import mps_gamma\nprint('one')", dependencies=["mps-gamma"], timeout=180)
+    key = first["structuredContent"]["environment"]["key"]
+    envs = os.path.join(s.state_dir, "envs")
+    with open(os.path.join(envs, key + ".lock"), "r+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        os.rename(os.path.join(envs, key), os.path.join(envs, f".evicted-{key}-test"))
+        s.send({"jsonrpc": "2.0", "id": "wait", "method": "tools/call", "params": {
+            "name": "execute_python", "arguments": {"script": "print('never')", "dependencies": ["mps-gamma"]}}})
+        assert wait_until(lambda: f"environment {key} is locked elsewhere" in s.stderr_text(), timeout=30), \
+            s.stderr_text()[-2000:]
+        s.notify("notifications/cancelled", {"requestId": "wait"})
+        assert s.request("ping")["result"] == {}
+        # The build is gone: nothing of the server's waits on the lock any more (had it gone
+        # on, it would build the environment again, for no one, once the lock is free).
+        assert lock_holders(s.proc.pid, os.path.join(envs, key + ".lock")) == []
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    shutil.rmtree(os.path.join(envs, f".evicted-{key}-test"), ignore_errors=True)
+
+
+def test_check_environment_says_how_builds_are_held(dep_server):
+    s = dep_server("--max-build-bytes", "64M", "--build-timeout", "77")
+    line = next(l for l in text(s.call("check_environment")).splitlines() if l.startswith("Dependency builds: "))
+    assert "64M (--max-build-bytes)" in line and "77s (--build-timeout)" in line, line
+    if BACKEND == "none":
+        assert "not isolated" in line, line
+    else:
+        assert line.startswith("Dependency builds: in the sandbox"), line
+        assert (", as a uid of its own" in line) == (ROOT and BACKEND == "bwrap"), line
+    assert ("a tmpfs capped at 64M" in line) == ROOT, line
 
 
 def test_the_manifest_names_who_asked_for_the_build(wheels, tmp_path):

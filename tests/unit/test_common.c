@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <grp.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/cm-internal.h"
@@ -234,6 +236,48 @@ static void test_rm_rf(void **state) {
   struct stat st;
   assert_int_equal(stat(tmpl, &st), -1);
   assert_int_equal(stat("/etc/passwd", &st), 0); /* the link was not followed */
+}
+
+/* The same as a plain user, who (unlike root) cannot open a directory without read
+ * permission: a sandboxed script of a server that is not root makes one with chmod 0. */
+static int rm_unreadable_trees(void) {
+  char tmpl[] = "/tmp/mps-unit-XXXXXX";
+  if (!mkdtemp(tmpl)) return 1;
+  char path[256];
+  cm_error_t err = CM_ERROR_INIT;
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/t%d/a/b/c", tmpl, i);
+    if (cm_mkdir_p(path, 0755, &err) < 0) return 2;
+    snprintf(path, sizeof path, "%s/t%d/a/b/f", tmpl, i);
+    if (cm_write_file(path, "x", 1, 0644, &err) < 0) return 3;
+    snprintf(path, sizeof path, "%s/t%d/a/b", tmpl, i);
+    if (chmod(path, 0) < 0) return 4;
+  }
+  int dir = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0 || cm_rm_rf_at(dir, "t0", &err) < 0) return 5;
+  close(dir);
+  snprintf(path, sizeof path, "%s/t1", tmpl);
+  if (cm_rm_rf(path, &err) < 0) return 6;
+  if (rmdir(tmpl) < 0) return 7; /* empty: both trees went */
+  return 0;
+}
+
+static void test_rm_rf_unprivileged(void **state) {
+  if (geteuid() != 0) {
+    assert_int_equal(rm_unreadable_trees(), 0);
+    return;
+  }
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0)
+      _exit(100);
+    _exit(rm_unreadable_trees());
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 /* A FIFO, a symlink, a device, another owner's file, a big one: each refused on the open fd
@@ -518,6 +562,7 @@ int main(void) {
       cmocka_unit_test(test_sha256_lengths),
       cmocka_unit_test(test_memeq_ct),
       cmocka_unit_test(test_rm_rf),
+      cmocka_unit_test(test_rm_rf_unprivileged),
       cmocka_unit_test(test_files_at),
       cmocka_unit_test(test_loop_timers),
       cmocka_unit_test(test_loop_fd),
