@@ -4,7 +4,7 @@ wait in order), and of those at most --max-starting are in their start-up (their
 
 These tests assert order and overlap from the order of the messages on stdout (each script
 prints a marker that the server streams as progress as soon as it is printed), never
-durations: the start-up window's length and how far apart starts are go to bench/ (case 8)."""
+durations: the start-up window's length and how far apart starts are go to bench/ (case 9)."""
 import time
 
 from conftest import Server
