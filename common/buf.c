@@ -77,8 +77,16 @@ void cm_headtail_init(cm_headtail_t *h, size_t head_max, size_t tail_max) {
   memset(h, 0, sizeof *h);
   h->head_max = head_max;
   h->tail_max = tail_max;
-  h->head = xmalloc(head_max + 1);
-  h->tail = xmalloc(tail_max + 1);
+}
+
+/* Room for at least `need` head bytes: doubling, from a small start, never past head_max. */
+static void headtail_grow_head(cm_headtail_t *h, size_t need) {
+  if (need <= h->head_cap) return;
+  size_t cap = h->head_cap ? h->head_cap : 1024;
+  while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+  cap = CM_MIN(cap, h->head_max);
+  h->head = xrealloc(h->head, cap);
+  h->head_cap = cap;
 }
 
 void cm_headtail_release(cm_headtail_t *h) {
@@ -92,12 +100,14 @@ void cm_headtail_append(cm_headtail_t *h, const char *data, size_t len) {
   size_t room = h->head_max - h->head_len;
   size_t n = CM_MIN(room, len);
   if (n) {
+    headtail_grow_head(h, h->head_len + n);
     memcpy(h->head + h->head_len, data, n);
     h->head_len += n;
     data += n;
     len -= n;
   }
   if (len == 0 || h->tail_max == 0) return;
+  if (!h->tail) h->tail = xmalloc(h->tail_max);
   /* Only the last tail_max bytes of what is left can matter. */
   if (len >= h->tail_max) {
     memcpy(h->tail, data + len - h->tail_max, h->tail_max);

@@ -125,11 +125,13 @@ void cm_buf_reset(cm_buf_t *b);
 char *cm_buf_steal(cm_buf_t *b); /* returns data (or "" allocated) and resets */
 
 /* Keeps the first `head_max` and the last `tail_max` bytes of a stream of unknown
- * length, and counts the total.  Memory is bounded by head_max + tail_max. */
+ * length, and counts the total.  Memory is bounded by head_max + tail_max, and follows
+ * what was written: the head grows as bytes arrive, the tail exists once the head is full
+ * (so a queued call, or one that prints little, holds next to nothing). */
 typedef struct cm_headtail {
   char *head;
-  size_t head_len, head_max;
-  char *tail; /* ring buffer */
+  size_t head_len, head_cap, head_max;
+  char *tail; /* ring buffer of tail_max bytes, allocated at the first byte past the head */
   size_t tail_len, tail_start, tail_max;
   uint64_t total;
 } cm_headtail_t;

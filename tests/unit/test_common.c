@@ -81,6 +81,27 @@ static void test_headtail(void **state) {
     for (size_t j = 0; j < CM_ARRAY_SIZE(totals); j++) check_headtail(10, 10, totals[j], steps[i]);
   check_headtail(100, 0, 1000, 7);
   check_headtail(0, 100, 1000, 13);
+  check_headtail(100000, 100000, 250000, 4096);
+}
+
+/* Memory follows what was written: a call waiting in the queue, or one that prints a line,
+ * must not hold head_max + tail_max bytes (200 queued calls held 80 MB of heap). */
+static void test_headtail_allocates_what_is_written(void **state) {
+  cm_headtail_t h;
+  cm_headtail_init(&h, 1u << 20, 1u << 20);
+  assert_null(h.head);
+  assert_null(h.tail);
+  cm_headtail_append(&h, "hello\n", 6);
+  assert_non_null(h.head);
+  assert_true(h.head_cap < 4096);
+  assert_null(h.tail);
+  char *big = calloc(1, (1u << 20) + 10);
+  cm_headtail_append(&h, big, (1u << 20) + 10);
+  assert_int_equal(h.head_cap, 1u << 20);
+  assert_non_null(h.tail);
+  assert_int_equal(h.tail_len, 16);
+  free(big);
+  cm_headtail_release(&h);
 }
 
 static void test_utf8(void **state) {
@@ -555,6 +576,7 @@ int main(void) {
       cmocka_unit_test(test_error_set_and_wrap),
       cmocka_unit_test(test_buf_limits),
       cmocka_unit_test(test_headtail),
+      cmocka_unit_test(test_headtail_allocates_what_is_written),
       cmocka_unit_test(test_utf8),
       cmocka_unit_test(test_parse_u64),
       cmocka_unit_test(test_sha256),
