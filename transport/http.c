@@ -1163,8 +1163,9 @@ static bool session_shed_one(hs_session_t *s) {
 }
 
 /* Brings every session within max_replay_session and all of them within
- * max_replay_total, taking first from the principal keeping the most, its largest session
- * (of equals, the one idle the longest). */
+ * max_replay_total, taking first from the principal keeping the most, its session idle the
+ * longest (not its largest: answers of one size differ by a few bytes of timings, and the
+ * newest answer must not go first because its duration took a digit more). */
 static void replay_enforce(tr_http_t *h) {
   h->replay_over = false;
   size_t before = h->replay_bytes;
@@ -1175,24 +1176,21 @@ static void replay_enforce(tr_http_t *h) {
   hs_session_t *stuck[64];
   size_t n_stuck = 0;
   while (h->replay_bytes > h->max_replay_total) {
-    hs_session_t *largest = NULL;
+    hs_session_t *victim = NULL;
     for (hs_session_t *s = h->sessions; s; s = s->next) {
       bool skip = false;
       for (size_t i = 0; i < n_stuck && !skip; i++) skip = stuck[i] == s;
       if (skip || !s->replay_bytes) continue;
-      /* The principal keeping the most first (the one most over its share), its largest
-       * session; of equals, the one left alone the longest. */
-      size_t mine = s->principal->replay_bytes, theirs = largest ? largest->principal->replay_bytes : 0;
-      if (!largest || mine > theirs ||
-          (mine == theirs && (s->replay_bytes > largest->replay_bytes ||
-                              (s->replay_bytes == largest->replay_bytes &&
-                               s->last_active < largest->last_active))))
-        largest = s;
+      /* The principal keeping the most first (the one most over its share), its session
+       * left alone the longest. */
+      size_t mine = s->principal->replay_bytes, theirs = victim ? victim->principal->replay_bytes : 0;
+      if (!victim || mine > theirs || (mine == theirs && s->last_active < victim->last_active))
+        victim = s;
     }
-    if (!largest) break;
-    if (!session_shed_one(largest)) {
+    if (!victim) break;
+    if (!session_shed_one(victim)) {
       if (n_stuck == CM_ARRAY_SIZE(stuck)) break;
-      stuck[n_stuck++] = largest;
+      stuck[n_stuck++] = victim;
     }
   }
   h->replay_dropped += before > h->replay_bytes ? before - h->replay_bytes : 0;

@@ -124,7 +124,7 @@ void tr_stdio_free(tr_stdio_t *t);
  *
  * Replay memory: events kept for resumption count against max_replay_bytes_per_session
  * and max_replay_bytes (all sessions).  Past either (for the latter, first the principal
- * keeping the most, its largest session; of equals, the one idle the longest), events go
+ * keeping the most, its session idle the longest), events go
  * in this order: progress
  * and other droppable events and events already written once, of finished streams nobody
  * reads (oldest first), then of the other streams; then whole finished streams nobody

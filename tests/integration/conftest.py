@@ -18,6 +18,11 @@ BINARY = os.path.abspath(BINARY)
 BACKEND = os.environ.get("MPS_TEST_BACKEND", "none")
 
 
+# Cache warming would reach for the public index at every start (a DNS query leaving the
+# machine, at least): no server a test starts does it unless the test asks (--warm-cache,
+# with a loopback index).  Set here, every server inherits it, however it is started.
+os.environ.setdefault("MCP_PY_SANDBOX_WARM_CACHE", "0")
+
 # The pids of every server this test run started (cgroup directories are named after them;
 # other sessions on the machine run servers too).
 STARTED_SERVERS = set()

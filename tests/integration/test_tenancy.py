@@ -571,7 +571,8 @@ def test_abandoned_streams_keep_replay_memory_bounded(make_tenants):
     msgs = messages(list(sse_events(c.getresponse())))
     c.close()
     final = [m for m in msgs if m.get("id") == k]
-    assert final and len([b for b in final[0]["result"]["content"] if b["type"] == "image"]) == 3
+    assert final and "result" in final[0], final
+    assert len([b for b in final[0]["result"]["content"] if b["type"] == "image"]) == 3
 
 
 # ================================================================ finding 12: NUL bytes
