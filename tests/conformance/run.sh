@@ -8,21 +8,27 @@
 #     2. the fixture server (fixture.c: the same router and transport plus every fixture),
 #        active suite, fixture-baseline.yml (empty: everything must pass);
 #     3. the fixture server, pending suite, reported only (never fails the run);
-#   0.2.0-alpha.12 ("next": both eras), for each revision R in 2026-07-28 and 2025-11-25:
-#     4. the product, --requirements R, baseline-R.yml;
-#     5. the fixture server, --requirements R, fixture-baseline-R.yml.
+#   0.2.0-alpha.12 ("next": both eras), for each revision R in 2026-07-28 and 2025-11-25,
+#   in two modes, --requirements R and then --spec-version R --suite all:
+#     4. the product, baseline-R.yml;
+#     5. the fixture server, fixture-baseline-R.yml.
 #     A requirement set runs exactly the scenarios revision R requires, frozen at its
 #     release, at R's wire (it implies --spec-version R).  Its not-scored scenarios (the
 #     tasks extension, the suite's pending ones) run and are reported, and never fail
-#     the run; the baselines name only scored ones (and the pending ones, for the
-#     spec-version mode below).
+#     the run.  --spec-version R --suite all runs every scenario of R the suite has now,
+#     the pending ones gated too (and no tasks-extension one: they carry no version).
+#     One baseline serves both modes; its entries for pending scenarios only matter in
+#     the second.  A baseline records today's failures, scenario by scenario or check by
+#     check: a failure it does not list is a regression and fails the run; a listed one
+#     that passes is an improvement, reported as STALE, and fails the run too until its
+#     line goes (so the list only shrinks).
 # Skips (exit 0, with a message) while the product binary has no HTTP transport.
 #
 #   tests/conformance/run.sh [conformance server options, e.g. --scenario tools-list --verbose]
 #
 # Options go to the gated runs (1, 2, 4, 5); with options, run 3 is left out and runs 4
-# and 5 use --spec-version R instead of --requirements R (the tool refuses to combine
-# --requirements with --scenario, --suite or --spec-version).
+# and 5 use only --spec-version R (the tool refuses to combine --requirements with
+# --scenario, --suite or --spec-version).
 #
 # Environment:
 #   MPS_BINARY             the server binary (default: build/mcp-python-exec-sandbox)
@@ -30,14 +36,14 @@
 #   MPS_BUILD_DIR          where results go (default: the binary's directory), as
 #                          <dir>/conformance-results (product), conformance-results-fixture,
 #                          conformance-results-pending, and for the next suite
-#                          conformance-next-R (product) and conformance-next-R-fixture
+#                          conformance-next-R (product) and conformance-next-R-fixture,
+#                          conformance-next-R-spec-version and conformance-next-R-spec-version-fixture
 #   MPS_TEST_BACKEND       sandbox backend of the servers (default: none)
 #   MPS_CONFORMANCE_SUITE  active (default), all or pending, for runs 1 and 2 (run 3 only with active)
 #   MPS_CONFORMANCE_RUNS   which releases run: "0.1.16 next" (default), "0.1.16" or "next"
 #   MPS_CONFORMANCE_NEXT_REVISIONS  revisions for runs 4 and 5 (default "2026-07-28 2025-11-25")
-#   MPS_CONFORMANCE_NEXT_MODE  requirements (default) or spec-version: runs 4 and 5 with
-#                          --spec-version R --suite all (every scenario of R the suite has
-#                          now, pending ones gated too) instead of --requirements R
+#   MPS_CONFORMANCE_NEXT_MODE  the modes of runs 4 and 5: "requirements spec-version"
+#                          (default), "requirements" or "spec-version"
 #   MPS_E2E_REQUIRE_HTTP   1 = fail, rather than skip, when the binary has no HTTP transport
 #   MPS_CONFORMANCE_NPM_DIR  where the suites and Node 22 are installed (default: .cache/conformance-npm)
 #
@@ -62,7 +68,7 @@ backend=${MPS_TEST_BACKEND:-none}
 suite=${MPS_CONFORMANCE_SUITE:-active}
 releases=${MPS_CONFORMANCE_RUNS:-0.1.16 next}
 next_revisions=${MPS_CONFORMANCE_NEXT_REVISIONS:-2026-07-28 2025-11-25}
-next_mode=${MPS_CONFORMANCE_NEXT_MODE:-requirements}
+next_modes=${MPS_CONFORMANCE_NEXT_MODE:-requirements spec-version}
 npm_dir=${MPS_CONFORMANCE_NPM_DIR:-$root/.cache/conformance-npm}
 
 run_legacy_release=0
@@ -77,15 +83,17 @@ for r in $releases; do
       ;;
   esac
 done
-case "$next_mode" in
-  requirements | spec-version) ;;
-  *)
-    echo "conformance: MPS_CONFORMANCE_NEXT_MODE must be requirements or spec-version" >&2
-    exit 2
-    ;;
-esac
+for m in $next_modes; do
+  case "$m" in
+    requirements | spec-version) ;;
+    *)
+      echo "conformance: MPS_CONFORMANCE_NEXT_MODE: unknown mode '$m' (requirements, spec-version or both)" >&2
+      exit 2
+      ;;
+  esac
+done
 # The tool refuses --requirements beside --scenario and friends: options mean spec-version.
-[ $# -eq 0 ] || next_mode=spec-version
+[ $# -eq 0 ] || next_modes=spec-version
 
 if [ ! -x "$binary" ]; then
   echo "conformance: no server binary at $binary (build it, or set MPS_BINARY)" >&2
@@ -232,14 +240,17 @@ server_alive() {
   fi
 }
 
-# next_selection R: the arguments that select revision R's scenarios in the next suite
-# (into next_args) and the requirement file its summary uses (into next_requirements).
+# next_selection MODE R [options]: the arguments that select revision R's scenarios in the
+# next suite (into next_args), the requirement file its summary uses (into
+# next_requirements) and the suffix of its results directory (into next_suffix).
 next_selection() {
-  local rev=$1 shift_args=("${@:2}")
-  if [ "$next_mode" = requirements ]; then
+  local mode=$1 rev=$2 shift_args=("${@:3}")
+  if [ "$mode" = requirements ]; then
+    next_suffix=
     next_args=(--requirements "$rev")
     next_requirements=$npm_dir/node_modules/conformance-next/requirements/$rev.yaml
   else
+    next_suffix=-spec-version
     next_args=(--spec-version "$rev")
     if [ ${#shift_args[@]} -gt 0 ]; then next_args+=("${shift_args[@]}"); else next_args+=(--suite all); fi
     next_requirements=-
@@ -258,16 +269,19 @@ if [ "$run_legacy_release" = 1 ]; then
   fi
 fi
 if [ "$run_next_release" = 1 ]; then
-  for rev in $next_revisions; do
-    next_selection "$rev" "$@"
-    echo
-    echo "== conformance $next_version: ${next_args[*]} against the product at $product_url"
-    run_suite "$conformance_next" "$build_dir/conformance-next-$rev" "$here/baseline-$rev.yml" gate \
-      "$product_url" "$next_requirements" "${next_args[@]}"
-    if [ "$suite_rc" -ne 0 ]; then
-      echo "conformance: product FAILED at $rev (exit $suite_rc): a scenario or check failed that baseline-$rev.yml does not expect, or a listed one now passes" >&2
-      failed=1
-    fi
+  for mode in $next_modes; do
+    for rev in $next_revisions; do
+      next_selection "$mode" "$rev" "$@"
+      echo
+      echo "== conformance $next_version: ${next_args[*]} against the product at $product_url"
+      run_suite "$conformance_next" "$build_dir/conformance-next-$rev$next_suffix" "$here/baseline-$rev.yml" gate \
+        "$product_url" "$next_requirements" "${next_args[@]}"
+      if [ "$suite_rc" -ne 0 ]; then
+        echo "conformance: product FAILED at $rev, ${next_args[*]} (exit $suite_rc): a scenario or check failed" \
+          "that baseline-$rev.yml does not expect (a regression), or a listed one passes (an improvement: remove its line)" >&2
+        failed=1
+      fi
+    done
   done
 fi
 server_alive "$product_pid" "$product_log" "product server" || failed=1
@@ -297,16 +311,19 @@ if [ "$run_legacy_release" = 1 ]; then
   fi
 fi
 if [ "$run_next_release" = 1 ]; then
-  for rev in $next_revisions; do
-    next_selection "$rev" "$@"
-    echo
-    echo "== conformance $next_version: ${next_args[*]} against the fixture server at $url"
-    run_suite "$conformance_next" "$build_dir/conformance-next-$rev-fixture" "$here/fixture-baseline-$rev.yml" gate \
-      "$url" "$next_requirements" "${next_args[@]}"
-    if [ "$suite_rc" -ne 0 ]; then
-      echo "conformance: fixture FAILED at $rev (exit $suite_rc): a scenario or check failed that fixture-baseline-$rev.yml does not expect, or a listed one now passes" >&2
-      failed=1
-    fi
+  for mode in $next_modes; do
+    for rev in $next_revisions; do
+      next_selection "$mode" "$rev" "$@"
+      echo
+      echo "== conformance $next_version: ${next_args[*]} against the fixture server at $url"
+      run_suite "$conformance_next" "$build_dir/conformance-next-$rev$next_suffix-fixture" "$here/fixture-baseline-$rev.yml" gate \
+        "$url" "$next_requirements" "${next_args[@]}"
+      if [ "$suite_rc" -ne 0 ]; then
+        echo "conformance: fixture FAILED at $rev, ${next_args[*]} (exit $suite_rc): a scenario or check failed" \
+          "that fixture-baseline-$rev.yml does not expect (a regression), or a listed one passes (an improvement: remove its line)" >&2
+        failed=1
+      fi
+    done
   done
 fi
 server_alive "$fixture_pid" "$fixture_log" "fixture server" || failed=1

@@ -78,17 +78,17 @@ for (const entry of readdirSync(resultsDir, { withFileTypes: true })) {
   } else if (reportOnly) {
     verdict = failures.length ? "fails (reported only)" : "pass";
   } else if (wholeScenarios.has(name)) {
-    verdict = failures.length ? "expected failure" : "STALE (passes, remove from baseline)";
+    verdict = failures.length ? "expected failure" : "STALE (passes now: an improvement, remove it from the baseline)";
   } else if (unexpected.length) {
-    verdict = "UNEXPECTED FAILURE";
+    verdict = "UNEXPECTED FAILURE (a regression from the baseline)";
   } else if (staleChecks.length) {
-    verdict = `STALE (checks pass, remove: ${staleChecks.map((id) => `${name}:${id}`).join(", ")})`;
+    verdict = `STALE (checks pass now: an improvement, remove ${staleChecks.map((id) => `${name}:${id}`).join(", ")})`;
   } else if (failures.length) {
     verdict = `expected failure (${failures.length} check${failures.length === 1 ? "" : "s"} in baseline)`;
   } else {
     verdict = "pass";
   }
-  const shown = verdict === "UNEXPECTED FAILURE" ? unexpected : failures;
+  const shown = verdict.startsWith("UNEXPECTED") ? unexpected : failures;
   scenarios.push({
     scenario: name, verdict, success: count("SUCCESS"), failure: count("FAILURE"), warning: count("WARNING"),
     messages: shown.map((c) => `${c.status} ${c.id ?? ""}: ${c.errorMessage ?? c.description ?? ""}`.trim()),
@@ -100,7 +100,7 @@ const width = Math.max(0, ...scenarios.map((s) => s.scenario.length));
 console.log("\n== conformance summary");
 for (const s of scenarios) {
   console.log(`  ${s.scenario.padEnd(width)}  ${s.verdict}  (${s.success} ok, ${s.failure} failed, ${s.warning} warnings)`);
-  if (s.verdict === "UNEXPECTED FAILURE" || s.verdict.startsWith("fails") || s.verdict.startsWith("not scored: fails"))
+  if (s.verdict.startsWith("UNEXPECTED") || s.verdict.startsWith("fails") || s.verdict.startsWith("not scored: fails"))
     for (const msg of s.messages) console.log(`      ${msg.slice(0, 400)}`);
 }
 const n = (prefix) => scenarios.filter((s) => s.verdict.startsWith(prefix)).length;
@@ -121,7 +121,7 @@ const totals = {
 if (reportOnly) console.log(`  scenarios ${totals.scenarios}: ${totals.pass} pass, ${totals.reported_failure} fail (reported only)`);
 else
   console.log(`  scenarios ${totals.scenarios}: ${totals.pass} pass, ${totals.expected_failure} expected failures (baseline), ` +
-    `${totals.unexpected_failure} unexpected failures, ${totals.stale} stale baseline entries` +
+    `${totals.unexpected_failure} unexpected failures (regressions), ${totals.stale} stale baseline entries (improvements)` +
     (totals.not_scored ? `, ${totals.not_scored} not scored (${n("not scored: fails")} of them failing)` : "") +
     `; checks ${totals.checks.success} ok, ${totals.checks.failure} failed, ${totals.checks.warning} warnings`);
 writeFileSync(join(resultsDir, "summary.json"), JSON.stringify({ totals, scenarios }, null, 2) + "\n");
