@@ -42,9 +42,9 @@ suite() {
     echo "== $name: integration tests (the real binary over stdio, sandbox backend $backend)"
     MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration
   done
-  echo "== $name: MCP conformance suite over Streamable HTTP"
+  echo "== $name: MCP conformance suites (0.1.16, and 0.2.0-alpha.12 for both eras) over Streamable HTTP"
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/conformance/run.sh
-  echo "== $name: end-to-end tests with real MCP clients (TypeScript SDK, Inspector CLI)"
+  echo "== $name: end-to-end tests with real MCP clients (TypeScript SDK v1 and v2, Inspector CLI v1 and v2)"
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/e2e/run.sh
 }
 
