@@ -23,6 +23,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 if [ "$(id -u)" = 0 ]; then
   export MPS_TEST_REQUIRE_CGROUPS=1
 fi
+# No server a test starts warms the package cache from the public index (it would send a
+# DNS query off the machine at least); the test of warming opts in with a loopback index.
+export MCP_PY_SANDBOX_WARM_CACHE=0
 # pytest comes from Debian's python3-pytest: use the system interpreter, whatever PATH says.
 PYTEST=(/usr/bin/python3 -m pytest -q -p no:cacheprovider)
 
