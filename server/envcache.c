@@ -31,7 +31,7 @@
 
 #include "server/envcache.h"
 #include "server/network.h"
-#include "server/pep440.h"
+#include "pystd/pystd.h"
 #include "server/server-internal.h"
 
 extern char **environ;

@@ -1,6 +1,6 @@
 #include <stdio.h>
 
-#include "server/jsonscan.h"
+#include "pystd/pystd.h"
 #include "server/server-internal.h"
 
 const char *const srv_protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-#include "server/pep440.h"
+#include "pystd/pystd.h"
 #include "server/server-internal.h"
 
 extern char **environ;

@@ -4,8 +4,7 @@
 #include <stdio.h>
 #include <sys/utsname.h>
 
-#include "server/pep508.h"
-#include "server/pep723.h"
+#include "pystd/pystd.h"
 #include "server/script.h"
 
 void srv_script_release(srv_script_t *s) {

@@ -1,8 +1,7 @@
 #ifndef MPS_SERVER_SCRIPT_H
 #define MPS_SERVER_SCRIPT_H
 
-#include "server/pep508.h"
-#include "server/pep723.h"
+#include "pystd/pystd.h"
 #include "server/srv.h"
 
 typedef struct srv_script {

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jsonscan.h"
+#include "pystd/pystd.h"
 #include "server/server-internal.h"
 #include "tests/fuzz/jsongen.h"
 

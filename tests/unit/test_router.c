@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "server/jsonscan.h"
+#include "pystd/pystd.h"
 #include "server/server-internal.h"
 
 static void test_depth_scan(void **state) {

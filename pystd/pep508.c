@@ -2,7 +2,7 @@
  * over (buf, len) with bounded nesting, a renderer to canonical text, a marker
  * evaluator, and the dependency merge rule used when a caller adds packages to a
  * script's inline metadata. */
-#include "server/pep508.h"
+#include "pystd/pystd.h"
 
 #include <stdio.h>
 

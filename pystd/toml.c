@@ -1,4 +1,4 @@
-/* server/toml.c: a TOML 1.0 decoder (see toml.h).
+/* A TOML 1.0 decoder (see pystd.h).
  *
  * One pass of recursive descent over the bytes, no tokenizer: TOML's lexical rules
  * depend on the position (`1979-05-27 = 1` is a bare key, `true` may be a key), so each
@@ -12,7 +12,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "server/toml.h"
+#include "pystd/pystd.h"
 
 #include <locale.h>
 #include <math.h>

@@ -1,7 +1,7 @@
 /* PEP 440 versions and specifiers.  A hand-written scanner instead of the regular
  * expression the specification gives: it needs no regex engine, reads nothing past
  * len, and can say exactly where a version goes wrong. */
-#include "server/pep440.h"
+#include "pystd/pystd.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* A nesting-depth pre-scan, so hostile input is refused before jansson recurses into it
  * and before any allocation proportional to its depth. */
-#include "server/jsonscan.h"
+#include "pystd/pystd.h"
 
 int srv_json_depth(const char *buf, size_t len, int max_depth) {
   int depth = 0, deepest = 0;

@@ -1,5 +1,5 @@
-/* server/pep723.c: PEP 723 block extraction and metadata checks (see pep723.h). */
-#include "server/pep723.h"
+/* PEP 723 block extraction and metadata checks (see pystd.h). */
+#include "pystd/pystd.h"
 
 #include <stdio.h>
 
