@@ -38,6 +38,7 @@ struct srv_server {
   srv_prestart_t *prestart;
   sbx_backend_t *host;
   py_registry_t *pythons;
+  char **python_dirs; /* --python-dir, as the registry's vector */
   env_store_t *envs;
   srv_network_t *network;
   art_store_t *artifacts;
@@ -278,7 +279,21 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   s->state_dir = steal_pointer(&state);
   s->runs_dir = steal_pointer(&runs_dir);
   s->runs_lock = runs_lock;
-  s->pythons = py_registry_new(loop, cfg, s->state_dir);
+  cm_strv_builder_t dirs = {0};
+  cleanup_free char *dirs_copy = cfg->python_dirs ? xstrdup(cfg->python_dirs) : NULL;
+  char *save = NULL;
+  for (char *d = dirs_copy ? strtok_r(dirs_copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save))
+    cm_strv_add(&dirs, d);
+  s->python_dirs = cm_strv_steal(&dirs);
+  py_options_t py_opts = {
+      .python = cfg->python,
+      .python_dirs = s->python_dirs,
+      .python_version = cfg->python_version,
+      .allow_downloads = cfg->allow_python_downloads,
+      .uv_path = cfg->uv_path,
+      .download_timeout_ms = cfg->build_timeout_ms,
+  };
+  s->pythons = py_registry_new(loop, &py_opts, s->state_dir);
   s->envs = env_store_new(loop, cfg, s->state_dir, s->runs_dir, backend);
   s->network = srv_network_new(loop, cfg);
   env_store_set_network(s->envs, s->network);
@@ -309,6 +324,7 @@ void srv_server_free(srv_server_t *s) {
   env_store_free(s->envs);
   srv_network_free(s->network); /* after the runs and builds: it closes what they left */
   py_registry_free(s->pythons);
+  cm_strv_free(s->python_dirs);
   sbx_backend_free(s->backend);
   sbx_backend_free(s->host);
   sbx_cgroups_free(s->cgroups); /* after the runs: it removes their directories */

@@ -18,11 +18,4 @@ typedef struct srv_script {
 int srv_script_prepare(const char *script, size_t len, json_t *extra, srv_script_t *out, cm_error_t *err);
 void srv_script_release(srv_script_t *s);
 
-/* The PEP 508 marker environment of an interpreter on this machine. */
-typedef struct pep508_env_fill {
-  pep508_env_t env;
-  char machine[80], release[80], version[80], python_version[80];
-} pep508_env_fill_t;
-void srv_marker_env(const py_interp_t *py, pep508_env_fill_t *out);
-
 #endif

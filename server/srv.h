@@ -6,6 +6,7 @@
 #include <jansson.h>
 
 #include "common/cm.h"
+#include "interp/interp.h"
 #include "sandbox/sbx.h"
 #include "transport/tr.h"
 
@@ -117,58 +118,6 @@ void srv_config_release(srv_config_t *c);
 /* A file of profiles/ ($MPS_PROFILES_DIR, beside the binary, the source tree, or the
  * installed share directory), or NULL. */
 char *srv_find_profile_file(const char *file);
-
-/* ---------------------------------------------------------------- interpreters */
-
-typedef struct py_interp {
-  char *path;           /* the executable as found (the first name it was found under) */
-  char *source;         /* "--python", "PATH", "pyenv", "uv", "--python-dir" */
-  char *executable;     /* sys.executable, resolved */
-  char *version;        /* "3.11.7" (platform.python_version()) */
-  char *implementation; /* "cpython", "pypy" */
-  char *prefix;         /* sys.base_prefix, resolved: what a sandbox must bind */
-  bool free_threaded;
-  bool prerelease;      /* alpha, beta, rc or dev */
-  bool ok;              /* identified and usable */
-  char *error;          /* why not, when !ok */
-  bool is_default;
-} py_interp_t;
-
-typedef struct py_registry py_registry_t;
-/* interp: the default interpreter, or NULL with error when there is none. */
-typedef void (*py_ready_cb)(void *data, py_interp_t *interp, const char *error);
-
-py_registry_t *py_registry_new(cm_loop_t *loop, const srv_config_t *cfg, const char *state_dir);
-/* Discovers interpreters (PATH, pyenv, uv, --python-dir, --python) and identifies the new
- * or changed ones in the background; identities are cached in the state directory keyed
- * by path, size and mtime, so a warm start runs none of them. */
-void py_registry_start(py_registry_t *r);
-/* Calls cb once discovery is complete, never from inside this call (from the loop, right
- * after the current callback, if it already is).  Returns a handle that
- * py_registry_cancel_wait() can cancel before cb runs. */
-void *py_registry_when_ready(py_registry_t *r, py_ready_cb cb, void *data);
-void py_registry_cancel_wait(py_registry_t *r, void *handle);
-py_interp_t *py_registry_default(py_registry_t *r); /* NULL until ready or if none */
-/* Every interpreter found (broken ones too), newest first. */
-py_interp_t *const *py_registry_list(py_registry_t *r, size_t *count);
-/* Chooses the interpreter for a call: `request` (the call's python_version: "3.12",
- * "3.12.1", "3.13t", "pypy3.10", ">=3.11,<3.13" or a discovered path) first, else the
- * script's `requires_python`, else the default; the newest match wins; a request must
- * also satisfy requires_python.  On failure returns NULL and a heap message in *error
- * that lists what is available. */
-py_interp_t *py_registry_select(py_registry_t *r, const char *request, const char *requires_python,
-                                char **error);
-/* Downloads (--allow-python-downloads with uv): `uv python install <request>`, then the new
- * interpreters are identified and join the list.  cb gets NULL or an error message.  One at
- * a time. */
-typedef void (*py_download_cb)(void *data, const char *error);
-bool py_registry_can_download(py_registry_t *r);
-int py_registry_download(py_registry_t *r, const char *request, py_download_cb cb, void *data, cm_error_t *err);
-/* Forgets the callback of the download in progress (it goes on for the cache). */
-void py_registry_cancel_download(py_registry_t *r);
-/* "3.8.18, 3.9.18, 3.11.7 (default)" (heap). */
-char *py_registry_describe_available(py_registry_t *r);
-void py_registry_free(py_registry_t *r);
 
 /* ---------------------------------------------------------------- the server and router */
 

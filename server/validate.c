@@ -77,8 +77,8 @@ static void finish(validate_call_t *c, json_t *result) {
 /* Warnings a model can act on: unpinned requirements, requirements a marker excludes. */
 static json_t *collect_warnings(validate_call_t *c) {
   json_t *w = json_array();
-  pep508_env_fill_t env;
-  srv_marker_env(c->py, &env);
+  py_marker_env_t env;
+  py_marker_env(c->py, &env);
   for (size_t i = 0; i < c->script.n_requirements; i++) {
     pep508_requirement_t *q = c->script.parsed[i];
     if (q->marker && !pep508_marker_evaluate(q->marker, &env.env)) {
