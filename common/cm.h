@@ -88,6 +88,8 @@ void *xmemdup(const void *p, size_t n);
 /* NULL-terminated vector of heap strings. */
 void cm_strv_free(char **v);
 size_t cm_strv_len(char *const *v);
+/* A copy of v (an empty vector for NULL). */
+char **cm_strv_dup(char *const *v);
 
 /* Builds a NULL-terminated vector of heap strings (argv, envp).  Zero-initialise it; v stays
  * NULL until the first string; release with cm_strv_free(b.v) or take it with cm_strv_steal. */

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "server/envcache.h"
+#include "envstore/envstore.h"
 #include "server/files.h"
 #include "server/network.h"
 #include "server/script.h"

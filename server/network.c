@@ -163,11 +163,7 @@ int srv_network_parse_call(srv_network_t *n, const srv_config_t *cfg, sbx_backen
 }
 
 void srv_network_env(srv_network_t *n, cm_strv_builder_t *env, bool build) {
-  char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", EG_SANDBOX_PORT);
-  static const char *const names[] = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                                      "http_proxy", "https_proxy", "all_proxy"};
-  for (size_t i = 0; i < CM_ARRAY_SIZE(names); i++) cm_strv_addf(env, "%s=%s", names[i], url);
+  eg_proxy_env(env);
   /* A script's own servers on its own loopback stay direct, unless the operator opened a
    * loopback address of the host: then such URLs mean the host's, through the proxy. */
   bool host_loopback = false;
@@ -340,18 +336,4 @@ void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend
     json_array_append_new(rules_deny, json_string(n->deny.deny[i].text));
   *obj = json_pack("{s:s, s:b, s:o, s:o, s:i}", "mode", mode, "proxied", cfg->network && proxied,
                    "allow", rules_allow, "deny", rules_deny, "forwarder_port", EG_SANDBOX_PORT);
-}
-
-int srv_network_allow_url(eg_policy_t *p, const char *url) {
-  eg_url_t u;
-  if (eg_url_parse(url, strlen(url), &u) < 0) return -1;
-  bool v6 = strchr(u.host, ':') != NULL;
-  cleanup_free char *text = xasprintf(v6 ? "[%s]:%u" : "%s:%u", u.host, (unsigned)u.port);
-  eg_url_release(&u);
-  eg_rule_t r;
-  cm_error_t err = CM_ERROR_INIT;
-  int rc = eg_rule_parse(text, strlen(text), &r, &err);
-  cm_error_release(&err);
-  if (rc == 0) eg_policy_add_allow(p, &r);
-  return rc;
 }

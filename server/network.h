@@ -58,8 +58,5 @@ json_t *srv_network_output_schema(void);
 void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend_t *backend,
                           cm_buf_t *t, json_t **obj);
 
-/* Adds to p an allow rule for the host and port of an http(s) URL (exact name or address);
- * -1 when it is not one. */
-int srv_network_allow_url(eg_policy_t *p, const char *url);
 
 #endif

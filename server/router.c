@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "server/envcache.h"
+#include "envstore/envstore.h"
 #include "server/files.h"
 #include "server/network.h"
 #include "server/server-internal.h"
@@ -39,6 +39,7 @@ struct srv_server {
   sbx_backend_t *host;
   py_registry_t *pythons;
   char **python_dirs; /* --python-dir, as the registry's vector */
+  char **extra_index_urls, **find_links, **build_network_allow; /* the store's vectors */
   env_store_t *envs;
   srv_network_t *network;
   art_store_t *artifacts;
@@ -92,6 +93,18 @@ struct srv_request {
 };
 
 /* ---------------------------------------------------------------- server */
+
+/* "a b c" -> {"a", "b", "c", NULL} (the flags keep repeatable values joined by spaces). */
+static char **split_spaces(const char *s) {
+  cm_strv_builder_t b = {0};
+  cleanup_free char *copy = s ? xstrdup(s) : NULL;
+  char *save = NULL;
+  for (char *t = copy ? strtok_r(copy, " ", &save) : NULL; t; t = strtok_r(NULL, " ", &save))
+    cm_strv_add(&b, t);
+  return cm_strv_steal(&b);
+}
+
+static eg_proxy_t *network_proxy(void *data, cm_error_t *err) { return srv_network_proxy(data, err); }
 
 static char *default_state_dir(void) {
   const char *xdg = getenv("XDG_CACHE_HOME");
@@ -294,9 +307,35 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
       .download_timeout_ms = cfg->build_timeout_ms,
   };
   s->pythons = py_registry_new(loop, &py_opts, s->state_dir);
-  s->envs = env_store_new(loop, cfg, s->state_dir, s->runs_dir, backend);
+  s->extra_index_urls = split_spaces(cfg->extra_index_urls);
+  s->find_links = split_spaces(cfg->find_links);
+  s->build_network_allow = split_spaces(cfg->build_network_allow);
+  env_options_t env_opts = {
+      .installer = cfg->installer,
+      .uv_path = cfg->uv_path,
+      .index_url = cfg->index_url,
+      .extra_index_urls = s->extra_index_urls,
+      .find_links = s->find_links,
+      .build_network_allow = s->build_network_allow,
+      .offline = cfg->offline,
+      .max_cache_bytes = cfg->max_cache_bytes,
+      .env_max_age_ms = cfg->env_max_age_ms,
+      .build_timeout_ms = cfg->build_timeout_ms,
+      .max_build_bytes = cfg->max_build_bytes,
+      .kill_grace_ms = cfg->kill_grace_ms,
+      .memory_bytes = cfg->memory_bytes,
+      .max_processes = cfg->max_processes,
+      .open_files = cfg->open_files,
+      .tmp_bytes = cfg->tmp_bytes,
+      .max_resolutions = cfg->max_concurrent,
+      .max_resolutions_per_owner = cfg->max_token_running,
+  };
+  s->envs = env_store_new(loop, &env_opts, s->state_dir, s->runs_dir, backend);
   s->network = srv_network_new(loop, cfg);
-  env_store_set_network(s->envs, s->network);
+  env_network_t env_net = {.proxy = network_proxy,
+                           .deny = srv_network_deny_policy(s->network),
+                           .data = s->network};
+  env_store_set_network(s->envs, &env_net);
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at
    * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */
   s->probe_timer = cm_loop_timer(loop, SRV_PROBE_DELAY_MS, probe_soon, s);
@@ -325,6 +364,9 @@ void srv_server_free(srv_server_t *s) {
   srv_network_free(s->network); /* after the runs and builds: it closes what they left */
   py_registry_free(s->pythons);
   cm_strv_free(s->python_dirs);
+  cm_strv_free(s->extra_index_urls);
+  cm_strv_free(s->find_links);
+  cm_strv_free(s->build_network_allow);
   sbx_backend_free(s->backend);
   sbx_backend_free(s->host);
   sbx_cgroups_free(s->cgroups); /* after the runs: it removes their directories */

@@ -301,10 +301,6 @@ void srv_server_set_extension(srv_server_t *s, const srv_extension_t *ext);
 /* Mounts a size-capped tmpfs on dir when the server may (root): true if it did.  0 = no. */
 bool srv_workdir_mount(const char *dir, uint64_t bytes);
 void srv_workdir_unmount(const char *dir);
-/* Mounts a tmpfs of its own on dir (an environment build's space): at most bytes of data
- * and inodes files, mode 0700, nosuid, nodev.  Only as root; -1 with err when it cannot.
- * Independent of srv_workdir_mount's memory of whether mounting works. */
-int srv_space_mount(const char *dir, uint64_t bytes, uint64_t inodes, cm_error_t *err);
 /* Unmounts and removes what crashed servers left in work_root: the directories of servers
  * that are gone (work/srv-*, see below), and runs and builds older than any can be. */
 void srv_workdir_sweep(const char *work_root, uint64_t older_than_s);

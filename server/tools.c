@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <sys/utsname.h>
 
-#include "server/envcache.h"
+#include "envstore/envstore.h"
 #include "server/network.h"
 #include "server/files.h"
 #include "server/server-internal.h"

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-#include "server/envcache.h"
+#include "envstore/envstore.h"
 #include "server/script.h"
 #include "server/server-internal.h"
 

@@ -37,16 +37,6 @@ void srv_workdir_unmount(const char *dir) {
     cm_warn("unmounting %s: %s", dir, strerror(errno));
 }
 
-int srv_space_mount(const char *dir, uint64_t bytes, uint64_t inodes, cm_error_t *err) {
-  if (geteuid() != 0) return cm_error_set(err, EPERM, CM_ERR_UNAVAILABLE, "mounting a tmpfs on %s", dir);
-  char opts[96];
-  snprintf(opts, sizeof opts, "size=%llu,nr_inodes=%llu,mode=0700", (unsigned long long)bytes,
-           (unsigned long long)inodes);
-  if (mount("mps-build", dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
-    return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "mounting a tmpfs on %s", dir);
-  return 0;
-}
-
 bool srv_workdir_capped(uint64_t bytes) { return bytes && geteuid() == 0 && mount_state != 0; }
 
 /* Unmounts the run and build directories in dir (a server's, or a crashed run's own), then
