@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "envstore/envstore.h"
-#include "server/files.h"
+#include "server/files/files.h"
 #include "server/network.h"
 #include "server/script.h"
 #include "server/server-internal.h"

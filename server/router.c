@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "envstore/envstore.h"
-#include "server/files.h"
+#include "server/files/files.h"
 #include "server/network.h"
 #include "server/server-internal.h"
 

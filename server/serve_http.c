@@ -13,7 +13,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
-#include "server/files.h"
+#include "server/files/files.h"
 #include "server/serve.h"
 #include "server/server-internal.h"
 

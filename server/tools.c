@@ -4,7 +4,7 @@
 
 #include "envstore/envstore.h"
 #include "server/network.h"
-#include "server/files.h"
+#include "server/files/files.h"
 #include "server/server-internal.h"
 
 json_t *srv_tool_text_result(const char *text, bool is_error) {

@@ -13,13 +13,18 @@
  * artifact's TTL expires.
  *
  * The pure functions (path checks, MIME sniffing, base64, URI escaping) take (buf, len)
- * and trust no terminator, so a fuzz target calls them directly. */
-#ifndef MPS_SERVER_FILES_H
-#define MPS_SERVER_FILES_H
+ * and trust no terminator, so a fuzz target calls them directly.
+ *
+ * Files: inputs.c (files in), mime.c, base64.c, collect.c (outputs/), content.c (a
+ * collection as a result), artifacts.c (the store, resources/list and resources/read).
+ *
+ * May use: server/config/ (the limits), common/. */
+#ifndef MPS_SERVER_FILES_FILES_H
+#define MPS_SERVER_FILES_FILES_H
 
 #include <jansson.h>
 
-#include "server/srv.h"
+#include "server/config/config.h"
 
 /* Input paths: at most this many bytes, components and bytes per component. */
 #define FILES_MAX_PATH_BYTES 1024
@@ -144,20 +149,9 @@ void files_result_append(const files_collection_t *c, cm_buf_t *text, json_t *co
 /* The JSON Schema of structuredContent.files (new reference). */
 json_t *files_output_schema(void);
 
-/* ---------------------------------------------------------------- the runner */
-
-/* The start-up runner (profiles/runner.py, installed as mps-runner/runner.py next to the
- * binary): $MPS_RUNNER, <bindir>/mps-runner/runner.py,
- * <bindir>/../share/mcp-python-exec-sandbox/runner/runner.py or <bindir>/../profiles/runner.py.
- * Found once; NULL (and a warning, once) when there is none or, for a root server, when
- * it or its directory is writable by anyone but root.  Then scripts run without it. */
-const char *files_runner_path(void);
-/* The sandbox path of the runner's directory when the backend maps paths. */
-#define FILES_RUNNER_TARGET "/opt/mps"
-
 /* ---------------------------------------------------------------- the artifact store */
 
-typedef struct art_store art_store_t; /* struct art_store, also named in srv.h */
+typedef struct art_store art_store_t;
 
 /* Creates <state>/runs (0700) and removes run directories older than the TTL left by
  * earlier processes. */

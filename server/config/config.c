@@ -5,7 +5,7 @@
 #include <sys/socket.h>
 
 #include "egress/egress.h"
-#include "server/srv.h"
+#include "server/config/config.h"
 #include "pystd/pystd.h"
 
 typedef enum opt_kind { OPT_SPACE_LIST, OPT_DAYS_MS, OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_CPUS, OPT_NETWORK, OPT_HELP, OPT_VERSION } opt_kind_t;

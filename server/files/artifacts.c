@@ -23,8 +23,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "server/files.h"
-#include "server/server-internal.h"
+#include "server/files/files.h"
 
 #define ART_URI_PREFIX "sandbox://runs/"
 #define ART_ID_BYTES 16

@@ -1,4 +1,4 @@
-#include "server/srv.h"
+#include "server/config/config.h"
 
 #ifndef MPS_VERSION
 #define MPS_VERSION "0.1.0"
