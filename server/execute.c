@@ -12,7 +12,7 @@
 #include "server/files/files.h"
 #include "server/network.h"
 #include "server/script.h"
-#include "server/server-internal.h"
+#include "server/srv.h"
 
 /* Progress notifications: at most one per interval per call, each carrying at most this
  * much text; what a flood produces beyond that is counted and skipped (the final result

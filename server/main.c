@@ -7,8 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 
-#include "server/serve.h"
-#include "server/srv.h"
+#include "server/server.h"
 
 typedef struct app {
   cm_loop_t *loop;

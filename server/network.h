@@ -11,7 +11,6 @@ typedef struct srv_network srv_network_t;
 
 srv_network_t *srv_network_new(cm_loop_t *loop, const srv_config_t *cfg);
 void srv_network_free(srv_network_t *n);
-srv_network_t *srv_server_network(srv_server_t *s);
 
 /* The proxy, created at the first use; NULL (and err) when its resolver cannot be set up. */
 eg_proxy_t *srv_network_proxy(srv_network_t *n, cm_error_t *err);

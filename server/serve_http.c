@@ -14,8 +14,8 @@
 #include <openssl/x509v3.h>
 
 #include "server/files/files.h"
-#include "server/serve.h"
-#include "server/server-internal.h"
+#include "server/server.h"
+#include "server/srv.h"
 
 #define TLS_MAX_PEM (1u << 20)
 #define TLS_DAYS 3650

@@ -5,7 +5,7 @@
 #include "envstore/envstore.h"
 #include "server/network.h"
 #include "server/files/files.h"
-#include "server/server-internal.h"
+#include "server/srv.h"
 
 json_t *srv_tool_text_result(const char *text, bool is_error) {
   return srv_tool_text_resultn(text, strlen(text), is_error);

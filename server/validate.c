@@ -6,7 +6,7 @@
 
 #include "envstore/envstore.h"
 #include "server/script.h"
-#include "server/server-internal.h"
+#include "server/srv.h"
 
 #define VALIDATE_TIMEOUT_MS 15000
 

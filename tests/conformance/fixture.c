@@ -13,8 +13,7 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 
-#include "server/serve.h"
-#include "server/srv.h"
+#include "server/server.h"
 
 #define FIXTURE_NAME "mps-conformance-fixture"
 

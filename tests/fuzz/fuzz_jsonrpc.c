@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "pystd/pystd.h"
-#include "server/server-internal.h"
+#include "server/core/core-internal.h"
 #include "tests/fuzz/jsongen.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 
 #include "pystd/pystd.h"
-#include "server/server-internal.h"
+#include "server/core/core-internal.h"
+#include "server/server.h"
 
 static void test_depth_scan(void **state) {
   assert_int_equal(srv_json_depth("{}", 2, 64), 1);

@@ -1,8 +1,22 @@
-/* Serving the router over a transport other than stdio. */
-#ifndef MPS_SERVER_SERVE_H
-#define MPS_SERVER_SERVE_H
+/* server/: the binary (main.c), the assembly of the server (server.c) and its HTTP glue
+ * (serve_http.c).
+ *
+ * May use: every room (server/core, server/exec, server/tools, server/files, server/config,
+ * envstore, interp, sandbox, egress, transport, pystd, common). */
+#ifndef MPS_SERVER_SERVER_H
+#define MPS_SERVER_SERVER_H
 
 #include "server/srv.h"
+
+/* Assembles the server: the state directory (created 0700; a relative --state-dir is
+ * resolved once), this server's own work directory (locked while it lives; what crashed
+ * servers left is swept), the sandbox backend (probed shortly after, in the background),
+ * cgroups, the artifact store, the interpreters (discovered in the background), the
+ * environment store, the network, and the tool table.  cfg must outlive the server. */
+srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err);
+/* Cancels and frees everything, in the order the parts need (runs before the stores, the
+ * network after the runs and builds, cgroups after the runs, the work directory last). */
+void srv_server_free(srv_server_t *s);
 
 /* Starts the Streamable HTTP transport on cfg's --host/--port/--path: reads the TLS key
  * and certificate (--tls-cert/--tls-key), or creates and reuses a self-signed pair under

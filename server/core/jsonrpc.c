@@ -1,7 +1,7 @@
 #include <stdio.h>
 
 #include "pystd/pystd.h"
-#include "server/server-internal.h"
+#include "server/core/core-internal.h"
 
 const char *const srv_protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 const size_t srv_protocol_versions_count = CM_ARRAY_SIZE(srv_protocol_versions);
