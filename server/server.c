@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "server/network.h"
+#include "server/net/net.h"
 #include "server/server.h"
 
 
@@ -180,7 +180,8 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at
    * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */
   s->tools = srv_tools(&s->n_tools);
-  s->on_probed = srv_prestart_start;
+  s->exec = exec_new(s);
+  s->on_probed = exec_prestart_start;
   srv_probe_schedule(s);
   if (cfg->warm_cache && !cfg->offline)
     s->warm_wait = py_registry_when_ready(s->pythons, start_warming, s);
@@ -193,7 +194,8 @@ void srv_server_free(srv_server_t *s) {
   if (s->warm_wait) py_registry_cancel_wait(s->pythons, s->warm_wait);
   if (s->warm_probe_wait) srv_server_cancel_probe_wait(s, s->warm_probe_wait);
   srv_probe_release(s);
-  srv_prestart_free(s);
+  exec_free(s->exec);
+  s->exec = NULL;
   art_store_free(s->artifacts);
   env_store_free(s->envs);
   srv_network_free(s->network); /* after the runs and builds: it closes what they left */

@@ -3,25 +3,9 @@
 #include <sys/utsname.h>
 
 #include "envstore/envstore.h"
-#include "server/network.h"
+#include "server/net/net.h"
 #include "server/files/files.h"
 #include "server/srv.h"
-
-json_t *srv_tool_text_result(const char *text, bool is_error) {
-  return srv_tool_text_resultn(text, strlen(text), is_error);
-}
-
-json_t *srv_tool_text_resultn(const char *text, size_t len, bool is_error) {
-  return json_pack("{s:[{s:s, s:s%}], s:b}", "content", "type", "text", "text", text, len, "isError", is_error);
-}
-
-json_t *srv_tool_error_result(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  cleanup_free char *msg = xvasprintf(fmt, ap);
-  va_end(ap);
-  return srv_tool_text_result(msg, true);
-}
 
 static char *human_size(uint64_t v) {
   if (v == 0) return xstrdup("none");
@@ -44,8 +28,8 @@ static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
   const srv_config_t *cfg = srv_server_config(s);
   srv_session_t *ss = srv_request_session(r);
   const char *principal = ss ? srv_session_principal(ss) : SRV_PRINCIPAL_STDIO;
-  srv_exec_usage_t ex;
-  srv_exec_usage(principal, &ex);
+  exec_usage_t ex;
+  exec_usage(srv_server_exec(s), principal, &ex);
   size_t files = 0;
   uint64_t bytes = 0;
   art_store_usage(srv_server_artifacts(s), principal, &files, &bytes);
@@ -225,13 +209,13 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                 build_bytes, (unsigned long long)(cfg->build_timeout_ms / 1000), (unsigned long long)cfg->max_concurrent);
   cleanup_free char *work = human_size(cfg->work_bytes);
   cm_buf_printf(&t, "Work directory: %s\n",
-                srv_workdir_capped(cfg->work_bytes) ? "a size-capped tmpfs per run" : "a plain directory per run (not size-capped: needs root)");
-  if (srv_workdir_capped(cfg->work_bytes)) cm_buf_printf(&t, "Work directory size: %s\n", work);
+                exec_workdir_capped(srv_server_exec(s), cfg->work_bytes) ? "a size-capped tmpfs per run" : "a plain directory per run (not size-capped: needs root)");
+  if (exec_workdir_capped(srv_server_exec(s), cfg->work_bytes)) cm_buf_printf(&t, "Work directory size: %s\n", work);
   if (cfg->profile) cm_buf_printf(&t, "Profile: %s\n", cfg->profile);
   cm_buf_printf(&t, "Concurrent executions: %llu\n", (unsigned long long)cfg->max_concurrent);
   json_t *share = tenant_share(r, &t);
   uint64_t taken = 0;
-  bool prestarting = srv_prestart_describe(s, &taken);
+  bool prestarting = exec_prestart_describe(srv_server_exec(s), &taken);
   cm_buf_printf(&t, "Prestarted sandbox: %s\n",
                 prestarting ? "on (sandboxes for the commonest call and for the last other one are kept set up)"
                 : !cfg->prestart ? "off (--prestart off)"

@@ -38,11 +38,11 @@ typedef struct validate_call {
   void *probe_wait;   /* the resolution runs in the sandbox: after its probe */
   char *valid_text;   /* the VALID answer, waiting for the resolution */
   json_t *valid_sc;
-  char *principal; /* held against --max-token-concurrent (srv_exec_hold) */
+  char *principal; /* held against --max-token-concurrent (exec_hold) */
 } validate_call_t;
 
 static void call_free(validate_call_t *c) {
-  if (c->principal) srv_exec_release(c->principal);
+  if (c->principal) exec_release(srv_server_exec(c->server), c->principal);
   free(c->principal);
   if (c->workdir) {
     cm_error_t err = CM_ERROR_INIT;
@@ -340,7 +340,7 @@ void srv_tool_validate_script(srv_request_t *r, json_t *args) {
    * at once than --max-token-concurrent lets it have executions. */
   srv_session_t *session = srv_request_session(r);
   const char *principal = session ? srv_session_principal(session) : SRV_PRINCIPAL_STDIO;
-  if (!srv_exec_hold(cfg, principal)) {
+  if (!exec_hold(srv_server_exec(s), principal)) {
     json_t *res = srv_tool_error_result(
         "The token '%s' already has %llu calls running or waiting across its sessions (the server's "
         "per-token limit, --max-token-concurrent). Wait for one to finish and call again.",

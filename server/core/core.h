@@ -5,7 +5,8 @@
  * extension it is given, so that it knows the interface of tools but not the tools.
  *
  * Files: probe.c, session.c, request.c (requests in flight, batches, client calls),
- * router.c (envelope, lifecycle, methods), jsonrpc.c (the JSON-RPC envelope).
+ * router.c (envelope, lifecycle, methods), jsonrpc.c (the JSON-RPC envelope), result.c (tool
+ * results).
  *
  * The only room that turns internal errors into JSON-RPC errors (srv_request_fail).
  *
@@ -38,13 +39,13 @@ struct srv_server {
   srv_config_t *cfg;
   sbx_backend_t *backend;
   sbx_cgroups_t *cgroups;
-  struct srv_prestart *prestart;
+  struct exec_state *exec; /* server/exec/: jobs, admission, prestarted sandboxes, the runner */
   sbx_backend_t *host;
   py_registry_t *pythons;
   char **python_dirs; /* --python-dir, as the registry's vector */
   char **extra_index_urls, **find_links, **build_network_allow; /* the store's vectors */
   env_store_t *envs;
-  struct srv_network *network; /* server/network.h */
+  struct srv_network *network; /* server/net/net.h */
   art_store_t *artifacts;
   tr_http_t *http; /* the HTTP transport, if any */
   void *warm_wait;
@@ -83,7 +84,7 @@ static inline const char *srv_server_runs_dir(srv_server_t *s) { return s->runs_
 static inline void srv_server_set_http(srv_server_t *s, tr_http_t *h) { s->http = h; }
 static inline tr_http_t *srv_server_http(srv_server_t *s) { return s->http; }
 static inline struct srv_network *srv_server_network(srv_server_t *s) { return s->network; }
-static inline struct srv_prestart **srv_server_prestart(srv_server_t *s) { return &s->prestart; }
+static inline struct exec_state *srv_server_exec(srv_server_t *s) { return s->exec; }
 
 /* ---------------------------------------------------------------- the backend's probe */
 
@@ -195,6 +196,13 @@ typedef struct srv_tool {
   /* Runs the tool; must eventually call srv_request_finish(r, result). */
   void (*call)(srv_request_t *r, json_t *arguments);
 } srv_tool_t;
+
+/* A tool result with one text block. isError as given.  _n: len bytes of valid UTF-8,
+ * which may hold NULs.  (Here, with the tool interface, because tools, the execution of a
+ * run and extensions all answer with them: server/core/result.c.) */
+json_t *srv_tool_text_result(const char *text, bool is_error);
+json_t *srv_tool_text_resultn(const char *text, size_t len, bool is_error);
+json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---------------------------------------------------------------- extensions */
 

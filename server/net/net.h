@@ -1,11 +1,18 @@
-/* The network of runs and builds: the server's policy (--network, --network-allow/-deny), a
- * call's own list of rules, the egress proxy they go through (egress/egress.h), and how a
- * result reports it. */
-#ifndef MPS_SERVER_NETWORK_H
-#define MPS_SERVER_NETWORK_H
+/* server/net/: the network of runs and builds: the server's policy (--network,
+ * --network-allow/-deny), a call's own list of rules, the egress proxy they go through
+ * (egress/egress.h), and how a result reports it.  The glue between the server and egress/.
+ *
+ * Files: network.c.
+ *
+ * May use: server/config/, egress/, sandbox/ (a backend's kind), common/. */
+#ifndef MPS_SERVER_NET_NET_H
+#define MPS_SERVER_NET_NET_H
+
+#include <jansson.h>
 
 #include "egress/egress.h"
-#include "server/srv.h"
+#include "sandbox/sbx.h"
+#include "server/config/config.h"
 
 typedef struct srv_network srv_network_t;
 

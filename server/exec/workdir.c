@@ -11,33 +11,53 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/srv.h"
+#include "server/exec/exec-internal.h"
 
-static int mount_state = -1; /* -1 unknown, 0 cannot mount, 1 can */
-
-bool srv_workdir_mount(const char *dir, uint64_t bytes) {
-  if (bytes == 0 || mount_state == 0) return false;
+/* Mounts a size-capped tmpfs on dir when the server may (root): true if it did.  0 = no. */
+static bool workdir_mount(exec_state_t *x, const char *dir, uint64_t bytes) {
+  if (bytes == 0 || x->mount_state == 0) return false;
   if (geteuid() != 0) {
-    mount_state = 0;
+    x->mount_state = 0;
     return false;
   }
   char opts[64];
   snprintf(opts, sizeof opts, "size=%llu,mode=0700", (unsigned long long)bytes);
   if (mount("mps-work", dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
-    if (mount_state == -1) cm_warn("work directories are not size-capped: mounting a tmpfs failed: %s", strerror(errno));
-    mount_state = 0;
+    if (x->mount_state == -1) cm_warn("work directories are not size-capped: mounting a tmpfs failed: %s", strerror(errno));
+    x->mount_state = 0;
     return false;
   }
-  mount_state = 1;
+  x->mount_state = 1;
   return true;
 }
 
-void srv_workdir_unmount(const char *dir) {
+static void workdir_unmount(const char *dir) {
   if (umount2(dir, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
     cm_warn("unmounting %s: %s", dir, strerror(errno));
 }
 
-bool srv_workdir_capped(uint64_t bytes) { return bytes && geteuid() == 0 && mount_state != 0; }
+char *exec_workdir_make(exec_state_t *x, bool *mounted, cm_error_t *err) {
+  srv_server_t *s = x->server;
+  char *tmpl = xasprintf("%s/run-XXXXXX", srv_server_runs_dir(s));
+  if (!mkdtemp(tmpl)) {
+    cm_error_set(err, errno, CM_ERR_IO, "creating a work directory");
+    free(tmpl);
+    return NULL;
+  }
+  /* A size-capped tmpfs of its own (when we may mount): the whole work directory, not just
+   * each file, is bounded, and nothing touches the disk. */
+  *mounted = workdir_mount(x, tmpl, srv_server_config(s)->work_bytes);
+  return tmpl;
+}
+
+void exec_workdir_remove(const char *workdir, bool mounted) {
+  cm_error_t err = CM_ERROR_INIT;
+  if (mounted) workdir_unmount(workdir);
+  if (cm_rm_rf(workdir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
+  cm_error_release(&err);
+}
+
+bool exec_workdir_capped(exec_state_t *x, uint64_t bytes) { return bytes && geteuid() == 0 && x->mount_state != 0; }
 
 /* Unmounts the run and build directories in dir (a server's, or a crashed run's own), then
  * removes it. */

@@ -1,7 +1,7 @@
-/* The network of runs and builds (see network.h). */
+/* The network of runs and builds (see net.h). */
 #include <stdio.h>
 
-#include "server/network.h"
+#include "server/net/net.h"
 
 struct srv_network {
   cm_loop_t *loop;
