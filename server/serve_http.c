@@ -15,7 +15,6 @@
 
 #include "server/files/files.h"
 #include "server/server.h"
-#include "server/srv.h"
 
 #define TLS_MAX_PEM (1u << 20)
 #define TLS_DAYS 3650

@@ -1,12 +1,20 @@
 /* server/: the binary (main.c), the assembly of the server (server.c) and its HTTP glue
- * (serve_http.c).
+ * (serve_http.c).  This header is also what an embedding program (the conformance fixture,
+ * the unit tests) includes: it brings every room's public header.
  *
  * May use: every room (server/core, server/exec, server/tools, server/files, server/config,
  * envstore, interp, sandbox, egress, transport, pystd, common). */
 #ifndef MPS_SERVER_SERVER_H
 #define MPS_SERVER_SERVER_H
 
-#include "server/srv.h"
+#include "common/cm.h"
+#include "server/config/config.h"
+#include "server/core/core.h"
+#include "server/exec/exec.h"
+#include "server/files/files.h"
+#include "server/net/net.h"
+#include "server/tools/tools.h"
+#include "transport/tr.h"
 
 /* Assembles the server: the state directory (created 0700; a relative --state-dir is
  * resolved once), this server's own work directory (locked while it lives; what crashed

@@ -177,7 +177,7 @@ static void admit_queued(exec_state_t *x) {
     t->running++;
     x->n_starting++;
     if (!oldest) oldest = next->starting_since;
-    exec_job_start(next); /* may finish the job, and come back here */
+    x->start_job(next); /* may finish the job, and come back here */
   }
   if (x->slots_used < cfg->max_concurrent && !x->start_gate_timer && oldest && tenant_next(x, cfg)) {
     uint64_t at = oldest + EXEC_START_WINDOW_MS;

@@ -24,6 +24,9 @@ typedef struct runner_pyc runner_pyc_t;
 
 struct exec_state {
   srv_server_t *server;
+  /* What an admitted job does next (job.c's exec_job_start): a hook, so that admission.c
+   * knows the queue and not the job's course. */
+  void (*start_job)(exec_job_t *job);
   /* admission.c: see struct exec_tenant */
   size_t slots_used;
   size_t n_starting;

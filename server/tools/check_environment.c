@@ -1,11 +1,12 @@
-/* The tool table, shared result helpers, and check_environment. */
+/* check_environment: what a call would get, without running anything. */
 #include <stdio.h>
 #include <sys/utsname.h>
 
 #include "envstore/envstore.h"
 #include "server/net/net.h"
 #include "server/files/files.h"
-#include "server/srv.h"
+#include "server/exec/exec.h"
+#include "server/tools/tools-internal.h"
 
 static char *human_size(uint64_t v) {
   if (v == 0) return xstrdup("none");
@@ -67,7 +68,7 @@ static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
   return o;
 }
 
-static json_t *check_environment_describe(srv_server_t *s) {
+json_t *srv_tool_check_environment_describe(srv_server_t *s) {
   return json_pack(
       "{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, "
       "s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s, s, s, s, s]}, s:{s:s, s:b, s:b, s:b, s:b}}",
@@ -249,7 +250,7 @@ static void check_environment_cancel(void *data) {
   srv_request_finish(r, json_object());
 }
 
-static void check_environment_call(srv_request_t *r, json_t *args) {
+void srv_tool_check_environment(srv_request_t *r, json_t *args) {
   if (json_object_size(args) > 0) {
     srv_request_finish(r, srv_tool_error_result("check_environment takes no arguments"));
     return;
@@ -261,21 +262,3 @@ static void check_environment_call(srv_request_t *r, json_t *args) {
 }
 
 /* ---------------------------------------------------------------- the table */
-
-static const srv_tool_t tools[] = {
-    {"execute_python", "Run Python in a sandbox", srv_tool_execute_python_describe, srv_tool_execute_python},
-    {"check_environment", "Check the Python sandbox environment", check_environment_describe, check_environment_call},
-    {"validate_script", "Check a Python script without running it", srv_tool_validate_script_describe,
-     srv_tool_validate_script},
-};
-
-const srv_tool_t *srv_tools(size_t *count) {
-  *count = CM_ARRAY_SIZE(tools);
-  return tools;
-}
-
-const srv_tool_t *srv_tool_find(const char *name) {
-  for (size_t i = 0; i < CM_ARRAY_SIZE(tools); i++)
-    if (strcmp(tools[i].name, name) == 0) return &tools[i];
-  return NULL;
-}

@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "pystd/pystd.h"
-#include "server/script.h"
+#include "server/tools/tools.h"
 
 void srv_script_release(srv_script_t *s) {
   pep723_metadata_release(&s->meta);

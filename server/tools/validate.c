@@ -5,8 +5,8 @@
 #include <stdio.h>
 
 #include "envstore/envstore.h"
-#include "server/script.h"
-#include "server/srv.h"
+#include "server/exec/exec.h"
+#include "server/tools/tools-internal.h"
 
 #define VALIDATE_TIMEOUT_MS 15000
 

@@ -3,8 +3,7 @@
 #include <stdio.h>
 
 #include "server/exec/exec.h"
-#include "server/script.h"
-#include "server/srv.h"
+#include "server/tools/tools-internal.h"
 
 #define EXEC_MAX_DEPENDENCIES 256
 
