@@ -54,12 +54,20 @@ void cm_cleanup_closep(int *fd);
 void cm_cleanup_fclosep(void *p);
 void cm_cleanup_error(cm_error_t *err);
 void cm_cleanup_strvp(void *p);
+/* A child process owned by a scope: killed (its process group too) and reaped when the
+ * scope ends, unless taken with steal_pid().  <= 0 means none. */
+void cm_cleanup_pidp(int *pid);
+/* A directory owned by a scope (a heap path): removed with everything in it (cm_rm_rf) and
+ * freed when the scope ends, unless taken with steal_pointer(). */
+void cm_cleanup_rmtreep(void *p);
 
 #define cleanup_free __attribute__((cleanup(cm_cleanup_freep)))
 #define cleanup_close __attribute__((cleanup(cm_cleanup_closep)))
 #define cleanup_fclose __attribute__((cleanup(cm_cleanup_fclosep)))
 #define cleanup_error __attribute__((cleanup(cm_cleanup_error)))
 #define cleanup_strv __attribute__((cleanup(cm_cleanup_strvp)))
+#define cleanup_pid __attribute__((cleanup(cm_cleanup_pidp)))
+#define cleanup_rmtree __attribute__((cleanup(cm_cleanup_rmtreep)))
 
 static inline void *cm_steal_pointer(void *pp) {
   void **p = (void **)pp;
@@ -68,6 +76,11 @@ static inline void *cm_steal_pointer(void *pp) {
   return v;
 }
 #define steal_pointer(pp) cm_steal_pointer(pp)
+static inline int steal_pid(int *pid) {
+  int v = *pid;
+  *pid = -1;
+  return v;
+}
 static inline int steal_fd(int *fd) {
   int v = *fd;
   *fd = -1;

@@ -288,32 +288,31 @@ int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
   if (outp[1] >= 0) close(outp[1]), outp[1] = -1;
   if (errp[1] >= 0) close(errp[1]), errp[1] = -1;
 
-  /* Blocks only until the child execs (the pipe is close-on-exec). */
-  spawn_failure_t f;
-  ssize_t n;
-  do n = read(failp[0], &f, sizeof f);
-  while (n < 0 && errno == EINTR);
-  close(failp[0]);
-  failp[0] = -1;
-  if (n == (ssize_t)sizeof f) {
-    waitpid(pid, NULL, 0);
-    f.stage[sizeof f.stage - 1] = '\0';
-    cm_error_set(err, f.errnum, f.errnum == ENOENT ? CM_ERR_NOT_FOUND : CM_ERR_UNAVAILABLE,
-                 "cannot start %s (%s)", o->argv[0], f.stage);
-    goto fail;
+  {
+    /* Until the child is handed over, leaving this block kills and reaps it. */
+    cleanup_pid pid_t guard = pid;
+    /* Blocks only until the child execs (the pipe is close-on-exec). */
+    spawn_failure_t f;
+    ssize_t n;
+    do n = read(failp[0], &f, sizeof f);
+    while (n < 0 && errno == EINTR);
+    close(failp[0]);
+    failp[0] = -1;
+    if (n == (ssize_t)sizeof f) { /* it never exec'd, and has exited */
+      f.stage[sizeof f.stage - 1] = '\0';
+      cm_error_set(err, f.errnum, f.errnum == ENOENT ? CM_ERR_NOT_FOUND : CM_ERR_UNAVAILABLE,
+                   "cannot start %s (%s)", o->argv[0], f.stage);
+      goto fail;
+    }
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) {
+      cm_error_set(err, errno, CM_ERR_IO, "pidfd_open");
+      goto fail;
+    }
+    fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    child->pid = steal_pid(&guard);
+    child->pidfd = pidfd;
   }
-
-  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  if (pidfd < 0) {
-    cm_error_set(err, errno, CM_ERR_IO, "pidfd_open");
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    goto fail;
-  }
-  fcntl(pidfd, F_SETFD, FD_CLOEXEC);
-  child->pid = pid;
-  child->pidfd = pidfd;
   if (o->capture_output) {
     cm_set_nonblock(outp[0], true);
     cm_set_nonblock(errp[0], true);

@@ -93,22 +93,20 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   }
   chmod(work, 0711);
   srv_workdir_sweep(work, cfg->max_timeout + cfg->kill_grace_ms / 1000 + 600);
-  int runs_lock = -1;
-  cleanup_free char *runs_dir = srv_workdir_claim(work, &runs_lock, err);
+  /* Until the server holds them, a failure below removes the directory and drops its lock
+   * (nothing is mounted in it yet). */
+  cleanup_close int runs_lock = -1;
+  cleanup_rmtree char *runs_dir = srv_workdir_claim(work, &runs_lock, err);
   if (!runs_dir) {
     cm_error_wrap(err, "creating the work directory");
     return NULL;
   }
   const char *backend_name = cfg->sandbox_backend;
   sbx_backend_t *backend = sbx_backend_new(backend_name, err);
-  if (!backend) {
-    srv_workdir_release(runs_dir, runs_lock);
-    return NULL;
-  }
+  if (!backend) return NULL;
   sbx_cgroups_t *cgroups = sbx_cgroups_open(cfg->cgroup, err);
   if (!cgroups) {
     sbx_backend_free(backend);
-    srv_workdir_release(runs_dir, runs_lock);
     return NULL;
   }
   cleanup_free char *cg_text = sbx_cgroups_describe(cgroups);
@@ -119,7 +117,6 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   if (!artifacts) {
     sbx_backend_free(backend);
     sbx_cgroups_free(cgroups);
-    srv_workdir_release(runs_dir, runs_lock);
     return NULL;
   }
   srv_server_t *s = xcalloc(1, sizeof *s);
@@ -132,7 +129,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   sbx_backend_probe(s->host);
   s->state_dir = steal_pointer(&state);
   s->runs_dir = steal_pointer(&runs_dir);
-  s->runs_lock = runs_lock;
+  s->runs_lock = steal_fd(&runs_lock);
   cm_strv_builder_t dirs = {0};
   cleanup_free char *dirs_copy = cfg->python_dirs ? xstrdup(cfg->python_dirs) : NULL;
   char *save = NULL;

@@ -25,6 +25,14 @@
 #include "server/files/files.h"
 #include "transport/tr.h"
 
+/* A JSON value owned by a scope: released when the scope ends, unless taken with
+ * steal_pointer(). */
+static inline void srv_cleanup_jsonp(json_t **j) {
+  json_decref(*j);
+  *j = NULL;
+}
+#define cleanup_json __attribute__((cleanup(srv_cleanup_jsonp)))
+
 /* ---------------------------------------------------------------- the server's parts */
 
 typedef struct srv_server srv_server_t;

@@ -70,20 +70,19 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   job->run = NULL;
   /* The run is over: so are its connections (what they did is counted in the session). */
   sbx_backend_t *nb = srv_server_backend(job->server);
-  json_t *network = srv_network_result(job->cfg, nb, &job->spec.net, job->egress);
+  cleanup_json json_t *network = srv_network_result(job->cfg, nb, &job->spec.net, job->egress);
   cm_buf_t net_text;
   cm_buf_init(&net_text, 0);
   srv_network_text(job->cfg, nb, &job->spec.net, job->egress, &net_text);
   eg_session_close(job->egress);
   job->egress = NULL;
   if (srv_request_cancelled(job->req)) {
-    json_decref(network);
     cm_buf_release(&net_text);
     exec_job_finish(job, json_object());
     return;
   }
   if (job->pending.len || job->skipped) exec_progress_flush(job);
-  json_t *result = exec_output_result(job, res, network, &net_text);
+  json_t *result = exec_output_result(job, res, steal_pointer(&network), &net_text);
   cm_buf_release(&net_text);
   exec_job_finish(job, result);
 }

@@ -155,9 +155,8 @@ static void on_compiled(void *data, const sbx_result_t *res) {
     return;
   }
   json_t *warnings = collect_warnings(c);
-  json_t *verdict = c->out.len ? json_loadb(c->out.data, c->out.len, 0, NULL) : NULL;
+  cleanup_json json_t *verdict = c->out.len ? json_loadb(c->out.data, c->out.len, 0, NULL) : NULL;
   if (res->exit_code != 0 || res->timed_out) {
-    json_decref(verdict);
     cleanup_free char *msg = xasprintf("the syntax check with Python %s did not finish (exit code %d%s)",
                                        c->py->version, res->exit_code, res->timed_out ? ", timed out" : "");
     finish(c, invalid_result(msg, warnings));
@@ -176,11 +175,9 @@ static void on_compiled(void *data, const sbx_result_t *res) {
                                    : xstrdup("");
     cleanup_free char *full = xasprintf("%s: %s%s%s%s with Python %s", type ? type : "Error", msg ? msg : "", where,
                                         text && *text ? ": " : "", text && *text ? text : "", c->py->version);
-    json_decref(verdict);
     finish(c, invalid_result(full, warnings));
     return;
   }
-  json_decref(verdict);
   /* VALID, in the seed's format, then what the seed never said. */
   cm_buf_t t;
   cm_buf_init(&t, 0);

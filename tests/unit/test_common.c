@@ -550,6 +550,54 @@ static void test_loop_fd(void **state) {
   close(p[1]);
 }
 
+/* The scope guards: a child is killed and reaped, a directory removed, unless stolen. */
+static void test_cleanup_guards(void **state) {
+  pid_t seen;
+  {
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+      pause();
+      _exit(0);
+    }
+    cleanup_pid pid_t guard = child;
+    seen = child;
+  }
+  /* Reaped already: nothing is left to wait for. */
+  assert_int_equal(waitpid(seen, NULL, WNOHANG), -1);
+  assert_int_equal(errno, ECHILD);
+  {
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) _exit(7);
+    cleanup_pid pid_t guard = child;
+    seen = steal_pid(&guard);
+    assert_int_equal(guard, -1);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(seen, &status, 0), seen); /* stolen: still ours to reap */
+  assert_int_equal(WEXITSTATUS(status), 7);
+
+  char tmpl[] = "/tmp/mps-guard-XXXXXX";
+  assert_non_null(mkdtemp(tmpl));
+  cleanup_free char *kept = NULL;
+  {
+    cleanup_rmtree char *dir = xstrdup(tmpl);
+    cleanup_free char *f = xasprintf("%s/f", dir);
+    cm_error_t err = CM_ERROR_INIT;
+    assert_int_equal(cm_write_file(f, "x", 1, 0600, &err), 0);
+  }
+  struct stat st;
+  assert_int_equal(stat(tmpl, &st), -1);
+  assert_non_null(mkdtemp(strcpy(tmpl, "/tmp/mps-guard-XXXXXX")));
+  {
+    cleanup_rmtree char *dir = xstrdup(tmpl);
+    kept = steal_pointer(&dir);
+  }
+  assert_int_equal(stat(kept, &st), 0);
+  assert_int_equal(rmdir(kept), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_error_set_and_wrap),
@@ -562,6 +610,7 @@ int main(void) {
       cmocka_unit_test(test_sha256_lengths),
       cmocka_unit_test(test_memeq_ct),
       cmocka_unit_test(test_rm_rf),
+      cmocka_unit_test(test_cleanup_guards),
       cmocka_unit_test(test_rm_rf_unprivileged),
       cmocka_unit_test(test_files_at),
       cmocka_unit_test(test_loop_timers),
