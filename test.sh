@@ -48,6 +48,10 @@ suite() {
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/e2e/run.sh
 }
 
+echo "== layers: every #include follows the layer table, no include cycles (and the check's self-test)"
+/usr/bin/python3 scripts/check-layers.py
+/usr/bin/python3 scripts/check-layers.py --self-test
+
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 suite build "normal build"
 
