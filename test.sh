@@ -36,7 +36,7 @@ build() {
 suite() {
   local dir=$1 name=$2
   echo "== $name: unit tests, sandbox tests and fuzz-corpus replays (ctest)"
-  ctest --test-dir "$dir" --output-on-failure -j"$jobs"
+  ctest --test-dir "$dir" --output-on-failure -j"$jobs" # check_layers_symbols: no call cycles
   local backend
   for backend in bwrap none; do
     echo "== $name: integration tests (the real binary over stdio, sandbox backend $backend)"
