@@ -37,11 +37,4 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
 /* "http[s]://host:port/path" for the log line that tells users where we listen (heap). */
 char *srv_http_url(const srv_config_t *cfg, uint16_t port);
 
-/* Loads (or creates, then reuses) the self-signed certificate under dir: an EC P-256 key
- * (key.pem, 0600) and a certificate (cert.pem) for localhost, 127.0.0.1, ::1 and host.
- * Returns both PEM texts (heap) and the certificate's SHA-256 fingerprint as upper-case
- * hex pairs joined by ':' (96 bytes with the NUL). */
-int srv_tls_self_signed(const char *dir, const char *host, char **cert_pem, char **key_pem,
-                        char fingerprint[96], cm_error_t *err);
-
 #endif

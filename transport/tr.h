@@ -1,6 +1,14 @@
 /* transport/: framing of JSON-RPC texts over stdio and HTTP.  A transport delivers one
  * complete JSON text with a reply sink, and writes what the router gives it.  It knows no
- * MCP method and never includes a sandbox/ header. */
+ * MCP method and never includes a sandbox/ header.
+ *
+ * Files: sink.c, stdio.c, tls.c (the self-signed certificate, key/certificate checks),
+ * http/parse.c (headers, hosts, origins, event ids, tokens: pure), http/envelope.c (a
+ * POST body's JSON-RPC envelope: pure), http/mhd.c (libmicrohttpd, opened on demand),
+ * http/http.c (the daemon in our loop, streams and replay, the session table, request
+ * contexts, routes: one state machine).
+ *
+ * May use: common/. */
 #ifndef MPS_TRANSPORT_TR_H
 #define MPS_TRANSPORT_TR_H
 
@@ -214,5 +222,18 @@ void tr_http_shutdown(tr_http_t *h);
 /* Shuts down if needed and closes every connection.  Sinks the router still holds stay
  * valid (sends are dropped) until it lets go of them. */
 void tr_http_free(tr_http_t *h);
+
+/* ---------------------------------------------------------------- TLS material */
+
+/* Loads (or creates, then reuses) the self-signed certificate under dir: an EC P-256 key
+ * (key.pem, 0600) and a certificate (cert.pem) whose CN is name, for localhost, 127.0.0.1,
+ * ::1 and host.
+ * Returns both PEM texts (heap) and the certificate's SHA-256 fingerprint as upper-case
+ * hex pairs joined by ':' (96 bytes with the NUL). */
+int tr_tls_self_signed(const char *dir, const char *name, const char *host, char **cert_pem, char **key_pem,
+                       char fingerprint[96], cm_error_t *err);
+/* Parses both PEM texts, checks that they belong together, and gives the certificate's
+ * fingerprint (as above). */
+int tr_tls_check_pair(const char *cert_pem, const char *key_pem, char fingerprint[96], cm_error_t *err);
 
 #endif

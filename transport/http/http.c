@@ -25,9 +25,9 @@
 #include <sys/socket.h>
 
 #include <jansson.h>
-#include <microhttpd.h>
 #include <uuid/uuid.h>
 
+#include "transport/http/mhd.h"
 #include "transport/transport-internal.h"
 
 /* SSE keep-alive comments: well under any proxy or client idle timeout. */
@@ -220,508 +220,6 @@ struct tr_http {
   uint64_t replay_logged_at; /* that line (one every HTTP_REPLAY_LOG_MS at most) */
 };
 
-/* ================================================================ pure parts */
-
-static bool is_ows(char c) {
-  return c == ' ' || c == '\t';
-}
-
-static void trim(const char **p, size_t *n) {
-  while (*n && is_ows(**p)) (*p)++, (*n)--;
-  while (*n && is_ows((*p)[*n - 1])) (*n)--;
-}
-
-static bool ieq(const char *a, size_t alen, const char *b) {
-  size_t blen = strlen(b);
-  return alen == blen && strncasecmp(a, b, alen) == 0;
-}
-
-/* q=0 (or 0.0, 0.00, 0.000) in the parameters of one Accept element. */
-static bool q_is_zero(const char *p, size_t n) {
-  while (n) {
-    const char *semi = memchr(p, ';', n);
-    size_t seg = semi ? (size_t)(semi - p) : n;
-    const char *s = p;
-    size_t sn = seg;
-    trim(&s, &sn);
-    if (sn >= 2 && (s[0] == 'q' || s[0] == 'Q') && s[1] == '=') {
-      const char *v = s + 2;
-      size_t vn = sn - 2;
-      if (vn == 0 || v[0] != '0') return false;
-      for (size_t i = 1; i < vn; i++)
-        if (v[i] != '0' && v[i] != '.') return false;
-      return true;
-    }
-    if (!semi) break;
-    p += seg + 1;
-    n -= seg + 1;
-  }
-  return false;
-}
-
-void tr_http_parse_accept(const char *buf, size_t len, bool *json, bool *sse) {
-  *json = false;
-  *sse = false;
-  while (len) {
-    const char *comma = memchr(buf, ',', len);
-    size_t el = comma ? (size_t)(comma - buf) : len;
-    const char *e = buf;
-    size_t en = el;
-    const char *semi = memchr(e, ';', en);
-    size_t tn = semi ? (size_t)(semi - e) : en;
-    const char *t = e;
-    trim(&t, &tn);
-    bool zero = semi ? q_is_zero(semi + 1, en - (size_t)(semi - e) - 1) : false;
-    if (!zero) {
-      if (ieq(t, tn, "*/*")) *json = *sse = true;
-      if (ieq(t, tn, "application/json") || ieq(t, tn, "application/*")) *json = true;
-      if (ieq(t, tn, "text/event-stream") || ieq(t, tn, "text/*")) *sse = true;
-    }
-    if (!comma) break;
-    buf += el + 1;
-    len -= el + 1;
-  }
-}
-
-bool tr_http_media_type_is(const char *buf, size_t len, const char *type) {
-  const char *semi = memchr(buf, ';', len);
-  size_t n = semi ? (size_t)(semi - buf) : len;
-  trim(&buf, &n);
-  return ieq(buf, n, type);
-}
-
-static bool host_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-         c == '.' || c == '_';
-}
-
-static bool all_digits(const char *p, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i] < '0' || p[i] > '9') return false;
-  return true;
-}
-
-int tr_http_host_name(const char *buf, size_t len, char *out, size_t out_size) {
-  const char *name;
-  size_t n;
-  trim(&buf, &len);
-  if (len == 0) return -1;
-  if (buf[0] == '[') {
-    const char *close = memchr(buf, ']', len);
-    if (!close) return -1;
-    name = buf + 1;
-    n = (size_t)(close - name);
-    size_t rest = len - (size_t)(close - buf) - 1;
-    const char *r = close + 1;
-    if (rest && (r[0] != ':' || !all_digits(r + 1, rest - 1) || rest > 6)) return -1;
-    for (size_t i = 0; i < n; i++) {
-      char c = name[i];
-      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
-            c == ':' || c == '.'))
-        return -1;
-    }
-  } else {
-    const char *colon = memchr(buf, ':', len);
-    name = buf;
-    n = colon ? (size_t)(colon - buf) : len;
-    if (colon) {
-      size_t rest = len - n - 1;
-      if (!all_digits(colon + 1, rest) || rest > 5) return -1;
-    }
-    for (size_t i = 0; i < n; i++)
-      if (!host_char(name[i])) return -1;
-    if (n > 1 && name[n - 1] == '.') n--;
-  }
-  if (n == 0 || n >= out_size) return -1;
-  for (size_t i = 0; i < n; i++) {
-    char c = name[i];
-    out[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-  }
-  out[n] = '\0';
-  return 0;
-}
-
-int tr_http_origin_parse(const char *buf, size_t len, char scheme[32], char *host, size_t host_size,
-                         unsigned *port) {
-  trim(&buf, &len);
-  size_t i = 0;
-  while (i < len && ((buf[i] >= 'a' && buf[i] <= 'z') || (buf[i] >= 'A' && buf[i] <= 'Z') ||
-                     (i > 0 && ((buf[i] >= '0' && buf[i] <= '9') || buf[i] == '+' ||
-                                buf[i] == '-' || buf[i] == '.'))))
-    i++;
-  if (i == 0 || i > 31 || len - i < 3 || memcmp(buf + i, "://", 3) != 0) return -1;
-  for (size_t k = 0; k < i; k++)
-    scheme[k] = (buf[k] >= 'A' && buf[k] <= 'Z') ? (char)(buf[k] - 'A' + 'a') : buf[k];
-  scheme[i] = '\0';
-  const char *auth = buf + i + 3;
-  size_t an = len - i - 3;
-  if (an && auth[an - 1] == '/') an--; /* some clients send "http://host/" */
-  if (memchr(auth, '@', an) || memchr(auth, '/', an)) return -1;
-  if (tr_http_host_name(auth, an, host, host_size) < 0) return -1;
-  /* tr_http_host_name checked the port's digits (and that there are at most 5). */
-  const char *close = an && auth[0] == '[' ? memchr(auth, ']', an) : NULL;
-  const char *colon = close ? (close + 1 < auth + an ? close + 1 : NULL) : memchr(auth, ':', an);
-  uint64_t p = 0;
-  if (colon && colon + 1 < auth + an) {
-    for (const char *d = colon + 1; d < auth + an; d++) p = p * 10 + (uint64_t)(*d - '0');
-    if (p == 0 || p > 65535) return -1;
-  } else if (strcmp(scheme, "http") == 0) {
-    p = 80;
-  } else if (strcmp(scheme, "https") == 0) {
-    p = 443;
-  }
-  *port = (unsigned)p;
-  return 0;
-}
-
-int tr_http_origin_host(const char *buf, size_t len, char *out, size_t out_size) {
-  char scheme[32];
-  unsigned port;
-  return tr_http_origin_parse(buf, len, scheme, out, out_size, &port);
-}
-
-static int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-void tr_http_attachment_name(const char *buf, size_t len, char *out, size_t out_size) {
-  size_t max = out_size ? CM_MIN(out_size - 1, (size_t)128) : 0;
-  if (!out_size) return;
-  const char *slash = len ? memrchr(buf, '/', len) : NULL;
-  const char *p = slash ? slash + 1 : buf;
-  size_t n = len - (size_t)(p - buf);
-  size_t o = 0;
-  for (size_t i = 0; i < n && o < max; i++) {
-    unsigned char c = (unsigned char)p[i];
-    if (c == '%' && i + 2 < n && hex_value(p[i + 1]) >= 0 && hex_value(p[i + 2]) >= 0) {
-      c = (unsigned char)(hex_value(p[i + 1]) * 16 + hex_value(p[i + 2]));
-      i += 2;
-    }
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '+' || c == '-';
-    if (c == '.' && o == 0) continue; /* no hidden or "..": a leading dot goes */
-    out[o++] = ok ? (char)c : '_';
-  }
-  out[o] = '\0';
-  if (o == 0) snprintf(out, out_size, "%s", "download");
-}
-
-bool tr_http_loopback_name(const char *name) {
-  if (strcmp(name, "localhost") == 0) return true;
-  struct in_addr a4;
-  if (inet_pton(AF_INET, name, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
-  struct in6_addr a6;
-  if (inet_pton(AF_INET6, name, &a6) == 1) {
-    if (IN6_IS_ADDR_LOOPBACK(&a6)) return true;
-    return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
-  }
-  return false;
-}
-
-static int parse_dec(const char *p, size_t n, uint64_t *out) {
-  if (n == 0 || n > 19 || !all_digits(p, n)) return -1;
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; i++) v = v * 10 + (uint64_t)(p[i] - '0');
-  *out = v;
-  return 0;
-}
-
-int tr_http_parse_event_id(const char *buf, size_t len, uint64_t *stream, uint64_t *seq) {
-  trim(&buf, &len);
-  const char *dash = memchr(buf, '-', len);
-  if (!dash) return -1;
-  size_t a = (size_t)(dash - buf);
-  if (parse_dec(buf, a, stream) < 0) return -1;
-  return parse_dec(dash + 1, len - a - 1, seq);
-}
-
-void tr_http_sse_event(cm_buf_t *out, const char *event, bool with_id, uint64_t stream,
-                       uint64_t seq, const char *data, size_t len) {
-  if (with_id)
-    cm_buf_printf(out, "id: %llu-%llu\n", (unsigned long long)stream, (unsigned long long)seq);
-  if (event) cm_buf_printf(out, "event: %s\n", event);
-  size_t i = 0;
-  for (;;) {
-    size_t j = i;
-    while (j < len && data[j] != '\n' && data[j] != '\r') j++;
-    cm_buf_append(out, "data: ", 6);
-    cm_buf_append(out, data + i, j - i);
-    cm_buf_append(out, "\n", 1);
-    if (j >= len) break;
-    if (data[j] == '\r' && j + 1 < len && data[j + 1] == '\n') j++;
-    i = j + 1;
-  }
-  cm_buf_append(out, "\n", 1);
-}
-
-int tr_http_bearer_token(const char *buf, size_t len, const char **token, size_t *token_len) {
-  trim(&buf, &len);
-  if (len < 7 || strncasecmp(buf, "bearer", 6) != 0 || !is_ows(buf[6])) return -1;
-  const char *t = buf + 7;
-  size_t n = len - 7;
-  trim(&t, &n);
-  if (n == 0) return -1;
-  for (size_t i = 0; i < n; i++)
-    if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f) return -1;
-  *token = t;
-  *token_len = n;
-  return 0;
-}
-
-void tr_http_tokens_free(tr_http_token_t *tokens, size_t count) {
-  if (!tokens) return;
-  for (size_t i = 0; i < count; i++) free(tokens[i].name);
-  explicit_bzero(tokens, count * sizeof *tokens);
-  free(tokens);
-}
-
-int tr_http_parse_tokens(const char *buf, size_t len, tr_http_token_t **tokens, size_t *count,
-                         cm_error_t *err) {
-  tr_http_token_t *out = NULL;
-  size_t n = 0, cap = 0;
-  size_t line_no = 0;
-  size_t pos = 0;
-  while (pos < len) {
-    const char *nl = memchr(buf + pos, '\n', len - pos);
-    size_t ln = nl ? (size_t)(nl - (buf + pos)) : len - pos;
-    const char *line = buf + pos;
-    pos += ln + 1;
-    line_no++;
-    if (ln && line[ln - 1] == '\r') ln--;
-    trim(&line, &ln);
-    if (ln == 0 || line[0] == '#') continue;
-    const char *colon = memchr(line, ':', ln);
-    const char *tok = line;
-    size_t tn = ln;
-    const char *name = NULL;
-    size_t nn = 0;
-    if (colon) {
-      name = line;
-      nn = (size_t)(colon - line);
-      trim(&name, &nn);
-      tok = colon + 1;
-      tn = (size_t)(line + ln - tok);
-      trim(&tok, &tn);
-    }
-    if (tn == 0) {
-      tr_http_tokens_free(out, n);
-      return cm_error_set(err, 0, CM_ERR_INVALID, "token file line %zu: empty token", line_no);
-    }
-    for (size_t i = 0; i < tn; i++) {
-      if ((unsigned char)tok[i] <= 0x20 || (unsigned char)tok[i] >= 0x7f) {
-        tr_http_tokens_free(out, n);
-        return cm_error_set(err, 0, CM_ERR_INVALID,
-                            "token file line %zu: a token must be visible ASCII", line_no);
-      }
-    }
-    /* "line N" names the unnamed token of line N: given to another, it would make the two
-     * one tenant. */
-    if (nn > 5 && memcmp(name, "line ", 5) == 0 && all_digits(name + 5, nn - 5)) {
-      tr_http_tokens_free(out, n);
-      return cm_error_set(err, 0, CM_ERR_INVALID,
-                          "token file line %zu: the name '%.*s' is the one an unnamed token gets; "
-                          "choose another",
-                          line_no, (int)nn, name);
-    }
-    if (n == TR_HTTP_MAX_TOKENS) {
-      tr_http_tokens_free(out, n);
-      return cm_error_set(err, 0, CM_ERR_LIMIT, "token file: more than %d tokens",
-                          TR_HTTP_MAX_TOKENS);
-    }
-    if (n == cap) {
-      cap = cap ? cap * 2 : 8;
-      out = xrealloc(out, cap * sizeof *out);
-    }
-    out[n].name = nn ? xstrndup(name, nn) : xasprintf("line %zu", line_no);
-    cm_sha256(tok, tn, out[n].sha256);
-    n++;
-  }
-  if (n == 0) {
-    free(out);
-    return cm_error_set(err, 0, CM_ERR_INVALID, "token file holds no token");
-  }
-  *tokens = out;
-  *count = n;
-  return 0;
-}
-
-const tr_http_token_t *tr_http_token_match(const tr_http_token_t *tokens, size_t count,
-                                           const char *token, size_t token_len) {
-  unsigned char digest[CM_SHA256_SIZE];
-  cm_sha256(token, token_len, digest);
-  const tr_http_token_t *found = NULL;
-  for (size_t i = 0; i < count; i++) {
-    /* No early exit: the time taken does not depend on which token matched. */
-    if (cm_memeq_ct(digest, tokens[i].sha256, CM_SHA256_SIZE) && !found) found = &tokens[i];
-  }
-  return found;
-}
-
-bool tr_http_session_id_valid(const char *buf, size_t len) {
-  if (len == 0 || len > 128) return false;
-  for (size_t i = 0; i < len; i++)
-    if ((unsigned char)buf[i] < 0x21 || (unsigned char)buf[i] > 0x7e) return false;
-  return true;
-}
-
-static bool valid_id(json_t *id) {
-  return json_is_string(id) || json_is_integer(id);
-}
-
-/* One element.  Returns 'r'equest, 'n'otification, 's' (response) or 0 with why set. */
-static char classify_one(json_t *m, const char **why, bool *initialize) {
-  if (!json_is_object(m)) {
-    *why = "Invalid Request: a message must be a JSON object";
-    return 0;
-  }
-  json_t *v = json_object_get(m, "jsonrpc");
-  if (!json_is_string(v) || strcmp(json_string_value(v), "2.0") != 0) {
-    *why = "Invalid Request: \"jsonrpc\" must be \"2.0\"";
-    return 0;
-  }
-  json_t *id = json_object_get(m, "id");
-  json_t *method = json_object_get(m, "method");
-  if (method) {
-    if (!json_is_string(method)) {
-      *why = "Invalid Request: \"method\" must be a string";
-      return 0;
-    }
-    json_t *params = json_object_get(m, "params");
-    if (params && !json_is_object(params) && !json_is_array(params)) {
-      *why = "Invalid Request: \"params\" must be an object";
-      return 0;
-    }
-    if (!id) return 'n';
-    if (!valid_id(id)) {
-      *why = "Invalid Request: \"id\" must be a string or an integer";
-      return 0;
-    }
-    if (strcmp(json_string_value(method), "initialize") == 0) *initialize = true;
-    return 'r';
-  }
-  bool result = json_object_get(m, "result") != NULL, error = json_object_get(m, "error") != NULL;
-  if (result != error && id) return 's';
-  *why = "Invalid Request: a message needs \"method\", or \"id\" with \"result\" or \"error\"";
-  return 0;
-}
-
-void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out) {
-  memset(out, 0, sizeof *out);
-  json_error_t jerr;
-  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-  if (!root) {
-    out->status = TR_HTTP_BODY_PARSE_ERROR;
-    snprintf(out->why, sizeof out->why, "Parse error: %.160s (line %d, column %d)", jerr.text,
-             jerr.line, jerr.column);
-    return;
-  }
-  const char *why = NULL;
-  if (json_is_array(root)) {
-    out->batch = true;
-    if (json_array_size(root) == 0) why = "Invalid Request: empty batch";
-    size_t i;
-    json_t *el;
-    json_array_foreach(root, i, el) {
-      const char *ignored = NULL;
-      switch (classify_one(el, &ignored, &out->initialize)) {
-        case 'r':
-          out->requests++;
-          break;
-        case 'n':
-          out->notifications++;
-          break;
-        case 's':
-          out->responses++;
-          break;
-        default:
-          out->requests++; /* the router answers it with an error */
-          break;
-      }
-    }
-  } else {
-    json_t *id = json_is_object(root) ? json_object_get(root, "id") : NULL;
-    bool response = json_is_object(root) && !json_object_get(root, "method") &&
-                    (json_object_get(root, "result") || json_object_get(root, "error"));
-    if (valid_id(id) && !response) out->id = json_incref(id);
-    switch (classify_one(root, &why, &out->initialize)) {
-      case 'r':
-        out->requests = 1;
-        break;
-      case 'n':
-        out->notifications = 1;
-        break;
-      case 's':
-        out->responses = 1;
-        break;
-      default:
-        break;
-    }
-  }
-  if (why) {
-    out->status = TR_HTTP_BODY_INVALID;
-    snprintf(out->why, sizeof out->why, "%s", why);
-  }
-  json_decref(root);
-}
-
-void tr_http_envelope_release(tr_http_envelope_t *env) {
-  json_decref(env->id);
-  env->id = NULL;
-}
-
-/* ================================================================ libmicrohttpd, on demand */
-
-/* libmicrohttpd brings GnuTLS, p11-kit, nettle and more: some 2.5 MiB of resident pages
- * and 2 ms of dynamic loading that the stdio transport, the default, never needs.  So it
- * is opened when the first HTTP transport starts and called through this table; the
- * header still gives the types and constants, and the soname pins the ABI they describe.
- * The pure parts above never touch it. */
-#define MHD_SONAME "libmicrohttpd.so.12"
-#define MHD_FUNCTIONS(X)           \
-  X(add_response_header)           \
-  X(create_response_from_buffer)   \
-  X(create_response_from_callback) \
-  X(create_response_from_fd64)     \
-  X(destroy_response)              \
-  X(get_connection_info)           \
-  X(get_daemon_info)               \
-  X(get_timeout)                   \
-  X(lookup_connection_value)       \
-  X(queue_response)                \
-  X(quiesce_daemon)                \
-  X(resume_connection)             \
-  X(run)                           \
-  X(set_connection_option)         \
-  X(start_daemon)                  \
-  X(stop_daemon)                   \
-  X(suspend_connection)
-
-static struct {
-#define MHD_MEMBER(name) __typeof__(MHD_##name) *name;
-  MHD_FUNCTIONS(MHD_MEMBER)
-#undef MHD_MEMBER
-} mhd;
-static bool mhd_loaded;
-
-/* Opens libmicrohttpd and fills the table, once; kept open for the life of the process. */
-static int mhd_load(cm_error_t *err) {
-  if (mhd_loaded) return 0;
-#define MHD_NAME(name) "MHD_" #name,
-  static const char *const names[] = {MHD_FUNCTIONS(MHD_NAME)};
-#undef MHD_NAME
-  void *syms[CM_ARRAY_SIZE(names)];
-  if (cm_dl_symbols(MHD_SONAME, names, CM_ARRAY_SIZE(names), syms, err) < 0) return -1;
-  size_t i = 0;
-#define MHD_ASSIGN(name) mhd.name = (__typeof__(MHD_##name) *)syms[i++];
-  MHD_FUNCTIONS(MHD_ASSIGN)
-#undef MHD_ASSIGN
-  mhd_loaded = true;
-  return 0;
-}
-
 /* ================================================================ the daemon in our loop */
 
 static void mhd_run(tr_http_t *h, bool from_soon);
@@ -755,7 +253,7 @@ static void on_mhd_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
 static void rearm(tr_http_t *h, bool from_soon) {
   MHD_UNSIGNED_LONG_LONG ms;
   if (!h->daemon) return;
-  if (mhd.get_timeout(h->daemon, &ms) != MHD_YES) {
+  if (tr_mhd.get_timeout(h->daemon, &ms) != MHD_YES) {
     cm_timer_cancel(h->t_mhd);
     h->t_mhd = NULL;
     return;
@@ -776,14 +274,14 @@ static void rearm(tr_http_t *h, bool from_soon) {
 
 static unsigned mhd_connections(tr_http_t *h) {
   const union MHD_DaemonInfo *di =
-      mhd.get_daemon_info(h->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+      tr_mhd.get_daemon_info(h->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
   return di ? di->num_connections : 0;
 }
 
 static void mhd_run(tr_http_t *h, bool from_soon) {
   if (!h->daemon) return;
   unsigned before = mhd_connections(h);
-  mhd.run(h->daemon);
+  tr_mhd.run(h->daemon);
   /* Out of descriptors, MHD stops accepting and takes the listening socket out of its epoll
    * set; a connection that closes lifts that, but the socket goes back only at the next
    * MHD_run, which nothing else may trigger (the connections waiting in the backlog do not
@@ -1367,12 +865,12 @@ static void on_peer_hangup(cm_loop_t *loop, int fd, uint32_t revents, void *data
 
 static void conn_suspend(hs_conn_t *c) {
   if (c->suspended) return;
-  mhd.suspend_connection(c->mc);
+  tr_mhd.suspend_connection(c->mc);
   c->suspended = true;
   /* MHD does not notice a peer that goes away while suspended: watch for it ourselves, so
    * a dead stream is detached at once and a reconnecting client is not refused. */
   const union MHD_ConnectionInfo *ci =
-      mhd.get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+      tr_mhd.get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (ci) {
     cm_error_t err = CM_ERROR_INIT;
     c->w_hup = cm_loop_watch(c->h->loop, ci->connect_fd, EPOLLRDHUP, on_peer_hangup, c, &err);
@@ -1385,7 +883,7 @@ static void conn_wake(hs_conn_t *c) {
   cm_watch_remove(c->w_hup);
   c->w_hup = NULL;
   c->suspended = false;
-  mhd.resume_connection(c->mc);
+  tr_mhd.resume_connection(c->mc);
   schedule_soon(c->h);
 }
 
@@ -1442,19 +940,19 @@ static void conn_set_session(hs_conn_t *c, hs_session_t *s) {
 
 static void add_common_headers(hs_conn_t *c, struct MHD_Response *r) {
   if (c->origin) {
-    mhd.add_response_header(r, "Access-Control-Allow-Origin", c->origin);
-    mhd.add_response_header(r, "Access-Control-Expose-Headers", "Mcp-Session-Id");
-    mhd.add_response_header(r, "Vary", "Origin");
+    tr_mhd.add_response_header(r, "Access-Control-Allow-Origin", c->origin);
+    tr_mhd.add_response_header(r, "Access-Control-Expose-Headers", "Mcp-Session-Id");
+    tr_mhd.add_response_header(r, "Vary", "Origin");
   }
   if (c->session && c->session->open && !c->session->legacy)
-    mhd.add_response_header(r, "Mcp-Session-Id", c->session->id);
-  if (c->h->shutting_down) mhd.add_response_header(r, "Connection", "close");
+    tr_mhd.add_response_header(r, "Mcp-Session-Id", c->session->id);
+  if (c->h->shutting_down) tr_mhd.add_response_header(r, "Connection", "close");
 }
 
 static enum MHD_Result queue(hs_conn_t *c, unsigned status, struct MHD_Response *r) {
   add_common_headers(c, r);
-  enum MHD_Result ret = mhd.queue_response(c->mc, status, r);
-  mhd.destroy_response(r);
+  enum MHD_Result ret = tr_mhd.queue_response(c->mc, status, r);
+  tr_mhd.destroy_response(r);
   c->responded = true;
   return ret;
 }
@@ -1462,19 +960,19 @@ static enum MHD_Result queue(hs_conn_t *c, unsigned status, struct MHD_Response 
 static enum MHD_Result respond_body(hs_conn_t *c, unsigned status, const char *type, char *body,
                                     size_t len) {
   /* body is ours (malloc) and MHD frees it. */
-  struct MHD_Response *r = mhd.create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+  struct MHD_Response *r = tr_mhd.create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
   if (!r) {
     free(body);
     return MHD_NO;
   }
   c->body_out = len;
   conn_count(c);
-  if (type) mhd.add_response_header(r, "Content-Type", type);
+  if (type) tr_mhd.add_response_header(r, "Content-Type", type);
   return queue(c, status, r);
 }
 
 static enum MHD_Result respond_empty(hs_conn_t *c, unsigned status) {
-  struct MHD_Response *r = mhd.create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+  struct MHD_Response *r = tr_mhd.create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
   if (!r) return MHD_NO;
   return queue(c, status, r);
 }
@@ -1490,13 +988,13 @@ static enum MHD_Result respond_error(hs_conn_t *c, unsigned status, int code, co
   json_decref(j);
   if (!text) abort();
   struct MHD_Response *r =
-      mhd.create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+      tr_mhd.create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
   if (!r) {
     free(text);
     return MHD_NO;
   }
-  mhd.add_response_header(r, "Content-Type", "application/json");
-  if (header) mhd.add_response_header(r, header, value);
+  tr_mhd.add_response_header(r, "Content-Type", "application/json");
+  if (header) tr_mhd.add_response_header(r, header, value);
   if (status >= 400) cm_debug("http: %u: %s", status, message);
   return queue(c, status, r);
 }
@@ -1568,18 +1066,18 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max);
 static void sse_read_done(void *cls);
 
 static enum MHD_Result respond_sse(hs_conn_t *c) {
-  struct MHD_Response *r = mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_SSE_BLOCK,
+  struct MHD_Response *r = tr_mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_SSE_BLOCK,
                                                              sse_read, c, sse_read_done);
   if (!r) return MHD_NO;
   c->refs++; /* the response's, dropped by sse_read_done */
   c->streaming = true;
   c->last_write = cm_now_ms();
-  mhd.add_response_header(r, "Content-Type", "text/event-stream");
-  mhd.add_response_header(r, "Cache-Control", "no-cache, no-transform");
-  mhd.add_response_header(r, "X-Accel-Buffering", "no");
+  tr_mhd.add_response_header(r, "Content-Type", "text/event-stream");
+  tr_mhd.add_response_header(r, "Cache-Control", "no-cache, no-transform");
+  tr_mhd.add_response_header(r, "X-Accel-Buffering", "no");
   /* A live stream must never be cut by the idle timeout; keep-alive comments keep proxies
    * happy and reveal dead peers. */
-  mhd.set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  tr_mhd.set_connection_option(c->mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
   tick_arm(c->h);
   return queue(c, 200, r);
 }
@@ -1675,7 +1173,7 @@ static enum MHD_Result post_try_respond(hs_conn_t *c) {
 /* ================================================================ validation */
 
 static const char *header(hs_conn_t *c, const char *name) {
-  return mhd.lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
+  return tr_mhd.lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
 }
 
 static bool host_allowed(tr_http_t *h, const char *name) {
@@ -1890,7 +1388,7 @@ static enum MHD_Result legacy_get(hs_conn_t *c) {
 static enum MHD_Result legacy_post(hs_conn_t *c) {
   tr_http_t *h = c->h;
   enum MHD_Result ret = MHD_YES;
-  const char *sid = mhd.lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "sessionId");
+  const char *sid = tr_mhd.lookup_connection_value(c->mc, MHD_GET_ARGUMENT_KIND, "sessionId");
   tr_http_envelope_t env;
   tr_http_classify(c->body.data ? c->body.data : "", c->body.len, &env);
   c->req_id = steal_pointer(&env.id);
@@ -1904,9 +1402,9 @@ static enum MHD_Result legacy_post(hs_conn_t *c) {
   hs_stream_t *st = s->standalone;
   if (st && s->app) h->cbs.on_message(h->data, s->app, c->body.data, c->body.len, &st->sink);
   struct MHD_Response *r =
-      mhd.create_response_from_buffer(8, (void *)(uintptr_t) "Accepted", MHD_RESPMEM_PERSISTENT);
+      tr_mhd.create_response_from_buffer(8, (void *)(uintptr_t) "Accepted", MHD_RESPMEM_PERSISTENT);
   if (!r) return MHD_NO;
-  mhd.add_response_header(r, "Content-Type", "text/plain");
+  tr_mhd.add_response_header(r, "Content-Type", "text/plain");
   return queue(c, 202, r);
 }
 
@@ -1987,13 +1485,13 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
 
 static enum MHD_Result preflight(hs_conn_t *c) {
   if (!c->origin) return respond_405(c, "GET, POST, DELETE");
-  struct MHD_Response *r = mhd.create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+  struct MHD_Response *r = tr_mhd.create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
   if (!r) return MHD_NO;
-  mhd.add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-  mhd.add_response_header(r, "Access-Control-Allow-Headers",
+  tr_mhd.add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+  tr_mhd.add_response_header(r, "Access-Control-Allow-Headers",
                           "Content-Type, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, "
                           "Last-Event-ID, Accept");
-  mhd.add_response_header(r, "Access-Control-Max-Age", "600");
+  tr_mhd.add_response_header(r, "Access-Control-Max-Age", "600");
   return queue(c, 204, r);
 }
 
@@ -2037,7 +1535,7 @@ static enum MHD_Result download(hs_conn_t *c, const char *rest) {
   if (!h->cbs.open_download || has_dot_segment(rest) ||
       h->cbs.open_download(h->data, c->principal->name, rest, &fd, &mime, &size) < 0)
     return respond_error(c, 404, -32002, "Not Found: no such file (or it expired)", NULL, NULL);
-  struct MHD_Response *r = mhd.create_response_from_fd64(size, fd);
+  struct MHD_Response *r = tr_mhd.create_response_from_fd64(size, fd);
   if (!r) {
     close(fd);
     return MHD_NO;
@@ -2045,11 +1543,11 @@ static enum MHD_Result download(hs_conn_t *c, const char *rest) {
   char name[160];
   tr_http_attachment_name(rest, strlen(rest), name, sizeof name);
   cleanup_free char *disposition = xasprintf("attachment; filename=\"%s\"", name);
-  mhd.add_response_header(r, "Content-Type", mime ? mime : "application/octet-stream");
-  mhd.add_response_header(r, "Content-Disposition", disposition);
-  mhd.add_response_header(r, "Cache-Control", "no-store");
-  mhd.add_response_header(r, "X-Content-Type-Options", "nosniff");
-  mhd.add_response_header(r, "Content-Security-Policy", "sandbox; default-src 'none'");
+  tr_mhd.add_response_header(r, "Content-Type", mime ? mime : "application/octet-stream");
+  tr_mhd.add_response_header(r, "Content-Disposition", disposition);
+  tr_mhd.add_response_header(r, "Cache-Control", "no-store");
+  tr_mhd.add_response_header(r, "X-Content-Type-Options", "nosniff");
+  tr_mhd.add_response_header(r, "Content-Security-Policy", "sandbox; default-src 'none'");
   return queue(c, 200, r);
 }
 
@@ -2361,7 +1859,7 @@ static void http_release(tr_http_t *h) {
 
 tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
                        const tr_http_callbacks_t *cbs, void *data, cm_error_t *err) {
-  if (mhd_load(err) < 0) return NULL;
+  if (tr_mhd_load(err) < 0) return NULL;
   tr_http_t *h = xcalloc(1, sizeof *h);
   h->loop = loop;
   h->cbs = *cbs;
@@ -2458,7 +1956,7 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   if (getsockname(h->listen_fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET6)
     flags |= MHD_USE_IPv6;
   h->daemon =
-      mhd.start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, o, MHD_OPTION_END);
+      tr_mhd.start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_ARRAY, o, MHD_OPTION_END);
   if (h->daemon) h->listen_fd = -1; /* MHD's now: closed by MHD_stop_daemon unless quiesced */
   if (!h->daemon) {
     cm_error_set(err, 0, CM_ERR_INTERNAL,
@@ -2468,9 +1966,9 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
     free(h);
     return NULL;
   }
-  const union MHD_DaemonInfo *di = mhd.get_daemon_info(h->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+  const union MHD_DaemonInfo *di = tr_mhd.get_daemon_info(h->daemon, MHD_DAEMON_INFO_EPOLL_FD);
   if (!di) {
-    mhd.stop_daemon(h->daemon);
+    tr_mhd.stop_daemon(h->daemon);
     http_release(h);
     free(h);
     cm_error_set(err, 0, CM_ERR_INTERNAL, "libmicrohttpd has no epoll fd");
@@ -2478,7 +1976,7 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   }
   h->w_epoll = cm_loop_watch(loop, di->epoll_fd, EPOLLIN, on_mhd_ready, h, err);
   if (!h->w_epoll) {
-    mhd.stop_daemon(h->daemon);
+    tr_mhd.stop_daemon(h->daemon);
     http_release(h);
     free(h);
     return NULL;
@@ -2508,7 +2006,7 @@ void tr_http_shutdown(tr_http_t *h) {
   h->shutting_down = true;
   if (h->daemon) {
     /* Quiesced, the listening socket is ours again; closed, the port is free at once. */
-    MHD_socket fd = mhd.quiesce_daemon(h->daemon);
+    MHD_socket fd = tr_mhd.quiesce_daemon(h->daemon);
     if (fd != MHD_INVALID_SOCKET) close(fd);
   }
   while (h->sessions) session_close(h->sessions);
@@ -2534,7 +2032,7 @@ void tr_http_free(tr_http_t *h) {
   h->t_mhd = h->t_tick = NULL;
   struct MHD_Daemon *d = h->daemon;
   h->daemon = NULL;
-  if (d) mhd.stop_daemon(d); /* completes every request (on_completed) */
+  if (d) tr_mhd.stop_daemon(d); /* completes every request (on_completed) */
   /* Streams the router still holds: orphan them; their release frees them. */
   hs_stream_t *snext;
   for (hs_stream_t *st = h->streams; st; st = snext) {
