@@ -12,16 +12,6 @@
 
 /* ---------------------------------------------------------------- server */
 
-/* "a b c" -> {"a", "b", "c", NULL} (the flags keep repeatable values joined by spaces). */
-static char **split_spaces(const char *s) {
-  cm_strv_builder_t b = {0};
-  cleanup_free char *copy = s ? xstrdup(s) : NULL;
-  char *save = NULL;
-  for (char *t = copy ? strtok_r(copy, " ", &save) : NULL; t; t = strtok_r(NULL, " ", &save))
-    cm_strv_add(&b, t);
-  return cm_strv_steal(&b);
-}
-
 static eg_proxy_t *network_proxy(void *data, cm_error_t *err) { return srv_network_proxy(data, err); }
 
 static char *default_state_dir(void) {
@@ -130,31 +120,22 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   s->state_dir = steal_pointer(&state);
   s->runs_dir = steal_pointer(&runs_dir);
   s->runs_lock = steal_fd(&runs_lock);
-  cm_strv_builder_t dirs = {0};
-  cleanup_free char *dirs_copy = cfg->python_dirs ? xstrdup(cfg->python_dirs) : NULL;
-  char *save = NULL;
-  for (char *d = dirs_copy ? strtok_r(dirs_copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save))
-    cm_strv_add(&dirs, d);
-  s->python_dirs = cm_strv_steal(&dirs);
   py_options_t py_opts = {
       .python = cfg->python,
-      .python_dirs = s->python_dirs,
+      .python_dirs = cfg->python_dirs,
       .python_version = cfg->python_version,
       .allow_downloads = cfg->allow_python_downloads,
       .uv_path = cfg->uv_path,
       .download_timeout_ms = cfg->build_timeout_ms,
   };
   s->pythons = py_registry_new(loop, &py_opts, s->state_dir);
-  s->extra_index_urls = split_spaces(cfg->extra_index_urls);
-  s->find_links = split_spaces(cfg->find_links);
-  s->build_network_allow = split_spaces(cfg->build_network_allow);
   env_options_t env_opts = {
       .installer = cfg->installer,
       .uv_path = cfg->uv_path,
       .index_url = cfg->index_url,
-      .extra_index_urls = s->extra_index_urls,
-      .find_links = s->find_links,
-      .build_network_allow = s->build_network_allow,
+      .extra_index_urls = cfg->extra_index_urls,
+      .find_links = cfg->find_links,
+      .build_network_allow = cfg->build_network_allow,
       .offline = cfg->offline,
       .max_cache_bytes = cfg->max_cache_bytes,
       .env_max_age_ms = cfg->env_max_age_ms,
@@ -197,10 +178,6 @@ void srv_server_free(srv_server_t *s) {
   env_store_free(s->envs);
   srv_network_free(s->network); /* after the runs and builds: it closes what they left */
   py_registry_free(s->pythons);
-  cm_strv_free(s->python_dirs);
-  cm_strv_free(s->extra_index_urls);
-  cm_strv_free(s->find_links);
-  cm_strv_free(s->build_network_allow);
   sbx_backend_free(s->backend);
   sbx_backend_free(s->host);
   sbx_cgroups_free(s->cgroups); /* after the runs: it removes their directories */

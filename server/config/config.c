@@ -8,7 +8,10 @@
 #include "server/config/config.h"
 #include "pystd/pystd.h"
 
-typedef enum opt_kind { OPT_SPACE_LIST, OPT_DAYS_MS, OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_CPUS, OPT_NETWORK, OPT_HELP, OPT_VERSION } opt_kind_t;
+/* OPT_LIST: a repeatable flag, one value (without spaces) per use, kept as a string vector;
+ * OPT_PATHS: the same, any non-empty value (paths may hold spaces); OPT_PATH_LIST: the same,
+ * each value split at ':'. */
+typedef enum opt_kind { OPT_LIST, OPT_PATHS, OPT_DAYS_MS, OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_CPUS, OPT_NETWORK, OPT_HELP, OPT_VERSION } opt_kind_t;
 
 typedef struct opt_def {
   const char *name; /* without the leading "--" */
@@ -39,8 +42,8 @@ static const opt_def_t options[] = {
     {"uv-path", OPT_STRING, OFF(uv_path), "PATH", "the uv executable (uv)"},
     {"installer", OPT_STRING, OFF(installer), "{auto,uv,pip}", "what installs dependencies: uv when found, else pip (auto)"},
     {"index-url", OPT_STRING, OFF(index_url), "URL", "package index for dependencies (the installer's default)"},
-    {"extra-index-url", OPT_SPACE_LIST, OFF(extra_index_urls), "URL", "an extra package index (repeatable)"},
-    {"find-links", OPT_SPACE_LIST, OFF(find_links), "DIR|URL", "a local wheel directory or page of links (repeatable)"},
+    {"extra-index-url", OPT_LIST, OFF(extra_index_urls), "URL", "an extra package index (repeatable)"},
+    {"find-links", OPT_PATHS, OFF(find_links), "DIR|URL", "a local wheel directory or page of links (repeatable)"},
     {"offline", OPT_BOOL_ON, OFF(offline), NULL, "never reach an index: install only from --find-links and the cache"},
     {"max-cache-bytes", OPT_SIZE, OFF(max_cache_bytes), "SIZE", "environments kept, least recently used evicted beyond (10G)"},
     {"env-max-age-days", OPT_DAYS_MS, OFF(env_max_age_ms), "DAYS", "re-resolve environments with unpinned requirements after (7)"},
@@ -68,14 +71,14 @@ static const opt_def_t options[] = {
     {"network", OPT_NETWORK, OFF(network), "{on,off,host}",
      "scripts' network: on (the public internet through the server's egress proxy, from a network "
      "namespace of their own), off, or host (the host's own network, no policy: unsafe) (on)"},
-    {"network-allow", OPT_SPACE_LIST, OFF(network_allow), "RULE",
+    {"network-allow", OPT_LIST, OFF(network_allow), "RULE",
      "also allow a destination: host, *.suffix, address or prefix, with an optional :port; opens "
      "denied ranges, e.g. 127.0.0.1:8080 (repeatable)"},
-    {"network-deny", OPT_SPACE_LIST, OFF(network_deny), "RULE",
+    {"network-deny", OPT_LIST, OFF(network_deny), "RULE",
      "deny a destination (wins over every allow rule; repeatable)"},
-    {"build-network-allow", OPT_SPACE_LIST, OFF(build_network_allow), "RULE",
+    {"build-network-allow", OPT_LIST, OFF(build_network_allow), "RULE",
      "let dependency builds reach a destination besides the index hosts (repeatable)"},
-    {"dns-server", OPT_SPACE_LIST, OFF(dns_servers), "ADDR[:PORT]",
+    {"dns-server", OPT_LIST, OFF(dns_servers), "ADDR[:PORT]",
      "the egress proxy's resolver (repeatable; default: the host's resolv.conf)"},
     {"network-max-connections", OPT_INT, OFF(network_max_connections), "N",
      "egress connections one run may have open at once; more wait (64)"},
@@ -210,17 +213,17 @@ void srv_config_defaults(srv_config_t *c) {
 void srv_config_release(srv_config_t *c) {
   free(c->python_version);
   free(c->python);
-  free(c->python_dirs);
+  cm_strv_free(c->python_dirs);
   free(c->profile);
   free(c->cgroup);
   free(c->installer);
   free(c->index_url);
-  free(c->extra_index_urls);
-  free(c->find_links);
-  free(c->network_allow);
-  free(c->network_deny);
-  free(c->build_network_allow);
-  free(c->dns_servers);
+  cm_strv_free(c->extra_index_urls);
+  cm_strv_free(c->find_links);
+  cm_strv_free(c->network_allow);
+  cm_strv_free(c->network_deny);
+  cm_strv_free(c->build_network_allow);
+  cm_strv_free(c->dns_servers);
   free(c->sandbox_backend);
   free(c->uv_path);
   free(c->state_dir);
@@ -291,17 +294,25 @@ static void print_help(void) {
   printf("\nEvery flag can also be set as MCP_PY_SANDBOX_<FLAG> (e.g. MCP_PY_SANDBOX_MAX_TIMEOUT=60).\n");
 }
 
+/* Appends a copy of value to the vector *v (made on the first). */
+static void strv_append(char ***v, const char *value) {
+  size_t n = cm_strv_len(*v);
+  *v = xrealloc(*v, (n + 2) * sizeof **v);
+  (*v)[n] = xstrdup(value);
+  (*v)[n + 1] = NULL;
+}
+
 static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const char *origin, cm_error_t *err) {
   char *base = (char *)c;
   uint64_t v;
   switch (o->kind) {
-    case OPT_SPACE_LIST: {
-      char **field = (char **)(base + o->offset);
-      if (strchr(value, ' ') || !*value)
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (no spaces)%s", o->name, value, origin);
-      char *joined = *field ? xasprintf("%s %s", *field, value) : xstrdup(value);
-      free(*field);
-      *field = joined;
+    case OPT_LIST:
+    case OPT_PATHS: {
+      char ***field = (char ***)(base + o->offset);
+      if ((o->kind == OPT_LIST && strchr(value, ' ')) || !*value)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (%s)%s", o->name, value,
+                            o->kind == OPT_LIST ? "no spaces" : "empty", origin);
+      strv_append(field, value);
       return 0;
     }
     case OPT_DAYS_MS:
@@ -310,10 +321,16 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
       *(uint64_t *)(base + o->offset) = v * 86400ull * 1000;
       return 0;
     case OPT_PATH_LIST: {
-      char **field = (char **)(base + o->offset);
-      char *joined = *field ? xasprintf("%s:%s", *field, value) : xstrdup(value);
-      free(*field);
-      *field = joined;
+      char ***field = (char ***)(base + o->offset);
+      for (const char *p = value; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n) {
+          cleanup_free char *part = xstrndup(p, n);
+          strv_append(field, part);
+        }
+        p += n;
+        if (*p == ':') p++;
+      }
       return 0;
     }
     case OPT_STRING: {
@@ -454,7 +471,7 @@ int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, cons
     const char *value = NULL;
     int64_t iv;
     bool bv;
-    if (toml_type(v) == TOML_ARRAY && o->kind == OPT_SPACE_LIST) {
+    if (toml_type(v) == TOML_ARRAY && (o->kind == OPT_LIST || o->kind == OPT_PATHS)) {
       /* A repeatable flag: each string of the array, as if given once each. */
       cleanup_free char *origin = xasprintf(" (from profile %s)", path);
       for (size_t k = 0; k < toml_array_len(v) && rc == 0; k++) {
@@ -597,20 +614,19 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
   if (strcmp(c->cgroup, "auto") && strcmp(c->cgroup, "off") && c->cgroup[0] != '/')
     return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid cgroup '%s', must be 'auto', 'off' or an absolute path", c->cgroup);
   const struct {
-    const char *flag, *list;
+    const char *flag;
+    char *const *list;
   } rule_lists[] = {{"network-allow", c->network_allow}, {"network-deny", c->network_deny},
                     {"build-network-allow", c->build_network_allow}};
   for (size_t i = 0; i < CM_ARRAY_SIZE(rule_lists); i++) {
-    for (const char *p = rule_lists[i].list; p && *p;) {
-      size_t n = strcspn(p, " ");
+    for (char *const *p = rule_lists[i].list; p && *p; p++) {
       eg_rule_t r;
-      if (n && eg_rule_parse(p, n, &r, err) < 0) return cm_error_wrap(err, "argument --%s", rule_lists[i].flag);
-      p += n;
-      while (*p == ' ') p++;
+      if (eg_rule_parse(*p, strlen(*p), &r, err) < 0) return cm_error_wrap(err, "argument --%s", rule_lists[i].flag);
     }
   }
-  for (const char *p = c->dns_servers; p && *p;) {
-    size_t n = strcspn(p, " ");
+  for (char *const *d = c->dns_servers; d && *d; d++) {
+    const char *p = *d;
+    size_t n = strlen(p);
     eg_rule_t r;
     cm_error_t e2 = CM_ERROR_INIT;
     bool ok = eg_rule_parse(p, n, &r, &e2) == 0 && r.kind == EG_RULE_NET &&
@@ -619,8 +635,6 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
     if (!ok)
       return cm_error_set(err, 0, CM_ERR_INVALID, "argument --dns-server: invalid value: '%.*s' (an address with an "
                           "optional :port, e.g. 127.0.0.1:5353 or [::1]:53)", (int)n, p);
-    p += n;
-    while (*p == ' ') p++;
   }
   if (c->network_max_connections < 1)
     return cm_error_set(err, 0, CM_ERR_INVALID, "network_max_connections must be >= 1");

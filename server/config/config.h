@@ -23,13 +23,13 @@ typedef struct srv_config {
   char *uv_path;             /* --uv-path */
   /* Ours. */
   char *python;              /* --python PATH: explicit default interpreter */
-  char *python_dirs;         /* --python-dir DIR (repeatable): ':'-separated */
+  char **python_dirs;        /* --python-dir DIR (repeatable; a value may hold several, ':'-separated) */
   bool allow_python_downloads; /* --allow-python-downloads: uv installs a missing version */
   /* Dependencies. */
   char *installer;           /* --installer auto|uv|pip */
   char *index_url;           /* --index-url */
-  char *extra_index_urls;    /* --extra-index-url (repeatable): ' '-separated */
-  char *find_links;          /* --find-links (repeatable): ' '-separated */
+  char **extra_index_urls;   /* --extra-index-url (repeatable) */
+  char **find_links;         /* --find-links (repeatable; a path may hold spaces) */
   bool offline;              /* --offline */
   uint64_t max_cache_bytes;  /* --max-cache-bytes */
   uint64_t env_max_age_ms;   /* --env-max-age-days: unpinned sets are re-resolved after this */
@@ -39,10 +39,10 @@ typedef struct srv_config {
   char *transport;           /* --transport stdio|http */
   bool network;              /* --network on|host: scripts may use the network (off: false) */
   bool network_host;         /* --network host: the host's namespace, no proxy (unsafe) */
-  char *network_allow;       /* --network-allow RULE (repeatable): ' '-separated */
-  char *network_deny;        /* --network-deny RULE (repeatable): ' '-separated */
-  char *build_network_allow; /* --build-network-allow RULE (repeatable): ' '-separated */
-  char *dns_servers;         /* --dns-server ADDR[:PORT] (repeatable): ' '-separated */
+  char **network_allow;       /* --network-allow RULE (repeatable) */
+  char **network_deny;        /* --network-deny RULE (repeatable) */
+  char **build_network_allow; /* --build-network-allow RULE (repeatable) */
+  char **dns_servers;         /* --dns-server ADDR[:PORT] (repeatable) */
   uint64_t network_max_connections;       /* --network-max-connections: per run at once */
   uint64_t network_max_total_connections; /* --network-max-total-connections: per run */
   uint64_t network_rate;     /* --network-rate: bytes per second per run; 0 = no cap */

@@ -50,8 +50,6 @@ struct srv_server {
   struct exec_state *exec; /* server/exec/: jobs, admission, prestarted sandboxes, the runner */
   sbx_backend_t *host;
   py_registry_t *pythons;
-  char **python_dirs; /* --python-dir, as the registry's vector */
-  char **extra_index_urls, **find_links, **build_network_allow; /* the store's vectors */
   env_store_t *envs;
   struct srv_network *network; /* server/net/net.h */
   art_store_t *artifacts;

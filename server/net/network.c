@@ -12,21 +12,18 @@ struct srv_network {
   eg_policy_t deny;   /* the deny rules alone */
 };
 
-static void add_rules(eg_policy_t *p, const char *list, bool deny) {
-  for (const char *s = list; s && *s;) {
-    size_t n = strcspn(s, " ");
+static void add_rules(eg_policy_t *p, char *const *list, bool deny) {
+  for (char *const *s = list; s && *s; s++) {
     eg_rule_t r;
     cm_error_t err = CM_ERROR_INIT;
     /* srv_config_validate() parsed every rule already. */
-    if (n && eg_rule_parse(s, n, &r, &err) == 0) {
+    if (eg_rule_parse(*s, strlen(*s), &r, &err) == 0) {
       if (deny)
         eg_policy_add_deny(p, &r);
       else
         eg_policy_add_allow(p, &r);
     }
     cm_error_release(&err);
-    s += n;
-    while (*s == ' ') s++;
   }
 }
 
@@ -51,9 +48,13 @@ void srv_network_free(srv_network_t *n) {
 
 eg_proxy_t *srv_network_proxy(srv_network_t *n, cm_error_t *err) {
   if (n->proxy) return n->proxy;
-  cleanup_free char *servers = n->cfg->dns_servers ? xstrdup(n->cfg->dns_servers) : NULL;
-  for (char *c = servers; c && *c; c++)
-    if (*c == ' ') *c = ',';
+  /* c-ares takes the resolvers as one comma-separated list. */
+  cleanup_free char *servers = NULL;
+  for (char *const *d = n->cfg->dns_servers; d && *d; d++) {
+    char *joined = servers ? xasprintf("%s,%s", servers, *d) : xstrdup(*d);
+    free(servers);
+    servers = joined;
+  }
   eg_proxy_config_t pc = {
       .dns_servers = servers,
       .max_connections = n->cfg->network_max_connections,

@@ -155,6 +155,37 @@ static void test_config(void **state) {
   srv_config_release(&c);
 }
 
+/* Repeatable flags are string vectors: each value as given (a --find-links path may hold
+ * spaces), --python-dir values split at ':'; a rule or URL with a space is still refused. */
+static void test_config_lists(void **state) {
+  srv_config_t c;
+  srv_config_defaults(&c);
+  cm_error_t err = CM_ERROR_INIT;
+  char *argv[] = {"x", "--find-links", "/tmp/wheel house", "--find-links=/srv/w", "--python-dir", "/a:/b",
+                  "--python-dir", "/c", "--network-allow", "example.com", "--network-allow", "*.example.org:443",
+                  "--extra-index-url", "http://127.0.0.1:1/simple", NULL};
+  assert_int_equal(srv_config_parse(&c, 14, argv, &err), 0);
+  assert_int_equal(cm_strv_len(c.find_links), 2);
+  assert_string_equal(c.find_links[0], "/tmp/wheel house");
+  assert_string_equal(c.find_links[1], "/srv/w");
+  assert_int_equal(cm_strv_len(c.python_dirs), 3);
+  assert_string_equal(c.python_dirs[0], "/a");
+  assert_string_equal(c.python_dirs[1], "/b");
+  assert_string_equal(c.python_dirs[2], "/c");
+  assert_int_equal(cm_strv_len(c.network_allow), 2);
+  assert_string_equal(c.network_allow[1], "*.example.org:443");
+  assert_int_equal(cm_strv_len(c.extra_index_urls), 1);
+  assert_int_equal(srv_config_validate(&c, &err), 0);
+  char *bad[] = {"x", "--network-allow", "a b", NULL};
+  assert_int_equal(srv_config_parse(&c, 3, bad, &err), -1);
+  assert_non_null(strstr(cm_error_message(&err), "no spaces"));
+  cm_error_release(&err);
+  char *empty[] = {"x", "--find-links", "", NULL};
+  assert_int_equal(srv_config_parse(&c, 3, empty, &err), -1);
+  cm_error_release(&err);
+  srv_config_release(&c);
+}
+
 /* ---------------------------------------------------------------- the router */
 
 /* A sink that keeps every message sent to it, parsed, with its flags. */
@@ -472,6 +503,7 @@ int main(void) {
       cmocka_unit_test(test_truncate),
       cmocka_unit_test(test_format),
       cmocka_unit_test(test_config),
+      cmocka_unit_test(test_config_lists),
       cmocka_unit_test_setup_teardown(test_router_lifecycle, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_dispatch, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_calls, router_setup, router_teardown),
