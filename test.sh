@@ -48,6 +48,9 @@ suite() {
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/e2e/run.sh
 }
 
+echo "== format: every .c and .h file as .clang-format has it (clang-format 14)"
+git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
+
 echo "== layers: every #include follows the layer table, no include cycles (and the check's self-test)"
 /usr/bin/python3 scripts/check-layers.py
 /usr/bin/python3 scripts/check-layers.py --self-test

@@ -50,7 +50,9 @@ const char *cm_error_message(const cm_error_t *err) {
   return err->msg;
 }
 
-void cm_cleanup_error(cm_error_t *err) { cm_error_release(err); }
+void cm_cleanup_error(cm_error_t *err) {
+  cm_error_release(err);
+}
 
 void cm_cleanup_pidp(int *pid) {
   if (*pid <= 0) return;

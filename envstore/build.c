@@ -14,7 +14,6 @@ static void publish(env_build_t *b, uint64_t size);
 static void build_progress(env_build_t *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-
 /* ---------------------------------------------------------------- waiters */
 
 static void flush_answers(void *data) {
@@ -228,8 +227,8 @@ static void build_run(env_build_t *b, char **argv) {
   sbx_run_callbacks_t cbs = {.on_output = on_step_output, .on_exit = on_step_exit};
   cm_error_t err = CM_ERROR_INIT;
   if (step_tmp(&b->space, b->step, &err) < 0 ||
-      env_start_installer_run(b->store, b->py.prefix, argv, &b->space, b->identity, &cbs, b, &b->run,
-                          &err) < 0) {
+      env_start_installer_run(b->store, b->py.prefix, argv, &b->space, b->identity, &cbs, b,
+                              &b->run, &err) < 0) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: %s", cm_error_message(&err));
     cm_error_release(&err);
@@ -313,9 +312,9 @@ static void publish(env_build_t *b, uint64_t size) {
   json_decref(m);
   if (strlen(text) > ENV_MANIFEST_MAX) {
     /* It could never be read back (load_manifest): every call would build it again. */
-    cleanup_free char *msg = xasprintf(
-        "Building the environment failed: its manifest would be %zu bytes, more than %u",
-        strlen(text), ENV_MANIFEST_MAX);
+    cleanup_free char *msg =
+        xasprintf("Building the environment failed: its manifest would be %zu bytes, more than %u",
+                  strlen(text), ENV_MANIFEST_MAX);
     build_fail(b, msg);
     return;
   }

@@ -7,7 +7,6 @@
 
 #include "envstore/envstore-internal.h"
 
-
 static int copy_charge(env_copy_t *c, uint64_t bytes, const char *rel, cm_error_t *err) {
   uint64_t rounded = (bytes + ENV_BLOCK - 1) / ENV_BLOCK * ENV_BLOCK;
   c->total += CM_MAX(rounded, ENV_BLOCK);

@@ -125,20 +125,19 @@ struct env_store {
   /* Index settings and builds' network (env_index_settings(), build_net_prepare()). */
   env_network_t net; /* what the server gave (env_store_set_network), or all NULL */
   bool index_loaded;
-  char *index_url;                         /* effective, with credentials; NULL = the default */
-  char **extra_index_urls, **find_links;   /* effective */
-  bool build_net_prepared, build_net_ok;   /* builds go through the egress proxy */
-  char *b_index_url;                       /* what builders get: credentialed URLs mapped */
+  char *index_url;                       /* effective, with credentials; NULL = the default */
+  char **extra_index_urls, **find_links; /* effective */
+  bool build_net_prepared, build_net_ok; /* builds go through the egress proxy */
+  char *b_index_url;                     /* what builders get: credentialed URLs mapped */
   char **b_extra_index_urls, **b_find_links;
   eg_policy_t build_policy;
-  struct installer_net *nets;              /* installer runs with a proxy session */
+  struct installer_net *nets; /* installer runs with a proxy session */
   /* Sizes of the manifests read by list_entries, by name and sorted: a manifest never
    * changes once published (only its time, the last use), so each is parsed once, not at
    * every eviction or check_environment. */
   struct env_known *known;
   size_t n_known;
 };
-
 
 /* ---------------------------------------------------------------- the copy (in a child) */
 
@@ -151,8 +150,9 @@ typedef struct env_copy {
   uint64_t total;
 } env_copy_t;
 
-static inline bool env_backend_maps(env_store_t *s) { return sbx_backend_maps_paths(s->backend); }
-
+static inline bool env_backend_maps(env_store_t *s) {
+  return sbx_backend_maps_paths(s->backend);
+}
 
 /* space.c */
 DIR *env_list_dir(int fd);
@@ -162,10 +162,10 @@ void env_discard(env_store_t *s, int dir_fd, const char *name, const char *kind)
 void env_space_init(env_space_t *sp);
 void env_space_remove(env_store_t *s, env_space_t *sp);
 int env_space_make(env_store_t *s, const char *kind, bool with_env, env_space_t *sp,
-                      cm_error_t *err);
+                   cm_error_t *err);
 bool env_space_full(const env_space_t *sp, const char *output);
 char *env_bound_message(env_store_t *s, const env_space_t *sp, const sbx_result_t *res,
-                           const char *tail);
+                        const char *tail);
 
 /* wheelhouse.c */
 bool env_wheel_name_ok(const char *name);
@@ -174,11 +174,11 @@ void env_clean_downloads(env_store_t *s);
 /* key.c */
 bool env_requirement_pinned(const char *req);
 char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, size_t n,
-                     const char *uv_config);
+              const char *uv_config);
 
 /* manifest.c */
 json_t *env_load_manifest(env_store_t *s, const char *key, bool pinned, bool touch,
-                             struct stat *st_out);
+                          struct stat *st_out);
 env_handle_t *env_handle_open(env_store_t *s, const char *key, bool pinned, bool cached);
 
 /* installer.c */
@@ -186,10 +186,9 @@ void env_index_settings(env_store_t *s);
 char *env_redacted_join(char *const *urls);
 void env_index_args(env_store_t *s, bool uv, bool wheelhouse, cm_strv_builder_t *a);
 void env_installer_release(env_store_t *s);
-int env_start_installer_run(env_store_t *s, const char *prefix, char **argv,
-                               const env_space_t *sp, const sbx_identity_t *identity,
-                               const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **run,
-                               cm_error_t *err);
+int env_start_installer_run(env_store_t *s, const char *prefix, char **argv, const env_space_t *sp,
+                            const sbx_identity_t *identity, const sbx_run_callbacks_t *cbs,
+                            void *data, sbx_run_t **run, cm_error_t *err);
 
 /* copy.c */
 int env_copy_run(void *arg, cm_buf_t *out, cm_error_t *err);

@@ -49,7 +49,8 @@ typedef struct env_handle {
   char *key;
   char *host_dir;     /* <state>/envs/<key> */
   char *python;       /* the interpreter as the sandbox sees it (/env/bin/python or host path) */
-  char *mount_target; /* where the sandbox sees host_dir ("/env"), or NULL when paths are not mapped */
+  char *mount_target; /* where the sandbox sees host_dir ("/env"), or NULL when paths are not mapped
+                       */
   bool cached;        /* a hit: nothing was built for this call */
   json_t *packages;   /* {"name": "version"} as installed */
   int lock_fd;        /* shared flock on <key>.lock while in use */
@@ -61,17 +62,17 @@ typedef void (*env_progress_cb)(void *data, const char *message, size_t len);
 /* What the store is told (the server fills it from its flags).  Strings and vectors are
  * borrowed: they must outlive the store. */
 typedef struct env_options {
-  const char *installer;               /* --installer auto|uv|pip */
-  const char *uv_path;                 /* --uv-path */
-  const char *index_url;               /* --index-url, or NULL */
-  char *const *extra_index_urls;       /* --extra-index-url (NULL-terminated), or NULL */
-  char *const *find_links;             /* --find-links: directories or URLs, or NULL */
-  char *const *build_network_allow;    /* --build-network-allow rules (valid), or NULL */
-  bool offline;                        /* --offline */
-  uint64_t max_cache_bytes;            /* --max-cache-bytes: environments and wheels kept */
-  uint64_t env_max_age_ms;             /* --env-max-age-days: unpinned sets re-resolved after */
-  uint64_t build_timeout_ms;           /* --build-timeout: one step of a build */
-  uint64_t max_build_bytes;            /* --max-build-bytes: all one build may write */
+  const char *installer;            /* --installer auto|uv|pip */
+  const char *uv_path;              /* --uv-path */
+  const char *index_url;            /* --index-url, or NULL */
+  char *const *extra_index_urls;    /* --extra-index-url (NULL-terminated), or NULL */
+  char *const *find_links;          /* --find-links: directories or URLs, or NULL */
+  char *const *build_network_allow; /* --build-network-allow rules (valid), or NULL */
+  bool offline;                     /* --offline */
+  uint64_t max_cache_bytes;         /* --max-cache-bytes: environments and wheels kept */
+  uint64_t env_max_age_ms;          /* --env-max-age-days: unpinned sets re-resolved after */
+  uint64_t build_timeout_ms;        /* --build-timeout: one step of a build */
+  uint64_t max_build_bytes;         /* --max-build-bytes: all one build may write */
   /* An installer run's limits start from a run's (--kill-grace-seconds, --memory-limit,
    * --max-processes, --max-open-files, --tmp-size) and are raised to what installers need. */
   uint64_t kill_grace_ms, memory_bytes, max_processes, open_files, tmp_bytes;
@@ -96,8 +97,8 @@ env_store_t *env_store_new(cm_loop_t *loop, const env_options_t *opts, const cha
  * env_store_cancel (which stops the callbacks; a shared build goes on for the others),
  * valid until cb has run. */
 void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
-                       const char *uv_config, const char *owner, env_ready_cb cb, env_progress_cb progress,
-                       void *data);
+                       const char *uv_config, const char *owner, env_ready_cb cb,
+                       env_progress_cb progress, void *data);
 void env_store_cancel(env_store_t *s, void *handle);
 void env_release(env_handle_t *env);
 /* A copy of the handle's description that holds no lock: the environment may be evicted
@@ -115,8 +116,8 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
 /* A dry-run resolution (pip install --dry-run --report) with the server's index settings,
  * for validate_script: cb gets {"name": "version"} of everything that would be installed,
  * or an error.  It runs package code, like a build, in a space of its own; at most
- * max_resolutions run at once, and max_resolutions_per_owner per principal (owner).  Returns NULL (and never calls cb) if it could not start, with err
- * saying why (CM_ERR_LIMIT: at a cap). */
+ * max_resolutions run at once, and max_resolutions_per_owner per principal (owner).  Returns NULL
+ * (and never calls cb) if it could not start, with err saying why (CM_ERR_LIMIT: at a cap). */
 typedef void (*env_resolved_cb)(void *data, json_t *resolved, const char *error);
 void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
                         const char *owner, env_resolved_cb cb, void *data, cm_error_t *err);

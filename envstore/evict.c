@@ -4,7 +4,6 @@
 
 #include "envstore/envstore-internal.h"
 
-
 /* ---------------------------------------------------------------- eviction */
 
 typedef struct env_entry {

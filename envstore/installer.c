@@ -7,7 +7,6 @@
 
 extern char **environ;
 
-
 static char **split_spaces(const char *s) {
   size_t n = 0, cap = 4;
   char **v = xcalloc(cap + 1, sizeof *v);
@@ -25,12 +24,14 @@ static char **split_spaces(const char *s) {
   return v;
 }
 
-/* ---------------------------------------------------------------- index settings and builds' network */
+/* ---------------------------------------------------------------- index settings and builds'
+ * network */
 
 /* The installers' own index variables of the server's environment: index settings, read
  * by the server (a flag wins), never handed to a sandbox that can keep them out. */
-static const char *const index_env_vars[] = {"PIP_INDEX_URL=",     "UV_INDEX_URL=",   "PIP_EXTRA_INDEX_URL=",
-                                             "UV_EXTRA_INDEX_URL=", "PIP_FIND_LINKS=", "UV_FIND_LINKS="};
+static const char *const index_env_vars[] = {
+    "PIP_INDEX_URL=",      "UV_INDEX_URL=",   "PIP_EXTRA_INDEX_URL=",
+    "UV_EXTRA_INDEX_URL=", "PIP_FIND_LINKS=", "UV_FIND_LINKS="};
 
 static char **env_list(const char *a, const char *b) {
   const char *v = getenv(a);
@@ -50,8 +51,9 @@ void env_index_settings(env_store_t *s) {
   s->extra_index_urls = cfg->extra_index_urls && cfg->extra_index_urls[0]
                             ? cm_strv_dup(cfg->extra_index_urls)
                             : env_list("PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL");
-  s->find_links = cfg->find_links && cfg->find_links[0] ? cm_strv_dup(cfg->find_links)
-                                                        : env_list("PIP_FIND_LINKS", "UV_FIND_LINKS");
+  s->find_links = cfg->find_links && cfg->find_links[0]
+                      ? cm_strv_dup(cfg->find_links)
+                      : env_list("PIP_FIND_LINKS", "UV_FIND_LINKS");
 }
 
 char *env_redacted_join(char *const *urls) {
@@ -66,7 +68,9 @@ char *env_redacted_join(char *const *urls) {
   return cm_buf_steal(&b);
 }
 
-void env_store_set_network(env_store_t *s, const env_network_t *net) { s->net = *net; }
+void env_store_set_network(env_store_t *s, const env_network_t *net) {
+  s->net = *net;
+}
 
 /* What a builder gets for url: the forwarder's mapping when it carries credentials (the
  * proxy adds them), else url itself. */
@@ -169,7 +173,8 @@ void env_index_args(env_store_t *s, bool uv, bool wheelhouse, cm_strv_builder_t 
  * else of PIP_* / UV_*, whose variables may hold index credentials, tokens or keyring
  * settings), and the proxy.  Package code runs in a build (setup.py, build backends), so
  * nothing secret may be here. */
-static void installer_env(env_store_t *s, const env_space_t *sp, bool proxied, cm_strv_builder_t *env) {
+static void installer_env(env_store_t *s, const env_space_t *sp, bool proxied,
+                          cm_strv_builder_t *env) {
   bool maps = env_backend_maps(s);
   const char *cache = maps ? ENV_CACHE_TARGET : sp->cache;
   const char *tmp = maps ? "/tmp" : sp->tmp;
@@ -185,14 +190,28 @@ static void installer_env(env_store_t *s, const env_space_t *sp, bool proxied, c
   cm_strv_addf(env, "UV_CACHE_DIR=%s/uv", cache);
   cm_strv_add(env, "UV_NO_PROGRESS=1");
   static const char *const harmless[] = {
-      "PIP_DEFAULT_TIMEOUT=",  "PIP_TIMEOUT=",        "PIP_RETRIES=",           "PIP_PREFER_BINARY=",
-      "PIP_ONLY_BINARY=",      "PIP_NO_BINARY=",      "PIP_PRE=",               "PIP_TRUSTED_HOST=",
-      "UV_HTTP_TIMEOUT=",      "UV_CONCURRENT_DOWNLOADS=", "UV_CONCURRENT_BUILDS=", "UV_CONCURRENT_INSTALLS=",
-      "UV_PRERELEASE=",        "UV_RESOLUTION=",      "UV_INDEX_STRATEGY=",     "UV_NATIVE_TLS=",
-      "SSL_CERT_FILE=",        "SSL_CERT_DIR=",       "REQUESTS_CA_BUNDLE=",
+      "PIP_DEFAULT_TIMEOUT=",
+      "PIP_TIMEOUT=",
+      "PIP_RETRIES=",
+      "PIP_PREFER_BINARY=",
+      "PIP_ONLY_BINARY=",
+      "PIP_NO_BINARY=",
+      "PIP_PRE=",
+      "PIP_TRUSTED_HOST=",
+      "UV_HTTP_TIMEOUT=",
+      "UV_CONCURRENT_DOWNLOADS=",
+      "UV_CONCURRENT_BUILDS=",
+      "UV_CONCURRENT_INSTALLS=",
+      "UV_PRERELEASE=",
+      "UV_RESOLUTION=",
+      "UV_INDEX_STRATEGY=",
+      "UV_NATIVE_TLS=",
+      "SSL_CERT_FILE=",
+      "SSL_CERT_DIR=",
+      "REQUESTS_CA_BUNDLE=",
   };
-  static const char *const host_proxy[] = {"HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=",
-                                           "http_proxy=", "https_proxy=", "no_proxy="};
+  static const char *const host_proxy[] = {
+      "HTTP_PROXY=", "HTTPS_PROXY=", "NO_PROXY=", "http_proxy=", "https_proxy=", "no_proxy="};
   for (char **e = environ; *e; e++) {
     for (size_t i = 0; i < CM_ARRAY_SIZE(harmless); i++)
       if (!strncmp(*e, harmless[i], strlen(harmless[i]))) cm_strv_add(env, *e);
@@ -268,10 +287,9 @@ static void installer_binds(env_store_t *s, const char *prefix, cm_strv_builder_
  * backend can), as identity (NULL: a fresh one), writing only its space (the work
  * directory, the private cache at /cache, /tmp and, for a build, the environment at /env),
  * with the wheelhouse read-only at /wheels. */
-int env_start_installer_run(env_store_t *s, const char *prefix, char **argv,
-                               const env_space_t *sp, const sbx_identity_t *identity,
-                               const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **run,
-                               cm_error_t *err) {
+int env_start_installer_run(env_store_t *s, const char *prefix, char **argv, const env_space_t *sp,
+                            const sbx_identity_t *identity, const sbx_run_callbacks_t *cbs,
+                            void *data, sbx_run_t **run, cm_error_t *err) {
   const env_options_t *cfg = &s->opts;
   bool proxied = !cfg->offline && build_net_prepare(s);
   eg_proxy_t *proxy = proxied ? s->net.proxy(s->net.data, err) : NULL;

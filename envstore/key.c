@@ -3,7 +3,6 @@
 
 #include "envstore/envstore-internal.h"
 
-
 bool env_requirement_pinned(const char *req) {
   pep508_requirement_t *q = NULL;
   if (pep508_requirement_parse(req, strlen(req), &q, NULL) < 0) return false;
@@ -38,7 +37,7 @@ static json_t *canonical_requirements(char *const *reqs, size_t n) {
 }
 
 char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, size_t n,
-                     const char *uv_config) {
+              const char *uv_config) {
   const env_options_t *cfg = &s->opts;
   /* The index settings as they are, but never the secret of a credential: a rotated
    * password must not rebuild every environment. */
@@ -51,8 +50,8 @@ char *env_key(env_store_t *s, const py_interp_t *py, char *const *reqs, size_t n
                 ENV_FORMAT, "python", "executable", py->executable, "version", py->version,
                 "implementation", py->implementation, "free_threaded", py->free_threaded,
                 "requirements", canonical_requirements(reqs, n), "installer", s->uv ? "uv" : "pip",
-                "index", "index_url", index_url, "extra_index_urls", extra_index_urls,
-                "find_links", find_links, "offline", cfg->offline);
+                "index", "index_url", index_url, "extra_index_urls", extra_index_urls, "find_links",
+                find_links, "offline", cfg->offline);
   if (uv_config) json_object_set_new(id, "tool_uv", json_string(uv_config));
   char *text = json_dumps(id, JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(id);

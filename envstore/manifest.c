@@ -6,7 +6,6 @@
 
 #include "envstore/envstore-internal.h"
 
-
 /* ---------------------------------------------------------------- manifests and handles */
 
 /* A finished environment's manifest, if it is one of ours (a regular file of the server's
@@ -14,7 +13,7 @@
  * With touch, its time is set to now: the last use, for eviction.  st gets the manifest's
  * status (before the touch). */
 json_t *env_load_manifest(env_store_t *s, const char *key, bool pinned, bool touch,
-                             struct stat *st_out) {
+                          struct stat *st_out) {
   cm_error_t err = CM_ERROR_INIT;
   cleanup_close int dfd = cm_open_dir_at(s->envs_fd, key, &err);
   struct stat st;

@@ -3,7 +3,6 @@
 
 #include "envstore/envstore-internal.h"
 
-
 /* ---------------------------------------------------------------- dry-run resolution */
 
 typedef struct resolve_job {

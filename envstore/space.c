@@ -11,7 +11,8 @@
 /* A tmpfs of its own on dir: at most bytes of data and inodes files, mode 0700, nosuid,
  * nodev.  Only as root; -1 with err when it cannot. */
 static int space_mount(const char *dir, uint64_t bytes, uint64_t inodes, cm_error_t *err) {
-  if (geteuid() != 0) return cm_error_set(err, EPERM, CM_ERR_UNAVAILABLE, "mounting a tmpfs on %s", dir);
+  if (geteuid() != 0)
+    return cm_error_set(err, EPERM, CM_ERR_UNAVAILABLE, "mounting a tmpfs on %s", dir);
   char opts[96];
   snprintf(opts, sizeof opts, "size=%llu,nr_inodes=%llu,mode=0700", (unsigned long long)bytes,
            (unsigned long long)inodes);
@@ -19,7 +20,6 @@ static int space_mount(const char *dir, uint64_t bytes, uint64_t inodes, cm_erro
     return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "mounting a tmpfs on %s", dir);
   return 0;
 }
-
 
 static char *human_bytes(uint64_t n) {
   if (n >= (1ull << 30) && n % (1ull << 30) == 0)
@@ -128,7 +128,7 @@ void env_space_remove(env_store_t *s, env_space_t *sp) {
 
 /* Makes a space for one build (with_env), warm-up or resolution. */
 int env_space_make(env_store_t *s, const char *kind, bool with_env, env_space_t *sp,
-                      cm_error_t *err) {
+                   cm_error_t *err) {
   env_space_init(sp);
   sp->dir = xasprintf("%s/%s-XXXXXX", s->runs_dir, kind);
   if (!mkdtemp(sp->dir)) {
@@ -144,7 +144,8 @@ int env_space_make(env_store_t *s, const char *kind, bool with_env, env_space_t 
     if (space_mount(sp->dir, bytes, CM_MAX(bytes / 16384, 8192), &merr) == 0) {
       sp->mounted = true;
     } else {
-      if (!s->warned_uncapped) cm_warn("build spaces are not size-capped: %s", cm_error_message(&merr));
+      if (!s->warned_uncapped)
+        cm_warn("build spaces are not size-capped: %s", cm_error_message(&merr));
       s->warned_uncapped = true;
       cm_error_release(&merr);
     }
@@ -172,7 +173,7 @@ bool env_space_full(const env_space_t *sp, const char *output) {
 
 /* The message for a build that hit --max-build-bytes, or NULL. */
 char *env_bound_message(env_store_t *s, const env_space_t *sp, const sbx_result_t *res,
-                           const char *tail) {
+                        const char *tail) {
   cleanup_free char *limit = human_bytes(s->opts.max_build_bytes);
   if (sp->mounted && env_space_full(sp, tail))
     return xasprintf(

@@ -25,7 +25,6 @@
 
 #include "envstore/envstore-internal.h"
 
-
 /* ---------------------------------------------------------------- start-up */
 
 /* What servers that are gone may have left in envs/ (or the state directory): trees moved

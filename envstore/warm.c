@@ -5,7 +5,6 @@
 
 #include "envstore/envstore-internal.h"
 
-
 /* ---------------------------------------------------------------- warming */
 
 typedef struct warm_job {

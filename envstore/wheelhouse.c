@@ -7,7 +7,6 @@
 
 #include "envstore/envstore-internal.h"
 
-
 /* A wheel's file name as the warm-up may bring it into the wheelhouse:
  * name-version(-build)?-python-abi-platform.whl in the characters wheel names use. */
 bool env_wheel_name_ok(const char *name) {

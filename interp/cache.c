@@ -25,9 +25,10 @@ bool py_interp_fill(py_interp_t *p, json_t *info) {
 }
 
 static json_t *to_json(const py_interp_t *p) {
-  return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "version", p->version, "executable", p->executable,
-                   "base_prefix", p->prefix, "implementation", p->implementation, "releaselevel",
-                   p->prerelease ? "pre" : "final", "free_threaded", p->free_threaded);
+  return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "version", p->version, "executable",
+                   p->executable, "base_prefix", p->prefix, "implementation", p->implementation,
+                   "releaselevel", p->prerelease ? "pre" : "final", "free_threaded",
+                   p->free_threaded);
 }
 
 void py_cache_load(py_registry_t *r) {
@@ -60,7 +61,8 @@ void py_cache_save(py_registry_t *r) {
   json_t *all = json_object();
   for (size_t i = 0; i < r->n_cands; i++) {
     py_candidate_t *c = r->cands[i];
-    json_t *e = json_pack("{s:I, s:I}", "mtime_ns", (json_int_t)c->mtime_ns, "size", (json_int_t)c->size);
+    json_t *e =
+        json_pack("{s:I, s:I}", "mtime_ns", (json_int_t)c->mtime_ns, "size", (json_int_t)c->size);
     if (c->info.ok)
       json_object_set_new(e, "info", to_json(&c->info));
     else

@@ -124,7 +124,8 @@ void py_discover(py_registry_t *r) {
   cleanup_free char *uv_default = NULL;
   if (!uv_dir && home) {
     const char *xdg = getenv("XDG_DATA_HOME");
-    uv_default = xdg ? xasprintf("%s/uv/python", xdg) : xasprintf("%s/.local/share/uv/python", home);
+    uv_default =
+        xdg ? xasprintf("%s/uv/python", xdg) : xasprintf("%s/.local/share/uv/python", home);
     uv_dir = uv_default;
   }
   if (uv_dir) {

@@ -27,7 +27,8 @@ static void download_exit(void *data, const sbx_result_t *res) {
     cm_headtail_get(&r->download_out, &head, &hl, &tail, &tl);
     size_t n;
     cleanup_free char *clean = cm_utf8_sanitize(tl ? tail : head, tl ? tl : hl, &n);
-    cleanup_free char *msg = xasprintf("uv could not install that Python (exit code %d): %s", res->exit_code, clean);
+    cleanup_free char *msg =
+        xasprintf("uv could not install that Python (exit code %d): %s", res->exit_code, clean);
     cm_headtail_release(&r->download_out);
     py_download_cb cb = r->download_cb;
     r->download_cb = NULL;
@@ -41,10 +42,14 @@ static void download_exit(void *data, const sbx_result_t *res) {
   py_probe_next(r);
 }
 
-int py_registry_download(py_registry_t *r, const char *request, py_download_cb cb, void *data, cm_error_t *err) {
-  if (r->download) return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "another interpreter download is in progress; try again shortly");
+int py_registry_download(py_registry_t *r, const char *request, py_download_cb cb, void *data,
+                         cm_error_t *err) {
+  if (r->download)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                        "another interpreter download is in progress; try again shortly");
   cleanup_free char *uv = cm_find_executable(r->opts.uv_path);
-  if (!uv) return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "uv was not found at '%s'", r->opts.uv_path);
+  if (!uv)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "uv was not found at '%s'", r->opts.uv_path);
   char *argv[] = {uv, "python", "install", (char *)(uintptr_t)request, NULL};
   sbx_spec_t spec = {
       .argv = argv,

@@ -21,20 +21,20 @@ typedef struct py_interp {
   char *implementation; /* "cpython", "pypy" */
   char *prefix;         /* sys.base_prefix, resolved: what a sandbox must bind */
   bool free_threaded;
-  bool prerelease;      /* alpha, beta, rc or dev */
-  bool ok;              /* identified and usable */
-  char *error;          /* why not, when !ok */
+  bool prerelease; /* alpha, beta, rc or dev */
+  bool ok;         /* identified and usable */
+  char *error;     /* why not, when !ok */
   bool is_default;
 } py_interp_t;
 
 /* What the registry is told (the server fills it from its flags).  The strings and the
  * vector are borrowed: they must outlive the registry. */
 typedef struct py_options {
-  const char *python;         /* --python: the default interpreter (an executable), or NULL */
-  char *const *python_dirs;   /* --python-dir: more directories to scan (NULL-terminated), or NULL */
-  const char *python_version; /* --python-version: the default's version request, or NULL */
-  bool allow_downloads;       /* --allow-python-downloads: uv installs a missing version */
-  const char *uv_path;        /* --uv-path */
+  const char *python;       /* --python: the default interpreter (an executable), or NULL */
+  char *const *python_dirs; /* --python-dir: more directories to scan (NULL-terminated), or NULL */
+  const char *python_version;   /* --python-version: the default's version request, or NULL */
+  bool allow_downloads;         /* --allow-python-downloads: uv installs a missing version */
+  const char *uv_path;          /* --uv-path */
   uint64_t download_timeout_ms; /* --build-timeout: how long one `uv python install` may take */
 } py_options_t;
 
@@ -67,7 +67,8 @@ py_interp_t *py_registry_select(py_registry_t *r, const char *request, const cha
  * a time. */
 typedef void (*py_download_cb)(void *data, const char *error);
 bool py_registry_can_download(py_registry_t *r);
-int py_registry_download(py_registry_t *r, const char *request, py_download_cb cb, void *data, cm_error_t *err);
+int py_registry_download(py_registry_t *r, const char *request, py_download_cb cb, void *data,
+                         cm_error_t *err);
 /* Forgets the callback of the download in progress (it goes on for the cache). */
 void py_registry_cancel_download(py_registry_t *r);
 /* "3.8.18, 3.9.18, 3.11.7 (default)" (heap). */

@@ -52,7 +52,9 @@ static void flush_waiters(py_registry_t *r) {
   }
 }
 
-static void flush_deferred(void *data) { flush_waiters(data); }
+static void flush_deferred(void *data) {
+  flush_waiters(data);
+}
 
 static int interp_order(const void *a, const void *b) {
   const py_interp_t *x = *(py_interp_t *const *)a, *y = *(py_interp_t *const *)b;
@@ -88,13 +90,16 @@ static void finish_discovery(py_registry_t *r) {
         if (p->ok) {
           /* It may be a duplicate of a listed one: use the listed one. */
           for (size_t j = 0; j < r->n_list; j++)
-            if (r->list[j]->ok && strcmp(r->list[j]->executable, p->executable) == 0) r->def = r->list[j];
+            if (r->list[j]->ok && strcmp(r->list[j]->executable, p->executable) == 0)
+              r->def = r->list[j];
         } else {
-          r->def_error = xasprintf("the interpreter given with --python (%s) is broken: %s", p->path, p->error);
+          r->def_error = xasprintf("the interpreter given with --python (%s) is broken: %s",
+                                   p->path, p->error);
         }
       }
     }
-    if (!r->def && !r->def_error) r->def_error = xasprintf("no interpreter found at %s (--python)", r->opts.python);
+    if (!r->def && !r->def_error)
+      r->def_error = xasprintf("no interpreter found at %s (--python)", r->opts.python);
   } else if (r->opts.python_version) {
     char *why = NULL;
     r->def = py_registry_select(r, r->opts.python_version, NULL, &why);
@@ -104,16 +109,19 @@ static void finish_discovery(py_registry_t *r) {
     /* The newest stable CPython with the GIL; else anything that works. */
     for (size_t i = 0; i < r->n_list && !r->def; i++) {
       py_interp_t *p = r->list[i];
-      if (p->ok && !p->prerelease && !p->free_threaded && strcmp(p->implementation, "cpython") == 0) r->def = p;
+      if (p->ok && !p->prerelease && !p->free_threaded && strcmp(p->implementation, "cpython") == 0)
+        r->def = p;
     }
     for (size_t i = 0; i < r->n_list && !r->def; i++)
       if (r->list[i]->ok) r->def = r->list[i];
-    if (!r->def) r->def_error = xstrdup("no working Python interpreter was found (PATH, pyenv, uv, --python-dir)");
+    if (!r->def)
+      r->def_error =
+          xstrdup("no working Python interpreter was found (PATH, pyenv, uv, --python-dir)");
   }
   if (r->def) {
     r->def->is_default = true;
-    cm_info("%zu interpreters; default: %s %s (%s)", r->n_list, r->def->implementation, r->def->version,
-            r->def->executable);
+    cm_info("%zu interpreters; default: %s %s (%s)", r->n_list, r->def->implementation,
+            r->def->version, r->def->executable);
   } else {
     cm_err("%s", r->def_error);
   }
@@ -123,7 +131,6 @@ static void finish_discovery(py_registry_t *r) {
 }
 
 /* ---------------------------------------------------------------- probing */
-
 
 static void probe_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
   py_candidate_t *c = data;
@@ -136,10 +143,12 @@ static void probe_exit(void *data, const sbx_result_t *res) {
   sbx_run_free(c->probe);
   c->probe = NULL;
   r->probes_running--;
-  json_t *info = res->exit_code == 0 && c->out.data ? json_loadb(c->out.data, c->out.len, 0, NULL) : NULL;
+  json_t *info =
+      res->exit_code == 0 && c->out.data ? json_loadb(c->out.data, c->out.len, 0, NULL) : NULL;
   if (!info || !py_interp_fill(&c->info, info)) {
-    c->info.error = res->timed_out ? xstrdup("timed out while identifying it")
-                                   : xasprintf("could not be identified (exit code %d)", res->exit_code);
+    c->info.error = res->timed_out
+                        ? xstrdup("timed out while identifying it")
+                        : xasprintf("could not be identified (exit code %d)", res->exit_code);
     cm_warn("interpreter %s %s", c->info.path, c->info.error);
   }
   json_decref(info);
@@ -228,7 +237,9 @@ void py_registry_cancel_wait(py_registry_t *r, void *handle) {
   }
 }
 
-py_interp_t *py_registry_default(py_registry_t *r) { return r->ready ? r->def : NULL; }
+py_interp_t *py_registry_default(py_registry_t *r) {
+  return r->ready ? r->def : NULL;
+}
 
 py_interp_t *const *py_registry_list(py_registry_t *r, size_t *count) {
   *count = r->ready ? r->n_list : 0;

@@ -10,18 +10,18 @@ char *py_registry_describe_available(py_registry_t *r) {
     py_interp_t *p = r->list[i];
     if (!p->ok) continue;
     if (b.len) cm_buf_appends(&b, ", ");
-    cm_buf_printf(&b, "%s%s%s%s", strcmp(p->implementation, "cpython") ? p->implementation : "", p->version,
-                  p->free_threaded ? "t" : "", p->is_default ? " (default)" : "");
+    cm_buf_printf(&b, "%s%s%s%s", strcmp(p->implementation, "cpython") ? p->implementation : "",
+                  p->version, p->free_threaded ? "t" : "", p->is_default ? " (default)" : "");
   }
   if (!b.len) cm_buf_appends(&b, "none");
   return cm_buf_steal(&b);
 }
 
 typedef struct py_request {
-  const char *impl;          /* "cpython"/"pypy" or NULL for any */
+  const char *impl; /* "cpython"/"pypy" or NULL for any */
   pep440_specifier_set_t *spec;
-  const char *exact_prefix;  /* "3.12" or "3.12.1": version must equal or start with it + '.' */
-  int free_threaded;         /* 1 = must, 0 = must not, -1 = prefer not */
+  const char *exact_prefix; /* "3.12" or "3.12.1": version must equal or start with it + '.' */
+  int free_threaded;        /* 1 = must, 0 = must not, -1 = prefer not */
   const char *path;
 } py_request_t;
 
@@ -57,7 +57,8 @@ static int parse_request(const char *req, py_request_t *out, char **error) {
     if (*p == 't' && p[1] == '\0') {
       out->free_threaded = 1;
     } else if (*p != '\0' || dots > 2 || p[-1] == '.') {
-      *error = xasprintf("'%s' is not a Python version request (e.g. 3.12, 3.12.1, 3.13t, >=3.11,<3.13)", req);
+      *error = xasprintf(
+          "'%s' is not a Python version request (e.g. 3.12, 3.12.1, 3.13t, >=3.11,<3.13)", req);
       return -1;
     }
     out->exact_prefix = v;
@@ -94,9 +95,11 @@ static bool request_matches(const py_request_t *q, const py_interp_t *p, size_t 
 static bool satisfies_requires(const char *requires_python, const py_interp_t *p) {
   if (!requires_python) return true;
   pep440_specifier_set_t *set = NULL;
-  if (pep440_specifier_set_parse(requires_python, strlen(requires_python), &set, NULL) < 0) return false;
+  if (pep440_specifier_set_parse(requires_python, strlen(requires_python), &set, NULL) < 0)
+    return false;
   bool ok = false;
-  if (pep440_specifier_allows_python(set, p->version, strlen(p->version), &ok, NULL) < 0) ok = false;
+  if (pep440_specifier_allows_python(set, p->version, strlen(p->version), &ok, NULL) < 0)
+    ok = false;
   pep440_specifier_set_free(set);
   return ok;
 }
@@ -133,7 +136,8 @@ py_interp_t *py_registry_select(py_registry_t *r, const char *request, const cha
       for (size_t i = 0; i < r->n_list && !best; i++) {
         py_interp_t *p = r->list[i];
         if (!request_matches(&q, p, prefix_len)) continue;
-        if (pass == 0 && ((q.free_threaded == -1 && p->free_threaded) || (p->prerelease && !q.exact_prefix)))
+        if (pass == 0 &&
+            ((q.free_threaded == -1 && p->free_threaded) || (p->prerelease && !q.exact_prefix)))
           continue;
         best = p;
       }
@@ -145,8 +149,10 @@ py_interp_t *py_registry_select(py_registry_t *r, const char *request, const cha
       return NULL;
     }
     if (!satisfies_requires(requires_python, best)) {
-      *error = xasprintf("Python %s (chosen by python_version '%s') does not satisfy the script's requires-python '%s'.",
-                         best->version, request, requires_python);
+      *error = xasprintf(
+          "Python %s (chosen by python_version '%s') does not satisfy the script's requires-python "
+          "'%s'.",
+          best->version, request, requires_python);
       return NULL;
     }
     return best;
@@ -155,14 +161,17 @@ py_interp_t *py_registry_select(py_registry_t *r, const char *request, const cha
     for (size_t i = 0; i < r->n_list && !best; i++) {
       py_interp_t *p = r->list[i];
       if (!p->ok || !satisfies_requires(requires_python, p)) continue;
-      if (pass == 0 && (p->free_threaded || p->prerelease || strcmp(p->implementation, "cpython") != 0)) continue;
+      if (pass == 0 &&
+          (p->free_threaded || p->prerelease || strcmp(p->implementation, "cpython") != 0))
+        continue;
       best = p;
     }
   }
   if (!best) {
     cleanup_free char *avail = py_registry_describe_available(r);
-    *error = xasprintf("No Python interpreter satisfies the script's requires-python '%s'. Available: %s.",
-                       requires_python, avail);
+    *error = xasprintf(
+        "No Python interpreter satisfies the script's requires-python '%s'. Available: %s.",
+        requires_python, avail);
   }
   return best;
 }

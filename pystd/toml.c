@@ -1637,11 +1637,21 @@ static void write_string(cm_buf_t *out, const char *s, size_t len) {
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)s[i];
     switch (c) {
-      case '"': cm_buf_appends(out, "\\\""); break;
-      case '\\': cm_buf_appends(out, "\\\\"); break;
-      case '\n': cm_buf_appends(out, "\\n"); break;
-      case '\t': cm_buf_appends(out, "\\t"); break;
-      case '\r': cm_buf_appends(out, "\\r"); break;
+      case '"':
+        cm_buf_appends(out, "\\\"");
+        break;
+      case '\\':
+        cm_buf_appends(out, "\\\\");
+        break;
+      case '\n':
+        cm_buf_appends(out, "\\n");
+        break;
+      case '\t':
+        cm_buf_appends(out, "\\t");
+        break;
+      case '\r':
+        cm_buf_appends(out, "\\r");
+        break;
       default:
         if (c < 0x20 || c == 0x7f)
           cm_buf_printf(out, "\\u%04x", c);

@@ -90,8 +90,8 @@ static void close_all_but(int *keep, size_t n) {
   }
 }
 
-static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, int errpipe, int out_w, int err_w,
-                       const sigset_t *oldmask) {
+static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, int errpipe,
+                       int out_w, int err_w, const sigset_t *oldmask) {
   /* Reset every signal disposition, then unblock. */
   for (int sig = 1; sig < NSIG; sig++) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
@@ -173,8 +173,8 @@ static int spawn_child(void *data) {
 }
 
 typedef struct spawn_clone_args {
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
-      cgroup;
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+      set_tid_size, cgroup;
 } spawn_clone_args_t;
 
 #if defined(__x86_64__)
@@ -183,25 +183,26 @@ typedef struct spawn_clone_args {
  * has this for itself, but exports no clone3).  Returns the child's pid, or -errno.  The
  * child finds fn and arg in r8 and r9, which the system call leaves as they were. */
 long sbx_clone3_call(spawn_clone_args_t *args, size_t size, int (*fn)(void *), void *arg);
-__asm__(".text\n"
-        ".type sbx_clone3_call, @function\n"
-        "sbx_clone3_call:\n"
-        "  mov %rdx, %r8\n"
-        "  mov %rcx, %r9\n"
-        "  mov $435, %eax\n" /* SYS_clone3 */
-        "  syscall\n"
-        "  test %rax, %rax\n"
-        "  jz 1f\n"
-        "  ret\n"
-        "1:\n"
-        "  xor %ebp, %ebp\n"
-        "  mov %r9, %rdi\n"
-        "  call *%r8\n"
-        "  mov %eax, %edi\n"
-        "  mov $60, %eax\n" /* SYS_exit */
-        "  syscall\n"
-        "  hlt\n"
-        ".size sbx_clone3_call, .-sbx_clone3_call\n");
+__asm__(
+    ".text\n"
+    ".type sbx_clone3_call, @function\n"
+    "sbx_clone3_call:\n"
+    "  mov %rdx, %r8\n"
+    "  mov %rcx, %r9\n"
+    "  mov $435, %eax\n" /* SYS_clone3 */
+    "  syscall\n"
+    "  test %rax, %rax\n"
+    "  jz 1f\n"
+    "  ret\n"
+    "1:\n"
+    "  xor %ebp, %ebp\n"
+    "  mov %r9, %rdi\n"
+    "  call *%r8\n"
+    "  mov %eax, %edi\n"
+    "  mov $60, %eax\n" /* SYS_exit */
+    "  syscall\n"
+    "  hlt\n"
+    ".size sbx_clone3_call, .-sbx_clone3_call\n");
 #define SBX_HAVE_CLONE3_CALL 1
 #endif
 
@@ -212,8 +213,8 @@ static _Thread_local char *spawn_stack;
 
 static char *spawn_stack_top(void) {
   if (!spawn_stack) {
-    void *m = mmap(NULL, SPAWN_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
-                   -1, 0);
+    void *m = mmap(NULL, SPAWN_STACK_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (m == MAP_FAILED) return NULL;
     spawn_stack = m;
   }
@@ -254,7 +255,8 @@ int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
   if (o->cgroup_dir_fd > 2) {
     /* Born in the run's cgroup: moving a process there afterwards waits for an RCU grace
      * period in the kernel (milliseconds); starting it there does not. */
-    spawn_clone_args_t args = {.flags = SBX_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD,
+    spawn_clone_args_t args = {.flags = SBX_CLONE_INTO_CGROUP,
+                               .exit_signal = SIGCHLD,
                                .cgroup = (uint64_t)o->cgroup_dir_fd};
 #ifdef SBX_HAVE_CLONE3_CALL
     if (top) {
@@ -273,7 +275,7 @@ int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
     pid = clone(spawn_child, top, CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
   }
   if (pid < 0) pid = fork(); /* no clone3 or no CLONE_INTO_CGROUP: the child joins itself */
-  if (pid == 0) { /* a fork-like child (the vfork-style ones start in spawn_child) */
+  if (pid == 0) {            /* a fork-like child (the vfork-style ones start in spawn_child) */
     ca.in_cgroup = in_cgroup;
     spawn_child(&ca);
   }

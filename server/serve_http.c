@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-
 #include "server/files/files.h"
 #include "server/server.h"
 

@@ -9,10 +9,11 @@
 #include "server/net/net.h"
 #include "server/server.h"
 
-
 /* ---------------------------------------------------------------- server */
 
-static eg_proxy_t *network_proxy(void *data, cm_error_t *err) { return srv_network_proxy(data, err); }
+static eg_proxy_t *network_proxy(void *data, cm_error_t *err) {
+  return srv_network_proxy(data, err);
+}
 
 static char *default_state_dir(void) {
   const char *xdg = getenv("XDG_CACHE_HOME");
@@ -151,9 +152,8 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   };
   s->envs = env_store_new(loop, &env_opts, s->state_dir, s->runs_dir, backend);
   s->network = srv_network_new(loop, cfg);
-  env_network_t env_net = {.proxy = network_proxy,
-                           .deny = srv_network_deny_policy(s->network),
-                           .data = s->network};
+  env_network_t env_net = {
+      .proxy = network_proxy, .deny = srv_network_deny_policy(s->network), .data = s->network};
   env_store_set_network(s->envs, &env_net);
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at
    * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */

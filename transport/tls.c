@@ -136,7 +136,8 @@ static char *alt_names(const char *host) {
   return cm_buf_steal(&b);
 }
 
-static int make_certificate(const char *cn, const char *host, char **cert_pem, char **key_pem, cm_error_t *err) {
+static int make_certificate(const char *cn, const char *host, char **cert_pem, char **key_pem,
+                            cm_error_t *err) {
   cleanup_pkey EVP_PKEY *pkey = crypto.EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
   if (!pkey) return cm_error_set(err, 0, CM_ERR_INTERNAL, "generating an EC P-256 key");
   cleanup_x509 X509 *x = crypto.X509_new();
@@ -154,8 +155,7 @@ static int make_certificate(const char *cn, const char *host, char **cert_pem, c
   crypto.X509_gmtime_adj(crypto.X509_getm_notAfter(x), (long)TLS_DAYS * 86400);
   crypto.X509_set_pubkey(x, pkey);
   X509_NAME *name = crypto.X509_get_subject_name(x);
-  crypto.X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1,
-                                    -1, 0);
+  crypto.X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
   crypto.X509_set_issuer_name(x, name);
   X509V3_CTX ctx;
   crypto.X509V3_set_ctx(&ctx, x, x, NULL, NULL, 0);
@@ -209,8 +209,8 @@ static int write_private(const char *path, const char *text, mode_t mode, cm_err
   return 0;
 }
 
-int tr_tls_self_signed(const char *dir, const char *name, const char *host, char **cert_pem, char **key_pem, char fingerprint[96],
-                       cm_error_t *err) {
+int tr_tls_self_signed(const char *dir, const char *name, const char *host, char **cert_pem,
+                       char **key_pem, char fingerprint[96], cm_error_t *err) {
   if (crypto_load(err) < 0) return cm_error_wrap(err, "self-signed certificate");
   if (cm_mkdir_p(dir, 0700, err) < 0) return cm_error_wrap(err, "creating %s", dir);
   cleanup_free char *cert_path = xasprintf("%s/cert.pem", dir);
@@ -247,7 +247,8 @@ int tr_tls_self_signed(const char *dir, const char *name, const char *host, char
   return 0;
 }
 
-int tr_tls_check_pair(const char *cert_pem, const char *key_pem, char fingerprint[96], cm_error_t *err) {
+int tr_tls_check_pair(const char *cert_pem, const char *key_pem, char fingerprint[96],
+                      cm_error_t *err) {
   if (crypto_load(err) < 0) return -1;
   return check_pair(cert_pem, key_pem, fingerprint, err);
 }

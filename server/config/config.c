@@ -11,7 +11,24 @@
 /* OPT_LIST: a repeatable flag, one value (without spaces) per use, kept as a string vector;
  * OPT_PATHS: the same, any non-empty value (paths may hold spaces); OPT_PATH_LIST: the same,
  * each value split at ':'. */
-typedef enum opt_kind { OPT_LIST, OPT_PATHS, OPT_DAYS_MS, OPT_PATH_LIST, OPT_STRING, OPT_INT, OPT_SIZE, OPT_BOOL_ON, OPT_BOOL_OFF, OPT_ONOFF, OPT_SECONDS_MS, OPT_LOGLEVEL, OPT_CPUS, OPT_NETWORK, OPT_HELP, OPT_VERSION } opt_kind_t;
+typedef enum opt_kind {
+  OPT_LIST,
+  OPT_PATHS,
+  OPT_DAYS_MS,
+  OPT_PATH_LIST,
+  OPT_STRING,
+  OPT_INT,
+  OPT_SIZE,
+  OPT_BOOL_ON,
+  OPT_BOOL_OFF,
+  OPT_ONOFF,
+  OPT_SECONDS_MS,
+  OPT_LOGLEVEL,
+  OPT_CPUS,
+  OPT_NETWORK,
+  OPT_HELP,
+  OPT_VERSION
+} opt_kind_t;
 
 typedef struct opt_def {
   const char *name; /* without the leading "--" */
@@ -33,32 +50,46 @@ static const opt_def_t options[] = {
      "also look for interpreters in DIR (repeatable; DIR, DIR/bin and DIR/<name>/bin)"},
     {"sandbox-backend", OPT_STRING, OFF(sandbox_backend), "{native,docker,none}",
      "sandbox backend: native (bubblewrap, default on Linux), docker, or none (no isolation)"},
-    {"max-timeout", OPT_INT, OFF(max_timeout), "SECONDS", "largest timeout a call may ask for (300)"},
-    {"default-timeout", OPT_INT, OFF(default_timeout), "SECONDS", "timeout of calls that give none (30)"},
+    {"max-timeout", OPT_INT, OFF(max_timeout), "SECONDS",
+     "largest timeout a call may ask for (300)"},
+    {"default-timeout", OPT_INT, OFF(default_timeout), "SECONDS",
+     "timeout of calls that give none (30)"},
     {"max-output-bytes", OPT_INT, OFF(max_output_bytes), "BYTES",
      "output kept per stream in a result (102400)"},
     {"warm-cache", OPT_BOOL_ON, OFF(warm_cache), NULL, "warm the package cache after start-up"},
     {"no-warm-cache", OPT_BOOL_OFF, OFF(warm_cache), NULL, "do not warm the package cache"},
     {"uv-path", OPT_STRING, OFF(uv_path), "PATH", "the uv executable (uv)"},
-    {"installer", OPT_STRING, OFF(installer), "{auto,uv,pip}", "what installs dependencies: uv when found, else pip (auto)"},
-    {"index-url", OPT_STRING, OFF(index_url), "URL", "package index for dependencies (the installer's default)"},
-    {"extra-index-url", OPT_LIST, OFF(extra_index_urls), "URL", "an extra package index (repeatable)"},
-    {"find-links", OPT_PATHS, OFF(find_links), "DIR|URL", "a local wheel directory or page of links (repeatable)"},
-    {"offline", OPT_BOOL_ON, OFF(offline), NULL, "never reach an index: install only from --find-links and the cache"},
-    {"max-cache-bytes", OPT_SIZE, OFF(max_cache_bytes), "SIZE", "environments kept, least recently used evicted beyond (10G)"},
-    {"env-max-age-days", OPT_DAYS_MS, OFF(env_max_age_ms), "DAYS", "re-resolve environments with unpinned requirements after (7)"},
-    {"build-timeout", OPT_SECONDS_MS, OFF(build_timeout_ms), "SECONDS", "limit for building one environment (900)"},
+    {"installer", OPT_STRING, OFF(installer), "{auto,uv,pip}",
+     "what installs dependencies: uv when found, else pip (auto)"},
+    {"index-url", OPT_STRING, OFF(index_url), "URL",
+     "package index for dependencies (the installer's default)"},
+    {"extra-index-url", OPT_LIST, OFF(extra_index_urls), "URL",
+     "an extra package index (repeatable)"},
+    {"find-links", OPT_PATHS, OFF(find_links), "DIR|URL",
+     "a local wheel directory or page of links (repeatable)"},
+    {"offline", OPT_BOOL_ON, OFF(offline), NULL,
+     "never reach an index: install only from --find-links and the cache"},
+    {"max-cache-bytes", OPT_SIZE, OFF(max_cache_bytes), "SIZE",
+     "environments kept, least recently used evicted beyond (10G)"},
+    {"env-max-age-days", OPT_DAYS_MS, OFF(env_max_age_ms), "DAYS",
+     "re-resolve environments with unpinned requirements after (7)"},
+    {"build-timeout", OPT_SECONDS_MS, OFF(build_timeout_ms), "SECONDS",
+     "limit for building one environment (900)"},
     {"max-build-bytes", OPT_SIZE, OFF(max_build_bytes), "SIZE",
      "all one environment build may write: environment, downloads, caches, temporary files (4G)"},
     {"state-dir", OPT_STRING, OFF(state_dir), "DIR",
      "state directory (default $XDG_CACHE_HOME/mcp-python-exec-sandbox)"},
-    {"transport", OPT_STRING, OFF(transport), "{stdio,http}", "transport: stdio, or Streamable HTTP (stdio)"},
+    {"transport", OPT_STRING, OFF(transport), "{stdio,http}",
+     "transport: stdio, or Streamable HTTP (stdio)"},
     {"host", OPT_STRING, OFF(host), "ADDRESS", "HTTP: address to listen on (127.0.0.1)"},
     {"port", OPT_INT, OFF(port), "PORT", "HTTP: port to listen on (8765)"},
     {"path", OPT_STRING, OFF(path), "PATH", "HTTP: the MCP endpoint's path (/mcp)"},
-    {"allowed-hosts", OPT_STRING, OFF(allowed_hosts), "NAMES", "HTTP: extra Host header names to accept (comma-separated)"},
-    {"allowed-origins", OPT_STRING, OFF(allowed_origins), "ORIGINS", "HTTP: extra Origins to accept (comma-separated)"},
-    {"auth-token-file", OPT_STRING, OFF(auth_token_file), "FILE", "HTTP: bearer tokens, one per line ([name:]token)"},
+    {"allowed-hosts", OPT_STRING, OFF(allowed_hosts), "NAMES",
+     "HTTP: extra Host header names to accept (comma-separated)"},
+    {"allowed-origins", OPT_STRING, OFF(allowed_origins), "ORIGINS",
+     "HTTP: extra Origins to accept (comma-separated)"},
+    {"auth-token-file", OPT_STRING, OFF(auth_token_file), "FILE",
+     "HTTP: bearer tokens, one per line ([name:]token)"},
     {"allow-insecure-remote", OPT_BOOL_ON, OFF(allow_insecure_remote), NULL,
      "HTTP: allow a non-loopback address without tokens"},
     {"tls-cert", OPT_STRING, OFF(tls_cert), "FILE", "HTTP: TLS certificate (PEM)"},
@@ -66,7 +97,8 @@ static const opt_def_t options[] = {
     {"tls-self-signed", OPT_BOOL_ON, OFF(tls_self_signed), NULL,
      "HTTP: serve TLS with a self-signed certificate kept in the state directory"},
     {"max-sessions", OPT_INT, OFF(max_sessions), "N", "HTTP: sessions at once (256)"},
-    {"session-idle-seconds", OPT_SECONDS_MS, OFF(session_idle_ms), "SECONDS", "HTTP: idle session expiry (1800)"},
+    {"session-idle-seconds", OPT_SECONDS_MS, OFF(session_idle_ms), "SECONDS",
+     "HTTP: idle session expiry (1800)"},
     {"max-connections", OPT_INT, OFF(max_connections), "N", "HTTP: connections at once (512)"},
     {"network", OPT_NETWORK, OFF(network), "{on,off,host}",
      "scripts' network: on (the public internet through the server's egress proxy, from a network "
@@ -102,7 +134,8 @@ static const opt_def_t options[] = {
      "bound to loopback (auto)"},
     {"kill-grace-seconds", OPT_SECONDS_MS, OFF(kill_grace_ms), "SECONDS",
      "time between SIGTERM and SIGKILL on timeout or cancellation (2)"},
-    {"memory-limit", OPT_SIZE, OFF(memory_bytes), "SIZE", "address-space limit per script, 0 = none (2G)"},
+    {"memory-limit", OPT_SIZE, OFF(memory_bytes), "SIZE",
+     "address-space limit per script, 0 = none (2G)"},
     {"cpu-limit", OPT_INT, OFF(cpu_seconds), "SECONDS", "CPU time limit per script, 0 = none (0)"},
     {"max-processes", OPT_INT, OFF(max_processes), "N", "processes per script, 0 = none (256)"},
     {"cpus", OPT_CPUS, OFF(cpu_millis), "N",
@@ -110,13 +143,16 @@ static const opt_def_t options[] = {
     {"prestart", OPT_ONOFF, OFF(prestart), "{on,off}",
      "keep sandboxes set up for the next call: the commonest shape and the last other one (on)"},
     {"cgroup", OPT_STRING, OFF(cgroup), "{auto,off,DIR}",
-     "cgroups for runs: auto (a delegated cgroup v2, else cgroup v1), off, or a delegated cgroup v2 DIR (auto)"},
-    {"max-file-size", OPT_SIZE, OFF(file_size_bytes), "SIZE", "largest file a script may write (1G)"},
+     "cgroups for runs: auto (a delegated cgroup v2, else cgroup v1), off, or a delegated cgroup "
+     "v2 DIR (auto)"},
+    {"max-file-size", OPT_SIZE, OFF(file_size_bytes), "SIZE",
+     "largest file a script may write (1G)"},
     {"max-open-files", OPT_INT, OFF(open_files), "N", "open files per process (1024)"},
     {"tmp-size", OPT_SIZE, OFF(tmp_bytes), "SIZE", "size of the sandbox's /tmp (512M)"},
     {"work-size", OPT_SIZE, OFF(work_bytes), "SIZE",
      "size of a run's work directory, a tmpfs when the server runs as root; 0 = uncapped (1G)"},
-    {"max-message-bytes", OPT_SIZE, OFF(max_message_bytes), "SIZE", "largest JSON-RPC message (16M)"},
+    {"max-message-bytes", OPT_SIZE, OFF(max_message_bytes), "SIZE",
+     "largest JSON-RPC message (16M)"},
     {"max-script-bytes", OPT_SIZE, OFF(max_script_bytes), "SIZE", "largest script (4M)"},
     {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "scripts running at once; more wait (8)"},
     {"max-starting", OPT_INT, OFF(max_starting), "N",
@@ -150,9 +186,11 @@ static const opt_def_t options[] = {
      "largest text file embedded (32K)"},
     {"artifact-ttl", OPT_SECONDS_MS, OFF(artifact_ttl_ms), "SECONDS",
      "how long output files stay readable with resources/read (3600)"},
-    {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}", "stderr log level (info)"},
+    {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}",
+     "stderr log level (info)"},
     {"profile", OPT_STRING, OFF(profile), "NAME|FILE",
-     "a sandbox profile: default, offline, lan (profiles/NAME.toml) or a TOML file; flags override it"},
+     "a sandbox profile: default, offline, lan (profiles/NAME.toml) or a TOML file; flags override "
+     "it"},
     {"help", OPT_HELP, 0, NULL, "show this help and exit"},
     {"version", OPT_VERSION, 0, NULL, "show the version and exit"},
 };
@@ -249,11 +287,28 @@ static int parse_size(const char *s, uint64_t *out) {
     last = n ? s[n - 1] : 0;
   }
   switch (last) {
-    case 'k': case 'K': mult = 1ull << 10; n--; break;
-    case 'm': case 'M': mult = 1ull << 20; n--; break;
-    case 'g': case 'G': mult = 1ull << 30; n--; break;
-    case 't': case 'T': mult = 1ull << 40; n--; break;
-    default: break;
+    case 'k':
+    case 'K':
+      mult = 1ull << 10;
+      n--;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1ull << 20;
+      n--;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1ull << 30;
+      n--;
+      break;
+    case 't':
+    case 'T':
+      mult = 1ull << 40;
+      n--;
+      break;
+    default:
+      break;
   }
   cleanup_free char *digits = xstrndup(s, n);
   uint64_t v;
@@ -284,14 +339,18 @@ static int parse_cpus(const char *s, uint64_t *out) {
 }
 
 static void print_help(void) {
-  printf("usage: %s [options]\n\nAn MCP server that runs Python scripts in a sandbox.\n\noptions:\n", SRV_NAME);
+  printf(
+      "usage: %s [options]\n\nAn MCP server that runs Python scripts in a sandbox.\n\noptions:\n",
+      SRV_NAME);
   for (size_t i = 0; i < CM_ARRAY_SIZE(options); i++) {
     char left[64];
     snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].metavar ? " " : "",
              options[i].metavar ? options[i].metavar : "");
     printf("  %-36s %s\n", left, options[i].help);
   }
-  printf("\nEvery flag can also be set as MCP_PY_SANDBOX_<FLAG> (e.g. MCP_PY_SANDBOX_MAX_TIMEOUT=60).\n");
+  printf(
+      "\nEvery flag can also be set as MCP_PY_SANDBOX_<FLAG> (e.g. "
+      "MCP_PY_SANDBOX_MAX_TIMEOUT=60).\n");
 }
 
 /* Appends a copy of value to the vector *v (made on the first). */
@@ -302,7 +361,8 @@ static void strv_append(char ***v, const char *value) {
   (*v)[n + 1] = NULL;
 }
 
-static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const char *origin, cm_error_t *err) {
+static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const char *origin,
+                 cm_error_t *err) {
   char *base = (char *)c;
   uint64_t v;
   switch (o->kind) {
@@ -310,14 +370,16 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
     case OPT_PATHS: {
       char ***field = (char ***)(base + o->offset);
       if ((o->kind == OPT_LIST && strchr(value, ' ')) || !*value)
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (%s)%s", o->name, value,
-                            o->kind == OPT_LIST ? "no spaces" : "empty", origin);
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (%s)%s",
+                            o->name, value, o->kind == OPT_LIST ? "no spaces" : "empty", origin);
       strv_append(field, value);
       return 0;
     }
     case OPT_DAYS_MS:
       if (cm_parse_u64(value, 36500, &v) < 0)
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (0 to 36500 days)%s", o->name, value, origin);
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid value: '%s' (0 to 36500 days)%s", o->name,
+                            value, origin);
       *(uint64_t *)(base + o->offset) = v * 86400ull * 1000;
       return 0;
     case OPT_PATH_LIST: {
@@ -341,33 +403,43 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
     }
     case OPT_INT:
       if (cm_parse_u64(value, UINT32_MAX, &v) < 0)
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid int value: '%s'%s", o->name, value, origin);
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid int value: '%s'%s",
+                            o->name, value, origin);
       *(uint64_t *)(base + o->offset) = v;
       return 0;
     case OPT_SECONDS_MS:
       if (cm_parse_u64(value, 86400, &v) < 0)
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (0 to 86400 seconds)%s", o->name, value, origin);
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid value: '%s' (0 to 86400 seconds)%s", o->name,
+                            value, origin);
       *(uint64_t *)(base + o->offset) = v * 1000;
       return 0;
     case OPT_SIZE:
       if (parse_size(value, &v) < 0)
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid size: '%s' (e.g. 512M, 2G)%s", o->name, value, origin);
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid size: '%s' (e.g. 512M, 2G)%s", o->name, value,
+                            origin);
       *(uint64_t *)(base + o->offset) = v;
       return 0;
     case OPT_CPUS:
       if (parse_cpus(value, &v) < 0)
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (a number of CPUs, e.g. 0.5 or 2)%s",
-                            o->name, value, origin);
+        return cm_error_set(
+            err, 0, CM_ERR_INVALID,
+            "argument --%s: invalid value: '%s' (a number of CPUs, e.g. 0.5 or 2)%s", o->name,
+            value, origin);
       *(uint64_t *)(base + o->offset) = v;
       return 0;
     case OPT_BOOL_ON:
     case OPT_BOOL_OFF: {
       bool on = o->kind == OPT_BOOL_ON;
       if (value) {
-        if (!strcmp(value, "0") || !strcasecmp(value, "false") || !strcasecmp(value, "no") || !strcasecmp(value, "off"))
+        if (!strcmp(value, "0") || !strcasecmp(value, "false") || !strcasecmp(value, "no") ||
+            !strcasecmp(value, "off"))
           on = !on;
-        else if (strcmp(value, "1") && strcasecmp(value, "true") && strcasecmp(value, "yes") && strcasecmp(value, "on"))
-          return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid boolean: '%s'%s", o->name, value, origin);
+        else if (strcmp(value, "1") && strcasecmp(value, "true") && strcasecmp(value, "yes") &&
+                 strcasecmp(value, "on"))
+          return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid boolean: '%s'%s",
+                              o->name, value, origin);
       }
       *(bool *)(base + o->offset) = on;
       return 0;
@@ -378,7 +450,9 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
       else if (!strcmp(value, "off") || !strcmp(value, "false") || !strcmp(value, "0"))
         *(bool *)(base + o->offset) = false;
       else
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid choice: '%s' (choose from 'on', 'off')%s", o->name, value, origin);
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid choice: '%s' (choose from 'on', 'off')%s",
+                            o->name, value, origin);
       return 0;
     case OPT_NETWORK:
       if (!strcmp(value, "on") || !strcmp(value, "true") || !strcmp(value, "1")) {
@@ -389,14 +463,19 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
       } else if (!strcmp(value, "host")) {
         c->network = c->network_host = true;
       } else {
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid choice: '%s' (choose from 'on', 'off', 'host')%s",
-                            o->name, value, origin);
+        return cm_error_set(
+            err, 0, CM_ERR_INVALID,
+            "argument --%s: invalid choice: '%s' (choose from 'on', 'off', 'host')%s", o->name,
+            value, origin);
       }
       return 0;
     case OPT_LOGLEVEL: {
       cm_log_level_t l;
       if (cm_log_parse_level(value, &l) < 0)
-        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid choice: '%s' (choose from 'debug', 'info', 'warning', 'error')%s", o->name, value, origin);
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid choice: '%s' (choose from 'debug', 'info', "
+                            "'warning', 'error')%s",
+                            o->name, value, origin);
       *(cm_log_level_t *)(base + o->offset) = l;
       return 0;
     }
@@ -406,12 +485,14 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
 }
 
 static bool takes_value(const opt_def_t *o) {
-  return o->kind != OPT_BOOL_ON && o->kind != OPT_BOOL_OFF && o->kind != OPT_HELP && o->kind != OPT_VERSION;
+  return o->kind != OPT_BOOL_ON && o->kind != OPT_BOOL_OFF && o->kind != OPT_HELP &&
+         o->kind != OPT_VERSION;
 }
 
 static const opt_def_t *find_option(const char *name, size_t len) {
   for (size_t k = 0; k < CM_ARRAY_SIZE(options); k++)
-    if (strlen(options[k].name) == len && strncmp(options[k].name, name, len) == 0) return &options[k];
+    if (strlen(options[k].name) == len && strncmp(options[k].name, name, len) == 0)
+      return &options[k];
   return NULL;
 }
 
@@ -464,7 +545,8 @@ int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, cons
     flag[key_len] = '\0';
     const opt_def_t *o = find_option(flag, strlen(flag));
     if (!o || o->kind == OPT_HELP || o->kind == OPT_VERSION || strcmp(o->name, "profile") == 0) {
-      rc = cm_error_set(err, 0, CM_ERR_INVALID, "profile %s (line %zu): unknown setting '%s'", path, toml_line(v), flag);
+      rc = cm_error_set(err, 0, CM_ERR_INVALID, "profile %s (line %zu): unknown setting '%s'", path,
+                        toml_line(v), flag);
       break;
     }
     char buf[64];
@@ -477,7 +559,8 @@ int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, cons
       for (size_t k = 0; k < toml_array_len(v) && rc == 0; k++) {
         const toml_value_t *e = toml_array_at(v, k);
         if (toml_type(e) != TOML_STRING)
-          rc = cm_error_set(err, 0, CM_ERR_INVALID, "profile %s (line %zu): '%s' must be a list of strings", path,
+          rc = cm_error_set(err, 0, CM_ERR_INVALID,
+                            "profile %s (line %zu): '%s' must be a list of strings", path,
                             toml_line(e), flag);
         else
           rc = apply(c, o, toml_string(e, NULL), origin, err);
@@ -492,9 +575,10 @@ int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, cons
     } else if (toml_boolean(v, &bv)) {
       value = bv ? "true" : "false";
     } else {
-      rc = cm_error_set(err, 0, CM_ERR_INVALID, "profile %s (line %zu): '%s' must be a string, an integer, a boolean "
-                        "or (for a repeatable flag) a list of strings", path,
-                        toml_line(v), flag);
+      rc = cm_error_set(err, 0, CM_ERR_INVALID,
+                        "profile %s (line %zu): '%s' must be a string, an integer, a boolean "
+                        "or (for a repeatable flag) a list of strings",
+                        path, toml_line(v), flag);
       break;
     }
     cleanup_free char *origin = xasprintf(" (from profile %s)", path);
@@ -522,8 +606,10 @@ int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err) {
    * flags: each overrides what came before. */
   const char *profile = getenv("MCP_PY_SANDBOX_PROFILE");
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--profile") == 0 && i + 1 < argc) profile = argv[i + 1];
-    else if (strncmp(argv[i], "--profile=", 10) == 0) profile = argv[i] + 10;
+    if (strcmp(argv[i], "--profile") == 0 && i + 1 < argc)
+      profile = argv[i + 1];
+    else if (strncmp(argv[i], "--profile=", 10) == 0)
+      profile = argv[i] + 10;
   }
   if (profile && load_profile(c, profile, err) < 0) return -1;
   for (size_t i = 0; i < CM_ARRAY_SIZE(options); i++) {
@@ -531,7 +617,8 @@ int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err) {
     if (o->kind == OPT_HELP || o->kind == OPT_VERSION) continue;
     char var[80] = "MCP_PY_SANDBOX_";
     size_t p = strlen(var);
-    for (const char *q = o->name; *q && p < sizeof var - 1; q++) var[p++] = *q == '-' ? '_' : (char)(*q & ~0x20);
+    for (const char *q = o->name; *q && p < sizeof var - 1; q++)
+      var[p++] = *q == '-' ? '_' : (char)(*q & ~0x20);
     var[p] = '\0';
     const char *value = getenv(var);
     if (!value) continue;
@@ -566,7 +653,9 @@ int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err) {
       if (eq) {
         value = eq + 1;
       } else {
-        if (i + 1 >= argc) return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: expected one argument", o->name);
+        if (i + 1 >= argc)
+          return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: expected one argument",
+                              o->name);
         value = argv[++i];
       }
     } else if (eq) {
@@ -580,48 +669,68 @@ int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err) {
 int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
   static const char *const backends[] = {"native", "bwrap", "docker", "none"};
   bool known = false;
-  for (size_t i = 0; i < CM_ARRAY_SIZE(backends); i++) known |= strcmp(c->sandbox_backend, backends[i]) == 0;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(backends); i++)
+    known |= strcmp(c->sandbox_backend, backends[i]) == 0;
   if (!known)
-    return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid sandbox_backend '%s', must be one of ('native', 'docker', 'none')", c->sandbox_backend);
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid sandbox_backend '%s', must be one of ('native', 'docker', 'none')",
+                        c->sandbox_backend);
   if (c->max_timeout < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_timeout must be >= 1");
   if (c->default_timeout < 1 || c->default_timeout > c->max_timeout)
-    return cm_error_set(err, 0, CM_ERR_INVALID, "default_timeout must be between 1 and %llu", (unsigned long long)c->max_timeout);
-  if (c->max_output_bytes < 1024) return cm_error_set(err, 0, CM_ERR_INVALID, "max_output_bytes must be >= 1024");
-  if (c->max_output_bytes > (64ull << 20)) return cm_error_set(err, 0, CM_ERR_INVALID, "max_output_bytes must be <= 67108864");
+    return cm_error_set(err, 0, CM_ERR_INVALID, "default_timeout must be between 1 and %llu",
+                        (unsigned long long)c->max_timeout);
+  if (c->max_output_bytes < 1024)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_output_bytes must be >= 1024");
+  if (c->max_output_bytes > (64ull << 20))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_output_bytes must be <= 67108864");
   if (strcmp(c->transport, "stdio") != 0 && strcmp(c->transport, "http") != 0)
-    return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid transport '%s', must be one of ('stdio', 'http')", c->transport);
-  if (c->port < 1 || c->port > 65535) return cm_error_set(err, 0, CM_ERR_INVALID, "port must be between 1 and 65535");
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid transport '%s', must be one of ('stdio', 'http')", c->transport);
+  if (c->port < 1 || c->port > 65535)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "port must be between 1 and 65535");
   if (c->path[0] != '/') return cm_error_set(err, 0, CM_ERR_INVALID, "path must start with '/'");
   if ((c->tls_cert != NULL) != (c->tls_key != NULL))
     return cm_error_set(err, 0, CM_ERR_INVALID, "--tls-cert and --tls-key go together");
   if (c->tls_self_signed && c->tls_cert)
-    return cm_error_set(err, 0, CM_ERR_INVALID, "--tls-self-signed and --tls-cert exclude each other");
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "--tls-self-signed and --tls-cert exclude each other");
   if (c->max_sessions < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_sessions must be >= 1");
-  if (c->max_message_bytes < 4096) return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be >= 4096");
-  if (c->max_message_bytes > (1ull << 30)) return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be <= 1G");
-  if (c->max_script_bytes < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_script_bytes must be >= 1");
+  if (c->max_message_bytes < 4096)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be >= 4096");
+  if (c->max_message_bytes > (1ull << 30))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be <= 1G");
+  if (c->max_script_bytes < 1)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_script_bytes must be >= 1");
   if (strcmp(c->installer, "auto") && strcmp(c->installer, "uv") && strcmp(c->installer, "pip"))
-    return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid installer '%s', must be one of ('auto', 'uv', 'pip')", c->installer);
-  if (c->build_timeout_ms < 1000) return cm_error_set(err, 0, CM_ERR_INVALID, "build_timeout must be >= 1");
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid installer '%s', must be one of ('auto', 'uv', 'pip')",
+                        c->installer);
+  if (c->build_timeout_ms < 1000)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "build_timeout must be >= 1");
   if (c->max_build_bytes < (16ull << 20))
     return cm_error_set(err, 0, CM_ERR_INVALID, "max_build_bytes must be >= 16M");
-  if (c->max_concurrent < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
+  if (c->max_concurrent < 1)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
   if (c->artifact_ttl_ms < 1000)
     return cm_error_set(err, 0, CM_ERR_INVALID, "artifact_ttl must be >= 1");
   if (c->max_artifact_bytes > c->max_artifact_store_bytes)
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_artifact_bytes must be <= max_artifact_store_bytes");
   if (strcmp(c->cgroup, "auto") && strcmp(c->cgroup, "off") && c->cgroup[0] != '/')
-    return cm_error_set(err, 0, CM_ERR_INVALID, "Invalid cgroup '%s', must be 'auto', 'off' or an absolute path", c->cgroup);
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid cgroup '%s', must be 'auto', 'off' or an absolute path",
+                        c->cgroup);
   const struct {
     const char *flag;
     char *const *list;
-  } rule_lists[] = {{"network-allow", c->network_allow}, {"network-deny", c->network_deny},
+  } rule_lists[] = {{"network-allow", c->network_allow},
+                    {"network-deny", c->network_deny},
                     {"build-network-allow", c->build_network_allow}};
   for (size_t i = 0; i < CM_ARRAY_SIZE(rule_lists); i++) {
     for (char *const *p = rule_lists[i].list; p && *p; p++) {
       eg_rule_t r;
-      if (eg_rule_parse(*p, strlen(*p), &r, err) < 0) return cm_error_wrap(err, "argument --%s", rule_lists[i].flag);
+      if (eg_rule_parse(*p, strlen(*p), &r, err) < 0)
+        return cm_error_wrap(err, "argument --%s", rule_lists[i].flag);
     }
   }
   for (char *const *d = c->dns_servers; d && *d; d++) {
@@ -633,17 +742,21 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
               r.prefix == (r.addr.family == AF_INET ? 32u : 128u);
     cm_error_release(&e2);
     if (!ok)
-      return cm_error_set(err, 0, CM_ERR_INVALID, "argument --dns-server: invalid value: '%.*s' (an address with an "
-                          "optional :port, e.g. 127.0.0.1:5353 or [::1]:53)", (int)n, p);
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "argument --dns-server: invalid value: '%.*s' (an address with an "
+                          "optional :port, e.g. 127.0.0.1:5353 or [::1]:53)",
+                          (int)n, p);
   }
   if (c->network_max_connections < 1)
     return cm_error_set(err, 0, CM_ERR_INVALID, "network_max_connections must be >= 1");
-  if (c->network_host && c->profile && (!strcmp(c->profile, "lan") || (strrchr(c->profile, '/') &&
-                                                                      !strcmp(strrchr(c->profile, '/'), "/lan.toml"))))
-    return cm_error_set(err, 0, CM_ERR_INVALID,
-                        "--network host is refused with the lan profile: it would give every script the host's own "
-                        "network (its loopback services, its LAN, this server's port); use --network on with "
-                        "--network-allow rules");
+  if (c->network_host && c->profile &&
+      (!strcmp(c->profile, "lan") ||
+       (strrchr(c->profile, '/') && !strcmp(strrchr(c->profile, '/'), "/lan.toml"))))
+    return cm_error_set(
+        err, 0, CM_ERR_INVALID,
+        "--network host is refused with the lan profile: it would give every script the host's own "
+        "network (its loopback services, its LAN, this server's port); use --network on with "
+        "--network-allow rules");
   if (strcmp(c->loopback_origins, "auto") && strcmp(c->loopback_origins, "on") &&
       strcmp(c->loopback_origins, "off"))
     return cm_error_set(err, 0, CM_ERR_INVALID,

@@ -22,8 +22,8 @@ typedef struct srv_config {
   bool warm_cache;           /* --warm-cache / --no-warm-cache */
   char *uv_path;             /* --uv-path */
   /* Ours. */
-  char *python;              /* --python PATH: explicit default interpreter */
-  char **python_dirs;        /* --python-dir DIR (repeatable; a value may hold several, ':'-separated) */
+  char *python;       /* --python PATH: explicit default interpreter */
+  char **python_dirs; /* --python-dir DIR (repeatable; a value may hold several, ':'-separated) */
   bool allow_python_downloads; /* --allow-python-downloads: uv installs a missing version */
   /* Dependencies. */
   char *installer;           /* --installer auto|uv|pip */
@@ -34,36 +34,41 @@ typedef struct srv_config {
   uint64_t max_cache_bytes;  /* --max-cache-bytes */
   uint64_t env_max_age_ms;   /* --env-max-age-days: unpinned sets are re-resolved after this */
   uint64_t build_timeout_ms; /* --build-timeout */
-  uint64_t max_build_bytes;  /* --max-build-bytes: all one build (or warm-up, resolution) may write */
-  char *state_dir;           /* --state-dir */
-  char *transport;           /* --transport stdio|http */
-  bool network;              /* --network on|host: scripts may use the network (off: false) */
-  bool network_host;         /* --network host: the host's namespace, no proxy (unsafe) */
-  char **network_allow;       /* --network-allow RULE (repeatable) */
-  char **network_deny;        /* --network-deny RULE (repeatable) */
-  char **build_network_allow; /* --build-network-allow RULE (repeatable) */
-  char **dns_servers;         /* --dns-server ADDR[:PORT] (repeatable) */
+  uint64_t
+      max_build_bytes;  /* --max-build-bytes: all one build (or warm-up, resolution) may write */
+  char *state_dir;      /* --state-dir */
+  char *transport;      /* --transport stdio|http */
+  bool network;         /* --network on|host: scripts may use the network (off: false) */
+  bool network_host;    /* --network host: the host's namespace, no proxy (unsafe) */
+  char **network_allow; /* --network-allow RULE (repeatable) */
+  char **network_deny;  /* --network-deny RULE (repeatable) */
+  char **build_network_allow;             /* --build-network-allow RULE (repeatable) */
+  char **dns_servers;                     /* --dns-server ADDR[:PORT] (repeatable) */
   uint64_t network_max_connections;       /* --network-max-connections: per run at once */
   uint64_t network_max_total_connections; /* --network-max-total-connections: per run */
-  uint64_t network_rate;     /* --network-rate: bytes per second per run; 0 = no cap */
-  uint64_t kill_grace_ms;    /* --kill-grace-seconds */
-  uint64_t memory_bytes;     /* --memory-limit */
-  uint64_t cpu_seconds;      /* --cpu-limit */
-  uint64_t max_processes;    /* --max-processes */
-  uint64_t cpu_millis;       /* --cpus, in thousandths of a CPU; 0 = no cap */
-  char *cgroup;              /* --cgroup auto|off|DIR */
-  bool prestart;             /* --prestart on|off: keep one sandbox ready for the next call */
-  uint64_t file_size_bytes;  /* --max-file-size */
-  uint64_t open_files;       /* --max-open-files */
-  uint64_t tmp_bytes;        /* --tmp-size */
-  uint64_t work_bytes;       /* --work-size: a run's work directory (a tmpfs when root); 0 = a plain directory */
+  uint64_t network_rate;                  /* --network-rate: bytes per second per run; 0 = no cap */
+  uint64_t kill_grace_ms;                 /* --kill-grace-seconds */
+  uint64_t memory_bytes;                  /* --memory-limit */
+  uint64_t cpu_seconds;                   /* --cpu-limit */
+  uint64_t max_processes;                 /* --max-processes */
+  uint64_t cpu_millis;                    /* --cpus, in thousandths of a CPU; 0 = no cap */
+  char *cgroup;                           /* --cgroup auto|off|DIR */
+  bool prestart;            /* --prestart on|off: keep one sandbox ready for the next call */
+  uint64_t file_size_bytes; /* --max-file-size */
+  uint64_t open_files;      /* --max-open-files */
+  uint64_t tmp_bytes;       /* --tmp-size */
+  uint64_t work_bytes;      /* --work-size: a run's work directory (a tmpfs when root); 0 = a plain
+                               directory */
   uint64_t max_message_bytes; /* --max-message-bytes */
-  uint64_t max_script_bytes; /* --max-script-bytes */
-  uint64_t max_concurrent;   /* --max-concurrent: executions at once; more wait */
-  uint64_t max_starting;     /* --max-starting: executions in their start-up at once; 0 = one per CPU */
-  uint64_t max_session_concurrent; /* --max-session-concurrent: per session, more are refused; 0 = none */
-  uint64_t max_token_concurrent;   /* --max-token-concurrent: per principal (running or waiting), likewise */
-  uint64_t max_token_running;      /* --max-token-running: per principal, holding a slot; the rest wait */
+  uint64_t max_script_bytes;  /* --max-script-bytes */
+  uint64_t max_concurrent;    /* --max-concurrent: executions at once; more wait */
+  uint64_t max_starting; /* --max-starting: executions in their start-up at once; 0 = one per CPU */
+  uint64_t max_session_concurrent; /* --max-session-concurrent: per session, more are refused; 0 =
+                                      none */
+  uint64_t max_token_concurrent;   /* --max-token-concurrent: per principal (running or waiting),
+                                      likewise */
+  uint64_t
+      max_token_running; /* --max-token-running: per principal, holding a slot; the rest wait */
   /* Files in and out of a run (server/files/). */
   uint64_t max_input_files;          /* --max-input-files: entries of the files argument */
   uint64_t max_input_file_bytes;     /* --max-input-file-bytes: one input file, decoded */
@@ -71,32 +76,34 @@ typedef struct srv_config {
   uint64_t max_output_files;         /* --max-output-files: entries collected from outputs/ */
   uint64_t max_artifact_bytes;       /* --max-artifact-bytes: output bytes kept per run */
   uint64_t max_artifact_store_bytes; /* --max-artifact-store-bytes: kept for all runs */
-  uint64_t max_artifact_bytes_per_token; /* --max-artifact-bytes-per-token: per principal; 0 = none */
-  uint64_t max_inline_bytes;         /* --max-inline-bytes: largest image returned inline */
-  uint64_t max_inline_text_bytes;    /* --max-inline-text-bytes: largest text embedded */
-  uint64_t artifact_ttl_ms;          /* --artifact-ttl: how long outputs stay readable */
-  cm_log_level_t log_level;  /* --log-level */
-  char *profile;             /* --profile: the sandbox profile it started from */
+  uint64_t
+      max_artifact_bytes_per_token; /* --max-artifact-bytes-per-token: per principal; 0 = none */
+  uint64_t max_inline_bytes;        /* --max-inline-bytes: largest image returned inline */
+  uint64_t max_inline_text_bytes;   /* --max-inline-text-bytes: largest text embedded */
+  uint64_t artifact_ttl_ms;         /* --artifact-ttl: how long outputs stay readable */
+  cm_log_level_t log_level;         /* --log-level */
+  char *profile;                    /* --profile: the sandbox profile it started from */
   /* Streamable HTTP (--transport http). */
-  char *host;                /* --host (127.0.0.1) */
-  uint64_t port;             /* --port (8765) */
-  char *path;                /* --path (/mcp) */
-  char *allowed_hosts;       /* --allowed-hosts: comma-separated extra Host names */
-  char *allowed_origins;     /* --allowed-origins: comma-separated extra Origins */
-  char *auth_token_file;     /* --auth-token-file */
-  bool allow_insecure_remote; /* --allow-insecure-remote: non-loopback without tokens */
-  char *tls_cert;            /* --tls-cert */
-  char *tls_key;             /* --tls-key */
-  bool tls_self_signed;      /* --tls-self-signed */
-  uint64_t max_sessions;     /* --max-sessions */
-  uint64_t session_idle_ms;  /* --session-idle-seconds */
-  uint64_t max_connections;  /* --max-connections */
+  char *host;                      /* --host (127.0.0.1) */
+  uint64_t port;                   /* --port (8765) */
+  char *path;                      /* --path (/mcp) */
+  char *allowed_hosts;             /* --allowed-hosts: comma-separated extra Host names */
+  char *allowed_origins;           /* --allowed-origins: comma-separated extra Origins */
+  char *auth_token_file;           /* --auth-token-file */
+  bool allow_insecure_remote;      /* --allow-insecure-remote: non-loopback without tokens */
+  char *tls_cert;                  /* --tls-cert */
+  char *tls_key;                   /* --tls-key */
+  bool tls_self_signed;            /* --tls-self-signed */
+  uint64_t max_sessions;           /* --max-sessions */
+  uint64_t session_idle_ms;        /* --session-idle-seconds */
+  uint64_t max_connections;        /* --max-connections */
   uint64_t max_sessions_per_token; /* --max-sessions-per-token: per principal; 0 = none */
-  uint64_t max_streams_per_token;  /* --max-streams-per-token: open GET streams per principal; 0 = none */
+  uint64_t
+      max_streams_per_token; /* --max-streams-per-token: open GET streams per principal; 0 = none */
   uint64_t max_replay_bytes_per_session; /* --max-replay-bytes-per-session */
-  uint64_t max_replay_bytes;             /* --max-replay-bytes: events kept for resumption, in all */
-  uint64_t max_unread_bytes_per_token;   /* --max-unread-bytes-per-token (HTTP) */
-  char *loopback_origins;          /* --loopback-origins auto|on|off */
+  uint64_t max_replay_bytes;           /* --max-replay-bytes: events kept for resumption, in all */
+  uint64_t max_unread_bytes_per_token; /* --max-unread-bytes-per-token (HTTP) */
+  char *loopback_origins;              /* --loopback-origins auto|on|off */
 } srv_config_t;
 
 void srv_config_defaults(srv_config_t *c);

@@ -4,4 +4,6 @@
 #define MPS_VERSION "0.1.0"
 #endif
 
-const char *srv_version(void) { return MPS_VERSION; }
+const char *srv_version(void) {
+  return MPS_VERSION;
+}

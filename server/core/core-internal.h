@@ -41,8 +41,6 @@ json_t *srv_jsonrpc_notification(const char *method, json_t *params);
 /* Compact one-line serialisation (heap). */
 char *srv_jsonrpc_dump(json_t *msg, size_t *len);
 
-
-
 /* MCP's "resource not found" (resources/read, protocol versions 2024-11-05 to 2025-11-25). */
 #define MCP_RESOURCE_NOT_FOUND -32002
 
@@ -59,10 +57,10 @@ typedef struct srv_batch {
 struct srv_session {
   srv_server_t *server;
   tr_sink_t *sink;
-  char *principal;    /* who owns it (core.h) */
-  char *protocol;     /* negotiated version; NULL before initialize */
-  bool ready;         /* notifications/initialized received */
-  int log_level;      /* index into mcp_log_levels; -1 = not set: no log notifications */
+  char *principal; /* who owns it (core.h) */
+  char *protocol;  /* negotiated version; NULL before initialize */
+  bool ready;      /* notifications/initialized received */
+  int log_level;   /* index into mcp_log_levels; -1 = not set: no log notifications */
   json_t *client_info;
   json_t *client_capabilities; /* from initialize; NULL if none were sent */
   uint64_t next_call;          /* numbers the ids of our requests to the client */
@@ -87,7 +85,6 @@ struct srv_request {
   srv_request_t *prev, *next;
 };
 
-
 /* ---------------------------------------------------------------- request.c */
 
 /* Sends msg (borrowed), compact, on sink. */
@@ -99,7 +96,8 @@ void srv_deliver(tr_sink_t *sink, srv_batch_t *batch, size_t slot, json_t *respo
 void srv_batch_release(srv_batch_t *batch);
 bool srv_batch_full(const srv_batch_t *batch);
 json_t *srv_batch_full_error(const srv_batch_t *batch, json_t *id);
-void srv_reply_error(tr_sink_t *sink, srv_batch_t *batch, json_t *id, int code, const char *message);
+void srv_reply_error(tr_sink_t *sink, srv_batch_t *batch, json_t *id, int code,
+                     const char *message);
 /* result is stolen. */
 void srv_reply_result(tr_sink_t *sink, srv_batch_t *batch, json_t *id, json_t *result);
 /* An index into the MCP log levels, or -1. */

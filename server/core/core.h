@@ -68,29 +68,57 @@ struct srv_server {
   srv_request_t *inflight;
   size_t n_inflight;
   const struct srv_extension *ext; /* NULL in the product */
-  const struct srv_tool *tools;     /* the built-in tool table (server/tools/) */
+  const struct srv_tool *tools;    /* the built-in tool table (server/tools/) */
   size_t n_tools;
   void (*on_probed)(srv_server_t *s); /* after a probe that found the backend available */
-  struct srv_client_call *calls; /* server -> client requests awaiting a response */
+  struct srv_client_call *calls;      /* server -> client requests awaiting a response */
 };
 
-static inline cm_loop_t *srv_server_loop(srv_server_t *s) { return s->loop; }
-static inline const srv_config_t *srv_server_config(srv_server_t *s) { return s->cfg; }
-static inline sbx_backend_t *srv_server_backend_kind(srv_server_t *s) { return s->backend; }
-static inline sbx_backend_t *srv_server_host_backend(srv_server_t *s) { return s->host; }
-static inline sbx_cgroups_t *srv_server_cgroups(srv_server_t *s) { return s->cgroups; }
-static inline py_registry_t *srv_server_pythons(srv_server_t *s) { return s->pythons; }
-static inline env_store_t *srv_server_envs(srv_server_t *s) { return s->envs; }
-static inline art_store_t *srv_server_artifacts(srv_server_t *s) { return s->artifacts; }
-static inline const char *srv_server_state_dir(srv_server_t *s) { return s->state_dir; }
+static inline cm_loop_t *srv_server_loop(srv_server_t *s) {
+  return s->loop;
+}
+static inline const srv_config_t *srv_server_config(srv_server_t *s) {
+  return s->cfg;
+}
+static inline sbx_backend_t *srv_server_backend_kind(srv_server_t *s) {
+  return s->backend;
+}
+static inline sbx_backend_t *srv_server_host_backend(srv_server_t *s) {
+  return s->host;
+}
+static inline sbx_cgroups_t *srv_server_cgroups(srv_server_t *s) {
+  return s->cgroups;
+}
+static inline py_registry_t *srv_server_pythons(srv_server_t *s) {
+  return s->pythons;
+}
+static inline env_store_t *srv_server_envs(srv_server_t *s) {
+  return s->envs;
+}
+static inline art_store_t *srv_server_artifacts(srv_server_t *s) {
+  return s->artifacts;
+}
+static inline const char *srv_server_state_dir(srv_server_t *s) {
+  return s->state_dir;
+}
 /* This server's own directory for its runs' work directories (see srv_workdir_claim). */
-static inline const char *srv_server_runs_dir(srv_server_t *s) { return s->runs_dir; }
+static inline const char *srv_server_runs_dir(srv_server_t *s) {
+  return s->runs_dir;
+}
 /* The HTTP transport serving s (srv_serve_http sets it), for what check_environment tells
  * a principal about its own sessions and streams; NULL on stdio. */
-static inline void srv_server_set_http(srv_server_t *s, tr_http_t *h) { s->http = h; }
-static inline tr_http_t *srv_server_http(srv_server_t *s) { return s->http; }
-static inline struct srv_network *srv_server_network(srv_server_t *s) { return s->network; }
-static inline struct exec_state *srv_server_exec(srv_server_t *s) { return s->exec; }
+static inline void srv_server_set_http(srv_server_t *s, tr_http_t *h) {
+  s->http = h;
+}
+static inline tr_http_t *srv_server_http(srv_server_t *s) {
+  return s->http;
+}
+static inline struct srv_network *srv_server_network(srv_server_t *s) {
+  return s->network;
+}
+static inline struct exec_state *srv_server_exec(srv_server_t *s) {
+  return s->exec;
+}
 
 /* ---------------------------------------------------------------- the backend's probe */
 
@@ -236,6 +264,5 @@ typedef struct srv_extension {
 /* Installs ext (not copied: it must outlive s), or removes it (NULL).  Set it before the
  * first session opens. */
 void srv_server_set_extension(srv_server_t *s, const srv_extension_t *ext);
-
 
 #endif

@@ -3,7 +3,8 @@
 #include "pystd/pystd.h"
 #include "server/core/core-internal.h"
 
-const char *const srv_protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+const char *const srv_protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                             "2024-11-05"};
 const size_t srv_protocol_versions_count = CM_ARRAY_SIZE(srv_protocol_versions);
 
 bool srv_protocol_supported(const char *v) {
@@ -28,7 +29,9 @@ json_t *srv_jsonrpc_parse(const char *buf, size_t len, int *code, char **why) {
   return root;
 }
 
-static bool valid_id(json_t *id) { return json_is_string(id) || json_is_integer(id); }
+static bool valid_id(json_t *id) {
+  return json_is_string(id) || json_is_integer(id);
+}
 
 void srv_jsonrpc_classify(json_t *msg, srv_msg_t *out) {
   memset(out, 0, sizeof *out);
@@ -73,7 +76,8 @@ void srv_jsonrpc_classify(json_t *msg, srv_msg_t *out) {
     out->kind = SRV_MSG_RESPONSE;
     return;
   }
-  out->error = "Invalid Request: a message needs \"method\", or \"id\" with \"result\" or \"error\"";
+  out->error =
+      "Invalid Request: a message needs \"method\", or \"id\" with \"result\" or \"error\"";
 }
 
 json_t *srv_jsonrpc_error(json_t *id, int code, const char *message, json_t *data) {
@@ -87,7 +91,8 @@ json_t *srv_jsonrpc_result(json_t *id, json_t *result) {
 }
 
 json_t *srv_jsonrpc_notification(const char *method, json_t *params) {
-  if (params) return json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
+  if (params)
+    return json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
   return json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", method);
 }
 

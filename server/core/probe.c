@@ -3,7 +3,6 @@
  * then wait without blocking the loop. */
 #include "server/core/core-internal.h"
 
-
 #define SRV_PROBE_DELAY_MS 20
 
 /* The sandbox backend is probed like every other child process is run: started from the
@@ -39,8 +38,8 @@ static void on_probed(void *data, sbx_backend_t *b) {
   if (!b->available)
     cm_warn("sandbox backend %s is not available: %s; executions will be refused (no fall back)",
             sbx_backend_name(b), b->unavailable);
-  else
-    if (s->on_probed) s->on_probed(s);
+  else if (s->on_probed)
+    s->on_probed(s);
   queue_probe_flush(s);
 }
 

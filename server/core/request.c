@@ -4,9 +4,8 @@
 
 #include "server/core/core-internal.h"
 
-
-static const char *const mcp_log_levels[] = {"debug",    "info",  "notice", "warning",
-                                             "error",    "critical", "alert", "emergency"};
+static const char *const mcp_log_levels[] = {"debug", "info",     "notice", "warning",
+                                             "error", "critical", "alert",  "emergency"};
 static void request_free(srv_request_t *r);
 
 static void fail_client_calls(srv_request_t *r, const char *why);
@@ -33,11 +32,15 @@ void srv_batch_release(srv_batch_t *batch) {
   free(batch);
 }
 
-bool srv_batch_full(const srv_batch_t *batch) { return batch && batch->bytes >= batch->max_bytes; }
+bool srv_batch_full(const srv_batch_t *batch) {
+  return batch && batch->bytes >= batch->max_bytes;
+}
 
 json_t *srv_batch_full_error(const srv_batch_t *batch, json_t *id) {
-  cleanup_free char *msg = xasprintf("The batch's answers would exceed %zu bytes (--max-message-bytes): send this "
-                                     "request again on its own", batch->max_bytes);
+  cleanup_free char *msg = xasprintf(
+      "The batch's answers would exceed %zu bytes (--max-message-bytes): send this "
+      "request again on its own",
+      batch->max_bytes);
   return srv_jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, msg, NULL);
 }
 
@@ -70,7 +73,8 @@ size_t srv_batch_reserve(srv_batch_t *batch) {
   return json_array_size(batch->responses) - 1;
 }
 
-void srv_reply_error(tr_sink_t *sink, srv_batch_t *batch, json_t *id, int code, const char *message) {
+void srv_reply_error(tr_sink_t *sink, srv_batch_t *batch, json_t *id, int code,
+                     const char *message) {
   srv_deliver(sink, batch, srv_batch_reserve(batch), srv_jsonrpc_error(id, code, message, NULL));
 }
 
@@ -81,10 +85,18 @@ void srv_reply_result(tr_sink_t *sink, srv_batch_t *batch, json_t *id, json_t *r
 
 /* ---------------------------------------------------------------- requests */
 
-srv_server_t *srv_request_server(srv_request_t *r) { return r->server; }
-srv_session_t *srv_request_session(srv_request_t *r) { return r->session; }
-bool srv_request_cancelled(const srv_request_t *r) { return r->cancelled; }
-bool srv_request_has_progress(const srv_request_t *r) { return r->progress_token != NULL; }
+srv_server_t *srv_request_server(srv_request_t *r) {
+  return r->server;
+}
+srv_session_t *srv_request_session(srv_request_t *r) {
+  return r->session;
+}
+bool srv_request_cancelled(const srv_request_t *r) {
+  return r->cancelled;
+}
+bool srv_request_has_progress(const srv_request_t *r) {
+  return r->progress_token != NULL;
+}
 
 void srv_request_on_cancel(srv_request_t *r, void (*cancel_cb)(void *data), void *data) {
   r->cancel_cb = cancel_cb;
@@ -94,7 +106,8 @@ void srv_request_on_cancel(srv_request_t *r, void (*cancel_cb)(void *data), void
 void srv_request_progress(srv_request_t *r, double progress, const char *message, size_t len) {
   if (!r->progress_token || r->cancelled || progress <= r->last_progress) return;
   r->last_progress = progress;
-  json_t *params = json_pack("{s:O, s:f}", "progressToken", r->progress_token, "progress", progress);
+  json_t *params =
+      json_pack("{s:O, s:f}", "progressToken", r->progress_token, "progress", progress);
   if (message) json_object_set_new(params, "message", srv_json_string_lossy(message, len));
   json_t *n = srv_jsonrpc_notification("notifications/progress", params);
   srv_send_json(r->sink, n, TR_SEND_DROPPABLE);
@@ -375,7 +388,9 @@ void srv_server_cancel_all(srv_server_t *s) {
     srv_request_cancel_one(r);
   }
 }
-size_t srv_server_inflight(srv_server_t *s) { return s->n_inflight; }
+size_t srv_server_inflight(srv_server_t *s) {
+  return s->n_inflight;
+}
 
 void srv_request_set_progress_token(srv_request_t *r, json_t *params) {
   json_t *meta = json_is_object(params) ? json_object_get(params, "_meta") : NULL;

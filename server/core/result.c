@@ -8,7 +8,8 @@ json_t *srv_tool_text_result(const char *text, bool is_error) {
 }
 
 json_t *srv_tool_text_resultn(const char *text, size_t len, bool is_error) {
-  return json_pack("{s:[{s:s, s:s%}], s:b}", "content", "type", "text", "text", text, len, "isError", is_error);
+  return json_pack("{s:[{s:s, s:s%}], s:b}", "content", "type", "text", "text", text, len,
+                   "isError", is_error);
 }
 
 json_t *srv_tool_error_result(const char *fmt, ...) {

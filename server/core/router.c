@@ -5,7 +5,6 @@
 
 #include "server/core/core-internal.h"
 
-
 /* A batch is one message whose answers are built in memory before any is sent: a few
  * bytes per element could ask for megabytes each (resources/read, tools/list).  So it
  * has at most this many elements, and its answers together at most max_bytes; past that
@@ -47,14 +46,17 @@ static json_t *server_capabilities(void) {
                    "listChanged", 0, "subscribe", 0, "logging");
 }
 
-static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink, srv_batch_t *batch) {
+static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
+                              srv_batch_t *batch) {
   if (ss->protocol) {
-    srv_reply_error(sink, batch, id, JSONRPC_INVALID_REQUEST, "Invalid Request: the session is already initialized");
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_REQUEST,
+                    "Invalid Request: the session is already initialized");
     return;
   }
   json_t *pv = params ? json_object_get(params, "protocolVersion") : NULL;
   if (!json_is_object(params) || !json_is_string(pv)) {
-    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, "Invalid params: initialize needs a string \"protocolVersion\"");
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: initialize needs a string \"protocolVersion\"");
     return;
   }
   const char *requested = json_string_value(pv);
@@ -73,14 +75,18 @@ static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_
   }
   json_t *result = json_pack(
       "{s:s, s:o, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", chosen, "capabilities", caps,
-      "serverInfo", "name", SRV_NAME, "title", "Python Exec Sandbox", "version", srv_version(), "instructions",
-      "Runs Python scripts in a sandbox. Use execute_python to run a script (declare third-party packages "
-      "in a PEP 723 '# /// script' block or the dependencies argument), validate_script to check one "
+      "serverInfo", "name", SRV_NAME, "title", "Python Exec Sandbox", "version", srv_version(),
+      "instructions",
+      "Runs Python scripts in a sandbox. Use execute_python to run a script (declare third-party "
+      "packages "
+      "in a PEP 723 '# /// script' block or the dependencies argument), validate_script to check "
+      "one "
       "without running it, and check_environment to see the interpreters, sandbox and limits.");
   srv_reply_result(sink, batch, id, result);
 }
 
-static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink, srv_batch_t *batch) {
+static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
+                              srv_batch_t *batch) {
   json_t *cursor = params && json_is_object(params) ? json_object_get(params, "cursor") : NULL;
   if (cursor) {
     /* Everything fits on one page, so no cursor we could have issued exists. */
@@ -97,22 +103,26 @@ static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_
   srv_reply_result(sink, batch, id, json_pack("{s:o}", "tools", list));
 }
 
-static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink, srv_batch_t *batch) {
+static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
+                              srv_batch_t *batch) {
   json_t *name = json_is_object(params) ? json_object_get(params, "name") : NULL;
   if (!json_is_string(name)) {
-    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, "Invalid params: tools/call needs a string \"name\"");
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: tools/call needs a string \"name\"");
     return;
   }
   json_t *args = json_object_get(params, "arguments");
   if (args && !json_is_object(args) && !json_is_null(args)) {
-    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, "Invalid params: \"arguments\" must be an object");
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: \"arguments\" must be an object");
     return;
   }
   const srv_server_t *s = ss->server;
   const srv_tool_t *tool = tool_find(s->tools, s->n_tools, json_string_value(name));
   if (!tool && s->ext) tool = tool_find(s->ext->tools, s->ext->n_tools, json_string_value(name));
   if (!tool) {
-    cleanup_free char *excerpt = cm_log_excerpt(json_string_value(name), json_string_length(name), 64);
+    cleanup_free char *excerpt =
+        cm_log_excerpt(json_string_value(name), json_string_length(name), 64);
     cleanup_free char *msg = xasprintf("Invalid params: unknown tool '%s'", excerpt);
     srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, msg);
     return;
@@ -124,12 +134,14 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
   json_decref(arguments);
 }
 
-static void handle_set_level(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink, srv_batch_t *batch) {
+static void handle_set_level(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
+                             srv_batch_t *batch) {
   json_t *level = json_is_object(params) ? json_object_get(params, "level") : NULL;
   int idx = json_is_string(level) ? srv_log_level_index(json_string_value(level)) : -1;
   if (idx < 0) {
     srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
-                "Invalid params: \"level\" must be one of debug, info, notice, warning, error, critical, alert, emergency");
+                    "Invalid params: \"level\" must be one of debug, info, notice, warning, error, "
+                    "critical, alert, emergency");
     return;
   }
   ss->log_level = idx;
@@ -144,13 +156,13 @@ static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *s
   json_t *params = json_is_object(m->params) ? m->params : NULL;
   if (m->params && !params && !json_is_null(m->params)) {
     srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS,
-                "Invalid params: params must be an object");
+                    "Invalid params: params must be an object");
     return;
   }
   json_t *cursor = params ? json_object_get(params, "cursor") : NULL;
   if (cursor && !json_is_null(cursor) && !json_is_string(cursor)) {
     srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS,
-                "Invalid params: \"cursor\" must be a string");
+                    "Invalid params: \"cursor\" must be a string");
     return;
   }
   const char *cursor_text = json_is_string(cursor) ? json_string_value(cursor) : NULL;
@@ -180,8 +192,9 @@ static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *s
     cleanup_free char *excerpt =
         cm_log_excerpt(json_string_value(uri), json_string_length(uri), 200);
     cleanup_free char *msg = xasprintf("Resource not found: %s", excerpt);
-    srv_deliver(sink, batch, srv_batch_reserve(batch),
-            srv_jsonrpc_error(m->id, MCP_RESOURCE_NOT_FOUND, msg, json_pack("{s:O}", "uri", uri)));
+    srv_deliver(
+        sink, batch, srv_batch_reserve(batch),
+        srv_jsonrpc_error(m->id, MCP_RESOURCE_NOT_FOUND, msg, json_pack("{s:O}", "uri", uri)));
   } else if (err.kind == CM_ERR_LIMIT && batch) {
     srv_deliver(sink, batch, srv_batch_reserve(batch), srv_batch_full_error(batch, m->id));
   } else if (err.kind == CM_ERR_INVALID || err.kind == CM_ERR_LIMIT) {
@@ -195,7 +208,8 @@ static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *s
   cm_error_release(&err);
 }
 
-static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch) {
+static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
+                           srv_batch_t *batch) {
   const char *method = m->method;
   if (strcmp(method, "ping") == 0) {
     srv_reply_result(sink, batch, m->id, json_object());
@@ -207,11 +221,12 @@ static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sin
   }
   if (!ss->protocol) {
     srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_REQUEST,
-                "Invalid Request: the session is not initialized; send initialize first");
+                    "Invalid Request: the session is not initialized; send initialize first");
     return;
   }
   if (srv_request_find(ss, m->id)) {
-    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_REQUEST, "Invalid Request: a request with this id is still in flight");
+    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_REQUEST,
+                    "Invalid Request: a request with this id is still in flight");
     return;
   }
   if (srv_batch_full(batch)) {
@@ -299,12 +314,13 @@ void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_
     if (!ss->protocol || strcmp(ss->protocol, "2025-03-26") != 0) {
       /* A batch, refused as a whole: no one id to answer with (JSON-RPC's null). */
       srv_reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST,
-                  "Invalid Request: batches are only accepted in protocol version 2025-03-26");
+                      "Invalid Request: batches are only accepted in protocol version 2025-03-26");
     } else if (json_array_size(root) == 0) {
       srv_reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, "Invalid Request: empty batch");
     } else if (json_array_size(root) > SRV_MAX_BATCH) {
-      cleanup_free char *msg = xasprintf("Invalid Request: a batch of %zu messages exceeds the limit of %d",
-                                         json_array_size(root), SRV_MAX_BATCH);
+      cleanup_free char *msg =
+          xasprintf("Invalid Request: a batch of %zu messages exceeds the limit of %d",
+                    json_array_size(root), SRV_MAX_BATCH);
       srv_reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, msg);
     } else {
       srv_batch_t *batch = xcalloc(1, sizeof *batch);
@@ -326,8 +342,9 @@ void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_
 }
 
 void srv_session_oversize(srv_session_t *ss, size_t len, tr_sink_t *reply) {
-  cleanup_free char *msg = xasprintf("Invalid Request: message of %zu bytes exceeds the limit of %llu bytes", len,
-                                     (unsigned long long)ss->server->cfg->max_message_bytes);
+  cleanup_free char *msg =
+      xasprintf("Invalid Request: message of %zu bytes exceeds the limit of %llu bytes", len,
+                (unsigned long long)ss->server->cfg->max_message_bytes);
   cm_warn("%s", msg);
   srv_reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, msg);
 }

@@ -1,7 +1,6 @@
 /* Sessions: the stdio connection, or one Mcp-Session-Id. */
 #include "server/core/core-internal.h"
 
-
 /* ---------------------------------------------------------------- sessions */
 
 srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink) {
@@ -13,14 +12,18 @@ srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink) {
   return ss;
 }
 
-const char *srv_session_protocol(const srv_session_t *ss) { return ss->protocol; }
+const char *srv_session_protocol(const srv_session_t *ss) {
+  return ss->protocol;
+}
 
 void srv_session_set_principal(srv_session_t *ss, const char *principal) {
   free(ss->principal);
   ss->principal = xstrdup(principal ? principal : SRV_PRINCIPAL_STDIO);
 }
 
-const char *srv_session_principal(const srv_session_t *ss) { return ss ? ss->principal : NULL; }
+const char *srv_session_principal(const srv_session_t *ss) {
+  return ss ? ss->principal : NULL;
+}
 
 void srv_session_free(srv_session_t *ss) {
   if (!ss) return;

@@ -88,7 +88,8 @@ void exec_usage(exec_state_t *x, const char *principal, exec_usage_t *out) {
 
 json_t *exec_admission_refusal(exec_state_t *x, srv_session_t *session, const char *principal) {
   const srv_config_t *cfg = srv_server_config(x->server);
-  if (cfg->max_session_concurrent && session && session_jobs(x, session) >= cfg->max_session_concurrent)
+  if (cfg->max_session_concurrent && session &&
+      session_jobs(x, session) >= cfg->max_session_concurrent)
     return srv_tool_error_result(
         "This session already has %llu executions running or waiting (the server's "
         "per-session limit, --max-session-concurrent). Wait for one to finish and call again.",
@@ -97,7 +98,8 @@ json_t *exec_admission_refusal(exec_state_t *x, srv_session_t *session, const ch
   if (cfg->max_token_concurrent && known && known->jobs >= cfg->max_token_concurrent)
     return srv_tool_error_result(
         "The token '%s' already has %llu executions running or waiting across its sessions "
-        "(the server's per-token limit, --max-token-concurrent). Wait for one to finish and call again.",
+        "(the server's per-token limit, --max-token-concurrent). Wait for one to finish and call "
+        "again.",
         principal, (unsigned long long)cfg->max_token_concurrent);
   return NULL;
 }
@@ -117,7 +119,8 @@ void exec_admission_leave(exec_job_t *job) {
   else if (x->all_jobs == job)
     x->all_jobs = job->all_next;
   if (job->all_next) job->all_next->all_prev = job->all_prev;
-  if (!x->all_jobs && x->start_gate_timer) { /* nothing left to admit (and the loop may be going away) */
+  if (!x->all_jobs &&
+      x->start_gate_timer) { /* nothing left to admit (and the loop may be going away) */
     cm_timer_cancel(x->start_gate_timer);
     x->start_gate_timer = NULL;
   }
@@ -163,7 +166,8 @@ static void admit_queued(exec_state_t *x) {
     if (j->starting_since && (!oldest || j->starting_since < oldest)) oldest = j->starting_since;
   }
   exec_tenant_t *t;
-  while (x->slots_used < cfg->max_concurrent && x->n_starting < max_starting(x, cfg) && (t = tenant_next(x, cfg))) {
+  while (x->slots_used < cfg->max_concurrent && x->n_starting < max_starting(x, cfg) &&
+         (t = tenant_next(x, cfg))) {
     exec_job_t *next = t->queue_head;
     t->queue_head = next->queue_next;
     if (!t->queue_head) t->queue_tail = NULL;
@@ -179,9 +183,11 @@ static void admit_queued(exec_state_t *x) {
     if (!oldest) oldest = next->starting_since;
     x->start_job(next); /* may finish the job, and come back here */
   }
-  if (x->slots_used < cfg->max_concurrent && !x->start_gate_timer && oldest && tenant_next(x, cfg)) {
+  if (x->slots_used < cfg->max_concurrent && !x->start_gate_timer && oldest &&
+      tenant_next(x, cfg)) {
     uint64_t at = oldest + EXEC_START_WINDOW_MS;
-    x->start_gate_timer = cm_loop_timer(srv_server_loop(x->server), at > now ? at - now : 1, on_start_gate, x);
+    x->start_gate_timer =
+        cm_loop_timer(srv_server_loop(x->server), at > now ? at - now : 1, on_start_gate, x);
   }
 }
 
@@ -200,8 +206,10 @@ void exec_admission_dequeue(exec_job_t *job) {
   exec_job_t *prev = NULL;
   for (exec_job_t *j = t->queue_head; j; prev = j, j = j->queue_next) {
     if (j != job) continue;
-    if (prev) prev->queue_next = j->queue_next;
-    else t->queue_head = j->queue_next;
+    if (prev)
+      prev->queue_next = j->queue_next;
+    else
+      t->queue_head = j->queue_next;
     if (t->queue_tail == j) t->queue_tail = prev;
     t->queued--;
     job->queued = false;
@@ -234,8 +242,10 @@ void exec_admission_enqueue(exec_job_t *job) {
     srv_request_progress(job->req, job->setup_progress, wait_note, strlen(wait_note));
   }
   job->queued = true;
-  if (t->queue_tail) t->queue_tail->queue_next = job;
-  else t->queue_head = job;
+  if (t->queue_tail)
+    t->queue_tail->queue_next = job;
+  else
+    t->queue_head = job;
   t->queue_tail = job;
   t->queued++;
   admit_queued(x); /* may start and even finish the job */

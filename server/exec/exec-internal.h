@@ -134,13 +134,15 @@ void exec_progress_stop(exec_job_t *job);
 
 /* output.c: the tool result of a finished run (network and net_text: what the run's
  * connections did). */
-json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *network, cm_buf_t *net_text);
+json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *network,
+                           cm_buf_t *net_text);
 
 /* sandbox.c: starts a script run in workdir (script.py is there, or will be before a held
  * run is released): the interpreter (or the environment's), the start-up runner, the
  * limits (timeout_ms, and the server's).  *egress_out: the run's egress session, or NULL. */
-int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network, const char *workdir,
-                       uint64_t timeout_ms, bool hold, const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
+int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
+                       const char *workdir, uint64_t timeout_ms, bool hold,
+                       const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
                        eg_session_t **egress_out, cm_error_t *err);
 
 /* runner.c */

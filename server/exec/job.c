@@ -87,7 +87,6 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   exec_job_finish(job, result);
 }
 
-
 static void job_run(exec_job_t *job);
 
 static void on_env_progress(void *data, const char *message, size_t len) {
@@ -100,7 +99,8 @@ static void on_env(void *data, env_handle_t *env, const char *error) {
   exec_job_t *job = data;
   job->env_wait = NULL;
   if (!env) {
-    exec_job_finish(job, srv_tool_error_result("%s", error ? error : "The environment could not be built."));
+    exec_job_finish(
+        job, srv_tool_error_result("%s", error ? error : "The environment could not be built."));
     return;
   }
   job->env = env;
@@ -115,7 +115,8 @@ void exec_job_start(exec_job_t *job) {
   /* The answer comes from the loop, never from inside this call (envcache.h), so job is
    * still alive to hold the handle. */
   job->env_wait = env_store_ensure(srv_server_envs(job->server), job->py, job->spec.requirements,
-                                   job->spec.n_requirements, job->spec.uv_config, job->spec.principal, on_env, on_env_progress, job);
+                                   job->spec.n_requirements, job->spec.uv_config,
+                                   job->spec.principal, on_env, on_env_progress, job);
 }
 
 /* ---------------------------------------------------------------- starting the script */
@@ -126,8 +127,11 @@ static int write_job_files(exec_job_t *job, cm_error_t *err) {
     return cm_error_wrap(err, "Cannot prepare the run");
   if (job->spec.inputs.n) {
     cleanup_close int wfd = open(job->workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (wfd < 0) return cm_error_set(err, errno, CM_ERR_IO, "Cannot write the input files: opening the work directory");
-    if (files_write_inputs(wfd, &job->spec.inputs, err) < 0) return cm_error_wrap(err, "Cannot write the input files");
+    if (wfd < 0)
+      return cm_error_set(err, errno, CM_ERR_IO,
+                          "Cannot write the input files: opening the work directory");
+    if (files_write_inputs(wfd, &job->spec.inputs, err) < 0)
+      return cm_error_wrap(err, "Cannot write the input files");
     files_inputs_release(&job->spec.inputs); /* on disk now: no need to hold them during the run */
   }
   return 0;
@@ -140,8 +144,10 @@ static void job_run(exec_job_t *job) {
   sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
   if (exec_prestart_take(job)) {
     /* The call's own list narrows the session before anything can connect. */
-    if (job->egress && job->spec.net.rules) eg_session_narrow(job->egress, job->spec.net.rules, job->spec.net.n_rules);
-    if (write_job_files(job, &err) == 0 && sbx_run_release(job->run, &cbs, job, job->spec.timeout_ms, &err) == 0)
+    if (job->egress && job->spec.net.rules)
+      eg_session_narrow(job->egress, job->spec.net.rules, job->spec.net.n_rules);
+    if (write_job_files(job, &err) == 0 &&
+        sbx_run_release(job->run, &cbs, job, job->spec.timeout_ms, &err) == 0)
       return;
     /* It died meanwhile (or the files could not be written): do it the long way. */
     cm_debug("prestarted sandbox not used: %s", cm_error_message(&err));
@@ -158,18 +164,22 @@ static void job_run(exec_job_t *job) {
   job->workdir = exec_workdir_make(job->exec, &job->workdir_mounted, &err);
   if (!job->workdir || write_job_files(job, &err) < 0) {
     exec_job_finish(job, job->workdir ? srv_tool_error_result("%s", cm_error_message(&err))
-                                 : srv_tool_error_result("Cannot prepare the run: %s", cm_error_message(&err)));
+                                      : srv_tool_error_result("Cannot prepare the run: %s",
+                                                              cm_error_message(&err)));
     cm_error_release(&err);
     return;
   }
-  if (exec_sandbox_start(job->exec, job->py, job->env, job->spec.net.on, job->workdir, job->spec.timeout_ms, false, &cbs,
-                    job, &job->run, &job->egress, &err) < 0) {
-    exec_job_finish(job, srv_tool_error_result("The sandbox could not start the script: %s", cm_error_message(&err)));
+  if (exec_sandbox_start(job->exec, job->py, job->env, job->spec.net.on, job->workdir,
+                         job->spec.timeout_ms, false, &cbs, job, &job->run, &job->egress,
+                         &err) < 0) {
+    exec_job_finish(job, srv_tool_error_result("The sandbox could not start the script: %s",
+                                               cm_error_message(&err)));
     cm_error_release(&err);
     return;
   }
   /* Before the loop runs again, so before any connection of the script reaches the proxy. */
-  if (job->egress && job->spec.net.rules) eg_session_narrow(job->egress, job->spec.net.rules, job->spec.net.n_rules);
+  if (job->egress && job->spec.net.rules)
+    eg_session_narrow(job->egress, job->spec.net.rules, job->spec.net.n_rules);
 }
 
 static void on_cancel(void *data) {
@@ -212,11 +222,14 @@ static void on_python(void *data, py_interp_t *def, const char *def_error) {
   job->py_wait = NULL;
   cleanup_free char *why = NULL;
   py_registry_t *reg = srv_server_pythons(job->server);
-  py_interp_t *py = py_registry_select(reg, job->spec.python_request, job->spec.requires_python, &why);
+  py_interp_t *py =
+      py_registry_select(reg, job->spec.python_request, job->spec.requires_python, &why);
   if (!py && !job->download_tried && py_registry_can_download(reg) &&
-      (job->spec.python_request || job->spec.requires_python) && why && strncmp(why, "No Python interpreter", 21) == 0) {
+      (job->spec.python_request || job->spec.requires_python) && why &&
+      strncmp(why, "No Python interpreter", 21) == 0) {
     /* --allow-python-downloads: uv installs what was asked for, then we choose again. */
-    const char *want = job->spec.python_request ? job->spec.python_request : job->spec.requires_python;
+    const char *want =
+        job->spec.python_request ? job->spec.python_request : job->spec.requires_python;
     job->download_tried = true;
     cm_error_t err = CM_ERROR_INIT;
     cleanup_free char *msg = xasprintf("downloading Python %s with uv", want);
@@ -226,12 +239,14 @@ static void on_python(void *data, py_interp_t *def, const char *def_error) {
       job->downloading = true;
       return;
     }
-    exec_job_finish(job, srv_tool_error_result("%s (and it could not be downloaded: %s)", why, cm_error_message(&err)));
+    exec_job_finish(job, srv_tool_error_result("%s (and it could not be downloaded: %s)", why,
+                                               cm_error_message(&err)));
     cm_error_release(&err);
     return;
   }
   if (!py) {
-    exec_job_finish(job, srv_tool_error_result("%s", why ? why : "No Python interpreter is available."));
+    exec_job_finish(job,
+                    srv_tool_error_result("%s", why ? why : "No Python interpreter is available."));
     return;
   }
   job->py = py;
@@ -249,7 +264,8 @@ static void on_probed(void *data) {
   }
   sbx_backend_t *b = srv_server_backend(job->server);
   if (!b->available) {
-    exec_job_finish(job, srv_tool_error_result(
+    exec_job_finish(job,
+                    srv_tool_error_result(
                         "The %s sandbox is not available on this server, so the script was not run "
                         "(the server never falls back to running without a sandbox): %s",
                         sbx_backend_name(b), b->unavailable ? b->unavailable : "unknown reason"));

@@ -129,7 +129,8 @@ static char *stream_text(const cm_headtail_t *h, uint64_t max, size_t *len, bool
 
 /* The address-space limit shows as Python's MemoryError (the kernel refuses the mapping; no
  * signal is involved), so the end of stderr tells. */
-static bool hit_memory_limit(const exec_job_t *job, const sbx_result_t *res, const char *err, size_t n) {
+static bool hit_memory_limit(const exec_job_t *job, const sbx_result_t *res, const char *err,
+                             size_t n) {
   if (res->exit_code == 0 || res->timed_out || !job->cfg->memory_bytes) return false;
   const char *tail = err + (n > 2048 ? n - 2048 : 0);
   return memmem(tail, (size_t)(err + n - tail), "MemoryError", 11) != NULL;
@@ -144,7 +145,8 @@ static const char *limit_hit(const sbx_result_t *res, bool memory) {
   return NULL;
 }
 
-json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *network, cm_buf_t *net_text) {
+json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *network,
+                           cm_buf_t *net_text) {
   const srv_config_t *cfg = job->cfg;
   size_t out_len, err_len;
   bool out_cut, err_cut;
@@ -166,12 +168,14 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   cm_buf_init(&t, 0);
   cm_buf_append(&t, text, text_len);
   /* Additive lines after the seed's block: which sandbox and interpreter ran, what killed it. */
-  cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b), job->py->version,
-                job->py->executable);
+  cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b),
+                job->py->version, job->py->executable);
   if (res->term_signal && !res->timed_out)
     cm_buf_printf(&t, "\n--- killed_by_signal: %d ---", res->term_signal);
   if (res->status_unknown)
-    cm_buf_appends(&t, "\n--- note: the sandbox could not confirm the script's own exit status; the exit code is the sandbox's ---");
+    cm_buf_appends(&t,
+                   "\n--- note: the sandbox could not confirm the script's own exit status; the "
+                   "exit code is the sandbox's ---");
   if (res->cpu_limit) cm_buf_appends(&t, "\n--- limit: cpu time exceeded ---");
   /* Either the address-space rlimit (a MemoryError) or the cgroup's OOM killer. */
   bool memory = res->memory_limit || hit_memory_limit(job, res, err, err_len);
@@ -186,7 +190,8 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   if (res->file_size_limit) cm_buf_appends(&t, "\n--- limit: file size exceeded ---");
   if (job->env)
     cm_buf_printf(&t, "\n--- environment: %s (%s, %zu packages) ---", job->env->key,
-                  job->env->cached ? "cached" : "built for this call", json_object_size(job->env->packages));
+                  job->env->cached ? "cached" : "built for this call",
+                  json_object_size(job->env->packages));
   if (job->spec.timeout_note) cm_buf_printf(&t, "\n--- note: %s ---", job->spec.timeout_note);
   if (!job->spec.net.on && cfg->network && !sbx_backend_maps_paths(b))
     cm_buf_printf(&t,
@@ -196,20 +201,22 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   if (net_text->len) cm_buf_append(&t, net_text->data, net_text->len);
   /* Whatever the script left in outputs/, also after a failure or a timeout. */
   files_collection_t files;
-  art_store_collect(srv_server_artifacts(job->server), job->tenant->principal, job->workdir, &files);
+  art_store_collect(srv_server_artifacts(job->server), job->tenant->principal, job->workdir,
+                    &files);
   files_result_append(&files, &t, NULL, NULL);
   size_t full_len = t.len;
   cleanup_free char *full = cm_buf_steal(&t);
   bool truncated = out_cut || err_cut;
   bool is_error = res->exit_code != 0 || res->timed_out;
   json_t *result = srv_tool_text_resultn(full, full_len, is_error);
-  json_t *sc = json_pack("{s:s%, s:s%, s:i, s:I, s:b, s:b, s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}",
-                         "stdout", out, out_len, "stderr", err, err_len, "exit_code", res->exit_code, "duration_ms",
-                         (json_int_t)res->duration_ms, "timed_out", res->timed_out, "truncated", truncated,
-                         "stdout_bytes", (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total,
-                         "sandbox", sbx_backend_name(b), "python", "version", job->py->version, "path",
-                         job->py->executable, "implementation", job->py->implementation, "cpu_user_ms",
-                         (json_int_t)res->cpu_user_ms, "cpu_system_ms", (json_int_t)res->cpu_system_ms);
+  json_t *sc = json_pack(
+      "{s:s%, s:s%, s:i, s:I, s:b, s:b, s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}", "stdout", out,
+      out_len, "stderr", err, err_len, "exit_code", res->exit_code, "duration_ms",
+      (json_int_t)res->duration_ms, "timed_out", res->timed_out, "truncated", truncated,
+      "stdout_bytes", (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total,
+      "sandbox", sbx_backend_name(b), "python", "version", job->py->version, "path",
+      job->py->executable, "implementation", job->py->implementation, "cpu_user_ms",
+      (json_int_t)res->cpu_user_ms, "cpu_system_ms", (json_int_t)res->cpu_system_ms);
   if (!sc) {
     /* Only invalid UTF-8 could make packing fail, and the texts were sanitized. */
     cm_err("building structuredContent failed");
@@ -217,15 +224,17 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   }
   const char *limit = limit_hit(res, memory);
   json_object_set_new(sc, "limit", limit ? json_string(limit) : json_null());
-  json_object_set_new(sc, "signal", res->term_signal ? json_integer(res->term_signal) : json_null());
+  json_object_set_new(sc, "signal",
+                      res->term_signal ? json_integer(res->term_signal) : json_null());
   json_object_set_new(sc, "status_confirmed", json_boolean(!res->status_unknown));
   json_object_set_new(sc, "prestarted", json_boolean(job->prestarted));
   json_object_set_new(sc, "max_rss_kib", json_integer((json_int_t)res->max_rss_kib));
-  json_object_set_new(sc, "memory_peak_bytes",
-                      res->memory_peak_bytes ? json_integer((json_int_t)res->memory_peak_bytes) : json_null());
+  json_object_set_new(
+      sc, "memory_peak_bytes",
+      res->memory_peak_bytes ? json_integer((json_int_t)res->memory_peak_bytes) : json_null());
   json_object_set_new(sc, "environment",
-                      job->env ? json_pack("{s:s, s:b, s:O}", "key", job->env->key, "cached", job->env->cached,
-                                           "packages", job->env->packages)
+                      job->env ? json_pack("{s:s, s:b, s:O}", "key", job->env->key, "cached",
+                                           job->env->cached, "packages", job->env->packages)
                                : json_null());
   json_object_set_new(sc, "network", network);
   files_result_append(&files, NULL, json_object_get(result, "content"), sc);

@@ -26,7 +26,7 @@ typedef struct prestart_slot {
   dev_t env_dev;
   ino_t env_ino;
   bool network;
-  sbx_run_t *run;    /* held, or NULL */
+  sbx_run_t *run;       /* held, or NULL */
   eg_session_t *egress; /* the held sandbox's egress session, or NULL */
   char *workdir;
   bool workdir_mounted;
@@ -80,7 +80,10 @@ static void prestart_schedule(prestart_slot_t *slot, uint64_t ms) {
 static void prestart_on_exit(void *data, const sbx_result_t *res) {
   prestart_slot_t *slot = data;
   if (++slot->failures >= PRESTART_MAX_FAILURES)
-    cm_warn("prestarted sandboxes keep ending before use (exit %d); not prestarting this shape any more", res->exit_code);
+    cm_warn(
+        "prestarted sandboxes keep ending before use (exit %d); not prestarting this shape any "
+        "more",
+        res->exit_code);
   slot_drop_run(slot); /* frees the run from inside its callback, which sbx_run allows */
   prestart_schedule(slot, PRESTART_RETRY_MS);
 }
@@ -101,7 +104,8 @@ static void prestart_fill_now(prestart_slot_t *slot) {
   if (!sbx_backend_can_hold(srv_server_backend(s))) return;
   struct stat st;
   if (slot->env) {
-    if (stat(slot->env->host_dir, &st) < 0) return; /* evicted: the next call of this shape rebuilds it */
+    if (stat(slot->env->host_dir, &st) < 0)
+      return; /* evicted: the next call of this shape rebuilds it */
     slot->env_dev = st.st_dev;
     slot->env_ino = st.st_ino;
   }
@@ -109,8 +113,8 @@ static void prestart_fill_now(prestart_slot_t *slot) {
   slot->workdir = exec_workdir_make(slot->owner->exec, &slot->workdir_mounted, &err);
   sbx_run_callbacks_t cbs = {.on_exit = prestart_on_exit};
   if (!slot->workdir ||
-      exec_sandbox_start(slot->owner->exec, slot->py, slot->env, slot->network, slot->workdir, 0, true, &cbs, slot, &slot->run,
-                    &slot->egress, &err) < 0) {
+      exec_sandbox_start(slot->owner->exec, slot->py, slot->env, slot->network, slot->workdir, 0,
+                         true, &cbs, slot, &slot->run, &slot->egress, &err) < 0) {
     cm_warn("prestarting a sandbox: %s", cm_error_message(&err));
     cm_error_release(&err);
     slot->run = NULL;
@@ -144,12 +148,13 @@ void exec_prestart_free(exec_state_t *x) {
 bool exec_prestart_describe(exec_state_t *x, uint64_t *taken) {
   exec_prestart_t *p = x->prestart;
   *taken = p ? p->taken : 0;
-  return p && p->slots[0].failures < PRESTART_MAX_FAILURES && sbx_backend_can_hold(srv_server_backend(x->server));
+  return p && p->slots[0].failures < PRESTART_MAX_FAILURES &&
+         sbx_backend_can_hold(srv_server_backend(x->server));
 }
 
 static bool slot_matches(const prestart_slot_t *slot, const exec_job_t *job) {
-  return slot->used && slot->py == job->py && slot->network == job->spec.net.on && !slot->env == !job->env &&
-         (!job->env || strcmp(slot->env->key, job->env->key) == 0);
+  return slot->used && slot->py == job->py && slot->network == job->spec.net.on &&
+         !slot->env == !job->env && (!job->env || strcmp(slot->env->key, job->env->key) == 0);
 }
 
 static bool same_dir(const char *path, dev_t dev, ino_t ino) {
@@ -158,11 +163,12 @@ static bool same_dir(const char *path, dev_t dev, ino_t ino) {
 }
 
 /* A held sandbox of the job's shape, when there is one: its run and work directory become
- * the job's (exec-internal.h).  Otherwise the job's shape becomes the second slot's (when it is not the
- * commonest), so that the next such call finds one. */
+ * the job's (exec-internal.h).  Otherwise the job's shape becomes the second slot's (when it is not
+ * the commonest), so that the next such call finds one. */
 bool exec_prestart_take(exec_job_t *job) {
   exec_prestart_t *p = job->exec->prestart;
-  if (!p || !p->slots[0].used || !sbx_backend_can_hold(srv_server_backend(job->server))) return false;
+  if (!p || !p->slots[0].used || !sbx_backend_can_hold(srv_server_backend(job->server)))
+    return false;
   for (size_t i = 0; i < PRESTART_SLOTS; i++) {
     prestart_slot_t *slot = &p->slots[i];
     if (!slot_matches(slot, job)) continue;

@@ -69,13 +69,16 @@ void exec_progress_output(exec_job_t *job, sbx_stream_t stream, const char *buf,
   bool progress = srv_request_has_progress(job->req);
   bool log = stream == SBX_STDERR && srv_request_log_enabled(job->req, "info");
   if (progress) {
-    size_t room = EXEC_PROGRESS_MAX_TEXT > job->pending.len ? EXEC_PROGRESS_MAX_TEXT - job->pending.len : 0;
+    size_t room =
+        EXEC_PROGRESS_MAX_TEXT > job->pending.len ? EXEC_PROGRESS_MAX_TEXT - job->pending.len : 0;
     size_t take = CM_MIN(room, len);
     cm_buf_append(&job->pending, buf, take);
     job->skipped += len - take;
   }
   if (log) {
-    size_t room = EXEC_PROGRESS_MAX_TEXT > job->pending_err.len ? EXEC_PROGRESS_MAX_TEXT - job->pending_err.len : 0;
+    size_t room = EXEC_PROGRESS_MAX_TEXT > job->pending_err.len
+                      ? EXEC_PROGRESS_MAX_TEXT - job->pending_err.len
+                      : 0;
     cm_buf_append(&job->pending_err, buf, CM_MIN(room, len));
   }
   if (progress || log) schedule_flush(job);

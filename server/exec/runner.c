@@ -5,7 +5,6 @@
 
 #include "server/exec/exec-internal.h"
 
-
 /* ---------------------------------------------------------------- the runner */
 
 #define FILES_RUNNER_NAME "runner.py"
@@ -87,7 +86,9 @@ struct runner_pyc {
   sbx_run_t *run; /* compiling */
 };
 
-char *exec_runner_pyc_dir(exec_state_t *x) { return xasprintf("%s/runner", srv_server_state_dir(x->server)); }
+char *exec_runner_pyc_dir(exec_state_t *x) {
+  return xasprintf("%s/runner", srv_server_state_dir(x->server));
+}
 
 static void runner_pyc_done(void *data, const sbx_result_t *res) {
   runner_pyc_t *rp = data;
@@ -100,7 +101,8 @@ static void runner_pyc_done(void *data, const sbx_result_t *res) {
     rp->ready = true;
     return;
   }
-  cm_debug("compiling the start-up runner for %s failed (exit %d); runs use runner.py", rp->name, res->exit_code);
+  cm_debug("compiling the start-up runner for %s failed (exit %d); runs use runner.py", rp->name,
+           res->exit_code);
   unlink(tmp);
   rp->failed = true;
 }
@@ -139,15 +141,24 @@ const char *exec_runner_pyc_for(exec_state_t *x, const py_interp_t *py, const ch
   }
   cleanup_free char *tmp = xasprintf("%s/.%s.tmp", dir, rp->name);
   cleanup_free char *src = xstrdup(runner);
-  char *argv[] = {py->executable, "-I", "-c",
+  char *argv[] = {py->executable,
+                  "-I",
+                  "-c",
                   "import py_compile, sys\n"
-                  "py_compile.compile(sys.argv[1], cfile=sys.argv[2], dfile='" EXEC_RUNNER_TARGET "/runner.py', "
+                  "py_compile.compile(sys.argv[1], cfile=sys.argv[2], dfile='" EXEC_RUNNER_TARGET
+                  "/runner.py', "
                   "doraise=True)",
-                  src, tmp, NULL};
+                  src,
+                  tmp,
+                  NULL};
   char *envp[] = {"PATH=/usr/bin:/bin", "LC_ALL=C.UTF-8", NULL};
-  sbx_spec_t spec = {.argv = argv, .envp = envp, .workdir = dir, .limits = {.timeout_ms = 60000, .grace_ms = 1000}};
+  sbx_spec_t spec = {.argv = argv,
+                     .envp = envp,
+                     .workdir = dir,
+                     .limits = {.timeout_ms = 60000, .grace_ms = 1000}};
   sbx_run_callbacks_t cbs = {.on_output = runner_pyc_output, .on_exit = runner_pyc_done};
-  if (sbx_run_start(srv_server_loop(s), srv_server_host_backend(s), &spec, &cbs, rp, &rp->run, &err) < 0) {
+  if (sbx_run_start(srv_server_loop(s), srv_server_host_backend(s), &spec, &cbs, rp, &rp->run,
+                    &err) < 0) {
     cm_debug("compiling the start-up runner: %s", cm_error_message(&err));
     cm_error_release(&err);
     rp->failed = true;

@@ -7,8 +7,9 @@ void exec_spec_set_timeout(exec_spec_t *spec, const srv_config_t *cfg, uint64_t 
   uint64_t s = requested_s ? requested_s : cfg->default_timeout;
   if (requested_s > cfg->max_timeout) {
     /* The call still runs, with the most the server allows, and its result says so. */
-    spec->timeout_note = xasprintf("timeout_seconds %llu exceeds the server maximum; %llu was used",
-                                   (unsigned long long)requested_s, (unsigned long long)cfg->max_timeout);
+    spec->timeout_note =
+        xasprintf("timeout_seconds %llu exceeds the server maximum; %llu was used",
+                  (unsigned long long)requested_s, (unsigned long long)cfg->max_timeout);
     s = cfg->max_timeout;
   }
   spec->timeout_ms = s * 1000;

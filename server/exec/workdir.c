@@ -23,7 +23,8 @@ static bool workdir_mount(exec_state_t *x, const char *dir, uint64_t bytes) {
   char opts[64];
   snprintf(opts, sizeof opts, "size=%llu,mode=0700", (unsigned long long)bytes);
   if (mount("mps-work", dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
-    if (x->mount_state == -1) cm_warn("work directories are not size-capped: mounting a tmpfs failed: %s", strerror(errno));
+    if (x->mount_state == -1)
+      cm_warn("work directories are not size-capped: mounting a tmpfs failed: %s", strerror(errno));
     x->mount_state = 0;
     return false;
   }
@@ -57,7 +58,9 @@ void exec_workdir_remove(const char *workdir, bool mounted) {
   cm_error_release(&err);
 }
 
-bool exec_workdir_capped(exec_state_t *x, uint64_t bytes) { return bytes && geteuid() == 0 && x->mount_state != 0; }
+bool exec_workdir_capped(exec_state_t *x, uint64_t bytes) {
+  return bytes && geteuid() == 0 && x->mount_state != 0;
+}
 
 /* Unmounts the run and build directories in dir (a server's, or a crashed run's own), then
  * removes it. */
@@ -101,7 +104,8 @@ void srv_workdir_sweep(const char *work_root, uint64_t older_than_s) {
     /* Another server may share the state directory: only a directory older than any run or
      * build can be (the longest timeout and then some) is a left-over of a crash. */
     struct stat st;
-    if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode) || (uint64_t)(now - st.st_ctime) < older_than_s) continue;
+    if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode) || (uint64_t)(now - st.st_ctime) < older_than_s)
+      continue;
     remove_tree(p);
   }
   closedir(d);
@@ -116,9 +120,10 @@ static int claim_once(const char *work_root, char **out, int *lock_fd, cm_error_
   chmod(tmp, 0711); /* as work/: a run's uid must reach its own directory inside */
   char *dir = xasprintf("%s/srv-%s", work_root, strrchr(tmp, '-') + 1);
   int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  int rc = fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0 ? -1
+  int rc = fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0                       ? -1
            : renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_NOREPLACE) == 0 ? 1
-           : errno == EEXIST ? 0 : -1;
+           : errno == EEXIST                                                ? 0
+                                                                            : -1;
   if (rc < 0) cm_error_set(err, errno, CM_ERR_IO, "locking %s", tmp);
   if (rc <= 0) {
     if (fd >= 0) close(fd);

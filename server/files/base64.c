@@ -1,7 +1,6 @@
 /* Base64 (input files in, images out) and the escaping of artifact paths in URIs. */
 #include "server/files/files-internal.h"
 
-
 /* ---------------------------------------------------------------- base64 */
 
 static const char b64_alphabet[] =

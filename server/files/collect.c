@@ -179,7 +179,8 @@ static void collect_file(walk_t *w, int dfd, const char *name, const char *rel,
   e->mime = files_sniff_mime(head, head_len, base ? base + 1 : rel, e->is_text);
   uint64_t inline_left =
       lim->inline_total > w->inline_used ? lim->inline_total - w->inline_used : 0;
-  if (keep && copied <= inline_left && files_mime_is_image(e->mime) && copied <= lim->inline_bytes) {
+  if (keep && copied <= inline_left && files_mime_is_image(e->mime) &&
+      copied <= lim->inline_bytes) {
     e->how = FILES_IMAGE;
   } else if (keep && copied <= inline_left && e->is_text && copied <= lim->inline_text_bytes) {
     e->how = FILES_RESOURCE;

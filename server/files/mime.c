@@ -3,7 +3,6 @@
 
 #include "server/files/files-internal.h"
 
-
 /* ---------------------------------------------------------------- sniffing */
 
 static bool starts_with(const unsigned char *b, size_t len, const char *magic, size_t n) {

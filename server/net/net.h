@@ -64,5 +64,4 @@ json_t *srv_network_output_schema(void);
 void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend_t *backend,
                           cm_buf_t *t, json_t **obj);
 
-
 #endif

@@ -29,37 +29,43 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   }
   json_t *script = json_object_get(args, "script");
   if (!json_is_string(script)) {
-    srv_request_finish(r, srv_tool_error_result("'script' is required and must be a string of Python code."));
+    srv_request_finish(
+        r, srv_tool_error_result("'script' is required and must be a string of Python code."));
     return;
   }
   if (json_string_length(script) > cfg->max_script_bytes) {
     srv_request_finish(r, srv_tool_error_result("The script is %zu bytes; the limit is %llu bytes.",
-                                                json_string_length(script), (unsigned long long)cfg->max_script_bytes));
+                                                json_string_length(script),
+                                                (unsigned long long)cfg->max_script_bytes));
     return;
   }
   cleanup_exec_spec exec_spec_t spec = {0};
   cleanup_free char *net_error = NULL;
-  if (srv_network_parse_call(srv_server_network(s), cfg, srv_server_backend_kind(s), json_object_get(args, "network"),
-                             &spec.net, &net_error) < 0) {
+  if (srv_network_parse_call(srv_server_network(s), cfg, srv_server_backend_kind(s),
+                             json_object_get(args, "network"), &spec.net, &net_error) < 0) {
     srv_request_finish(r, srv_tool_error_result("%s", net_error));
     return;
   }
   json_t *deps = json_object_get(args, "dependencies");
   if (deps && !json_is_null(deps)) {
     if (!json_is_array(deps)) {
-      srv_request_finish(r, srv_tool_error_result("'dependencies' must be a list of requirement strings or null."));
+      srv_request_finish(r, srv_tool_error_result(
+                                "'dependencies' must be a list of requirement strings or null."));
       return;
     }
     if (json_array_size(deps) > EXEC_MAX_DEPENDENCIES) {
-      srv_request_finish(r, srv_tool_error_result("At most %d dependencies are accepted.", EXEC_MAX_DEPENDENCIES));
+      srv_request_finish(
+          r, srv_tool_error_result("At most %d dependencies are accepted.", EXEC_MAX_DEPENDENCIES));
       return;
     }
   }
   /* The PEP 723 block is read, never rewritten: line numbers in tracebacks stay true. */
   srv_script_t prepared;
   cm_error_t perr = CM_ERROR_INIT;
-  if (srv_script_prepare(json_string_value(script), json_string_length(script), deps, &prepared, &perr) < 0) {
-    srv_request_finish(r, srv_tool_error_result("Invalid script metadata or dependencies: %s", cm_error_message(&perr)));
+  if (srv_script_prepare(json_string_value(script), json_string_length(script), deps, &prepared,
+                         &perr) < 0) {
+    srv_request_finish(r, srv_tool_error_result("Invalid script metadata or dependencies: %s",
+                                                cm_error_message(&perr)));
     cm_error_release(&perr);
     return;
   }
@@ -67,26 +73,32 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   spec.uv_config = toml_type(tool_uv) == TOML_TABLE ? toml_write(tool_uv) : NULL;
   spec.requirements = steal_pointer(&prepared.requirements);
   spec.n_requirements = prepared.n_requirements;
-  spec.requires_python = prepared.meta.requires_python ? xstrdup(prepared.meta.requires_python) : NULL;
+  spec.requires_python =
+      prepared.meta.requires_python ? xstrdup(prepared.meta.requires_python) : NULL;
   srv_script_release(&prepared);
   json_t *t = json_object_get(args, "timeout_seconds");
   uint64_t timeout = 0; /* the server's default */
   if (t && !json_is_null(t)) {
-    if (!json_is_integer(t) && !(json_is_real(t) && json_real_value(t) == (double)(json_int_t)json_real_value(t))) {
-      srv_request_finish(r, srv_tool_error_result("'timeout_seconds' must be an integer number of seconds."));
+    if (!json_is_integer(t) &&
+        !(json_is_real(t) && json_real_value(t) == (double)(json_int_t)json_real_value(t))) {
+      srv_request_finish(
+          r, srv_tool_error_result("'timeout_seconds' must be an integer number of seconds."));
       return;
     }
     json_int_t v = json_is_integer(t) ? json_integer_value(t) : (json_int_t)json_real_value(t);
     if (v < 1) {
-      srv_request_finish(r, srv_tool_error_result("'timeout_seconds' must be at least 1 (got %lld).", (long long)v));
+      srv_request_finish(r, srv_tool_error_result(
+                                "'timeout_seconds' must be at least 1 (got %lld).", (long long)v));
       return;
     }
     timeout = (uint64_t)v;
   }
   exec_spec_set_timeout(&spec, cfg, timeout);
   json_t *pv = json_object_get(args, "python_version");
-  if (pv && !json_is_null(pv) && (!json_is_string(pv) || json_string_length(pv) == 0 || json_string_length(pv) > 200)) {
-    srv_request_finish(r, srv_tool_error_result("'python_version' must be a version string such as \"3.12\", \"3.13t\" or \">=3.11,<3.13\"."));
+  if (pv && !json_is_null(pv) &&
+      (!json_is_string(pv) || json_string_length(pv) == 0 || json_string_length(pv) > 200)) {
+    srv_request_finish(r, srv_tool_error_result("'python_version' must be a version string such as "
+                                                "\"3.12\", \"3.13t\" or \">=3.11,<3.13\"."));
     return;
   }
   spec.python_request = json_is_string(pv) ? xstrdup(json_string_value(pv)) : NULL;
@@ -134,15 +146,16 @@ static json_t *output_schema(void) {
       props, "python",
       json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}}}", "type", "object", "properties", "version",
                 "type", "string", "path", "type", "string", "implementation", "type", "string"));
+  json_object_set_new(props, "limit",
+                      json_pack("{s:[s, s], s:s}", "type", "string", "null", "description",
+                                "The limit the run hit: \"timeout\", \"cpu\", \"file_size\", "
+                                "\"memory\" or \"processes\" (a fork "
+                                "was refused); null if none."));
   json_object_set_new(
-      props, "limit",
+      props, "memory_peak_bytes",
       json_pack(
-          "{s:[s, s], s:s}", "type", "string", "null", "description",
-          "The limit the run hit: \"timeout\", \"cpu\", \"file_size\", \"memory\" or \"processes\" (a fork "
-          "was refused); null if none."));
-  json_object_set_new(props, "memory_peak_bytes",
-                      json_pack("{s:[s, s], s:s}", "type", "integer", "null", "description",
-                                "Peak memory of the whole process tree (from its cgroup); null when not measured."));
+          "{s:[s, s], s:s}", "type", "integer", "null", "description",
+          "Peak memory of the whole process tree (from its cgroup); null when not measured."));
   json_object_set_new(props, "signal",
                       json_pack("{s:[s, s], s:s}", "type", "integer", "null", "description",
                                 "The signal that killed the script, or null."));
@@ -163,7 +176,8 @@ static json_t *output_schema(void) {
 json_t *srv_tool_execute_python_describe(srv_server_t *s) {
   const srv_config_t *cfg = srv_server_config(s);
   /* docker and none: the network is on, but no policy of ours applies to it. */
-  bool unfiltered = cfg->network && !cfg->network_host && !srv_network_proxied(cfg, srv_server_backend_kind(s));
+  bool unfiltered =
+      cfg->network && !cfg->network_host && !srv_network_proxied(cfg, srv_server_backend_kind(s));
   cleanup_free char *desc = xasprintf(
       "Run a Python script in a sandbox and get back its output, its exit code and the files it "
       "writes to outputs/.\n"
@@ -206,27 +220,33 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       "for progress.",
       (unsigned long long)cfg->default_timeout, (unsigned long long)cfg->max_timeout,
       (unsigned long long)cfg->max_output_bytes,
-      !cfg->network       ? "Network access is off on this server."
-      : cfg->network_host ? "Network access is on (the host's own network); pass network: false to run without it."
-      : unfiltered        ? "Network access is on, not filtered: this sandbox backend does not apply the server's "
-                            "egress policy; pass network: false to run without it."
-                          : "Network access is on through the server's egress proxy (HTTP_PROXY/HTTPS_PROXY are set; "
-                            "loopback, private and metadata addresses are refused); pass network: false to run "
-                            "without it, or a list of destinations to allow only those.",
+      !cfg->network ? "Network access is off on this server."
+      : cfg->network_host
+          ? "Network access is on (the host's own network); pass network: false to run without it."
+      : unfiltered
+          ? "Network access is on, not filtered: this sandbox backend does not apply the server's "
+            "egress policy; pass network: false to run without it."
+          : "Network access is on through the server's egress proxy (HTTP_PROXY/HTTPS_PROXY are "
+            "set; "
+            "loopback, private and metadata addresses are refused); pass network: false to run "
+            "without it, or a list of destinations to allow only those.",
       (unsigned long long)cfg->max_input_files, (unsigned long long)cfg->max_input_file_bytes,
       (unsigned long long)cfg->max_input_bytes, (unsigned long long)cfg->max_inline_bytes,
       (unsigned long long)cfg->max_inline_text_bytes,
       (unsigned long long)(cfg->artifact_ttl_ms / 1000), (unsigned long long)cfg->max_output_files,
       (unsigned long long)cfg->max_artifact_bytes);
   json_t *input = json_pack(
-      "{s:s, s:{s:{s:s, s:s}, s:{s:[{s:s, s:{s:s}}, {s:s}], s:n, s:s}, s:{s:s, s:I, s:I, s:I, s:s}}, s:[s], s:b}",
+      "{s:s, s:{s:{s:s, s:s}, s:{s:[{s:s, s:{s:s}}, {s:s}], s:n, s:s}, s:{s:s, s:I, s:I, s:I, "
+      "s:s}}, s:[s], s:b}",
       "type", "object", "properties", "script", "type", "string", "description",
       "The Python source code to run. It may start with a PEP 723 '# /// script' metadata block.",
-      "dependencies", "anyOf", "type", "array", "items", "type", "string", "type", "null", "default",
-      "description", "Extra requirement strings (PEP 508), merged with the script's PEP 723 dependencies.",
-      "timeout_seconds", "type", "integer", "minimum", (json_int_t)1, "maximum", (json_int_t)cfg->max_timeout,
-      "default", (json_int_t)cfg->default_timeout, "description",
-      "Wall-clock limit in seconds; the script and everything it started are killed when it expires.",
+      "dependencies", "anyOf", "type", "array", "items", "type", "string", "type", "null",
+      "default", "description",
+      "Extra requirement strings (PEP 508), merged with the script's PEP 723 dependencies.",
+      "timeout_seconds", "type", "integer", "minimum", (json_int_t)1, "maximum",
+      (json_int_t)cfg->max_timeout, "default", (json_int_t)cfg->default_timeout, "description",
+      "Wall-clock limit in seconds; the script and everything it started are killed when it "
+      "expires.",
       "required", "script", "additionalProperties", 0);
   json_t *props = json_object_get(input, "properties");
   json_object_set_new(
@@ -249,20 +269,27 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
                                 "script starts.",
                                 "items", file_item));
   const char *net_desc =
-      !cfg->network ? "The network is off on this server; true or a list is refused."
-      : cfg->network_host
-          ? "false runs this call without any network access. (This server shares its own network with scripts.)"
-      : unfiltered ? "false runs this call without any network access where the backend can isolate it. (This "
-                     "backend does not filter the network: a list of destinations is refused.)"
-          : "false: no network at all. true (the default): the public internet through the server's egress proxy "
-            "(the sandbox's HTTP_PROXY/HTTPS_PROXY/ALL_PROXY; loopback, private, link-local and metadata addresses "
-            "are refused unless the server allows them). A list of destinations (\"api.github.com\", "
-            "\"*.example.com:443\", \"198.51.100.0/24\") allows only those, within what the server allows; an entry "
-            "the server denies entirely is an error. Refused destinations are listed in the result.";
-  json_object_set_new(props, "network",
-                      json_pack("{s:[{s:s}, {s:s, s:{s:s}, s:I}], s:b, s:s}", "anyOf", "type", "boolean", "type", "array",
-                                "items", "type", "string", "maxItems", (json_int_t)SRV_NET_MAX_CALL_RULES, "default",
-                                cfg->network, "description", net_desc));
+      !cfg->network       ? "The network is off on this server; true or a list is refused."
+      : cfg->network_host ? "false runs this call without any network access. (This server shares "
+                            "its own network with scripts.)"
+      : unfiltered        ? "false runs this call without any network access where the backend can "
+                            "isolate it. (This "
+                            "backend does not filter the network: a list of destinations is refused.)"
+                   : "false: no network at all. true (the default): the public internet through "
+                     "the server's egress proxy "
+                     "(the sandbox's HTTP_PROXY/HTTPS_PROXY/ALL_PROXY; loopback, private, "
+                     "link-local and metadata addresses "
+                     "are refused unless the server allows them). A list of destinations "
+                     "(\"api.github.com\", "
+                     "\"*.example.com:443\", \"198.51.100.0/24\") allows only those, within what "
+                     "the server allows; an entry "
+                     "the server denies entirely is an error. Refused destinations are listed in "
+                     "the result.";
+  json_object_set_new(
+      props, "network",
+      json_pack("{s:[{s:s}, {s:s, s:{s:s}, s:I}], s:b, s:s}", "anyOf", "type", "boolean", "type",
+                "array", "items", "type", "string", "maxItems", (json_int_t)SRV_NET_MAX_CALL_RULES,
+                "default", cfg->network, "description", net_desc));
   return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
                    "execute_python", "title", "Run Python in a sandbox", "description", desc,
                    "inputSchema", input, "outputSchema", output_schema(), "annotations", "title",

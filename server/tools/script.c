@@ -14,7 +14,8 @@ void srv_script_release(srv_script_t *s) {
   memset(s, 0, sizeof *s);
 }
 
-int srv_script_prepare(const char *script, size_t len, json_t *extra, srv_script_t *out, cm_error_t *err) {
+int srv_script_prepare(const char *script, size_t len, json_t *extra, srv_script_t *out,
+                       cm_error_t *err) {
   memset(out, 0, sizeof *out);
   if (pep723_parse_metadata(script, len, &out->meta, err) < 0) return -1;
   /* The extra list, as C strings. */
@@ -29,8 +30,8 @@ int srv_script_prepare(const char *script, size_t len, json_t *extra, srv_script
     extras[i] = json_string_value(d);
   }
   char **merged = NULL;
-  if (pep508_merge_dependencies((const char *const *)out->meta.dependencies, out->meta.n_dependencies,
-                                extras, n_extra, &merged, err) < 0) {
+  if (pep508_merge_dependencies((const char *const *)out->meta.dependencies,
+                                out->meta.n_dependencies, extras, n_extra, &merged, err) < 0) {
     srv_script_release(out);
     return -1;
   }

@@ -35,8 +35,8 @@ typedef struct validate_call {
   cm_buf_t out;
   bool resolve;
   void *resolve_wait;
-  void *probe_wait;   /* the resolution runs in the sandbox: after its probe */
-  char *valid_text;   /* the VALID answer, waiting for the resolution */
+  void *probe_wait; /* the resolution runs in the sandbox: after its probe */
+  char *valid_text; /* the VALID answer, waiting for the resolution */
   json_t *valid_sc;
   char *principal; /* held against --max-token-concurrent (exec_hold) */
 } validate_call_t;
@@ -82,13 +82,15 @@ static json_t *collect_warnings(validate_call_t *c) {
   for (size_t i = 0; i < c->script.n_requirements; i++) {
     pep508_requirement_t *q = c->script.parsed[i];
     if (q->marker && !pep508_marker_evaluate(q->marker, &env.env)) {
-      json_array_append_new(w, json_sprintf("%s: skipped on Python %s (its marker excludes this interpreter)",
-                                            c->script.requirements[i], c->py->version));
+      json_array_append_new(
+          w, json_sprintf("%s: skipped on Python %s (its marker excludes this interpreter)",
+                          c->script.requirements[i], c->py->version));
       continue;
     }
     if (!q->url && q->specifiers->len == 0)
-      json_array_append_new(w, json_sprintf("%s: no version constraint (any version may be installed)",
-                                            q->normalized_name));
+      json_array_append_new(w,
+                            json_sprintf("%s: no version constraint (any version may be installed)",
+                                         q->normalized_name));
   }
   return w;
 }
@@ -102,7 +104,8 @@ static void on_resolved(void *data, json_t *resolved, const char *error) {
     return;
   }
   if (!resolved) {
-    cleanup_free char *msg = xasprintf("the dependencies cannot be resolved: %s", error ? error : "unknown error");
+    cleanup_free char *msg =
+        xasprintf("the dependencies cannot be resolved: %s", error ? error : "unknown error");
     json_t *w = json_incref(json_object_get(c->valid_sc, "warnings"));
     finish(c, invalid_result(msg, w));
     return;
@@ -113,7 +116,8 @@ static void on_resolved(void *data, json_t *resolved, const char *error) {
   cm_buf_printf(&t, "\nresolved (%zu):", json_object_size(resolved));
   const char *name;
   json_t *v;
-  json_object_foreach(resolved, name, v) cm_buf_printf(&t, "\n  - %s==%s", name, json_string_value(v));
+  json_object_foreach(resolved, name, v)
+      cm_buf_printf(&t, "\n  - %s==%s", name, json_string_value(v));
   cleanup_free char *text = cm_buf_steal(&t);
   json_object_set(c->valid_sc, "resolved", resolved);
   json_t *result = srv_tool_text_result(text, false);
@@ -132,11 +136,12 @@ static void start_resolve(void *data) {
   }
   const char *principal = srv_session_principal(srv_request_session(c->req));
   cm_error_t err = CM_ERROR_INIT;
-  c->resolve_wait = env_store_resolve(srv_server_envs(c->server), c->py, c->script.requirements,
-                                      c->script.n_requirements, principal ? principal : SRV_PRINCIPAL_STDIO,
-                                      on_resolved, c, &err);
+  c->resolve_wait = env_store_resolve(
+      srv_server_envs(c->server), c->py, c->script.requirements, c->script.n_requirements,
+      principal ? principal : SRV_PRINCIPAL_STDIO, on_resolved, c, &err);
   if (!c->resolve_wait) {
-    finish(c, srv_tool_error_result("The dependencies were not resolved: %s.", cm_error_message(&err)));
+    finish(c, srv_tool_error_result("The dependencies were not resolved: %s.",
+                                    cm_error_message(&err)));
     cm_error_release(&err);
   }
 }
@@ -157,8 +162,9 @@ static void on_compiled(void *data, const sbx_result_t *res) {
   json_t *warnings = collect_warnings(c);
   cleanup_json json_t *verdict = c->out.len ? json_loadb(c->out.data, c->out.len, 0, NULL) : NULL;
   if (res->exit_code != 0 || res->timed_out) {
-    cleanup_free char *msg = xasprintf("the syntax check with Python %s did not finish (exit code %d%s)",
-                                       c->py->version, res->exit_code, res->timed_out ? ", timed out" : "");
+    cleanup_free char *msg =
+        xasprintf("the syntax check with Python %s did not finish (exit code %d%s)", c->py->version,
+                  res->exit_code, res->timed_out ? ", timed out" : "");
     finish(c, invalid_result(msg, warnings));
     return;
   }
@@ -168,13 +174,16 @@ static void on_compiled(void *data, const sbx_result_t *res) {
     json_t *line = json_object_get(verdict, "lineno");
     json_t *off = json_object_get(verdict, "offset");
     const char *text = json_string_value(json_object_get(verdict, "text"));
-    cleanup_free char *where = json_is_integer(line)
-                                   ? (json_is_integer(off) ? xasprintf(" (line %lld, column %lld)", (long long)json_integer_value(line),
-                                                                       (long long)json_integer_value(off))
-                                                           : xasprintf(" (line %lld)", (long long)json_integer_value(line)))
-                                   : xstrdup("");
-    cleanup_free char *full = xasprintf("%s: %s%s%s%s with Python %s", type ? type : "Error", msg ? msg : "", where,
-                                        text && *text ? ": " : "", text && *text ? text : "", c->py->version);
+    cleanup_free char *where =
+        json_is_integer(line)
+            ? (json_is_integer(off)
+                   ? xasprintf(" (line %lld, column %lld)", (long long)json_integer_value(line),
+                               (long long)json_integer_value(off))
+                   : xasprintf(" (line %lld)", (long long)json_integer_value(line)))
+            : xstrdup("");
+    cleanup_free char *full =
+        xasprintf("%s: %s%s%s%s with Python %s", type ? type : "Error", msg ? msg : "", where,
+                  text && *text ? ": " : "", text && *text ? text : "", c->py->version);
     finish(c, invalid_result(full, warnings));
     return;
   }
@@ -188,9 +197,11 @@ static void on_compiled(void *data, const sbx_result_t *res) {
     cm_buf_appends(&t, "\ndependencies: none");
   } else {
     cm_buf_printf(&t, "\ndependencies (%zu):", c->script.n_requirements);
-    for (size_t i = 0; i < c->script.n_requirements; i++) cm_buf_printf(&t, "\n  - %s", c->script.requirements[i]);
+    for (size_t i = 0; i < c->script.n_requirements; i++)
+      cm_buf_printf(&t, "\n  - %s", c->script.requirements[i]);
   }
-  cm_buf_printf(&t, "\npython: %s %s (%s)", c->py->implementation, c->py->version, c->py->executable);
+  cm_buf_printf(&t, "\npython: %s %s (%s)", c->py->implementation, c->py->version,
+                c->py->executable);
   if (json_array_size(warnings)) {
     cm_buf_appends(&t, "\nwarnings:");
     size_t i;
@@ -198,11 +209,13 @@ static void on_compiled(void *data, const sbx_result_t *res) {
     json_array_foreach(warnings, i, w) cm_buf_printf(&t, "\n  - %s", json_string_value(w));
   }
   json_t *deps = json_array();
-  for (size_t i = 0; i < c->script.n_requirements; i++) json_array_append_new(deps, json_string(c->script.requirements[i]));
+  for (size_t i = 0; i < c->script.n_requirements; i++)
+    json_array_append_new(deps, json_string(c->script.requirements[i]));
   cleanup_free char *text = cm_buf_steal(&t);
-  json_t *sc = json_pack("{s:b, s:[], s:o, s:o, s:o, s:{s:s, s:s}}", "valid", 1, "errors", "warnings", warnings,
-                         "dependencies", deps, "requires_python", rp ? json_string(rp) : json_null(), "python",
-                         "version", c->py->version, "path", c->py->executable);
+  json_t *sc = json_pack("{s:b, s:[], s:o, s:o, s:o, s:{s:s, s:s}}", "valid", 1, "errors",
+                         "warnings", warnings, "dependencies", deps, "requires_python",
+                         rp ? json_string(rp) : json_null(), "python", "version", c->py->version,
+                         "path", c->py->executable);
   if (c->resolve && c->script.n_requirements > 0) {
     c->valid_text = steal_pointer(&text);
     c->valid_sc = sc;
@@ -240,7 +253,8 @@ static void on_python(void *data, py_interp_t *def, const char *def_error) {
   validate_call_t *c = data;
   c->py_wait = NULL;
   cleanup_free char *why = NULL;
-  c->py = py_registry_select(srv_server_pythons(c->server), c->python_request, c->script.meta.requires_python, &why);
+  c->py = py_registry_select(srv_server_pythons(c->server), c->python_request,
+                             c->script.meta.requires_python, &why);
   if (!c->py) {
     finish(c, invalid_result(why ? why : "no interpreter", NULL));
     return;
@@ -267,11 +281,15 @@ static void on_python(void *data, py_interp_t *def, const char *def_error) {
       .argv = argv,
       .envp = envp,
       .workdir = c->workdir,
-      .limits = {.timeout_ms = VALIDATE_TIMEOUT_MS, .grace_ms = 500, .memory_bytes = 1ull << 30, .max_processes = 0,
+      .limits = {.timeout_ms = VALIDATE_TIMEOUT_MS,
+                 .grace_ms = 500,
+                 .memory_bytes = 1ull << 30,
+                 .max_processes = 0,
                  .file_size_bytes = 1 << 20},
   };
   sbx_run_callbacks_t cbs = {.on_output = on_compile_output, .on_exit = on_compiled};
-  if (sbx_run_start(srv_server_loop(c->server), srv_server_host_backend(c->server), &spec, &cbs, c, &c->run, &err) < 0) {
+  if (sbx_run_start(srv_server_loop(c->server), srv_server_host_backend(c->server), &spec, &cbs, c,
+                    &c->run, &err) < 0) {
     finish(c, srv_tool_error_result("Cannot run the syntax check: %s", cm_error_message(&err)));
     cm_error_release(&err);
   }
@@ -289,28 +307,35 @@ void srv_tool_validate_script(srv_request_t *r, json_t *args) {
     for (size_t i = 0; i < CM_ARRAY_SIZE(known_args); i++) known |= strcmp(key, known_args[i]) == 0;
     if (!known) {
       cleanup_free char *k = cm_log_excerpt(key, strlen(key), 40);
-      srv_request_finish(r, srv_tool_error_result("Unknown argument '%s'. validate_script accepts: script, dependencies, python_version, resolve.", k));
+      srv_request_finish(r, srv_tool_error_result("Unknown argument '%s'. validate_script accepts: "
+                                                  "script, dependencies, python_version, resolve.",
+                                                  k));
       return;
     }
   }
   json_t *script = json_object_get(args, "script");
   if (!json_is_string(script)) {
-    srv_request_finish(r, srv_tool_error_result("'script' is required and must be a string of Python code."));
+    srv_request_finish(
+        r, srv_tool_error_result("'script' is required and must be a string of Python code."));
     return;
   }
   if (json_string_length(script) > cfg->max_script_bytes) {
-    srv_request_finish(r, srv_tool_error_result("The script is %zu bytes; the limit is %llu bytes.", json_string_length(script),
+    srv_request_finish(r, srv_tool_error_result("The script is %zu bytes; the limit is %llu bytes.",
+                                                json_string_length(script),
                                                 (unsigned long long)cfg->max_script_bytes));
     return;
   }
   json_t *deps = json_object_get(args, "dependencies");
   if (deps && !json_is_null(deps) && !json_is_array(deps)) {
-    srv_request_finish(r, invalid_result("'dependencies' must be a list of requirement strings", NULL));
+    srv_request_finish(
+        r, invalid_result("'dependencies' must be a list of requirement strings", NULL));
     return;
   }
   json_t *pv = json_object_get(args, "python_version");
-  if (pv && !json_is_null(pv) && (!json_is_string(pv) || json_string_length(pv) == 0 || json_string_length(pv) > 200)) {
-    srv_request_finish(r, srv_tool_error_result("'python_version' must be a version string such as \"3.12\"."));
+  if (pv && !json_is_null(pv) &&
+      (!json_is_string(pv) || json_string_length(pv) == 0 || json_string_length(pv) > 200)) {
+    srv_request_finish(
+        r, srv_tool_error_result("'python_version' must be a version string such as \"3.12\"."));
     return;
   }
   json_t *resolve = json_object_get(args, "resolve");
@@ -339,7 +364,8 @@ void srv_tool_validate_script(srv_request_t *r, json_t *args) {
   const char *principal = session ? srv_session_principal(session) : SRV_PRINCIPAL_STDIO;
   if (!exec_hold(srv_server_exec(s), principal)) {
     json_t *res = srv_tool_error_result(
-        "The token '%s' already has %llu calls running or waiting across its sessions (the server's "
+        "The token '%s' already has %llu calls running or waiting across its sessions (the "
+        "server's "
         "per-token limit, --max-token-concurrent). Wait for one to finish and call again.",
         principal, (unsigned long long)cfg->max_token_concurrent);
     finish(c, res);
@@ -352,27 +378,36 @@ void srv_tool_validate_script(srv_request_t *r, json_t *args) {
 
 json_t *srv_tool_validate_script_describe(srv_server_t *s) {
   json_t *input = json_pack(
-      "{s:s, s:{s:{s:s, s:s}, s:{s:[{s:s, s:{s:s}}, {s:s}], s:n, s:s}, s:{s:s, s:s}}, s:[s], s:b}", "type", "object",
-      "properties", "script", "type", "string", "description", "The Python source code to check.", "dependencies",
-      "anyOf", "type", "array", "items", "type", "string", "type", "null", "default", "description",
-      "Extra requirement strings (PEP 508), merged with the script's PEP 723 dependencies.", "python_version", "type",
-      "string", "description", "The Python that would run it (as for execute_python).", "required", "script",
+      "{s:s, s:{s:{s:s, s:s}, s:{s:[{s:s, s:{s:s}}, {s:s}], s:n, s:s}, s:{s:s, s:s}}, s:[s], s:b}",
+      "type", "object", "properties", "script", "type", "string", "description",
+      "The Python source code to check.", "dependencies", "anyOf", "type", "array", "items", "type",
+      "string", "type", "null", "default", "description",
+      "Extra requirement strings (PEP 508), merged with the script's PEP 723 dependencies.",
+      "python_version", "type", "string", "description",
+      "The Python that would run it (as for execute_python).", "required", "script",
       "additionalProperties", 0);
-  json_object_set_new(json_object_get(input, "properties"), "resolve",
-                      json_pack("{s:s, s:b, s:s}", "type", "boolean", "default", 0, "description",
-                                "Also resolve the dependencies against the package index (a dry run: nothing is "
-                                "installed) and list the exact versions that would be installed."));
-  json_t *output = json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s, s, s]}", "type", "object",
-                             "properties", "valid", "type", "boolean", "errors", "type", "array", "warnings", "type",
-                             "array", "dependencies", "type", "array", "required", "valid", "errors", "warnings");
-  return json_pack(
-      "{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name", "validate_script", "title",
-      "Check a Python script without running it", "description",
-      "Checks a script without running it: its PEP 723 '# /// script' metadata block (TOML), every dependency "
-      "string (PEP 508), requires-python against the interpreters this server has, and the script's syntax as "
-      "compiled by the interpreter that would run it. Answers 'VALID' with the requires-python value, the merged "
-      "dependency list, the interpreter and warnings (unpinned requirements, requirements a marker excludes), "
-      "or 'INVALID: <reason>' with a message that points at the problem.",
-      "inputSchema", input, "outputSchema", output, "annotations", "title", "Check a Python script without running it",
-      "readOnlyHint", 1, "destructiveHint", 0, "idempotentHint", 1, "openWorldHint", 0);
+  json_object_set_new(
+      json_object_get(input, "properties"), "resolve",
+      json_pack("{s:s, s:b, s:s}", "type", "boolean", "default", 0, "description",
+                "Also resolve the dependencies against the package index (a dry run: nothing is "
+                "installed) and list the exact versions that would be installed."));
+  json_t *output = json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s, s, s]}", "type",
+                             "object", "properties", "valid", "type", "boolean", "errors", "type",
+                             "array", "warnings", "type", "array", "dependencies", "type", "array",
+                             "required", "valid", "errors", "warnings");
+  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
+                   "validate_script", "title", "Check a Python script without running it",
+                   "description",
+                   "Checks a script without running it: its PEP 723 '# /// script' metadata block "
+                   "(TOML), every dependency "
+                   "string (PEP 508), requires-python against the interpreters this server has, "
+                   "and the script's syntax as "
+                   "compiled by the interpreter that would run it. Answers 'VALID' with the "
+                   "requires-python value, the merged "
+                   "dependency list, the interpreter and warnings (unpinned requirements, "
+                   "requirements a marker excludes), "
+                   "or 'INVALID: <reason>' with a message that points at the problem.",
+                   "inputSchema", input, "outputSchema", output, "annotations", "title",
+                   "Check a Python script without running it", "readOnlyHint", 1, "destructiveHint",
+                   0, "idempotentHint", 1, "openWorldHint", 0);
 }

@@ -95,8 +95,13 @@ static void test_utf8(void **state) {
   assert_int_equal(cm_utf8_clip("a\xe4\xb8\x96", 2), 1);
   assert_int_equal(cm_utf8_clip("ab", 2), 2);
   size_t n;
-  char *s = cm_utf8_sanitize("a\xff" "b", 3, &n);
-  assert_string_equal(s, "a\xef\xbf\xbd" "b");
+  char *s = cm_utf8_sanitize(
+      "a\xff"
+      "b",
+      3, &n);
+  assert_string_equal(s,
+                      "a\xef\xbf\xbd"
+                      "b");
   assert_int_equal(n, 5);
   free(s);
 }
@@ -270,7 +275,8 @@ static void test_rm_rf_unprivileged(void **state) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0)
+    if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+        setresuid(65534, 65534, 65534) < 0)
       _exit(100);
     _exit(rm_unreadable_trees());
   }
@@ -320,9 +326,11 @@ static void test_files_at(void **state) {
       {"file", O_RDONLY, CM_ANY_OWNER, 4, "file is too large"},
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-    assert_int_equal(
-        cm_open_regular_at(dir, refused[i].name, refused[i].flags, refused[i].owner, refused[i].max, NULL, &err), -1);
-    if (!strstr(cm_error_message(&err), refused[i].why)) fail_msg("%s: %s", refused[i].name, cm_error_message(&err));
+    assert_int_equal(cm_open_regular_at(dir, refused[i].name, refused[i].flags, refused[i].owner,
+                                        refused[i].max, NULL, &err),
+                     -1);
+    if (!strstr(cm_error_message(&err), refused[i].why))
+      fail_msg("%s: %s", refused[i].name, cm_error_message(&err));
     cm_error_release(&err);
   }
   int devdir = open("/dev", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -680,11 +680,12 @@ static void replay_enforce(tr_http_t *h) {
       if (skip || !s->replay_bytes) continue;
       /* The principal keeping the most first (the one most over its share), its largest
        * session; of equals, the one left alone the longest. */
-      size_t mine = s->principal->replay_bytes, theirs = largest ? largest->principal->replay_bytes : 0;
+      size_t mine = s->principal->replay_bytes,
+             theirs = largest ? largest->principal->replay_bytes : 0;
       if (!largest || mine > theirs ||
-          (mine == theirs && (s->replay_bytes > largest->replay_bytes ||
-                              (s->replay_bytes == largest->replay_bytes &&
-                               s->last_active < largest->last_active))))
+          (mine == theirs &&
+           (s->replay_bytes > largest->replay_bytes ||
+            (s->replay_bytes == largest->replay_bytes && s->last_active < largest->last_active))))
         largest = s;
     }
     if (!largest) break;
@@ -1067,7 +1068,7 @@ static void sse_read_done(void *cls);
 
 static enum MHD_Result respond_sse(hs_conn_t *c) {
   struct MHD_Response *r = tr_mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_SSE_BLOCK,
-                                                             sse_read, c, sse_read_done);
+                                                                sse_read, c, sse_read_done);
   if (!r) return MHD_NO;
   c->refs++; /* the response's, dropped by sse_read_done */
   c->streaming = true;
@@ -1489,8 +1490,8 @@ static enum MHD_Result preflight(hs_conn_t *c) {
   if (!r) return MHD_NO;
   tr_mhd.add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
   tr_mhd.add_response_header(r, "Access-Control-Allow-Headers",
-                          "Content-Type, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, "
-                          "Last-Event-ID, Accept");
+                             "Content-Type, Authorization, Mcp-Session-Id, Mcp-Protocol-Version, "
+                             "Last-Event-ID, Accept");
   tr_mhd.add_response_header(r, "Access-Control-Max-Age", "600");
   return queue(c, 204, r);
 }
