@@ -39,7 +39,7 @@ build() {
 suite() {
   local dir=$1 name=$2
   echo "== $name: unit tests, sandbox tests and fuzz-corpus replays (ctest)"
-  ctest --test-dir "$dir" --output-on-failure -j"$jobs"
+  ctest --test-dir "$dir" --output-on-failure -j"$jobs" # check_layers_symbols: no call cycles
   local backend
   for backend in bwrap none; do
     echo "== $name: integration tests (the real binary over stdio, sandbox backend $backend)"
@@ -50,6 +50,13 @@ suite() {
   echo "== $name: end-to-end tests with real MCP clients (TypeScript SDK v1 and v2, Inspector CLI v1 and v2)"
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/e2e/run.sh
 }
+
+echo "== format: every .c and .h file as .clang-format has it (clang-format 14)"
+git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
+
+echo "== layers: every #include follows the layer table, no include cycles (and the check's self-test)"
+/usr/bin/python3 scripts/check-layers.py
+/usr/bin/python3 scripts/check-layers.py --self-test
 
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 suite build "normal build"

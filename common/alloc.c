@@ -74,6 +74,13 @@ size_t cm_strv_len(char *const *v) {
   return n;
 }
 
+char **cm_strv_dup(char *const *v) {
+  size_t n = cm_strv_len(v);
+  char **out = xcalloc(n + 1, sizeof *out);
+  for (size_t i = 0; i < n; i++) out[i] = xstrdup(v[i]);
+  return out;
+}
+
 void cm_strv_add(cm_strv_builder_t *b, const char *s) {
   if (b->n + 2 > b->cap) {
     b->cap = b->cap ? b->cap * 2 : 16;

@@ -36,7 +36,9 @@ int cm_buf_append(cm_buf_t *b, const void *data, size_t len) {
   return 0;
 }
 
-int cm_buf_appends(cm_buf_t *b, const char *s) { return cm_buf_append(b, s, strlen(s)); }
+int cm_buf_appends(cm_buf_t *b, const char *s) {
+  return cm_buf_append(b, s, strlen(s));
+}
 
 int cm_buf_printf(cm_buf_t *b, const char *fmt, ...) {
   va_list ap;

@@ -36,7 +36,8 @@ typedef struct cm_error {
   char *msg;            /* heap string, owned; NULL while no error is set */
 } cm_error_t;
 
-#define CM_ERROR_INIT {0, CM_ERR_NONE, NULL}
+#define CM_ERROR_INIT \
+  { 0, CM_ERR_NONE, NULL }
 
 /* Sets *err (replacing what it held) and returns -1.  errnum 0 means "no errno";
  * a non-zero errnum appends ": strerror(errnum)" to the message. */
@@ -54,12 +55,20 @@ void cm_cleanup_closep(int *fd);
 void cm_cleanup_fclosep(void *p);
 void cm_cleanup_error(cm_error_t *err);
 void cm_cleanup_strvp(void *p);
+/* A child process owned by a scope: killed (its process group too) and reaped when the
+ * scope ends, unless taken with steal_pid().  <= 0 means none. */
+void cm_cleanup_pidp(int *pid);
+/* A directory owned by a scope (a heap path): removed with everything in it (cm_rm_rf) and
+ * freed when the scope ends, unless taken with steal_pointer(). */
+void cm_cleanup_rmtreep(void *p);
 
 #define cleanup_free __attribute__((cleanup(cm_cleanup_freep)))
 #define cleanup_close __attribute__((cleanup(cm_cleanup_closep)))
 #define cleanup_fclose __attribute__((cleanup(cm_cleanup_fclosep)))
 #define cleanup_error __attribute__((cleanup(cm_cleanup_error)))
 #define cleanup_strv __attribute__((cleanup(cm_cleanup_strvp)))
+#define cleanup_pid __attribute__((cleanup(cm_cleanup_pidp)))
+#define cleanup_rmtree __attribute__((cleanup(cm_cleanup_rmtreep)))
 
 static inline void *cm_steal_pointer(void *pp) {
   void **p = (void **)pp;
@@ -68,6 +77,11 @@ static inline void *cm_steal_pointer(void *pp) {
   return v;
 }
 #define steal_pointer(pp) cm_steal_pointer(pp)
+static inline int steal_pid(int *pid) {
+  int v = *pid;
+  *pid = -1;
+  return v;
+}
 static inline int steal_fd(int *fd) {
   int v = *fd;
   *fd = -1;
@@ -88,6 +102,8 @@ void *xmemdup(const void *p, size_t n);
 /* NULL-terminated vector of heap strings. */
 void cm_strv_free(char **v);
 size_t cm_strv_len(char *const *v);
+/* A copy of v (an empty vector for NULL). */
+char **cm_strv_dup(char *const *v);
 
 /* Builds a NULL-terminated vector of heap strings (argv, envp).  Zero-initialise it; v stays
  * NULL until the first string; release with cm_strv_free(b.v) or take it with cm_strv_steal. */
@@ -225,7 +241,8 @@ int cm_write_file(const char *path, const void *data, size_t len, mode_t mode, c
 int cm_mkdir_p(const char *path, mode_t mode, cm_error_t *err);
 /* rm -rf that never follows symlinks and stays on one filesystem path. */
 int cm_rm_rf(const char *path, cm_error_t *err);
-/* ---------------------------------------------------------------- files a sandbox could have written
+/* ---------------------------------------------------------------- files a sandbox could have
+ * written
  *
  * For every file the server opens, reads, writes or removes in a directory that a
  * sandboxed process could write (or could have written: a build's staging directory and
@@ -240,13 +257,14 @@ int cm_open_dir_at(int dirfd, const char *name, cm_error_t *err);
  * the open fd that it is a regular file, owned by owner (CM_ANY_OWNER: anyone) and at most
  * max_size bytes; st gets its status (may be NULL).  The fd (blocking again), or -1: a
  * symlink, FIFO, socket, device or directory is an error naming what it is. */
-int cm_open_regular_at(int dirfd, const char *name, int flags, uid_t owner, uint64_t max_size, struct stat *st,
-                       cm_error_t *err);
+int cm_open_regular_at(int dirfd, const char *name, int flags, uid_t owner, uint64_t max_size,
+                       struct stat *st, cm_error_t *err);
 /* Reads a whole regular file of at most max bytes (checks of cm_open_regular_at). */
-int cm_read_file_at(int dirfd, const char *name, uid_t owner, size_t max, char **out, size_t *out_len,
-                    cm_error_t *err);
+int cm_read_file_at(int dirfd, const char *name, uid_t owner, size_t max, char **out,
+                    size_t *out_len, cm_error_t *err);
 /* Creates a new file (O_EXCL: fails if anything has the name, a symlink included) with data. */
-int cm_create_file_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode, cm_error_t *err);
+int cm_create_file_at(int dirfd, const char *name, const void *data, size_t len, mode_t mode,
+                      cm_error_t *err);
 /* rm -rf of name in dirfd, never following a symlink.  Takes as long as the tree is big:
  * on the event loop only for trees the server made small; else in a child (sbx_call). */
 int cm_rm_rf_at(int dirfd, const char *name, cm_error_t *err);
@@ -279,7 +297,8 @@ bool cm_memeq_ct(const void *a, const void *b, size_t len);
 /* Opens the shared library soname (kept open for the life of the process) and resolves
  * each of names[] into syms[], all or nothing: a library loaded only when a feature is
  * used.  The error names the library and what the loader said. */
-int cm_dl_symbols(const char *soname, const char *const *names, size_t n, void **syms, cm_error_t *err);
+int cm_dl_symbols(const char *soname, const char *const *names, size_t n, void **syms,
+                  cm_error_t *err);
 
 /* Is buf valid UTF-8? */
 bool cm_utf8_valid(const char *buf, size_t len);

@@ -1,5 +1,7 @@
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/wait.h>
 
 #include "common/cm.h"
 
@@ -48,7 +50,28 @@ const char *cm_error_message(const cm_error_t *err) {
   return err->msg;
 }
 
-void cm_cleanup_error(cm_error_t *err) { cm_error_release(err); }
+void cm_cleanup_error(cm_error_t *err) {
+  cm_error_release(err);
+}
+
+void cm_cleanup_pidp(int *pid) {
+  if (*pid <= 0) return;
+  kill(-*pid, SIGKILL);
+  kill(*pid, SIGKILL);
+  while (waitpid(*pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+  *pid = -1;
+}
+
+void cm_cleanup_rmtreep(void *p) {
+  char **dir = (char **)p;
+  if (!*dir) return;
+  cm_error_t err = CM_ERROR_INIT;
+  if (cm_rm_rf(*dir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
+  cm_error_release(&err);
+  free(*dir);
+  *dir = NULL;
+}
 
 void cm_cleanup_freep(void *p) {
   void **pp = (void **)p;

@@ -7,8 +7,12 @@ static cm_log_level_t current_level = CM_LOG_INFO;
 
 static const char *const level_names[] = {"debug", "info", "warning", "error", "off"};
 
-void cm_log_set_level(cm_log_level_t level) { current_level = level; }
-cm_log_level_t cm_log_get_level(void) { return current_level; }
+void cm_log_set_level(cm_log_level_t level) {
+  current_level = level;
+}
+cm_log_level_t cm_log_get_level(void) {
+  return current_level;
+}
 
 int cm_log_parse_level(const char *name, cm_log_level_t *level) {
   for (size_t i = 0; i < CM_ARRAY_SIZE(level_names); i++) {
@@ -31,7 +35,8 @@ void cm_log(cm_log_level_t level, const char *fmt, ...) {
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
-  int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s mcp-python-exec-sandbox: ",
+  int n = snprintf(line, sizeof line,
+                   "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s mcp-python-exec-sandbox: ",
                    tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                    ts.tv_nsec / 1000000, level_names[level]);
   if (n < 0) return;

@@ -54,7 +54,9 @@ uint64_t cm_now_us(void) {
   return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-uint64_t cm_now_ms(void) { return cm_now_us() / 1000u; }
+uint64_t cm_now_ms(void) {
+  return cm_now_us() / 1000u;
+}
 
 cm_loop_t *cm_loop_new(cm_error_t *err) {
   int fd = epoll_create1(EPOLL_CLOEXEC);
@@ -277,5 +279,9 @@ int cm_loop_run(cm_loop_t *loop, cm_error_t *err) {
   return 0;
 }
 
-void cm_loop_stop(cm_loop_t *loop) { loop->stop = true; }
-bool cm_loop_stopped(const cm_loop_t *loop) { return loop->stop; }
+void cm_loop_stop(cm_loop_t *loop) {
+  loop->stop = true;
+}
+bool cm_loop_stopped(const cm_loop_t *loop) {
+  return loop->stop;
+}

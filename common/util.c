@@ -37,8 +37,9 @@ int cm_write_all(int fd, const void *buf, size_t len) {
 
 int cm_read_file(const char *path, size_t max, char **out, size_t *out_len, cm_error_t *err) {
   cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return cm_error_set(err, errno, errno == ENOENT ? CM_ERR_NOT_FOUND : CM_ERR_IO,
-                                  "open %s", path);
+  if (fd < 0)
+    return cm_error_set(err, errno, errno == ENOENT ? CM_ERR_NOT_FOUND : CM_ERR_IO, "open %s",
+                        path);
   cm_buf_t b;
   cm_buf_init(&b, max);
   char chunk[65536];
@@ -75,7 +76,8 @@ int cm_mkdir_p(const char *path, mode_t mode, cm_error_t *err) {
     if (p[i] != '/' && p[i] != '\0') continue;
     char saved = p[i];
     p[i] = '\0';
-    if (mkdir(p, mode) < 0 && errno != EEXIST) return cm_error_set(err, errno, CM_ERR_IO, "mkdir %s", p);
+    if (mkdir(p, mode) < 0 && errno != EEXIST)
+      return cm_error_set(err, errno, CM_ERR_IO, "mkdir %s", p);
     p[i] = saved;
   }
   return 0;
@@ -109,7 +111,8 @@ static int rm_rf_at(int parent_fd, const char *name, int depth) {
 }
 
 int cm_rm_rf(const char *path, cm_error_t *err) {
-  if (rm_rf_at(AT_FDCWD, path, 0) < 0) return cm_error_set(err, errno, CM_ERR_IO, "remove %s", path);
+  if (rm_rf_at(AT_FDCWD, path, 0) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "remove %s", path);
   return 0;
 }
 
@@ -134,9 +137,11 @@ char *cm_find_executable(const char *name) {
   return NULL;
 }
 
-int cm_dl_symbols(const char *soname, const char *const *names, size_t n, void **syms, cm_error_t *err) {
+int cm_dl_symbols(const char *soname, const char *const *names, size_t n, void **syms,
+                  cm_error_t *err) {
   void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", soname, dlerror());
+  if (!lib)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "cannot load %s: %s", soname, dlerror());
   for (size_t i = 0; i < n; i++) {
     syms[i] = dlsym(lib, names[i]);
     if (!syms[i]) {

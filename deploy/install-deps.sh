@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config clang
+  build-essential cmake pkg-config clang clang-format
   libmicrohttpd-dev libjansson-dev libssl-dev uuid-dev libseccomp-dev libcmocka-dev
   libc-ares-dev iproute2
   bubblewrap python3 python3-venv python3-pip python3-pytest ca-certificates curl procps

@@ -133,6 +133,9 @@ void eg_policy_add_allow(eg_policy_t *p, const eg_rule_t *r);
 void eg_policy_add_deny(eg_policy_t *p, const eg_rule_t *r);
 /* A deep copy (closed_reason is a static string and is shared). */
 void eg_policy_copy(eg_policy_t *dst, const eg_policy_t *src);
+/* Adds to p an allow rule for the host and port of an http(s) URL (exact name or address);
+ * -1 when it is not one. */
+int eg_policy_allow_url(eg_policy_t *p, const char *url);
 
 /* ---------------------------------------------------------------- HTTP request heads */
 
@@ -225,6 +228,10 @@ int eg_url_parse(const char *buf, size_t len, eg_url_t *out);
 void eg_url_release(eg_url_t *u);
 /* The URL without its password (user kept), for keys and messages.  Heap. */
 char *eg_url_redact(const char *url);
+
+/* The variables that point a sandbox's clients at its forwarder (HTTP_PROXY, HTTPS_PROXY,
+ * ALL_PROXY and their lower-case forms, all http://127.0.0.1:EG_SANDBOX_PORT). */
+void eg_proxy_env(cm_strv_builder_t *env);
 
 /* ---------------------------------------------------------------- the proxy */
 

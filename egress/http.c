@@ -398,3 +398,11 @@ char *eg_url_redact(const char *url) {
   if (!colon) return xstrdup(url);
   return xasprintf("%.*s%s", (int)(colon - url), url, at);
 }
+
+void eg_proxy_env(cm_strv_builder_t *env) {
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", EG_SANDBOX_PORT);
+  static const char *const names[] = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                                      "http_proxy", "https_proxy", "all_proxy"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(names); i++) cm_strv_addf(env, "%s=%s", names[i], url);
+}

@@ -1307,7 +1307,8 @@ eg_proxy_t *eg_proxy_new(cm_loop_t *loop, const eg_proxy_config_t *cfg, cm_error
       if (setrlimit(RLIMIT_NOFILE, &raised) == 0) nofile.rlim_cur = want;
     }
     rlim_t fds = nofile.rlim_cur > 512 ? nofile.rlim_cur - 512 : 64;
-    p->global_max = CM_MAX((size_t)32, CM_MIN((size_t)EG_GLOBAL_MAX_CONNECTIONS, (size_t)(fds / 4)));
+    p->global_max =
+        CM_MAX((size_t)32, CM_MIN((size_t)EG_GLOBAL_MAX_CONNECTIONS, (size_t)(fds / 4)));
   } else {
     p->global_max = 256;
   }

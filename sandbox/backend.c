@@ -25,7 +25,8 @@ int sbx_spec_check_common(const sbx_spec_t *spec, cm_error_t *err) {
   if (lstat(spec->workdir, &st) < 0)
     return cm_error_set(err, errno, CM_ERR_NOT_FOUND, "work directory %s", spec->workdir);
   if (!S_ISDIR(st.st_mode))
-    return cm_error_set(err, 0, CM_ERR_INVALID, "work directory %s is not a directory", spec->workdir);
+    return cm_error_set(err, 0, CM_ERR_INVALID, "work directory %s is not a directory",
+                        spec->workdir);
   for (char *const *e = spec->envp; e && *e; e++) {
     /* Without '=', docker would even copy the variable from the client's environment. */
     if (!strchr(*e, '=') || **e == '=')
@@ -53,7 +54,9 @@ static int none_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *la
   return 0;
 }
 
-static char *none_describe(sbx_backend_t *b) { return xstrdup("none (no sandboxing)"); }
+static char *none_describe(sbx_backend_t *b) {
+  return xstrdup("none (no sandboxing)");
+}
 
 static const sbx_backend_ops_t none_ops = {
     .name = "none",
@@ -67,22 +70,26 @@ static const sbx_backend_ops_t none_ops = {
 /* A backend this binary was built without: it exists, so the server starts and says why
  * it cannot run anything, but it never runs a script. */
 static int missing_error(sbx_backend_t *b, cm_error_t *err) {
-  return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "this binary was built without the %s backend", b->ops->name);
+  return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "this binary was built without the %s backend",
+                      b->ops->name);
 }
 static void missing_probe(sbx_backend_t *b, sbx_probe_t *probe) {
   cm_error_t err = CM_ERROR_INIT;
   missing_error(b, &err);
   sbx_probe_finish(probe, &err);
 }
-static int missing_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch, cm_error_t *err) {
+static int missing_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
+                         cm_error_t *err) {
   return missing_error(b, err);
 }
 #endif
 #ifndef MPS_HAVE_BWRAP
-static const sbx_backend_ops_t missing_bwrap_ops = {.name = "bwrap", .probe = missing_probe, .build = missing_build};
+static const sbx_backend_ops_t missing_bwrap_ops = {
+    .name = "bwrap", .probe = missing_probe, .build = missing_build};
 #endif
 #ifndef MPS_HAVE_DOCKER
-static const sbx_backend_ops_t missing_docker_ops = {.name = "docker", .probe = missing_probe, .build = missing_build};
+static const sbx_backend_ops_t missing_docker_ops = {
+    .name = "docker", .probe = missing_probe, .build = missing_build};
 #endif
 
 static const sbx_backend_ops_t *find_ops(const char *name) {
@@ -111,12 +118,24 @@ sbx_backend_t *sbx_backend_new(const char *name, cm_error_t *err) {
   return b;
 }
 
-const char *sbx_backend_name(const sbx_backend_t *b) { return b->ops->name; }
-void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg) { b->cgroups = cg; }
-bool sbx_backend_maps_paths(const sbx_backend_t *b) { return b->ops->maps_paths; }
-bool sbx_backend_can_hold(const sbx_backend_t *b) { return b->ops->can_hold && b->available; }
-bool sbx_backend_can_egress(const sbx_backend_t *b) { return b->ops->can_egress; }
-bool sbx_backend_host_processes(const sbx_backend_t *b) { return b->ops->host_processes; }
+const char *sbx_backend_name(const sbx_backend_t *b) {
+  return b->ops->name;
+}
+void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg) {
+  b->cgroups = cg;
+}
+bool sbx_backend_maps_paths(const sbx_backend_t *b) {
+  return b->ops->maps_paths;
+}
+bool sbx_backend_can_hold(const sbx_backend_t *b) {
+  return b->ops->can_hold && b->available;
+}
+bool sbx_backend_can_egress(const sbx_backend_t *b) {
+  return b->ops->can_egress;
+}
+bool sbx_backend_host_processes(const sbx_backend_t *b) {
+  return b->ops->host_processes;
+}
 
 char *sbx_backend_describe(sbx_backend_t *b) {
   cleanup_free char *d = b->ops->describe ? b->ops->describe(b) : xstrdup(b->ops->name);
@@ -141,6 +160,7 @@ sbx_identity_t *sbx_identity_new(sbx_backend_t *b) {
 
 void sbx_identity_free(sbx_identity_t *id) {
   if (!id) return;
-  if (id->backend && id->backend->ops->identity_release) id->backend->ops->identity_release(id->backend, id);
+  if (id->backend && id->backend->ops->identity_release)
+    id->backend->ops->identity_release(id->backend, id);
   free(id);
 }

@@ -270,7 +270,8 @@ static void add_etc_file(argv_builder_t *a, cm_strv_builder_t *copies, const cha
 
 /* Adds `--file FD path` for each file of paths that is still a regular file, with the fd
  * into fds (at *n, at most max).  A file that went away is left out, as a -try bind would. */
-static void add_file_copies(argv_builder_t *a, char *const *paths, int *fds, size_t *n, size_t max) {
+static void add_file_copies(argv_builder_t *a, char *const *paths, int *fds, size_t *n,
+                            size_t max) {
   for (char *const *path = paths; path && *path && *n < max; path++) {
     int fd = open(*path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     struct stat st;
@@ -407,9 +408,10 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the bwrap backend was not probed");
   if (check_spec(spec, err) < 0) return -1;
 
-  uid_t uid = !p->as_root                               ? getuid()
-              : spec->identity && spec->identity->has_uid ? spec->identity->uid
-                                                          : pick_uid(p, &spec->limits, &launch->uid_slot);
+  uid_t uid = !p->as_root ? getuid()
+              : spec->identity && spec->identity->has_uid
+                  ? spec->identity->uid
+                  : pick_uid(p, &spec->limits, &launch->uid_slot);
   gid_t gid = p->as_root ? (gid_t)uid : getgid();
   /* Handed over once: a later run of the same identity (the next step of a build) finds the
    * tree its own already, and the server never walks what a sandbox wrote. */
@@ -543,7 +545,8 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   cleanup_close int egress_fd = -1;
   if (spec->network && spec->egress) {
     if (spec->egress->fd < 0 || spec->egress->port < 1024)
-      return cm_error_set(err, 0, CM_ERR_INVALID, "an egress channel needs an fd and a port above 1023");
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "an egress channel needs an fd and a port above 1023");
     egress_fd = fcntl(spec->egress->fd, F_DUPFD_CLOEXEC, 3);
     if (egress_fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "duplicating the egress channel");
     args_add(&a, "--egress-fd", NULL);
@@ -607,7 +610,6 @@ static void bwrap_reserve(sbx_backend_t *b, const sbx_launch_t *launch, uint64_t
 }
 
 /* ---------------------------------------------------------------- probe */
-
 
 static char *output_excerpt(const cm_buf_t *b) {
   size_t len = b->len;
@@ -815,8 +817,10 @@ static char *bwrap_describe(sbx_backend_t *b) {
   bwrap_priv_t *p = priv_of(b);
   if (!p->version) return xasprintf("bubblewrap (%s)", p->bwrap_path ? p->bwrap_path : "bwrap");
   return xasprintf(
-      "bubblewrap %s (%s): pid/ipc/uts/cgroup/network namespaces, %s, no capabilities, no_new_privs, "
-      "seccomp filter, rlimits, capped /tmp; network per the policy (a forwarder to the egress proxy)",
+      "bubblewrap %s (%s): pid/ipc/uts/cgroup/network namespaces, %s, no capabilities, "
+      "no_new_privs, "
+      "seccomp filter, rlimits, capped /tmp; network per the policy (a forwarder to the egress "
+      "proxy)",
       p->version, p->bwrap_path,
       p->as_root ? "per-run unprivileged uid" : "user namespace with the server's uid");
 }

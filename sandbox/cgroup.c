@@ -45,7 +45,7 @@ struct sbx_cgroups {
   uint64_t seq;
   char **pending; /* run directories that were still busy when their run ended */
   size_t n_pending;
-  cm_loop_t *loop;   /* for retrying them */
+  cm_loop_t *loop; /* for retrying them */
   cm_timer_t *retry;
   unsigned retries;
 };
@@ -91,7 +91,8 @@ char *sbx_cgroup_own_path(const char *buf, size_t len, const char *controller) {
     if (c2 && c2 + 1 < le && c2[1] == '/') {
       bool match = controller ? list_has(c1 + 1, (size_t)(c2 - c1 - 1), controller)
                               : (c1 - p == 1 && *p == '0' && c2 == c1 + 1);
-      if (match && !memchr(c2 + 1, '\0', (size_t)(le - c2 - 1))) return xstrndup(c2 + 1, (size_t)(le - c2 - 1));
+      if (match && !memchr(c2 + 1, '\0', (size_t)(le - c2 - 1)))
+        return xstrndup(c2 + 1, (size_t)(le - c2 - 1));
     }
     p = le + 1;
   }
@@ -103,8 +104,8 @@ static char *unescape_field(const char *s, size_t n) {
   char *out = xmalloc(n + 1);
   size_t o = 0;
   for (size_t i = 0; i < n; i++) {
-    if (s[i] == '\\' && i + 3 < n && s[i + 1] >= '0' && s[i + 1] <= '3' && s[i + 2] >= '0' && s[i + 2] <= '7' && s[i + 3] >= '0' &&
-        s[i + 3] <= '7') {
+    if (s[i] == '\\' && i + 3 < n && s[i + 1] >= '0' && s[i + 1] <= '3' && s[i + 2] >= '0' &&
+        s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
       out[o++] = (char)((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
       i += 3;
     } else {
@@ -133,7 +134,8 @@ static bool path_is_clean(const char *p) {
   return true;
 }
 
-int sbx_cgroup_find_mount(const char *buf, size_t len, const char *controller, char **mountpoint, char **root) {
+int sbx_cgroup_find_mount(const char *buf, size_t len, const char *controller, char **mountpoint,
+                          char **root) {
   *mountpoint = *root = NULL;
   const char *p = buf, *end = buf + len;
   while (p < end) {
@@ -190,7 +192,8 @@ char *sbx_cgroup_dir(const char *mountpoint, const char *root, const char *own) 
   /* The server's cgroup must lie inside what the mount shows. */
   if (rl && (strncmp(own, root, rl) != 0 || (own[rl] != '/' && own[rl] != '\0'))) return NULL;
   const char *rel = own + rl;
-  if (strstr(rel, "/../") || strstr(rel, "/./") || (strlen(rel) >= 3 && strcmp(rel + strlen(rel) - 3, "/..") == 0))
+  if (strstr(rel, "/../") || strstr(rel, "/./") ||
+      (strlen(rel) >= 3 && strcmp(rel + strlen(rel) - 3, "/..") == 0))
     return NULL;
   char *dir = strcmp(rel, "/") == 0 || *rel == '\0'
                   ? xstrdup(mountpoint)
@@ -211,7 +214,8 @@ static int cg_write(const char *dir, const char *file, const char *value, cm_err
   if (fd < 0) return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "open %s", path);
   ssize_t n = write(fd, value, strlen(value));
   if (n != (ssize_t)strlen(value))
-    return cm_error_set(err, n < 0 ? errno : EIO, CM_ERR_UNAVAILABLE, "writing \"%s\" to %s", value, path);
+    return cm_error_set(err, n < 0 ? errno : EIO, CM_ERR_UNAVAILABLE, "writing \"%s\" to %s", value,
+                        path);
   return 0;
 }
 
@@ -313,7 +317,8 @@ static unsigned controllers_in(const char *text) {
     const char *s = p;
     while (*p && *p != ' ' && *p != '\n') p++;
     for (size_t i = 0; i < CM_ARRAY_SIZE(cg_names); i++) {
-      if ((size_t)(p - s) == strlen(cg_names[i].name) && memcmp(s, cg_names[i].name, (size_t)(p - s)) == 0)
+      if ((size_t)(p - s) == strlen(cg_names[i].name) &&
+          memcmp(s, cg_names[i].name, (size_t)(p - s)) == 0)
         set |= cg_names[i].bit;
     }
   }
@@ -351,7 +356,8 @@ static void sweep_stale(const char *dir) {
   struct dirent *e;
   while ((e = readdir(d))) {
     uint64_t pid;
-    if (strncmp(e->d_name, "mps-", 4) != 0 || cm_parse_u64(e->d_name + 4, INT32_MAX, &pid) < 0) continue;
+    if (strncmp(e->d_name, "mps-", 4) != 0 || cm_parse_u64(e->d_name + 4, INT32_MAX, &pid) < 0)
+      continue;
     if (pid == (uint64_t)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
     cleanup_free char *sub = xasprintf("%s/%s", dir, e->d_name);
     kill_members_below(sub, 1);
@@ -369,7 +375,8 @@ static void sweep_stale(const char *dir) {
 static char *make_parent(const char *dir, cm_error_t *err) {
   sweep_stale(dir);
   char *parent = xasprintf("%s/mps-%ld", dir, (long)getpid());
-  if (mkdir(parent, 0755) < 0 && (errno != EEXIST || !remove_tree(parent) || mkdir(parent, 0755) < 0)) {
+  if (mkdir(parent, 0755) < 0 &&
+      (errno != EEXIST || !remove_tree(parent) || mkdir(parent, 0755) < 0)) {
     cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "cannot create %s", parent);
     free(parent);
     return NULL;
@@ -400,20 +407,24 @@ static int setup_v2(sbx_cgroups_t *cg, const char *dir, bool own, cm_error_t *er
   /* A directory given explicitly is used even without controllers: the runs' trees are
    * still tracked, measured (cpu.stat) and killed as a whole. */
   if (!want && own)
-    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "no memory, pids or cpu controller is delegated to %s", dir);
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                        "no memory, pids or cpu controller is delegated to %s", dir);
   cleanup_free char *enable = enable_string(want);
-  if (want && (cg_read(dir, "cgroup.subtree_control", buf, sizeof buf) < 0 || (controllers_in(buf) & want) != want)) {
+  if (want && (cg_read(dir, "cgroup.subtree_control", buf, sizeof buf) < 0 ||
+               (controllers_in(buf) & want) != want)) {
     cm_error_t e = CM_ERROR_INIT;
     if (cg_write(dir, "cgroup.subtree_control", enable, &e) < 0) {
       if (!own || e.errnum != EBUSY || !alone_in(dir)) {
         cm_error_release(&e);
         return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
-                            "cannot enable %s in %s: it holds other processes or is not delegated", enable, dir);
+                            "cannot enable %s in %s: it holds other processes or is not delegated",
+                            enable, dir);
       }
       cm_error_release(&e);
       /* We are alone in our cgroup (a service with Delegate=yes): move to a leaf. */
       cleanup_free char *leaf = xasprintf("%s/mps-server", dir);
-      if ((mkdir(leaf, 0755) < 0 && errno != EEXIST) || cg_write(leaf, "cgroup.procs", "0", err) < 0 ||
+      if ((mkdir(leaf, 0755) < 0 && errno != EEXIST) ||
+          cg_write(leaf, "cgroup.procs", "0", err) < 0 ||
           cg_write(dir, "cgroup.subtree_control", enable, err) < 0)
         return cm_error_wrap(err, "moving the server to %s", leaf);
     }
@@ -433,8 +444,8 @@ static int setup_v2(sbx_cgroups_t *cg, const char *dir, bool own, cm_error_t *er
 }
 
 /* cgroup v1: one directory per hierarchy that has a controller we use. */
-static int setup_v1(sbx_cgroups_t *cg, const char *mountinfo, size_t mi_len, const char *self, size_t self_len,
-                    cm_error_t *err) {
+static int setup_v1(sbx_cgroups_t *cg, const char *mountinfo, size_t mi_len, const char *self,
+                    size_t self_len, cm_error_t *err) {
   cleanup_free char *why = NULL;
   for (size_t i = 0; i < CM_ARRAY_SIZE(cg_names); i++) {
     cleanup_free char *mp = NULL, *root = NULL, *own = NULL, *dir = NULL;
@@ -444,7 +455,9 @@ static int setup_v1(sbx_cgroups_t *cg, const char *mountinfo, size_t mi_len, con
     if (!dir) continue;
     size_t h;
     for (h = 0; h < cg->n_hier; h++) {
-      if (strncmp(cg->hier[h].parent, dir, strlen(dir)) == 0 && cg->hier[h].parent[strlen(dir)] == '/') break;
+      if (strncmp(cg->hier[h].parent, dir, strlen(dir)) == 0 &&
+          cg->hier[h].parent[strlen(dir)] == '/')
+        break;
     }
     if (h < cg->n_hier) {
       cg->hier[h].controllers |= cg_names[i].bit;
@@ -462,8 +475,8 @@ static int setup_v1(sbx_cgroups_t *cg, const char *mountinfo, size_t mi_len, con
     cg->controllers |= cg_names[i].bit;
   }
   if (!(cg->controllers & (CG_MEMORY | CG_PIDS | CG_CPU)))
-    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "no writable memory, pids or cpu cgroup%s%s", why ? ": " : "",
-                        why ? why : "");
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "no writable memory, pids or cpu cgroup%s%s",
+                        why ? ": " : "", why ? why : "");
   cg->version = 1;
   return 0;
 }
@@ -488,7 +501,8 @@ sbx_cgroups_t *sbx_cgroups_open(const char *setting, cm_error_t *err) {
     /* A directory the administrator delegated to us (cgroup v2 only): failing is fatal. */
     struct statfs sf;
     if (setting[0] != '/' || statfs(setting, &sf) < 0 || sf.f_type != CGROUP2_SUPER_MAGIC) {
-      cm_error_set(err, 0, CM_ERR_INVALID, "--cgroup %s: not a directory of a cgroup v2 file system", setting);
+      cm_error_set(err, 0, CM_ERR_INVALID,
+                   "--cgroup %s: not a directory of a cgroup v2 file system", setting);
       sbx_cgroups_free(cg);
       return NULL;
     }
@@ -520,16 +534,20 @@ sbx_cgroups_t *sbx_cgroups_open(const char *setting, cm_error_t *err) {
     return cg;
   }
   cgroups_reset(cg);
-  cg->reason = xasprintf("no delegated cgroup (v2: %s; v1: %s)", cm_error_message(&e2), cm_error_message(&e1));
+  cg->reason = xasprintf("no delegated cgroup (v2: %s; v1: %s)", cm_error_message(&e2),
+                         cm_error_message(&e1));
   cm_error_release(&e2);
   cm_error_release(&e1);
   return cg;
 }
 
-bool sbx_cgroups_active(const sbx_cgroups_t *cg) { return cg && cg->version != 0; }
+bool sbx_cgroups_active(const sbx_cgroups_t *cg) {
+  return cg && cg->version != 0;
+}
 
 char *sbx_cgroups_describe(const sbx_cgroups_t *cg) {
-  if (!sbx_cgroups_active(cg)) return xasprintf("not used: %s", cg && cg->reason ? cg->reason : "not set up");
+  if (!sbx_cgroups_active(cg))
+    return xasprintf("not used: %s", cg && cg->reason ? cg->reason : "not set up");
   cm_buf_t b;
   cm_buf_init(&b, 0);
   cm_buf_printf(&b, "cgroup v%d (", cg->version);
@@ -564,7 +582,9 @@ static void retry_pending(sbx_cgroups_t *cg) {
   cg->n_pending = kept;
 }
 
-void sbx_cgroups_set_loop(sbx_cgroups_t *cg, cm_loop_t *loop) { cg->loop = loop; }
+void sbx_cgroups_set_loop(sbx_cgroups_t *cg, cm_loop_t *loop) {
+  cg->loop = loop;
+}
 
 /* Killed processes take a moment to leave their cgroup (a pid namespace is torn down after
  * its init is reaped): retry the removal a few times a second for up to 10 s. */
@@ -603,18 +623,20 @@ void sbx_cgroups_free(sbx_cgroups_t *cg) {
 
 /* ---------------------------------------------------------------- runs */
 
-static int apply_limits(const sbx_cgroups_t *cg, const char *dir, unsigned controllers, const sbx_limits_t *l,
-                        cm_error_t *err) {
+static int apply_limits(const sbx_cgroups_t *cg, const char *dir, unsigned controllers,
+                        const sbx_limits_t *l, cm_error_t *err) {
   char v[64];
   if ((controllers & CG_MEMORY) && l->memory_bytes) {
     snprintf(v, sizeof v, "%llu", (unsigned long long)l->memory_bytes);
     if (cg->version == 2) {
       if (cg_write(dir, "memory.max", v, err) < 0) return -1;
       /* No swap: the limit is the memory the tree may use, not a hint. */
-      if (cg_exists(dir, "memory.swap.max") && cg_write(dir, "memory.swap.max", "0", err) < 0) return -1;
+      if (cg_exists(dir, "memory.swap.max") && cg_write(dir, "memory.swap.max", "0", err) < 0)
+        return -1;
     } else {
       if (cg_write(dir, "memory.limit_in_bytes", v, err) < 0) return -1;
-      if (cg_exists(dir, "memory.memsw.limit_in_bytes") && cg_write(dir, "memory.memsw.limit_in_bytes", v, err) < 0)
+      if (cg_exists(dir, "memory.memsw.limit_in_bytes") &&
+          cg_write(dir, "memory.memsw.limit_in_bytes", v, err) < 0)
         return -1;
     }
   }
@@ -638,7 +660,8 @@ static int apply_limits(const sbx_cgroups_t *cg, const char *dir, unsigned contr
   return 0;
 }
 
-int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup_run_t **out, cm_error_t *err) {
+int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup_run_t **out,
+                       cm_error_t *err) {
   *out = NULL;
   retry_pending(cg);
   sbx_cgroup_run_t *r = xcalloc(1, sizeof *r);
@@ -650,7 +673,9 @@ int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup
     unsigned ctl = cg->hier[i].controllers;
     /* v1: a CPU hierarchy with no CPU limit to set would only cost a directory and a
      * migration per run. */
-    if (cg->version == 1 && !(ctl & (CG_MEMORY | CG_PIDS)) && !((ctl & CG_CPU) && limits->cpu_millis)) continue;
+    if (cg->version == 1 && !(ctl & (CG_MEMORY | CG_PIDS)) &&
+        !((ctl & CG_CPU) && limits->cpu_millis))
+      continue;
     size_t k = r->n++;
     r->controllers[k] = ctl;
     r->dirs[k] = xasprintf("%s/run-%llu", cg->hier[i].parent, (unsigned long long)seq);
@@ -715,7 +740,8 @@ void sbx_cgroup_run_collect(const sbx_cgroup_run_t *r, sbx_result_t *res) {
   } else {
     const char *acct = dir_with(r, CG_CPUACCT);
     if (mem && read_u64(mem, "memory.max_usage_in_bytes", &v)) res->memory_peak_bytes = v;
-    if (mem && read_keyed(mem, "memory.oom_control", "oom_kill", &v) && v > 0) res->memory_limit = true;
+    if (mem && read_keyed(mem, "memory.oom_control", "oom_kill", &v) && v > 0)
+      res->memory_limit = true;
     if (acct && read_u64(acct, "cpuacct.usage", &v)) res->cgroup_cpu_us = v / 1000;
   }
   if (pids && read_keyed(pids, "pids.events", "max", &v) && v > 0) res->process_limit = true;
@@ -741,6 +767,7 @@ void sbx_cgroup_run_free(sbx_cgroup_run_t *r) {
     r->cg->pending = xrealloc(r->cg->pending, (r->cg->n_pending + 1) * sizeof *r->cg->pending);
     r->cg->pending[r->cg->n_pending++] = r->dirs[i];
   }
-  if (r->cg->n_pending && !r->cg->retry && r->cg->loop) r->cg->retry = cm_loop_timer(r->cg->loop, 5, on_retry, r->cg);
+  if (r->cg->n_pending && !r->cg->retry && r->cg->loop)
+    r->cg->retry = cm_loop_timer(r->cg->loop, 5, on_retry, r->cg);
   free(r);
 }

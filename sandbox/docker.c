@@ -100,7 +100,6 @@ typedef struct docker_priv {
 
 /* ---------------------------------------------------------------- argv builder */
 
-
 /* ---------------------------------------------------------------- paths */
 
 static docker_priv_t *priv_of(sbx_backend_t *b) {
@@ -267,7 +266,8 @@ static int check_spec(const sbx_spec_t *spec, cm_error_t *err) {
                           m->host);
     /* /tmp itself may be a mount (an environment build's, on its own bounded space): it
      * takes the tmpfs's place. */
-    if (!m->target || !path_is_clean(m->target) || (target_is_reserved(m->target) && strcmp(m->target, "/tmp") != 0))
+    if (!m->target || !path_is_clean(m->target) ||
+        (target_is_reserved(m->target) && strcmp(m->target, "/tmp") != 0))
       return cm_error_set(err, 0, CM_ERR_INVALID, "mount target '%s' is not allowed",
                           m->target ? m->target : "(null)");
   }
@@ -417,10 +417,10 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
 
   cm_strv_builder_t a = {0};
   cm_strv_addv(&a, p->docker_path, "run", "--rm", "--interactive=false", "--name", name, "--init",
-           "--pull", "never", "--log-driver", "none", "--network",
-           spec->network ? "bridge" : "none", "--hostname", DOCKER_HOSTNAME, "--ipc", "private",
-           "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user",
-           NULL);
+               "--pull", "never", "--log-driver", "none", "--network",
+               spec->network ? "bridge" : "none", "--hostname", DOCKER_HOSTNAME, "--ipc", "private",
+               "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user",
+               NULL);
   cm_strv_addf(&a, "%u:%u", (unsigned)uid, (unsigned)gid);
 
   const sbx_limits_t *l = &spec->limits;
@@ -442,23 +442,24 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   if (l->cpu_seconds) { /* soft: SIGXCPU, hard one second later: SIGKILL (as the spawn helper) */
     cm_strv_addv(&a, "--ulimit", NULL);
     cm_strv_addf(&a, "cpu=%llu:%llu", (unsigned long long)l->cpu_seconds,
-              (unsigned long long)l->cpu_seconds + 1);
+                 (unsigned long long)l->cpu_seconds + 1);
   }
   if (l->file_size_bytes) { /* docker hands the number to setrlimit as is: bytes */
     cm_strv_addv(&a, "--ulimit", NULL);
     cm_strv_addf(&a, "fsize=%llu:%llu", (unsigned long long)l->file_size_bytes,
-              (unsigned long long)l->file_size_bytes);
+                 (unsigned long long)l->file_size_bytes);
   }
   if (l->open_files) {
     cm_strv_addv(&a, "--ulimit", NULL);
     cm_strv_addf(&a, "nofile=%llu:%llu", (unsigned long long)l->open_files,
-              (unsigned long long)l->open_files);
+                 (unsigned long long)l->open_files);
   }
   cm_strv_addv(&a, "--ulimit", "core=0:0", NULL);
 
   uint64_t tmp_bytes = l->tmp_bytes ? l->tmp_bytes : DOCKER_DEFAULT_TMP_BYTES;
   bool tmp_mounted = false;
-  for (size_t i = 0; i < spec->n_mounts; i++) tmp_mounted |= strcmp(spec->mounts[i].target, "/tmp") == 0;
+  for (size_t i = 0; i < spec->n_mounts; i++)
+    tmp_mounted |= strcmp(spec->mounts[i].target, "/tmp") == 0;
   if (!tmp_mounted) {
     cm_strv_addv(&a, "--tmpfs", NULL);
     cm_strv_addf(&a, "/tmp:rw,nosuid,nodev,size=%llu", (unsigned long long)tmp_bytes);
@@ -516,7 +517,6 @@ static char **cli_env_new(void) {
   }
   return env;
 }
-
 
 /* Trimmed output, or NULL when there is none. */
 static char *trimmed(const cm_buf_t *b) {

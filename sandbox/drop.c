@@ -47,12 +47,12 @@
  * With --egress-fd (a unix SOCK_SEQPACKET socket to the server's egress proxy, egress.h) the
  * supervisor is also the sandbox's forwarder: before the go (a prestarted sandbox has it
  * ready) it listens on PORT of every IPv4 address of the sandbox's own network namespace (which
- * has nothing but loopback: 127.0.0.0/8) and of [::1] when the namespace has IPv6, and passes every connection it accepts to the server as a
- * file descriptor (SCM_RIGHTS), copying no bytes itself.  It never blocks: the listeners are
- * non-blocking, a connection the server cannot take yet waits in a queue of at most
- * EGRESS_QUEUE (while it is full nothing more is accepted, and the kernel's backlog holds the
- * rest), and when the server's end closes it stops listening, so clients see refused
- * connections.  The port needs no capability (it is above 1024), and the listeners are made
+ * has nothing but loopback: 127.0.0.0/8) and of [::1] when the namespace has IPv6, and passes every
+ * connection it accepts to the server as a file descriptor (SCM_RIGHTS), copying no bytes itself.
+ * It never blocks: the listeners are non-blocking, a connection the server cannot take yet waits in
+ * a queue of at most EGRESS_QUEUE (while it is full nothing more is accepted, and the kernel's
+ * backlog holds the rest), and when the server's end closes it stops listening, so clients see
+ * refused connections.  The port needs no capability (it is above 1024), and the listeners are made
  * before the supervisor restricts itself; the command never inherits them.
  *
  * Any failure exits 126 with one line on stderr, which reaches the run's stderr; a failed
@@ -189,7 +189,8 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
   if (o->egress_fd >= 0) {
     if (o->status_fd < 0) die_msg("--egress-fd needs --status-fd");
     if (o->egress_port < 1024) die_msg("--egress-fd needs an --egress-port above 1023");
-    if (o->egress_fd == o->status_fd || o->egress_fd == o->control_fd) die_msg("--egress-fd is another channel's fd");
+    if (o->egress_fd == o->status_fd || o->egress_fd == o->control_fd)
+      die_msg("--egress-fd is another channel's fd");
     int type = 0;
     socklen_t tl = sizeof type;
     if (getsockopt(o->egress_fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_SEQPACKET)
@@ -373,7 +374,8 @@ static int egress_listen(int family, uint16_t port) {
     rc = bind(fd, (struct sockaddr *)&a, sizeof a);
   } else {
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    struct sockaddr_in6 a = {
+        .sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = IN6ADDR_LOOPBACK_INIT};
     rc = bind(fd, (struct sockaddr *)&a, sizeof a);
   }
   if (rc < 0 || listen(fd, EGRESS_BACKLOG) < 0) {
@@ -417,7 +419,8 @@ static int egress_pass(egress_t *e, int conn) {
     char buf[CMSG_SPACE(sizeof(int))];
   } ctl;
   memset(&ctl, 0, sizeof ctl);
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
   struct cmsghdr *h = CMSG_FIRSTHDR(&m);
   h->cmsg_level = SOL_SOCKET;
   h->cmsg_type = SCM_RIGHTS;
@@ -587,8 +590,10 @@ static void supervise(const drop_opts_t *o) {
       close(pfd[1].fd);
       pfd[1].fd = -1;
     }
-    if (pfd[4].fd >= 0 && (pfd[4].revents & (POLLHUP | POLLERR | POLLNVAL))) egress_gone(&eg);
-    else if (pfd[4].fd >= 0 && (pfd[4].revents & POLLOUT)) egress_flush(&eg);
+    if (pfd[4].fd >= 0 && (pfd[4].revents & (POLLHUP | POLLERR | POLLNVAL)))
+      egress_gone(&eg);
+    else if (pfd[4].fd >= 0 && (pfd[4].revents & POLLOUT))
+      egress_flush(&eg);
     for (int i = 0; i < 2; i++)
       if (pfd[2 + i].fd >= 0 && pfd[2 + i].fd == eg.listen[i] && (pfd[2 + i].revents & POLLIN))
         egress_accept(&eg, eg.listen[i]);

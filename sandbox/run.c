@@ -252,7 +252,8 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
   }
   const int *cgroup_fds = NULL;
   int cgroup_dir_fd = -1;
-  size_t n_cgroup_fds = run->cgroup ? sbx_cgroup_run_join_fds(run->cgroup, &cgroup_fds, &cgroup_dir_fd) : 0;
+  size_t n_cgroup_fds =
+      run->cgroup ? sbx_cgroup_run_join_fds(run->cgroup, &cgroup_fds, &cgroup_dir_fd) : 0;
   size_t n_pass = 0;
   while (n_pass < CM_ARRAY_SIZE(run->launch.pass_fds) && run->launch.pass_fds[n_pass] >= 0)
     n_pass++;
@@ -298,18 +299,22 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
   return 0;
 }
 
-int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, uint64_t timeout_ms, cm_error_t *err) {
+int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, uint64_t timeout_ms,
+                    cm_error_t *err) {
   if (!run->held || run->reaped || run->finished || run->killing || run->launch.control_fd < 0)
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the prestarted sandbox is gone");
   /* One byte into an empty pipe: never blocks. */
   ssize_t n;
   do n = write(run->launch.control_fd, "G", 1);
   while (n < 0 && errno == EINTR);
-  if (n != 1) return cm_error_set(err, n < 0 ? errno : EIO, CM_ERR_UNAVAILABLE, "releasing the prestarted sandbox");
+  if (n != 1)
+    return cm_error_set(err, n < 0 ? errno : EIO, CM_ERR_UNAVAILABLE,
+                        "releasing the prestarted sandbox");
   run->held = false;
   if (run->backend->ops->reserve)
-    run->backend->ops->reserve(run->backend, &run->launch,
-                               timeout_ms ? cm_now_ms() + timeout_ms + run->limits.grace_ms : UINT64_MAX);
+    run->backend->ops->reserve(
+        run->backend, &run->launch,
+        timeout_ms ? cm_now_ms() + timeout_ms + run->limits.grace_ms : UINT64_MAX);
   run->cbs = *cbs;
   run->data = data;
   run->limits.timeout_ms = timeout_ms;
@@ -363,7 +368,8 @@ void sbx_run_free(sbx_run_t *run) {
   cm_watch_remove(run->w_err);
   sbx_child_close(&run->child);
   /* Everything of it is gone: what the backend reserved may be reused (after its margin). */
-  if (run->backend && run->backend->ops->reserve) run->backend->ops->reserve(run->backend, &run->launch, cm_now_ms());
+  if (run->backend && run->backend->ops->reserve)
+    run->backend->ops->reserve(run->backend, &run->launch, cm_now_ms());
   /* Now, not deferred: the cgroups may be freed before the loop runs again. */
   sbx_cgroup_run_free(run->cgroup);
   run->cgroup = NULL;

@@ -62,7 +62,8 @@ int sbx_seccomp_build(void **bpf, size_t *len, cm_error_t *err);
 
 /* cgroup.c: one run's cgroup (see sbx_cgroups_open). */
 typedef struct sbx_cgroup_run sbx_cgroup_run_t;
-int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup_run_t **out, cm_error_t *err);
+int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup_run_t **out,
+                       cm_error_t *err);
 /* The open cgroup.procs files the spawned child writes "0" to, and (v2) the directory to
  * start it in with clone3 instead (-1 on v1). */
 size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds, int *dir_fd);
@@ -80,7 +81,8 @@ void sbx_cgroup_run_free(sbx_cgroup_run_t *r);
  * controller; -1 when there is none.  sbx_cgroup_dir: the directory of cgroup `own` under
  * a mount, or NULL when the mount does not show it. */
 char *sbx_cgroup_own_path(const char *buf, size_t len, const char *controller);
-int sbx_cgroup_find_mount(const char *buf, size_t len, const char *controller, char **mountpoint, char **root);
+int sbx_cgroup_find_mount(const char *buf, size_t len, const char *controller, char **mountpoint,
+                          char **root);
 char *sbx_cgroup_dir(const char *mountpoint, const char *root, const char *own);
 
 #ifdef MPS_HAVE_DOCKER

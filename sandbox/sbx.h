@@ -42,10 +42,10 @@ typedef struct sbx_mount {
 
 /* What to run.  Strings and vectors are borrowed for the duration of sbx_run_start(). */
 typedef struct sbx_spec {
-  char *const *argv;     /* the command as seen inside the sandbox; argv[0] an absolute path */
-  char *const *envp;     /* the complete environment inside the sandbox */
-  const char *workdir;   /* host path of the per-run work directory; the command's cwd */
-  char *const *ro_binds; /* host paths made visible read-only at the same path (may be NULL) */
+  char *const *argv;         /* the command as seen inside the sandbox; argv[0] an absolute path */
+  char *const *envp;         /* the complete environment inside the sandbox */
+  const char *workdir;       /* host path of the per-run work directory; the command's cwd */
+  char *const *ro_binds;     /* host paths made visible read-only at the same path (may be NULL) */
   const sbx_mount_t *mounts; /* extra mounts at their own targets */
   size_t n_mounts;
   /* false: no network at all (backends that can isolate it).  true with egress: the
@@ -87,11 +87,11 @@ typedef struct sbx_launch {
                    * group gets the SIGTERM */
 } sbx_launch_t;
 
-#define SBX_LAUNCH_INIT \
-  {                                                                                          \
-    .pass_fds = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,                               \
-                 -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},                              \
-    .status_fd = -1, .control_fd = -1, .uid_slot = -1                                        \
+#define SBX_LAUNCH_INIT                                           \
+  {                                                               \
+    .pass_fds = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  \
+                 -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}, \
+    .status_fd = -1, .control_fd = -1, .uid_slot = -1             \
   }
 
 void sbx_launch_release(sbx_launch_t *l);
@@ -139,9 +139,9 @@ typedef struct sbx_cgroups sbx_cgroups_t;
 
 struct sbx_backend {
   const sbx_backend_ops_t *ops;
-  bool available;     /* probe succeeded */
-  char *unavailable;  /* why not, when !available */
-  bool probing;       /* a probe is in flight: available says nothing yet */
+  bool available;    /* probe succeeded */
+  char *unavailable; /* why not, when !available */
+  bool probing;      /* a probe is in flight: available says nothing yet */
   void *priv;
   /* Borrowed: runs of this backend get a cgroup each (backends whose processes are our
    * descendants; docker's containers have the engine's).  NULL = none. */
@@ -240,25 +240,25 @@ int sbx_status_read(int fd, sbx_status_record_t *rec);
 
 typedef struct sbx_child {
   pid_t pid;
-  int pidfd;      /* readable when the child exits; reap with sbx_child_reap */
-  int stdout_fd;  /* non-blocking read ends, or -1 */
+  int pidfd;     /* readable when the child exits; reap with sbx_child_reap */
+  int stdout_fd; /* non-blocking read ends, or -1 */
   int stderr_fd;
 } sbx_child_t;
 
 typedef struct sbx_spawn_opts {
   char *const *argv;
   char *const *envp;
-  const char *cwd;           /* NULL = inherit */
-  bool capture_output;       /* pipes for stdout/stderr; else /dev/null */
+  const char *cwd;            /* NULL = inherit */
+  bool capture_output;        /* pipes for stdout/stderr; else /dev/null */
   const sbx_limits_t *limits; /* rlimits to set in the child, or NULL */
-  const int *pass_fds;       /* fds to keep (not close-on-exec) in the child; -1 ends */
+  const int *pass_fds;        /* fds to keep (not close-on-exec) in the child; -1 ends */
   size_t n_pass_fds;
-  const int *cgroup_fds;     /* open cgroup.procs files the child joins before exec */
+  const int *cgroup_fds; /* open cgroup.procs files the child joins before exec */
   size_t n_cgroup_fds;
-  int cgroup_dir_fd;         /* a cgroup v2 directory to start the child in (clone3 with
-                              * CLONE_INTO_CGROUP: no migration); 0 or -1 = none (never
-                              * stdio).  When the kernel cannot, the child joins through
-                              * cgroup_fds instead */
+  int cgroup_dir_fd; /* a cgroup v2 directory to start the child in (clone3 with
+                      * CLONE_INTO_CGROUP: no migration); 0 or -1 = none (never
+                      * stdio).  When the kernel cannot, the child joins through
+                      * cgroup_fds instead */
 } sbx_spawn_opts_t;
 
 /* Forks and execs with: signals reset, a process group of its own (setpgid; a new session
@@ -289,7 +289,8 @@ typedef struct sbx_call sbx_call_t;
 typedef int (*sbx_call_fn)(void *arg, cm_buf_t *out, cm_error_t *err);
 typedef void (*sbx_call_done_cb)(void *data, int rc, const char *text);
 int sbx_call_start(cm_loop_t *loop, sbx_call_fn fn, void *arg, const int *keep_fds, size_t n_keep,
-                   uint64_t timeout_ms, sbx_call_done_cb done, void *data, sbx_call_t **out, cm_error_t *err);
+                   uint64_t timeout_ms, sbx_call_done_cb done, void *data, sbx_call_t **out,
+                   cm_error_t *err);
 /* Before done has run: kills the child (SIGKILL), reaps it (blocking, but a SIGKILLed child
  * of ours exits at once) and frees the call; done is never called. */
 void sbx_call_free(sbx_call_t *c);
@@ -317,8 +318,8 @@ typedef struct sbx_result {
   uint64_t max_rss_kib; /* of the largest single process */
   /* Ran in a cgroup of its own: the figures below are the whole tree's. */
   bool cgroup;
-  bool memory_limit;  /* the cgroup's memory limit made the kernel OOM-kill a process */
-  bool process_limit; /* the cgroup's process limit refused at least one fork */
+  bool memory_limit;          /* the cgroup's memory limit made the kernel OOM-kill a process */
+  bool process_limit;         /* the cgroup's process limit refused at least one fork */
   uint64_t memory_peak_bytes; /* 0 when the kernel does not tell */
   uint64_t cgroup_cpu_us;
 } sbx_result_t;
@@ -340,7 +341,8 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
  * (replacing the ones given at the start, which until now got only on_exit, should the
  * sandbox die while held), the duration and timeout_ms (0 = none) count from now.  Fails
  * when the run is over already (then nothing changes: free it). */
-int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, uint64_t timeout_ms, cm_error_t *err);
+int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, uint64_t timeout_ms,
+                    cm_error_t *err);
 /* Kills the whole tree now (SIGTERM, grace, SIGKILL); on_exit follows with cancelled. */
 void sbx_run_cancel(sbx_run_t *run);
 /* Frees a finished run; a running one is killed with SIGKILL and reaped first (blocking,

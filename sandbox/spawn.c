@@ -90,8 +90,8 @@ static void close_all_but(int *keep, size_t n) {
   }
 }
 
-static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, int errpipe, int out_w, int err_w,
-                       const sigset_t *oldmask) {
+static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, int errpipe,
+                       int out_w, int err_w, const sigset_t *oldmask) {
   /* Reset every signal disposition, then unblock. */
   for (int sig = 1; sig < NSIG; sig++) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
@@ -173,8 +173,8 @@ static int spawn_child(void *data) {
 }
 
 typedef struct spawn_clone_args {
-  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
-      cgroup;
+  uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+      set_tid_size, cgroup;
 } spawn_clone_args_t;
 
 #if defined(__x86_64__)
@@ -183,25 +183,26 @@ typedef struct spawn_clone_args {
  * has this for itself, but exports no clone3).  Returns the child's pid, or -errno.  The
  * child finds fn and arg in r8 and r9, which the system call leaves as they were. */
 long sbx_clone3_call(spawn_clone_args_t *args, size_t size, int (*fn)(void *), void *arg);
-__asm__(".text\n"
-        ".type sbx_clone3_call, @function\n"
-        "sbx_clone3_call:\n"
-        "  mov %rdx, %r8\n"
-        "  mov %rcx, %r9\n"
-        "  mov $435, %eax\n" /* SYS_clone3 */
-        "  syscall\n"
-        "  test %rax, %rax\n"
-        "  jz 1f\n"
-        "  ret\n"
-        "1:\n"
-        "  xor %ebp, %ebp\n"
-        "  mov %r9, %rdi\n"
-        "  call *%r8\n"
-        "  mov %eax, %edi\n"
-        "  mov $60, %eax\n" /* SYS_exit */
-        "  syscall\n"
-        "  hlt\n"
-        ".size sbx_clone3_call, .-sbx_clone3_call\n");
+__asm__(
+    ".text\n"
+    ".type sbx_clone3_call, @function\n"
+    "sbx_clone3_call:\n"
+    "  mov %rdx, %r8\n"
+    "  mov %rcx, %r9\n"
+    "  mov $435, %eax\n" /* SYS_clone3 */
+    "  syscall\n"
+    "  test %rax, %rax\n"
+    "  jz 1f\n"
+    "  ret\n"
+    "1:\n"
+    "  xor %ebp, %ebp\n"
+    "  mov %r9, %rdi\n"
+    "  call *%r8\n"
+    "  mov %eax, %edi\n"
+    "  mov $60, %eax\n" /* SYS_exit */
+    "  syscall\n"
+    "  hlt\n"
+    ".size sbx_clone3_call, .-sbx_clone3_call\n");
 #define SBX_HAVE_CLONE3_CALL 1
 #endif
 
@@ -212,8 +213,8 @@ static _Thread_local char *spawn_stack;
 
 static char *spawn_stack_top(void) {
   if (!spawn_stack) {
-    void *m = mmap(NULL, SPAWN_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
-                   -1, 0);
+    void *m = mmap(NULL, SPAWN_STACK_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (m == MAP_FAILED) return NULL;
     spawn_stack = m;
   }
@@ -254,7 +255,8 @@ int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
   if (o->cgroup_dir_fd > 2) {
     /* Born in the run's cgroup: moving a process there afterwards waits for an RCU grace
      * period in the kernel (milliseconds); starting it there does not. */
-    spawn_clone_args_t args = {.flags = SBX_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD,
+    spawn_clone_args_t args = {.flags = SBX_CLONE_INTO_CGROUP,
+                               .exit_signal = SIGCHLD,
                                .cgroup = (uint64_t)o->cgroup_dir_fd};
 #ifdef SBX_HAVE_CLONE3_CALL
     if (top) {
@@ -273,7 +275,7 @@ int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
     pid = clone(spawn_child, top, CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
   }
   if (pid < 0) pid = fork(); /* no clone3 or no CLONE_INTO_CGROUP: the child joins itself */
-  if (pid == 0) { /* a fork-like child (the vfork-style ones start in spawn_child) */
+  if (pid == 0) {            /* a fork-like child (the vfork-style ones start in spawn_child) */
     ca.in_cgroup = in_cgroup;
     spawn_child(&ca);
   }
@@ -288,32 +290,31 @@ int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
   if (outp[1] >= 0) close(outp[1]), outp[1] = -1;
   if (errp[1] >= 0) close(errp[1]), errp[1] = -1;
 
-  /* Blocks only until the child execs (the pipe is close-on-exec). */
-  spawn_failure_t f;
-  ssize_t n;
-  do n = read(failp[0], &f, sizeof f);
-  while (n < 0 && errno == EINTR);
-  close(failp[0]);
-  failp[0] = -1;
-  if (n == (ssize_t)sizeof f) {
-    waitpid(pid, NULL, 0);
-    f.stage[sizeof f.stage - 1] = '\0';
-    cm_error_set(err, f.errnum, f.errnum == ENOENT ? CM_ERR_NOT_FOUND : CM_ERR_UNAVAILABLE,
-                 "cannot start %s (%s)", o->argv[0], f.stage);
-    goto fail;
+  {
+    /* Until the child is handed over, leaving this block kills and reaps it. */
+    cleanup_pid pid_t guard = pid;
+    /* Blocks only until the child execs (the pipe is close-on-exec). */
+    spawn_failure_t f;
+    ssize_t n;
+    do n = read(failp[0], &f, sizeof f);
+    while (n < 0 && errno == EINTR);
+    close(failp[0]);
+    failp[0] = -1;
+    if (n == (ssize_t)sizeof f) { /* it never exec'd, and has exited */
+      f.stage[sizeof f.stage - 1] = '\0';
+      cm_error_set(err, f.errnum, f.errnum == ENOENT ? CM_ERR_NOT_FOUND : CM_ERR_UNAVAILABLE,
+                   "cannot start %s (%s)", o->argv[0], f.stage);
+      goto fail;
+    }
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) {
+      cm_error_set(err, errno, CM_ERR_IO, "pidfd_open");
+      goto fail;
+    }
+    fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    child->pid = steal_pid(&guard);
+    child->pidfd = pidfd;
   }
-
-  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  if (pidfd < 0) {
-    cm_error_set(err, errno, CM_ERR_IO, "pidfd_open");
-    kill(-pid, SIGKILL);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    goto fail;
-  }
-  fcntl(pidfd, F_SETFD, FD_CLOEXEC);
-  child->pid = pid;
-  child->pidfd = pidfd;
   if (o->capture_output) {
     cm_set_nonblock(outp[0], true);
     cm_set_nonblock(errp[0], true);

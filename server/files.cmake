@@ -1,6 +1,6 @@
 # The start-up runner (profiles/runner.py): the server starts every script through it so
 # that open matplotlib figures are saved into outputs/.  It lands in its own directory next
-# to the server binary, where server/files.c looks for it at run time (or at $MPS_RUNNER;
+# to the server binary, where server/exec/runner.c looks for it at run time (or at $MPS_RUNNER;
 # installed: <prefix>/share/mcp-python-exec-sandbox/runner/runner.py).  The directory is
 # mounted read-only into the sandbox at /opt/mps, so it holds nothing else.
 #
@@ -9,7 +9,7 @@ configure_file(${CMAKE_CURRENT_LIST_DIR}/../profiles/runner.py
                ${CMAKE_BINARY_DIR}/mps-runner/runner.py COPYONLY)
 
 # The profiles (and the warm-up list) beside the binary too, so a build directory anywhere
-# finds them (server/config.c looks in <bindir>/profiles first).
+# finds them (server/config/config.c looks in <bindir>/profiles first).
 file(GLOB MPS_PROFILE_FILES ${CMAKE_CURRENT_LIST_DIR}/../profiles/*.toml ${CMAKE_CURRENT_LIST_DIR}/../profiles/warmup.txt)
 foreach(f ${MPS_PROFILE_FILES})
   get_filename_component(name ${f} NAME)

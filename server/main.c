@@ -7,8 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 
-#include "server/serve.h"
-#include "server/srv.h"
+#include "server/server.h"
 
 typedef struct app {
   cm_loop_t *loop;
@@ -35,11 +34,14 @@ static void check_drained(app_t *app);
 static void on_shutdown_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
   app_t *app = data;
   app->shutdown_timer = NULL;
-  cm_warn("shutdown: %zu requests still in flight; stopping anyway", srv_server_inflight(app->server));
+  cm_warn("shutdown: %zu requests still in flight; stopping anyway",
+          srv_server_inflight(app->server));
   cm_loop_stop(loop);
 }
 
-static void poll_drained(cm_loop_t *loop, cm_timer_t *t, void *data) { check_drained(data); }
+static void poll_drained(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  check_drained(data);
+}
 
 static void check_drained(app_t *app) {
   if (srv_server_inflight(app->server) == 0) {
@@ -64,11 +66,14 @@ static void begin_shutdown(app_t *app, const char *why) {
   check_drained(app);
 }
 
-static void on_eof(void *data) { begin_shutdown(data, "end of input"); }
+static void on_eof(void *data) {
+  begin_shutdown(data, "end of input");
+}
 
 static void on_signal(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   struct signalfd_siginfo si;
-  while (read(fd, &si, sizeof si) == (ssize_t)sizeof si) begin_shutdown(data, strsignal((int)si.ssi_signo));
+  while (read(fd, &si, sizeof si) == (ssize_t)sizeof si)
+    begin_shutdown(data, strsignal((int)si.ssi_signo));
 }
 
 int main(int argc, char **argv) {
@@ -97,7 +102,8 @@ int main(int argc, char **argv) {
   app_t app = {0};
   app.loop = cm_loop_new(&err);
   if (!app.loop || sfd < 0) {
-    fprintf(stderr, "%s: error: %s\n", SRV_NAME, app.loop ? "signalfd failed" : cm_error_message(&err));
+    fprintf(stderr, "%s: error: %s\n", SRV_NAME,
+            app.loop ? "signalfd failed" : cm_error_message(&err));
     return 1;
   }
   app.server = srv_server_new(app.loop, &cfg, &err);
@@ -123,8 +129,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s %s listening on %s (sandbox %s)\n", SRV_NAME, srv_version(), url,
             cfg.sandbox_backend);
   } else {
-    tr_stdio_callbacks_t cbs = {.on_message = on_message, .on_oversize = on_oversize, .on_eof = on_eof};
-    app.stdio = tr_stdio_new(app.loop, STDIN_FILENO, STDOUT_FILENO, cfg.max_message_bytes, &cbs, &app, &err);
+    tr_stdio_callbacks_t cbs = {
+        .on_message = on_message, .on_oversize = on_oversize, .on_eof = on_eof};
+    app.stdio = tr_stdio_new(app.loop, STDIN_FILENO, STDOUT_FILENO, cfg.max_message_bytes, &cbs,
+                             &app, &err);
     if (!app.stdio) {
       fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
       return 1;

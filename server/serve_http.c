@@ -6,19 +6,10 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-#include <openssl/bn.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/rand.h>
-#include <openssl/x509.h>
-#include <openssl/x509v3.h>
-
-#include "server/files.h"
-#include "server/serve.h"
-#include "server/server-internal.h"
+#include "server/files/files.h"
+#include "server/server.h"
 
 #define TLS_MAX_PEM (1u << 20)
-#define TLS_DAYS 3650
 
 /* ---------------------------------------------------------------- session callbacks */
 
@@ -39,236 +30,6 @@ static const char *http_session_protocol(void *data, void *session) {
 
 static void http_session_close(void *data, void *session) {
   srv_session_free(session);
-}
-
-/* ---------------------------------------------------------------- libcrypto, on demand */
-
-/* libcrypto is some 1.4 MiB of resident pages that only TLS needs, so it is opened the
- * first time a certificate is made or checked, and called through this table.  The
- * headers still give the types and constants; the soname pins the ABI they describe.
- * Two of the names used below are macros in the headers: BIO_get_mem_data (over BIO_ctrl)
- * and EVP_EC_gen (over EVP_PKEY_Q_keygen), so the table holds what they expand to. */
-#define LIBCRYPTO_SONAME "libcrypto.so.3"
-#define LIBCRYPTO_FUNCTIONS(X)  \
-  X(BIO_ctrl)                   \
-  X(BIO_free)                   \
-  X(BIO_new)                    \
-  X(BIO_new_mem_buf)            \
-  X(BIO_s_mem)                  \
-  X(BN_bin2bn)                  \
-  X(BN_free)                    \
-  X(BN_to_ASN1_INTEGER)         \
-  X(EVP_PKEY_Q_keygen)          \
-  X(EVP_PKEY_free)              \
-  X(EVP_sha256)                 \
-  X(PEM_read_bio_PrivateKey)    \
-  X(PEM_read_bio_X509)          \
-  X(PEM_write_bio_PrivateKey)   \
-  X(PEM_write_bio_X509)         \
-  X(RAND_bytes)                 \
-  X(X509V3_EXT_conf_nid)        \
-  X(X509V3_set_ctx)             \
-  X(X509_EXTENSION_free)        \
-  X(X509_NAME_add_entry_by_txt) \
-  X(X509_add_ext)               \
-  X(X509_check_private_key)     \
-  X(X509_digest)                \
-  X(X509_free)                  \
-  X(X509_get_serialNumber)      \
-  X(X509_get_subject_name)      \
-  X(X509_getm_notAfter)         \
-  X(X509_getm_notBefore)        \
-  X(X509_gmtime_adj)            \
-  X(X509_new)                   \
-  X(X509_set_issuer_name)       \
-  X(X509_set_pubkey)            \
-  X(X509_set_version)           \
-  X(X509_sign)
-
-static struct {
-#define CRYPTO_MEMBER(name) __typeof__(name) *name;
-  LIBCRYPTO_FUNCTIONS(CRYPTO_MEMBER)
-#undef CRYPTO_MEMBER
-} crypto;
-static bool crypto_loaded;
-
-/* Opens libcrypto and fills the table, once; kept open for the life of the process. */
-static int crypto_load(cm_error_t *err) {
-  if (crypto_loaded) return 0;
-#define CRYPTO_NAME(name) #name,
-  static const char *const names[] = {LIBCRYPTO_FUNCTIONS(CRYPTO_NAME)};
-#undef CRYPTO_NAME
-  void *syms[CM_ARRAY_SIZE(names)];
-  if (cm_dl_symbols(LIBCRYPTO_SONAME, names, CM_ARRAY_SIZE(names), syms, err) < 0) return -1;
-  size_t i = 0;
-#define CRYPTO_ASSIGN(name) crypto.name = (__typeof__(name) *)syms[i++];
-  LIBCRYPTO_FUNCTIONS(CRYPTO_ASSIGN)
-#undef CRYPTO_ASSIGN
-  crypto_loaded = true;
-  return 0;
-}
-
-/* ---------------------------------------------------------------- TLS */
-
-/* The guards matter: these run at scope exit, also on paths where nothing was made. */
-static void pkey_freep(EVP_PKEY **p) {
-  if (*p) crypto.EVP_PKEY_free(*p);
-}
-static void x509_freep(X509 **p) {
-  if (*p) crypto.X509_free(*p);
-}
-static void bio_freep(BIO **p) {
-  if (*p) crypto.BIO_free(*p);
-}
-#define cleanup_pkey __attribute__((cleanup(pkey_freep)))
-#define cleanup_x509 __attribute__((cleanup(x509_freep)))
-#define cleanup_bio __attribute__((cleanup(bio_freep)))
-
-static char *bio_text(BIO *b) {
-  char *p;
-  long n = crypto.BIO_ctrl(b, BIO_CTRL_INFO, 0, &p);
-  return xstrndup(p, n > 0 ? (size_t)n : 0);
-}
-
-static int add_ext(X509 *x, X509V3_CTX *ctx, int nid, const char *value, cm_error_t *err) {
-  X509_EXTENSION *ext = crypto.X509V3_EXT_conf_nid(NULL, ctx, nid, value);
-  if (!ext) return cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate extension %s", value);
-  int ok = crypto.X509_add_ext(x, ext, -1);
-  crypto.X509_EXTENSION_free(ext);
-  return ok ? 0 : cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate extension %s", value);
-}
-
-/* The subjectAltName list: the loopback names, plus --host when it names one thing. */
-static char *alt_names(const char *host) {
-  cm_buf_t b;
-  cm_buf_init(&b, 0);
-  cm_buf_appends(&b, "DNS:localhost,IP:127.0.0.1,IP:::1");
-  unsigned char addr[16];
-  if (host && *host && strcmp(host, "localhost") != 0 && strcmp(host, "127.0.0.1") != 0 &&
-      strcmp(host, "::1") != 0 && strcmp(host, "0.0.0.0") != 0 && strcmp(host, "::") != 0) {
-    if (inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1) {
-      cm_buf_printf(&b, ",IP:%s", host);
-    } else {
-      bool name_ok = strlen(host) < 254;
-      for (const char *p = host; *p && name_ok; p++)
-        name_ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                  (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
-      if (name_ok) cm_buf_printf(&b, ",DNS:%s", host);
-    }
-  }
-  return cm_buf_steal(&b);
-}
-
-static int make_certificate(const char *host, char **cert_pem, char **key_pem, cm_error_t *err) {
-  cleanup_pkey EVP_PKEY *pkey = crypto.EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-  if (!pkey) return cm_error_set(err, 0, CM_ERR_INTERNAL, "generating an EC P-256 key");
-  cleanup_x509 X509 *x = crypto.X509_new();
-  if (!x || !crypto.X509_set_version(x, 2))
-    return cm_error_set(err, 0, CM_ERR_INTERNAL, "creating a certificate");
-  unsigned char serial[16];
-  if (crypto.RAND_bytes(serial, sizeof serial) != 1)
-    return cm_error_set(err, 0, CM_ERR_INTERNAL, "random serial number");
-  serial[0] &= 0x7f;
-  BIGNUM *bn = crypto.BN_bin2bn(serial, sizeof serial, NULL);
-  bool serial_ok = bn && crypto.BN_to_ASN1_INTEGER(bn, crypto.X509_get_serialNumber(x));
-  crypto.BN_free(bn);
-  if (!serial_ok) return cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate serial number");
-  crypto.X509_gmtime_adj(crypto.X509_getm_notBefore(x), -3600);
-  crypto.X509_gmtime_adj(crypto.X509_getm_notAfter(x), (long)TLS_DAYS * 86400);
-  crypto.X509_set_pubkey(x, pkey);
-  X509_NAME *name = crypto.X509_get_subject_name(x);
-  crypto.X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)SRV_NAME, -1,
-                                    -1, 0);
-  crypto.X509_set_issuer_name(x, name);
-  X509V3_CTX ctx;
-  crypto.X509V3_set_ctx(&ctx, x, x, NULL, NULL, 0);
-  cleanup_free char *san = alt_names(host);
-  if (add_ext(x, &ctx, NID_basic_constraints, "critical,CA:TRUE", err) < 0 ||
-      add_ext(x, &ctx, NID_key_usage, "critical,digitalSignature,keyCertSign", err) < 0 ||
-      add_ext(x, &ctx, NID_ext_key_usage, "serverAuth", err) < 0 ||
-      add_ext(x, &ctx, NID_subject_key_identifier, "hash", err) < 0 ||
-      add_ext(x, &ctx, NID_authority_key_identifier, "keyid:always", err) < 0 ||
-      add_ext(x, &ctx, NID_subject_alt_name, san, err) < 0)
-    return -1;
-  if (!crypto.X509_sign(x, pkey, crypto.EVP_sha256()))
-    return cm_error_set(err, 0, CM_ERR_INTERNAL, "signing the certificate");
-  cleanup_bio BIO *cb = crypto.BIO_new(crypto.BIO_s_mem());
-  cleanup_bio BIO *kb = crypto.BIO_new(crypto.BIO_s_mem());
-  if (!cb || !kb || !crypto.PEM_write_bio_X509(cb, x) ||
-      !crypto.PEM_write_bio_PrivateKey(kb, pkey, NULL, NULL, 0, NULL, NULL))
-    return cm_error_set(err, 0, CM_ERR_INTERNAL, "writing PEM");
-  *cert_pem = bio_text(cb);
-  *key_pem = bio_text(kb);
-  return 0;
-}
-
-/* Parses both PEM texts, checks that they belong together, and fingerprints the cert. */
-static int check_pair(const char *cert_pem, const char *key_pem, char fingerprint[96],
-                      cm_error_t *err) {
-  cleanup_bio BIO *cb = crypto.BIO_new_mem_buf(cert_pem, -1);
-  cleanup_bio BIO *kb = crypto.BIO_new_mem_buf(key_pem, -1);
-  cleanup_x509 X509 *x = cb ? crypto.PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
-  cleanup_pkey EVP_PKEY *pkey = kb ? crypto.PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
-  if (!x || !pkey) return cm_error_set(err, 0, CM_ERR_INVALID, "unreadable PEM");
-  if (crypto.X509_check_private_key(x, pkey) != 1)
-    return cm_error_set(err, 0, CM_ERR_INVALID, "the key does not match the certificate");
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  if (!crypto.X509_digest(x, crypto.EVP_sha256(), md, &n) || n != 32)
-    return cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate digest");
-  for (unsigned int i = 0; i < n; i++)
-    snprintf(fingerprint + 3 * i, 4, i + 1 < n ? "%02X:" : "%02X", md[i]);
-  return 0;
-}
-
-static int write_private(const char *path, const char *text, mode_t mode, cm_error_t *err) {
-  cleanup_free char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
-  unlink(tmp);
-  if (cm_write_file(tmp, text, strlen(text), mode, err) < 0) return -1;
-  if (rename(tmp, path) < 0) {
-    int e = errno;
-    unlink(tmp);
-    return cm_error_set(err, e, CM_ERR_IO, "rename %s", path);
-  }
-  return 0;
-}
-
-int srv_tls_self_signed(const char *dir, const char *host, char **cert_pem, char **key_pem,
-                        char fingerprint[96], cm_error_t *err) {
-  if (crypto_load(err) < 0) return cm_error_wrap(err, "self-signed certificate");
-  if (cm_mkdir_p(dir, 0700, err) < 0) return cm_error_wrap(err, "creating %s", dir);
-  cleanup_free char *cert_path = xasprintf("%s/cert.pem", dir);
-  cleanup_free char *key_path = xasprintf("%s/key.pem", dir);
-  cleanup_free char *cert = NULL;
-  cleanup_free char *key = NULL;
-  size_t cl = 0, kl = 0;
-  cm_error_t lerr = CM_ERROR_INIT;
-  if (cm_read_file(cert_path, TLS_MAX_PEM, &cert, &cl, &lerr) == 0 &&
-      cm_read_file(key_path, TLS_MAX_PEM, &key, &kl, &lerr) == 0 &&
-      check_pair(cert, key, fingerprint, &lerr) == 0) {
-    *cert_pem = steal_pointer(&cert);
-    *key_pem = steal_pointer(&key);
-    return 0;
-  }
-  if (lerr.errnum != ENOENT)
-    cm_warn("TLS: %s: %s; making a new certificate", dir, cm_error_message(&lerr));
-  cm_error_release(&lerr);
-  if (key) explicit_bzero(key, kl);
-  free(steal_pointer(&cert));
-  free(steal_pointer(&key));
-  if (make_certificate(host, &cert, &key, err) < 0)
-    return cm_error_wrap(err, "self-signed certificate");
-  int rc = write_private(key_path, key, 0600, err);
-  if (rc == 0) rc = write_private(cert_path, cert, 0644, err);
-  if (rc == 0) rc = check_pair(cert, key, fingerprint, err);
-  if (rc < 0) {
-    explicit_bzero(key, strlen(key));
-    return cm_error_wrap(err, "self-signed certificate in %s", dir);
-  }
-  cm_info("TLS: created a self-signed certificate in %s", dir);
-  *cert_pem = steal_pointer(&cert);
-  *key_pem = steal_pointer(&key);
-  return 0;
 }
 
 /* ---------------------------------------------------------------- options */
@@ -340,13 +101,13 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
     if (cm_read_file(cfg->tls_key, TLS_MAX_PEM, &key, &n, err) < 0)
       return cm_error_wrap(err, "reading --tls-key");
     char fp[96];
-    if (crypto_load(err) < 0 || check_pair(cert, key, fp, err) < 0)
+    if (tr_tls_check_pair(cert, key, fp, err) < 0)
       return cm_error_wrap(err, "--tls-cert/--tls-key");
     fprintf(stderr, "%s: TLS certificate SHA-256 fingerprint: %s\n", SRV_NAME, fp);
   } else if (cfg->tls_self_signed) {
     cleanup_free char *dir = xasprintf("%s/tls", srv_server_state_dir(server));
     char fp[96];
-    if (srv_tls_self_signed(dir, cfg->host, &cert, &key, fp, err) < 0) return -1;
+    if (tr_tls_self_signed(dir, SRV_NAME, cfg->host, &cert, &key, fp, err) < 0) return -1;
     fprintf(stderr, "%s: TLS certificate SHA-256 fingerprint: %s\n", SRV_NAME, fp);
   }
   cleanup_strv char **hosts = split_list(cfg->allowed_hosts);

@@ -1,5 +1,5 @@
-# The Streamable HTTP transport and its glue.  Include this from the top-level
-# CMakeLists.txt after mps_transport and mps_server are defined:
+# The Streamable HTTP transport and its TLS material.  Include this from the top-level
+# CMakeLists.txt after mps_transport is defined:
 #   include(transport/http.cmake)
 # The transport parses the JSON-RPC envelope (requests vs notifications, initialize), so
 # mps_transport links jansson.
@@ -7,9 +7,9 @@
 # libmicrohttpd (with GnuTLS behind it) and libcrypto are opened with dlopen when an HTTP
 # transport starts and when TLS material is made or checked, so that the stdio server never
 # maps them: only their headers are used at build time (common/ links libdl for cm_dl_symbols).
-target_sources(mps_transport PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http.c)
+target_sources(mps_transport PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http/parse.c ${CMAKE_CURRENT_LIST_DIR}/http/envelope.c
+  ${CMAKE_CURRENT_LIST_DIR}/http/mhd.c ${CMAKE_CURRENT_LIST_DIR}/http/http.c ${CMAKE_CURRENT_LIST_DIR}/tls.c)
 target_include_directories(mps_transport PRIVATE ${MHD_INCLUDE_DIRS})
 target_compile_options(mps_transport PRIVATE ${MHD_CFLAGS_OTHER})
+target_include_directories(mps_transport PRIVATE ${OPENSSL_INCLUDE_DIR})
 target_link_libraries(mps_transport PUBLIC PkgConfig::JANSSON)
-target_sources(mps_server PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../server/serve_http.c)
-target_include_directories(mps_server PRIVATE ${OPENSSL_INCLUDE_DIR})

@@ -208,7 +208,9 @@ tr_stdio_t *tr_stdio_new(cm_loop_t *loop, int in_fd, int out_fd, size_t max_mess
   return t;
 }
 
-tr_sink_t *tr_stdio_sink(tr_stdio_t *t) { return &t->sink; }
+tr_sink_t *tr_stdio_sink(tr_stdio_t *t) {
+  return &t->sink;
+}
 
 void tr_stdio_stop_reading(tr_stdio_t *t) {
   t->stopped = true;
@@ -218,7 +220,9 @@ void tr_stdio_stop_reading(tr_stdio_t *t) {
   t->t_poll = NULL;
 }
 
-size_t tr_stdio_pending(const tr_stdio_t *t) { return t->out_broken ? 0 : t->out.len - t->out_off; }
+size_t tr_stdio_pending(const tr_stdio_t *t) {
+  return t->out_broken ? 0 : t->out.len - t->out_off;
+}
 
 void tr_stdio_flush(tr_stdio_t *t, int timeout_ms) {
   uint64_t deadline = cm_now_ms() + (uint64_t)timeout_ms;

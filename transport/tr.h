@@ -1,6 +1,14 @@
 /* transport/: framing of JSON-RPC texts over stdio and HTTP.  A transport delivers one
  * complete JSON text with a reply sink, and writes what the router gives it.  It knows no
- * MCP method and never includes a sandbox/ header. */
+ * MCP method and never includes a sandbox/ header.
+ *
+ * Files: sink.c, stdio.c, tls.c (the self-signed certificate, key/certificate checks),
+ * http/parse.c (headers, hosts, origins, event ids, tokens: pure), http/envelope.c (a
+ * POST body's JSON-RPC envelope: pure), http/mhd.c (libmicrohttpd, opened on demand),
+ * http/http.c (the daemon in our loop, streams and replay, the session table, request
+ * contexts, routes: one state machine).
+ *
+ * May use: common/. */
 #ifndef MPS_TRANSPORT_TR_H
 #define MPS_TRANSPORT_TR_H
 
@@ -103,9 +111,9 @@ void tr_stdio_free(tr_stdio_t *t);
  * one of its own makes room, else 429 + Retry-After) and max_streams_per_principal GET
  * streams open at once (429 + Retry-After).  What its clients have yet to read (answers
  * queued for its connections and bodies not yet written to them, what waits in its HTTP+SSE
- * streams) is bounded by max_unread_bytes_per_principal: past it, a body with a request gets 429 + Retry-After
- * (notifications and responses, cancellations among them, still pass; so do GET streams,
- * through which it reads).
+ * streams) is bounded by max_unread_bytes_per_principal: past it, a body with a request gets 429 +
+ * Retry-After (notifications and responses, cancellations among them, still pass; so do GET
+ * streams, through which it reads).
  *
  * Answers: 202 for a body without requests; otherwise the form is chosen lazily: one
  * application/json body if the first thing sent is the final response, text/event-stream
@@ -148,10 +156,11 @@ typedef struct tr_http_callbacks {
   /* DELETE, idle expiry or shutdown: the session is gone (cancel what it runs). */
   void (*session_close)(void *data, void *session);
   /* Optional: GET <path>/runs/<rest> downloads a file the server keeps (a run's output)
-   * for `principal` (rest percent-decoded, without "." or ".." segments): opens it (fd read-only, the transport's to close) with its MIME type
-   * (static or owned by the server) and size; -1 when there is no such file for that
-   * principal (another's is no such file).  It is served as an attachment, with nosniff
-   * and a sandboxing Content-Security-Policy, never as a page of the server's origin. */
+   * for `principal` (rest percent-decoded, without "." or ".." segments): opens it (fd read-only,
+   * the transport's to close) with its MIME type (static or owned by the server) and size; -1 when
+   * there is no such file for that principal (another's is no such file).  It is served as an
+   * attachment, with nosniff and a sandboxing Content-Security-Policy, never as a page of the
+   * server's origin. */
   int (*open_download)(void *data, const char *principal, const char *rest, int *fd,
                        const char **mime, uint64_t *size);
 } tr_http_callbacks_t;
@@ -170,25 +179,25 @@ typedef enum tr_http_loopback_origins {
 
 /* Everything is copied by tr_http_new (the PEM texts are only used during the call). */
 typedef struct tr_http_options {
-  const char *host;            /* address to bind (IPv4 or IPv6 literal, or a name) */
-  uint16_t port;               /* 0 = an ephemeral port (tests); see tr_http_port() */
-  const char *path;            /* the MCP endpoint, e.g. "/mcp" */
+  const char *host;                   /* address to bind (IPv4 or IPv6 literal, or a name) */
+  uint16_t port;                      /* 0 = an ephemeral port (tests); see tr_http_port() */
+  const char *path;                   /* the MCP endpoint, e.g. "/mcp" */
   const char *const *allowed_hosts;   /* extra Host names (NULL-terminated, may be NULL) */
   const char *const *allowed_origins; /* extra Origins (NULL-terminated, may be NULL) */
-  const char *auth_token_file; /* bearer tokens; NULL = no auth */
-  bool allow_insecure_remote;  /* listen on a non-loopback address without tokens (else
-                                  tr_http_new fails before binding) */
-  const char *tls_cert_pem;    /* PEM text (not paths); NULL = plain HTTP */
+  const char *auth_token_file;        /* bearer tokens; NULL = no auth */
+  bool allow_insecure_remote;         /* listen on a non-loopback address without tokens (else
+                                         tr_http_new fails before binding) */
+  const char *tls_cert_pem;           /* PEM text (not paths); NULL = plain HTTP */
   const char *tls_key_pem;
   size_t max_body_bytes;
   size_t max_sessions;
   uint64_t session_idle_ms;
   size_t max_connections;
-  const char *const *protocol_versions; /* supported MCP-Protocol-Version values */
-  size_t max_sessions_per_principal;    /* 0 = no cap */
-  size_t max_streams_per_principal;     /* open GET streams; 0 = no cap */
-  size_t max_replay_bytes_per_session;  /* 0 = TR_HTTP_REPLAY_SESSION_DEFAULT */
-  size_t max_replay_bytes;              /* 0 = TR_HTTP_REPLAY_TOTAL_DEFAULT */
+  const char *const *protocol_versions;  /* supported MCP-Protocol-Version values */
+  size_t max_sessions_per_principal;     /* 0 = no cap */
+  size_t max_streams_per_principal;      /* open GET streams; 0 = no cap */
+  size_t max_replay_bytes_per_session;   /* 0 = TR_HTTP_REPLAY_SESSION_DEFAULT */
+  size_t max_replay_bytes;               /* 0 = TR_HTTP_REPLAY_TOTAL_DEFAULT */
   size_t max_unread_bytes_per_principal; /* 0 = TR_HTTP_UNREAD_DEFAULT */
   tr_http_loopback_origins_t loopback_origins;
 } tr_http_options_t;
@@ -205,8 +214,8 @@ void tr_http_usage(const tr_http_t *h, const char *principal, tr_http_usage_t *o
 /* Binds, starts serving and returns the transport; NULL with err set on a bad option, an
  * unreadable or empty token file, a refused address, a failed bind, or when
  * libmicrohttpd.so.12 cannot be loaded (it is opened here, on first use, not linked). */
-tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts, const tr_http_callbacks_t *cbs,
-                       void *data, cm_error_t *err);
+tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
+                       const tr_http_callbacks_t *cbs, void *data, cm_error_t *err);
 uint16_t tr_http_port(const tr_http_t *h);
 /* Stops accepting, ends every stream and closes every session (graceful shutdown);
  * requests still waiting for the router are answered when it lets go of them.  Idempotent. */
@@ -214,5 +223,19 @@ void tr_http_shutdown(tr_http_t *h);
 /* Shuts down if needed and closes every connection.  Sinks the router still holds stay
  * valid (sends are dropped) until it lets go of them. */
 void tr_http_free(tr_http_t *h);
+
+/* ---------------------------------------------------------------- TLS material */
+
+/* Loads (or creates, then reuses) the self-signed certificate under dir: an EC P-256 key
+ * (key.pem, 0600) and a certificate (cert.pem) whose CN is name, for localhost, 127.0.0.1,
+ * ::1 and host.
+ * Returns both PEM texts (heap) and the certificate's SHA-256 fingerprint as upper-case
+ * hex pairs joined by ':' (96 bytes with the NUL). */
+int tr_tls_self_signed(const char *dir, const char *name, const char *host, char **cert_pem,
+                       char **key_pem, char fingerprint[96], cm_error_t *err);
+/* Parses both PEM texts, checks that they belong together, and gives the certificate's
+ * fingerprint (as above). */
+int tr_tls_check_pair(const char *cert_pem, const char *key_pem, char fingerprint[96],
+                      cm_error_t *err);
 
 #endif

@@ -16,8 +16,7 @@
 #include <sys/random.h>
 #include <sys/signalfd.h>
 
-#include "server/serve.h"
-#include "server/srv.h"
+#include "server/server.h"
 
 #define FIXTURE_NAME "mps-conformance-fixture"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/cm.h"
-#include "server/files.h"
+#include "server/files/files.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jsonscan.h"
-#include "server/server-internal.h"
+#include "pystd/pystd.h"
+#include "server/core/core-internal.h"
 #include "tests/fuzz/jsongen.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

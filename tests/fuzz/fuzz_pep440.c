@@ -1,4 +1,4 @@
-/* libFuzzer target for server/pep440.c.  The whole input is parsed as a version and as
+/* libFuzzer target for pystd/pep440.c.  The whole input is parsed as a version and as
  * a specifier set; it is also split at newlines into "version \n specifier \n version"
  * to exercise contains() and compare() with related values.  Checks, beyond memory
  * safety: rendering is a fixed point of parse+render, a version equals its rendering,
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/cm.h"
-#include "server/pep440.h"
+#include "pystd/pystd.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-/* libFuzzer target for server/pep508.c.  The whole input is parsed as a requirement and
+/* libFuzzer target for pystd/pep508.c.  The whole input is parsed as a requirement and
  * as a marker (render, parse the rendering again, evaluate, free); its lines are also
  * used as marker environment values and as two dependency lists to merge.  Checks,
  * beyond memory safety: rendering is a fixed point of parse+render, evaluation does
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/cm.h"
-#include "server/pep508.h"
+#include "pystd/pystd.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

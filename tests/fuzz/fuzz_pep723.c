@@ -1,11 +1,11 @@
-/* libFuzzer target for server/pep723.c: extract the script block, parse the metadata,
+/* libFuzzer target for pystd/pep723.c: extract the script block, parse the metadata,
  * check the result contract, free. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/cm.h"
-#include "server/pep723.h"
+#include "pystd/pystd.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "common/cm.h"
-#include "server/srv.h"
+#include "server/server.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

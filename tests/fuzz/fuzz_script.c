@@ -14,7 +14,7 @@
 #include <jansson.h>
 
 #include "common/cm.h"
-#include "server/script.h"
+#include "server/tools/tools.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

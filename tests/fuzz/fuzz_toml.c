@@ -1,11 +1,11 @@
-/* libFuzzer target for server/toml.c: decode (with the default limits and with tight
+/* libFuzzer target for pystd/toml.c: decode (with the default limits and with tight
  * ones), walk the tree through the public accessors, check the result contract, free. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/cm.h"
-#include "server/toml.h"
+#include "pystd/pystd.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

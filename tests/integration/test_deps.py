@@ -73,6 +73,24 @@ def test_dependency_argument_and_transitive(dep_server):
     assert "--- environment: " in text(res)
 
 
+def test_find_links_path_with_spaces(make_server, wheels):
+    # Repeatable flags are kept as vectors, never joined and split again: a wheel directory
+    # whose path holds spaces works like any other.
+    import tempfile
+    d = tempfile.mkdtemp(prefix="mps wheels ")
+    os.chmod(d, 0o755)
+    try:
+        shutil.copytree(wheels, d, dirs_exist_ok=True)
+        s = make_server("--find-links", d, "--offline", env=NO_PIP_ENV)
+        s.initialize()
+        res = s.execute("import mps_beta\nprint(mps_beta.ALPHA)", dependencies=["mps-beta"], timeout=120)
+        assert "structuredContent" in res, text(res)
+        assert res["structuredContent"]["exit_code"] == 0, text(res)
+        assert res["structuredContent"]["stdout"] == "2.0\n"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def test_inline_block_and_merge_rule(dep_server):
     s = dep_server()
     script = ('# /// script\n# dependencies = ["mps-alpha==1.0", "mps-gamma"]\n# ///\n'

@@ -141,7 +141,8 @@ static void run_script(run_capture_t *c, const char *script, const run_opts_t *o
     uint64_t until = cm_now_ms() + 300; /* set up, and the supervisor waits */
     while (cm_now_ms() < until) assert_int_equal(cm_loop_run_once(g.loop, 50, &err), 0);
     if (c->user) ((void (*)(void))c->user)();
-    if (sbx_run_release(run, &cbs, c, default_limits.timeout_ms, &err) < 0) fail_msg("release: %s", err.msg);
+    if (sbx_run_release(run, &cbs, c, default_limits.timeout_ms, &err) < 0)
+      fail_msg("release: %s", err.msg);
   }
   while (!c->done) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
   sbx_run_free(run);
@@ -810,7 +811,8 @@ static void on_egress(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
       struct cmsghdr h;
       char buf[CMSG_SPACE(sizeof(int))];
     } ctl;
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n <= 0) return;
     struct cmsghdr *h = CMSG_FIRSTHDR(&m);
@@ -839,7 +841,8 @@ static void on_egress_plain(cm_loop_t *loop, int fd, uint32_t revents, void *dat
       struct cmsghdr h;
       char buf[CMSG_SPACE(sizeof(int))];
     } ctl;
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     if (recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) <= 0) return;
     struct cmsghdr *h = CMSG_FIRSTHDR(&m);
     if (!h || h->cmsg_type != SCM_RIGHTS) continue;
@@ -1141,12 +1144,14 @@ static void test_hold_and_release(void **state UNUSED) {
   char *envp[] = {"PATH=/usr/bin:/bin", NULL};
   sbx_limits_t limits = default_limits;
   limits.timeout_ms = 0;
-  sbx_spec_t spec = {.argv = argv, .envp = envp, .workdir = c->workdir, .hold = true, .limits = limits};
+  sbx_spec_t spec = {
+      .argv = argv, .envp = envp, .workdir = c->workdir, .hold = true, .limits = limits};
   sbx_run_callbacks_t held_cbs = {.on_exit = on_exit_cb};
   sbx_run_t *run = NULL;
   cm_error_t err = CM_ERROR_INIT;
   assert_true(sbx_backend_can_hold(g.backend));
-  if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0) fail_msg("%s", err.msg);
+  if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0)
+    fail_msg("%s", err.msg);
   /* Held: the script does not exist yet, and nothing runs for a while. */
   uint64_t until = cm_now_ms() + 400;
   while (cm_now_ms() < until) assert_int_equal(cm_loop_run_once(g.loop, 50, &err), 0);
@@ -1173,7 +1178,8 @@ static void test_hold_and_release(void **state UNUSED) {
   cm_buf_init(&c->err, 1 << 20);
   c->workdir = new_workdir();
   spec.workdir = c->workdir;
-  if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0) fail_msg("%s", err.msg);
+  if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0)
+    fail_msg("%s", err.msg);
   write_file(c->workdir, "script.py", "print('released')\n", 0644);
   if (sbx_run_release(run, &cbs, c, 10000, &err) < 0) fail_msg("%s", err.msg);
   while (!c->done) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
@@ -1190,7 +1196,8 @@ static void test_hold_and_release(void **state UNUSED) {
   c = &cap3;
   c->workdir = new_workdir();
   spec.workdir = c->workdir;
-  if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0) fail_msg("%s", err.msg);
+  if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0)
+    fail_msg("%s", err.msg);
   until = cm_now_ms() + 200;
   while (cm_now_ms() < until) assert_int_equal(cm_loop_run_once(g.loop, 50, &err), 0);
   struct stat st;
@@ -1426,7 +1433,8 @@ static void test_identity_kept_across_runs(void **state UNUSED) {
                            {.host = tmp2, .target = "/tmp", .writable = true}};
   uid_t seen[3];
   for (int i = 0; i < 3; i++) {
-    run_opts_t o = {.identity = i < 2 ? one : other, .mounts = i < 2 ? mounts : mounts2, .n_mounts = 2};
+    run_opts_t o = {
+        .identity = i < 2 ? one : other, .mounts = i < 2 ? mounts : mounts2, .n_mounts = 2};
     run_capture_t cap = {0}, *c = &cap;
     cleanup_free char *script = xasprintf(
         "import os\n"
@@ -1487,8 +1495,9 @@ static void on_call_done(void *data, int rc, const char *text) {
 
 static int call_report(void *arg, cm_buf_t *out, cm_error_t *err) {
   const int *fds = arg;
-  cm_buf_printf(out, "pid %d kept %d other %d stdout %s", (int)getpid(), fcntl(fds[0], F_GETFD) >= 0,
-                fcntl(fds[1], F_GETFD) >= 0, isatty(1) ? "tty" : "not a tty");
+  cm_buf_printf(out, "pid %d kept %d other %d stdout %s", (int)getpid(),
+                fcntl(fds[0], F_GETFD) >= 0, fcntl(fds[1], F_GETFD) >= 0,
+                isatty(1) ? "tty" : "not a tty");
   return 0;
 }
 static int call_fail(void *arg, cm_buf_t *out, cm_error_t *err) {
@@ -1548,7 +1557,8 @@ static void test_function_in_a_child(void **state UNUSED) {
   cm_error_t err = CM_ERROR_INIT;
   sbx_call_t *c = NULL;
   memset(&r, 0, sizeof r);
-  assert_int_equal(sbx_call_start(g.loop, call_hang, NULL, NULL, 0, 0, on_call_done, &r, &c, &err), 0);
+  assert_int_equal(sbx_call_start(g.loop, call_hang, NULL, NULL, 0, 0, on_call_done, &r, &c, &err),
+                   0);
   sbx_call_free(c);
   for (int i = 0; i < 5; i++) assert_int_equal(cm_loop_run_once(g.loop, 20, &err), 0);
   assert_false(r.done);
@@ -1638,7 +1648,8 @@ static int unprivileged_child(void) {
     while (!e.done) cm_loop_run_once(loop, 1000, &err);
     sbx_run_free(run);
     cm_loop_run_once(loop, 0, &err);
-    if (!has(&e.out, "127.0.0.1 GOT pong") || !has(&e.out, "isolated") || egress_peer.received < 1) {
+    if (!has(&e.out, "127.0.0.1 GOT pong") || !has(&e.out, "isolated") ||
+        egress_peer.received < 1) {
       fprintf(stderr, "unprivileged egress run output:\n%s\n%s\n", e.out.data, e.err.data);
       rc = 9;
     }

@@ -16,7 +16,8 @@ static const char hybrid_self[] =
 
 static const char v2_mounts[] =
     "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
-    "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
+    "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 "
+    "rw,nsdelegate\n";
 static const char hybrid_mounts[] =
     "31 23 0:28 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n"
     "32 31 0:29 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw,nsdelegate\n"
@@ -56,16 +57,20 @@ static void test_find_mount(void **state) {
   free(mp), free(root);
   assert_int_equal(sbx_cgroup_find_mount(v2_mounts, strlen(v2_mounts), "memory", &mp, &root), -1);
   assert_null(mp);
-  assert_int_equal(sbx_cgroup_find_mount(hybrid_mounts, strlen(hybrid_mounts), NULL, &mp, &root), 0);
+  assert_int_equal(sbx_cgroup_find_mount(hybrid_mounts, strlen(hybrid_mounts), NULL, &mp, &root),
+                   0);
   assert_string_equal(mp, "/sys/fs/cgroup/unified");
   free(mp), free(root);
-  assert_int_equal(sbx_cgroup_find_mount(hybrid_mounts, strlen(hybrid_mounts), "cpuacct", &mp, &root), 0);
+  assert_int_equal(
+      sbx_cgroup_find_mount(hybrid_mounts, strlen(hybrid_mounts), "cpuacct", &mp, &root), 0);
   assert_string_equal(mp, "/sys/fs/cgroup/cpu,cpuacct");
   free(mp), free(root);
-  assert_int_equal(sbx_cgroup_find_mount(hybrid_mounts, strlen(hybrid_mounts), "blkio", &mp, &root), 0);
+  assert_int_equal(sbx_cgroup_find_mount(hybrid_mounts, strlen(hybrid_mounts), "blkio", &mp, &root),
+                   0);
   assert_string_equal(mp, "/sys/fs/cgroup/my group"); /* \040 unescaped */
   free(mp), free(root);
-  assert_int_equal(sbx_cgroup_find_mount(hybrid_mounts, strlen(hybrid_mounts), "rw", &mp, &root), 0);
+  assert_int_equal(sbx_cgroup_find_mount(hybrid_mounts, strlen(hybrid_mounts), "rw", &mp, &root),
+                   0);
   free(mp), free(root); /* superoptions hold "rw" too: harmless, the caller asks for controllers */
   const char *trunc = "29 23 0:26 / /sys/fs/cgroup rw - cgroup2";
   assert_int_equal(sbx_cgroup_find_mount(trunc, strlen(trunc), NULL, &mp, &root), 0);

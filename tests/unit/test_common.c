@@ -116,8 +116,13 @@ static void test_utf8(void **state) {
   assert_int_equal(cm_utf8_clip("a\xe4\xb8\x96", 2), 1);
   assert_int_equal(cm_utf8_clip("ab", 2), 2);
   size_t n;
-  char *s = cm_utf8_sanitize("a\xff" "b", 3, &n);
-  assert_string_equal(s, "a\xef\xbf\xbd" "b");
+  char *s = cm_utf8_sanitize(
+      "a\xff"
+      "b",
+      3, &n);
+  assert_string_equal(s,
+                      "a\xef\xbf\xbd"
+                      "b");
   assert_int_equal(n, 5);
   free(s);
 }
@@ -291,7 +296,8 @@ static void test_rm_rf_unprivileged(void **state) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0)
+    if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+        setresuid(65534, 65534, 65534) < 0)
       _exit(100);
     _exit(rm_unreadable_trees());
   }
@@ -341,9 +347,11 @@ static void test_files_at(void **state) {
       {"file", O_RDONLY, CM_ANY_OWNER, 4, "file is too large"},
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-    assert_int_equal(
-        cm_open_regular_at(dir, refused[i].name, refused[i].flags, refused[i].owner, refused[i].max, NULL, &err), -1);
-    if (!strstr(cm_error_message(&err), refused[i].why)) fail_msg("%s: %s", refused[i].name, cm_error_message(&err));
+    assert_int_equal(cm_open_regular_at(dir, refused[i].name, refused[i].flags, refused[i].owner,
+                                        refused[i].max, NULL, &err),
+                     -1);
+    if (!strstr(cm_error_message(&err), refused[i].why))
+      fail_msg("%s: %s", refused[i].name, cm_error_message(&err));
     cm_error_release(&err);
   }
   int devdir = open("/dev", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -571,6 +579,54 @@ static void test_loop_fd(void **state) {
   close(p[1]);
 }
 
+/* The scope guards: a child is killed and reaped, a directory removed, unless stolen. */
+static void test_cleanup_guards(void **state) {
+  pid_t seen;
+  {
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+      pause();
+      _exit(0);
+    }
+    cleanup_pid pid_t guard = child;
+    seen = child;
+  }
+  /* Reaped already: nothing is left to wait for. */
+  assert_int_equal(waitpid(seen, NULL, WNOHANG), -1);
+  assert_int_equal(errno, ECHILD);
+  {
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) _exit(7);
+    cleanup_pid pid_t guard = child;
+    seen = steal_pid(&guard);
+    assert_int_equal(guard, -1);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(seen, &status, 0), seen); /* stolen: still ours to reap */
+  assert_int_equal(WEXITSTATUS(status), 7);
+
+  char tmpl[] = "/tmp/mps-guard-XXXXXX";
+  assert_non_null(mkdtemp(tmpl));
+  cleanup_free char *kept = NULL;
+  {
+    cleanup_rmtree char *dir = xstrdup(tmpl);
+    cleanup_free char *f = xasprintf("%s/f", dir);
+    cm_error_t err = CM_ERROR_INIT;
+    assert_int_equal(cm_write_file(f, "x", 1, 0600, &err), 0);
+  }
+  struct stat st;
+  assert_int_equal(stat(tmpl, &st), -1);
+  assert_non_null(mkdtemp(strcpy(tmpl, "/tmp/mps-guard-XXXXXX")));
+  {
+    cleanup_rmtree char *dir = xstrdup(tmpl);
+    kept = steal_pointer(&dir);
+  }
+  assert_int_equal(stat(kept, &st), 0);
+  assert_int_equal(rmdir(kept), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_error_set_and_wrap),
@@ -584,6 +640,7 @@ int main(void) {
       cmocka_unit_test(test_sha256_lengths),
       cmocka_unit_test(test_memeq_ct),
       cmocka_unit_test(test_rm_rf),
+      cmocka_unit_test(test_cleanup_guards),
       cmocka_unit_test(test_rm_rf_unprivileged),
       cmocka_unit_test(test_files_at),
       cmocka_unit_test(test_loop_timers),

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 #include <sys/stat.h>
 
-#include "server/srv.h"
+#include "server/server.h"
 
 /* ---------------------------------------------------------------- an in-memory sink */
 

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 
 #include "common/cm.h"
-#include "server/files.h"
+#include "server/files/files.h"
 
 /* ---------------------------------------------------------------- paths */
 

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "common/cm.h"
-#include "server/pep440.h"
+#include "pystd/pystd.h"
 
 static void parse_version(const char *s, pep440_version_t *v) {
   cm_error_t err = CM_ERROR_INIT;

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "common/cm.h"
-#include "server/pep508.h"
+#include "pystd/pystd.h"
 
 static pep508_requirement_t *parse_req(const char *s) {
   cm_error_t err = CM_ERROR_INIT;

@@ -1,4 +1,4 @@
-/* Unit tests for server/pep723.c: block extraction per PEP 723 and metadata checks. */
+/* Unit tests for pystd/pep723.c: block extraction per PEP 723 and metadata checks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,8 +10,7 @@
 #include <cmocka.h>
 
 #include "common/cm.h"
-#include "server/pep723.h"
-#include "server/toml.h"
+#include "pystd/pystd.h"
 
 /* Extracts from text, which must hold a script block; checks its content and lines. */
 static void expect_block(const char *text, const char *content, size_t first, size_t last) {

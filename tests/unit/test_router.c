@@ -9,8 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "server/jsonscan.h"
-#include "server/server-internal.h"
+#include "pystd/pystd.h"
+#include "server/core/core-internal.h"
+#include "server/server.h"
 
 static void test_depth_scan(void **state) {
   assert_int_equal(srv_json_depth("{}", 2, 64), 1);
@@ -35,14 +36,16 @@ static void classify(const char *text, srv_msg_kind_t kind, bool has_id) {
 
 static void test_classify(void **state) {
   classify("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", SRV_MSG_REQUEST, true);
-  classify("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"ping\",\"params\":{}}", SRV_MSG_REQUEST, true);
+  classify("{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"ping\",\"params\":{}}", SRV_MSG_REQUEST,
+           true);
   classify("{\"jsonrpc\":\"2.0\",\"method\":\"x\"}", SRV_MSG_NOTIFICATION, false);
   classify("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", SRV_MSG_RESPONSE, true);
   classify("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"error\":{}}", SRV_MSG_INVALID, true);
   classify("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}", SRV_MSG_INVALID, false);
   classify("{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}", SRV_MSG_INVALID, false);
   classify("{\"jsonrpc\":\"2.1\",\"id\":1,\"method\":\"ping\"}", SRV_MSG_INVALID, true);
-  classify("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":3}", SRV_MSG_INVALID, true);
+  classify("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":3}", SRV_MSG_INVALID,
+           true);
   classify("[1]", SRV_MSG_INVALID, false);
 }
 
@@ -115,17 +118,21 @@ static void test_truncate(void **state) {
 }
 
 static void test_format(void **state) {
-  srv_exec_summary_t s = {.stdout_text = "hello\n", .stderr_text = "", .exit_code = 0, .duration_ms = 42};
+  srv_exec_summary_t s = {
+      .stdout_text = "hello\n", .stderr_text = "", .exit_code = 0, .duration_ms = 42};
   char *t = srv_format_result(&s);
   assert_string_equal(t, "--- stdout ---\nhello\n\n--- exit_code: 0 ---\n--- duration_ms: 42 ---");
   free(t);
-  srv_exec_summary_t e = {.stdout_text = "", .stderr_text = "error message\n", .exit_code = 1, .duration_ms = 5};
+  srv_exec_summary_t e = {
+      .stdout_text = "", .stderr_text = "error message\n", .exit_code = 1, .duration_ms = 5};
   t = srv_format_result(&e);
-  assert_string_equal(t, "--- stderr ---\nerror message\n\n--- exit_code: 1 ---\n--- duration_ms: 5 ---");
+  assert_string_equal(
+      t, "--- stderr ---\nerror message\n\n--- exit_code: 1 ---\n--- duration_ms: 5 ---");
   free(t);
   srv_exec_summary_t to = {.exit_code = -9, .duration_ms = 2000, .timed_out = true};
   t = srv_format_result(&to);
-  assert_string_equal(t, "--- exit_code: -9 ---\n--- duration_ms: 2000 ---\n--- timed_out: true ---");
+  assert_string_equal(t,
+                      "--- exit_code: -9 ---\n--- duration_ms: 2000 ---\n--- timed_out: true ---");
   free(t);
 }
 
@@ -139,9 +146,20 @@ static void test_config(void **state) {
   assert_int_equal(c.max_output_bytes, 102400);
   assert_true(c.warm_cache);
   assert_string_equal(c.uv_path, "uv");
-  char *argv[] = {"x", "--python-version", "3.14", "--sandbox-backend", "docker", "--max-timeout", "600",
-                  "--default-timeout=60", "--max-output-bytes", "200000", "--no-warm-cache", "--memory-limit",
-                  "512M", NULL};
+  char *argv[] = {"x",
+                  "--python-version",
+                  "3.14",
+                  "--sandbox-backend",
+                  "docker",
+                  "--max-timeout",
+                  "600",
+                  "--default-timeout=60",
+                  "--max-output-bytes",
+                  "200000",
+                  "--no-warm-cache",
+                  "--memory-limit",
+                  "512M",
+                  NULL};
   assert_int_equal(srv_config_parse(&c, 13, argv, &err), 0);
   assert_string_equal(c.python_version, "3.14");
   assert_string_equal(c.sandbox_backend, "docker");
@@ -151,6 +169,49 @@ static void test_config(void **state) {
   assert_false(c.warm_cache);
   assert_int_equal(c.memory_bytes, 512ull << 20);
   assert_int_equal(srv_config_validate(&c, &err), 0);
+  srv_config_release(&c);
+}
+
+/* Repeatable flags are string vectors: each value as given (a --find-links path may hold
+ * spaces), --python-dir values split at ':'; a rule or URL with a space is still refused. */
+static void test_config_lists(void **state) {
+  srv_config_t c;
+  srv_config_defaults(&c);
+  cm_error_t err = CM_ERROR_INIT;
+  char *argv[] = {"x",
+                  "--find-links",
+                  "/tmp/wheel house",
+                  "--find-links=/srv/w",
+                  "--python-dir",
+                  "/a:/b",
+                  "--python-dir",
+                  "/c",
+                  "--network-allow",
+                  "example.com",
+                  "--network-allow",
+                  "*.example.org:443",
+                  "--extra-index-url",
+                  "http://127.0.0.1:1/simple",
+                  NULL};
+  assert_int_equal(srv_config_parse(&c, 14, argv, &err), 0);
+  assert_int_equal(cm_strv_len(c.find_links), 2);
+  assert_string_equal(c.find_links[0], "/tmp/wheel house");
+  assert_string_equal(c.find_links[1], "/srv/w");
+  assert_int_equal(cm_strv_len(c.python_dirs), 3);
+  assert_string_equal(c.python_dirs[0], "/a");
+  assert_string_equal(c.python_dirs[1], "/b");
+  assert_string_equal(c.python_dirs[2], "/c");
+  assert_int_equal(cm_strv_len(c.network_allow), 2);
+  assert_string_equal(c.network_allow[1], "*.example.org:443");
+  assert_int_equal(cm_strv_len(c.extra_index_urls), 1);
+  assert_int_equal(srv_config_validate(&c, &err), 0);
+  char *bad[] = {"x", "--network-allow", "a b", NULL};
+  assert_int_equal(srv_config_parse(&c, 3, bad, &err), -1);
+  assert_non_null(strstr(cm_error_message(&err), "no spaces"));
+  cm_error_release(&err);
+  char *empty[] = {"x", "--find-links", "", NULL};
+  assert_int_equal(srv_config_parse(&c, 3, empty, &err), -1);
+  cm_error_release(&err);
   srv_config_release(&c);
 }
 
@@ -471,6 +532,7 @@ int main(void) {
       cmocka_unit_test(test_truncate),
       cmocka_unit_test(test_format),
       cmocka_unit_test(test_config),
+      cmocka_unit_test(test_config_lists),
       cmocka_unit_test_setup_teardown(test_router_lifecycle, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_dispatch, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_calls, router_setup, router_teardown),

@@ -1,4 +1,4 @@
-/* Unit tests for server/toml.c: the toml-test corpus (TOML 1.0 file list) read in place
+/* Unit tests for pystd/toml.c: the toml-test corpus (TOML 1.0 file list) read in place
  * from ../shared/toml-test, plus hand-written cases for messages, limits and the API. */
 #include <dirent.h>
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "common/cm.h"
-#include "server/toml.h"
+#include "pystd/pystd.h"
 
 /* ---------------------------------------------------------------- helpers */
 

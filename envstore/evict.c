@@ -1,0 +1,163 @@
+/* Eviction: least recently used environments and wheels go, within --max-cache-bytes. */
+#include <fcntl.h>
+#include <sys/file.h>
+
+#include "envstore/envstore-internal.h"
+
+/* ---------------------------------------------------------------- eviction */
+
+typedef struct env_entry {
+  char *name;
+  bool wheel;
+  uint64_t size;
+  int64_t used;
+} env_entry_t;
+
+static int by_use(const void *a, const void *b) {
+  const env_entry_t *x = a, *y = b;
+  return x->used < y->used ? -1 : x->used > y->used;
+}
+
+typedef struct entry_list {
+  env_entry_t *v;
+  size_t n, cap;
+  uint64_t total;
+} entry_list_t;
+
+static void entry_add(entry_list_t *l, const char *name, bool wheel, uint64_t size, int64_t used) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? l->cap * 2 : 16;
+    l->v = xrealloc(l->v, l->cap * sizeof *l->v);
+  }
+  l->v[l->n++] = (env_entry_t){xstrdup(name), wheel, size, used};
+  l->total += size;
+}
+
+typedef struct env_known {
+  char *name;
+  dev_t dev;
+  ino_t ino;
+  uint64_t size;
+} env_known_t;
+
+static int by_known_name(const void *a, const void *b) {
+  return strcmp(((const env_known_t *)a)->name, ((const env_known_t *)b)->name);
+}
+
+static int name_vs_known(const void *name, const void *k) {
+  return strcmp(name, ((const env_known_t *)k)->name);
+}
+
+void env_known_release(env_known_t *v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i].name);
+  free(v);
+}
+
+/* An environment's size from its manifest: from what was read before when the manifest is
+ * the same file (its status now, in st), else read and parsed.  false: not one of ours. */
+static bool entry_size(env_store_t *s, const char *name, struct stat *st, uint64_t *size) {
+  cm_error_t err = CM_ERROR_INIT;
+  cleanup_close int dfd = cm_open_dir_at(s->envs_fd, name, &err);
+  cm_error_release(&err);
+  if (dfd < 0 || fstatat(dfd, ENV_MANIFEST, st, AT_SYMLINK_NOFOLLOW) < 0) return false;
+  env_known_t *k = s->known ? bsearch(name, s->known, s->n_known, sizeof *k, name_vs_known) : NULL;
+  if (k && k->dev == st->st_dev && k->ino == st->st_ino && S_ISREG(st->st_mode) &&
+      st->st_uid == geteuid()) {
+    *size = k->size;
+    return true;
+  }
+  json_t *m = env_load_manifest(s, name, true, false, st);
+  if (!m) return false;
+  *size = (uint64_t)json_integer_value(json_object_get(m, "size"));
+  json_decref(m);
+  return true;
+}
+
+/* The finished environments (size from their manifests, last use from the manifests'
+ * time) and the wheelhouse's wheels (their size on disk, last download). */
+static void list_entries(env_store_t *s, entry_list_t *l, bool wheels) {
+  DIR *d = env_list_dir(s->envs_fd);
+  struct dirent *e;
+  env_known_t *known = NULL;
+  size_t n_known = 0, cap_known = 0;
+  while (d && (e = readdir(d))) {
+    if (e->d_name[0] == '.' || strchr(e->d_name, '.')) continue;
+    struct stat st;
+    uint64_t size;
+    if (!entry_size(s, e->d_name, &st, &size)) continue;
+    entry_add(l, e->d_name, false, size, (int64_t)st.st_mtim.tv_sec);
+    if (n_known == cap_known) {
+      cap_known = cap_known ? cap_known * 2 : 16;
+      known = xrealloc(known, cap_known * sizeof *known);
+    }
+    known[n_known++] = (env_known_t){xstrdup(e->d_name), st.st_dev, st.st_ino, size};
+  }
+  if (d) closedir(d);
+  /* What is gone is forgotten with the old list. */
+  if (n_known) qsort(known, n_known, sizeof *known, by_known_name);
+  env_known_release(s->known, s->n_known);
+  s->known = known;
+  s->n_known = n_known;
+  if (!wheels || s->wheels_fd < 0) return;
+  d = env_list_dir(s->wheels_fd);
+  while (d && (e = readdir(d))) {
+    struct stat st;
+    if (!env_wheel_name_ok(e->d_name) ||
+        fstatat(s->wheels_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+      continue;
+    entry_add(l, e->d_name, true, (uint64_t)st.st_blocks * 512, (int64_t)st.st_mtim.tv_sec);
+  }
+  if (d) closedir(d);
+}
+
+static void entries_release(entry_list_t *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i].name);
+  free(l->v);
+}
+
+/* Least recently used environments and wheels go until the store fits --max-cache-bytes;
+ * an environment in use (here or in another server: its lock is held shared) or being
+ * built is never touched, and no wheel goes while an installer of ours may be reading the
+ * wheelhouse. */
+void env_evict(env_store_t *s) {
+  bool installing = s->resolving > 0;
+  for (env_build_t *b = s->builds; b; b = b->next) installing |= b->run != NULL;
+  entry_list_t l = {0};
+  list_entries(s, &l, !installing);
+  if (l.n) qsort(l.v, l.n, sizeof *l.v, by_use);
+  uint64_t total = l.total;
+  for (size_t i = 0; i < l.n && total > s->opts.max_cache_bytes; i++) {
+    env_entry_t *en = &l.v[i];
+    if (en->wheel) {
+      if (unlinkat(s->wheels_fd, en->name, 0) == 0) {
+        total -= CM_MIN(total, en->size);
+        cm_info("evicted wheel %s (%llu bytes)", en->name, (unsigned long long)en->size);
+      }
+      continue;
+    }
+    cleanup_free char *lock = xasprintf("%s/%s.lock", s->envs_dir, en->name);
+    cleanup_close int fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) { /* in use or building */
+      cm_debug("environment %s is in use: not evicted", en->name);
+      continue;
+    }
+    cleanup_free char *trash = xasprintf(".evicted-%s-%d-%u", en->name, (int)getpid(), s->serial++);
+    if (renameat(s->envs_fd, en->name, s->envs_fd, trash) == 0) {
+      env_remove_later(s, s->envs_fd, trash);
+      total -= CM_MIN(total, en->size);
+      cm_info("evicted environment %s (%llu bytes)", en->name, (unsigned long long)en->size);
+    }
+  }
+  entries_release(&l);
+}
+
+void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes) {
+  *count = 0;
+  *bytes = 0;
+  if (s->envs_fd < 0) return;
+  entry_list_t l = {0};
+  list_entries(s, &l, true);
+  for (size_t i = 0; i < l.n; i++) *count += !l.v[i].wheel;
+  *bytes = l.total;
+  entries_release(&l);
+}

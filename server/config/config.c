@@ -1,0 +1,776 @@
+/* Command-line flags, each also settable as MCP_PY_SANDBOX_<FLAG> in the environment
+ * (the flag wins).  The seed's flags keep their names, defaults and messages. */
+#include <errno.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "egress/egress.h"
+#include "server/config/config.h"
+#include "pystd/pystd.h"
+
+/* OPT_LIST: a repeatable flag, one value (without spaces) per use, kept as a string vector;
+ * OPT_PATHS: the same, any non-empty value (paths may hold spaces); OPT_PATH_LIST: the same,
+ * each value split at ':'. */
+typedef enum opt_kind {
+  OPT_LIST,
+  OPT_PATHS,
+  OPT_DAYS_MS,
+  OPT_PATH_LIST,
+  OPT_STRING,
+  OPT_INT,
+  OPT_SIZE,
+  OPT_BOOL_ON,
+  OPT_BOOL_OFF,
+  OPT_ONOFF,
+  OPT_SECONDS_MS,
+  OPT_LOGLEVEL,
+  OPT_CPUS,
+  OPT_NETWORK,
+  OPT_HELP,
+  OPT_VERSION
+} opt_kind_t;
+
+typedef struct opt_def {
+  const char *name; /* without the leading "--" */
+  opt_kind_t kind;
+  size_t offset;
+  const char *metavar;
+  const char *help;
+} opt_def_t;
+
+#define OFF(field) offsetof(srv_config_t, field)
+
+static const opt_def_t options[] = {
+    {"python-version", OPT_STRING, OFF(python_version), "VERSION",
+     "default Python version for calls that do not choose one (e.g. 3.12)"},
+    {"python", OPT_STRING, OFF(python), "PATH", "default Python interpreter (an executable)"},
+    {"allow-python-downloads", OPT_BOOL_ON, OFF(allow_python_downloads), NULL,
+     "let uv install a Python version that a call asks for and the machine lacks"},
+    {"python-dir", OPT_PATH_LIST, OFF(python_dirs), "DIR",
+     "also look for interpreters in DIR (repeatable; DIR, DIR/bin and DIR/<name>/bin)"},
+    {"sandbox-backend", OPT_STRING, OFF(sandbox_backend), "{native,docker,none}",
+     "sandbox backend: native (bubblewrap, default on Linux), docker, or none (no isolation)"},
+    {"max-timeout", OPT_INT, OFF(max_timeout), "SECONDS",
+     "largest timeout a call may ask for (300)"},
+    {"default-timeout", OPT_INT, OFF(default_timeout), "SECONDS",
+     "timeout of calls that give none (30)"},
+    {"max-output-bytes", OPT_INT, OFF(max_output_bytes), "BYTES",
+     "output kept per stream in a result (102400)"},
+    {"warm-cache", OPT_BOOL_ON, OFF(warm_cache), NULL, "warm the package cache after start-up"},
+    {"no-warm-cache", OPT_BOOL_OFF, OFF(warm_cache), NULL, "do not warm the package cache"},
+    {"uv-path", OPT_STRING, OFF(uv_path), "PATH", "the uv executable (uv)"},
+    {"installer", OPT_STRING, OFF(installer), "{auto,uv,pip}",
+     "what installs dependencies: uv when found, else pip (auto)"},
+    {"index-url", OPT_STRING, OFF(index_url), "URL",
+     "package index for dependencies (the installer's default)"},
+    {"extra-index-url", OPT_LIST, OFF(extra_index_urls), "URL",
+     "an extra package index (repeatable)"},
+    {"find-links", OPT_PATHS, OFF(find_links), "DIR|URL",
+     "a local wheel directory or page of links (repeatable)"},
+    {"offline", OPT_BOOL_ON, OFF(offline), NULL,
+     "never reach an index: install only from --find-links and the cache"},
+    {"max-cache-bytes", OPT_SIZE, OFF(max_cache_bytes), "SIZE",
+     "environments kept, least recently used evicted beyond (10G)"},
+    {"env-max-age-days", OPT_DAYS_MS, OFF(env_max_age_ms), "DAYS",
+     "re-resolve environments with unpinned requirements after (7)"},
+    {"build-timeout", OPT_SECONDS_MS, OFF(build_timeout_ms), "SECONDS",
+     "limit for building one environment (900)"},
+    {"max-build-bytes", OPT_SIZE, OFF(max_build_bytes), "SIZE",
+     "all one environment build may write: environment, downloads, caches, temporary files (4G)"},
+    {"state-dir", OPT_STRING, OFF(state_dir), "DIR",
+     "state directory (default $XDG_CACHE_HOME/mcp-python-exec-sandbox)"},
+    {"transport", OPT_STRING, OFF(transport), "{stdio,http}",
+     "transport: stdio, or Streamable HTTP (stdio)"},
+    {"host", OPT_STRING, OFF(host), "ADDRESS", "HTTP: address to listen on (127.0.0.1)"},
+    {"port", OPT_INT, OFF(port), "PORT", "HTTP: port to listen on (8765)"},
+    {"path", OPT_STRING, OFF(path), "PATH", "HTTP: the MCP endpoint's path (/mcp)"},
+    {"allowed-hosts", OPT_STRING, OFF(allowed_hosts), "NAMES",
+     "HTTP: extra Host header names to accept (comma-separated)"},
+    {"allowed-origins", OPT_STRING, OFF(allowed_origins), "ORIGINS",
+     "HTTP: extra Origins to accept (comma-separated)"},
+    {"auth-token-file", OPT_STRING, OFF(auth_token_file), "FILE",
+     "HTTP: bearer tokens, one per line ([name:]token)"},
+    {"allow-insecure-remote", OPT_BOOL_ON, OFF(allow_insecure_remote), NULL,
+     "HTTP: allow a non-loopback address without tokens"},
+    {"tls-cert", OPT_STRING, OFF(tls_cert), "FILE", "HTTP: TLS certificate (PEM)"},
+    {"tls-key", OPT_STRING, OFF(tls_key), "FILE", "HTTP: TLS private key (PEM)"},
+    {"tls-self-signed", OPT_BOOL_ON, OFF(tls_self_signed), NULL,
+     "HTTP: serve TLS with a self-signed certificate kept in the state directory"},
+    {"max-sessions", OPT_INT, OFF(max_sessions), "N", "HTTP: sessions at once (256)"},
+    {"session-idle-seconds", OPT_SECONDS_MS, OFF(session_idle_ms), "SECONDS",
+     "HTTP: idle session expiry (1800)"},
+    {"max-connections", OPT_INT, OFF(max_connections), "N", "HTTP: connections at once (512)"},
+    {"network", OPT_NETWORK, OFF(network), "{on,off,host}",
+     "scripts' network: on (the public internet through the server's egress proxy, from a network "
+     "namespace of their own), off, or host (the host's own network, no policy: unsafe) (on)"},
+    {"network-allow", OPT_LIST, OFF(network_allow), "RULE",
+     "also allow a destination: host, *.suffix, address or prefix, with an optional :port; opens "
+     "denied ranges, e.g. 127.0.0.1:8080 (repeatable)"},
+    {"network-deny", OPT_LIST, OFF(network_deny), "RULE",
+     "deny a destination (wins over every allow rule; repeatable)"},
+    {"build-network-allow", OPT_LIST, OFF(build_network_allow), "RULE",
+     "let dependency builds reach a destination besides the index hosts (repeatable)"},
+    {"dns-server", OPT_LIST, OFF(dns_servers), "ADDR[:PORT]",
+     "the egress proxy's resolver (repeatable; default: the host's resolv.conf)"},
+    {"network-max-connections", OPT_INT, OFF(network_max_connections), "N",
+     "egress connections one run may have open at once; more wait (64)"},
+    {"network-max-total-connections", OPT_INT, OFF(network_max_total_connections), "N",
+     "egress connections one run may open in all; more are refused (4096)"},
+    {"network-rate", OPT_SIZE, OFF(network_rate), "SIZE",
+     "egress bandwidth per run in bytes per second, both ways together, e.g. 10M; 0 = no cap (0)"},
+    {"max-sessions-per-token", OPT_INT, OFF(max_sessions_per_token), "N",
+     "HTTP: sessions one bearer token may have open (0 = no limit)"},
+    {"max-streams-per-token", OPT_INT, OFF(max_streams_per_token), "N",
+     "HTTP: GET streams one bearer token may have open (0 = no limit)"},
+    {"max-replay-bytes-per-session", OPT_SIZE, OFF(max_replay_bytes_per_session), "SIZE",
+     "HTTP: events one session keeps for resumption (16M)"},
+    {"max-replay-bytes", OPT_SIZE, OFF(max_replay_bytes), "SIZE",
+     "HTTP: events all sessions keep for resumption (128M)"},
+    {"max-unread-bytes-per-token", OPT_SIZE, OFF(max_unread_bytes_per_token), "SIZE",
+     "HTTP: answers one bearer token's clients have yet to read; past it its requests get 429 "
+     "(256M)"},
+    {"loopback-origins", OPT_STRING, OFF(loopback_origins), "{auto,on,off}",
+     "HTTP: accept Origins on loopback names (local web clients on any port); auto = when "
+     "bound to loopback (auto)"},
+    {"kill-grace-seconds", OPT_SECONDS_MS, OFF(kill_grace_ms), "SECONDS",
+     "time between SIGTERM and SIGKILL on timeout or cancellation (2)"},
+    {"memory-limit", OPT_SIZE, OFF(memory_bytes), "SIZE",
+     "address-space limit per script, 0 = none (2G)"},
+    {"cpu-limit", OPT_INT, OFF(cpu_seconds), "SECONDS", "CPU time limit per script, 0 = none (0)"},
+    {"max-processes", OPT_INT, OFF(max_processes), "N", "processes per script, 0 = none (256)"},
+    {"cpus", OPT_CPUS, OFF(cpu_millis), "N",
+     "CPU bandwidth per script, e.g. 0.5 or 2 (cgroup cpu.max, docker --cpus); 0 = no cap (0)"},
+    {"prestart", OPT_ONOFF, OFF(prestart), "{on,off}",
+     "keep sandboxes set up for the next call: the commonest shape and the last other one (on)"},
+    {"cgroup", OPT_STRING, OFF(cgroup), "{auto,off,DIR}",
+     "cgroups for runs: auto (a delegated cgroup v2, else cgroup v1), off, or a delegated cgroup "
+     "v2 DIR (auto)"},
+    {"max-file-size", OPT_SIZE, OFF(file_size_bytes), "SIZE",
+     "largest file a script may write (1G)"},
+    {"max-open-files", OPT_INT, OFF(open_files), "N", "open files per process (1024)"},
+    {"tmp-size", OPT_SIZE, OFF(tmp_bytes), "SIZE", "size of the sandbox's /tmp (512M)"},
+    {"work-size", OPT_SIZE, OFF(work_bytes), "SIZE",
+     "size of a run's work directory, a tmpfs when the server runs as root; 0 = uncapped (1G)"},
+    {"max-message-bytes", OPT_SIZE, OFF(max_message_bytes), "SIZE",
+     "largest JSON-RPC message (16M)"},
+    {"max-script-bytes", OPT_SIZE, OFF(max_script_bytes), "SIZE", "largest script (4M)"},
+    {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "scripts running at once; more wait (8)"},
+    {"max-starting", OPT_INT, OFF(max_starting), "N",
+     "of those, scripts in their first 100 ms (sandbox set-up and interpreter start-up) at once; "
+     "more wait; 0 = one per CPU (0)"},
+    {"max-session-concurrent", OPT_INT, OFF(max_session_concurrent), "N",
+     "executions one session may have running or waiting; more are refused (0 = no limit)"},
+    {"max-token-concurrent", OPT_INT, OFF(max_token_concurrent), "N",
+     "executions one principal (a bearer token; the stdio client) may have running or waiting; "
+     "more are refused (0 = no limit)"},
+    {"max-token-running", OPT_INT, OFF(max_token_running), "N",
+     "of those, executions one principal may have running at once; the rest wait, admitted "
+     "in turn across principals (0 = no limit)"},
+    {"max-input-files", OPT_INT, OFF(max_input_files), "N",
+     "input files a call may pass in 'files' (100)"},
+    {"max-input-file-bytes", OPT_SIZE, OFF(max_input_file_bytes), "SIZE",
+     "largest input file, decoded (8M)"},
+    {"max-input-bytes", OPT_SIZE, OFF(max_input_bytes), "SIZE",
+     "all input files of a call together (12M)"},
+    {"max-output-files", OPT_INT, OFF(max_output_files), "N",
+     "entries collected from outputs/ per run (100)"},
+    {"max-artifact-bytes", OPT_SIZE, OFF(max_artifact_bytes), "SIZE",
+     "output file bytes kept per run (64M)"},
+    {"max-artifact-store-bytes", OPT_SIZE, OFF(max_artifact_store_bytes), "SIZE",
+     "output file bytes kept for all runs; the oldest go first (1G)"},
+    {"max-artifact-bytes-per-token", OPT_SIZE, OFF(max_artifact_bytes_per_token), "SIZE",
+     "output file bytes kept for one principal; its oldest runs go first (0 = no limit)"},
+    {"max-inline-bytes", OPT_SIZE, OFF(max_inline_bytes), "SIZE",
+     "largest image returned inline (1M)"},
+    {"max-inline-text-bytes", OPT_SIZE, OFF(max_inline_text_bytes), "SIZE",
+     "largest text file embedded (32K)"},
+    {"artifact-ttl", OPT_SECONDS_MS, OFF(artifact_ttl_ms), "SECONDS",
+     "how long output files stay readable with resources/read (3600)"},
+    {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}",
+     "stderr log level (info)"},
+    {"profile", OPT_STRING, OFF(profile), "NAME|FILE",
+     "a sandbox profile: default, offline, lan (profiles/NAME.toml) or a TOML file; flags override "
+     "it"},
+    {"help", OPT_HELP, 0, NULL, "show this help and exit"},
+    {"version", OPT_VERSION, 0, NULL, "show the version and exit"},
+};
+
+void srv_config_defaults(srv_config_t *c) {
+  memset(c, 0, sizeof *c);
+  c->python_version = NULL;
+  c->sandbox_backend = xstrdup("native");
+  c->max_timeout = 300;
+  c->default_timeout = 30;
+  c->max_output_bytes = 102400;
+  c->warm_cache = true;
+  c->uv_path = xstrdup("uv");
+  c->transport = xstrdup("stdio");
+  c->network = true;
+  c->network_max_connections = 64;
+  c->network_max_total_connections = 4096;
+  c->kill_grace_ms = 2000;
+  c->memory_bytes = 2ull << 30;
+  c->cpu_seconds = 0;
+  c->max_processes = 256;
+  c->cgroup = xstrdup("auto");
+  c->prestart = true;
+  c->file_size_bytes = 1ull << 30;
+  c->open_files = 1024;
+  c->tmp_bytes = 512ull << 20;
+  c->work_bytes = 1ull << 30;
+  c->max_message_bytes = 16ull << 20;
+  c->max_script_bytes = 4ull << 20;
+  c->max_concurrent = 8;
+  c->max_input_files = 100;
+  c->max_input_file_bytes = 8ull << 20;
+  c->max_input_bytes = 12ull << 20;
+  c->max_output_files = 100;
+  c->max_artifact_bytes = 64ull << 20;
+  c->max_artifact_store_bytes = 1ull << 30;
+  c->max_inline_bytes = 1ull << 20;
+  c->max_inline_text_bytes = 32ull << 10;
+  c->artifact_ttl_ms = 3600ull * 1000;
+  c->log_level = CM_LOG_INFO;
+  c->installer = xstrdup("auto");
+  c->max_cache_bytes = 10ull << 30;
+  c->env_max_age_ms = 7ull * 86400 * 1000;
+  c->build_timeout_ms = 900ull * 1000;
+  c->max_build_bytes = 4ull << 30;
+  c->host = xstrdup("127.0.0.1");
+  c->port = 8765;
+  c->path = xstrdup("/mcp");
+  c->max_sessions = 256;
+  c->session_idle_ms = 1800ull * 1000;
+  c->max_connections = 512;
+  c->max_replay_bytes_per_session = 16ull << 20;
+  c->max_replay_bytes = 128ull << 20;
+  c->max_unread_bytes_per_token = 256ull << 20;
+  c->loopback_origins = xstrdup("auto");
+}
+
+void srv_config_release(srv_config_t *c) {
+  free(c->python_version);
+  free(c->python);
+  cm_strv_free(c->python_dirs);
+  free(c->profile);
+  free(c->cgroup);
+  free(c->installer);
+  free(c->index_url);
+  cm_strv_free(c->extra_index_urls);
+  cm_strv_free(c->find_links);
+  cm_strv_free(c->network_allow);
+  cm_strv_free(c->network_deny);
+  cm_strv_free(c->build_network_allow);
+  cm_strv_free(c->dns_servers);
+  free(c->sandbox_backend);
+  free(c->uv_path);
+  free(c->state_dir);
+  free(c->transport);
+  free(c->host);
+  free(c->path);
+  free(c->allowed_hosts);
+  free(c->allowed_origins);
+  free(c->auth_token_file);
+  free(c->tls_cert);
+  free(c->tls_key);
+  free(c->loopback_origins);
+  memset(c, 0, sizeof *c);
+}
+
+static int parse_size(const char *s, uint64_t *out) {
+  size_t n = strlen(s);
+  if (n == 0) return -1;
+  uint64_t mult = 1;
+  char last = s[n - 1];
+  if (last == 'b' || last == 'B') {
+    n--;
+    last = n ? s[n - 1] : 0;
+  }
+  switch (last) {
+    case 'k':
+    case 'K':
+      mult = 1ull << 10;
+      n--;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1ull << 20;
+      n--;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1ull << 30;
+      n--;
+      break;
+    case 't':
+    case 'T':
+      mult = 1ull << 40;
+      n--;
+      break;
+    default:
+      break;
+  }
+  cleanup_free char *digits = xstrndup(s, n);
+  uint64_t v;
+  if (cm_parse_u64(digits, UINT64_MAX / mult, &v) < 0) return -1;
+  *out = v * mult;
+  return 0;
+}
+
+/* "2", "0.5", "1.25": thousandths of a CPU, at most 4096 CPUs. */
+static int parse_cpus(const char *s, uint64_t *out) {
+  uint64_t whole = 0, frac = 0, scale = 1000;
+  const char *p = s;
+  if (!*p || *p == '.') return -1;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    whole = whole * 10 + (uint64_t)(*p - '0');
+    if (whole > 4096) return -1;
+  }
+  if (*p == '.') {
+    p++;
+    if (!(*p >= '0' && *p <= '9')) return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+      if (scale > 1) frac += (uint64_t)(*p - '0') * (scale /= 10);
+    }
+  }
+  if (*p) return -1;
+  *out = whole * 1000 + frac;
+  return *out <= 4096 * 1000 ? 0 : -1;
+}
+
+static void print_help(void) {
+  printf(
+      "usage: %s [options]\n\nAn MCP server that runs Python scripts in a sandbox.\n\noptions:\n",
+      SRV_NAME);
+  for (size_t i = 0; i < CM_ARRAY_SIZE(options); i++) {
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].metavar ? " " : "",
+             options[i].metavar ? options[i].metavar : "");
+    printf("  %-36s %s\n", left, options[i].help);
+  }
+  printf(
+      "\nEvery flag can also be set as MCP_PY_SANDBOX_<FLAG> (e.g. "
+      "MCP_PY_SANDBOX_MAX_TIMEOUT=60).\n");
+}
+
+/* Appends a copy of value to the vector *v (made on the first). */
+static void strv_append(char ***v, const char *value) {
+  size_t n = cm_strv_len(*v);
+  *v = xrealloc(*v, (n + 2) * sizeof **v);
+  (*v)[n] = xstrdup(value);
+  (*v)[n + 1] = NULL;
+}
+
+static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const char *origin,
+                 cm_error_t *err) {
+  char *base = (char *)c;
+  uint64_t v;
+  switch (o->kind) {
+    case OPT_LIST:
+    case OPT_PATHS: {
+      char ***field = (char ***)(base + o->offset);
+      if ((o->kind == OPT_LIST && strchr(value, ' ')) || !*value)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid value: '%s' (%s)%s",
+                            o->name, value, o->kind == OPT_LIST ? "no spaces" : "empty", origin);
+      strv_append(field, value);
+      return 0;
+    }
+    case OPT_DAYS_MS:
+      if (cm_parse_u64(value, 36500, &v) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid value: '%s' (0 to 36500 days)%s", o->name,
+                            value, origin);
+      *(uint64_t *)(base + o->offset) = v * 86400ull * 1000;
+      return 0;
+    case OPT_PATH_LIST: {
+      char ***field = (char ***)(base + o->offset);
+      for (const char *p = value; *p;) {
+        size_t n = strcspn(p, ":");
+        if (n) {
+          cleanup_free char *part = xstrndup(p, n);
+          strv_append(field, part);
+        }
+        p += n;
+        if (*p == ':') p++;
+      }
+      return 0;
+    }
+    case OPT_STRING: {
+      char **field = (char **)(base + o->offset);
+      free(*field);
+      *field = xstrdup(value);
+      return 0;
+    }
+    case OPT_INT:
+      if (cm_parse_u64(value, UINT32_MAX, &v) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid int value: '%s'%s",
+                            o->name, value, origin);
+      *(uint64_t *)(base + o->offset) = v;
+      return 0;
+    case OPT_SECONDS_MS:
+      if (cm_parse_u64(value, 86400, &v) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid value: '%s' (0 to 86400 seconds)%s", o->name,
+                            value, origin);
+      *(uint64_t *)(base + o->offset) = v * 1000;
+      return 0;
+    case OPT_SIZE:
+      if (parse_size(value, &v) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid size: '%s' (e.g. 512M, 2G)%s", o->name, value,
+                            origin);
+      *(uint64_t *)(base + o->offset) = v;
+      return 0;
+    case OPT_CPUS:
+      if (parse_cpus(value, &v) < 0)
+        return cm_error_set(
+            err, 0, CM_ERR_INVALID,
+            "argument --%s: invalid value: '%s' (a number of CPUs, e.g. 0.5 or 2)%s", o->name,
+            value, origin);
+      *(uint64_t *)(base + o->offset) = v;
+      return 0;
+    case OPT_BOOL_ON:
+    case OPT_BOOL_OFF: {
+      bool on = o->kind == OPT_BOOL_ON;
+      if (value) {
+        if (!strcmp(value, "0") || !strcasecmp(value, "false") || !strcasecmp(value, "no") ||
+            !strcasecmp(value, "off"))
+          on = !on;
+        else if (strcmp(value, "1") && strcasecmp(value, "true") && strcasecmp(value, "yes") &&
+                 strcasecmp(value, "on"))
+          return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: invalid boolean: '%s'%s",
+                              o->name, value, origin);
+      }
+      *(bool *)(base + o->offset) = on;
+      return 0;
+    }
+    case OPT_ONOFF:
+      if (!strcmp(value, "on") || !strcmp(value, "true") || !strcmp(value, "1"))
+        *(bool *)(base + o->offset) = true;
+      else if (!strcmp(value, "off") || !strcmp(value, "false") || !strcmp(value, "0"))
+        *(bool *)(base + o->offset) = false;
+      else
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid choice: '%s' (choose from 'on', 'off')%s",
+                            o->name, value, origin);
+      return 0;
+    case OPT_NETWORK:
+      if (!strcmp(value, "on") || !strcmp(value, "true") || !strcmp(value, "1")) {
+        c->network = true;
+        c->network_host = false;
+      } else if (!strcmp(value, "off") || !strcmp(value, "false") || !strcmp(value, "0")) {
+        c->network = c->network_host = false;
+      } else if (!strcmp(value, "host")) {
+        c->network = c->network_host = true;
+      } else {
+        return cm_error_set(
+            err, 0, CM_ERR_INVALID,
+            "argument --%s: invalid choice: '%s' (choose from 'on', 'off', 'host')%s", o->name,
+            value, origin);
+      }
+      return 0;
+    case OPT_LOGLEVEL: {
+      cm_log_level_t l;
+      if (cm_log_parse_level(value, &l) < 0)
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid choice: '%s' (choose from 'debug', 'info', "
+                            "'warning', 'error')%s",
+                            o->name, value, origin);
+      *(cm_log_level_t *)(base + o->offset) = l;
+      return 0;
+    }
+    default:
+      return 0;
+  }
+}
+
+static bool takes_value(const opt_def_t *o) {
+  return o->kind != OPT_BOOL_ON && o->kind != OPT_BOOL_OFF && o->kind != OPT_HELP &&
+         o->kind != OPT_VERSION;
+}
+
+static const opt_def_t *find_option(const char *name, size_t len) {
+  for (size_t k = 0; k < CM_ARRAY_SIZE(options); k++)
+    if (strlen(options[k].name) == len && strncmp(options[k].name, name, len) == 0)
+      return &options[k];
+  return NULL;
+}
+
+char *srv_find_profile_file(const char *file) {
+  const char *env = getenv("MPS_PROFILES_DIR");
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (slash) *slash = '\0';
+  char *candidates[] = {
+      env ? xasprintf("%s/%s", env, file) : NULL,
+      xasprintf("%s/profiles/%s", exe, file),
+      xasprintf("%s/../profiles/%s", exe, file),
+      xasprintf("%s/../share/mcp-python-exec-sandbox/profiles/%s", exe, file),
+  };
+  char *found = NULL;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(candidates); i++) {
+    if (!found && candidates[i] && access(candidates[i], R_OK) == 0)
+      found = candidates[i];
+    else
+      free(candidates[i]);
+  }
+  return found;
+}
+
+/* Where named profiles live: $MPS_PROFILES_DIR, beside the binary, the source tree the
+ * binary was built in, or the installed share directory. */
+static char *profile_path(const char *name) {
+  if (strchr(name, '/')) return xstrdup(name);
+  cleanup_free char *file = xasprintf("%s.toml", name);
+  return srv_find_profile_file(file);
+}
+
+/* A profile is a TOML table of flag names (dashes or underscores) and values; it applies
+ * before the environment and the flags, which override it. */
+int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, const char *path,
+                             cm_error_t *err) {
+  toml_value_t *doc = NULL;
+  if (toml_parse(text, len, NULL, &doc, err) < 0) return cm_error_wrap(err, "profile %s", path);
+  int rc = 0;
+  for (size_t i = 0; i < toml_table_len(doc) && rc == 0; i++) {
+    const char *key;
+    size_t key_len;
+    const toml_value_t *v = toml_table_at(doc, i, &key, &key_len);
+    if (strcmp(key, "description") == 0) continue;
+    char flag[64];
+    if (key_len >= sizeof flag) key_len = sizeof flag - 1;
+    for (size_t k = 0; k < key_len; k++) flag[k] = key[k] == '_' ? '-' : key[k];
+    flag[key_len] = '\0';
+    const opt_def_t *o = find_option(flag, strlen(flag));
+    if (!o || o->kind == OPT_HELP || o->kind == OPT_VERSION || strcmp(o->name, "profile") == 0) {
+      rc = cm_error_set(err, 0, CM_ERR_INVALID, "profile %s (line %zu): unknown setting '%s'", path,
+                        toml_line(v), flag);
+      break;
+    }
+    char buf[64];
+    const char *value = NULL;
+    int64_t iv;
+    bool bv;
+    if (toml_type(v) == TOML_ARRAY && (o->kind == OPT_LIST || o->kind == OPT_PATHS)) {
+      /* A repeatable flag: each string of the array, as if given once each. */
+      cleanup_free char *origin = xasprintf(" (from profile %s)", path);
+      for (size_t k = 0; k < toml_array_len(v) && rc == 0; k++) {
+        const toml_value_t *e = toml_array_at(v, k);
+        if (toml_type(e) != TOML_STRING)
+          rc = cm_error_set(err, 0, CM_ERR_INVALID,
+                            "profile %s (line %zu): '%s' must be a list of strings", path,
+                            toml_line(e), flag);
+        else
+          rc = apply(c, o, toml_string(e, NULL), origin, err);
+      }
+      continue;
+    }
+    if (toml_type(v) == TOML_STRING) {
+      value = toml_string(v, NULL);
+    } else if (toml_integer(v, &iv)) {
+      snprintf(buf, sizeof buf, "%lld", (long long)iv);
+      value = buf;
+    } else if (toml_boolean(v, &bv)) {
+      value = bv ? "true" : "false";
+    } else {
+      rc = cm_error_set(err, 0, CM_ERR_INVALID,
+                        "profile %s (line %zu): '%s' must be a string, an integer, a boolean "
+                        "or (for a repeatable flag) a list of strings",
+                        path, toml_line(v), flag);
+      break;
+    }
+    cleanup_free char *origin = xasprintf(" (from profile %s)", path);
+    rc = apply(c, o, value, origin, err);
+  }
+  toml_free(doc);
+  return rc;
+}
+
+static int load_profile(srv_config_t *c, const char *name, cm_error_t *err) {
+  cleanup_free char *path = profile_path(name);
+  if (!path)
+    return cm_error_set(
+        err, 0, CM_ERR_NOT_FOUND,
+        "profile '%s' not found (known: default, offline, lan; or give a file path)", name);
+  cleanup_free char *text = NULL;
+  size_t len;
+  if (cm_read_file(path, 1u << 20, &text, &len, err) < 0)
+    return cm_error_wrap(err, "profile '%s'", name);
+  return srv_config_apply_profile(c, text, len, path, err);
+}
+
+int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err) {
+  /* The profile first (from the flags or the environment), then the environment, then the
+   * flags: each overrides what came before. */
+  const char *profile = getenv("MCP_PY_SANDBOX_PROFILE");
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--profile") == 0 && i + 1 < argc)
+      profile = argv[i + 1];
+    else if (strncmp(argv[i], "--profile=", 10) == 0)
+      profile = argv[i] + 10;
+  }
+  if (profile && load_profile(c, profile, err) < 0) return -1;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(options); i++) {
+    const opt_def_t *o = &options[i];
+    if (o->kind == OPT_HELP || o->kind == OPT_VERSION) continue;
+    char var[80] = "MCP_PY_SANDBOX_";
+    size_t p = strlen(var);
+    for (const char *q = o->name; *q && p < sizeof var - 1; q++)
+      var[p++] = *q == '-' ? '_' : (char)(*q & ~0x20);
+    var[p] = '\0';
+    const char *value = getenv(var);
+    if (!value) continue;
+    cleanup_free char *origin = xasprintf(" (from %s)", var);
+    if (apply(c, o, value, origin, err) < 0) return -1;
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
+      return cm_error_set(err, 0, CM_ERR_INVALID, "unrecognized arguments: %s", arg);
+    const char *name = arg + 2;
+    const char *eq = strchr(name, '=');
+    size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+    const opt_def_t *o = NULL;
+    for (size_t k = 0; k < CM_ARRAY_SIZE(options); k++) {
+      if (strlen(options[k].name) == name_len && strncmp(options[k].name, name, name_len) == 0) {
+        o = &options[k];
+        break;
+      }
+    }
+    if (!o) return cm_error_set(err, 0, CM_ERR_INVALID, "unrecognized arguments: %s", arg);
+    if (o->kind == OPT_HELP) {
+      print_help();
+      return 1;
+    }
+    if (o->kind == OPT_VERSION) {
+      printf("%s %s\n", SRV_NAME, srv_version());
+      return 1;
+    }
+    const char *value = NULL;
+    if (takes_value(o)) {
+      if (eq) {
+        value = eq + 1;
+      } else {
+        if (i + 1 >= argc)
+          return cm_error_set(err, 0, CM_ERR_INVALID, "argument --%s: expected one argument",
+                              o->name);
+        value = argv[++i];
+      }
+    } else if (eq) {
+      value = eq + 1;
+    }
+    if (apply(c, o, value, "", err) < 0) return -1;
+  }
+  return 0;
+}
+
+int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
+  static const char *const backends[] = {"native", "bwrap", "docker", "none"};
+  bool known = false;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(backends); i++)
+    known |= strcmp(c->sandbox_backend, backends[i]) == 0;
+  if (!known)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid sandbox_backend '%s', must be one of ('native', 'docker', 'none')",
+                        c->sandbox_backend);
+  if (c->max_timeout < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_timeout must be >= 1");
+  if (c->default_timeout < 1 || c->default_timeout > c->max_timeout)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "default_timeout must be between 1 and %llu",
+                        (unsigned long long)c->max_timeout);
+  if (c->max_output_bytes < 1024)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_output_bytes must be >= 1024");
+  if (c->max_output_bytes > (64ull << 20))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_output_bytes must be <= 67108864");
+  if (strcmp(c->transport, "stdio") != 0 && strcmp(c->transport, "http") != 0)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid transport '%s', must be one of ('stdio', 'http')", c->transport);
+  if (c->port < 1 || c->port > 65535)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "port must be between 1 and 65535");
+  if (c->path[0] != '/') return cm_error_set(err, 0, CM_ERR_INVALID, "path must start with '/'");
+  if ((c->tls_cert != NULL) != (c->tls_key != NULL))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "--tls-cert and --tls-key go together");
+  if (c->tls_self_signed && c->tls_cert)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "--tls-self-signed and --tls-cert exclude each other");
+  if (c->max_sessions < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_sessions must be >= 1");
+  if (c->max_message_bytes < 4096)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be >= 4096");
+  if (c->max_message_bytes > (1ull << 30))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be <= 1G");
+  if (c->max_script_bytes < 1)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_script_bytes must be >= 1");
+  if (strcmp(c->installer, "auto") && strcmp(c->installer, "uv") && strcmp(c->installer, "pip"))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid installer '%s', must be one of ('auto', 'uv', 'pip')",
+                        c->installer);
+  if (c->build_timeout_ms < 1000)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "build_timeout must be >= 1");
+  if (c->max_build_bytes < (16ull << 20))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_build_bytes must be >= 16M");
+  if (c->max_concurrent < 1)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
+  if (c->artifact_ttl_ms < 1000)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "artifact_ttl must be >= 1");
+  if (c->max_artifact_bytes > c->max_artifact_store_bytes)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "max_artifact_bytes must be <= max_artifact_store_bytes");
+  if (strcmp(c->cgroup, "auto") && strcmp(c->cgroup, "off") && c->cgroup[0] != '/')
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid cgroup '%s', must be 'auto', 'off' or an absolute path",
+                        c->cgroup);
+  const struct {
+    const char *flag;
+    char *const *list;
+  } rule_lists[] = {{"network-allow", c->network_allow},
+                    {"network-deny", c->network_deny},
+                    {"build-network-allow", c->build_network_allow}};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(rule_lists); i++) {
+    for (char *const *p = rule_lists[i].list; p && *p; p++) {
+      eg_rule_t r;
+      if (eg_rule_parse(*p, strlen(*p), &r, err) < 0)
+        return cm_error_wrap(err, "argument --%s", rule_lists[i].flag);
+    }
+  }
+  for (char *const *d = c->dns_servers; d && *d; d++) {
+    const char *p = *d;
+    size_t n = strlen(p);
+    eg_rule_t r;
+    cm_error_t e2 = CM_ERROR_INIT;
+    bool ok = eg_rule_parse(p, n, &r, &e2) == 0 && r.kind == EG_RULE_NET &&
+              r.prefix == (r.addr.family == AF_INET ? 32u : 128u);
+    cm_error_release(&e2);
+    if (!ok)
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "argument --dns-server: invalid value: '%.*s' (an address with an "
+                          "optional :port, e.g. 127.0.0.1:5353 or [::1]:53)",
+                          (int)n, p);
+  }
+  if (c->network_max_connections < 1)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "network_max_connections must be >= 1");
+  if (c->network_host && c->profile &&
+      (!strcmp(c->profile, "lan") ||
+       (strrchr(c->profile, '/') && !strcmp(strrchr(c->profile, '/'), "/lan.toml"))))
+    return cm_error_set(
+        err, 0, CM_ERR_INVALID,
+        "--network host is refused with the lan profile: it would give every script the host's own "
+        "network (its loopback services, its LAN, this server's port); use --network on with "
+        "--network-allow rules");
+  if (strcmp(c->loopback_origins, "auto") && strcmp(c->loopback_origins, "on") &&
+      strcmp(c->loopback_origins, "off"))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid loopback_origins '%s', must be one of ('auto', 'on', 'off')",
+                        c->loopback_origins);
+  if (c->max_replay_bytes_per_session < (64u << 10) || c->max_replay_bytes < (64u << 10))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "max_replay_bytes_per_session and max_replay_bytes must be >= 64K");
+  if (c->max_replay_bytes_per_session > SIZE_MAX / 2 || c->max_replay_bytes > SIZE_MAX / 2)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_replay_bytes is too large");
+  if (c->max_unread_bytes_per_token < (64u << 10) || c->max_unread_bytes_per_token > SIZE_MAX / 2)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_unread_bytes_per_token must be >= 64K");
+  if (c->max_inline_bytes > (16ull << 20) || c->max_inline_text_bytes > (16ull << 20))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "max_inline_bytes and max_inline_text_bytes must be <= 16M");
+  return 0;
+}

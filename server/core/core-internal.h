@@ -1,0 +1,118 @@
+/* server/core/ internals shared by its files (and the router's unit tests). */
+#ifndef MPS_SERVER_CORE_INTERNAL_H
+#define MPS_SERVER_CORE_INTERNAL_H
+
+#include "server/core/core.h"
+
+/* JSON-RPC 2.0 error codes. */
+#define JSONRPC_PARSE_ERROR -32700
+#define JSONRPC_INVALID_REQUEST -32600
+#define JSONRPC_METHOD_NOT_FOUND -32601
+#define JSONRPC_INVALID_PARAMS -32602
+#define JSONRPC_INTERNAL_ERROR -32603
+
+#define SRV_MAX_JSON_DEPTH 64
+
+typedef enum srv_msg_kind {
+  SRV_MSG_INVALID = 0,
+  SRV_MSG_REQUEST,
+  SRV_MSG_NOTIFICATION,
+  SRV_MSG_RESPONSE,
+} srv_msg_kind_t;
+
+typedef struct srv_msg {
+  srv_msg_kind_t kind;
+  const char *method; /* borrowed from the message */
+  json_t *id;         /* borrowed; NULL for notifications and for invalid ids */
+  json_t *params;     /* borrowed; NULL when absent */
+  const char *error;  /* why it is invalid */
+} srv_msg_t;
+
+/* Parses one JSON text with the limits (depth, duplicate keys rejected, no trailing
+ * data).  On failure returns NULL with a message for a -32700/-32600 error in *why and
+ * the code in *code. */
+json_t *srv_jsonrpc_parse(const char *buf, size_t len, int *code, char **why);
+/* Classifies one element (an object) of a parsed text. */
+void srv_jsonrpc_classify(json_t *msg, srv_msg_t *out);
+/* Builders; each returns a new reference.  id and result are borrowed (id keeps its type). */
+json_t *srv_jsonrpc_error(json_t *id, int code, const char *message, json_t *data);
+json_t *srv_jsonrpc_result(json_t *id, json_t *result);
+json_t *srv_jsonrpc_notification(const char *method, json_t *params);
+/* Compact one-line serialisation (heap). */
+char *srv_jsonrpc_dump(json_t *msg, size_t *len);
+
+/* MCP's "resource not found" (resources/read, protocol versions 2024-11-05 to 2025-11-25). */
+#define MCP_RESOURCE_NOT_FOUND -32002
+
+/* A batch is one message whose answers are built in memory before any is sent (router.c
+ * bounds it; request.c fills its slots). */
+typedef struct srv_batch {
+  tr_sink_t *sink;
+  json_t *responses; /* array; a slot per element that gets an answer (json null until then) */
+  size_t pending;
+  size_t bytes;     /* of the answers so far, as sent (compact JSON) */
+  size_t max_bytes; /* --max-message-bytes: the answer is one message too */
+} srv_batch_t;
+
+struct srv_session {
+  srv_server_t *server;
+  tr_sink_t *sink;
+  char *principal; /* who owns it (core.h) */
+  char *protocol;  /* negotiated version; NULL before initialize */
+  bool ready;      /* notifications/initialized received */
+  int log_level;   /* index into mcp_log_levels; -1 = not set: no log notifications */
+  json_t *client_info;
+  json_t *client_capabilities; /* from initialize; NULL if none were sent */
+  uint64_t next_call;          /* numbers the ids of our requests to the client */
+};
+
+struct srv_request {
+  srv_server_t *server;
+  srv_session_t *session;
+  json_t *id;
+  tr_sink_t *sink;
+  json_t *progress_token;
+  srv_batch_t *batch;
+  size_t batch_slot;
+  bool cancelled;
+  void (*cancel_cb)(void *data);
+  void *cancel_data;
+  double last_progress;
+  char *method; /* a request taken by the extension: its method and params */
+  json_t *params;
+  bool done; /* answered (or dropped); freed once nothing on the stack uses it */
+  int busy;  /* callbacks running on it: srv_request_finish then only marks it done */
+  srv_request_t *prev, *next;
+};
+
+/* ---------------------------------------------------------------- request.c */
+
+/* Sends msg (borrowed), compact, on sink. */
+void srv_send_json(tr_sink_t *sink, json_t *msg, tr_send_flags_t flags);
+/* A batch's slots: reserve one per answer, deliver into it (or straight to the sink when
+ * batch is NULL; an error in its place when it does not fit), release the hold. */
+size_t srv_batch_reserve(srv_batch_t *batch);
+void srv_deliver(tr_sink_t *sink, srv_batch_t *batch, size_t slot, json_t *response);
+void srv_batch_release(srv_batch_t *batch);
+bool srv_batch_full(const srv_batch_t *batch);
+json_t *srv_batch_full_error(const srv_batch_t *batch, json_t *id);
+void srv_reply_error(tr_sink_t *sink, srv_batch_t *batch, json_t *id, int code,
+                     const char *message);
+/* result is stolen. */
+void srv_reply_result(tr_sink_t *sink, srv_batch_t *batch, json_t *id, json_t *result);
+/* An index into the MCP log levels, or -1. */
+int srv_log_level_index(const char *level);
+/* A request in flight (its batch slot reserved). */
+srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, srv_batch_t *batch);
+/* Sends response (stolen; NULL for none) unless r was cancelled, and retires r. */
+void srv_request_complete(srv_request_t *r, json_t *response);
+/* The request of ss with this id still in flight, or NULL. */
+srv_request_t *srv_request_find(srv_session_t *ss, json_t *id);
+/* Cancels r (its client calls fail first, then its cancel callback runs). */
+void srv_request_cancel_one(srv_request_t *r);
+/* A params._meta.progressToken makes r report progress. */
+void srv_request_set_progress_token(srv_request_t *r, json_t *params);
+/* A response from the client: to one of our requests, or ignored. */
+void srv_client_response(srv_session_t *ss, json_t *msg, const srv_msg_t *m);
+
+#endif

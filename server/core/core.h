@@ -1,0 +1,268 @@
+/* server/core/: what every part of the server shares.  The server's parts (srv_server_t,
+ * assembled by server/server.c), the sandbox backend's probe, sessions, requests (what a
+ * tool answers through: results, progress, log messages, cancellation, requests to the
+ * client), the tool interface, and the router, which dispatches to the tool table and the
+ * extension it is given, so that it knows the interface of tools but not the tools.
+ *
+ * Files: probe.c, session.c, request.c (requests in flight, batches, client calls),
+ * router.c (envelope, lifecycle, methods), jsonrpc.c (the JSON-RPC envelope), result.c (tool
+ * results).
+ *
+ * The only room that turns internal errors into JSON-RPC errors (srv_request_fail).
+ *
+ * May use: server/files/ (resources/ are artifacts), server/config/, envstore/, interp/,
+ * sandbox/, transport/, pystd/, common/. */
+#ifndef MPS_SERVER_CORE_CORE_H
+#define MPS_SERVER_CORE_CORE_H
+
+#include <jansson.h>
+
+#include "common/cm.h"
+#include "envstore/envstore.h"
+#include "interp/interp.h"
+#include "sandbox/sbx.h"
+#include "server/config/config.h"
+#include "server/files/files.h"
+#include "transport/tr.h"
+
+/* A JSON value owned by a scope: released when the scope ends, unless taken with
+ * steal_pointer(). */
+static inline void srv_cleanup_jsonp(json_t **j) {
+  json_decref(*j);
+  *j = NULL;
+}
+#define cleanup_json __attribute__((cleanup(srv_cleanup_jsonp)))
+
+/* ---------------------------------------------------------------- the server's parts */
+
+typedef struct srv_server srv_server_t;
+typedef struct srv_session srv_session_t;
+typedef struct srv_request srv_request_t;
+struct probe_wait;
+struct srv_client_call;
+
+/* Filled by srv_server_new (server/server.c) and read through the accessors below. */
+struct srv_server {
+  cm_loop_t *loop;
+  srv_config_t *cfg;
+  sbx_backend_t *backend;
+  sbx_cgroups_t *cgroups;
+  struct exec_state *exec; /* server/exec/: jobs, admission, prestarted sandboxes, the runner */
+  sbx_backend_t *host;
+  py_registry_t *pythons;
+  env_store_t *envs;
+  struct srv_network *network; /* server/net/net.h */
+  art_store_t *artifacts;
+  tr_http_t *http; /* the HTTP transport, if any */
+  void *warm_wait;
+  void *warm_probe_wait;
+  py_interp_t *warm_python;
+  bool probed;                    /* the backend's probe has finished */
+  sbx_probe_t *probe;             /* in flight */
+  struct probe_wait *probe_waits; /* callers waiting for it */
+  cm_timer_t *probe_flush;        /* calls the waiters: a timer, so freeing the server cancels it */
+  cm_timer_t *probe_timer;
+  char *state_dir;
+  char *runs_dir; /* work/srv-XXXXXX, locked while we live */
+  int runs_lock;
+  srv_request_t *inflight;
+  size_t n_inflight;
+  const struct srv_extension *ext; /* NULL in the product */
+  const struct srv_tool *tools;    /* the built-in tool table (server/tools/) */
+  size_t n_tools;
+  void (*on_probed)(srv_server_t *s); /* after a probe that found the backend available */
+  struct srv_client_call *calls;      /* server -> client requests awaiting a response */
+};
+
+static inline cm_loop_t *srv_server_loop(srv_server_t *s) {
+  return s->loop;
+}
+static inline const srv_config_t *srv_server_config(srv_server_t *s) {
+  return s->cfg;
+}
+static inline sbx_backend_t *srv_server_backend_kind(srv_server_t *s) {
+  return s->backend;
+}
+static inline sbx_backend_t *srv_server_host_backend(srv_server_t *s) {
+  return s->host;
+}
+static inline sbx_cgroups_t *srv_server_cgroups(srv_server_t *s) {
+  return s->cgroups;
+}
+static inline py_registry_t *srv_server_pythons(srv_server_t *s) {
+  return s->pythons;
+}
+static inline env_store_t *srv_server_envs(srv_server_t *s) {
+  return s->envs;
+}
+static inline art_store_t *srv_server_artifacts(srv_server_t *s) {
+  return s->artifacts;
+}
+static inline const char *srv_server_state_dir(srv_server_t *s) {
+  return s->state_dir;
+}
+/* This server's own directory for its runs' work directories (see srv_workdir_claim). */
+static inline const char *srv_server_runs_dir(srv_server_t *s) {
+  return s->runs_dir;
+}
+/* The HTTP transport serving s (srv_serve_http sets it), for what check_environment tells
+ * a principal about its own sessions and streams; NULL on stdio. */
+static inline void srv_server_set_http(srv_server_t *s, tr_http_t *h) {
+  s->http = h;
+}
+static inline tr_http_t *srv_server_http(srv_server_t *s) {
+  return s->http;
+}
+static inline struct srv_network *srv_server_network(srv_server_t *s) {
+  return s->network;
+}
+static inline struct exec_state *srv_server_exec(srv_server_t *s) {
+  return s->exec;
+}
+
+/* ---------------------------------------------------------------- the backend's probe */
+
+/* The sandbox backend.  Starts its probe if it has not started yet (never waits for it):
+ * until srv_server_probed(), b->available says nothing.  srv_server_backend_kind() is the
+ * same without probing it first (the probe runs a whole sandbox): for what its kind alone
+ * tells, such as sbx_backend_can_egress(), where a probe would be premature. */
+sbx_backend_t *srv_server_backend(srv_server_t *s);
+/* Whether the backend's probe has finished (b->available then holds its outcome). */
+bool srv_server_probed(srv_server_t *s);
+/* Calls cb(data) once the probe has finished (starting it if need be), never from inside
+ * this call.  The handle is for srv_server_cancel_probe_wait until cb has run. */
+void *srv_server_when_probed(srv_server_t *s, void (*cb)(void *data), void *data);
+void srv_server_cancel_probe_wait(srv_server_t *s, void *wait);
+/* Probes the backend SRV_PROBE_DELAY_MS after start-up, once the handshake had its chance
+ * (or at the first call that needs it, whichever comes first): it runs a whole trivial
+ * sandbox.  On success s->on_probed runs. */
+void srv_probe_schedule(srv_server_t *s);
+/* Cancels the probe and forgets its waiters (freeing the server). */
+void srv_probe_release(srv_server_t *s);
+
+/* ---------------------------------------------------------------- sessions */
+
+/* Cancels every request in flight (shutdown), and counts them. */
+void srv_server_cancel_all(srv_server_t *s);
+size_t srv_server_inflight(srv_server_t *s);
+
+/* A session: the stdio connection, or one Mcp-Session-Id.  `sink` is where messages not
+ * tied to a request go (stdout, or the standalone GET stream). */
+srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink);
+void srv_session_free(srv_session_t *ss);
+/* Who opened the session, and owns what it makes (runs, artifacts): over HTTP the name of
+ * its bearer token ("local" without tokens), "stdio" for the stdio client (the default). */
+#define SRV_PRINCIPAL_STDIO "stdio"
+void srv_session_set_principal(srv_session_t *ss, const char *principal);
+/* Never NULL for a session; NULL for NULL. */
+const char *srv_session_principal(const srv_session_t *ss);
+/* The negotiated protocol version; NULL before initialize. */
+const char *srv_session_protocol(const srv_session_t *ss);
+/* Handles one complete JSON text; answers go to reply. */
+void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_t *reply);
+/* A text that was too large to read. */
+void srv_session_oversize(srv_session_t *ss, size_t len, tr_sink_t *reply);
+
+/* ---------------------------------------------------------------- requests (for tools) */
+
+srv_server_t *srv_request_server(srv_request_t *r);
+srv_session_t *srv_request_session(srv_request_t *r);
+bool srv_request_has_progress(const srv_request_t *r);
+/* Sends notifications/progress (if the client asked for progress).  progress must grow. */
+void srv_request_progress(srv_request_t *r, double progress, const char *message, size_t len);
+/* Would notifications/message at this level reach the client (it enabled logging)? */
+bool srv_request_log_enabled(const srv_request_t *r, const char *level);
+/* Sends notifications/message if the session's log level admits it. */
+void srv_request_log(srv_request_t *r, const char *level, const char *logger, json_t *data);
+/* Completes the request with a result (stolen).  Nothing is sent if it was cancelled.
+ * The request is freed. */
+void srv_request_finish(srv_request_t *r, json_t *result);
+/* Registers what to do on notifications/cancelled.  After cancel_cb runs the tool must
+ * still call srv_request_finish (its result is dropped). */
+void srv_request_on_cancel(srv_request_t *r, void (*cancel_cb)(void *data), void *data);
+bool srv_request_cancelled(const srv_request_t *r);
+/* Completes the request with a JSON-RPC error, the router's mapping of err (borrowed):
+ * CM_ERR_NOT_FOUND of a resources/... request whose params name a "uri" -> -32002
+ * "Resource not found" with data {uri}; CM_ERR_INVALID, CM_ERR_LIMIT and other
+ * CM_ERR_NOT_FOUND -> -32602; CM_ERR_UNSUPPORTED -> -32601; anything else -> -32603.
+ * Nothing is sent if it was cancelled.  The request is freed. */
+void srv_request_fail(srv_request_t *r, const cm_error_t *err);
+
+/* Server -> client requests (sampling/createMessage, elicitation/create, roots/list,
+ * ping).  cb gets exactly one of result (the response's "result") and error (a JSON-RPC
+ * error object {code, message, data?}), both borrowed for the duration of the call; it
+ * may finish the request. */
+typedef void (*srv_client_cb)(void *data, json_t *result, json_t *error);
+/* Sends `method` with params (stolen; NULL for none) to the client as a request with a
+ * fresh id ("mps-<n>", unique in the session) on r's own sink, so over HTTP it travels on
+ * r's SSE stream, and routes the client's response to cb.  If r is cancelled or its
+ * session closes first, cb gets an error (-32603) before r's cancel callback (which is
+ * skipped if cb finished r), and the client gets notifications/cancelled; if r finishes
+ * first, the call is abandoned
+ * (cb is not called, the client is told, a late response is ignored).
+ * Fails without sending (cb never called): CM_ERR_UNSUPPORTED when the method needs a
+ * client capability (sampling, elicitation, roots) the client did not declare at
+ * initialize; CM_ERR_UNAVAILABLE when r is cancelled, finished or has no session, or
+ * (for all but ping) before the client's notifications/initialized;
+ * CM_ERR_LIMIT when the session already has 64 requests to its client pending. */
+int srv_request_call_client(srv_request_t *r, const char *method, json_t *params, srv_client_cb cb,
+                            void *data, cm_error_t *err);
+/* Ends the client's current connection to r's stream while r goes on; what r sends later
+ * waits for the client to resume (tr_sink_close_stream: HTTP SSE polling, SEP-1699). */
+void srv_request_close_stream(srv_request_t *r);
+
+/* A json string from arbitrary bytes: invalid UTF-8 is replaced by U+FFFD. */
+json_t *srv_json_string_lossy(const char *buf, size_t len);
+
+/* MCP protocol versions we speak, newest first. */
+extern const char *const srv_protocol_versions[];
+extern const size_t srv_protocol_versions_count;
+bool srv_protocol_supported(const char *v);
+
+/* ---------------------------------------------------------------- the tool interface */
+
+/* A tool: the router lists and calls the table server/tools/ gives it (srv_tools()) and
+ * the extension's. */
+typedef struct srv_tool {
+  const char *name;
+  const char *title;
+  json_t *(*describe)(srv_server_t *s); /* the Tool object for tools/list (new ref) */
+  /* Runs the tool; must eventually call srv_request_finish(r, result). */
+  void (*call)(srv_request_t *r, json_t *arguments);
+} srv_tool_t;
+
+/* A tool result with one text block. isError as given.  _n: len bytes of valid UTF-8,
+ * which may hold NULs.  (Here, with the tool interface, because tools, the execution of a
+ * run and extensions all answer with them: server/core/result.c.) */
+json_t *srv_tool_text_result(const char *text, bool is_error);
+json_t *srv_tool_text_resultn(const char *text, size_t len, bool is_error);
+json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---------------------------------------------------------------- extensions */
+
+/* What an embedding program adds to the router: the conformance fixture server
+ * (tests/conformance/fixture.c) uses it; the product binary sets none. */
+typedef struct srv_extension {
+  /* More tools: listed by tools/list after the built-in ones; tools/call finds one when
+   * no built-in tool has the name. */
+  const srv_tool_t *tools;
+  size_t n_tools;
+  /* Capabilities merged into initialize's result: each top-level key replaces the
+   * built-in one (e.g. "resources"), or adds one ("prompts", "completions").  Returns a
+   * new reference (an object) or NULL. */
+  json_t *(*capabilities)(void *data);
+  /* Offered every request of an initialized session before the router's own methods
+   * (tools/..., logging/setLevel, resources/...; only ping, initialize and the envelope
+   * checks come first).  Returns false, without touching r, for a method it does not
+   * handle; true when it takes r, which it must then complete, at once or later, with
+   * srv_request_finish or srv_request_fail.  params is borrowed (NULL when absent); a
+   * params._meta.progressToken is honoured as for tools/call. */
+  bool (*handle)(void *data, srv_request_t *r, const char *method, json_t *params);
+  void *data;
+} srv_extension_t;
+
+/* Installs ext (not copied: it must outlive s), or removes it (NULL).  Set it before the
+ * first session opens. */
+void srv_server_set_extension(srv_server_t *s, const srv_extension_t *ext);
+
+#endif

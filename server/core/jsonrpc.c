@@ -1,0 +1,111 @@
+#include <stdio.h>
+
+#include "pystd/pystd.h"
+#include "server/core/core-internal.h"
+
+const char *const srv_protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                             "2024-11-05"};
+const size_t srv_protocol_versions_count = CM_ARRAY_SIZE(srv_protocol_versions);
+
+bool srv_protocol_supported(const char *v) {
+  for (size_t i = 0; i < srv_protocol_versions_count; i++)
+    if (strcmp(v, srv_protocol_versions[i]) == 0) return true;
+  return false;
+}
+
+json_t *srv_jsonrpc_parse(const char *buf, size_t len, int *code, char **why) {
+  if (srv_json_depth(buf, len, SRV_MAX_JSON_DEPTH) > SRV_MAX_JSON_DEPTH) {
+    *code = JSONRPC_INVALID_REQUEST;
+    *why = xasprintf("Invalid Request: JSON nested deeper than %d levels", SRV_MAX_JSON_DEPTH);
+    return NULL;
+  }
+  json_error_t jerr;
+  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+  if (!root) {
+    *code = JSONRPC_PARSE_ERROR;
+    *why = xasprintf("Parse error: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+    return NULL;
+  }
+  return root;
+}
+
+static bool valid_id(json_t *id) {
+  return json_is_string(id) || json_is_integer(id);
+}
+
+void srv_jsonrpc_classify(json_t *msg, srv_msg_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!json_is_object(msg)) {
+    out->error = "Invalid Request: a message must be a JSON object";
+    return;
+  }
+  json_t *id = json_object_get(msg, "id");
+  if (id && valid_id(id)) out->id = id;
+  json_t *version = json_object_get(msg, "jsonrpc");
+  if (!json_is_string(version) || strcmp(json_string_value(version), "2.0") != 0) {
+    out->error = "Invalid Request: \"jsonrpc\" must be \"2.0\"";
+    return;
+  }
+  json_t *method = json_object_get(msg, "method");
+  if (method) {
+    if (!json_is_string(method)) {
+      out->error = "Invalid Request: \"method\" must be a string";
+      return;
+    }
+    out->method = json_string_value(method);
+    json_t *params = json_object_get(msg, "params");
+    if (params && !json_is_object(params) && !json_is_array(params)) {
+      out->error = "Invalid Request: \"params\" must be an object";
+      return;
+    }
+    out->params = params;
+    if (!id) {
+      out->kind = SRV_MSG_NOTIFICATION;
+      return;
+    }
+    if (!valid_id(id)) {
+      out->error = "Invalid Request: \"id\" must be a string or an integer";
+      return;
+    }
+    out->kind = SRV_MSG_REQUEST;
+    return;
+  }
+  json_t *result = json_object_get(msg, "result");
+  json_t *error = json_object_get(msg, "error");
+  if ((result != NULL) != (error != NULL) && id) {
+    out->kind = SRV_MSG_RESPONSE;
+    return;
+  }
+  out->error =
+      "Invalid Request: a message needs \"method\", or \"id\" with \"result\" or \"error\"";
+}
+
+json_t *srv_jsonrpc_error(json_t *id, int code, const char *message, json_t *data) {
+  json_t *err = json_pack("{s:i, s:s}", "code", code, "message", message);
+  if (data) json_object_set_new(err, "data", data);
+  return json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", err);
+}
+
+json_t *srv_jsonrpc_result(json_t *id, json_t *result) {
+  return json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", result);
+}
+
+json_t *srv_jsonrpc_notification(const char *method, json_t *params) {
+  if (params)
+    return json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", method, "params", params);
+  return json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", method);
+}
+
+char *srv_jsonrpc_dump(json_t *msg, size_t *len) {
+  char *s = json_dumps(msg, JSON_COMPACT);
+  if (!s) abort(); /* only fails on allocation */
+  if (len) *len = strlen(s);
+  return s;
+}
+
+json_t *srv_json_string_lossy(const char *buf, size_t len) {
+  if (cm_utf8_valid(buf, len)) return json_stringn(buf, len);
+  size_t n;
+  cleanup_free char *clean = cm_utf8_sanitize(buf, len, &n);
+  return json_stringn(clean, n);
+}

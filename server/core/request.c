@@ -1,0 +1,399 @@
+/* Requests in flight: their replies (straight, or into a batch), progress, log messages,
+ * cancellation, and the server's own requests to the client. */
+#include <stdio.h>
+
+#include "server/core/core-internal.h"
+
+static const char *const mcp_log_levels[] = {"debug", "info",     "notice", "warning",
+                                             "error", "critical", "alert",  "emergency"};
+static void request_free(srv_request_t *r);
+
+static void fail_client_calls(srv_request_t *r, const char *why);
+
+static void abandon_client_calls(srv_request_t *r);
+
+void srv_send_json(tr_sink_t *sink, json_t *msg, tr_send_flags_t flags) {
+  size_t len;
+  cleanup_free char *text = srv_jsonrpc_dump(msg, &len);
+  tr_sink_send(sink, text, len, flags);
+}
+
+void srv_batch_release(srv_batch_t *batch) {
+  if (--batch->pending > 0) return;
+  /* Drop the slots of cancelled requests (they stay null). */
+  json_t *out = json_array();
+  size_t i;
+  json_t *v;
+  json_array_foreach(batch->responses, i, v) if (!json_is_null(v)) json_array_append(out, v);
+  if (json_array_size(out) > 0) srv_send_json(batch->sink, out, TR_SEND_RESPONSE);
+  json_decref(out);
+  json_decref(batch->responses);
+  tr_sink_unref(batch->sink);
+  free(batch);
+}
+
+bool srv_batch_full(const srv_batch_t *batch) {
+  return batch && batch->bytes >= batch->max_bytes;
+}
+
+json_t *srv_batch_full_error(const srv_batch_t *batch, json_t *id) {
+  cleanup_free char *msg = xasprintf(
+      "The batch's answers would exceed %zu bytes (--max-message-bytes): send this "
+      "request again on its own",
+      batch->max_bytes);
+  return srv_jsonrpc_error(id, JSONRPC_INTERNAL_ERROR, msg, NULL);
+}
+
+/* Delivers a response: straight to the sink, or into its batch slot (an error in its place
+ * if it does not fit in what is left of the batch's bytes). */
+void srv_deliver(tr_sink_t *sink, srv_batch_t *batch, size_t slot, json_t *response) {
+  if (!batch) {
+    srv_send_json(sink, response, TR_SEND_RESPONSE);
+    json_decref(response);
+    return;
+  }
+  if (!json_is_null(response)) {
+    size_t n = json_dumpb(response, NULL, 0, JSON_COMPACT);
+    if (batch->bytes + n > batch->max_bytes) {
+      json_t *small = srv_batch_full_error(batch, json_object_get(response, "id"));
+      json_decref(response);
+      response = small;
+      n = json_dumpb(response, NULL, 0, JSON_COMPACT);
+    }
+    batch->bytes += n + 1;
+  }
+  json_array_set_new(batch->responses, slot, response);
+  srv_batch_release(batch);
+}
+
+size_t srv_batch_reserve(srv_batch_t *batch) {
+  if (!batch) return 0;
+  json_array_append_new(batch->responses, json_null());
+  batch->pending++;
+  return json_array_size(batch->responses) - 1;
+}
+
+void srv_reply_error(tr_sink_t *sink, srv_batch_t *batch, json_t *id, int code,
+                     const char *message) {
+  srv_deliver(sink, batch, srv_batch_reserve(batch), srv_jsonrpc_error(id, code, message, NULL));
+}
+
+void srv_reply_result(tr_sink_t *sink, srv_batch_t *batch, json_t *id, json_t *result) {
+  srv_deliver(sink, batch, srv_batch_reserve(batch), srv_jsonrpc_result(id, result));
+  json_decref(result);
+}
+
+/* ---------------------------------------------------------------- requests */
+
+srv_server_t *srv_request_server(srv_request_t *r) {
+  return r->server;
+}
+srv_session_t *srv_request_session(srv_request_t *r) {
+  return r->session;
+}
+bool srv_request_cancelled(const srv_request_t *r) {
+  return r->cancelled;
+}
+bool srv_request_has_progress(const srv_request_t *r) {
+  return r->progress_token != NULL;
+}
+
+void srv_request_on_cancel(srv_request_t *r, void (*cancel_cb)(void *data), void *data) {
+  r->cancel_cb = cancel_cb;
+  r->cancel_data = data;
+}
+
+void srv_request_progress(srv_request_t *r, double progress, const char *message, size_t len) {
+  if (!r->progress_token || r->cancelled || progress <= r->last_progress) return;
+  r->last_progress = progress;
+  json_t *params =
+      json_pack("{s:O, s:f}", "progressToken", r->progress_token, "progress", progress);
+  if (message) json_object_set_new(params, "message", srv_json_string_lossy(message, len));
+  json_t *n = srv_jsonrpc_notification("notifications/progress", params);
+  srv_send_json(r->sink, n, TR_SEND_DROPPABLE);
+  json_decref(n);
+}
+
+int srv_log_level_index(const char *level) {
+  for (size_t i = 0; i < CM_ARRAY_SIZE(mcp_log_levels); i++)
+    if (strcmp(level, mcp_log_levels[i]) == 0) return (int)i;
+  return -1;
+}
+
+bool srv_request_log_enabled(const srv_request_t *r, const char *level) {
+  const srv_session_t *ss = r->session;
+  int idx = srv_log_level_index(level);
+  return ss && !r->cancelled && ss->log_level >= 0 && idx >= ss->log_level;
+}
+
+void srv_request_log(srv_request_t *r, const char *level, const char *logger, json_t *data) {
+  srv_session_t *ss = r->session;
+  int idx = srv_log_level_index(level);
+  if (!ss || r->cancelled || ss->log_level < 0 || idx < ss->log_level) {
+    json_decref(data);
+    return;
+  }
+  json_t *params = json_pack("{s:s, s:o}", "level", level, "data", data);
+  if (logger) json_object_set_new(params, "logger", json_string(logger));
+  json_t *n = srv_jsonrpc_notification("notifications/message", params);
+  srv_send_json(r->sink, n, TR_SEND_DROPPABLE);
+  json_decref(n);
+}
+
+srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, srv_batch_t *batch) {
+  srv_request_t *r = xcalloc(1, sizeof *r);
+  r->server = ss->server;
+  r->session = ss;
+  r->id = json_incref(id);
+  r->sink = tr_sink_ref(sink);
+  r->batch = batch;
+  r->batch_slot = srv_batch_reserve(batch);
+  srv_server_t *s = ss->server;
+  r->next = s->inflight;
+  if (s->inflight) s->inflight->prev = r;
+  s->inflight = r;
+  s->n_inflight++;
+  return r;
+}
+
+static void request_free(srv_request_t *r) {
+  json_decref(r->id);
+  json_decref(r->progress_token);
+  json_decref(r->params);
+  free(r->method);
+  tr_sink_unref(r->sink);
+  free(r);
+}
+
+/* Sends response (stolen; NULL for none) unless r was cancelled, and retires r. */
+void srv_request_complete(srv_request_t *r, json_t *response) {
+  srv_server_t *s = r->server;
+  abandon_client_calls(r);
+  if (r->cancelled) {
+    json_decref(response);
+    /* A cancelled request sends nothing; its batch slot stays null. */
+    if (r->batch) srv_deliver(r->sink, r->batch, r->batch_slot, json_null());
+  } else if (response) {
+    srv_deliver(r->sink, r->batch, r->batch_slot, response);
+  } else if (r->batch) {
+    srv_deliver(r->sink, r->batch, r->batch_slot, json_null());
+  }
+  if (r->prev)
+    r->prev->next = r->next;
+  else
+    s->inflight = r->next;
+  if (r->next) r->next->prev = r->prev;
+  s->n_inflight--;
+  r->done = true;
+  if (r->busy == 0) request_free(r);
+}
+
+void srv_request_finish(srv_request_t *r, json_t *result) {
+  json_t *response = r->cancelled ? NULL : srv_jsonrpc_result(r->id, result);
+  json_decref(result);
+  srv_request_complete(r, response);
+}
+
+void srv_request_fail(srv_request_t *r, const cm_error_t *err) {
+  if (r->cancelled) {
+    srv_request_complete(r, NULL);
+    return;
+  }
+  const char *text = cm_error_message(err);
+  json_t *uri = json_is_object(r->params) ? json_object_get(r->params, "uri") : NULL;
+  json_t *response;
+  if (err->kind == CM_ERR_NOT_FOUND && r->method && strncmp(r->method, "resources/", 10) == 0 &&
+      json_is_string(uri)) {
+    cleanup_free char *msg = xasprintf("Resource not found: %s", text);
+    response =
+        srv_jsonrpc_error(r->id, MCP_RESOURCE_NOT_FOUND, msg, json_pack("{s:O}", "uri", uri));
+  } else if (err->kind == CM_ERR_INVALID || err->kind == CM_ERR_LIMIT ||
+             err->kind == CM_ERR_NOT_FOUND) {
+    cleanup_free char *msg = xasprintf("Invalid params: %s", text);
+    response = srv_jsonrpc_error(r->id, JSONRPC_INVALID_PARAMS, msg, NULL);
+  } else if (err->kind == CM_ERR_UNSUPPORTED) {
+    cleanup_free char *msg = xasprintf("Method not found: %s", text);
+    response = srv_jsonrpc_error(r->id, JSONRPC_METHOD_NOT_FOUND, msg, NULL);
+  } else {
+    cleanup_free char *msg = xasprintf("Internal error: %s", text);
+    response = srv_jsonrpc_error(r->id, JSONRPC_INTERNAL_ERROR, msg, NULL);
+  }
+  srv_request_complete(r, response);
+}
+
+/* ---------------------------------------------------------------- server -> client requests */
+
+/* Bounds what one session may have outstanding with its client. */
+#define SRV_MAX_CLIENT_CALLS 64
+
+typedef struct srv_client_call {
+  srv_request_t *request; /* the request it serves; its session is the client asked */
+  srv_session_t *session;
+  char id[32];
+  srv_client_cb cb;
+  void *data;
+  struct srv_client_call *next;
+} srv_client_call_t;
+
+/* Unlinks r's pending calls, oldest first. */
+static srv_client_call_t *take_client_calls(srv_request_t *r) {
+  srv_client_call_t *mine = NULL, **tail = &mine;
+  for (srv_client_call_t **p = &r->server->calls; *p;) {
+    srv_client_call_t *c = *p;
+    if (c->request != r) {
+      p = &c->next;
+      continue;
+    }
+    *p = c->next;
+    c->next = NULL;
+    *tail = c;
+    tail = &c->next;
+  }
+  return mine;
+}
+
+/* Tells the client we no longer wait for its answer. */
+static void send_client_cancel(srv_request_t *r, const srv_client_call_t *c, const char *why) {
+  json_t *n = srv_jsonrpc_notification("notifications/cancelled",
+                                       json_pack("{s:s, s:s}", "requestId", c->id, "reason", why));
+  srv_send_json(r->sink, n, TR_SEND_DROPPABLE);
+  json_decref(n);
+}
+
+static void fail_client_calls(srv_request_t *r, const char *why) {
+  srv_client_call_t *c = take_client_calls(r);
+  if (!c) return;
+  json_t *error = json_pack("{s:i, s:s}", "code", JSONRPC_INTERNAL_ERROR, "message", why);
+  while (c) {
+    srv_client_call_t *next = c->next;
+    send_client_cancel(r, c, why);
+    c->cb(c->data, NULL, error);
+    free(c);
+    c = next;
+  }
+  json_decref(error);
+}
+
+static void abandon_client_calls(srv_request_t *r) {
+  srv_client_call_t *c = take_client_calls(r);
+  while (c) {
+    srv_client_call_t *next = c->next;
+    send_client_cancel(r, c, "the request finished");
+    free(c);
+    c = next;
+  }
+}
+
+/* The client capability a server -> client method needs, or NULL. */
+static const char *client_capability_for(const char *method) {
+  if (strcmp(method, "sampling/createMessage") == 0) return "sampling";
+  if (strcmp(method, "elicitation/create") == 0) return "elicitation";
+  if (strcmp(method, "roots/list") == 0) return "roots";
+  return NULL;
+}
+
+int srv_request_call_client(srv_request_t *r, const char *method, json_t *params, srv_client_cb cb,
+                            void *data, cm_error_t *err) {
+  srv_session_t *ss = r->session;
+  if (r->cancelled || r->done || !ss) {
+    json_decref(params);
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s: the request is no longer in flight",
+                        method);
+  }
+  if (!ss->ready && strcmp(method, "ping") != 0) {
+    json_decref(params);
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                        "%s: the client has not sent notifications/initialized", method);
+  }
+  const char *cap = client_capability_for(method);
+  if (cap && !json_object_get(ss->client_capabilities, cap)) {
+    json_decref(params);
+    return cm_error_set(err, 0, CM_ERR_UNSUPPORTED,
+                        "%s: the client did not declare the \"%s\" capability", method, cap);
+  }
+  size_t pending = 0;
+  for (srv_client_call_t *c = r->server->calls; c; c = c->next) pending += c->session == ss;
+  if (pending >= SRV_MAX_CLIENT_CALLS) {
+    json_decref(params);
+    return cm_error_set(err, 0, CM_ERR_LIMIT, "%s: %d requests to the client are already pending",
+                        method, SRV_MAX_CLIENT_CALLS);
+  }
+  srv_client_call_t *c = xcalloc(1, sizeof *c);
+  c->request = r;
+  c->session = ss;
+  snprintf(c->id, sizeof c->id, "mps-%llu", (unsigned long long)++ss->next_call);
+  c->cb = cb;
+  c->data = data;
+  c->next = r->server->calls;
+  r->server->calls = c;
+  json_t *msg = json_pack("{s:s, s:s, s:s}", "jsonrpc", "2.0", "id", c->id, "method", method);
+  if (params) json_object_set_new(msg, "params", params);
+  srv_send_json(r->sink, msg, TR_SEND_DEFAULT);
+  json_decref(msg);
+  return 0;
+}
+
+void srv_request_close_stream(srv_request_t *r) {
+  if (!r->cancelled && !r->done) tr_sink_close_stream(r->sink);
+}
+
+/* A response from the client: to one of our requests, or ignored. */
+void srv_client_response(srv_session_t *ss, json_t *msg, const srv_msg_t *m) {
+  if (!json_is_string(m->id)) return;
+  for (srv_client_call_t **p = &ss->server->calls; *p; p = &(*p)->next) {
+    srv_client_call_t *c = *p;
+    if (c->session != ss || strcmp(c->id, json_string_value(m->id)) != 0) continue;
+    *p = c->next;
+    json_t *result = json_object_get(msg, "result");
+    json_t *error = json_object_get(msg, "error");
+    srv_request_t *r = c->request;
+    /* The callback may finish r: keep it until the callback returns. */
+    r->busy++;
+    if (error) {
+      json_t *e = json_is_object(error) ? json_incref(error)
+                                        : json_pack("{s:i, s:s}", "code", JSONRPC_INTERNAL_ERROR,
+                                                    "message", "malformed error from the client");
+      c->cb(c->data, NULL, e);
+      json_decref(e);
+    } else {
+      c->cb(c->data, result, NULL);
+    }
+    free(c);
+    if (--r->busy == 0 && r->done) request_free(r);
+    return;
+  }
+  cm_debug("ignored a response to no request of ours");
+}
+
+srv_request_t *srv_request_find(srv_session_t *ss, json_t *id) {
+  for (srv_request_t *r = ss->server->inflight; r; r = r->next)
+    if (r->session == ss && json_equal(r->id, id)) return r;
+  return NULL;
+}
+
+void srv_request_cancel_one(srv_request_t *r) {
+  if (r->cancelled || r->done) return;
+  r->cancelled = true;
+  /* The callbacks below may finish r: it is freed only after the last of them. */
+  r->busy++;
+  fail_client_calls(r, "the request was cancelled");
+  if (!r->done && r->cancel_cb) r->cancel_cb(r->cancel_data);
+  if (--r->busy == 0 && r->done) request_free(r);
+}
+
+void srv_server_cancel_all(srv_server_t *s) {
+  srv_request_t *next;
+  for (srv_request_t *r = s->inflight; r; r = next) {
+    next = r->next;
+    srv_request_cancel_one(r);
+  }
+}
+size_t srv_server_inflight(srv_server_t *s) {
+  return s->n_inflight;
+}
+
+void srv_request_set_progress_token(srv_request_t *r, json_t *params) {
+  json_t *meta = json_is_object(params) ? json_object_get(params, "_meta") : NULL;
+  json_t *token = json_is_object(meta) ? json_object_get(meta, "progressToken") : NULL;
+  if (json_is_string(token) || json_is_integer(token)) r->progress_token = json_incref(token);
+}

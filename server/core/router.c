@@ -1,0 +1,350 @@
+/* The JSON-RPC/MCP router: envelope checks, lifecycle, dispatch to the tool table it is given
+ * and to an extension, and the protocol's own methods.  Transport-neutral: everything goes
+ * out through tr_sink_t. */
+#include <stdio.h>
+
+#include "server/core/core-internal.h"
+
+/* A batch is one message whose answers are built in memory before any is sent: a few
+ * bytes per element could ask for megabytes each (resources/read, tools/list).  So it
+ * has at most this many elements, and its answers together at most max_bytes; past that
+ * an element gets an error (and no work is done for it). */
+#define SRV_MAX_BATCH 256
+
+/* ---------------------------------------------------------------- extensions */
+
+void srv_server_set_extension(srv_server_t *s, const srv_extension_t *ext) {
+  s->ext = ext;
+}
+
+static const srv_tool_t *tool_find(const srv_tool_t *tools, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(tools[i].name, name) == 0) return &tools[i];
+  return NULL;
+}
+
+/* Offers the request to the extension; true if it took it. */
+static bool extension_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
+                              srv_batch_t *batch) {
+  const srv_extension_t *ext = ss->server->ext;
+  if (!ext || !ext->handle) return false;
+  srv_request_t *r = srv_request_new(ss, m->id, sink, batch);
+  r->method = xstrdup(m->method);
+  r->params = json_incref(m->params);
+  srv_request_set_progress_token(r, m->params);
+  if (ext->handle(ext->data, r, m->method, m->params)) return true;
+  /* Not its method: r goes without a trace (its batch slot stays null). */
+  r->cancelled = true;
+  srv_request_complete(r, NULL);
+  return false;
+}
+
+/* ---------------------------------------------------------------- methods */
+
+static json_t *server_capabilities(void) {
+  return json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0, "resources",
+                   "listChanged", 0, "subscribe", 0, "logging");
+}
+
+static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
+                              srv_batch_t *batch) {
+  if (ss->protocol) {
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_REQUEST,
+                    "Invalid Request: the session is already initialized");
+    return;
+  }
+  json_t *pv = params ? json_object_get(params, "protocolVersion") : NULL;
+  if (!json_is_object(params) || !json_is_string(pv)) {
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: initialize needs a string \"protocolVersion\"");
+    return;
+  }
+  const char *requested = json_string_value(pv);
+  const char *chosen = srv_protocol_supported(requested) ? requested : srv_protocol_versions[0];
+  ss->protocol = xstrdup(chosen);
+  json_t *ci = json_object_get(params, "clientInfo");
+  if (json_is_object(ci)) ss->client_info = json_incref(ci);
+  json_t *client_caps = json_object_get(params, "capabilities");
+  if (json_is_object(client_caps)) ss->client_capabilities = json_incref(client_caps);
+  json_t *caps = server_capabilities();
+  const srv_extension_t *ext = ss->server->ext;
+  if (ext && ext->capabilities) {
+    json_t *extra = ext->capabilities(ext->data);
+    if (json_is_object(extra)) json_object_update(caps, extra);
+    json_decref(extra);
+  }
+  json_t *result = json_pack(
+      "{s:s, s:o, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", chosen, "capabilities", caps,
+      "serverInfo", "name", SRV_NAME, "title", "Python Exec Sandbox", "version", srv_version(),
+      "instructions",
+      "Runs Python scripts in a sandbox. Use execute_python to run a script (declare third-party "
+      "packages "
+      "in a PEP 723 '# /// script' block or the dependencies argument), validate_script to check "
+      "one "
+      "without running it, and check_environment to see the interpreters, sandbox and limits.");
+  srv_reply_result(sink, batch, id, result);
+}
+
+static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
+                              srv_batch_t *batch) {
+  json_t *cursor = params && json_is_object(params) ? json_object_get(params, "cursor") : NULL;
+  if (cursor) {
+    /* Everything fits on one page, so no cursor we could have issued exists. */
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, "Invalid params: unknown cursor");
+    return;
+  }
+  const srv_tool_t *tools = ss->server->tools;
+  json_t *list = json_array();
+  for (size_t i = 0; i < ss->server->n_tools; i++)
+    json_array_append_new(list, tools[i].describe(ss->server));
+  const srv_extension_t *ext = ss->server->ext;
+  for (size_t i = 0; ext && i < ext->n_tools; i++)
+    json_array_append_new(list, ext->tools[i].describe(ss->server));
+  srv_reply_result(sink, batch, id, json_pack("{s:o}", "tools", list));
+}
+
+static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
+                              srv_batch_t *batch) {
+  json_t *name = json_is_object(params) ? json_object_get(params, "name") : NULL;
+  if (!json_is_string(name)) {
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: tools/call needs a string \"name\"");
+    return;
+  }
+  json_t *args = json_object_get(params, "arguments");
+  if (args && !json_is_object(args) && !json_is_null(args)) {
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: \"arguments\" must be an object");
+    return;
+  }
+  const srv_server_t *s = ss->server;
+  const srv_tool_t *tool = tool_find(s->tools, s->n_tools, json_string_value(name));
+  if (!tool && s->ext) tool = tool_find(s->ext->tools, s->ext->n_tools, json_string_value(name));
+  if (!tool) {
+    cleanup_free char *excerpt =
+        cm_log_excerpt(json_string_value(name), json_string_length(name), 64);
+    cleanup_free char *msg = xasprintf("Invalid params: unknown tool '%s'", excerpt);
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, msg);
+    return;
+  }
+  srv_request_t *r = srv_request_new(ss, id, sink, batch);
+  srv_request_set_progress_token(r, params);
+  json_t *arguments = json_is_object(args) ? json_incref(args) : json_object();
+  tool->call(r, arguments);
+  json_decref(arguments);
+}
+
+static void handle_set_level(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
+                             srv_batch_t *batch) {
+  json_t *level = json_is_object(params) ? json_object_get(params, "level") : NULL;
+  int idx = json_is_string(level) ? srv_log_level_index(json_string_value(level)) : -1;
+  if (idx < 0) {
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: \"level\" must be one of debug, info, notice, warning, error, "
+                    "critical, alert, emergency");
+    return;
+  }
+  ss->log_level = idx;
+  srv_reply_result(sink, batch, id, json_object());
+}
+
+/* MCP's "resource not found" (resources/read, protocol versions 2024-11-05 to 2025-11-25). */
+
+/* resources/list, resources/read, resources/templates/list: the artifacts of runs. */
+static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
+                             srv_batch_t *batch) {
+  json_t *params = json_is_object(m->params) ? m->params : NULL;
+  if (m->params && !params && !json_is_null(m->params)) {
+    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: params must be an object");
+    return;
+  }
+  json_t *cursor = params ? json_object_get(params, "cursor") : NULL;
+  if (cursor && !json_is_null(cursor) && !json_is_string(cursor)) {
+    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: \"cursor\" must be a string");
+    return;
+  }
+  const char *cursor_text = json_is_string(cursor) ? json_string_value(cursor) : NULL;
+  json_t *uri = params ? json_object_get(params, "uri") : NULL;
+  json_t *result = NULL;
+  cm_error_t err = CM_ERROR_INIT;
+  int rc = 0;
+  if (strcmp(m->method, "resources/templates/list") == 0) {
+    if (cursor_text)
+      rc = cm_error_set(&err, 0, CM_ERR_INVALID, "unknown cursor");
+    else
+      result = art_store_templates();
+  } else if (strcmp(m->method, "resources/list") == 0) {
+    rc = art_store_list(ss->server->artifacts, ss->principal, cursor_text, &result, &err);
+  } else if (!json_is_string(uri) || strlen(json_string_value(uri)) != json_string_length(uri)) {
+    rc = cm_error_set(&err, 0, CM_ERR_INVALID, "resources/read needs a string \"uri\"");
+  } else {
+    /* In a batch, a file whose answer cannot fit is not even read. */
+    rc = art_store_read(ss->server->artifacts, ss->principal, json_string_value(uri),
+                        batch ? batch->max_bytes - batch->bytes : 0, &result, &err);
+  }
+  if (rc == 0) {
+    srv_reply_result(sink, batch, m->id, result);
+    return;
+  }
+  if (err.kind == CM_ERR_NOT_FOUND) {
+    cleanup_free char *excerpt =
+        cm_log_excerpt(json_string_value(uri), json_string_length(uri), 200);
+    cleanup_free char *msg = xasprintf("Resource not found: %s", excerpt);
+    srv_deliver(
+        sink, batch, srv_batch_reserve(batch),
+        srv_jsonrpc_error(m->id, MCP_RESOURCE_NOT_FOUND, msg, json_pack("{s:O}", "uri", uri)));
+  } else if (err.kind == CM_ERR_LIMIT && batch) {
+    srv_deliver(sink, batch, srv_batch_reserve(batch), srv_batch_full_error(batch, m->id));
+  } else if (err.kind == CM_ERR_INVALID || err.kind == CM_ERR_LIMIT) {
+    cleanup_free char *msg = xasprintf("Invalid params: %s", cm_error_message(&err));
+    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS, msg);
+  } else {
+    cm_warn("%s: %s", m->method, cm_error_message(&err));
+    cleanup_free char *msg = xasprintf("Internal error: %s", cm_error_message(&err));
+    srv_reply_error(sink, batch, m->id, JSONRPC_INTERNAL_ERROR, msg);
+  }
+  cm_error_release(&err);
+}
+
+static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
+                           srv_batch_t *batch) {
+  const char *method = m->method;
+  if (strcmp(method, "ping") == 0) {
+    srv_reply_result(sink, batch, m->id, json_object());
+    return;
+  }
+  if (strcmp(method, "initialize") == 0) {
+    handle_initialize(ss, m->id, m->params, sink, batch);
+    return;
+  }
+  if (!ss->protocol) {
+    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_REQUEST,
+                    "Invalid Request: the session is not initialized; send initialize first");
+    return;
+  }
+  if (srv_request_find(ss, m->id)) {
+    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_REQUEST,
+                    "Invalid Request: a request with this id is still in flight");
+    return;
+  }
+  if (srv_batch_full(batch)) {
+    srv_deliver(sink, batch, srv_batch_reserve(batch), srv_batch_full_error(batch, m->id));
+    return;
+  }
+  if (extension_request(ss, m, sink, batch)) return;
+  if (strcmp(method, "tools/list") == 0) {
+    handle_tools_list(ss, m->id, m->params, sink, batch);
+  } else if (strcmp(method, "tools/call") == 0) {
+    handle_tools_call(ss, m->id, m->params, sink, batch);
+  } else if (strcmp(method, "logging/setLevel") == 0) {
+    handle_set_level(ss, m->id, m->params, sink, batch);
+  } else if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0 ||
+             strcmp(method, "resources/templates/list") == 0) {
+    handle_resources(ss, m, sink, batch);
+  } else {
+    cleanup_free char *excerpt = cm_log_excerpt(method, strlen(method), 64);
+    cleanup_free char *msg = xasprintf("Method not found: %s", excerpt);
+    srv_reply_error(sink, batch, m->id, JSONRPC_METHOD_NOT_FOUND, msg);
+  }
+}
+
+static void handle_notification(srv_session_t *ss, const srv_msg_t *m) {
+  if (strcmp(m->method, "notifications/initialized") == 0) {
+    ss->ready = true;
+  } else if (strcmp(m->method, "notifications/cancelled") == 0) {
+    json_t *rid = json_is_object(m->params) ? json_object_get(m->params, "requestId") : NULL;
+    if (!rid) return;
+    srv_request_t *r = srv_request_find(ss, rid);
+    /* Unknown or finished ids are ignored: the race with a response is allowed. */
+    if (r) {
+      cm_debug("request cancelled by the client");
+      srv_request_cancel_one(r);
+    }
+  }
+  /* Other notifications need nothing from us. */
+}
+
+static void handle_one(srv_session_t *ss, json_t *msg, tr_sink_t *sink, srv_batch_t *batch) {
+  srv_msg_t m;
+  srv_jsonrpc_classify(msg, &m);
+  switch (m.kind) {
+    case SRV_MSG_REQUEST:
+      handle_request(ss, &m, sink, batch);
+      break;
+    case SRV_MSG_NOTIFICATION:
+      handle_notification(ss, &m);
+      break;
+    case SRV_MSG_RESPONSE:
+      srv_client_response(ss, msg, &m);
+      break;
+    default:
+      srv_reply_error(sink, batch, m.id, JSONRPC_INVALID_REQUEST, m.error);
+      break;
+  }
+}
+
+/* The id of a single request in a text refused before it was parsed (too deep for us,
+ * not for jansson), so that the error can carry it; NULL when there is none to read. */
+static json_t *refused_request_id(const char *buf, size_t len) {
+  json_error_t jerr;
+  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+  if (!root) return NULL;
+  srv_msg_t m;
+  srv_jsonrpc_classify(root, &m);
+  json_t *id = m.kind != SRV_MSG_RESPONSE && m.id ? json_incref(m.id) : NULL;
+  json_decref(root);
+  return id;
+}
+
+void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_t *reply) {
+  int code;
+  cleanup_free char *why = NULL;
+  json_t *root = srv_jsonrpc_parse(buf, len, &code, &why);
+  if (!root) {
+    cleanup_free char *excerpt = cm_log_excerpt(buf, len, 80);
+    cm_debug("refused message: %s: %s", why, excerpt);
+    json_t *id = code == JSONRPC_INVALID_REQUEST ? refused_request_id(buf, len) : NULL;
+    srv_reply_error(reply, NULL, id, code, why);
+    json_decref(id);
+    return;
+  }
+  if (json_is_array(root)) {
+    if (!ss->protocol || strcmp(ss->protocol, "2025-03-26") != 0) {
+      /* A batch, refused as a whole: no one id to answer with (JSON-RPC's null). */
+      srv_reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST,
+                      "Invalid Request: batches are only accepted in protocol version 2025-03-26");
+    } else if (json_array_size(root) == 0) {
+      srv_reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, "Invalid Request: empty batch");
+    } else if (json_array_size(root) > SRV_MAX_BATCH) {
+      cleanup_free char *msg =
+          xasprintf("Invalid Request: a batch of %zu messages exceeds the limit of %d",
+                    json_array_size(root), SRV_MAX_BATCH);
+      srv_reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, msg);
+    } else {
+      srv_batch_t *batch = xcalloc(1, sizeof *batch);
+      batch->sink = tr_sink_ref(reply);
+      batch->responses = json_array();
+      batch->bytes = 2; /* the brackets */
+      batch->max_bytes = (size_t)ss->server->cfg->max_message_bytes;
+      batch->pending = 1; /* held until every element is dispatched */
+      size_t i;
+      json_t *el;
+      json_array_foreach(root, i, el) handle_one(ss, el, reply, batch);
+      /* Release the hold; sends the array if every answer is already in. */
+      srv_batch_release(batch);
+    }
+  } else {
+    handle_one(ss, root, reply, NULL);
+  }
+  json_decref(root);
+}
+
+void srv_session_oversize(srv_session_t *ss, size_t len, tr_sink_t *reply) {
+  cleanup_free char *msg =
+      xasprintf("Invalid Request: message of %zu bytes exceeds the limit of %llu bytes", len,
+                (unsigned long long)ss->server->cfg->max_message_bytes);
+  cm_warn("%s", msg);
+  srv_reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, msg);
+}

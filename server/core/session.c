@@ -1,0 +1,45 @@
+/* Sessions: the stdio connection, or one Mcp-Session-Id. */
+#include "server/core/core-internal.h"
+
+/* ---------------------------------------------------------------- sessions */
+
+srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink) {
+  srv_session_t *ss = xcalloc(1, sizeof *ss);
+  ss->server = s;
+  ss->sink = tr_sink_ref(sink);
+  ss->log_level = -1;
+  ss->principal = xstrdup(SRV_PRINCIPAL_STDIO);
+  return ss;
+}
+
+const char *srv_session_protocol(const srv_session_t *ss) {
+  return ss->protocol;
+}
+
+void srv_session_set_principal(srv_session_t *ss, const char *principal) {
+  free(ss->principal);
+  ss->principal = xstrdup(principal ? principal : SRV_PRINCIPAL_STDIO);
+}
+
+const char *srv_session_principal(const srv_session_t *ss) {
+  return ss ? ss->principal : NULL;
+}
+
+void srv_session_free(srv_session_t *ss) {
+  if (!ss) return;
+  /* Requests of this session lose their session pointer and are cancelled (which may
+   * finish and free them). */
+  srv_request_t *next;
+  for (srv_request_t *r = ss->server->inflight; r; r = next) {
+    next = r->next;
+    if (r->session != ss) continue;
+    r->session = NULL;
+    srv_request_cancel_one(r);
+  }
+  tr_sink_unref(ss->sink);
+  free(ss->principal);
+  free(ss->protocol);
+  json_decref(ss->client_info);
+  json_decref(ss->client_capabilities);
+  free(ss);
+}

@@ -1,0 +1,173 @@
+/* server/exec/ internals shared by its files. */
+#ifndef MPS_SERVER_EXEC_INTERNAL_H
+#define MPS_SERVER_EXEC_INTERNAL_H
+
+#include "envstore/envstore.h"
+#include "server/exec/exec.h"
+
+/* Progress notifications: at most one per interval per call, each carrying at most this
+ * much text; what a flood produces beyond that is counted and skipped (the final result
+ * still has the head and tail). */
+#define EXEC_COALESCE_MS 2
+#define EXEC_PROGRESS_BURST 8.0
+#define EXEC_PROGRESS_PER_SECOND 20.0
+#define EXEC_PROGRESS_MAX_TEXT 4096
+/* A run counts as starting (sandbox set-up and interpreter start-up) for this long. */
+#define EXEC_START_WINDOW_MS 100
+/* The sandbox path of the runner's directory when the backend maps paths. */
+#define EXEC_RUNNER_TARGET "/opt/mps"
+
+typedef struct exec_job exec_job_t;
+typedef struct exec_tenant exec_tenant_t;
+typedef struct exec_prestart exec_prestart_t;
+typedef struct runner_pyc runner_pyc_t;
+
+struct exec_state {
+  srv_server_t *server;
+  /* What an admitted job does next (job.c's exec_job_start): a hook, so that admission.c
+   * knows the queue and not the job's course. */
+  void (*start_job)(exec_job_t *job);
+  /* admission.c: see struct exec_tenant */
+  size_t slots_used;
+  size_t n_starting;
+  size_t cpus; /* 0 until counted */
+  cm_timer_t *start_gate_timer;
+  exec_job_t *all_jobs;
+  exec_tenant_t *tenants;
+  exec_tenant_t *last_served; /* the round goes on after it; NULL: from the first */
+  /* runner.c */
+  bool runner_searched;
+  char *runner; /* the start-up runner's path, or NULL */
+  runner_pyc_t *runner_pycs;
+  /* prestart.c */
+  exec_prestart_t *prestart;
+  /* workdir.c: -1 unknown, 0 cannot mount, 1 can */
+  int mount_state;
+};
+
+struct exec_job {
+  srv_request_t *req;
+  srv_server_t *server;
+  exec_state_t *exec;
+  const srv_config_t *cfg;
+  exec_spec_t spec;
+  void *env_wait;
+  env_handle_t *env;
+  bool download_tried, downloading;
+  bool workdir_mounted;
+  double setup_progress; /* progress counter while the environment is prepared */
+  void *py_wait;
+  void *probe_wait; /* waiting for the sandbox's probe (srv_server_when_probed) */
+  py_interp_t *py;
+  bool queued; /* waiting for a slot */
+  exec_job_t *queue_next;
+  exec_job_t *all_prev, *all_next; /* every job, for per-session counts */
+  srv_session_t *session;          /* compared, never dereferenced (it may be gone) */
+  exec_tenant_t *tenant;           /* whose call it is (the spec's principal) */
+  bool holds_slot;
+  uint64_t starting_since; /* ms; 0 = not (or no longer) starting */
+  char *workdir;
+  eg_session_t *egress; /* the run's egress proxy session, or NULL */
+  sbx_run_t *run;
+  bool prestarted; /* run is the prestarted sandbox */
+  cm_headtail_t out, err;
+  /* progress.c */
+  cm_buf_t pending;
+  uint64_t skipped;
+  uint64_t streamed;
+  cm_buf_t pending_err; /* stderr for notifications/message */
+  double tokens;
+  uint64_t last_refill_ms;
+  cm_timer_t *flush_timer;
+};
+
+/* Slots: at most cfg->max_concurrent scripts run at once; the rest wait.  Of those, at
+ * most max_starting (cfg->max_starting, or one per CPU) may be in their first
+ * EXEC_START_WINDOW_MS at once: starting a run is the CPU-heavy part (bubblewrap's set-up,
+ * the interpreter's start-up, ~40 ms of CPU for print('hi')), and a burst of calls that all
+ * start together only makes each start slower (more processes fighting for the caches and
+ * the CPUs) without finishing any sooner.  A run leaves its start-up when it ends or when
+ * the window is over, whichever comes first, so scripts that sleep or wait still overlap
+ * as before, a window later.
+ *
+ * Waiting calls are queued per principal (a tenant: a bearer token's name, "local",
+ * "stdio"), oldest first, and admitted round-robin across principals: a free slot goes to
+ * the next principal after the one served last that has a call waiting and is under its
+ * --max-token-running, so one principal's backlog never delays another's call by more than
+ * one turn.  A job holds its slot from admission to its end, building its dependency
+ * environment included.  With one principal (stdio) this is the plain FIFO it always was. */
+struct exec_tenant {
+  char *principal;
+  size_t jobs;    /* its calls from validation to the answer (--max-token-concurrent) */
+  size_t running; /* of those, holding a slot (--max-token-running) */
+  size_t queued;  /* of those, waiting for a slot */
+  exec_job_t *queue_head, *queue_tail;
+  exec_tenant_t *next; /* tenants, in the order they came: the round's order */
+};
+
+/* admission.c */
+/* A tool error when r's session or the principal is at its cap (the call is refused before
+ * it becomes a job), else NULL. */
+json_t *exec_admission_refusal(exec_state_t *x, srv_session_t *session, const char *principal);
+/* The job joins the execution state (its tenant holds one more call) and leaves it. */
+void exec_admission_join(exec_job_t *job);
+void exec_admission_leave(exec_job_t *job);
+/* Queues the job for a slot (telling the client why it waits, if it must) and admits what
+ * may start; may start and even finish the job. */
+void exec_admission_enqueue(exec_job_t *job);
+/* Takes the job out of its queue, if it is in it. */
+void exec_admission_dequeue(exec_job_t *job);
+/* Gives back the job's slot (if it holds one) and admits the next. */
+void exec_admission_release_slot(exec_job_t *job);
+
+/* job.c */
+/* With a slot: the dependency environment first (cached or built), then the script. */
+void exec_job_start(exec_job_t *job);
+/* Ends the request with result (stolen) and frees the job. */
+void exec_job_finish(exec_job_t *job, json_t *result);
+
+/* progress.c */
+void exec_progress_output(exec_job_t *job, sbx_stream_t stream, const char *buf, size_t len);
+/* Sends what is pending now (the run is over). */
+void exec_progress_flush(exec_job_t *job);
+void exec_progress_stop(exec_job_t *job);
+
+/* output.c: the tool result of a finished run (network and net_text: what the run's
+ * connections did). */
+json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *network,
+                           cm_buf_t *net_text);
+
+/* sandbox.c: starts a script run in workdir (script.py is there, or will be before a held
+ * run is released): the interpreter (or the environment's), the start-up runner, the
+ * limits (timeout_ms, and the server's).  *egress_out: the run's egress session, or NULL. */
+int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
+                       const char *workdir, uint64_t timeout_ms, bool hold,
+                       const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
+                       eg_session_t **egress_out, cm_error_t *err);
+
+/* runner.c */
+/* The start-up runner (profiles/runner.py, installed as mps-runner/runner.py next to the
+ * binary): $MPS_RUNNER, <bindir>/mps-runner/runner.py,
+ * <bindir>/../share/mcp-python-exec-sandbox/runner/runner.py or <bindir>/../profiles/runner.py.
+ * Found once; NULL (and a warning, once) when there is none or, for a root server, when
+ * it or its directory is writable by anyone but root.  Then scripts run without it. */
+const char *exec_runner_path(exec_state_t *x);
+/* The compiled runner for py, when it is ready (its file name in exec_runner_pyc_dir); else
+ * NULL, and its compilation starts if it has not. */
+const char *exec_runner_pyc_for(exec_state_t *x, const py_interp_t *py, const char *runner);
+char *exec_runner_pyc_dir(exec_state_t *x);
+void exec_runner_release(exec_state_t *x);
+
+/* prestart.c */
+/* A held sandbox of the job's shape, when there is one: its run and work directory become
+ * the job's. */
+bool exec_prestart_take(exec_job_t *job);
+void exec_prestart_free(exec_state_t *x);
+
+/* workdir.c */
+/* A fresh work directory under the server's runs directory: a size-capped tmpfs of its own
+ * when the server may mount (*mounted). */
+char *exec_workdir_make(exec_state_t *x, bool *mounted, cm_error_t *err);
+void exec_workdir_remove(const char *workdir, bool mounted);
+
+#endif

@@ -1,0 +1,132 @@
+/* server/exec/: one run of a script, from its typed run spec to the tool result.  The
+ * execution state hangs off the server (srv_server_exec): the admission (slots, the start
+ * gate, the per-principal round-robin queue), the jobs, the prestarted sandboxes, the start-up
+ * runner and its bytecode cache.  Nothing here reads a tool's JSON arguments: the execute
+ * tool (server/tools/) turns them into an exec_spec_t.
+ *
+ * Files: spec.c (the run spec; where a call's timeout is decided), job.c (a call from the
+ * spec to the answer: interpreter, probe, queue, environment, run), admission.c (slots, start
+ * gate, queue, the principal's and session's caps), progress.c (output as progress, throttled),
+ * sandbox.c (a run's sandbox spec: argv, env, mounts, limits), prestart.c, runner.c (the
+ * start-up runner and its .pyc), workdir.c (work directories), output.c (truncation, the
+ * seed's text block, the result of a finished run).
+ *
+ * May use: server/core/, server/net/, server/files/, server/config/, envstore/, interp/,
+ * sandbox/, egress/, pystd/, common/. */
+#ifndef MPS_SERVER_EXEC_EXEC_H
+#define MPS_SERVER_EXEC_EXEC_H
+
+#include <jansson.h>
+
+#include "common/cm.h"
+#include "server/config/config.h"
+#include "server/core/core.h"
+#include "server/files/files.h"
+#include "server/net/net.h"
+
+/* ---------------------------------------------------------------- the execution state */
+
+typedef struct exec_state exec_state_t;
+
+/* The server's execution state (made by srv_server_new, freed by srv_server_free after
+ * every request ended). */
+exec_state_t *exec_new(srv_server_t *s);
+void exec_free(exec_state_t *x);
+
+/* ---------------------------------------------------------------- the run spec */
+
+/* The explicit, typed inputs of one run: built by the execute tool, consumed by the job. */
+typedef struct exec_spec {
+  char *script;
+  size_t script_len;
+  char **requirements; /* merged PEP 723 + argument requirements (NULL-terminated), or NULL */
+  size_t n_requirements;
+  char *uv_config;       /* the script's [tool.uv] table as TOML, or NULL */
+  char *python_request;  /* the call's python_version, or NULL */
+  char *requires_python; /* the script's PEP 723 requires-python, or NULL */
+  uint64_t timeout_ms;   /* the run's wall-clock limit (exec_spec_set_timeout) */
+  char *timeout_note;    /* why it is not what the call asked for, or NULL */
+  srv_net_call_t net;    /* the call's network (never more than the server allows) */
+  files_inputs_t inputs; /* the files argument, written before the script starts */
+  char *principal;       /* whose call it is (the session's principal) */
+} exec_spec_t;
+
+/* The one place a call's timeout is decided: requested_s seconds (0: not given, so
+ * --timeout's default), cut to --max-timeout with a note saying so. */
+void exec_spec_set_timeout(exec_spec_t *spec, const srv_config_t *cfg, uint64_t requested_s);
+void exec_spec_release(exec_spec_t *spec);
+/* Releases the spec when it goes out of scope (a spec given to exec_submit is left empty). */
+#define cleanup_exec_spec __attribute__((cleanup(exec_spec_release)))
+
+/* ---------------------------------------------------------------- running */
+
+/* Runs spec (its contents are stolen; *spec is left empty) as r's execution: refused at
+ * once with a tool error when the session or the principal is at its cap, otherwise queued
+ * for a slot and finished with the run's result (or a tool error) later. */
+void exec_submit(srv_request_t *r, exec_spec_t *spec);
+
+/* A principal's execute_python calls right now (check_environment). */
+typedef struct exec_usage {
+  size_t calls;   /* from validation to the answer (--max-token-concurrent counts these) */
+  size_t running; /* holding a slot, building its environment included (--max-token-running) */
+  size_t queued;  /* waiting for a slot */
+} exec_usage_t;
+void exec_usage(exec_state_t *x, const char *principal, exec_usage_t *out);
+/* Another call that runs a process for principal (validate_script's compile or resolution)
+ * counts against --max-token-concurrent like an execution, without a slot: false, holding
+ * nothing, when the principal is at that cap; else held until exec_release. */
+bool exec_hold(exec_state_t *x, const char *principal);
+void exec_release(exec_state_t *x, const char *principal);
+
+/* ---------------------------------------------------------------- the prestarted sandbox */
+
+/* Starts keeping sandboxes ready (with --prestart on and a backend that can hold one): the
+ * server's on_probed hook. */
+void exec_prestart_start(srv_server_t *s);
+/* Whether sandboxes are being prestarted; *taken: calls that ran in one. */
+bool exec_prestart_describe(exec_state_t *x, uint64_t *taken);
+
+/* ---------------------------------------------------------------- work directories */
+
+/* Whether work directories are size-capped here (for check_environment). */
+bool exec_workdir_capped(exec_state_t *x, uint64_t bytes);
+/* Unmounts and removes what crashed servers left in work_root: the directories of servers
+ * that are gone (work/srv-*, see below), and runs and builds older than any can be. */
+void srv_workdir_sweep(const char *work_root, uint64_t older_than_s);
+/* A directory of this server's own for its runs' work directories (work_root/srv-XXXXXX),
+ * locked (flock) for as long as the server lives: however the server ends, the next one to
+ * sweep the state directory can tell it is gone and remove it, mounts and all.  Returns it
+ * (to free) and the lock's fd, or NULL. */
+char *srv_workdir_claim(const char *work_root, int *lock_fd, cm_error_t *err);
+/* Unmounts what is left in dir, removes it and drops the lock. */
+void srv_workdir_release(const char *dir, int lock_fd);
+
+/* ---------------------------------------------------------------- output formatting */
+
+/* The seed's truncation: at most max bytes of valid UTF-8, with its marker
+ * "\n... [truncated at NKB]" when cut.  Ours keeps the tail too (see output.c).  Output
+ * is bytes: a NUL is kept like any other byte (JSON carries it as \u0000), and invalid
+ * UTF-8 becomes U+FFFD.  _n gives the length of the result (which may hold NULs) and
+ * whether anything was cut; the plain form is for texts without NUL. */
+char *srv_truncate_output_n(const char *head, size_t head_len, const char *tail, size_t tail_len,
+                            uint64_t total, uint64_t max, size_t *out_len, bool *cut);
+char *srv_truncate_output(const char *head, size_t head_len, const char *tail, size_t tail_len,
+                          uint64_t total, uint64_t max);
+char *srv_truncation_marker(uint64_t max);
+
+typedef struct srv_exec_summary {
+  const char *stdout_text; /* already truncated */
+  const char *stderr_text;
+  int exit_code;
+  uint64_t duration_ms;
+  bool timed_out;
+  size_t stdout_len; /* bytes of stdout_text, which may hold NULs; 0 = strlen */
+  size_t stderr_len;
+} srv_exec_summary_t;
+
+/* The seed's text block: "--- stdout ---\n...\n--- exit_code: N ---\n--- duration_ms: N ---".
+ * _n also gives its length (the outputs' NULs are in it). */
+char *srv_format_result_n(const srv_exec_summary_t *s, size_t *len);
+char *srv_format_result(const srv_exec_summary_t *s);
+
+#endif

@@ -1,0 +1,305 @@
+/* A call from its run spec to its answer: the interpreter, the sandbox's probe, a slot
+ * (admission.c), the dependency environment, the work directory, the run, the result. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "server/exec/exec-internal.h"
+
+/* ---------------------------------------------------------------- the execution state */
+
+exec_state_t *exec_new(srv_server_t *s) {
+  exec_state_t *x = xcalloc(1, sizeof *x);
+  x->server = s;
+  x->start_job = exec_job_start;
+  x->mount_state = -1;
+  return x;
+}
+
+void exec_free(exec_state_t *x) {
+  if (!x) return;
+  exec_prestart_free(x);
+  exec_runner_release(x);
+  if (x->all_jobs) cm_warn("%s: jobs are still running", __func__);
+  cm_timer_cancel(x->start_gate_timer);
+  free(x);
+}
+
+/* ---------------------------------------------------------------- a job */
+
+static void job_free(exec_job_t *job) {
+  exec_admission_leave(job);
+  eg_session_close(job->egress);
+  exec_spec_release(&job->spec);
+  env_release(job->env);
+  free(job->workdir);
+  cm_headtail_release(&job->out);
+  cm_headtail_release(&job->err);
+  cm_buf_release(&job->pending);
+  cm_buf_release(&job->pending_err);
+  free(job);
+}
+
+void exec_job_finish(exec_job_t *job, json_t *result) {
+  exec_progress_stop(job);
+  exec_admission_dequeue(job);
+  srv_request_t *req = job->req;
+  bool had_slot = job->holds_slot;
+  job->holds_slot = false;
+  /* The answer first: removing the work directory costs milliseconds on some disks, and
+   * the next waiting script may start before it, too. */
+  srv_request_finish(req, result);
+  if (had_slot) {
+    job->holds_slot = true;
+    exec_admission_release_slot(job);
+  }
+  if (job->workdir) exec_workdir_remove(job->workdir, job->workdir_mounted);
+  job_free(job);
+}
+
+static void on_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
+  exec_job_t *job = data;
+  cm_headtail_append(stream == SBX_STDOUT ? &job->out : &job->err, buf, len);
+  exec_progress_output(job, stream, buf, len);
+}
+
+static void on_exit_cb(void *data, const sbx_result_t *res) {
+  exec_job_t *job = data;
+  sbx_run_free(job->run);
+  job->run = NULL;
+  /* The run is over: so are its connections (what they did is counted in the session). */
+  sbx_backend_t *nb = srv_server_backend(job->server);
+  cleanup_json json_t *network = srv_network_result(job->cfg, nb, &job->spec.net, job->egress);
+  cm_buf_t net_text;
+  cm_buf_init(&net_text, 0);
+  srv_network_text(job->cfg, nb, &job->spec.net, job->egress, &net_text);
+  eg_session_close(job->egress);
+  job->egress = NULL;
+  if (srv_request_cancelled(job->req)) {
+    cm_buf_release(&net_text);
+    exec_job_finish(job, json_object());
+    return;
+  }
+  if (job->pending.len || job->skipped) exec_progress_flush(job);
+  json_t *result = exec_output_result(job, res, steal_pointer(&network), &net_text);
+  cm_buf_release(&net_text);
+  exec_job_finish(job, result);
+}
+
+static void job_run(exec_job_t *job);
+
+static void on_env_progress(void *data, const char *message, size_t len) {
+  exec_job_t *job = data;
+  job->setup_progress += 1;
+  srv_request_progress(job->req, job->setup_progress, message, len);
+}
+
+static void on_env(void *data, env_handle_t *env, const char *error) {
+  exec_job_t *job = data;
+  job->env_wait = NULL;
+  if (!env) {
+    exec_job_finish(
+        job, srv_tool_error_result("%s", error ? error : "The environment could not be built."));
+    return;
+  }
+  job->env = env;
+  job_run(job);
+}
+
+void exec_job_start(exec_job_t *job) {
+  if (job->spec.n_requirements == 0) {
+    job_run(job);
+    return;
+  }
+  /* The answer comes from the loop, never from inside this call (envcache.h), so job is
+   * still alive to hold the handle. */
+  job->env_wait = env_store_ensure(srv_server_envs(job->server), job->py, job->spec.requirements,
+                                   job->spec.n_requirements, job->spec.uv_config,
+                                   job->spec.principal, on_env, on_env_progress, job);
+}
+
+/* ---------------------------------------------------------------- starting the script */
+
+static int write_job_files(exec_job_t *job, cm_error_t *err) {
+  cleanup_free char *script_path = xasprintf("%s/script.py", job->workdir);
+  if (cm_write_file(script_path, job->spec.script, job->spec.script_len, 0644, err) < 0)
+    return cm_error_wrap(err, "Cannot prepare the run");
+  if (job->spec.inputs.n) {
+    cleanup_close int wfd = open(job->workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (wfd < 0)
+      return cm_error_set(err, errno, CM_ERR_IO,
+                          "Cannot write the input files: opening the work directory");
+    if (files_write_inputs(wfd, &job->spec.inputs, err) < 0)
+      return cm_error_wrap(err, "Cannot write the input files");
+    files_inputs_release(&job->spec.inputs); /* on disk now: no need to hold them during the run */
+  }
+  return 0;
+}
+
+static void job_run(exec_job_t *job) {
+  /* Script output progress continues from where environment progress stopped. */
+  job->streamed = (uint64_t)job->setup_progress;
+  cm_error_t err = CM_ERROR_INIT;
+  sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
+  if (exec_prestart_take(job)) {
+    /* The call's own list narrows the session before anything can connect. */
+    if (job->egress && job->spec.net.rules)
+      eg_session_narrow(job->egress, job->spec.net.rules, job->spec.net.n_rules);
+    if (write_job_files(job, &err) == 0 &&
+        sbx_run_release(job->run, &cbs, job, job->spec.timeout_ms, &err) == 0)
+      return;
+    /* It died meanwhile (or the files could not be written): do it the long way. */
+    cm_debug("prestarted sandbox not used: %s", cm_error_message(&err));
+    cm_error_release(&err);
+    sbx_run_free(job->run);
+    job->run = NULL;
+    eg_session_close(job->egress);
+    job->egress = NULL;
+    exec_workdir_remove(job->workdir, job->workdir_mounted);
+    free(job->workdir);
+    job->workdir = NULL;
+    job->prestarted = false;
+  }
+  job->workdir = exec_workdir_make(job->exec, &job->workdir_mounted, &err);
+  if (!job->workdir || write_job_files(job, &err) < 0) {
+    exec_job_finish(job, job->workdir ? srv_tool_error_result("%s", cm_error_message(&err))
+                                      : srv_tool_error_result("Cannot prepare the run: %s",
+                                                              cm_error_message(&err)));
+    cm_error_release(&err);
+    return;
+  }
+  if (exec_sandbox_start(job->exec, job->py, job->env, job->spec.net.on, job->workdir,
+                         job->spec.timeout_ms, false, &cbs, job, &job->run, &job->egress,
+                         &err) < 0) {
+    exec_job_finish(job, srv_tool_error_result("The sandbox could not start the script: %s",
+                                               cm_error_message(&err)));
+    cm_error_release(&err);
+    return;
+  }
+  /* Before the loop runs again, so before any connection of the script reaches the proxy. */
+  if (job->egress && job->spec.net.rules)
+    eg_session_narrow(job->egress, job->spec.net.rules, job->spec.net.n_rules);
+}
+
+static void on_cancel(void *data) {
+  exec_job_t *job = data;
+  if (job->run) {
+    sbx_run_cancel(job->run); /* on_exit_cb follows and finishes */
+    return;
+  }
+  if (job->py_wait) {
+    py_registry_cancel_wait(srv_server_pythons(job->server), job->py_wait);
+    job->py_wait = NULL;
+  }
+  if (job->probe_wait) {
+    srv_server_cancel_probe_wait(job->server, job->probe_wait);
+    job->probe_wait = NULL;
+  }
+  if (job->env_wait) {
+    env_store_cancel(srv_server_envs(job->server), job->env_wait);
+    job->env_wait = NULL;
+  }
+  if (job->downloading) py_registry_cancel_download(srv_server_pythons(job->server));
+  exec_job_finish(job, json_object());
+}
+
+static void on_python(void *data, py_interp_t *def, const char *def_error);
+static void on_probed(void *data);
+
+static void on_downloaded(void *data, const char *error) {
+  exec_job_t *job = data;
+  job->downloading = false;
+  if (error) {
+    exec_job_finish(job, srv_tool_error_result("%s", error));
+    return;
+  }
+  on_python(job, NULL, NULL);
+}
+
+static void on_python(void *data, py_interp_t *def, const char *def_error) {
+  exec_job_t *job = data;
+  job->py_wait = NULL;
+  cleanup_free char *why = NULL;
+  py_registry_t *reg = srv_server_pythons(job->server);
+  py_interp_t *py =
+      py_registry_select(reg, job->spec.python_request, job->spec.requires_python, &why);
+  if (!py && !job->download_tried && py_registry_can_download(reg) &&
+      (job->spec.python_request || job->spec.requires_python) && why &&
+      strncmp(why, "No Python interpreter", 21) == 0) {
+    /* --allow-python-downloads: uv installs what was asked for, then we choose again. */
+    const char *want =
+        job->spec.python_request ? job->spec.python_request : job->spec.requires_python;
+    job->download_tried = true;
+    cm_error_t err = CM_ERROR_INIT;
+    cleanup_free char *msg = xasprintf("downloading Python %s with uv", want);
+    job->setup_progress += 1;
+    srv_request_progress(job->req, job->setup_progress, msg, strlen(msg));
+    if (py_registry_download(reg, want, on_downloaded, job, &err) == 0) {
+      job->downloading = true;
+      return;
+    }
+    exec_job_finish(job, srv_tool_error_result("%s (and it could not be downloaded: %s)", why,
+                                               cm_error_message(&err)));
+    cm_error_release(&err);
+    return;
+  }
+  if (!py) {
+    exec_job_finish(job,
+                    srv_tool_error_result("%s", why ? why : "No Python interpreter is available."));
+    return;
+  }
+  job->py = py;
+  on_probed(job);
+}
+
+/* The sandbox must be probed before anything runs in it (environment builds included):
+ * until then the job waits, and the loop serves others. */
+static void on_probed(void *data) {
+  exec_job_t *job = data;
+  job->probe_wait = NULL;
+  if (!srv_server_probed(job->server)) {
+    job->probe_wait = srv_server_when_probed(job->server, on_probed, job);
+    return;
+  }
+  sbx_backend_t *b = srv_server_backend(job->server);
+  if (!b->available) {
+    exec_job_finish(job,
+                    srv_tool_error_result(
+                        "The %s sandbox is not available on this server, so the script was not run "
+                        "(the server never falls back to running without a sandbox): %s",
+                        sbx_backend_name(b), b->unavailable ? b->unavailable : "unknown reason"));
+    return;
+  }
+  exec_admission_enqueue(job); /* may start and even finish the job */
+}
+
+/* ---------------------------------------------------------------- submitting a spec */
+
+void exec_submit(srv_request_t *r, exec_spec_t *spec) {
+  srv_server_t *s = srv_request_server(r);
+  exec_state_t *x = srv_server_exec(s);
+  const srv_config_t *cfg = srv_server_config(s);
+  srv_session_t *session = srv_request_session(r);
+  json_t *refusal = exec_admission_refusal(x, session, spec->principal);
+  if (refusal) {
+    exec_spec_release(spec);
+    srv_request_finish(r, refusal);
+    return;
+  }
+  exec_job_t *job = xcalloc(1, sizeof *job);
+  job->spec = *spec;
+  memset(spec, 0, sizeof *spec); /* the job's now */
+  job->req = r;
+  job->server = s;
+  job->exec = x;
+  job->cfg = cfg;
+  job->session = session;
+  exec_admission_join(job);
+  cm_headtail_init(&job->out, cfg->max_output_bytes, cfg->max_output_bytes);
+  cm_headtail_init(&job->err, cfg->max_output_bytes, cfg->max_output_bytes);
+  cm_buf_init(&job->pending, EXEC_PROGRESS_MAX_TEXT + 16);
+  cm_buf_init(&job->pending_err, EXEC_PROGRESS_MAX_TEXT + 16);
+  srv_request_on_cancel(r, on_cancel, job);
+  job->py_wait = py_registry_when_ready(srv_server_pythons(s), on_python, job);
+}

@@ -1,0 +1,244 @@
+/* The seed's text result format and truncation, with the tail kept as well: a traceback
+ * at the end of a flood is what a model needs most. */
+#include <stdio.h>
+#include <string.h>
+
+#include "server/exec/exec-internal.h"
+
+char *srv_truncation_marker(uint64_t max) {
+  /* The seed formats max/1024 with Python's "{:.0f}" (round half to even), as printf does. */
+  return xasprintf("\n... [truncated at %.0fKB]", (double)max / 1024.0);
+}
+
+/* Skips continuation bytes at the start of a tail cut in the middle of a character. */
+static size_t utf8_skip_partial(const char *s, size_t len) {
+  size_t i = 0;
+  while (i < len && i < 3 && ((unsigned char)s[i] & 0xc0) == 0x80) i++;
+  return i;
+}
+
+/* The n parts ((pointer, length) pairs, NULs and all) one after the other: heap, with a
+ * NUL after them. */
+static char *join(size_t *out_len, size_t n, ...) {
+  va_list ap;
+  cm_buf_t b;
+  cm_buf_init(&b, 0);
+  va_start(ap, n);
+  for (size_t i = 0; i < n; i++) {
+    const char *p = va_arg(ap, const char *);
+    size_t len = va_arg(ap, size_t);
+    cm_buf_append(&b, p, len);
+  }
+  va_end(ap);
+  *out_len = b.len;
+  return cm_buf_steal(&b);
+}
+
+char *srv_truncate_output(const char *head, size_t head_len, const char *tail, size_t tail_len,
+                          uint64_t total, uint64_t max) {
+  size_t len;
+  bool cut;
+  return srv_truncate_output_n(head, head_len, tail, tail_len, total, max, &len, &cut);
+}
+
+char *srv_truncate_output_n(const char *head, size_t head_len, const char *tail, size_t tail_len,
+                            uint64_t total, uint64_t max, size_t *out_len, bool *cut) {
+  size_t h_len, t_len;
+  cleanup_free char *h = cm_utf8_sanitize(head, head_len, &h_len);
+  cleanup_free char *t = cm_utf8_sanitize(tail, tail_len, &t_len);
+  bool complete = total == head_len && tail_len == 0;
+  *cut = true;
+  if (complete && h_len <= max) {
+    *cut = false;
+    *out_len = h_len;
+    return steal_pointer(&h);
+  }
+
+  cleanup_free char *seed_marker = srv_truncation_marker(max);
+  /* Room for the tail note; it names the sizes so a model knows what it is looking at. */
+  char note[160];
+  size_t budget_guess = max / 4;
+  snprintf(note, sizeof note, " ... (%llu bytes in all; the last %zu bytes follow)\n",
+           (unsigned long long)total, budget_guess);
+  size_t marker_len = strlen(seed_marker) + strlen(note);
+  if (marker_len >= max) {
+    /* max is tiny (the seed allows 1024): head only, as the seed does. */
+    size_t keep = max > strlen(seed_marker) ? max - strlen(seed_marker) : 0;
+    keep = cm_utf8_clip(h, CM_MIN(keep, h_len));
+    return join(out_len, 2, h, keep, seed_marker, strlen(seed_marker));
+  }
+  size_t budget = max - marker_len;
+  size_t tail_keep = t_len ? CM_MIN(t_len, budget / 4) : 0;
+  size_t head_keep = cm_utf8_clip(h, CM_MIN(h_len, budget - tail_keep));
+  if (tail_keep == 0) return join(out_len, 2, h, head_keep, seed_marker, strlen(seed_marker));
+  const char *tail_start = t + t_len - tail_keep;
+  size_t skip = utf8_skip_partial(tail_start, tail_keep);
+  tail_start += skip;
+  tail_keep -= skip;
+  snprintf(note, sizeof note, " ... (%llu bytes in all; the last %zu bytes follow)\n",
+           (unsigned long long)total, tail_keep);
+  return join(out_len, 4, h, head_keep, seed_marker, strlen(seed_marker), note, strlen(note),
+              tail_start, tail_keep);
+}
+
+char *srv_format_result(const srv_exec_summary_t *s) {
+  size_t len;
+  return srv_format_result_n(s, &len);
+}
+
+char *srv_format_result_n(const srv_exec_summary_t *s, size_t *len) {
+  size_t out_len = s->stdout_text ? (s->stdout_len ? s->stdout_len : strlen(s->stdout_text)) : 0;
+  size_t err_len = s->stderr_text ? (s->stderr_len ? s->stderr_len : strlen(s->stderr_text)) : 0;
+  cm_buf_t b;
+  cm_buf_init(&b, 0);
+  bool first = true;
+#define PART(...)                           \
+  do {                                      \
+    if (!first) cm_buf_append(&b, "\n", 1); \
+    first = false;                          \
+    cm_buf_printf(&b, __VA_ARGS__);         \
+  } while (0)
+  if (out_len) {
+    PART("--- stdout ---");
+    cm_buf_append(&b, "\n", 1);
+    cm_buf_append(&b, s->stdout_text, out_len);
+  }
+  if (err_len) {
+    PART("--- stderr ---");
+    cm_buf_append(&b, "\n", 1);
+    cm_buf_append(&b, s->stderr_text, err_len);
+  }
+  PART("--- exit_code: %d ---", s->exit_code);
+  PART("--- duration_ms: %llu ---", (unsigned long long)s->duration_ms);
+  if (s->timed_out) PART("--- timed_out: true ---");
+#undef PART
+  *len = b.len;
+  return cm_buf_steal(&b);
+}
+
+/* ---------------------------------------------------------------- a finished run's result */
+
+/* A stream's text for the result: bytes (NULs kept), invalid UTF-8 as U+FFFD, cut to max;
+ * its length and whether anything was cut. */
+static char *stream_text(const cm_headtail_t *h, uint64_t max, size_t *len, bool *cut) {
+  cleanup_free char *head = NULL, *tail = NULL;
+  size_t head_len, tail_len;
+  cm_headtail_get(h, &head, &head_len, &tail, &tail_len);
+  return srv_truncate_output_n(head, head_len, tail, tail_len, h->total, max, len, cut);
+}
+
+/* The address-space limit shows as Python's MemoryError (the kernel refuses the mapping; no
+ * signal is involved), so the end of stderr tells. */
+static bool hit_memory_limit(const exec_job_t *job, const sbx_result_t *res, const char *err,
+                             size_t n) {
+  if (res->exit_code == 0 || res->timed_out || !job->cfg->memory_bytes) return false;
+  const char *tail = err + (n > 2048 ? n - 2048 : 0);
+  return memmem(tail, (size_t)(err + n - tail), "MemoryError", 11) != NULL;
+}
+
+static const char *limit_hit(const sbx_result_t *res, bool memory) {
+  if (res->timed_out) return "timeout";
+  if (res->cpu_limit) return "cpu";
+  if (res->file_size_limit) return "file_size";
+  if (memory) return "memory";
+  if (res->process_limit) return "processes";
+  return NULL;
+}
+
+json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *network,
+                           cm_buf_t *net_text) {
+  const srv_config_t *cfg = job->cfg;
+  size_t out_len, err_len;
+  bool out_cut, err_cut;
+  cleanup_free char *out = stream_text(&job->out, cfg->max_output_bytes, &out_len, &out_cut);
+  cleanup_free char *err = stream_text(&job->err, cfg->max_output_bytes, &err_len, &err_cut);
+  srv_exec_summary_t sum = {
+      .stdout_text = out,
+      .stderr_text = err,
+      .stdout_len = out_len,
+      .stderr_len = err_len,
+      .exit_code = res->exit_code,
+      .duration_ms = res->duration_ms,
+      .timed_out = res->timed_out,
+  };
+  size_t text_len;
+  cleanup_free char *text = srv_format_result_n(&sum, &text_len);
+  sbx_backend_t *b = srv_server_backend(job->server);
+  cm_buf_t t;
+  cm_buf_init(&t, 0);
+  cm_buf_append(&t, text, text_len);
+  /* Additive lines after the seed's block: which sandbox and interpreter ran, what killed it. */
+  cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b),
+                job->py->version, job->py->executable);
+  if (res->term_signal && !res->timed_out)
+    cm_buf_printf(&t, "\n--- killed_by_signal: %d ---", res->term_signal);
+  if (res->status_unknown)
+    cm_buf_appends(&t,
+                   "\n--- note: the sandbox could not confirm the script's own exit status; the "
+                   "exit code is the sandbox's ---");
+  if (res->cpu_limit) cm_buf_appends(&t, "\n--- limit: cpu time exceeded ---");
+  /* Either the address-space rlimit (a MemoryError) or the cgroup's OOM killer. */
+  bool memory = res->memory_limit || hit_memory_limit(job, res, err, err_len);
+  if (memory) {
+    cleanup_free char *mem = xasprintf("%llu", (unsigned long long)(job->cfg->memory_bytes >> 20));
+    cm_buf_printf(&t, "\n--- limit: out of memory (the %s MiB memory limit%s) ---", mem,
+                  res->memory_limit ? " of the whole process tree" : "");
+  }
+  if (res->process_limit)
+    cm_buf_printf(&t, "\n--- limit: process limit reached (%llu processes; a fork was refused) ---",
+                  (unsigned long long)cfg->max_processes);
+  if (res->file_size_limit) cm_buf_appends(&t, "\n--- limit: file size exceeded ---");
+  if (job->env)
+    cm_buf_printf(&t, "\n--- environment: %s (%s, %zu packages) ---", job->env->key,
+                  job->env->cached ? "cached" : "built for this call",
+                  json_object_size(job->env->packages));
+  if (job->spec.timeout_note) cm_buf_printf(&t, "\n--- note: %s ---", job->spec.timeout_note);
+  if (!job->spec.net.on && cfg->network && !sbx_backend_maps_paths(b))
+    cm_buf_printf(&t,
+                  "\n--- note: the %s backend cannot isolate the network; network: false was not "
+                  "enforced ---",
+                  sbx_backend_name(b));
+  if (net_text->len) cm_buf_append(&t, net_text->data, net_text->len);
+  /* Whatever the script left in outputs/, also after a failure or a timeout. */
+  files_collection_t files;
+  art_store_collect(srv_server_artifacts(job->server), job->tenant->principal, job->workdir,
+                    &files);
+  files_result_append(&files, &t, NULL, NULL);
+  size_t full_len = t.len;
+  cleanup_free char *full = cm_buf_steal(&t);
+  bool truncated = out_cut || err_cut;
+  bool is_error = res->exit_code != 0 || res->timed_out;
+  json_t *result = srv_tool_text_resultn(full, full_len, is_error);
+  json_t *sc = json_pack(
+      "{s:s%, s:s%, s:i, s:I, s:b, s:b, s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}", "stdout", out,
+      out_len, "stderr", err, err_len, "exit_code", res->exit_code, "duration_ms",
+      (json_int_t)res->duration_ms, "timed_out", res->timed_out, "truncated", truncated,
+      "stdout_bytes", (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total,
+      "sandbox", sbx_backend_name(b), "python", "version", job->py->version, "path",
+      job->py->executable, "implementation", job->py->implementation, "cpu_user_ms",
+      (json_int_t)res->cpu_user_ms, "cpu_system_ms", (json_int_t)res->cpu_system_ms);
+  if (!sc) {
+    /* Only invalid UTF-8 could make packing fail, and the texts were sanitized. */
+    cm_err("building structuredContent failed");
+    sc = json_object();
+  }
+  const char *limit = limit_hit(res, memory);
+  json_object_set_new(sc, "limit", limit ? json_string(limit) : json_null());
+  json_object_set_new(sc, "signal",
+                      res->term_signal ? json_integer(res->term_signal) : json_null());
+  json_object_set_new(sc, "status_confirmed", json_boolean(!res->status_unknown));
+  json_object_set_new(sc, "prestarted", json_boolean(job->prestarted));
+  json_object_set_new(sc, "max_rss_kib", json_integer((json_int_t)res->max_rss_kib));
+  json_object_set_new(
+      sc, "memory_peak_bytes",
+      res->memory_peak_bytes ? json_integer((json_int_t)res->memory_peak_bytes) : json_null());
+  json_object_set_new(sc, "environment",
+                      job->env ? json_pack("{s:s, s:b, s:O}", "key", job->env->key, "cached",
+                                           job->env->cached, "packages", job->env->packages)
+                               : json_null());
+  json_object_set_new(sc, "network", network);
+  files_result_append(&files, NULL, json_object_get(result, "content"), sc);
+  files_collection_release(&files);
+  json_object_set_new(result, "structuredContent", sc);
+  return result;
+}

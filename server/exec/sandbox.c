@@ -1,0 +1,99 @@
+/* A run's sandbox: what a run spec and the server's flags become for sandbox/ (argv, the
+ * environment, mounts, the network and the limits: sbx_limits_t, which sandbox/ turns into
+ * rlimits and cgroup values). */
+#include <unistd.h>
+
+#include "server/exec/exec-internal.h"
+
+int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
+                       const char *workdir, uint64_t timeout_ms, bool hold,
+                       const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
+                       eg_session_t **egress_out, cm_error_t *err) {
+  srv_server_t *s = x->server;
+  const srv_config_t *cfg = srv_server_config(s);
+  /* Through the start-up runner when there is one (it saves open matplotlib figures;
+   * profiles/runner.py), mounted read-only where the backend maps paths. */
+  sbx_backend_t *backend = srv_server_backend(s);
+  const char *runner = exec_runner_path(x);
+  /* Only where the host's interpreter runs it (not docker's image). */
+  const char *pyc =
+      runner && sbx_backend_host_processes(backend) ? exec_runner_pyc_for(x, py, runner) : NULL;
+  cleanup_free char *pyc_dir = pyc ? exec_runner_pyc_dir(x) : NULL;
+  cleanup_free char *runner_dir = pyc ? xstrdup(pyc_dir)
+                                  : runner
+                                      ? xstrndup(runner, (size_t)(strrchr(runner, '/') - runner))
+                                      : NULL;
+  bool maps = sbx_backend_maps_paths(backend);
+  cleanup_free char *runner_arg =
+      !runner ? NULL
+      : pyc   ? (maps ? xasprintf(EXEC_RUNNER_TARGET "/%s", pyc) : xasprintf("%s/%s", pyc_dir, pyc))
+              : (maps ? xasprintf(EXEC_RUNNER_TARGET "%s", strrchr(runner, '/')) : xstrdup(runner));
+  char *python = env ? env->python : py->executable;
+  char *argv_plain[] = {python, "-s", "script.py", NULL};
+  char *argv_runner[] = {python, "-s", runner_arg, "script.py", NULL};
+  char **argv = runner ? argv_runner : argv_plain;
+  /* With an environment, its bin/ comes first (console scripts) and VIRTUAL_ENV names it. */
+  const char *env_root = env ? (env->mount_target ? env->mount_target : env->host_dir) : NULL;
+  cleanup_free char *path_var =
+      env_root ? xasprintf("PATH=%s/bin:/usr/local/bin:/usr/bin:/bin", env_root)
+               : xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
+  cleanup_free char *venv_var = env_root ? xasprintf("VIRTUAL_ENV=%s", env_root) : NULL;
+  /* With the network on, a namespace of its own whose one way out is the egress proxy
+   * (server/net/net.h), unless the operator chose the host's (--network host). */
+  *egress_out = NULL;
+  int egress_fd = -1;
+  bool proxied = network && srv_network_proxied(cfg, backend);
+  if (proxied) {
+    eg_proxy_t *proxy = srv_network_proxy(srv_server_network(s), err);
+    eg_session_t *session =
+        proxy ? eg_session_new(proxy, srv_network_script_policy(srv_server_network(s)), 0,
+                               &egress_fd, err)
+              : NULL;
+    if (!session) return cm_error_wrap(err, "the network of the sandbox (the egress proxy)");
+    *egress_out = session;
+  }
+  sbx_egress_t egress = {.fd = egress_fd, .port = EG_SANDBOX_PORT};
+  cm_strv_builder_t envb = {0};
+  cm_strv_addv(&envb, path_var, "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "PYTHONUNBUFFERED=1",
+               "PYTHONDONTWRITEBYTECODE=1", "PYTHONIOENCODING=utf-8", "MPLBACKEND=Agg", NULL);
+  if (venv_var) cm_strv_add(&envb, venv_var);
+  if (proxied) srv_network_env(srv_server_network(s), &envb, false);
+  cleanup_strv char **envp = cm_strv_steal(&envb);
+  char *binds[] = {py->prefix, NULL};
+  sbx_mount_t mounts[2];
+  size_t n_mounts = 0;
+  if (env && env->mount_target)
+    mounts[n_mounts++] = (sbx_mount_t){.host = env->host_dir, .target = env->mount_target};
+  if (runner && maps)
+    mounts[n_mounts++] = (sbx_mount_t){.host = runner_dir, .target = EXEC_RUNNER_TARGET};
+  sbx_spec_t spec = {
+      .argv = argv,
+      .envp = envp,
+      .workdir = workdir,
+      .ro_binds = binds,
+      .mounts = mounts,
+      .n_mounts = n_mounts,
+      .network = network,
+      .egress = proxied ? &egress : NULL,
+      .hold = hold,
+      .limits =
+          {
+              .timeout_ms = timeout_ms,
+              .grace_ms = cfg->kill_grace_ms,
+              .memory_bytes = cfg->memory_bytes,
+              .cpu_seconds = cfg->cpu_seconds,
+              .max_processes = cfg->max_processes,
+              .file_size_bytes = cfg->file_size_bytes,
+              .open_files = cfg->open_files,
+              .tmp_bytes = cfg->tmp_bytes,
+              .cpu_millis = cfg->cpu_millis,
+          },
+  };
+  int rc = sbx_run_start(srv_server_loop(s), backend, &spec, cbs, data, out, err);
+  if (egress_fd >= 0) close(egress_fd); /* the sandbox has its own copy */
+  if (rc < 0) {
+    eg_session_close(*egress_out);
+    *egress_out = NULL;
+  }
+  return rc;
+}

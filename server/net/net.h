@@ -1,0 +1,67 @@
+/* server/net/: the network of runs and builds: the server's policy (--network,
+ * --network-allow/-deny), a call's own list of rules, the egress proxy they go through
+ * (egress/egress.h), and how a result reports it.  The glue between the server and egress/.
+ *
+ * Files: network.c.
+ *
+ * May use: server/config/, egress/, sandbox/ (a backend's kind), common/. */
+#ifndef MPS_SERVER_NET_NET_H
+#define MPS_SERVER_NET_NET_H
+
+#include <jansson.h>
+
+#include "egress/egress.h"
+#include "sandbox/sbx.h"
+#include "server/config/config.h"
+
+typedef struct srv_network srv_network_t;
+
+srv_network_t *srv_network_new(cm_loop_t *loop, const srv_config_t *cfg);
+void srv_network_free(srv_network_t *n);
+
+/* The proxy, created at the first use; NULL (and err) when its resolver cannot be set up. */
+eg_proxy_t *srv_network_proxy(srv_network_t *n, cm_error_t *err);
+/* What scripts may reach with the network on: the public internet, the allow rules, minus
+ * the deny rules. */
+const eg_policy_t *srv_network_script_policy(srv_network_t *n);
+/* The deny rules alone (builds have their own allow rules). */
+const eg_policy_t *srv_network_deny_policy(srv_network_t *n);
+
+/* Whether runs of this backend reach the network through the proxy (the server's policy
+ * applies), rather than not at all or through the host's own namespace. */
+bool srv_network_proxied(const srv_config_t *cfg, sbx_backend_t *backend);
+
+/* A call's `network` argument: false, true, null (the server's default) or a list of rules. */
+typedef struct srv_net_call {
+  bool on;          /* the call uses the network */
+  eg_rule_t *rules; /* its own list (only these destinations), or NULL */
+  size_t n_rules;
+} srv_net_call_t;
+
+#define SRV_NET_MAX_CALL_RULES 64
+
+/* 0, or -1 with a message for a tool error in *error (heap): a malformed entry, or one the
+ * server's policy denies entirely (named), any network on a --network off server, or a list
+ * where runs do not go through the proxy (--network host, a backend that cannot). */
+int srv_network_parse_call(srv_network_t *n, const srv_config_t *cfg, sbx_backend_t *backend,
+                           json_t *arg, srv_net_call_t *out, char **error);
+void srv_net_call_release(srv_net_call_t *c);
+
+/* The variables that point a sandbox's clients at its forwarder (HTTP(S)_PROXY, ALL_PROXY,
+ * lower-case forms; for scripts also NO_PROXY for their own loopback, unless an allow rule
+ * opens a loopback address of the host; builds send even loopback index URLs through it). */
+void srv_network_env(srv_network_t *n, cm_strv_builder_t *env, bool build);
+
+/* A run's `network` object for structuredContent and its text lines (a denial line, and a
+ * note when the backend could not apply the policy).  session may be NULL (not proxied). */
+json_t *srv_network_result(const srv_config_t *cfg, sbx_backend_t *backend,
+                           const srv_net_call_t *call, const eg_session_t *session);
+void srv_network_text(const srv_config_t *cfg, sbx_backend_t *backend, const srv_net_call_t *call,
+                      const eg_session_t *session, cm_buf_t *t);
+/* The JSON schema of that object. */
+json_t *srv_network_output_schema(void);
+/* check_environment's lines about the network (text) and its object. */
+void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend_t *backend,
+                          cm_buf_t *t, json_t **obj);
+
+#endif

@@ -1,0 +1,300 @@
+/* check_environment: what a call would get, without running anything. */
+#include <stdio.h>
+#include <sys/utsname.h>
+
+#include "envstore/envstore.h"
+#include "server/net/net.h"
+#include "server/files/files.h"
+#include "server/exec/exec.h"
+#include "server/tools/tools-internal.h"
+
+static char *human_size(uint64_t v) {
+  if (v == 0) return xstrdup("none");
+  if (v % (1ull << 30) == 0) return xasprintf("%lluG", (unsigned long long)(v >> 30));
+  if (v % (1ull << 20) == 0) return xasprintf("%lluM", (unsigned long long)(v >> 20));
+  if (v % (1ull << 10) == 0) return xasprintf("%lluK", (unsigned long long)(v >> 10));
+  return xasprintf("%llu bytes", (unsigned long long)v);
+}
+
+/* ---------------------------------------------------------------- check_environment */
+
+static char *of_cap(uint64_t used, uint64_t cap) {
+  return cap ? xasprintf("%llu of %llu", (unsigned long long)used, (unsigned long long)cap)
+             : xasprintf("%llu (no cap)", (unsigned long long)used);
+}
+
+/* What the caller's principal holds against its caps: a line of text and an object. */
+static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
+  srv_server_t *s = srv_request_server(r);
+  const srv_config_t *cfg = srv_server_config(s);
+  srv_session_t *ss = srv_request_session(r);
+  const char *principal = ss ? srv_session_principal(ss) : SRV_PRINCIPAL_STDIO;
+  exec_usage_t ex;
+  exec_usage(srv_server_exec(s), principal, &ex);
+  size_t files = 0;
+  uint64_t bytes = 0;
+  art_store_usage(srv_server_artifacts(s), principal, &files, &bytes);
+  tr_http_t *http = srv_server_http(s);
+  tr_http_usage_t hu;
+  tr_http_usage(http, principal, &hu);
+  cleanup_free char *calls = of_cap(ex.calls, cfg->max_token_concurrent);
+  cleanup_free char *running =
+      of_cap(ex.running, cfg->max_token_running ? cfg->max_token_running : cfg->max_concurrent);
+  cleanup_free char *art = of_cap(bytes, cfg->max_artifact_bytes_per_token);
+  cm_buf_printf(t,
+                "Your share (principal '%s'): executions %s (running or waiting), %s running, %zu "
+                "waiting for a slot; "
+                "output files %zu, bytes %s",
+                principal, calls, running, ex.queued, files, art);
+  json_t *o =
+      json_pack("{s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I}}", "principal",
+                principal, "executions", "calls", (json_int_t)ex.calls, "calls_max",
+                (json_int_t)cfg->max_token_concurrent, "running", (json_int_t)ex.running,
+                "running_max", (json_int_t)cfg->max_token_running, "queued", (json_int_t)ex.queued,
+                "artifacts", "files", (json_int_t)files, "bytes", (json_int_t)bytes, "bytes_max",
+                (json_int_t)cfg->max_artifact_bytes_per_token, "store_bytes_max",
+                (json_int_t)cfg->max_artifact_store_bytes);
+  if (http) {
+    cleanup_free char *sessions = of_cap(hu.sessions, cfg->max_sessions_per_token);
+    cleanup_free char *streams = of_cap(hu.streams, cfg->max_streams_per_token);
+    cm_buf_printf(
+        t, "; HTTP sessions %s, GET streams %s, replay memory %zu bytes, unread answers %zu bytes",
+        sessions, streams, hu.replay_bytes, hu.unread_bytes);
+    json_object_set_new(
+        o, "http",
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "sessions",
+                  (json_int_t)hu.sessions, "sessions_max", (json_int_t)cfg->max_sessions_per_token,
+                  "streams", (json_int_t)hu.streams, "streams_max",
+                  (json_int_t)cfg->max_streams_per_token, "replay_bytes",
+                  (json_int_t)hu.replay_bytes, "replay_bytes_max_per_session",
+                  (json_int_t)cfg->max_replay_bytes_per_session, "replay_bytes_max",
+                  (json_int_t)cfg->max_replay_bytes, "unread_bytes", (json_int_t)hu.unread_bytes,
+                  "unread_bytes_max", (json_int_t)cfg->max_unread_bytes_per_token));
+  }
+  cm_buf_appends(t, "\n");
+  return o;
+}
+
+json_t *srv_tool_check_environment_describe(srv_server_t *s) {
+  return json_pack(
+      "{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, "
+      "s:{s:s}, "
+      "s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s, s, s, s, s]}, s:{s:s, s:b, s:b, s:b, "
+      "s:b}}",
+      "name", "check_environment", "title", "Check the Python sandbox environment", "description",
+      "Reports the execution environment without running anything: the default Python interpreter "
+      "(version and path), the sandbox backend and whether it works, the network policy, the "
+      "timeout "
+      "and output limits, the resource limits, and the server version. Use it to find out what "
+      "execute_python will do before calling it.",
+      "inputSchema", "type", "object", "properties", "additionalProperties", 0, "outputSchema",
+      "type", "object", "properties", "python_version", "type", "string", "python_path", "type",
+      "string", "uv", "type", "string", "platform", "type", "string", "sandbox_backend", "type",
+      "string", "sandbox_status", "type", "string", "sandbox_available", "type", "boolean",
+      "default_timeout", "type", "integer", "max_timeout", "type", "integer", "max_output_bytes",
+      "type", "integer", "network", "type", "boolean", "required", "python_version",
+      "sandbox_backend", "sandbox_available", "default_timeout", "max_timeout", "annotations",
+      "title", "Check the Python sandbox environment", "readOnlyHint", 1, "destructiveHint", 0,
+      "idempotentHint", 1, "openWorldHint", 0);
+}
+
+typedef struct env_call {
+  srv_request_t *req;
+  void *wait;
+} env_call_t;
+
+static void check_environment_ready(void *data, py_interp_t *py, const char *error) {
+  env_call_t *c = data;
+  srv_request_t *r = c->req;
+  free(c);
+  srv_server_t *s = srv_request_server(r);
+  const srv_config_t *cfg = srv_server_config(s);
+  sbx_backend_t *b = srv_server_backend(s);
+  struct utsname u;
+  if (uname(&u) < 0) strcpy(u.sysname, "unknown"), strcpy(u.machine, "unknown");
+  cleanup_free char *uv = cm_find_executable(cfg->uv_path);
+  /* The probe runs in the background after start-up: until it is done, say so. */
+  bool probing = !srv_server_probed(s);
+  cleanup_free char *described = sbx_backend_describe(b);
+  cleanup_free char *status = probing ? xasprintf("%s: probing", described) : xstrdup(described);
+  cleanup_free char *mem = human_size(cfg->memory_bytes);
+  cleanup_free char *fsize = human_size(cfg->file_size_bytes);
+  cleanup_free char *tmp = human_size(cfg->tmp_bytes);
+  cleanup_free char *cpu =
+      cfg->cpu_seconds ? xasprintf("%llus", (unsigned long long)cfg->cpu_seconds) : xstrdup("none");
+  cleanup_free char *pyver =
+      py ? xstrdup(py->version) : xasprintf("unavailable (%s)", error ? error : "unknown");
+  cm_buf_t t;
+  cm_buf_init(&t, 0);
+  /* The seed's nine lines first, with the same labels. */
+  cm_buf_printf(&t, "Python version: %s\n", pyver);
+  cm_buf_printf(&t, "uv: %s\n", uv ? uv : "not found");
+  cm_buf_printf(&t, "Platform: %s %s\n", u.sysname, u.machine);
+  cm_buf_printf(&t, "Sandbox backend: %s\n", sbx_backend_name(b));
+  cm_buf_printf(&t, "Sandbox status: %s\n", status);
+  cm_buf_printf(&t, "Default timeout: %llus\n", (unsigned long long)cfg->default_timeout);
+  cm_buf_printf(&t, "Max timeout: %llus\n", (unsigned long long)cfg->max_timeout);
+  cm_buf_printf(&t, "Max output: %llu bytes\n", (unsigned long long)cfg->max_output_bytes);
+  cm_buf_printf(&t, "Cache warming: %s\n", cfg->warm_cache ? "enabled" : "disabled");
+  /* Then what the seed never said. */
+  if (py)
+    cm_buf_printf(&t, "Python interpreter: %s %s (%s)\n", py->implementation, py->version,
+                  py->executable);
+  py_registry_t *reg = srv_server_pythons(s);
+  size_t n_py;
+  py_interp_t *const *pys = py_registry_list(reg, &n_py);
+  cm_buf_printf(&t, "Interpreters (%zu; choose with python_version):\n", n_py);
+  json_t *jpys = json_array();
+  for (size_t i = 0; i < n_py; i++) {
+    py_interp_t *p = pys[i];
+    if (p->ok) {
+      cm_buf_printf(&t, "  - %s %s%s%s (%s, from %s)%s\n", p->implementation, p->version,
+                    p->free_threaded ? " free-threaded" : "", p->prerelease ? " pre-release" : "",
+                    p->executable, p->source, p->is_default ? " [default]" : "");
+      json_array_append_new(jpys, json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:b}", "version",
+                                            p->version, "implementation", p->implementation, "path",
+                                            p->executable, "source", p->source, "free_threaded",
+                                            p->free_threaded, "default", p->is_default, "ok", 1));
+    } else {
+      cm_buf_printf(&t, "  - broken: %s (%s)\n", p->path, p->error ? p->error : "unknown");
+      json_array_append_new(
+          jpys, json_pack("{s:s, s:s, s:s, s:b}", "path", p->path, "source", p->source, "error",
+                          p->error ? p->error : "unknown", "ok", 0));
+    }
+  }
+  cm_buf_printf(&t, "Sandbox available: %s\n",
+                probing        ? "probing (executions wait for the outcome)"
+                : b->available ? "yes"
+                               : "no (executions are refused; no fall back)");
+  cm_buf_printf(&t, "Network: %s\n", !cfg->network ? "off" : cfg->network_host ? "host" : "on");
+  json_t *net_obj = NULL;
+  srv_network_describe(srv_server_network(s), cfg, b, &t, &net_obj);
+  if (!cfg->offline)
+    cm_buf_printf(&t, "Build network: %s\n",
+                  sbx_backend_can_egress(b)
+                      ? "each dependency build has a network namespace of its own and reaches only "
+                        "the index hosts "
+                        "(plus --build-network-allow) through the egress proxy; index credentials "
+                        "stay in the "
+                        "server (the proxy adds them), never in the build's environment or files"
+                      : "not isolated by this backend (builds use its own network, and see the "
+                        "index settings)");
+  size_t n_envs;
+  uint64_t env_bytes;
+  env_store_stats(srv_server_envs(s), &n_envs, &env_bytes);
+  cleanup_free char *env_size = human_size(env_bytes);
+  cleanup_free char *env_max = human_size(cfg->max_cache_bytes);
+  cm_buf_printf(&t, "Dependencies: %s; %zu cached environments (%s of %s)%s\n",
+                env_store_installer(srv_server_envs(s)), n_envs, env_bytes ? env_size : "0",
+                env_max, cfg->offline ? "; offline" : "");
+  bool isolating = sbx_backend_maps_paths(b);
+  sbx_cgroups_t *cg = srv_server_cgroups(s);
+  cleanup_free char *cg_text = sbx_cgroups_describe(cg);
+  cleanup_free char *cpus =
+      cfg->cpu_millis ? xasprintf("%llu.%03llu CPUs", (unsigned long long)(cfg->cpu_millis / 1000),
+                                  (unsigned long long)(cfg->cpu_millis % 1000))
+                      : xstrdup("no cap");
+  /* docker's containers get the engine's cgroup limits, not ours. */
+  bool cg_runs = sbx_cgroups_active(cg) && sbx_backend_host_processes(b);
+  cm_buf_printf(&t,
+                "Limits (enforced with rlimits in the sandboxed process; wall clock by the server, "
+                "which kills the "
+                "whole process tree): memory %s (RLIMIT_AS), CPU %s (RLIMIT_CPU), processes %llu "
+                "(RLIMIT_NPROC%s), "
+                "file size %s (RLIMIT_FSIZE), open files %llu (RLIMIT_NOFILE), /tmp %s (%s), kill "
+                "grace %llums\n",
+                mem, cpu, (unsigned long long)cfg->max_processes,
+                isolating ? ", counted per run: each run has its own uid" : "", fsize,
+                (unsigned long long)cfg->open_files, tmp,
+                isolating ? "a size-capped tmpfs" : "not isolated: the host /tmp",
+                (unsigned long long)cfg->kill_grace_ms);
+  if (cg_runs)
+    cm_buf_printf(&t,
+                  "Cgroups: %s; each run has its own: memory %s for the whole process tree (%s), "
+                  "processes %llu (%s), "
+                  "CPU bandwidth %s (%s); peak memory is measured, and everything left in it is "
+                  "killed at the end\n",
+                  cg_text, mem,
+                  sbx_cgroups_has(cg, "memory") ? "OOM kill" : "not enforced: no memory controller",
+                  (unsigned long long)cfg->max_processes,
+                  sbx_cgroups_has(cg, "pids") ? "pids.max" : "not enforced: no pids controller",
+                  cpus, sbx_cgroups_has(cg, "cpu") ? "cpu.max" : "not enforced: no cpu controller");
+  else
+    cm_buf_printf(&t, "Cgroups: %s\n",
+                  sbx_cgroups_active(cg) ? "not used for docker (the container's own limits apply)"
+                                         : cg_text);
+  /* What a dependency build (or a dry-run resolution) may write and hold. */
+  cleanup_free char *build_bytes = human_size(cfg->max_build_bytes);
+  bool own_uid = isolating && geteuid() == 0 && strcmp(sbx_backend_name(b), "bwrap") == 0;
+  cm_buf_printf(
+      &t,
+      "Dependency builds: %s%s%s; each writes only a space of its own, %s %s (--max-build-bytes); "
+      "each step may take %llus (--build-timeout); at most %llu dry-run resolutions at once\n",
+      isolating ? "in the sandbox"
+                : "not isolated by this backend (package code runs with the server's rights)",
+      own_uid ? ", as a uid of its own" : "", cg_runs ? ", a cgroup per step" : "",
+      geteuid() == 0 ? "a tmpfs capped at"
+                     : "a plain directory (its total is not capped: needs root), each file up to",
+      build_bytes, (unsigned long long)(cfg->build_timeout_ms / 1000),
+      (unsigned long long)cfg->max_concurrent);
+  cleanup_free char *work = human_size(cfg->work_bytes);
+  cm_buf_printf(&t, "Work directory: %s\n",
+                exec_workdir_capped(srv_server_exec(s), cfg->work_bytes)
+                    ? "a size-capped tmpfs per run"
+                    : "a plain directory per run (not size-capped: needs root)");
+  if (exec_workdir_capped(srv_server_exec(s), cfg->work_bytes))
+    cm_buf_printf(&t, "Work directory size: %s\n", work);
+  if (cfg->profile) cm_buf_printf(&t, "Profile: %s\n", cfg->profile);
+  cm_buf_printf(&t, "Concurrent executions: %llu\n", (unsigned long long)cfg->max_concurrent);
+  json_t *share = tenant_share(r, &t);
+  uint64_t taken = 0;
+  bool prestarting = exec_prestart_describe(srv_server_exec(s), &taken);
+  cm_buf_printf(
+      &t, "Prestarted sandbox: %s\n",
+      prestarting
+          ? "on (sandboxes for the commonest call and for the last other one are kept set up)"
+      : !cfg->prestart ? "off (--prestart off)"
+                       : "off (the backend cannot hold a sandbox, or prestarting failed)");
+  cm_buf_printf(&t, "Server: %s %s", SRV_NAME, srv_version());
+  cleanup_free char *platform = xasprintf("%s %s", u.sysname, u.machine);
+  json_t *sc =
+      json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:b, s:s}", "python_version",
+                py ? py->version : "", "python_path", py ? py->executable : "", "uv", uv ? uv : "",
+                "platform", platform, "sandbox_backend", sbx_backend_name(b), "sandbox_status",
+                status, "sandbox_available", !probing && b->available, "default_timeout",
+                (json_int_t)cfg->default_timeout, "max_timeout", (json_int_t)cfg->max_timeout,
+                "max_output_bytes", (json_int_t)cfg->max_output_bytes, "network", cfg->network,
+                "server_version", srv_version());
+  json_object_set_new(sc, "interpreters", jpys);
+  json_object_set_new(sc, "network_policy", net_obj ? net_obj : json_null());
+  json_object_set_new(sc, "tenant", share);
+  json_object_set_new(sc, "sandbox_probing", json_boolean(probing));
+  json_object_set_new(sc, "cgroups",
+                      json_pack("{s:b, s:s}", "active", cg_runs, "description", cg_text));
+  cleanup_free char *text = cm_buf_steal(&t);
+  json_t *result = srv_tool_text_result(text, false);
+  json_object_set_new(result, "structuredContent", sc);
+  srv_request_finish(r, result);
+}
+
+static void check_environment_cancel(void *data) {
+  env_call_t *c = data;
+  py_registry_cancel_wait(srv_server_pythons(srv_request_server(c->req)), c->wait);
+  srv_request_t *r = c->req;
+  free(c);
+  srv_request_finish(r, json_object());
+}
+
+void srv_tool_check_environment(srv_request_t *r, json_t *args) {
+  if (json_object_size(args) > 0) {
+    srv_request_finish(r, srv_tool_error_result("check_environment takes no arguments"));
+    return;
+  }
+  env_call_t *c = xcalloc(1, sizeof *c);
+  c->req = r;
+  srv_request_on_cancel(r, check_environment_cancel, c);
+  c->wait =
+      py_registry_when_ready(srv_server_pythons(srv_request_server(r)), check_environment_ready, c);
+}
+
+/* ---------------------------------------------------------------- the table */

@@ -1,0 +1,22 @@
+/* The built-in tool table. */
+#include "server/tools/tools-internal.h"
+
+static const srv_tool_t tools[] = {
+    {"execute_python", "Run Python in a sandbox", srv_tool_execute_python_describe,
+     srv_tool_execute_python},
+    {"check_environment", "Check the Python sandbox environment",
+     srv_tool_check_environment_describe, srv_tool_check_environment},
+    {"validate_script", "Check a Python script without running it",
+     srv_tool_validate_script_describe, srv_tool_validate_script},
+};
+
+const srv_tool_t *srv_tools(size_t *count) {
+  *count = CM_ARRAY_SIZE(tools);
+  return tools;
+}
+
+const srv_tool_t *srv_tool_find(const char *name) {
+  for (size_t i = 0; i < CM_ARRAY_SIZE(tools); i++)
+    if (strcmp(tools[i].name, name) == 0) return &tools[i];
+  return NULL;
+}

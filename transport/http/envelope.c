@@ -1,0 +1,110 @@
+/* The JSON-RPC envelope of a POST body, as the transport needs it (transport-internal.h):
+ * request, notification or response, batch or not, an initialize among them. */
+#include <stdio.h>
+
+#include "transport/transport-internal.h"
+
+static bool valid_id(json_t *id) {
+  return json_is_string(id) || json_is_integer(id);
+}
+
+/* One element.  Returns 'r'equest, 'n'otification, 's' (response) or 0 with why set. */
+static char classify_one(json_t *m, const char **why, bool *initialize) {
+  if (!json_is_object(m)) {
+    *why = "Invalid Request: a message must be a JSON object";
+    return 0;
+  }
+  json_t *v = json_object_get(m, "jsonrpc");
+  if (!json_is_string(v) || strcmp(json_string_value(v), "2.0") != 0) {
+    *why = "Invalid Request: \"jsonrpc\" must be \"2.0\"";
+    return 0;
+  }
+  json_t *id = json_object_get(m, "id");
+  json_t *method = json_object_get(m, "method");
+  if (method) {
+    if (!json_is_string(method)) {
+      *why = "Invalid Request: \"method\" must be a string";
+      return 0;
+    }
+    json_t *params = json_object_get(m, "params");
+    if (params && !json_is_object(params) && !json_is_array(params)) {
+      *why = "Invalid Request: \"params\" must be an object";
+      return 0;
+    }
+    if (!id) return 'n';
+    if (!valid_id(id)) {
+      *why = "Invalid Request: \"id\" must be a string or an integer";
+      return 0;
+    }
+    if (strcmp(json_string_value(method), "initialize") == 0) *initialize = true;
+    return 'r';
+  }
+  bool result = json_object_get(m, "result") != NULL, error = json_object_get(m, "error") != NULL;
+  if (result != error && id) return 's';
+  *why = "Invalid Request: a message needs \"method\", or \"id\" with \"result\" or \"error\"";
+  return 0;
+}
+
+void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out) {
+  memset(out, 0, sizeof *out);
+  json_error_t jerr;
+  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+  if (!root) {
+    out->status = TR_HTTP_BODY_PARSE_ERROR;
+    snprintf(out->why, sizeof out->why, "Parse error: %.160s (line %d, column %d)", jerr.text,
+             jerr.line, jerr.column);
+    return;
+  }
+  const char *why = NULL;
+  if (json_is_array(root)) {
+    out->batch = true;
+    if (json_array_size(root) == 0) why = "Invalid Request: empty batch";
+    size_t i;
+    json_t *el;
+    json_array_foreach(root, i, el) {
+      const char *ignored = NULL;
+      switch (classify_one(el, &ignored, &out->initialize)) {
+        case 'r':
+          out->requests++;
+          break;
+        case 'n':
+          out->notifications++;
+          break;
+        case 's':
+          out->responses++;
+          break;
+        default:
+          out->requests++; /* the router answers it with an error */
+          break;
+      }
+    }
+  } else {
+    json_t *id = json_is_object(root) ? json_object_get(root, "id") : NULL;
+    bool response = json_is_object(root) && !json_object_get(root, "method") &&
+                    (json_object_get(root, "result") || json_object_get(root, "error"));
+    if (valid_id(id) && !response) out->id = json_incref(id);
+    switch (classify_one(root, &why, &out->initialize)) {
+      case 'r':
+        out->requests = 1;
+        break;
+      case 'n':
+        out->notifications = 1;
+        break;
+      case 's':
+        out->responses = 1;
+        break;
+      default:
+        break;
+    }
+  }
+  if (why) {
+    out->status = TR_HTTP_BODY_INVALID;
+    snprintf(out->why, sizeof out->why, "%s", why);
+  }
+  json_decref(root);
+}
+
+void tr_http_envelope_release(tr_http_envelope_t *env) {
+  json_decref(env->id);
+  env->id = NULL;
+}
