@@ -122,6 +122,9 @@ static void build_ready(env_build_t *b, bool cached) {
            "The environment was removed by another server as it became ready; please try again.");
     w = next;
   }
+  /* Room was made before the build; now that its size is known, the builder's share and the
+   * total are enforced again (the new environment is locked: ours, and its callers'). */
+  if (!cached) env_evict(s);
   env_build_free(b);
 }
 

@@ -70,9 +70,11 @@ typedef struct env_options {
   char *const *build_network_allow; /* --build-network-allow rules (valid), or NULL */
   bool offline;                     /* --offline */
   uint64_t max_cache_bytes;         /* --max-cache-bytes: environments and wheels kept */
-  uint64_t env_max_age_ms;          /* --env-max-age-days: unpinned sets re-resolved after */
-  uint64_t build_timeout_ms;        /* --build-timeout: one step of a build */
-  uint64_t max_build_bytes;         /* --max-build-bytes: all one build may write */
+  /* --max-cache-bytes-per-token: environments one principal's builds may keep (0 = no cap) */
+  uint64_t max_cache_bytes_per_owner;
+  uint64_t env_max_age_ms;   /* --env-max-age-days: unpinned sets re-resolved after */
+  uint64_t build_timeout_ms; /* --build-timeout: one step of a build */
+  uint64_t max_build_bytes;  /* --max-build-bytes: all one build may write */
   /* An installer run's limits start from a run's (--kill-grace-seconds, --memory-limit,
    * --max-processes, --max-open-files, --tmp-size) and are raised to what installers need. */
   uint64_t kill_grace_ms, memory_bytes, max_processes, open_files, tmp_bytes;
@@ -109,6 +111,9 @@ const char *env_store_installer(env_store_t *s);
 /* Number of finished environments, and the bytes of the store (environments and the
  * wheelhouse: what --max-cache-bytes bounds). */
 void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes);
+/* The environments built for `owner` (a principal's name; NULL: the server's own) that
+ * the store keeps, and their bytes: what eviction charges to it. */
+void env_store_usage(env_store_t *s, const char *owner, size_t *count, uint64_t *bytes);
 /* Starts warming the wheelhouse from profiles/warmup.txt in the background (never delays
  * anything; failures are logged): `pip download --only-binary=:all:` in a sandbox of its
  * own, then the server copies the wheels into the wheelhouse. */

@@ -139,6 +139,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
       .build_network_allow = cfg->build_network_allow,
       .offline = cfg->offline,
       .max_cache_bytes = cfg->max_cache_bytes,
+      .max_cache_bytes_per_owner = cfg->max_cache_bytes_per_token,
       .env_max_age_ms = cfg->env_max_age_ms,
       .build_timeout_ms = cfg->build_timeout_ms,
       .max_build_bytes = cfg->max_build_bytes,

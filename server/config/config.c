@@ -71,6 +71,9 @@ static const opt_def_t options[] = {
      "never reach an index: install only from --find-links and the cache"},
     {"max-cache-bytes", OPT_SIZE, OFF(max_cache_bytes), "SIZE",
      "environments kept, least recently used evicted beyond (10G)"},
+    {"max-cache-bytes-per-token", OPT_SIZE, OFF(max_cache_bytes_per_token), "SIZE",
+     "environments kept of one principal's builds; its own least recently used go first (0 = no "
+     "limit)"},
     {"env-max-age-days", OPT_DAYS_MS, OFF(env_max_age_ms), "DAYS",
      "re-resolve environments with unpinned requirements after (7)"},
     {"build-timeout", OPT_SECONDS_MS, OFF(build_timeout_ms), "SECONDS",

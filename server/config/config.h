@@ -26,12 +26,13 @@ typedef struct srv_config {
   char **python_dirs; /* --python-dir DIR (repeatable; a value may hold several, ':'-separated) */
   bool allow_python_downloads; /* --allow-python-downloads: uv installs a missing version */
   /* Dependencies. */
-  char *installer;           /* --installer auto|uv|pip */
-  char *index_url;           /* --index-url */
-  char **extra_index_urls;   /* --extra-index-url (repeatable) */
-  char **find_links;         /* --find-links (repeatable; a path may hold spaces) */
-  bool offline;              /* --offline */
-  uint64_t max_cache_bytes;  /* --max-cache-bytes */
+  char *installer;                    /* --installer auto|uv|pip */
+  char *index_url;                    /* --index-url */
+  char **extra_index_urls;            /* --extra-index-url (repeatable) */
+  char **find_links;                  /* --find-links (repeatable; a path may hold spaces) */
+  bool offline;                       /* --offline */
+  uint64_t max_cache_bytes;           /* --max-cache-bytes */
+  uint64_t max_cache_bytes_per_token; /* --max-cache-bytes-per-token: per principal; 0 = none */
   uint64_t env_max_age_ms;   /* --env-max-age-days: unpinned sets are re-resolved after this */
   uint64_t build_timeout_ms; /* --build-timeout */
   uint64_t

@@ -41,11 +41,15 @@ static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
   cleanup_free char *running =
       of_cap(ex.running, cfg->max_token_running ? cfg->max_token_running : cfg->max_concurrent);
   cleanup_free char *art = of_cap(bytes, cfg->max_artifact_bytes_per_token);
+  size_t n_envs = 0;
+  uint64_t env_bytes = 0;
+  env_store_usage(srv_server_envs(s), principal, &n_envs, &env_bytes);
+  cleanup_free char *envs = of_cap(env_bytes, cfg->max_cache_bytes_per_token);
   cm_buf_printf(t,
                 "Your share (principal '%s'): executions %s (running or waiting), %s running, %zu "
                 "waiting for a slot; "
-                "output files %zu, bytes %s",
-                principal, calls, running, ex.queued, files, art);
+                "output files %zu, bytes %s; environments your calls built %zu, bytes %s",
+                principal, calls, running, ex.queued, files, art, n_envs, envs);
   json_t *o =
       json_pack("{s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I}}", "principal",
                 principal, "executions", "calls", (json_int_t)ex.calls, "calls_max",
@@ -54,6 +58,11 @@ static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
                 "artifacts", "files", (json_int_t)files, "bytes", (json_int_t)bytes, "bytes_max",
                 (json_int_t)cfg->max_artifact_bytes_per_token, "store_bytes_max",
                 (json_int_t)cfg->max_artifact_store_bytes);
+  json_object_set_new(
+      o, "environments",
+      json_pack("{s:I, s:I, s:I, s:I}", "count", (json_int_t)n_envs, "bytes", (json_int_t)env_bytes,
+                "bytes_max", (json_int_t)cfg->max_cache_bytes_per_token, "store_bytes_max",
+                (json_int_t)cfg->max_cache_bytes));
   if (http) {
     cleanup_free char *sessions = of_cap(hu.sessions, cfg->max_sessions_per_token);
     cleanup_free char *streams = of_cap(hu.streams, cfg->max_streams_per_token);

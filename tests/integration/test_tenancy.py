@@ -905,3 +905,78 @@ def test_listing_cursors_tell_nothing_of_other_tokens(make_tenants):
         again = rpc(s, b, BOB, 7, "resources/list", {"cursor": cursor})[1]["result"]
         assert again == page or again["resources"] == page["resources"], cursor
     assert rpc(s, b, BOB, 8, "resources/list", {"cursor": "a150"})[1]["error"]["code"] == -32602
+
+
+# ================================================================ environments: each principal's share of the cache
+
+from test_deps import wheels  # noqa: E402,F401  (the fixture: a local wheelhouse)
+
+ENV_DEPS = {"b": ["mps-gamma"], "a1": ["mps-alpha==1.0"], "a2": ["mps-beta"], "a3": ["mps-alpha==2.0"]}
+
+
+def env_key(s, sid, auth, req_id, deps):
+    res = execute(s, sid, auth, req_id, "pass", dependencies=deps)
+    assert res["structuredContent"]["exit_code"] == 0, res
+    time.sleep(1.1)  # distinct last-use times (a manifest's mtime has a second's grain)
+    return res["structuredContent"]["environment"]["key"]
+
+
+def store_envs(s):
+    d = os.path.join(s.state_dir, "envs")
+    return {e for e in os.listdir(d) if not e.startswith(".") and "." not in e}
+
+
+def env_size(s, key):
+    with open(os.path.join(s.state_dir, "envs", key, "mps-manifest.json")) as f:
+        return json.load(f)["size"]
+
+
+@pytest.fixture
+def env_sizes(make_tenants, wheels):
+    """The size of each test environment, built once on a scout server (the same wheels
+    make the same environments, of the same size, on the servers of the tests)."""
+    s = make_tenants("--find-links", wheels, "--offline")
+    sid = s.initialize(headers=ALICE)
+    return {name: env_size(s, env_key(s, sid, ALICE, 10 + i, deps)) for i, (name, deps) in enumerate(ENV_DEPS.items())}
+
+
+def test_a_tenant_building_a_lot_evicts_its_own_environments(make_tenants, wheels, env_sizes):
+    # Room for bob's environment and two of alice's.  Least recently used alone, alice's
+    # third build would evict bob's (the oldest); charged to the principal holding the most,
+    # it evicts alice's own oldest.
+    sizes = env_sizes
+    budget = sizes["b"] + sizes["a1"] + sizes["a2"] + sizes["a3"] // 2
+    s = make_tenants("--find-links", wheels, "--offline", "--max-cache-bytes", str(budget))
+    bob, alice = s.initialize(headers=BOB), s.initialize(headers=ALICE)
+    b = env_key(s, bob, BOB, 1, ENV_DEPS["b"])
+    a1 = env_key(s, alice, ALICE, 2, ENV_DEPS["a1"])
+    a2 = env_key(s, alice, ALICE, 3, ENV_DEPS["a2"])
+    assert store_envs(s) == {b, a1, a2}
+    a3 = env_key(s, alice, ALICE, 4, ENV_DEPS["a3"])
+    assert store_envs(s) == {b, a2, a3}, (b, a1, a2, a3)
+    assert f"evicted environment {a1} ({sizes['a1']} bytes, built by alice)" in s.stderr_text()
+    # each sees what it is charged for
+    for auth, sid, n in ((ALICE, alice, 2), (BOB, bob, 1)):
+        st, msg = rpc(s, sid, auth, 9, "tools/call", {"name": "check_environment", "arguments": {}})
+        envs = msg["result"]["structuredContent"]["tenant"]["environments"]
+        assert envs["count"] == n and envs["store_bytes_max"] == budget, envs
+    # bob's environment is a hit, untouched by alice's builds
+    res = execute(s, bob, BOB, 5, "import mps_gamma\nprint('still here')", dependencies=ENV_DEPS["b"])
+    assert res["structuredContent"]["environment"]["cached"] is True, res
+
+
+def test_a_tenant_over_its_cache_share_loses_its_own_oldest(make_tenants, wheels, env_sizes):
+    sizes = env_sizes
+    cap = max(sizes["a1"], sizes["a2"], sizes["a3"]) * 2 + 1  # two of alice's fit, not three
+    s = make_tenants("--find-links", wheels, "--offline", "--max-cache-bytes-per-token", str(cap))
+    bob, alice = s.initialize(headers=BOB), s.initialize(headers=ALICE)
+    b = env_key(s, bob, BOB, 1, ENV_DEPS["b"])
+    a1 = env_key(s, alice, ALICE, 2, ENV_DEPS["a1"])
+    a2 = env_key(s, alice, ALICE, 3, ENV_DEPS["a2"])
+    a3 = env_key(s, alice, ALICE, 4, ENV_DEPS["a3"])
+    # plenty of room in the store (10G): only alice's share made anything go, and only hers
+    assert store_envs(s) == {b, a2, a3}, (b, a1, a2, a3)
+    st, msg = rpc(s, alice, ALICE, 9, "tools/call", {"name": "check_environment", "arguments": {}})
+    sc = msg["result"]["structuredContent"]["tenant"]["environments"]
+    assert sc["count"] == 2 and sc["bytes"] == sizes["a2"] + sizes["a3"] and sc["bytes_max"] == cap, sc
+    assert "environments your calls built 2" in msg["result"]["content"][0]["text"]
