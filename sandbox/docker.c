@@ -230,6 +230,11 @@ static int map_command(const docker_priv_t *p, const sbx_spec_t *spec, char **ou
       *out = xasprintf("%s%s", m->target, cmd + strlen(m->host));
       return 0;
     }
+    /* Already the path inside (an environment's /env/bin/python). */
+    if (path_is_under(cmd, m->target)) {
+      *out = xstrdup(cmd);
+      return 0;
+    }
   }
   const char *base = strrchr(cmd, '/') + 1;
   const char *dflt = p->py_path ? p->py_path : DOCKER_IMAGE_BIN "/python3";
