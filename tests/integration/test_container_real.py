@@ -453,3 +453,33 @@ except OSError as e:
     out = res["structuredContent"]["stdout"]
     assert "shadow 13" in out or "shadow 2" in out, out  # unreadable (the image's) or absent
     assert "root" not in out.splitlines()[-1]
+
+
+class _Index(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+
+def test_build_reaches_a_loopback_index_through_the_proxy(engine, start, wheels, tmp_path):
+    """The build runs in a container of its own with --network none: the index on the host's
+    loopback is reachable only as the index host the proxy allows for builds."""
+    root = tmp_path / "index"
+    wheelhouse.index_layout(wheels, str(root))
+    handler = lambda *a, **kw: _Index(*a, directory=str(root), **kw)  # noqa: E731
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        s = start("--index-url", f"http://127.0.0.1:{port}/simple", "--installer", "pip",
+                  env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+        res = s.execute("import mps_beta\nprint(mps_beta.ALPHA)", dependencies=["mps-beta"],
+                        timeout_seconds=240, timeout=300)
+        assert res["structuredContent"]["stdout"] == "2.0\n", text(res)
+        # A script of the same server cannot reach that index: it is not in its policy.
+        res = s.execute(f"import urllib.request\ntry:\n    urllib.request.urlopen('http://127.0.0.1:{port}/simple/', timeout=10)\n"
+                        "    print('REACHED')\nexcept Exception as e:\n    print('denied', type(e).__name__)",
+                        network=True)
+        assert "denied" in res["structuredContent"]["stdout"], text(res)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
