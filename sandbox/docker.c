@@ -1,30 +1,42 @@
-/* The docker backend: turns a run spec into a `docker run` command line, and kills the
- * container by name, because killing the docker client does not stop a container.
+/* The docker and podman backends: turn a run spec into a `docker run` (or `podman run`)
+ * command line, started under the host side of the drop helper, and kill the container by
+ * name, because killing the client does not stop a container.
  *
  * What the script gets (see docker_build for the exact argv):
  *   - the image's root file system read-only (--read-only), a size-capped tmpfs /tmp and a
  *     capped /dev/shm, the work directory read-write at /work (the cwd), the spec's mounts at
  *     their targets (ro or rw) and its read-only binds at their host paths;
- *   - no capabilities (--cap-drop ALL), no_new_privs, a non-root uid, an init process as pid
- *     1 that forwards signals and reaps (--init), a private ipc namespace, no network
- *     (--network none) unless the spec asks for it (then the default bridge);
- *   - cgroup limits: memory with no swap (--memory = --memory-swap), one CPU, a pid limit;
- *     rlimits through --ulimit: CPU seconds, file size, open files, no core dumps;
- *   - exactly spec->envp as its environment (--env each); the docker client itself gets only
- *     what it needs to reach the engine (DOCKER_HOST and friends, HOME, PATH), never the
- *     rest of the server's environment;
+ *   - no capabilities (--cap-drop ALL), no_new_privs, a non-root uid, a private ipc
+ *     namespace, and a network namespace with nothing but loopback (--network none).  With
+ *     the network on and an egress channel, the supervisor forwards 127.0.0.1:PORT (and
+ *     every 127.x address, for builds' per-index origins) to the server's egress proxy,
+ *     exactly as under bubblewrap; only a spec with network and no egress (--network host)
+ *     gets the engine's bridge;
+ *   - pid 1 is mps-sandbox-drop, bind-mounted read-only at /.mps-drop (--entrypoint; in
+ *     place of --init): it reaps, forwards egress, SIGTERMs the command on the graceful half
+ *     of a kill and reports the command's real wait status, rusage and the container's OOM
+ *     kills.  It talks to the host side of the same helper (the launcher: `mps-sandbox-drop
+ *     --container-host DIR ... -- docker run ...`) over one unix socket in DIR, bind-mounted
+ *     at /.mps-channel; drop.c, "Containers", says why that channel is the supervisor's own;
+ *   - cgroup limits: memory with no swap (--memory = --memory-swap), CPU bandwidth, a pid
+ *     limit; rlimits through --ulimit: CPU seconds, file size, open files, no core dumps
+ *     (podman: an explicit nofile and nproc too, see docker_build);
+ *   - exactly spec->envp as its environment (--env each); the client itself gets only what
+ *     it needs to reach the engine (DOCKER_HOST and friends, HOME, PATH), never the rest of
+ *     the server's environment;
  *   - stdin closed (the client's stdin is /dev/null and --interactive=false), no log driver
  *     (output streams to us through the attached client and is not stored by the engine),
  *     and the image is never pulled (--pull never; the probe says how to build it).
  *
  * The interpreter.  spec->argv[0] is a host path, which means nothing in the image.  The
  * rule: a command under the work directory or a mount's host path is translated to its
- * path inside the container; a basename `python`, `python3` or `python3.N` becomes
- * /usr/local/bin/python3.N when the image declares 3.N in its label
- * io.github.mcp-python-exec-sandbox.pythons (a space-separated list read by the probe),
- * else /usr/local/bin/python3; a basename `uv` becomes /usr/local/bin/uv; anything else is
- * refused.  A read-only bind that holds the host command (the host interpreter's prefix) is
- * dropped, and so is one under /usr: the image brings its own.
+ * path inside the container (one already under a mount's target is kept); a basename
+ * `python`, `python3` or `python3.N` becomes the image's python3.N when the probe found one
+ * on the image's PATH, else the image's python3; a basename `uv` becomes the image's uv, and
+ * is refused when the image has none (the image's pip builds environments then); anything
+ * else is refused.  A read-only bind that holds the host command (the host interpreter's
+ * prefix) is dropped, and so is one under /usr: the image brings its own.  The result and
+ * check_environment name the image's interpreter (ops->interpreter).
  *
  * The identity.  As root, the container runs as 65534:65534 (nobody) and the work directory
  * (and each writable mount whose owner differs) is handed to that uid first, never following
@@ -34,20 +46,25 @@
  * container uids onto subordinate ids, so there the work directory is not writable: not
  * supported yet.
  *
- * Killing.  The container is named mps-<16 random hex digits>, returned as kill_name.
+ * Killing.  The container is named mps-<16 random hex digits>, returned as kill_name.  The
+ * graceful half of a kill is the control pipe closing (the supervisor SIGTERMs the
+ * command; a `docker kill --signal TERM` would reach only pid 1, which ignores it).
  * ops->kill(sig) starts `docker kill --signal <SIG> <name>` (for SIGKILL: `docker rm -f
  * <name>`, which is SIGKILL plus removal, so the one call covers the end of the grace period
  * and the clean-up after the client exited in case --rm did not happen) through the spawn
- * helper and returns at once: the event loop never waits for the engine.  Those helper
- * processes are reaped later, without blocking, whenever the backend is next used (build,
- * kill, describe), and waited for (bounded) when it is freed; one that runs past
- * DOCKER_HELPER_TIMEOUT_MS is killed.  So a helper may stay a zombie until the next run, never
- * longer.  A second SIGKILL for a name whose `rm -f` is still running is not repeated.
+ * helper and returns at once: the event loop never waits for the engine.  With SIGKILL it
+ * also removes the run's channel directory, should the launcher have been killed before it
+ * could.  Those helper processes are reaped later, without blocking, whenever the backend is
+ * next used (build, kill, describe), and waited for (bounded) when it is freed; one that runs
+ * past DOCKER_HELPER_TIMEOUT_MS is killed.  So a helper may stay a zombie until the next run,
+ * never longer.  A second SIGKILL for a name whose `rm -f` is still running is not repeated.
  *
- * The probe (once, at start-up, on the event loop like every other child: up to twice
- * DOCKER_PROBE_TIMEOUT_MS, without blocking): `docker version` must report a server
- * version, and `docker image inspect` must find the image ($MPS_DOCKER_IMAGE or
- * DOCKER_DEFAULT_IMAGE) locally. */
+ * The probe (once, at start-up, on the event loop like every other child: each step within
+ * DOCKER_PROBE_TIMEOUT_MS, twice that for the container, without blocking): `docker version`
+ * must report a server version, `docker image inspect` must find the image
+ * ($MPS_DOCKER_IMAGE or DOCKER_DEFAULT_IMAGE) locally, and one container of it, isolated
+ * like a run, reports the image's python3 (version, real path, implementation), its
+ * python3.N and its uv. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -388,6 +405,14 @@ static void docker_kill(sbx_backend_t *b, const sbx_launch_t *launch, int sig) {
     if (p->helpers[i].sig == sig && strcmp(p->helpers[i].name, launch->kill_name) == 0)
       return;                                                /* still at it */
   if (p->n_helpers == DOCKER_MAX_HELPERS) helper_kill(p, 0); /* a stuck engine: make room */
+  if (sig == SIGKILL && p->run_dir) {
+    /* The launcher removes the channel directory when it ends; one that was SIGKILLed
+     * could not (unlink and rmdir of one entry: nothing that blocks). */
+    cleanup_free char *dir = xasprintf("%s/%s", p->run_dir, launch->kill_name);
+    cleanup_free char *sock = xasprintf("%s/channel", dir);
+    (void)unlink(sock);
+    (void)rmdir(dir);
+  }
 
   char sigbuf[16];
   char *rm_argv[] = {p->docker_path, "rm", "-f", launch->kill_name, NULL};

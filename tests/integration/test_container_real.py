@@ -322,6 +322,16 @@ time.sleep(120)
     assert "got SIGTERM" in res["structuredContent"]["stdout"], text(res)
 
 
+def test_a_script_ignoring_sigterm_is_removed_after_the_grace(engine, start, run_dir):
+    s = start()
+    script = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('stubborn', flush=True)\ntime.sleep(120)"
+    res = s.execute(script, timeout_seconds=2)
+    assert res["structuredContent"]["timed_out"] is True, text(res)
+    assert wait_until(lambda: ours(engine) == [], timeout=30), ours(engine)
+    # The launcher was killed with the rest; the backend removed its channel directory.
+    assert wait_until(lambda: os.listdir(run_dir) == [], timeout=10), os.listdir(run_dir)
+
+
 def test_cancellation_removes_the_container(engine, start):
     s = start()
     marker = "mps-real-cancel-%d" % os.getpid()
