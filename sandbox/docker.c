@@ -12,10 +12,10 @@
  *     every 127.x address, for builds' per-index origins) to the server's egress proxy,
  *     exactly as under bubblewrap; only a spec with network and no egress (--network host)
  *     gets the engine's bridge;
- *   - pid 1 is mps-sandbox-drop, bind-mounted read-only at /.mps-drop (--entrypoint; in
+ *   - pid 1 is mps-container-init (drop.c, linked statically), bind-mounted read-only at /.mps-drop (--entrypoint; in
  *     place of --init): it reaps, forwards egress, SIGTERMs the command on the graceful half
  *     of a kill and reports the command's real wait status, rusage and the container's OOM
- *     kills.  It talks to the host side of the same helper (the launcher: `mps-sandbox-drop
+ *     kills.  It talks to the host side of the same helper (the launcher: `mps-container-init
  *     --container-host DIR ... -- docker run ...`) over one unix socket in DIR, bind-mounted
  *     at /.mps-channel; drop.c, "Containers", says why that channel is the supervisor's own;
  *   - cgroup limits: memory with no swap (--memory = --memory-swap), CPU bandwidth, a pid
@@ -99,7 +99,7 @@
 /* Where the supervisor and its channel appear inside the container. */
 #define DOCKER_DROP_IN_CONTAINER "/.mps-drop"
 #define DOCKER_CHANNEL_DIR "/.mps-channel"
-#define DOCKER_DROP_NAME "mps-sandbox-drop"
+#define DOCKER_DROP_NAME "mps-container-init"
 /* podman's rlimits (see docker_build). */
 #define DOCKER_PODMAN_NPROC "4096:4096"
 #define DOCKER_PODMAN_NOFILE "1024:1024"
@@ -859,16 +859,17 @@ static void probe_version_done(sbx_probe_t *probe, const sbx_probe_result_t *r) 
   if (rc < 0) sbx_probe_finish(probe, &err);
 }
 
-/* mps-sandbox-drop, as the bwrap backend finds it: $MPS_SANDBOX_DROP, or next to the
- * server (or in ../libexec/mcp-python-exec-sandbox/). */
+/* mps-container-init (drop.c built static; the host side of a run and the container's pid
+ * 1 alike): $MPS_CONTAINER_INIT, or next to the server (or in
+ * ../libexec/mcp-python-exec-sandbox/). */
 static int find_drop(docker_priv_t *p, cm_error_t *err) {
   free(p->drop_path);
   p->drop_path = NULL;
-  const char *env = getenv("MPS_SANDBOX_DROP");
+  const char *env = getenv("MPS_CONTAINER_INIT");
   if (env && *env) {
     p->drop_path = realpath(env, NULL);
     if (!p->drop_path)
-      return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "drop helper %s (MPS_SANDBOX_DROP)", env);
+      return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "container init %s (MPS_CONTAINER_INIT)", env);
   } else {
     cleanup_free char *self = realpath("/proc/self/exe", NULL);
     if (!self) return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "realpath /proc/self/exe");
@@ -880,11 +881,11 @@ static int find_drop(docker_priv_t *p, cm_error_t *err) {
     }
     if (!p->drop_path)
       return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
-                          "the drop helper %s was not found next to %s (set MPS_SANDBOX_DROP)",
+                          "the container init %s was not found next to %s (set MPS_CONTAINER_INIT)",
                           DOCKER_DROP_NAME, self);
   }
   if (!path_is_clean(p->drop_path) || access(p->drop_path, X_OK) < 0)
-    return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "the drop helper %s is not usable", p->drop_path);
+    return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "the container init %s is not usable", p->drop_path);
   return 0;
 }
 

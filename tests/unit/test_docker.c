@@ -565,7 +565,7 @@ static void test_argv_has_every_flag(void **state) {
   if (build(g.backend, &spec, &l, &err) < 0) fail_msg("build: %s", err.msg);
   /* The client runs under the host side of the supervisor (drop.c, "Containers"), with the
    * channel's two pipe ends passed to it. */
-  assert_string_equal(l.argv[0], getenv("MPS_SANDBOX_DROP"));
+  assert_string_equal(l.argv[0], getenv("MPS_CONTAINER_INIT"));
   assert_string_equal(l.argv[1], "--container-host");
   assert_true(l.status_fd >= 0 && l.control_fd >= 0);
   assert_true(l.pass_fds[0] >= 0 && l.pass_fds[1] >= 0 && l.pass_fds[2] == -1);
@@ -584,7 +584,7 @@ static void test_argv_has_every_flag(void **state) {
   /* The supervisor is pid 1, bind-mounted read-only with its channel directory. */
   assert_int_equal(count_of(a, "--init"), 0);
   assert_pair(a, "--entrypoint", "/.mps-drop");
-  cleanup_free char *drop_volume = xasprintf("%s:/.mps-drop:ro", getenv("MPS_SANDBOX_DROP"));
+  cleanup_free char *drop_volume = xasprintf("%s:/.mps-drop:ro", getenv("MPS_CONTAINER_INIT"));
   assert_pair(a, "-v", drop_volume);
   cleanup_free char *chan_volume =
       xasprintf("%s/runs/%s:/.mps-channel:ro", g.root, l.kill_name);
@@ -1147,7 +1147,7 @@ static int group_setup(void **state) {
   unsetenv("MPS_DOCKER_IMAGE");
   /* The supervisor the backend starts the client under (drop.c, "Containers"), and where
    * the runs' channel directories go. */
-  setenv("MPS_SANDBOX_DROP", MPS_BINARY_DIR "/mps-sandbox-drop", 1);
+  setenv("MPS_CONTAINER_INIT", MPS_BINARY_DIR "/mps-container-init", 1);
   cleanup_free char *run_dir = xasprintf("%s/runs", g.root);
   setenv("MPS_DOCKER_RUN_DIR", run_dir, 1);
   cm_error_t err = CM_ERROR_INIT;
