@@ -674,6 +674,8 @@ static void container_host(drop_opts_t *o) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
+    /* The client goes with this side (itself SIGKILLed with the server). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() == 1) _exit(EXIT_SETUP);
     execve(o->argv[0], o->argv, environ);
     fprintf(stderr, "mps-sandbox-drop: cannot execute %s: %s\n", o->argv[0], strerror(errno));
     _exit(EXIT_EXEC);
