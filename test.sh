@@ -29,6 +29,29 @@ export MCP_PY_SANDBOX_WARM_CACHE=0
 # pytest comes from Debian's python3-pytest: use the system interpreter, whatever PATH says.
 PYTEST=(/usr/bin/python3 -m pytest -q -p no:cacheprovider)
 
+# The docker and podman backends on real engines: deploy/container-engine.sh starts them by
+# hand and builds the image (registry-free); the engines that came up are tested, and the
+# ones it started are stopped at the end.  A machine where neither can run says so loudly.
+engines=()
+engine_reason=""
+if [ "$(id -u)" = 0 ]; then
+  mkdir -p build
+  for e in docker podman; do
+    if ./deploy/container-engine.sh setup "$e" >"build/engine-setup-$e.log" 2>&1; then
+      engines+=("$e")
+    else
+      engine_reason+="$e: $(tail -n 3 "build/engine-setup-$e.log" | tr '\n' ' ') "
+    fi
+  done
+  trap './deploy/container-engine.sh stop all >/dev/null 2>&1 || true' EXIT
+else
+  engine_reason="not root (the engine setup starts dockerd and runs debootstrap)"
+fi
+export MPS_TEST_CONTAINER_ENGINES="${engines[*]}"
+if [ ${#engines[@]} -eq 0 ]; then
+  echo "== SKIPPED: the docker/podman backends on a real engine: $engine_reason" >&2
+fi
+
 build() {
   local dir=$1
   shift
@@ -43,8 +66,13 @@ suite() {
   local backend
   for backend in bwrap none; do
     echo "== $name: integration tests (the real binary over stdio, sandbox backend $backend)"
-    MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration
+    MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration \
+      --ignore=tests/integration/test_container_real.py
   done
+  if [ -n "$MPS_TEST_CONTAINER_ENGINES" ]; then
+    echo "== $name: the container backends on real engines ($MPS_TEST_CONTAINER_ENGINES)"
+    MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration/test_container_real.py
+  fi
   echo "== $name: MCP conformance suites (0.1.16, and 0.2.0-alpha.12 for both eras) over Streamable HTTP"
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/conformance/run.sh
   echo "== $name: end-to-end tests with real MCP clients (TypeScript SDK v1 and v2, Inspector CLI v1 and v2)"

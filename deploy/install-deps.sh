@@ -9,6 +9,7 @@ packages=(
   libc-ares-dev iproute2
   bubblewrap python3 python3-venv python3-pip python3-pytest ca-certificates curl procps
   nodejs
+  docker.io podman catatonit debootstrap
 )
 
 missing=()

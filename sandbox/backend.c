@@ -90,6 +90,8 @@ static const sbx_backend_ops_t missing_bwrap_ops = {
 #ifndef MPS_HAVE_DOCKER
 static const sbx_backend_ops_t missing_docker_ops = {
     .name = "docker", .probe = missing_probe, .build = missing_build};
+static const sbx_backend_ops_t missing_podman_ops = {
+    .name = "podman", .probe = missing_probe, .build = missing_build};
 #endif
 
 static const sbx_backend_ops_t *find_ops(const char *name) {
@@ -101,8 +103,10 @@ static const sbx_backend_ops_t *find_ops(const char *name) {
 #endif
 #ifdef MPS_HAVE_DOCKER
   if (strcmp(name, "docker") == 0) return &sbx_docker_ops;
+  if (strcmp(name, "podman") == 0) return &sbx_podman_ops;
 #else
   if (strcmp(name, "docker") == 0) return &missing_docker_ops;
+  if (strcmp(name, "podman") == 0) return &missing_podman_ops;
 #endif
   return NULL;
 }
@@ -135,6 +139,9 @@ bool sbx_backend_can_egress(const sbx_backend_t *b) {
 }
 bool sbx_backend_host_processes(const sbx_backend_t *b) {
   return b->ops->host_processes;
+}
+bool sbx_backend_interpreter(sbx_backend_t *b, const char *host_python, sbx_interp_t *out) {
+  return b->available && b->ops->interpreter && b->ops->interpreter(b, host_python, out);
 }
 
 char *sbx_backend_describe(sbx_backend_t *b) {

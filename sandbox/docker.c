@@ -1,30 +1,42 @@
-/* The docker backend: turns a run spec into a `docker run` command line, and kills the
- * container by name, because killing the docker client does not stop a container.
+/* The docker and podman backends: turn a run spec into a `docker run` (or `podman run`)
+ * command line, started under the host side of the drop helper, and kill the container by
+ * name, because killing the client does not stop a container.
  *
  * What the script gets (see docker_build for the exact argv):
  *   - the image's root file system read-only (--read-only), a size-capped tmpfs /tmp and a
  *     capped /dev/shm, the work directory read-write at /work (the cwd), the spec's mounts at
  *     their targets (ro or rw) and its read-only binds at their host paths;
- *   - no capabilities (--cap-drop ALL), no_new_privs, a non-root uid, an init process as pid
- *     1 that forwards signals and reaps (--init), a private ipc namespace, no network
- *     (--network none) unless the spec asks for it (then the default bridge);
- *   - cgroup limits: memory with no swap (--memory = --memory-swap), one CPU, a pid limit;
- *     rlimits through --ulimit: CPU seconds, file size, open files, no core dumps;
- *   - exactly spec->envp as its environment (--env each); the docker client itself gets only
- *     what it needs to reach the engine (DOCKER_HOST and friends, HOME, PATH), never the
- *     rest of the server's environment;
+ *   - no capabilities (--cap-drop ALL), no_new_privs, a non-root uid, a private ipc
+ *     namespace, and a network namespace with nothing but loopback (--network none).  With
+ *     the network on and an egress channel, the supervisor forwards 127.0.0.1:PORT (and
+ *     every 127.x address, for builds' per-index origins) to the server's egress proxy,
+ *     exactly as under bubblewrap; only a spec with network and no egress (--network host)
+ *     gets the engine's bridge;
+ *   - pid 1 is mps-container-init (drop.c, linked statically), bind-mounted read-only at /.mps-drop
+ * (--entrypoint; in place of --init): it reaps, forwards egress, SIGTERMs the command on the
+ * graceful half of a kill and reports the command's real wait status, rusage and the container's
+ * OOM kills.  It talks to the host side of the same helper (the launcher: `mps-container-init
+ *     --container-host DIR ... -- docker run ...`) over one unix socket in DIR, bind-mounted
+ *     at /.mps-channel; drop.c, "Containers", says why that channel is the supervisor's own;
+ *   - cgroup limits: memory with no swap (--memory = --memory-swap), CPU bandwidth, a pid
+ *     limit; rlimits through --ulimit: CPU seconds, file size, open files, no core dumps
+ *     (podman: an explicit nofile and nproc too, see docker_build);
+ *   - exactly spec->envp as its environment (--env each); the client itself gets only what
+ *     it needs to reach the engine (DOCKER_HOST and friends, HOME, PATH), never the rest of
+ *     the server's environment;
  *   - stdin closed (the client's stdin is /dev/null and --interactive=false), no log driver
  *     (output streams to us through the attached client and is not stored by the engine),
  *     and the image is never pulled (--pull never; the probe says how to build it).
  *
  * The interpreter.  spec->argv[0] is a host path, which means nothing in the image.  The
  * rule: a command under the work directory or a mount's host path is translated to its
- * path inside the container; a basename `python`, `python3` or `python3.N` becomes
- * /usr/local/bin/python3.N when the image declares 3.N in its label
- * io.github.mcp-python-exec-sandbox.pythons (a space-separated list read by the probe),
- * else /usr/local/bin/python3; a basename `uv` becomes /usr/local/bin/uv; anything else is
- * refused.  A read-only bind that holds the host command (the host interpreter's prefix) is
- * dropped, and so is one under /usr: the image brings its own.
+ * path inside the container (one already under a mount's target is kept); a basename
+ * `python`, `python3` or `python3.N` becomes the image's python3.N when the probe found one
+ * on the image's PATH, else the image's python3; a basename `uv` becomes the image's uv, and
+ * is refused when the image has none (the image's pip builds environments then); anything
+ * else is refused.  A read-only bind that holds the host command (the host interpreter's
+ * prefix) is dropped, and so is one under /usr: the image brings its own.  The result and
+ * check_environment name the image's interpreter (ops->interpreter).
  *
  * The identity.  As root, the container runs as 65534:65534 (nobody) and the work directory
  * (and each writable mount whose owner differs) is handed to that uid first, never following
@@ -34,20 +46,25 @@
  * container uids onto subordinate ids, so there the work directory is not writable: not
  * supported yet.
  *
- * Killing.  The container is named mps-<16 random hex digits>, returned as kill_name.
+ * Killing.  The container is named mps-<16 random hex digits>, returned as kill_name.  The
+ * graceful half of a kill is the control pipe closing (the supervisor SIGTERMs the
+ * command; a `docker kill --signal TERM` would reach only pid 1, which ignores it).
  * ops->kill(sig) starts `docker kill --signal <SIG> <name>` (for SIGKILL: `docker rm -f
  * <name>`, which is SIGKILL plus removal, so the one call covers the end of the grace period
  * and the clean-up after the client exited in case --rm did not happen) through the spawn
- * helper and returns at once: the event loop never waits for the engine.  Those helper
- * processes are reaped later, without blocking, whenever the backend is next used (build,
- * kill, describe), and waited for (bounded) when it is freed; one that runs past
- * DOCKER_HELPER_TIMEOUT_MS is killed.  So a helper may stay a zombie until the next run, never
- * longer.  A second SIGKILL for a name whose `rm -f` is still running is not repeated.
+ * helper and returns at once: the event loop never waits for the engine.  With SIGKILL it
+ * also removes the run's channel directory, should the launcher have been killed before it
+ * could.  Those helper processes are reaped later, without blocking, whenever the backend is
+ * next used (build, kill, describe), and waited for (bounded) when it is freed; one that runs
+ * past DOCKER_HELPER_TIMEOUT_MS is killed.  So a helper may stay a zombie until the next run,
+ * never longer.  A second SIGKILL for a name whose `rm -f` is still running is not repeated.
  *
- * The probe (once, at start-up, on the event loop like every other child: up to twice
- * DOCKER_PROBE_TIMEOUT_MS, without blocking): `docker version` must report a server
- * version, and `docker image inspect` must find the image ($MPS_DOCKER_IMAGE or
- * DOCKER_DEFAULT_IMAGE) locally. */
+ * The probe (once, at start-up, on the event loop like every other child: each step within
+ * DOCKER_PROBE_TIMEOUT_MS, twice that for the container, without blocking): `docker version`
+ * must report a server version, `docker image inspect` must find the image
+ * ($MPS_DOCKER_IMAGE or DOCKER_DEFAULT_IMAGE) locally, and one container of it, isolated
+ * like a run, reports the image's python3 (version, real path, implementation), its
+ * python3.N and its uv. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -79,6 +96,13 @@
 #define DOCKER_DEFAULT_TMP_BYTES (100ULL << 20)
 #define DOCKER_MAX_SHM_BYTES (64ULL << 20)
 #define DOCKER_CHOWN_MAX_DEPTH 64
+/* Where the supervisor and its channel appear inside the container. */
+#define DOCKER_DROP_IN_CONTAINER "/.mps-drop"
+#define DOCKER_CHANNEL_DIR "/.mps-channel"
+#define DOCKER_DROP_NAME "mps-container-init"
+/* podman's rlimits (see docker_build). */
+#define DOCKER_PODMAN_NPROC "4096:4096"
+#define DOCKER_PODMAN_NOFILE "1024:1024"
 
 typedef struct docker_helper {
   sbx_child_t child;
@@ -88,10 +112,18 @@ typedef struct docker_helper {
 } docker_helper_t;
 
 typedef struct docker_priv {
-  char *docker_path;    /* absolute path of the docker client (or stand-in) */
-  char *image;          /* image reference */
-  char *image_id;       /* "sha256:…" from the probe */
-  char **pythons;       /* "3.12", … as the image label declares; may be empty */
+  bool podman;       /* the podman backend: its client and its rlimit quirk */
+  char *docker_path; /* absolute path of the docker client (or stand-in) */
+  char *drop_path;   /* host path of mps-sandbox-drop, the container's pid 1 */
+  char *run_dir;     /* where each run's channel directory is made (0700, ours) */
+  char *image;       /* image reference */
+  char *image_id;    /* "sha256:…" from the probe */
+  /* What the probe found in the image: its python3 (full version, real path, the
+   * implementation), every python3.N on its PATH ("3.N" and path, in pairs), and uv. */
+  char *py_version, *py_path, *py_impl;
+  char **pythons;
+  char *uv_path;
+  char *last_version;   /* docker_interpreter's answer for another python3.N */
   char *server_version; /* the engine's version */
   char **cli_envp;      /* the client's own environment */
   docker_helper_t helpers[DOCKER_MAX_HELPERS];
@@ -133,8 +165,16 @@ static bool path_is_clean(const char *p) {
 /* Places inside the container that belong to the image or to the engine: no mount may
  * land under them. */
 static bool target_is_reserved(const char *p) {
-  static const char *const reserved[] = {"/proc", "/dev", "/sys", "/etc",
-                                         "/run",  "/tmp", "/usr", DOCKER_WORKDIR};
+  static const char *const reserved[] = {"/proc",
+                                         "/dev",
+                                         "/sys",
+                                         "/etc",
+                                         "/run",
+                                         "/tmp",
+                                         "/usr",
+                                         DOCKER_WORKDIR,
+                                         DOCKER_DROP_IN_CONTAINER,
+                                         DOCKER_CHANNEL_DIR};
   if (strcmp(p, "/") == 0) return true;
   for (size_t i = 0; i < CM_ARRAY_SIZE(reserved); i++)
     if (path_is_under(p, reserved[i])) return true;
@@ -193,10 +233,11 @@ static int hand_over(const char *dir, uid_t uid, gid_t gid, bool only_if_changed
 
 /* ---------------------------------------------------------------- the command */
 
-static bool image_has_python(const docker_priv_t *p, const char *version) {
-  for (char **v = p->pythons; v && *v; v++)
-    if (strcmp(*v, version) == 0) return true;
-  return false;
+/* The image's interpreter for a host python3.N, or NULL. */
+static const char *image_python(const docker_priv_t *p, const char *version) {
+  for (char **v = p->pythons; v && v[0] && v[1]; v += 2)
+    if (strcmp(v[0], version) == 0) return v[1];
+  return NULL;
 }
 
 /* spec->argv[0] (a host path) as a path inside the image; see the rule at the top. */
@@ -213,29 +254,37 @@ static int map_command(const docker_priv_t *p, const sbx_spec_t *spec, char **ou
       *out = xasprintf("%s%s", m->target, cmd + strlen(m->host));
       return 0;
     }
+    /* Already the path inside (an environment's /env/bin/python). */
+    if (path_is_under(cmd, m->target)) {
+      *out = xstrdup(cmd);
+      return 0;
+    }
   }
   const char *base = strrchr(cmd, '/') + 1;
+  const char *dflt = p->py_path ? p->py_path : DOCKER_IMAGE_BIN "/python3";
   if (strcmp(base, "python") == 0 || strcmp(base, "python3") == 0) {
-    *out = xstrdup(DOCKER_IMAGE_BIN "/python3");
+    *out = xstrdup(dflt);
     return 0;
   }
   if (strncmp(base, "python3.", 8) == 0 && base[8] >= '0' && base[8] <= '9') {
     size_t n = 8 + strspn(base + 8, "0123456789");
     cleanup_free char *version = xstrndup(base + 6, n - 6); /* "3.12" */
-    if (image_has_python(p, version))
-      *out = xasprintf(DOCKER_IMAGE_BIN "/python%s", version);
-    else
-      *out = xstrdup(DOCKER_IMAGE_BIN "/python3");
+    const char *found = image_python(p, version);
+    *out = xstrdup(found ? found : dflt);
     return 0;
   }
   if (strcmp(base, "uv") == 0) {
-    *out = xstrdup(DOCKER_IMAGE_BIN "/uv");
+    if (!p->uv_path)
+      return cm_error_set(
+          err, 0, CM_ERR_UNSUPPORTED,
+          "the image %s has no uv (build it with UV_VERSION, or use --installer pip)", p->image);
+    *out = xstrdup(p->uv_path);
     return 0;
   }
   return cm_error_set(
       err, 0, CM_ERR_UNSUPPORTED,
-      "the docker backend cannot run the host program %s: the image provides python3 and uv only",
-      cmd);
+      "the %s backend cannot run the host program %s: the image provides python3 and uv only",
+      p->podman ? "podman" : "docker", cmd);
 }
 
 static int check_spec(const sbx_spec_t *spec, cm_error_t *err) {
@@ -364,6 +413,14 @@ static void docker_kill(sbx_backend_t *b, const sbx_launch_t *launch, int sig) {
     if (p->helpers[i].sig == sig && strcmp(p->helpers[i].name, launch->kill_name) == 0)
       return;                                                /* still at it */
   if (p->n_helpers == DOCKER_MAX_HELPERS) helper_kill(p, 0); /* a stuck engine: make room */
+  if (sig == SIGKILL && p->run_dir) {
+    /* The launcher removes the channel directory when it ends; one that was SIGKILLed
+     * could not (unlink and rmdir of one entry: nothing that blocks). */
+    cleanup_free char *dir = xasprintf("%s/%s", p->run_dir, launch->kill_name);
+    cleanup_free char *sock = xasprintf("%s/channel", dir);
+    (void)unlink(sock);
+    (void)rmdir(dir);
+  }
 
   char sigbuf[16];
   char *rm_argv[] = {p->docker_path, "rm", "-f", launch->kill_name, NULL};
@@ -414,13 +471,47 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   }
   cleanup_free char *name = NULL;
   if (new_container_name(&name, err) < 0) return -1;
+  if (!p->drop_path || !p->run_dir)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the %s backend was not probed", b->ops->name);
+  cleanup_free char *chan_dir = xasprintf("%s/%s", p->run_dir, name);
+
+  /* The channel to the supervisor, as with bubblewrap, but through the host side of the
+   * drop helper (drop.c, "Containers"): the status pipe's write end and the control pipe's
+   * read end go to it, the server keeps the other two. */
+  int status_pipe[2] = {-1, -1}, control_pipe[2] = {-1, -1};
+  if (pipe2(status_pipe, O_CLOEXEC) < 0) return cm_error_set(err, errno, CM_ERR_IO, "pipe2");
+  cleanup_close int status_read = status_pipe[0], status_write = status_pipe[1];
+  if (pipe2(control_pipe, O_CLOEXEC) < 0) return cm_error_set(err, errno, CM_ERR_IO, "pipe2");
+  cleanup_close int control_read = control_pipe[0], control_write = control_pipe[1];
+  if (cm_set_nonblock(status_read, true) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "fcntl(O_NONBLOCK)");
+  cleanup_close int egress_fd = -1;
+  bool egress = spec->network && spec->egress;
+  if (egress) {
+    if (spec->egress->fd < 0 || spec->egress->port < 1024)
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "an egress channel needs an fd and a port above 1023");
+    egress_fd = fcntl(spec->egress->fd, F_DUPFD_CLOEXEC, 3);
+    if (egress_fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "duplicating the egress channel");
+  }
 
   cm_strv_builder_t a = {0};
-  cm_strv_addv(&a, p->docker_path, "run", "--rm", "--interactive=false", "--name", name, "--init",
-               "--pull", "never", "--log-driver", "none", "--network",
-               spec->network ? "bridge" : "none", "--hostname", DOCKER_HOSTNAME, "--ipc", "private",
-               "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user",
-               NULL);
+  cm_strv_addv(&a, p->drop_path, "--container-host", chan_dir, "--status-fd", NULL);
+  cm_strv_addf(&a, "%d", status_write);
+  cm_strv_add(&a, "--control-fd");
+  cm_strv_addf(&a, "%d", control_read);
+  if (egress_fd >= 0) {
+    cm_strv_add(&a, "--egress-fd");
+    cm_strv_addf(&a, "%d", egress_fd);
+  }
+  cm_strv_add(&a, "--");
+  /* No network but the container's own loopback, unless the spec asks for the engine's
+   * (network without egress: --network host); with egress the forwarder is the way out. */
+  cm_strv_addv(&a, p->docker_path, "run", "--rm", "--interactive=false", "--name", name, "--pull",
+               "never", "--log-driver", "none", "--network",
+               spec->network && !egress ? "bridge" : "none", "--hostname", DOCKER_HOSTNAME, "--ipc",
+               "private", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+               "--user", NULL);
   cm_strv_addf(&a, "%u:%u", (unsigned)uid, (unsigned)gid);
 
   const sbx_limits_t *l = &spec->limits;
@@ -453,7 +544,13 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
     cm_strv_addv(&a, "--ulimit", NULL);
     cm_strv_addf(&a, "nofile=%llu:%llu", (unsigned long long)l->open_files,
                  (unsigned long long)l->open_files);
+  } else if (p->podman) {
+    cm_strv_addv(&a, "--ulimit", "nofile=" DOCKER_PODMAN_NOFILE, NULL);
   }
+  /* podman: any --ulimit replaces its default rlimits, which runc cannot set here (root
+   * without CAP_SYS_RESOURCE: "error setting rlimit"), and RLIMIT_NPROC above what runc
+   * itself holds fails too; the pids cgroup is the real cap, so a modest fixed nproc. */
+  if (p->podman) cm_strv_addv(&a, "--ulimit", "nproc=" DOCKER_PODMAN_NPROC, NULL);
   cm_strv_addv(&a, "--ulimit", "core=0:0", NULL);
 
   uint64_t tmp_bytes = l->tmp_bytes ? l->tmp_bytes : DOCKER_DEFAULT_TMP_BYTES;
@@ -481,8 +578,21 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
     cm_strv_addv(&a, "-v", NULL);
     cm_strv_addf(&a, "%s:%s:ro", *r, *r);
   }
+  /* The supervisor, bind-mounted, is the container's pid 1 (in place of --init): it
+   * reaps, forwards egress, and reports the command's real status and OOM kills. */
+  cm_strv_add(&a, "-v");
+  cm_strv_addf(&a, "%s:" DOCKER_CHANNEL_DIR ":ro", chan_dir);
+  cm_strv_add(&a, "-v");
+  cm_strv_addf(&a, "%s:" DOCKER_DROP_IN_CONTAINER ":ro", p->drop_path);
   for (char *const *e = spec->envp; e && *e; e++) cm_strv_addv(&a, "--env", *e, NULL);
-  cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", p->image, command, NULL);
+  cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", "--entrypoint",
+               DOCKER_DROP_IN_CONTAINER, p->image, "--connect", DOCKER_CHANNEL_DIR "/channel",
+               NULL);
+  if (egress) {
+    cm_strv_add(&a, "--egress-port");
+    cm_strv_addf(&a, "%u", (unsigned)spec->egress->port);
+  }
+  cm_strv_addv(&a, "--", command, NULL);
   for (char *const *s = spec->argv + 1; *s; s++) cm_strv_add(&a, *s);
 
   launch->argv = cm_strv_steal(&a);
@@ -490,6 +600,12 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   launch->set_rlimits =
       false; /* rlimits on the Go client would break it; the container has its own */
   launch->kill_name = steal_pointer(&name);
+  size_t n = 0;
+  launch->pass_fds[n++] = steal_fd(&status_write);
+  launch->pass_fds[n++] = steal_fd(&control_read);
+  if (egress_fd >= 0) launch->pass_fds[n++] = steal_fd(&egress_fd);
+  launch->status_fd = steal_fd(&status_read);
+  launch->control_fd = steal_fd(&control_write);
   return 0;
 }
 
@@ -549,13 +665,13 @@ static int docker_query_result(char *const *argv, const sbx_probe_result_t *r, c
 
 static int find_docker(docker_priv_t *p, cm_error_t *err) {
   const char *env = getenv("MPS_DOCKER");
-  const char *want = env && *env ? env : "docker";
+  const char *want = env && *env ? env : p->podman ? "podman" : "docker";
   free(p->docker_path);
   p->docker_path = cm_find_executable(want);
   if (!p->docker_path)
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
-                        "the docker client (%s) was not found; install Docker or set MPS_DOCKER",
-                        env && *env ? env : "docker in PATH");
+                        "the %s client (%s) was not found; install it or set MPS_DOCKER",
+                        p->podman ? "podman" : "docker", env && *env ? env : "in PATH");
   if (p->docker_path[0] != '/') {
     char *abs = realpath(p->docker_path, NULL);
     if (!abs) return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "%s", p->docker_path);
@@ -607,9 +723,100 @@ static char **inspect_argv_new(docker_priv_t *p, const char *image) {
   cm_strv_add(&a, "image");
   cm_strv_add(&a, "inspect");
   cm_strv_add(&a, "--format");
-  cm_strv_add(&a, "{{.Id}} {{index .Config.Labels \"" DOCKER_PYTHONS_LABEL "\"}}");
+  cm_strv_add(&a, "{{.Id}}");
   cm_strv_add(&a, image);
   return cm_strv_steal(&a);
+}
+
+/* What the probe container prints: its python3 (version, real path, implementation),
+ * each python3.N on its PATH, and uv. */
+static const char DOCKER_PROBE_SCRIPT[] =
+    "import os, platform, re, shutil, sys\n"
+    "exe = shutil.which('python3') or sys.executable\n"
+    "print('python', platform.python_version(), os.path.realpath(exe), sys.implementation.name)\n"
+    "seen = set()\n"
+    "for d in os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin').split(':'):\n"
+    "    try:\n"
+    "        names = sorted(os.listdir(d))\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    for n in names:\n"
+    "        if re.fullmatch(r'python3\\.[0-9]+', n) and n not in seen and ' ' not in d:\n"
+    "            seen.add(n)\n"
+    "            print('minor', n[6:], os.path.join(d, n))\n"
+    "uv = shutil.which('uv')\n"
+    "print('uv', uv if uv and ' ' not in uv else '-')\n";
+
+static char **probe_run_argv_new(docker_priv_t *p, const char *image) {
+  bool as_root = geteuid() == 0;
+  cm_strv_builder_t a = {0};
+  cm_strv_addv(&a, p->docker_path, "run", "--rm", "--interactive=false", "--pull", "never",
+               "--log-driver", "none", "--network", "none", "--read-only", "--cap-drop", "ALL",
+               "--security-opt", "no-new-privileges", "--label",
+               "io.github.mcp-python-exec-sandbox.run=1", "--user", NULL);
+  cm_strv_addf(&a, "%u:%u", as_root ? DOCKER_SANDBOX_UID : (unsigned)getuid(),
+               as_root ? DOCKER_SANDBOX_UID : (unsigned)getgid());
+  if (p->podman)
+    cm_strv_addv(&a, "--ulimit", "nofile=" DOCKER_PODMAN_NOFILE, "--ulimit",
+                 "nproc=" DOCKER_PODMAN_NPROC, NULL);
+  cm_strv_addv(&a, "--entrypoint", "python3", image, "-I", "-c", DOCKER_PROBE_SCRIPT, NULL);
+  return cm_strv_steal(&a);
+}
+
+static bool word_ok(const char *w) {
+  return w && *w && strlen(w) < 256 &&
+         strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-+/") ==
+             strlen(w);
+}
+
+static void probe_run_done(sbx_probe_t *probe, const sbx_probe_result_t *r) {
+  docker_probe_state_t *st = sbx_probe_state(probe);
+  docker_priv_t *p = priv_of(st->b);
+  cm_error_t err = CM_ERROR_INIT;
+  char **argv = probe_run_argv_new(p, st->image);
+  cleanup_free char *excerpt = NULL;
+  int rc = docker_query_result(argv, r, &excerpt, &err);
+  cm_strv_free(argv);
+  /* The lines themselves (the excerpt is for messages); at most DOCKER_PROBE_OUTPUT_MAX. */
+  cleanup_free char *out = rc == 0 && r->out->data ? xstrndup(r->out->data, r->out->len) : NULL;
+  if (rc < 0) {
+    cm_error_wrap(&err, "a trial container of image %s did not run", st->image);
+    sbx_probe_finish(probe, &err);
+    return;
+  }
+  free(p->py_version);
+  free(p->py_path);
+  free(p->py_impl);
+  free(p->uv_path);
+  cm_strv_free(p->pythons);
+  p->py_version = p->py_path = p->py_impl = p->uv_path = NULL;
+  cm_strv_builder_t pys = {0};
+  for (char *line = out, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    cleanup_strv char **w = split_words(line);
+    size_t n = cm_strv_len(w);
+    if (n == 4 && strcmp(w[0], "python") == 0 && word_ok(w[1]) && w[2][0] == '/' && word_ok(w[2]) &&
+        word_ok(w[3]) && !p->py_path) {
+      p->py_version = xstrdup(w[1]);
+      p->py_path = xstrdup(w[2]);
+      p->py_impl = xstrdup(w[3]);
+    } else if (n == 3 && strcmp(w[0], "minor") == 0 && word_ok(w[1]) && w[2][0] == '/' &&
+               word_ok(w[2])) {
+      cm_strv_add(&pys, w[1]);
+      cm_strv_add(&pys, w[2]);
+    } else if (n == 2 && strcmp(w[0], "uv") == 0 && w[1][0] == '/' && word_ok(w[1])) {
+      p->uv_path = xstrdup(w[1]);
+    }
+  }
+  p->pythons = cm_strv_steal(&pys);
+  if (!p->py_path) {
+    cm_error_set(&err, 0, CM_ERR_UNAVAILABLE, "image %s has no python3 on its PATH", st->image);
+    sbx_probe_finish(probe, &err);
+    return;
+  }
+  p->image = steal_pointer(&st->image);
+  sbx_probe_finish(probe, NULL);
 }
 
 static void probe_inspect_done(sbx_probe_t *probe, const sbx_probe_result_t *r) {
@@ -632,16 +839,14 @@ static void probe_inspect_done(sbx_probe_t *probe, const sbx_probe_result_t *r) 
   free(p->server_version);
   p->server_version = steal_pointer(&st->version);
   free(p->image_id);
-  cm_strv_free(p->pythons);
   size_t id_len = inspect ? strcspn(inspect, " ") : 0;
   p->image_id = id_len ? xstrndup(inspect, id_len) : xstrdup("(unknown id)");
-  p->pythons = split_words(inspect && inspect[id_len] ? inspect + id_len + 1 : NULL);
-  if (p->pythons[0] && strcmp(p->pythons[0], "<no") == 0) { /* Go's "<no value>" */
-    cm_strv_free(p->pythons);
-    p->pythons = xcalloc(1, sizeof(char *));
-  }
-  p->image = steal_pointer(&st->image);
-  sbx_probe_finish(probe, NULL);
+  /* Then one container, isolated like a run, asks the image what it has. */
+  char **run_argv = probe_run_argv_new(p, st->image);
+  rc = sbx_probe_command(probe, run_argv, p->cli_envp, NULL, 0, 2 * DOCKER_PROBE_TIMEOUT_MS,
+                         DOCKER_PROBE_OUTPUT_MAX, probe_run_done, &err);
+  cm_strv_free(run_argv);
+  if (rc < 0) sbx_probe_finish(probe, &err);
 }
 
 static void probe_version_done(sbx_probe_t *probe, const sbx_probe_result_t *r) {
@@ -668,8 +873,70 @@ static void probe_version_done(sbx_probe_t *probe, const sbx_probe_result_t *r) 
   if (rc < 0) sbx_probe_finish(probe, &err);
 }
 
+/* mps-container-init (drop.c built static; the host side of a run and the container's pid
+ * 1 alike): $MPS_CONTAINER_INIT, or next to the server (or in
+ * ../libexec/mcp-python-exec-sandbox/). */
+static int find_drop(docker_priv_t *p, cm_error_t *err) {
+  free(p->drop_path);
+  p->drop_path = NULL;
+  const char *env = getenv("MPS_CONTAINER_INIT");
+  if (env && *env) {
+    p->drop_path = realpath(env, NULL);
+    if (!p->drop_path)
+      return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "container init %s (MPS_CONTAINER_INIT)",
+                          env);
+  } else {
+    cleanup_free char *self = realpath("/proc/self/exe", NULL);
+    if (!self) return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "realpath /proc/self/exe");
+    *strrchr(self, '/') = '\0';
+    const char *candidates[] = {"/" DOCKER_DROP_NAME,
+                                "/../libexec/mcp-python-exec-sandbox/" DOCKER_DROP_NAME};
+    for (size_t i = 0; i < CM_ARRAY_SIZE(candidates) && !p->drop_path; i++) {
+      cleanup_free char *c = xasprintf("%s%s", self, candidates[i]);
+      p->drop_path = realpath(c, NULL);
+    }
+    if (!p->drop_path)
+      return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                          "the container init %s was not found next to %s (set MPS_CONTAINER_INIT)",
+                          DOCKER_DROP_NAME, self);
+  }
+  if (!path_is_clean(p->drop_path) || access(p->drop_path, X_OK) < 0)
+    return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "the container init %s is not usable",
+                        p->drop_path);
+  return 0;
+}
+
+/* The directory the runs' channel directories go in: $MPS_DOCKER_RUN_DIR, else
+ * /run/mcp-python-exec-sandbox/containers as root, else $XDG_RUNTIME_DIR/... or
+ * /tmp/mps-containers-<uid>.  Ours, 0700, never a symlink: only the engine (root) and we
+ * reach into it, and a container sees its own channel directory alone. */
+static int make_run_dir(docker_priv_t *p, cm_error_t *err) {
+  const char *env = getenv("MPS_DOCKER_RUN_DIR");
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  cleanup_free char *dir = env && *env      ? xstrdup(env)
+                           : geteuid() == 0 ? xstrdup("/run/mcp-python-exec-sandbox/containers")
+                           : xdg && xdg[0] == '/'
+                               ? xasprintf("%s/mcp-python-exec-sandbox-containers", xdg)
+                               : xasprintf("/tmp/mps-containers-%u", (unsigned)geteuid());
+  if (!path_is_clean(dir))
+    return cm_error_set(err, 0, CM_ERR_INVALID, "container run directory %s is not a clean path",
+                        dir);
+  if (geteuid() == 0 && !env) (void)mkdir("/run/mcp-python-exec-sandbox", 0755);
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+    return cm_error_set(err, errno, CM_ERR_IO, "mkdir %s", dir);
+  struct stat st;
+  if (lstat(dir, &st) < 0) return cm_error_set(err, errno, CM_ERR_IO, "stat %s", dir);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s must be a directory of ours with mode 0700",
+                        dir);
+  free(p->run_dir);
+  p->run_dir = steal_pointer(&dir);
+  return 0;
+}
+
 static void docker_probe(sbx_backend_t *b, sbx_probe_t *probe) {
   docker_priv_t *p = priv_of(b);
+  p->podman = b->ops == &sbx_podman_ops;
   cm_error_t err = CM_ERROR_INIT;
   const char *image_env = getenv("MPS_DOCKER_IMAGE");
   cleanup_free char *image = xstrdup(image_env && *image_env ? image_env : DOCKER_DEFAULT_IMAGE);
@@ -680,7 +947,7 @@ static void docker_probe(sbx_backend_t *b, sbx_probe_t *probe) {
     sbx_probe_finish(probe, &err);
     return;
   }
-  if (find_docker(p, &err) < 0) {
+  if (find_docker(p, &err) < 0 || find_drop(p, &err) < 0 || make_run_dir(p, &err) < 0) {
     sbx_probe_finish(probe, &err);
     return;
   }
@@ -707,11 +974,39 @@ static char *docker_describe(sbx_backend_t *b) {
   const char *id = p->image_id;
   int id_len = strncmp(id, "sha256:", 7) == 0 ? 7 + 12 : (int)strlen(id);
   return xasprintf(
-      "docker engine %s (%s), image %s (%.*s): read-only root, no capabilities, no-new-privileges, "
-      "uid %u, "
-      "memory/CPU/pids limits, capped /tmp; network off unless requested",
-      p->server_version, p->docker_path, p->image, id_len, id,
+      "%s engine %s (%s), image %s (%.*s) with %s %s (%s)%s: read-only root, no capabilities, "
+      "no-new-privileges, uid %u, memory/CPU/pids limits, capped /tmp; its own network "
+      "namespace (--network none), whose way out is the egress forwarder when the network is on",
+      p->podman ? "podman" : "docker", p->server_version, p->docker_path, p->image, id_len, id,
+      p->py_impl ? p->py_impl : "python", p->py_version ? p->py_version : "?",
+      p->py_path ? p->py_path : "?", p->uv_path ? " and uv" : ", no uv",
       geteuid() == 0 ? DOCKER_SANDBOX_UID : (unsigned)getuid());
+}
+
+static bool docker_interpreter(sbx_backend_t *b, const char *host_python, sbx_interp_t *out) {
+  docker_priv_t *p = priv_of(b);
+  if (!p->py_path) return false;
+  out->version = p->py_version;
+  out->path = p->py_path;
+  out->implementation = p->py_impl;
+  const char *base = host_python ? strrchr(host_python, '/') : NULL;
+  base = base ? base + 1 : "";
+  if (strncmp(base, "python3.", 8) == 0 && base[8] >= '0' && base[8] <= '9') {
+    size_t n = 8 + strspn(base + 8, "0123456789");
+    cleanup_free char *version = xstrndup(base + 6, n - 6);
+    const char *found = image_python(p, version);
+    /* Another python3.N of the image than its python3: the minor version is what we know. */
+    size_t vl = strlen(version);
+    bool is_default = strncmp(p->py_version, version, vl) == 0 &&
+                      (p->py_version[vl] == '.' || !p->py_version[vl]);
+    if (found && !is_default) {
+      free(p->last_version);
+      p->last_version = xstrdup(version);
+      out->version = p->last_version;
+      out->path = found;
+    }
+  }
+  return true;
 }
 
 static void docker_free(sbx_backend_t *b) {
@@ -722,6 +1017,13 @@ static void docker_free(sbx_backend_t *b) {
   free(p->image);
   free(p->image_id);
   cm_strv_free(p->pythons);
+  free(p->py_version);
+  free(p->py_path);
+  free(p->py_impl);
+  free(p->uv_path);
+  free(p->last_version);
+  free(p->drop_path);
+  free(p->run_dir);
   free(p->server_version);
   cm_strv_free(p->cli_envp);
   free(p);
@@ -731,9 +1033,24 @@ static void docker_free(sbx_backend_t *b) {
 const sbx_backend_ops_t sbx_docker_ops = {
     .name = "docker",
     .maps_paths = true,
+    .can_egress = true,
     .probe = docker_probe,
     .build = docker_build,
     .kill = docker_kill,
+    .interpreter = docker_interpreter,
+    .describe = docker_describe,
+    .free = docker_free,
+};
+
+/* The same backend on podman's client (rootful here), with its rlimit quirk. */
+const sbx_backend_ops_t sbx_podman_ops = {
+    .name = "podman",
+    .maps_paths = true,
+    .can_egress = true,
+    .probe = docker_probe,
+    .build = docker_build,
+    .kill = docker_kill,
+    .interpreter = docker_interpreter,
     .describe = docker_describe,
     .free = docker_free,
 };

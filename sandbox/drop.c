@@ -83,6 +83,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,6 +103,9 @@ typedef struct drop_opts {
   int egress_fd;                                              /* -1 = none */
   uint16_t egress_port;
   bool wait_go;
+  const char *connect_path;   /* --connect: inside a container (see "Containers") */
+  const char *container_host; /* --container-host: the host side of one */
+  int oom_fd;                 /* the container's memory cgroup counters, or -1 */
   char **argv;
 } drop_opts_t;
 
@@ -173,6 +177,10 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
       o->egress_fd = (int)parse_number(v, INT_MAX);
     } else if (strcmp(a, "--egress-port") == 0) {
       o->egress_port = (uint16_t)parse_number(v, 65535);
+    } else if (strcmp(a, "--connect") == 0) {
+      o->connect_path = v;
+    } else if (strcmp(a, "--container-host") == 0) {
+      o->container_host = v;
     } else {
       die_msg("unknown option");
     }
@@ -180,6 +188,23 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
   if (have_uid != have_gid) die_msg("--uid and --gid go together");
   if (have_uid && (o->uid == 0 || o->gid == 0)) die_msg("refusing to run as uid or gid 0");
   o->change_ids = have_uid;
+  if (o->connect_path) {
+    /* The channel (status, control and the egress fd) comes over the socket. */
+    if (o->status_fd >= 0 || o->control_fd >= 0 || o->egress_fd >= 0 || o->wait_go || have_uid)
+      die_msg("--connect takes no fds, --wait-go or --uid");
+    if (o->connect_path[0] != '/') die_msg("--connect needs an absolute path");
+    if (o->egress_port && o->egress_port < 1024) die_msg("--egress-port must be above 1023");
+    if (i >= argc || argv[i][0] != '/') die_msg("expected -- and an absolute command path");
+    o->argv = &argv[i];
+    return;
+  }
+  if (o->container_host) {
+    if (o->status_fd < 0 || o->control_fd < 0)
+      die_msg("--container-host needs --status-fd and --control-fd");
+    if (o->container_host[0] != '/') die_msg("--container-host needs an absolute path");
+    if (o->wait_go || have_uid || o->egress_port)
+      die_msg("--container-host takes no --wait-go, --uid or --egress-port");
+  }
   if (o->control_fd >= 0 && o->status_fd < 0) die_msg("--control-fd needs --status-fd");
   if (o->wait_go && o->control_fd < 0) die_msg("--wait-go needs --control-fd");
   check_fd(o->status_fd, O_WRONLY, "--status-fd");
@@ -188,7 +213,8 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
   if (o->status_fd >= 0 && o->status_fd == o->control_fd) die_msg("one fd for status and control");
   if (o->egress_fd >= 0) {
     if (o->status_fd < 0) die_msg("--egress-fd needs --status-fd");
-    if (o->egress_port < 1024) die_msg("--egress-fd needs an --egress-port above 1023");
+    if (o->egress_port < 1024 && !o->container_host)
+      die_msg("--egress-fd needs an --egress-port above 1023");
     if (o->egress_fd == o->status_fd || o->egress_fd == o->control_fd)
       die_msg("--egress-fd is another channel's fd");
     int type = 0;
@@ -197,6 +223,11 @@ static void parse_args(int argc, char **argv, drop_opts_t *o) {
       die_msg("--egress-fd is not a SOCK_SEQPACKET socket");
   } else if (o->egress_port) {
     die_msg("--egress-port needs --egress-fd");
+  }
+  if (o->container_host) {
+    if (i >= argc || argv[i][0] != '/') die_msg("expected -- and an absolute command path");
+    o->argv = &argv[i];
+    return;
   }
   if (i >= argc || argv[i][0] != '/') die_msg("expected -- and an absolute command path");
   o->argv = &argv[i];
@@ -517,6 +548,248 @@ static int harden_supervisor(const drop_opts_t *o) {
   return 0;
 }
 
+/* ---------------------------------------------------------------- containers
+ *
+ * A container engine (docker, podman) starts a container, not a process of ours: its pid 1
+ * is this helper, bind-mounted into it, with --connect PATH (a unix socket bind-mounted from
+ * the host).  On the host, the server runs the engine's client under this helper too, with
+ * --container-host DIR and the usual --status-fd, --control-fd (and --egress-fd): that side
+ * makes DIR and the socket in it before it starts the client, accepts exactly one
+ * connection (the container's pid 1 connects before it starts the command, so the command
+ * can never be first), then removes the socket, so nothing else can connect.  Over that
+ * connection it sends one message: the egress fd (SCM_RIGHTS) or none.  Inside, the
+ * connection is the supervisor's status and control channel: the host shuts its writing
+ * half down for the graceful kill (the control fd closing), and the supervisor sends its
+ * one status record back, which the host side writes to its status fd.  So the record is
+ * the supervisor's own (the command runs with every fd above 2 closed; the supervisor is
+ * not dumpable and, as the pid namespace's init, ignores the command's signals), and the
+ * egress path is the same forwarder as with bubblewrap.
+ *
+ * Inside, the supervisor also reads the container's memory cgroup (cgroup v1
+ * memory.oom_control or v2 memory.events, both mounted read-only at /sys/fs/cgroup by the
+ * engines): when its oom_kill count grew while the command ran, the record says
+ * SBX_STATUS_OOM_KILL.  (docker's OOMKilled would need a `docker inspect` after the
+ * exit, and podman's is not set on these machines.) */
+
+#define CHANNEL_NAME "channel"
+
+static uint64_t oom_kills(int fd) {
+  if (fd < 0) return 0;
+  char buf[1024];
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  for (char *line = buf; line && *line;) {
+    if (strncmp(line, "oom_kill ", 9) == 0) return strtoull(line + 9, NULL, 10);
+    line = strchr(line, '\n');
+    if (line) line++;
+  }
+  return 0;
+}
+
+static int open_oom_counters(void) {
+  static const char *const files[] = {"/sys/fs/cgroup/memory/memory.oom_control",
+                                      "/sys/fs/cgroup/memory.events"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(files); i++) {
+    int fd = open(files[i], O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) return fd;
+  }
+  return -1;
+}
+
+/* Inside the container: the channel, the egress fd from it, the cgroup counters. */
+static void container_connect(drop_opts_t *o) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(o->connect_path) >= sizeof a.sun_path) die_msg("--connect path too long");
+  strcpy(a.sun_path, o->connect_path);
+  int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (s < 0) die("socket");
+  int rc;
+  do rc = connect(s, (struct sockaddr *)&a, sizeof a);
+  while (rc < 0 && errno == EINTR);
+  if (rc < 0) die("connecting to the server's channel");
+  char byte = 0;
+  struct iovec iov = {&byte, 1};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  memset(&ctl, 0, sizeof ctl);
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  ssize_t n;
+  do n = recvmsg(s, &m, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n != 1 || (m.msg_flags & (MSG_CTRUNC | MSG_TRUNC)))
+    die_msg("no greeting on the server's channel");
+  struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+  int fd = -1;
+  if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
+      h->cmsg_len == CMSG_LEN(sizeof(int)))
+    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+  if (byte == 'E') {
+    if (fd < 0) die_msg("the server's channel sent no egress fd");
+    if (!o->egress_port) die_msg("an egress fd needs --egress-port");
+    int type = 0;
+    socklen_t tl = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_SEQPACKET)
+      die_msg("the egress fd is not a SOCK_SEQPACKET socket");
+    o->egress_fd = fd;
+  } else if (byte != 'N' || fd >= 0) {
+    die_msg("unexpected greeting on the server's channel");
+  } else {
+    o->egress_port = 0;
+  }
+  o->status_fd = s;
+  o->control_fd = fcntl(s, F_DUPFD_CLOEXEC, 3);
+  if (o->control_fd < 0) die("fcntl");
+  o->oom_fd = open_oom_counters();
+}
+
+/* The host side; never returns. */
+static void container_host(drop_opts_t *o) __attribute__((noreturn));
+static void container_host(drop_opts_t *o) {
+  int chans[] = {o->status_fd, o->control_fd, o->egress_fd};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(chans); i++)
+    if (chans[i] >= 0 && fcntl(chans[i], F_SETFD, FD_CLOEXEC) < 0) die("fcntl");
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(o->container_host) + sizeof "/" CHANNEL_NAME > sizeof a.sun_path)
+    die_msg("--container-host path too long");
+  snprintf(a.sun_path, sizeof a.sun_path, "%s/" CHANNEL_NAME, o->container_host);
+  /* The directory is new (never one someone else made) and only searchable by others: the
+   * container's uid must reach the socket in it through the bind mount. */
+  if (mkdir(o->container_host, 0700) < 0 || chmod(o->container_host, 0711) < 0)
+    die("mkdir --container-host");
+  int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(a.sun_path, 0666) < 0 ||
+      listen(lfd, 1) < 0) {
+    int saved = errno;
+    unlink(a.sun_path);
+    rmdir(o->container_host);
+    errno = saved;
+    die("the container's channel");
+  }
+  bool linked = true;
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  if (sigprocmask(SIG_BLOCK, &chld, NULL) < 0) die("sigprocmask");
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) die("signalfd");
+  signal(SIGPIPE, SIG_IGN);
+  pid_t child = fork();
+  if (child < 0) die("fork");
+  if (child == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    /* The client goes with this side (itself SIGKILLed with the server). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() == 1) _exit(EXIT_SETUP);
+    execve(o->argv[0], o->argv, environ);
+    fprintf(stderr, "mps-sandbox-drop: cannot execute %s: %s\n", o->argv[0], strerror(errno));
+    _exit(EXIT_EXEC);
+  }
+  int conn = -1;
+  bool control_closed = false, have_record = false, bad_record = false, exited = false;
+  int status = 0;
+  sbx_status_record_t rec;
+  while (!exited) {
+    struct pollfd p[4] = {{sfd, POLLIN, 0},
+                          {lfd, POLLIN, 0},
+                          {control_closed ? -1 : o->control_fd, POLLIN, 0},
+                          {conn, POLLIN, 0}};
+    if (poll(p, 4, -1) < 0) {
+      if (errno == EINTR) continue;
+      die("poll");
+    }
+    if (p[1].fd >= 0 && (p[1].revents & POLLIN)) {
+      conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (conn >= 0) {
+        /* One connection, the first: nothing else may connect after it. */
+        close(lfd);
+        lfd = -1;
+        unlink(a.sun_path);
+        linked = false;
+        char byte = o->egress_fd >= 0 ? 'E' : 'N';
+        struct iovec iov = {&byte, 1};
+        union {
+          struct cmsghdr h;
+          char buf[CMSG_SPACE(sizeof(int))];
+        } ctl;
+        memset(&ctl, 0, sizeof ctl);
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+        if (o->egress_fd >= 0) {
+          m.msg_control = ctl.buf;
+          m.msg_controllen = sizeof ctl.buf;
+          struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+          h->cmsg_level = SOL_SOCKET;
+          h->cmsg_type = SCM_RIGHTS;
+          h->cmsg_len = CMSG_LEN(sizeof(int));
+          memcpy(CMSG_DATA(h), &o->egress_fd, sizeof(int));
+        }
+        if (sendmsg(conn, &m, MSG_NOSIGNAL) != 1) bad_record = true;
+        if (o->egress_fd >= 0) close(o->egress_fd);
+        o->egress_fd = -1;
+        if (control_closed) shutdown(conn, SHUT_WR);
+      }
+    }
+    if (p[2].fd >= 0 && p[2].revents) {
+      /* The server closed its end: the graceful half of a kill, passed on. */
+      control_closed = true;
+      close(o->control_fd);
+      if (conn >= 0) shutdown(conn, SHUT_WR);
+    }
+    if (p[3].fd >= 0 && p[3].revents) {
+      unsigned char buf[2 * sizeof rec];
+      ssize_t n = recv(conn, buf, sizeof buf, MSG_DONTWAIT);
+      if (n == (ssize_t)sizeof rec && !have_record) {
+        memcpy(&rec, buf, sizeof rec);
+        have_record = true;
+      } else if (n > 0) {
+        bad_record = true; /* a second message, or a malformed one: trust none */
+      } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        close(conn);
+        conn = -1;
+      }
+    }
+    if (p[0].revents) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) > 0) {
+      }
+      pid_t w;
+      do w = waitpid(child, &status, WNOHANG);
+      while (w < 0 && errno == EINTR);
+      if (w == child) exited = true;
+    }
+  }
+  /* A record sent right before the container ended is already queued. */
+  if (conn >= 0) {
+    unsigned char buf[2 * sizeof rec];
+    ssize_t n;
+    while ((n = recv(conn, buf, sizeof buf, MSG_DONTWAIT)) > 0) {
+      if (n == (ssize_t)sizeof rec && !have_record) {
+        memcpy(&rec, buf, sizeof rec);
+        have_record = true;
+      } else {
+        bad_record = true;
+      }
+    }
+  }
+  if (linked) unlink(a.sun_path);
+  rmdir(o->container_host);
+  if (have_record && !bad_record) {
+    ssize_t n;
+    do n = write(o->status_fd, &rec, sizeof rec);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof rec) die("writing the status record");
+    _exit(0);
+  }
+  /* No trustworthy record: the client's own status (the server reports it as unknown). */
+  if (WIFEXITED(status)) _exit(WEXITSTATUS(status) ? WEXITSTATUS(status) : EXIT_SETUP);
+  _exit(128 + WTERMSIG(status));
+}
+
 static void supervise(const drop_opts_t *o) __attribute__((noreturn));
 static void supervise(const drop_opts_t *o) {
   /* kill(-1) below reaches every process this one may signal in its pid namespace: only
@@ -526,7 +799,7 @@ static void supervise(const drop_opts_t *o) {
    * ignores every signal sent from inside it that it has no handler for, SIGKILL included,
    * whatever the sender's uid; and when it exits, the kernel kills what is left. */
   if (getpid() > 2) die_msg("--status-fd needs a pid namespace of its own");
-  int keep[] = {o->status_fd, o->control_fd, o->egress_fd};
+  int keep[] = {o->status_fd, o->control_fd, o->egress_fd, o->oom_fd};
   close_all_but(keep, CM_ARRAY_SIZE(keep));
   if (fcntl(o->status_fd, F_SETFD, FD_CLOEXEC) < 0 ||
       (o->control_fd >= 0 && fcntl(o->control_fd, F_SETFD, FD_CLOEXEC) < 0))
@@ -568,6 +841,7 @@ static void supervise(const drop_opts_t *o) {
   }
   signal(SIGPIPE, SIG_IGN); /* a vanished reader is a write error, not a death */
 
+  uint64_t oom_before = oom_kills(o->oom_fd);
   bool main_done = false;
   int main_status = 0;
   struct rusage main_ru;
@@ -622,6 +896,7 @@ static void supervise(const drop_opts_t *o) {
   rec.tree_user_us = tv_us(tree.ru_utime);
   rec.tree_system_us = tv_us(tree.ru_stime);
   rec.tree_max_rss_kib = (uint64_t)tree.ru_maxrss;
+  if (o->oom_fd >= 0 && oom_kills(o->oom_fd) > oom_before) rec.flags |= SBX_STATUS_OOM_KILL;
   /* Non-blocking: should the pipe be full, that is an error, not a hang. */
   int fl = fcntl(o->status_fd, F_GETFL);
   if (fl < 0 || fcntl(o->status_fd, F_SETFL, fl | O_NONBLOCK) < 0) die("fcntl");
@@ -636,8 +911,10 @@ static void supervise(const drop_opts_t *o) {
 int main(int argc, char **argv) {
   drop_opts_t o;
   memset(&o, 0, sizeof o);
-  o.status_fd = o.control_fd = o.egress_fd = -1;
+  o.status_fd = o.control_fd = o.egress_fd = o.oom_fd = -1;
   parse_args(argc, argv, &o);
+  if (o.container_host) container_host(&o);
+  if (o.connect_path) container_connect(&o);
   if (o.status_fd >= 0) supervise(&o);
   drop_and_exec(&o);
 }

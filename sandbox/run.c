@@ -88,7 +88,8 @@ int sbx_status_read(int fd, sbx_status_record_t *rec) {
   }
   if (len != sizeof *rec) return 0;
   memcpy(rec, buf, sizeof *rec);
-  return rec->magic == SBX_STATUS_MAGIC && rec->size == sizeof *rec && rec->reserved == 0;
+  return rec->magic == SBX_STATUS_MAGIC && rec->size == sizeof *rec &&
+         (rec->flags & ~SBX_STATUS_OOM_KILL) == 0;
 }
 
 static void kill_tree(sbx_run_t *run, int sig) {
@@ -180,6 +181,7 @@ static void record_exit(sbx_run_t *run, const siginfo_t *si, const struct rusage
     r->cpu_system_ms = rec.tree_system_us / 1000;
     r->max_rss_kib = rec.tree_max_rss_kib;
     main_cpu_ms = (rec.main_user_us + rec.main_system_us) / 1000;
+    if (rec.flags & SBX_STATUS_OOM_KILL) r->memory_limit = true;
   } else {
     set_status(r, si->si_code == CLD_EXITED, si->si_status);
     r->status_unknown = true;

@@ -87,6 +87,7 @@ char *sbx_cgroup_dir(const char *mountpoint, const char *root, const char *own);
 
 #ifdef MPS_HAVE_DOCKER
 extern const sbx_backend_ops_t sbx_docker_ops;
+extern const sbx_backend_ops_t sbx_podman_ops;
 #endif
 
 #endif

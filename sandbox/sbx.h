@@ -100,6 +100,11 @@ void sbx_launch_close_channel(sbx_launch_t *l);
 
 typedef struct sbx_probe sbx_probe_t;
 
+/* The interpreter a backend with its own (docker's and podman's image) really runs. */
+typedef struct sbx_interp {
+  const char *version, *path, *implementation; /* owned by the backend */
+} sbx_interp_t;
+
 typedef struct sbx_backend_ops {
   const char *name;
   /* Whether spec mounts appear at their targets (and the work directory at /work);
@@ -130,6 +135,9 @@ typedef struct sbx_backend_ops {
   void (*identity_release)(sbx_backend_t *b, struct sbx_identity *id);
   /* Extra kill step for backends whose processes are not our descendants (docker). */
   void (*kill)(sbx_backend_t *b, const sbx_launch_t *launch, int sig);
+  /* The interpreter the command host_python runs as in the sandbox, when it is not the
+   * host's; false: the host's.  May be NULL. */
+  bool (*interpreter)(sbx_backend_t *b, const char *host_python, sbx_interp_t *out);
   /* One line for check_environment, e.g. "bubblewrap 0.8.0 (/usr/bin/bwrap)". */
   char *(*describe)(sbx_backend_t *b);
   void (*free)(sbx_backend_t *b);
@@ -148,7 +156,7 @@ struct sbx_backend {
   sbx_cgroups_t *cgroups;
 };
 
-/* Creates a backend by name: "none", "bwrap" (alias "native" on Linux), "docker".
+/* Creates a backend by name: "none", "bwrap" (alias "native" on Linux), "docker", "podman".
  * Unknown names fail with CM_ERR_INVALID. */
 sbx_backend_t *sbx_backend_new(const char *name, cm_error_t *err);
 /* Starts probing the backend on loop: its checks run as child processes the loop
@@ -172,6 +180,8 @@ bool sbx_backend_maps_paths(const sbx_backend_t *b);
 bool sbx_backend_can_hold(const sbx_backend_t *b);
 bool sbx_backend_can_egress(const sbx_backend_t *b);
 bool sbx_backend_host_processes(const sbx_backend_t *b);
+/* See sbx_backend_ops_t.interpreter: false (out untouched) when the host's runs. */
+bool sbx_backend_interpreter(sbx_backend_t *b, const char *host_python, sbx_interp_t *out);
 char *sbx_backend_describe(sbx_backend_t *b);
 void sbx_backend_free(sbx_backend_t *b);
 
@@ -218,11 +228,14 @@ void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg);
  * holds the write end: the command and its descendants run with every fd above 2 closed,
  * under another uid (as root) and cannot trace it. */
 #define SBX_STATUS_MAGIC 0x5353504du /* "MPSS" */
+/* The kernel's OOM killer struck in the sandbox's memory cgroup while the command ran (a
+ * supervisor that can see the cgroup's counters: the one inside a container). */
+#define SBX_STATUS_OOM_KILL 1u
 typedef struct sbx_status_record {
   uint32_t magic;      /* SBX_STATUS_MAGIC */
   uint32_t size;       /* sizeof(sbx_status_record_t): guards against a mismatched helper */
   int32_t wait_status; /* the command's status as wait4() returned it */
-  uint32_t reserved;   /* 0 */
+  uint32_t flags;      /* SBX_STATUS_OOM_KILL, or 0 */
   /* wait4() on the command: it plus the descendants it reaped itself. */
   uint64_t main_user_us, main_system_us, main_max_rss_kib;
   /* getrusage(RUSAGE_CHILDREN) at the end: the whole tree, including orphans the

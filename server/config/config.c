@@ -48,8 +48,9 @@ static const opt_def_t options[] = {
      "let uv install a Python version that a call asks for and the machine lacks"},
     {"python-dir", OPT_PATH_LIST, OFF(python_dirs), "DIR",
      "also look for interpreters in DIR (repeatable; DIR, DIR/bin and DIR/<name>/bin)"},
-    {"sandbox-backend", OPT_STRING, OFF(sandbox_backend), "{native,docker,none}",
-     "sandbox backend: native (bubblewrap, default on Linux), docker, or none (no isolation)"},
+    {"sandbox-backend", OPT_STRING, OFF(sandbox_backend), "{native,docker,podman,none}",
+     "sandbox backend: native (bubblewrap, default on Linux), docker, podman, or none (no "
+     "isolation)"},
     {"max-timeout", OPT_INT, OFF(max_timeout), "SECONDS",
      "largest timeout a call may ask for (300)"},
     {"default-timeout", OPT_INT, OFF(default_timeout), "SECONDS",
@@ -670,14 +671,15 @@ int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err) {
 }
 
 int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
-  static const char *const backends[] = {"native", "bwrap", "docker", "none"};
+  static const char *const backends[] = {"native", "bwrap", "docker", "podman", "none"};
   bool known = false;
   for (size_t i = 0; i < CM_ARRAY_SIZE(backends); i++)
     known |= strcmp(c->sandbox_backend, backends[i]) == 0;
   if (!known)
-    return cm_error_set(err, 0, CM_ERR_INVALID,
-                        "Invalid sandbox_backend '%s', must be one of ('native', 'docker', 'none')",
-                        c->sandbox_backend);
+    return cm_error_set(
+        err, 0, CM_ERR_INVALID,
+        "Invalid sandbox_backend '%s', must be one of ('native', 'docker', 'podman', 'none')",
+        c->sandbox_backend);
   if (c->max_timeout < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_timeout must be >= 1");
   if (c->default_timeout < 1 || c->default_timeout > c->max_timeout)
     return cm_error_set(err, 0, CM_ERR_INVALID, "default_timeout must be between 1 and %llu",

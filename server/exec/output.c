@@ -168,8 +168,11 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   cm_buf_init(&t, 0);
   cm_buf_append(&t, text, text_len);
   /* Additive lines after the seed's block: which sandbox and interpreter ran, what killed it. */
+  /* The interpreter that really ran: the image's, with docker and podman. */
+  sbx_interp_t interp = {job->py->version, job->py->executable, job->py->implementation};
+  sbx_backend_interpreter(b, job->py->executable, &interp);
   cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b),
-                job->py->version, job->py->executable);
+                interp.version, interp.path);
   if (res->term_signal && !res->timed_out)
     cm_buf_printf(&t, "\n--- killed_by_signal: %d ---", res->term_signal);
   if (res->status_unknown)
@@ -214,9 +217,9 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
       out_len, "stderr", err, err_len, "exit_code", res->exit_code, "duration_ms",
       (json_int_t)res->duration_ms, "timed_out", res->timed_out, "truncated", truncated,
       "stdout_bytes", (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total,
-      "sandbox", sbx_backend_name(b), "python", "version", job->py->version, "path",
-      job->py->executable, "implementation", job->py->implementation, "cpu_user_ms",
-      (json_int_t)res->cpu_user_ms, "cpu_system_ms", (json_int_t)res->cpu_system_ms);
+      "sandbox", sbx_backend_name(b), "python", "version", interp.version, "path", interp.path,
+      "implementation", interp.implementation, "cpu_user_ms", (json_int_t)res->cpu_user_ms,
+      "cpu_system_ms", (json_int_t)res->cpu_system_ms);
   if (!sc) {
     /* Only invalid UTF-8 could make packing fail, and the texts were sanitized. */
     cm_err("building structuredContent failed");

@@ -131,8 +131,12 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   cleanup_free char *tmp = human_size(cfg->tmp_bytes);
   cleanup_free char *cpu =
       cfg->cpu_seconds ? xasprintf("%llus", (unsigned long long)cfg->cpu_seconds) : xstrdup("none");
+  /* Where an image runs the scripts (docker, podman), its interpreter is the one to report. */
+  sbx_interp_t interp = {py ? py->version : "", py ? py->executable : "",
+                         py ? py->implementation : ""};
+  bool in_image = py && !probing && sbx_backend_interpreter(b, py->executable, &interp);
   cleanup_free char *pyver =
-      py ? xstrdup(py->version) : xasprintf("unavailable (%s)", error ? error : "unknown");
+      py ? xstrdup(interp.version) : xasprintf("unavailable (%s)", error ? error : "unknown");
   cm_buf_t t;
   cm_buf_init(&t, 0);
   /* The seed's nine lines first, with the same labels. */
@@ -147,8 +151,8 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
   cm_buf_printf(&t, "Cache warming: %s\n", cfg->warm_cache ? "enabled" : "disabled");
   /* Then what the seed never said. */
   if (py)
-    cm_buf_printf(&t, "Python interpreter: %s %s (%s)\n", py->implementation, py->version,
-                  py->executable);
+    cm_buf_printf(&t, "Python interpreter: %s %s (%s%s)\n", interp.implementation, interp.version,
+                  interp.path, in_image ? ", in the sandbox's image" : "");
   py_registry_t *reg = srv_server_pythons(s);
   size_t n_py;
   py_interp_t *const *pys = py_registry_list(reg, &n_py);
@@ -266,14 +270,13 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                        : "off (the backend cannot hold a sandbox, or prestarting failed)");
   cm_buf_printf(&t, "Server: %s %s", SRV_NAME, srv_version());
   cleanup_free char *platform = xasprintf("%s %s", u.sysname, u.machine);
-  json_t *sc =
-      json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:b, s:s}", "python_version",
-                py ? py->version : "", "python_path", py ? py->executable : "", "uv", uv ? uv : "",
-                "platform", platform, "sandbox_backend", sbx_backend_name(b), "sandbox_status",
-                status, "sandbox_available", !probing && b->available, "default_timeout",
-                (json_int_t)cfg->default_timeout, "max_timeout", (json_int_t)cfg->max_timeout,
-                "max_output_bytes", (json_int_t)cfg->max_output_bytes, "network", cfg->network,
-                "server_version", srv_version());
+  json_t *sc = json_pack(
+      "{s:s, s:s, s:s, s:s, s:s, s:s, s:b, s:I, s:I, s:I, s:b, s:s}", "python_version",
+      interp.version, "python_path", interp.path, "uv", uv ? uv : "", "platform", platform,
+      "sandbox_backend", sbx_backend_name(b), "sandbox_status", status, "sandbox_available",
+      !probing && b->available, "default_timeout", (json_int_t)cfg->default_timeout, "max_timeout",
+      (json_int_t)cfg->max_timeout, "max_output_bytes", (json_int_t)cfg->max_output_bytes,
+      "network", cfg->network, "server_version", srv_version());
   json_object_set_new(sc, "interpreters", jpys);
   json_object_set_new(sc, "network_policy", net_obj ? net_obj : json_null());
   json_object_set_new(sc, "tenant", share);

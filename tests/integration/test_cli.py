@@ -17,7 +17,7 @@ def run(*args, env=None):
     (["--default-timeout", "0"], "default_timeout must be between"),
     (["--max-timeout", "10", "--default-timeout", "20"], "default_timeout must be between 1 and 10"),
     (["--max-output-bytes", "100"], "max_output_bytes must be >= 1024"),
-    (["--sandbox-backend", "invalid"], "Invalid sandbox_backend 'invalid', must be one of ('native', 'docker', 'none')"),
+    (["--sandbox-backend", "invalid"], "Invalid sandbox_backend 'invalid', must be one of ('native', 'docker', 'podman', 'none')"),
     (["--max-timeout", "abc"], "invalid int value: 'abc'"),
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--max-timeout"], "expected one argument"),

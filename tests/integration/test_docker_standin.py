@@ -42,7 +42,12 @@ class Standin:
             return []
 
     def runs(self):
-        return [c["argv"] for c in self.calls() if c["argv"][:1] == ["run"]]
+        """The runs of scripts (not the probe's trial container, which has no name)."""
+        return [c["argv"] for c in self.calls() if c["argv"][:1] == ["run"] and "--name" in c["argv"]]
+
+    def termed(self, name):
+        """The graceful stop reached the container through the supervisor's channel."""
+        return os.path.exists(os.path.join(self.dir, "containers", name + ".term"))
 
     def has_call(self, *words):
         return any(c["argv"][:len(words)] == list(words) for c in self.calls())
@@ -153,8 +158,11 @@ def test_execute_end_to_end(standin):
         runs = standin.runs()
         assert len(runs) == 1
         argv = runs[0]
-        for flag in ("--rm", "--read-only", "--init", "--interactive=false"):
+        for flag in ("--rm", "--read-only", "--interactive=false"):
             assert flag in argv
+        # The supervisor (drop.c) is pid 1 instead of docker's --init.
+        assert "--init" not in argv
+        assert value_after(argv, "--entrypoint") == ["/.mps-drop"]
         assert value_after(argv, "--network") == ["none"]
         assert value_after(argv, "--cap-drop") == ["ALL"]
         assert value_after(argv, "--security-opt") == ["no-new-privileges"]
@@ -171,8 +179,9 @@ def test_execute_end_to_end(standin):
         assert not any(SECRET in a for a in argv)
         assert not any(e.startswith(("MPS_", "DOCKER_", "HOME=")) for e in env)
         image_at = argv.index(IMAGE)
-        assert argv[image_at + 1].startswith("/usr/local/bin/python3")
-        assert argv[image_at + 2:] == ["-s", "/opt/mps/runner.py", "script.py"]
+        assert argv[image_at + 1:image_at + 4] == ["--connect", "/.mps-channel/channel", "--"]
+        assert argv[image_at + 4].startswith("/usr/local/bin/python3")
+        assert argv[image_at + 5:] == ["-s", "/opt/mps/runner.py", "script.py"]
         # The client itself got only what it needs to reach the engine.
         for call in standin.calls():
             assert "MPS_TEST_DOCKER_SECRET" not in call["env"]
@@ -181,19 +190,21 @@ def test_execute_end_to_end(standin):
         name = value_after(argv, "--name")[0]
         assert wait_until(lambda: standin.has_call("rm", "-f", name), timeout=10)
 
-        # Network on: the default bridge, and a new name.
+        # Network on: still no network of the engine's, only the egress forwarder (the
+        # supervisor, on port 3128 of the container's loopback), and a new name.
         s2 = start(standin, "--network", "on")
         try:
             res = s2.execute("print('net')")
             assert res["structuredContent"]["exit_code"] == 0, res
             argv2 = standin.runs()[-1]
-            assert value_after(argv2, "--network") == ["bridge"]
-            # Said plainly: the engine's network, not the server's egress policy.
+            assert value_after(argv2, "--network") == ["none"]
+            assert value_after(argv2, "--egress-port") == ["3128"]
             text = res["content"][0]["text"]
-            assert "does not send runs through the server's egress policy yet" in text
-            assert res["structuredContent"]["network"]["policy"] == "unfiltered"
+            assert "egress policy yet" not in text
+            assert res["structuredContent"]["network"]["policy"] == "on"
+            assert res["structuredContent"]["network"]["proxied"] is True
             env_text = s2.call("check_environment")["content"][0]["text"]
-            assert "does not route runs through the egress proxy yet" in env_text
+            assert "egress proxy yet" not in env_text
             assert value_after(argv2, "--name") != [name]
         finally:
             s2.close()
@@ -212,7 +223,9 @@ def test_timeout_kills_the_container_by_name(standin):
         assert sc["timed_out"] is True, res
         assert elapsed < 1 + 2 + 5  # timeout + grace + slack; the container never ran 60 s
         name = value_after(standin.runs()[-1], "--name")[0]
-        assert standin.has_call("kill", "--signal", "TERM", name)
+        # The graceful half through the supervisor's channel (pid 1 of a container ignores a
+        # SIGTERM from `docker kill`), the rest by name.
+        assert standin.termed(name)
         assert wait_until(lambda: standin.has_call("rm", "-f", name), timeout=10)
     finally:
         s.close()
@@ -226,7 +239,7 @@ def test_cancellation_kills_the_container_by_name(standin):
         assert s.start_sleeping_call("long", marker)
         name = value_after(standin.runs()[-1], "--name")[0]
         s.notify("notifications/cancelled", {"requestId": "long", "reason": "user"})
-        assert wait_until(lambda: standin.has_call("kill", "--signal", "TERM", name), timeout=10)
+        assert wait_until(lambda: standin.termed(name), timeout=10)
         assert wait_until(lambda: standin.has_call("rm", "-f", name), timeout=10)
         assert s.request("ping")["result"] == {}
         assert all(m.get("id") != "long" for m in s.stray)

@@ -3,4 +3,5 @@
 if(MPS_DOCKER_SOURCES)
   mps_unit_test(test_docker ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_docker.c
     LIBS mps_sandbox PkgConfig::JANSSON TIMEOUT 180 LABELS unit docker)
+  add_dependencies(test_docker mps-container-init)
 endif()

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -246,6 +247,13 @@ static int container_exit(const char *name) {
   cleanup_free char *path = xasprintf("%s/containers/%s.exit", g.standin_dir, name);
   cleanup_free char *text = read_text(path);
   return text ? atoi(text) : -1;
+}
+
+/* Whether the graceful stop reached the container through the supervisor's channel (the
+ * stand-in then SIGTERMs it and writes containers/<name>.term). */
+static bool container_termed(const char *name) {
+  cleanup_free char *path = xasprintf("%s/containers/%s.term", g.standin_dir, name);
+  return access(path, F_OK) == 0;
 }
 
 /* ---------------------------------------------------------------- backends and argv */
@@ -555,13 +563,31 @@ static void test_argv_has_every_flag(void **state) {
   sbx_launch_t l;
   cm_error_t err = CM_ERROR_INIT;
   if (build(g.backend, &spec, &l, &err) < 0) fail_msg("build: %s", err.msg);
-  char **a = l.argv;
+  /* The client runs under the host side of the supervisor (drop.c, "Containers"), with the
+   * channel's two pipe ends passed to it. */
+  assert_string_equal(l.argv[0], getenv("MPS_CONTAINER_INIT"));
+  assert_string_equal(l.argv[1], "--container-host");
+  assert_true(l.status_fd >= 0 && l.control_fd >= 0);
+  assert_true(l.pass_fds[0] >= 0 && l.pass_fds[1] >= 0 && l.pass_fds[2] == -1);
+  cleanup_free char *status_fd = xasprintf("%d", l.pass_fds[0]);
+  cleanup_free char *control_fd = xasprintf("%d", l.pass_fds[1]);
+  assert_pair(l.argv, "--status-fd", status_fd);
+  assert_pair(l.argv, "--control-fd", control_fd);
+  int sep = argv_index(l.argv, "--");
+  assert_true(sep > 0);
+  char **a = l.argv + sep + 1;
   assert_string_equal(a[0], g.standin);
   assert_string_equal(a[1], "run");
   assert_int_equal(count_of(a, "--rm"), 1);
   assert_int_equal(count_of(a, "--interactive=false"), 1);
   assert_int_equal(count_of(a, "--read-only"), 1);
-  assert_int_equal(count_of(a, "--init"), 1);
+  /* The supervisor is pid 1, bind-mounted read-only with its channel directory. */
+  assert_int_equal(count_of(a, "--init"), 0);
+  assert_pair(a, "--entrypoint", "/.mps-drop");
+  cleanup_free char *drop_volume = xasprintf("%s:/.mps-drop:ro", getenv("MPS_CONTAINER_INIT"));
+  assert_pair(a, "-v", drop_volume);
+  cleanup_free char *chan_volume = xasprintf("%s/runs/%s:/.mps-channel:ro", g.root, l.kill_name);
+  assert_pair(a, "-v", chan_volume);
   assert_pair(a, "--pull", "never");
   assert_pair(a, "--network", "none");
   assert_pair(a, "--cap-drop", "ALL");
@@ -585,7 +611,7 @@ static void test_argv_has_every_flag(void **state) {
   assert_pair(a, "-v", env_volume);
   assert_pair(a, "-v", cache_volume);
   assert_pair(a, "-v", data_volume);
-  assert_int_equal(count_of(a, "-v"), 4); /* not the prefix, not /usr */
+  assert_int_equal(count_of(a, "-v"), 6); /* not the prefix, not /usr; the drop and its channel */
 
   /* A non-root user: nobody when the server is root, else the server's own uid. */
   int u = argv_index(a, "--user");
@@ -616,13 +642,17 @@ static void test_argv_has_every_flag(void **state) {
   assert_null(envp[e]);
   for (size_t i = 0; a[i]; i++) assert_null(strstr(a[i], SECRET_ENV_VALUE));
 
-  /* The image, then the interpreter mapped into it, then the rest of the command. */
+  /* The image, the supervisor's arguments, then the interpreter mapped into it, then the
+   * rest of the command. */
   int img = argv_index(a, DEFAULT_IMAGE);
   assert_true(img > 0);
-  assert_string_equal(a[img + 1], "/usr/local/bin/python3.12");
-  assert_string_equal(a[img + 2], "-s");
-  assert_string_equal(a[img + 3], "script.py");
-  assert_null(a[img + 4]);
+  assert_string_equal(a[img + 1], "--connect");
+  assert_string_equal(a[img + 2], "/.mps-channel/channel");
+  assert_string_equal(a[img + 3], "--");
+  assert_string_equal(a[img + 4], "/usr/local/bin/python3.12");
+  assert_string_equal(a[img + 5], "-s");
+  assert_string_equal(a[img + 6], "script.py");
+  assert_null(a[img + 7]);
 
   /* The client's own environment, and no rlimits on it. */
   assert_false(l.set_rlimits);
@@ -641,8 +671,25 @@ static void test_argv_has_every_flag(void **state) {
   assert_pair(l2.argv, "--network", "bridge");
   assert_int_equal(count_of(l2.argv, "--network"), 1);
   assert_string_not_equal(l.kill_name, l2.kill_name);
+
+  /* With egress: no network but the forwarder's, which gets the egress fd over the channel
+   * and listens on the port. */
+  int sp[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+  sbx_egress_t egress = {.fd = sp[0], .port = 3128};
+  spec.egress = &egress;
+  sbx_launch_t l3;
+  if (build(g.backend, &spec, &l3, &err) < 0) fail_msg("build: %s", err.msg);
+  assert_pair(l3.argv, "--network", "none");
+  assert_pair(l3.argv, "--egress-port", "3128");
+  int ef = argv_index(l3.argv, "--egress-fd");
+  assert_true(ef > 0 && ef < argv_index(l3.argv, "--"));
+  assert_true(l3.pass_fds[2] >= 0);
+  close(sp[0]);
+  close(sp[1]);
   sbx_launch_release(&l);
   sbx_launch_release(&l2);
+  sbx_launch_release(&l3);
 }
 
 static void test_argv_without_limits(void **state) {
@@ -674,7 +721,9 @@ static char *mapped(sbx_backend_t *b, const char *command, const char *workdir, 
   if (build(b, &spec, &l, err) < 0) return NULL;
   int img = argv_index(l.argv, DEFAULT_IMAGE);
   assert_true(img > 0);
-  char *out = xstrdup(l.argv[img + 1]);
+  int sep = argv_index(l.argv + img, "--");
+  assert_true(sep > 0);
+  char *out = xstrdup(l.argv[img + sep + 1]);
   sbx_launch_release(&l);
   return out;
 }
@@ -685,11 +734,13 @@ static void test_interpreter_mapping(void **state) {
   static const struct {
     const char *host, *image;
   } cases[] = {
+      /* The stand-in's image: python3 is /usr/local/bin/python3.12, and it has uv. */
       {"/usr/bin/python3.12", "/usr/local/bin/python3.12"},
-      {"/usr/bin/python3.11", "/usr/local/bin/python3"}, /* not in the image: its python3 */
-      {"/opt/py/bin/python3", "/usr/local/bin/python3"},
-      {"/opt/py/bin/python", "/usr/local/bin/python3"},
+      {"/usr/bin/python3.11", "/usr/local/bin/python3.12"}, /* not in the image: its python3 */
+      {"/opt/py/bin/python3", "/usr/local/bin/python3.12"},
+      {"/opt/py/bin/python", "/usr/local/bin/python3.12"},
       {"/root/.local/bin/uv", "/usr/local/bin/uv"},
+      {"/env/bin/python", "/env/bin/python"}, /* already the path inside (an environment's) */
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
     cleanup_free char *m = mapped(g.backend, cases[i].host, workdir, &err);
@@ -716,7 +767,29 @@ static void test_interpreter_mapping(void **state) {
   cleanup_free char *m3 = mapped(b, "/usr/bin/python3.11", workdir, &err);
   assert_string_equal(m3, "/usr/local/bin/python3.11");
   cleanup_free char *m4 = mapped(b, "/usr/bin/python3.1", workdir, &err);
-  assert_string_equal(m4, "/usr/local/bin/python3");
+  assert_string_equal(m4, "/usr/local/bin/python3.12");
+  /* The result names the interpreter that ran. */
+  sbx_interp_t in = {0};
+  assert_true(sbx_backend_interpreter(b, "/root/.pyenv/versions/3.13.0/bin/python3.13", &in));
+  assert_string_equal(in.version, "3.12.7");
+  assert_string_equal(in.path, "/usr/local/bin/python3.12");
+  assert_string_equal(in.implementation, "cpython");
+  assert_true(sbx_backend_interpreter(b, "/usr/bin/python3.11", &in));
+  assert_string_equal(in.version, "3.11");
+  assert_string_equal(in.path, "/usr/local/bin/python3.11");
+  sbx_backend_free(b);
+
+  /* An image without uv: a command that needs it is refused, python still runs. */
+  set_switch("image-no-uv", "");
+  b = probed_backend();
+  clear_switch("image-no-uv");
+  assert_true(b->available);
+  assert_null(mapped(b, "/root/.local/bin/uv", workdir, &err));
+  assert_int_equal(err.kind, CM_ERR_UNSUPPORTED);
+  assert_non_null(strstr(err.msg, "has no uv"));
+  cm_error_release(&err);
+  cleanup_free char *m5 = mapped(b, "/usr/bin/python3", workdir, &err);
+  assert_string_equal(m5, "/usr/local/bin/python3.12");
   sbx_backend_free(b);
 }
 
@@ -850,13 +923,15 @@ static void test_real_client_accepts_argv(void **state) {
   sbx_launch_t l;
   cm_error_t err = CM_ERROR_INIT;
   if (build(g.backend, &spec, &l, &err) < 0) fail_msg("build: %s", err.msg);
-  free(l.argv[0]);
-  l.argv[0] = xstrdup(docker);
+  /* The client's part of the argv, after the supervisor's host side. */
+  char **client = l.argv + argv_index(l.argv, "--") + 1;
+  free(client[0]);
+  client[0] = xstrdup(docker);
   cleanup_free char *home = xasprintf("HOME=%s", g.root);
   char *cli_env[] = {"DOCKER_HOST=" NO_ENGINE_HOST, home, "PATH=/usr/bin:/bin", NULL};
   char *kill_argv[] = {docker, "kill", "--signal", "TERM", l.kill_name, NULL};
   char *rm_argv[] = {docker, "rm", "-f", l.kill_name, NULL};
-  char *const *commands[] = {l.argv, kill_argv, rm_argv};
+  char *const *commands[] = {client, kill_argv, rm_argv};
   for (size_t i = 0; i < CM_ARRAY_SIZE(commands); i++) {
     cleanup_free char *errout = NULL;
     int rc = run_blocking(commands[i], cli_env, &errout);
@@ -942,10 +1017,13 @@ static void test_timeout_kills_container_by_name(void **state) {
   assert_has(&c->out, "started\n");
   assert_true(c->result.duration_ms < limits.timeout_ms + limits.grace_ms + 3000);
   cleanup_free char *name = last_run_name();
+  /* The graceful half goes through the supervisor's channel, not `docker kill` (pid 1 of
+   * a container ignores a SIGTERM it has no handler for). */
   const char *kill_term[] = {"kill", "--signal", "TERM", name, NULL};
-  assert_int_equal(count_calls(kill_term), 1);
-  /* The container died of the SIGTERM sent by name (the stand-in client ignores signals),
-   * before the grace period ran out. */
+  assert_int_equal(count_calls(kill_term), 0);
+  assert_true(container_termed(name));
+  /* The container died of that SIGTERM (the stand-in client ignores signals), before the
+   * grace period ran out. */
   assert_int_equal(container_exit(name), 128 + SIGTERM);
   assert_true(c->result.duration_ms < limits.timeout_ms + limits.grace_ms);
   const char *rm[] = {"rm", "-f", name, NULL};
@@ -973,7 +1051,8 @@ static void test_term_ignored_killed_after_grace(void **state) {
   cleanup_free char *name = last_run_name();
   const char *kill_term[] = {"kill", "--signal", "TERM", name, NULL};
   const char *rm[] = {"rm", "-f", name, NULL};
-  assert_int_equal(count_calls(kill_term), 1);
+  assert_int_equal(count_calls(kill_term), 0);
+  assert_true(container_termed(name));
   assert_true(wait_call(rm, 10000));
   /* Killing the client did not stop the container; `rm -f` by name did. */
   assert_true(wait_removed(name, 10000));
@@ -989,7 +1068,8 @@ static void test_cancel_kills_container_by_name(void **state) {
   assert_false(c->result.timed_out);
   cleanup_free char *name = last_run_name();
   const char *kill_term[] = {"kill", "--signal", "TERM", name, NULL};
-  assert_int_equal(count_calls(kill_term), 1);
+  assert_int_equal(count_calls(kill_term), 0);
+  assert_true(container_termed(name));
   assert_int_equal(container_exit(name), 128 + SIGTERM);
   assert_true(c->result.duration_ms < 1000 + run_limits.grace_ms + 3000);
   const char *rm[] = {"rm", "-f", name, NULL};
@@ -1064,6 +1144,11 @@ static int group_setup(void **state) {
   write_text(g.standin, text, 0755);
   setenv("MPS_DOCKER", g.standin, 1);
   unsetenv("MPS_DOCKER_IMAGE");
+  /* The supervisor the backend starts the client under (drop.c, "Containers"), and where
+   * the runs' channel directories go. */
+  setenv("MPS_CONTAINER_INIT", MPS_BINARY_DIR "/mps-container-init", 1);
+  cleanup_free char *run_dir = xasprintf("%s/runs", g.root);
+  setenv("MPS_DOCKER_RUN_DIR", run_dir, 1);
   cm_error_t err = CM_ERROR_INIT;
   g.loop = cm_loop_new(&err);
   g.backend = probed_backend();
