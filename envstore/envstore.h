@@ -106,6 +106,10 @@ void env_release(env_handle_t *env);
 /* A copy of the handle's description that holds no lock: the environment may be evicted
  * or rebuilt meanwhile (compare the directory's identity before relying on it). */
 env_handle_t *env_handle_copy_unlocked(const env_handle_t *env);
+/* Once the sandbox is probed: where the backend runs an image's programs (docker, podman)
+ * and the image has no uv, --installer auto builds with the image's pip instead of the
+ * host's uv (which could not run there). */
+void env_store_backend_probed(env_store_t *s);
 /* The installer in use ("pip" or "uv <path>") for check_environment. */
 const char *env_store_installer(env_store_t *s);
 /* Number of finished environments, and the bytes of the store (environments and the

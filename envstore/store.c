@@ -112,6 +112,18 @@ env_store_t *env_store_new(cm_loop_t *loop, const env_options_t *opts, const cha
   return s;
 }
 
+void env_store_backend_probed(env_store_t *s) {
+  if (!s->uv || strcmp(s->opts.installer, "auto") != 0 || sbx_backend_has_uv(s->backend)) return;
+  cm_info(
+      "the %s sandbox's image has no uv: environments are built with the image's pip "
+      "(--installer auto)",
+      sbx_backend_name(s->backend));
+  free(s->uv);
+  s->uv = NULL;
+  free(s->installer_desc);
+  s->installer_desc = xstrdup("pip (the image's own, into a venv: the image has no uv)");
+}
+
 const char *env_store_installer(env_store_t *s) {
   return s->installer_desc;
 }

@@ -140,6 +140,11 @@ bool sbx_backend_can_egress(const sbx_backend_t *b) {
 bool sbx_backend_host_processes(const sbx_backend_t *b) {
   return b->ops->host_processes;
 }
+bool sbx_backend_has_uv(sbx_backend_t *b) {
+  if (b->ops->host_processes) return true;
+  return b->ops->has_uv && b->ops->has_uv(b);
+}
+
 bool sbx_backend_interpreter(sbx_backend_t *b, const char *host_python, sbx_interp_t *out) {
   return b->available && b->ops->interpreter && b->ops->interpreter(b, host_python, out);
 }

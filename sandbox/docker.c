@@ -1009,6 +1009,10 @@ static bool docker_interpreter(sbx_backend_t *b, const char *host_python, sbx_in
   return true;
 }
 
+static bool docker_has_uv(sbx_backend_t *b) {
+  return priv_of(b)->uv_path != NULL;
+}
+
 static void docker_free(sbx_backend_t *b) {
   docker_priv_t *p = b->priv;
   if (!p) return;
@@ -1038,6 +1042,7 @@ const sbx_backend_ops_t sbx_docker_ops = {
     .build = docker_build,
     .kill = docker_kill,
     .interpreter = docker_interpreter,
+    .has_uv = docker_has_uv,
     .describe = docker_describe,
     .free = docker_free,
 };
@@ -1051,6 +1056,7 @@ const sbx_backend_ops_t sbx_podman_ops = {
     .build = docker_build,
     .kill = docker_kill,
     .interpreter = docker_interpreter,
+    .has_uv = docker_has_uv,
     .describe = docker_describe,
     .free = docker_free,
 };

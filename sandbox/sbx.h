@@ -138,6 +138,9 @@ typedef struct sbx_backend_ops {
   /* The interpreter the command host_python runs as in the sandbox, when it is not the
    * host's; false: the host's.  May be NULL. */
   bool (*interpreter)(sbx_backend_t *b, const char *host_python, sbx_interp_t *out);
+  /* Whether the sandbox has a uv of its own (an image's), for a backend whose commands are
+   * not the host's (host_processes false); known once probed.  May be NULL: none. */
+  bool (*has_uv)(sbx_backend_t *b);
   /* One line for check_environment, e.g. "bubblewrap 0.8.0 (/usr/bin/bwrap)". */
   char *(*describe)(sbx_backend_t *b);
   void (*free)(sbx_backend_t *b);
@@ -182,6 +185,9 @@ bool sbx_backend_can_egress(const sbx_backend_t *b);
 bool sbx_backend_host_processes(const sbx_backend_t *b);
 /* See sbx_backend_ops_t.interpreter: false (out untouched) when the host's runs. */
 bool sbx_backend_interpreter(sbx_backend_t *b, const char *host_python, sbx_interp_t *out);
+/* Whether a uv command can run in the sandbox: the host's where the backend runs the host's
+ * programs, else the sandbox's own (a container image's; known once probed). */
+bool sbx_backend_has_uv(sbx_backend_t *b);
 char *sbx_backend_describe(sbx_backend_t *b);
 void sbx_backend_free(sbx_backend_t *b);
 

@@ -35,6 +35,13 @@ static void warm_when_probed(void *data) {
   if (def && list) env_store_warm(s->envs, def, list);
 }
 
+/* The sandbox works: a container image decides between uv and pip (envstore.h), and the
+ * prestart pool may fill. */
+static void server_probed(srv_server_t *s) {
+  env_store_backend_probed(s->envs);
+  exec_prestart_start(s);
+}
+
 static void start_warming(void *data, py_interp_t *def, const char *error) {
   srv_server_t *s = data;
   s->warm_wait = NULL;
@@ -160,7 +167,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
    * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */
   s->tools = srv_tools(&s->n_tools);
   s->exec = exec_new(s);
-  s->on_probed = exec_prestart_start;
+  s->on_probed = server_probed;
   srv_probe_schedule(s);
   if (cfg->warm_cache && !cfg->offline)
     s->warm_wait = py_registry_when_ready(s->pythons, start_warming, s);

@@ -383,6 +383,23 @@ except OSError as e:
     assert sc["python"]["path"].startswith("/usr/bin/python3")
 
 
+def test_a_host_uv_gives_way_to_the_images_pip(engine, start, wheels, tmp_path):
+    """uv on the host, none in the image: --installer auto builds with the image's pip (the
+    host's uv could not run in the container), and says so."""
+    uv = tmp_path / "uv"
+    uv.write_text("#!/bin/sh\necho 'host uv must not run' >&2\nexit 3\n")
+    uv.chmod(0o755)
+    s = start("--find-links", wheels, "--offline", "--uv-path", str(uv))
+    dist = next(n.split("-")[0] for n in sorted(os.listdir(wheels)) if n.endswith(".whl"))
+    res = s.execute("print('built')", dependencies=[dist.replace("_", "-")], timeout_seconds=240)
+    sc = res["structuredContent"]
+    assert sc["exit_code"] == 0 and sc["stdout"] == "built\n", text(res)
+    assert sc["environment"]["packages"], sc
+    env = s.call("check_environment", {})
+    assert "pip (the image's own" in text(env), text(env)
+    assert "image has no uv: environments are built with the image's pip" in s.stderr_text()
+
+
 def test_files_in_and_out(engine, start):
     s = start()
     script = """
