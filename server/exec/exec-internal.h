@@ -9,6 +9,9 @@
  * much text; what a flood produces beyond that is counted and skipped (the final result
  * still has the head and tail). */
 #define EXEC_COALESCE_MS 2
+/* A line begun but not ended (a print's text before its newline, which an unbuffered
+ * stdout writes apart) waits this long for its end before it goes alone. */
+#define EXEC_PARTIAL_LINE_MS 100
 #define EXEC_PROGRESS_BURST 8.0
 #define EXEC_PROGRESS_PER_SECOND 20.0
 #define EXEC_PROGRESS_MAX_TEXT 4096
@@ -73,6 +76,8 @@ struct exec_job {
   cm_headtail_t out, err;
   /* progress.c */
   cm_buf_t pending;
+  uint64_t pending_tail_ms; /* when pending's unended last line began to wait */
+  bool line_wait;           /* flush_timer waits for that line's end */
   uint64_t skipped;
   uint64_t streamed;
   cm_buf_t pending_err; /* stderr for notifications/message */

@@ -2,8 +2,9 @@
 #include "server/exec/exec-internal.h"
 
 /* Output streams as notifications/progress (and stderr also as notifications/message when
- * the client enabled logging at info): coalesced for EXEC_COALESCE_MS so that a print's text
- * and its newline travel together, and rate-limited by a token bucket (a burst of
+ * the client enabled logging at info): coalesced for EXEC_COALESCE_MS, and a line begun
+ * waits up to EXEC_PARTIAL_LINE_MS for its end, so that a print's text and its newline travel
+ * together (an unbuffered stdout writes them apart), and rate-limited by a token bucket (a burst of
  * EXEC_PROGRESS_BURST, then EXEC_PROGRESS_PER_SECOND), each message at most
  * EXEC_PROGRESS_MAX_TEXT; what a flood produces beyond that is counted and skipped (the
  * final result still has the head and tail). */
@@ -17,11 +18,13 @@ static void refill(exec_job_t *job, uint64_t now) {
   job->last_refill_ms = now;
 }
 
-void exec_progress_flush(exec_job_t *job) {
-  if (job->pending.len || job->skipped) {
+/* Sends the first n bytes of pending (fewer at a partial UTF-8 character) and what was
+ * skipped. */
+static void flush_stdout(exec_job_t *job, size_t n) {
+  if (n || job->skipped) {
     cm_buf_t msg;
     cm_buf_init(&msg, 0);
-    size_t keep = cm_utf8_clip(job->pending.data, job->pending.len);
+    size_t keep = cm_utf8_clip(job->pending.data, n);
     cm_buf_append(&msg, job->pending.data, keep);
     if (job->skipped)
       cm_buf_printf(&msg, "\n... [%llu bytes of output skipped in progress; see the result]\n",
@@ -33,6 +36,9 @@ void exec_progress_flush(exec_job_t *job) {
     srv_request_progress(job->req, (double)job->streamed, msg.data, msg.len);
     cm_buf_release(&msg);
   }
+}
+
+static void flush_stderr(exec_job_t *job) {
   if (job->pending_err.len) {
     size_t keep = cm_utf8_clip(job->pending_err.data, job->pending_err.len);
     srv_request_log(job->req, "info", "stderr", srv_json_string_lossy(job->pending_err.data, keep));
@@ -40,18 +46,52 @@ void exec_progress_flush(exec_job_t *job) {
   }
 }
 
+void exec_progress_flush(exec_job_t *job) {
+  flush_stdout(job, job->pending.len);
+  flush_stderr(job);
+}
+
+/* How much of pending may go now: through its last line end ('\n', or a progress bar's
+ * '\r'); all of it once its unended last line has waited EXEC_PARTIAL_LINE_MS, or when
+ * output was skipped (the message says so at once).  *wait: how long the rest may wait. */
+static size_t stdout_ready(exec_job_t *job, uint64_t now, uint64_t *wait) {
+  *wait = 0;
+  size_t n = job->pending.len;
+  if (!n || job->skipped) return n;
+  size_t end = n;
+  while (end && job->pending.data[end - 1] != '\n' && job->pending.data[end - 1] != '\r') end--;
+  if (end == n) return n;
+  uint64_t waited = now - CM_MIN(now, job->pending_tail_ms);
+  if (waited >= EXEC_PARTIAL_LINE_MS) return n;
+  *wait = EXEC_PARTIAL_LINE_MS - waited;
+  return end;
+}
+
 static void schedule_flush(exec_job_t *job);
 
 static void on_flush_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
   exec_job_t *job = data;
   job->flush_timer = NULL;
-  refill(job, cm_now_ms());
+  job->line_wait = false;
+  uint64_t now = cm_now_ms(), wait;
+  size_t n = stdout_ready(job, now, &wait);
+  if (!n && !job->skipped && !job->pending_err.len) {
+    /* Only a line begun: it waits for its end, or for its time. */
+    if (job->pending.len) {
+      job->flush_timer =
+          cm_loop_timer(srv_server_loop(job->server), CM_MAX(wait, 1), on_flush_timer, job);
+      job->line_wait = true;
+    }
+    return;
+  }
+  refill(job, now);
   if (job->tokens >= 1.0) {
     job->tokens -= 1.0;
-    exec_progress_flush(job);
-  } else {
-    schedule_flush(job);
+    flush_stdout(job, n);
+    flush_stderr(job);
+    if (job->pending.len) job->pending_tail_ms = now; /* the line begun after the last end */
   }
+  schedule_flush(job);
 }
 
 static void schedule_flush(exec_job_t *job) {
@@ -72,7 +112,14 @@ void exec_progress_output(exec_job_t *job, sbx_stream_t stream, const char *buf,
     size_t room =
         EXEC_PROGRESS_MAX_TEXT > job->pending.len ? EXEC_PROGRESS_MAX_TEXT - job->pending.len : 0;
     size_t take = CM_MIN(room, len);
+    if (!job->pending.len) job->pending_tail_ms = cm_now_ms();
     cm_buf_append(&job->pending, buf, take);
+    if (job->line_wait && (memchr(buf, '\n', take) || memchr(buf, '\r', take))) {
+      /* The line waited for has ended: it goes after the usual coalescing. */
+      cm_timer_cancel(job->flush_timer);
+      job->flush_timer = NULL;
+      job->line_wait = false;
+    }
     job->skipped += len - take;
   }
   if (log) {
@@ -87,4 +134,5 @@ void exec_progress_output(exec_job_t *job, sbx_stream_t stream, const char *buf,
 void exec_progress_stop(exec_job_t *job) {
   cm_timer_cancel(job->flush_timer);
   job->flush_timer = NULL;
+  job->line_wait = false;
 }

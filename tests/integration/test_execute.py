@@ -340,6 +340,25 @@ def test_progress_latency_burst(server):
     assert msgs[:4] == [f"line {i}\n" for i in range(4)], msgs
 
 
+def test_progress_keeps_a_line_whole_when_its_parts_are_written_apart(server):
+    # An unbuffered stdout writes a print's text and its newline apart; here the parts are
+    # 5 ms apart (more than the 2 ms coalescing), and each line still arrives whole.  A line
+    # that stays unended is sent anyway, after a while.
+    script = ("import sys, time\nfor i in range(3):\n"
+              "    sys.stdout.write('part'); sys.stdout.flush(); time.sleep(0.005)\n"
+              "    sys.stdout.write(f' {i}\\n'); sys.stdout.flush(); time.sleep(0.05)\n"
+              "sys.stdout.write('no end'); sys.stdout.flush(); time.sleep(1)\nprint('!')\n")
+    server.send({"jsonrpc": "2.0", "id": "p", "method": "tools/call",
+                 "params": {"name": "execute_python", "arguments": {"script": script}, "_meta": {"progressToken": "t"}}})
+    msgs = []
+    while True:
+        m = server.recv(timeout=20)
+        if m.get("id") == "p":
+            break
+        msgs.append(m["params"]["message"])
+    assert msgs[:4] == ["part 0\n", "part 1\n", "part 2\n", "no end"], msgs
+
+
 def test_per_session_limit(make_server):
     s = make_server("--max-session-concurrent", "1")
     s.initialize()
