@@ -980,3 +980,37 @@ def test_a_tenant_over_its_cache_share_loses_its_own_oldest(make_tenants, wheels
     sc = msg["result"]["structuredContent"]["tenant"]["environments"]
     assert sc["count"] == 2 and sc["bytes"] == sizes["a2"] + sizes["a3"] and sc["bytes_max"] == cap, sc
     assert "environments your calls built 2" in msg["result"]["content"][0]["text"]
+
+
+def test_past_the_total_a_smaller_holder_does_not_pay_for_one_whose_environments_are_in_use(
+        make_tenants, wheels, env_sizes, tmp_path):
+    # Room for bob's environment and one of alice's.  Alice runs a script in her first while
+    # her second is built: she holds the most, and all of it is in use.  Bob, holding less,
+    # must not lose his: the store stays over its cap until alice has something to give.
+    sizes = env_sizes
+    budget = sizes["b"] + sizes["a1"] + sizes["a2"] // 2
+    s = make_tenants("--find-links", wheels, "--offline", "--max-cache-bytes", str(budget))
+    bob, alice, alice2 = s.initialize(headers=BOB), s.initialize(headers=ALICE), s.initialize(headers=ALICE)
+    b = env_key(s, bob, BOB, 1, ENV_DEPS["b"])
+    a1 = env_key(s, alice, ALICE, 2, ENV_DEPS["a1"])
+    assert store_envs(s) == {b, a1}
+    barrier = tmp_path / "go"
+    held = {}
+
+    def hold():
+        held["res"] = execute(s, alice, ALICE, 3, f"import os, time\nwhile not os.path.exists({str(barrier)!r}):\n"
+                              "    time.sleep(0.02)\n", dependencies=ENV_DEPS["a1"])
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert wait_until(lambda: share(s, alice2, ALICE)["executions"]["running"] == 1, 30)
+        a2 = env_key(s, alice2, ALICE, 4, ENV_DEPS["a2"])
+        assert store_envs(s) == {b, a1, a2}, (b, a1, a2)
+        assert f"evicted environment {b}" not in s.stderr_text()
+    finally:
+        barrier.write_text("")
+        t.join(60)
+    assert held["res"]["structuredContent"]["exit_code"] == 0, held
+    # bob's environment is a hit
+    res = execute(s, bob, BOB, 5, "import mps_gamma", dependencies=ENV_DEPS["b"])
+    assert res["structuredContent"]["environment"]["cached"] is True, res
