@@ -1014,3 +1014,42 @@ def test_past_the_total_a_smaller_holder_does_not_pay_for_one_whose_environments
     # bob's environment is a hit
     res = execute(s, bob, BOB, 5, "import mps_gamma", dependencies=ENV_DEPS["b"])
     assert res["structuredContent"]["environment"]["cached"] is True, res
+
+
+def test_a_build_whose_builder_cancelled_is_charged_to_who_still_waits(make_tenants, tmp_path):
+    # Bob starts a build, alice joins it, bob cancels: the build goes on for alice alone, and
+    # it is hers (bob must not pay for alice's environment, nor lose his own to her build).
+    import wheelhouse
+    d = tmp_path / "wheels"
+    d.mkdir()
+    os.chmod(d, 0o755)
+    barrier = tmp_path / "built"
+    wheelhouse.make_sdist(str(d), "mps-slow", "1.0", hostile=(
+        f"import os, time\nwhile not os.path.exists({str(barrier)!r}):\n    time.sleep(0.05)\n"))
+    s = make_tenants("--find-links", str(d), "--offline")
+    bob, alice = s.initialize(headers=BOB), s.initialize(headers=ALICE)
+    results = {}
+
+    def run(req_id, sid, auth):
+        st, h, body = s.post(call_msg(req_id, "import mps_slow", dependencies=["mps-slow"]), sid,
+                             headers=auth, version=LATEST)
+        results[req_id] = (st, h, body)
+    tb = threading.Thread(target=run, args=("b1", bob, BOB))
+    tb.start()
+    assert wait_until(lambda: share(s, bob, BOB)["executions"]["running"] == 1, 30)
+    ta = threading.Thread(target=run, args=("a1", alice, ALICE))
+    ta.start()
+    assert wait_until(lambda: share(s, alice, ALICE)["executions"]["running"] == 1, 30)
+    cancel(s, bob, BOB, "b1")
+    assert wait_until(lambda: share(s, bob, BOB)["executions"]["calls"] == 0, 30)
+    barrier.write_text("")
+    ta.join(120)
+    tb.join(30)
+    st, h, body = results["a1"]
+    assert st == 200, body[:500]
+    res = result_of(h, body, "a1")
+    assert res["result"]["structuredContent"]["exit_code"] == 0, res
+    envs = {}
+    for auth, sid in ((ALICE, alice), (BOB, bob)):
+        envs[auth["Authorization"]] = share(s, sid, auth)["environments"]["count"]
+    assert envs == {ALICE["Authorization"]: 1, BOB["Authorization"]: 0}, envs
