@@ -27,6 +27,7 @@ static void flush_answers(void *data) {
     else
       env_release(w->hit);
     free(w->error);
+    free(w->owner);
     free(w);
   }
 }
@@ -496,6 +497,7 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   w->cb = cb;
   w->progress = progress;
   w->data = data;
+  w->owner = owner ? xstrdup(owner) : NULL;
   if (!s->uv && strcmp(s->opts.installer, "uv") == 0) {
     cleanup_free char *msg =
         xasprintf("The server is configured with --installer uv, but uv was not found at '%s'.",
@@ -556,9 +558,21 @@ void env_store_cancel(env_store_t *s, void *handle) {
   /* A build goes on for its other waiters (and for the cache); with none left, stop it. */
   env_build_t *b = w->build;
   if (!b) return;
-  bool others = false;
-  for (env_waiter_t *x = b->waiters; x; x = x->next) others |= !x->cancelled;
-  if (others) return;
+  env_waiter_t *other = NULL, *same = NULL;
+  for (env_waiter_t *x = b->waiters; x; x = x->next) {
+    if (x->cancelled) continue;
+    if (!other) other = x;
+    if (!same && x->owner && b->owner && strcmp(x->owner, b->owner) == 0) same = x;
+  }
+  if (other) {
+    /* The build is charged (built_by) to a principal still asking for it: the one that
+     * started it and gave up must not pay for another's environment. */
+    if (!same) {
+      free(b->owner);
+      b->owner = other->owner ? xstrdup(other->owner) : NULL;
+    }
+    return;
+  }
   if (b->run) {
     sbx_run_cancel(b->run); /* its exit fails the build */
     return;

@@ -45,6 +45,7 @@ struct env_waiter {
   env_ready_cb cb;
   env_progress_cb progress;
   void *data;
+  char *owner;       /* the principal asking, or NULL */
   env_handle_t *hit; /* the answer, queued for the loop */
   char *error;
   bool cancelled;

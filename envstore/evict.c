@@ -209,8 +209,8 @@ static bool evict_one(env_store_t *s, env_entry_t *en, bool wheels_ok) {
 
 /* Brings every principal within --max-cache-bytes-per-token (its own least recently used
  * first), then the store within --max-cache-bytes (the least recently used of the principal
- * holding the most first).  An environment in use or being built is never touched, and no
- * wheel goes while an installer of ours may be reading the wheelhouse. */
+ * holding the most, and only of that one).  An environment in use or being built is never touched,
+ * and no wheel goes while an installer of ours may be reading the wheelhouse. */
 void env_evict(env_store_t *s) {
   bool installing = s->resolving > 0;
   for (env_build_t *b = s->builds; b; b = b->next) installing |= b->run != NULL;
@@ -230,17 +230,15 @@ void env_evict(env_store_t *s) {
       }
     o->next = 0;
   }
+  /* Only the principal holding the most gives way.  When everything it holds is in use (or
+   * being built), the store stays over its cap until its next pass: taking from one holding
+   * less would make that one pay for the other's use. */
   while (total > s->opts.max_cache_bytes) {
     env_holder_t *victim = NULL;
-    env_entry_t *en = NULL;
-    for (size_t i = 0; i < h.n; i++) {
-      env_entry_t *cand = holder_next(&l, &h.v[i]);
-      if (cand && (!victim || h.v[i].bytes > victim->bytes)) {
-        victim = &h.v[i];
-        en = cand;
-      }
-    }
-    if (!victim) break;
+    for (size_t i = 0; i < h.n; i++)
+      if (h.v[i].bytes && (!victim || h.v[i].bytes > victim->bytes)) victim = &h.v[i];
+    env_entry_t *en = victim ? holder_next(&l, victim) : NULL;
+    if (!en) break;
     if (evict_one(s, en, !installing)) {
       victim->bytes -= en->size;
       total -= CM_MIN(total, en->size);

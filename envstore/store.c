@@ -139,6 +139,7 @@ void env_store_free(env_store_t *s) {
     b->waiters = NULL;
     while (w) {
       env_waiter_t *next = w->next;
+      free(w->owner);
       free(w);
       w = next;
     }
@@ -149,6 +150,7 @@ void env_store_free(env_store_t *s) {
     s->answers = w->next;
     env_release(w->hit);
     free(w->error);
+    free(w->owner);
     free(w);
   }
   while (s->removals) {

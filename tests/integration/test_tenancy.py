@@ -980,3 +980,76 @@ def test_a_tenant_over_its_cache_share_loses_its_own_oldest(make_tenants, wheels
     sc = msg["result"]["structuredContent"]["tenant"]["environments"]
     assert sc["count"] == 2 and sc["bytes"] == sizes["a2"] + sizes["a3"] and sc["bytes_max"] == cap, sc
     assert "environments your calls built 2" in msg["result"]["content"][0]["text"]
+
+
+def test_past_the_total_a_smaller_holder_does_not_pay_for_one_whose_environments_are_in_use(
+        make_tenants, wheels, env_sizes, tmp_path):
+    # Room for bob's environment and one of alice's.  Alice runs a script in her first while
+    # her second is built: she holds the most, and all of it is in use.  Bob, holding less,
+    # must not lose his: the store stays over its cap until alice has something to give.
+    sizes = env_sizes
+    budget = sizes["b"] + sizes["a1"] + sizes["a2"] // 2
+    s = make_tenants("--find-links", wheels, "--offline", "--max-cache-bytes", str(budget))
+    bob, alice, alice2 = s.initialize(headers=BOB), s.initialize(headers=ALICE), s.initialize(headers=ALICE)
+    b = env_key(s, bob, BOB, 1, ENV_DEPS["b"])
+    a1 = env_key(s, alice, ALICE, 2, ENV_DEPS["a1"])
+    assert store_envs(s) == {b, a1}
+    barrier = tmp_path / "go"
+    held = {}
+
+    def hold():
+        held["res"] = execute(s, alice, ALICE, 3, f"import os, time\nwhile not os.path.exists({str(barrier)!r}):\n"
+                              "    time.sleep(0.02)\n", dependencies=ENV_DEPS["a1"])
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert wait_until(lambda: share(s, alice2, ALICE)["executions"]["running"] == 1, 30)
+        a2 = env_key(s, alice2, ALICE, 4, ENV_DEPS["a2"])
+        assert store_envs(s) == {b, a1, a2}, (b, a1, a2)
+        assert f"evicted environment {b}" not in s.stderr_text()
+    finally:
+        barrier.write_text("")
+        t.join(60)
+    assert held["res"]["structuredContent"]["exit_code"] == 0, held
+    # bob's environment is a hit
+    res = execute(s, bob, BOB, 5, "import mps_gamma", dependencies=ENV_DEPS["b"])
+    assert res["structuredContent"]["environment"]["cached"] is True, res
+
+
+def test_a_build_whose_builder_cancelled_is_charged_to_who_still_waits(make_tenants, tmp_path):
+    # Bob starts a build, alice joins it, bob cancels: the build goes on for alice alone, and
+    # it is hers (bob must not pay for alice's environment, nor lose his own to her build).
+    import wheelhouse
+    d = tmp_path / "wheels"
+    d.mkdir()
+    os.chmod(d, 0o755)
+    barrier = tmp_path / "built"
+    wheelhouse.make_sdist(str(d), "mps-slow", "1.0", hostile=(
+        f"import os, time\nwhile not os.path.exists({str(barrier)!r}):\n    time.sleep(0.05)\n"))
+    s = make_tenants("--find-links", str(d), "--offline")
+    bob, alice = s.initialize(headers=BOB), s.initialize(headers=ALICE)
+    results = {}
+
+    def run(req_id, sid, auth):
+        st, h, body = s.post(call_msg(req_id, "import mps_slow", dependencies=["mps-slow"]), sid,
+                             headers=auth, version=LATEST)
+        results[req_id] = (st, h, body)
+    tb = threading.Thread(target=run, args=("b1", bob, BOB))
+    tb.start()
+    assert wait_until(lambda: share(s, bob, BOB)["executions"]["running"] == 1, 30)
+    ta = threading.Thread(target=run, args=("a1", alice, ALICE))
+    ta.start()
+    assert wait_until(lambda: share(s, alice, ALICE)["executions"]["running"] == 1, 30)
+    cancel(s, bob, BOB, "b1")
+    assert wait_until(lambda: share(s, bob, BOB)["executions"]["calls"] == 0, 30)
+    barrier.write_text("")
+    ta.join(120)
+    tb.join(30)
+    st, h, body = results["a1"]
+    assert st == 200, body[:500]
+    res = result_of(h, body, "a1")
+    assert res["result"]["structuredContent"]["exit_code"] == 0, res
+    envs = {}
+    for auth, sid in ((ALICE, alice), (BOB, bob)):
+        envs[auth["Authorization"]] = share(s, sid, auth)["environments"]["count"]
+    assert envs == {ALICE["Authorization"]: 1, BOB["Authorization"]: 0}, envs
