@@ -70,9 +70,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "sandbox/sandbox-internal.h"
 
@@ -906,6 +908,33 @@ static int find_drop(docker_priv_t *p, cm_error_t *err) {
   return 0;
 }
 
+/* Channel directories that no launcher holds (its flock, taken before the directory has its
+ * name: drop.c): a killed server's launchers left them.  Removed (the socket in one, then
+ * it); another live server's are held, and stay.  A `.new-` one is swept only when old (its
+ * launcher may be about to lock it). */
+static void sweep_run_dir(const char *dir) {
+  cleanup_close int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *d = dfd >= 0 ? fdopendir(dup(dfd)) : NULL;
+  if (!d) return;
+  time_t now = time(NULL);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    bool fresh = strncmp(e->d_name, ".new-mps-", 9) == 0;
+    if (strncmp(e->d_name, "mps-", 4) != 0 && !fresh) continue;
+    struct stat st;
+    if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
+        (fresh && st.st_mtime > now - 60))
+      continue;
+    cleanup_close int fd =
+        openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) continue; /* a live launcher's */
+    (void)unlinkat(fd, "channel", 0);
+    if (unlinkat(dfd, e->d_name, AT_REMOVEDIR) == 0)
+      cm_info("removed %s/%s, a container channel a killed server left", dir, e->d_name);
+  }
+  closedir(d);
+}
+
 /* The directory the runs' channel directories go in: $MPS_DOCKER_RUN_DIR, else
  * /run/mcp-python-exec-sandbox/containers as root, else $XDG_RUNTIME_DIR/... or
  * /tmp/mps-containers-<uid>.  Ours, 0700, never a symlink: only the engine (root) and we
@@ -929,6 +958,7 @@ static int make_run_dir(docker_priv_t *p, cm_error_t *err) {
   if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s must be a directory of ours with mode 0700",
                         dir);
+  sweep_run_dir(dir);
   free(p->run_dir);
   p->run_dir = steal_pointer(&dir);
   return 0;

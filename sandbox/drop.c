@@ -76,6 +76,7 @@
 #include <string.h>
 #include <poll.h>
 #include <arpa/inet.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <netinet/in.h>
@@ -658,8 +659,21 @@ static void container_host(drop_opts_t *o) {
   snprintf(a.sun_path, sizeof a.sun_path, "%s/" CHANNEL_NAME, o->container_host);
   /* The directory is new (never one someone else made) and only searchable by others: the
    * container's uid must reach the socket in it through the bind mount. */
-  if (mkdir(o->container_host, 0700) < 0 || chmod(o->container_host, 0711) < 0)
-    die("mkdir --container-host");
+  /* Locked from its birth under its name, and held while this side lives: a directory
+   * nobody holds is one a killed server's launcher left, and the next server removes it
+   * (docker.c, sweep_run_dir).  So it is made under a dot name, locked, then renamed. */
+  char fresh[PATH_MAX];
+  const char *base = strrchr(o->container_host, '/') + 1;
+  snprintf(fresh, sizeof fresh, "%.*s.new-%s", (int)(base - o->container_host), o->container_host,
+           base);
+  if (mkdir(fresh, 0700) < 0 || chmod(fresh, 0711) < 0) die("mkdir --container-host");
+  int held = open(fresh, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (held < 0 || flock(held, LOCK_EX | LOCK_NB) < 0 || rename(fresh, o->container_host) < 0) {
+    int saved = errno;
+    rmdir(fresh);
+    errno = saved;
+    die("locking --container-host");
+  }
   int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) < 0 || chmod(a.sun_path, 0666) < 0 ||
       listen(lfd, 1) < 0) {

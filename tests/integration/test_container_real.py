@@ -8,6 +8,7 @@ environments are built by the image's pip, inside a container.
 Every test checks at the end that none of our containers is left (`docker ps -a` with our
 label) and that no channel directory is left behind."""
 import json
+import glob
 import os
 import socket
 import subprocess
@@ -68,6 +69,11 @@ def start(engine, run_dir):
         s.close()
     # Each run's channel directory went with it.
     assert not os.path.isdir(run_dir) or os.listdir(run_dir) == []
+
+
+def mounts_under(path):
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(path)]
 
 
 def text(res):
@@ -330,6 +336,35 @@ def test_a_script_ignoring_sigterm_is_removed_after_the_grace(engine, start, run
     assert wait_until(lambda: ours(engine) == [], timeout=30), ours(engine)
     # The launcher was killed with the rest; the backend removed its channel directory.
     assert wait_until(lambda: os.listdir(run_dir) == [], timeout=10), os.listdir(run_dir)
+
+
+def test_a_killed_servers_container_goes_with_it(engine, start, run_dir):
+    """kill -9 of the server mid-run: its launcher dies with it (PR_SET_PDEATHSIG), the
+    container's init sees its channel close and ends the script, and --rm removes the
+    container; nothing of ours is left running."""
+    s = start()
+    s.send({"jsonrpc": "2.0", "id": "k", "method": "tools/call",
+            "params": {"name": "execute_python", "arguments": {"script": "import time\nprint('up', flush=True)\ntime.sleep(300)",
+                                                               "timeout_seconds": 300}}})
+    assert wait_until(lambda: ours(engine) != [], timeout=60)
+    s.proc.kill()
+    s.proc.wait(timeout=30)
+    assert wait_until(lambda: ours(engine) == [], timeout=30), ours(engine)
+    # What the killed server left on the host (its run's work directory) is swept by the next
+    # server on the state directory.
+    work = os.path.join(s.state_dir, "work")
+    left = glob.glob(os.path.join(work, "srv-*"))
+    assert left  # left behind by the crash...
+    chans = os.listdir(run_dir)
+    assert chans  # (the run's channel directory too)
+    nxt = Server(backend=engine, state_dir=s.state_dir, env={"MPS_DOCKER": None, "MPS_DOCKER_RUN_DIR": run_dir})
+    nxt.initialize()
+    assert not any(os.path.exists(d) for d in left)  # ...and gone once the next server starts
+    assert mounts_under(work + "/") == []
+    res = nxt.probed_environment(timeout=120)  # the probe sweeps the channel directories
+    assert res["structuredContent"]["sandbox_available"], text(res)
+    assert os.listdir(run_dir) == [], os.listdir(run_dir)
+    nxt.close()
 
 
 def test_cancellation_removes_the_container(engine, start):
