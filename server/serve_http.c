@@ -24,6 +24,11 @@ static void http_on_message(void *data, void *session, const char *buf, size_t l
   srv_session_handle(session, buf, len, reply);
 }
 
+static void http_on_stateless(void *data, const char *principal, const char *buf, size_t len,
+                              tr_sink_t *reply) {
+  srv_server_handle_stateless(data, principal, buf, len, reply);
+}
+
 static const char *http_session_protocol(void *data, void *session) {
   return srv_session_protocol(session);
 }
@@ -143,6 +148,7 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
   static const tr_http_callbacks_t cbs = {
       .session_open = http_session_open,
       .on_message = http_on_message,
+      .on_stateless = http_on_stateless,
       .session_protocol = http_session_protocol,
       .session_close = http_session_close,
       .open_download = http_open_download,

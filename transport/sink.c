@@ -18,3 +18,16 @@ void tr_sink_unref(tr_sink_t *s) {
 void tr_sink_close_stream(tr_sink_t *s) {
   if (s && !s->closed && s->ops->close_stream) s->ops->close_stream(s);
 }
+
+void tr_sink_on_peer_gone(tr_sink_t *s, void (*cb)(void *data), void *data) {
+  if (!s) return;
+  s->peer_gone = cb;
+  s->peer_gone_data = data;
+}
+
+void tr_sink_peer_gone(tr_sink_t *s) {
+  if (!s || !s->peer_gone) return;
+  void (*cb)(void *data) = s->peer_gone;
+  s->peer_gone = NULL;
+  cb(s->peer_gone_data);
+}

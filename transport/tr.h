@@ -43,6 +43,9 @@ struct tr_sink {
   const tr_sink_ops_t *ops;
   int refs;
   bool closed; /* the peer is gone: sends are dropped */
+  /* See tr_sink_on_peer_gone. */
+  void (*peer_gone)(void *data);
+  void *peer_gone_data;
 };
 
 void tr_sink_send(tr_sink_t *s, const char *json, size_t len, tr_send_flags_t flags);
@@ -53,6 +56,14 @@ void tr_sink_unref(tr_sink_t *s);
  * 2025-11-25 session, resumed by GET + Last-Event-ID; SEP-1699 polling).  A no-op where
  * the peer could not resume (stdio, JSON answers, older protocol versions). */
 void tr_sink_close_stream(tr_sink_t *s);
+/* Registers cb(data) (NULL: none) to run once when the peer gives up on this sink's stream
+ * before the sink is done with: for HTTP the connection of a stateless (2026-07-28) POST
+ * closing before its answer, which that revision makes the request's cancellation.  The
+ * handshake era's streams never call it (a lost connection is not a cancellation there).
+ * The callee must clear it before it lets go of its reference. */
+void tr_sink_on_peer_gone(tr_sink_t *s, void (*cb)(void *data), void *data);
+/* For transports: the peer is gone; runs and clears the callback. */
+void tr_sink_peer_gone(tr_sink_t *s);
 
 /* ---------------------------------------------------------------- stdio */
 
@@ -151,6 +162,12 @@ typedef struct tr_http_callbacks {
   void *(*session_open)(void *data, tr_sink_t *standalone, const char *principal);
   /* One complete POST body for `session`.  Answers go to `reply`. */
   void (*on_message)(void *data, void *session, const char *buf, size_t len, tr_sink_t *reply);
+  /* Optional: one complete POST body of the stateless revision (2026-07-28), a single
+   * request, for `principal` (valid during the call); no session.  Answers go to `reply`,
+   * whose stream ends with the POST: what is sent after its connection went is dropped.
+   * Without it, such bodies are handled as the handshake era's. */
+  void (*on_stateless)(void *data, const char *principal, const char *buf, size_t len,
+                       tr_sink_t *reply);
   /* The session's negotiated protocol version, or NULL before initialize was answered. */
   const char *(*session_protocol)(void *data, void *session);
   /* DELETE, idle expiry or shutdown: the session is gone (cancel what it runs). */

@@ -98,6 +98,12 @@ typedef struct tr_http_envelope {
    * that id (a new reference), also when the message is otherwise invalid, so that every
    * error answer to it can carry it; NULL otherwise (batches, notifications, no id). */
   json_t *id;
+  /* A single request of the stateless revision (2026-07-28): its params._meta claims a
+   * protocol version (modern), and that claim when it is a string (a new reference, else
+   * NULL); discover: its method is server/discover, which only that revision has. */
+  bool modern;
+  json_t *meta_version;
+  bool discover;
   char why[256]; /* the reason when status != OK */
 } tr_http_envelope_t;
 
@@ -106,5 +112,11 @@ typedef struct tr_http_envelope {
  * out with tr_http_envelope_release. */
 void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out);
 void tr_http_envelope_release(tr_http_envelope_t *env);
+/* The HTTP status of a stateless (2026-07-28) request's answer, one JSON-RPC response
+ * (H4): 400 for the errors of a request the server refuses to read (-32602 invalid params,
+ * -32020 header mismatch, -32021 missing client capability, -32022 unsupported version),
+ * 404 for -32601 (method not found: the body tells it from a legacy server's 404), 200
+ * for everything else, a result or a tool's error among it. */
+unsigned tr_http_modern_status(const char *buf, size_t len);
 
 #endif

@@ -43,6 +43,32 @@ char *srv_jsonrpc_dump(json_t *msg, size_t *len);
 
 /* MCP's "resource not found" (resources/read, protocol versions 2024-11-05 to 2025-11-25). */
 #define MCP_RESOURCE_NOT_FOUND -32002
+/* The errors of the 2026-07-28 revision (basic/index.mdx). */
+#define MCP_HEADER_MISMATCH -32020
+#define MCP_MISSING_CAPABILITY -32021
+#define MCP_UNSUPPORTED_VERSION -32022
+
+/* The per-request _meta keys of the 2026-07-28 revision. */
+#define MCP_META_PROTOCOL "io.modelcontextprotocol/protocolVersion"
+#define MCP_META_CLIENT_CAPS "io.modelcontextprotocol/clientCapabilities"
+#define MCP_META_CLIENT_INFO "io.modelcontextprotocol/clientInfo"
+#define MCP_META_LOG_LEVEL "io.modelcontextprotocol/logLevel"
+#define MCP_META_SERVER_INFO "io.modelcontextprotocol/serverInfo"
+
+/* What the envelope of a modern (2026-07-28) request told (router.c): borrowed from it. */
+typedef struct srv_modern {
+  const char *version;
+  json_t *client_caps;
+  int log_level; /* index into the MCP log levels; -1 = none asked: no notifications/message */
+} srv_modern_t;
+
+/* Adds what every modern result carries (R4): resultType "complete" unless the handler
+ * set one, and the server's identity in _meta. */
+void srv_modern_decorate(json_t *result);
+/* R5: the caching hints (SEP-2549) a modern result of method must carry, ttlMs and
+ * cacheScope, unless its handler set them: what this server lists depends on its
+ * configuration or on the caller (its artifacts), so "private". */
+void srv_modern_cache_hints(json_t *result, const char *method, json_int_t ttl_ms);
 
 /* A batch is one message whose answers are built in memory before any is sent (router.c
  * bounds it; request.c fills its slots). */
@@ -64,6 +90,14 @@ struct srv_session {
   json_t *client_info;
   json_t *client_capabilities; /* from initialize; NULL if none were sent */
   uint64_t next_call;          /* numbers the ids of our requests to the client */
+  /* The stdio process pinned to the 2026-07-28 revision (router.c, "eras"): requests
+   * without its _meta are modern requests that lack it, and initialize is gone. */
+  bool modern;
+  /* Made for one stateless request (an HTTP POST of the 2026-07-28 revision): freed with
+   * that request, or right after dispatch when no request took it (owned). */
+  bool ephemeral;
+  bool owned;
+  int refs; /* an ephemeral session's: the router's during dispatch, its request's */
 };
 
 struct srv_request {
@@ -80,10 +114,33 @@ struct srv_request {
   double last_progress;
   char *method; /* a request taken by the extension: its method and params */
   json_t *params;
-  bool done; /* answered (or dropped); freed once nothing on the stack uses it */
-  int busy;  /* callbacks running on it: srv_request_finish then only marks it done */
+  /* A request of the 2026-07-28 revision: its results carry resultType and serverInfo,
+   * its log level is its own (_meta's logLevel, -1 = none), it asks the client nothing. */
+  bool modern;
+  int log_level;
+  bool own_session; /* its session is ephemeral and goes with it */
+  bool done;        /* answered (or dropped); freed once nothing on the stack uses it */
+  int busy;         /* callbacks running on it: srv_request_finish then only marks it done */
   srv_request_t *prev, *next;
 };
+
+/* What a session holds, freed (srv_session_free first cancels its requests; an ephemeral
+ * session has none left when its last reference goes).  Inline, so that request.c, which
+ * frees ephemeral sessions, and session.c, which cancels requests, do not call each other. */
+static inline void srv_session_destroy(srv_session_t *ss) {
+  tr_sink_unref(ss->sink);
+  free(ss->principal);
+  free(ss->protocol);
+  json_decref(ss->client_info);
+  json_decref(ss->client_capabilities);
+  free(ss);
+}
+
+/* Drops a reference to an ephemeral session (freed with the last, which comes after its
+ * request left the requests in flight). */
+static inline void srv_session_release(srv_session_t *ss) {
+  if (--ss->refs == 0) srv_session_destroy(ss);
+}
 
 /* ---------------------------------------------------------------- request.c */
 
@@ -102,8 +159,10 @@ void srv_reply_error(tr_sink_t *sink, srv_batch_t *batch, json_t *id, int code,
 void srv_reply_result(tr_sink_t *sink, srv_batch_t *batch, json_t *id, json_t *result);
 /* An index into the MCP log levels, or -1. */
 int srv_log_level_index(const char *level);
-/* A request in flight (its batch slot reserved). */
-srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, srv_batch_t *batch);
+/* A request in flight (its batch slot reserved).  mm: a modern request's envelope (NULL for
+ * the handshake era).  A request on an ephemeral session owns it. */
+srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, srv_batch_t *batch,
+                               const srv_modern_t *mm);
 /* Sends response (stolen; NULL for none) unless r was cancelled, and retires r. */
 void srv_request_complete(srv_request_t *r, json_t *response);
 /* The request of ss with this id still in flight, or NULL. */

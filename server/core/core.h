@@ -162,6 +162,12 @@ const char *srv_session_protocol(const srv_session_t *ss);
 void srv_session_handle(srv_session_t *ss, const char *buf, size_t len, tr_sink_t *reply);
 /* A text that was too large to read. */
 void srv_session_oversize(srv_session_t *ss, size_t len, tr_sink_t *reply);
+/* One complete JSON text of a stateless (2026-07-28) HTTP POST, for principal: served on a
+ * session of its own that lives as long as its request (nothing of it stays), every
+ * request in it modern, whether or not its _meta says so (the transport decided, from
+ * the _meta claim or the MCP-Protocol-Version header of a POST without a session). */
+void srv_server_handle_stateless(srv_server_t *s, const char *principal, const char *buf,
+                                 size_t len, tr_sink_t *reply);
 
 /* ---------------------------------------------------------------- requests (for tools) */
 
@@ -214,10 +220,14 @@ void srv_request_close_stream(srv_request_t *r);
 /* A json string from arbitrary bytes: invalid UTF-8 is replaced by U+FFFD. */
 json_t *srv_json_string_lossy(const char *buf, size_t len);
 
-/* MCP protocol versions we speak, newest first. */
+/* MCP protocol versions of the handshake era (initialize) we speak, newest first. */
 extern const char *const srv_protocol_versions[];
 extern const size_t srv_protocol_versions_count;
 bool srv_protocol_supported(const char *v);
+/* Revisions of the stateless era (per-request _meta, server/discover) we speak. */
+extern const char *const srv_modern_versions[];
+extern const size_t srv_modern_versions_count;
+bool srv_modern_supported(const char *v);
 
 /* ---------------------------------------------------------------- the tool interface */
 

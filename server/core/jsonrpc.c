@@ -7,6 +7,15 @@ const char *const srv_protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-0
                                              "2024-11-05"};
 const size_t srv_protocol_versions_count = CM_ARRAY_SIZE(srv_protocol_versions);
 
+const char *const srv_modern_versions[] = {"2026-07-28"};
+const size_t srv_modern_versions_count = CM_ARRAY_SIZE(srv_modern_versions);
+
+bool srv_modern_supported(const char *v) {
+  for (size_t i = 0; i < srv_modern_versions_count; i++)
+    if (strcmp(v, srv_modern_versions[i]) == 0) return true;
+  return false;
+}
+
 bool srv_protocol_supported(const char *v) {
   for (size_t i = 0; i < srv_protocol_versions_count; i++)
     if (strcmp(v, srv_protocol_versions[i]) == 0) return true;
@@ -101,6 +110,35 @@ char *srv_jsonrpc_dump(json_t *msg, size_t *len) {
   if (!s) abort(); /* only fails on allocation */
   if (len) *len = strlen(s);
   return s;
+}
+
+void srv_modern_decorate(json_t *result) {
+  if (!json_is_object(result)) return;
+  if (!json_object_get(result, "resultType"))
+    json_object_set_new(result, "resultType", json_string("complete"));
+  json_t *meta = json_object_get(result, "_meta");
+  if (!meta) {
+    meta = json_object();
+    json_object_set_new(result, "_meta", meta);
+  }
+  if (json_is_object(meta) && !json_object_get(meta, MCP_META_SERVER_INFO))
+    json_object_set_new(meta, MCP_META_SERVER_INFO,
+                        json_pack("{s:s, s:s, s:s}", "name", SRV_NAME, "title",
+                                  "Python Exec Sandbox", "version", srv_version()));
+}
+
+void srv_modern_cache_hints(json_t *result, const char *method, json_int_t ttl_ms) {
+  static const char *const cached[] = {"server/discover", "tools/list",
+                                       "resources/list",  "resources/templates/list",
+                                       "resources/read",  "prompts/list"};
+  if (!json_is_object(result) || !method || json_object_get(result, "ttlMs")) return;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(cached); i++) {
+    if (strcmp(method, cached[i]) != 0) continue;
+    json_object_set_new(result, "ttlMs", json_integer(ttl_ms));
+    if (!json_object_get(result, "cacheScope"))
+      json_object_set_new(result, "cacheScope", json_string("private"));
+    return;
+  }
 }
 
 json_t *srv_json_string_lossy(const char *buf, size_t len) {

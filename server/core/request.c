@@ -12,6 +12,12 @@ static void fail_client_calls(srv_request_t *r, const char *why);
 
 static void abandon_client_calls(srv_request_t *r);
 
+static void request_peer_gone(void *data) {
+  srv_request_t *r = data;
+  cm_debug("the client closed the request's stream: cancelled");
+  srv_request_cancel_one(r);
+}
+
 void srv_send_json(tr_sink_t *sink, json_t *msg, tr_send_flags_t flags) {
   size_t len;
   cleanup_free char *text = srv_jsonrpc_dump(msg, &len);
@@ -120,16 +126,20 @@ int srv_log_level_index(const char *level) {
   return -1;
 }
 
+/* The level r's log messages start at: its own (modern), else its session's; -1 = none. */
+static int request_log_level(const srv_request_t *r) {
+  if (r->modern) return r->log_level;
+  return r->session ? r->session->log_level : -1;
+}
+
 bool srv_request_log_enabled(const srv_request_t *r, const char *level) {
-  const srv_session_t *ss = r->session;
+  int min = request_log_level(r);
   int idx = srv_log_level_index(level);
-  return ss && !r->cancelled && ss->log_level >= 0 && idx >= ss->log_level;
+  return !r->cancelled && min >= 0 && idx >= min;
 }
 
 void srv_request_log(srv_request_t *r, const char *level, const char *logger, json_t *data) {
-  srv_session_t *ss = r->session;
-  int idx = srv_log_level_index(level);
-  if (!ss || r->cancelled || ss->log_level < 0 || idx < ss->log_level) {
+  if (!srv_request_log_enabled(r, level)) {
     json_decref(data);
     return;
   }
@@ -140,10 +150,23 @@ void srv_request_log(srv_request_t *r, const char *level, const char *logger, js
   json_decref(n);
 }
 
-srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, srv_batch_t *batch) {
+srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, srv_batch_t *batch,
+                               const srv_modern_t *mm) {
   srv_request_t *r = xcalloc(1, sizeof *r);
   r->server = ss->server;
   r->session = ss;
+  r->log_level = -1;
+  if (mm) {
+    r->modern = true;
+    r->log_level = mm->log_level;
+  }
+  if (ss->ephemeral && !ss->owned) {
+    ss->owned = true;
+    ss->refs++;
+    r->own_session = true;
+    /* Its client closing the stream is its cancellation (2026-07-28 over HTTP). */
+    tr_sink_on_peer_gone(sink, request_peer_gone, r);
+  }
   r->id = json_incref(id);
   r->sink = tr_sink_ref(sink);
   r->batch = batch;
@@ -157,6 +180,9 @@ srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, s
 }
 
 static void request_free(srv_request_t *r) {
+  /* Nothing of a stateless request outlives it. */
+  if (r->sink && r->sink->peer_gone_data == r) tr_sink_on_peer_gone(r->sink, NULL, NULL);
+  if (r->own_session && r->session) srv_session_release(r->session);
   json_decref(r->id);
   json_decref(r->progress_token);
   json_decref(r->params);
@@ -189,6 +215,11 @@ void srv_request_complete(srv_request_t *r, json_t *response) {
 }
 
 void srv_request_finish(srv_request_t *r, json_t *result) {
+  if (r->modern && !r->cancelled) {
+    srv_modern_decorate(result);
+    /* (an extension's lists and reads: the router's own set theirs) */
+    srv_modern_cache_hints(result, r->method, 0);
+  }
   json_t *response = r->cancelled ? NULL : srv_jsonrpc_result(r->id, result);
   json_decref(result);
   srv_request_complete(r, response);
@@ -204,9 +235,10 @@ void srv_request_fail(srv_request_t *r, const cm_error_t *err) {
   json_t *response;
   if (err->kind == CM_ERR_NOT_FOUND && r->method && strncmp(r->method, "resources/", 10) == 0 &&
       json_is_string(uri)) {
+    /* -32002 is gone in 2026-07-28: there it is invalid params, still with data.uri. */
     cleanup_free char *msg = xasprintf("Resource not found: %s", text);
-    response =
-        srv_jsonrpc_error(r->id, MCP_RESOURCE_NOT_FOUND, msg, json_pack("{s:O}", "uri", uri));
+    response = srv_jsonrpc_error(r->id, r->modern ? JSONRPC_INVALID_PARAMS : MCP_RESOURCE_NOT_FOUND,
+                                 msg, json_pack("{s:O}", "uri", uri));
   } else if (err->kind == CM_ERR_INVALID || err->kind == CM_ERR_LIMIT ||
              err->kind == CM_ERR_NOT_FOUND) {
     cleanup_free char *msg = xasprintf("Invalid params: %s", text);
@@ -299,6 +331,13 @@ int srv_request_call_client(srv_request_t *r, const char *method, json_t *params
     json_decref(params);
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s: the request is no longer in flight",
                         method);
+  }
+  if (r->modern) {
+    /* The stateless revision has no server -> client requests: a handler that needs input
+     * answers an InputRequiredResult instead (docs/protocol-2026.md, section 6). */
+    json_decref(params);
+    return cm_error_set(err, 0, CM_ERR_UNSUPPORTED,
+                        "%s: protocol revision 2026-07-28 has no requests to the client", method);
   }
   if (!ss->ready && strcmp(method, "ping") != 0) {
     json_decref(params);

@@ -25,15 +25,21 @@ static const srv_tool_t *tool_find(const srv_tool_t *tools, size_t n, const char
 
 /* Offers the request to the extension; true if it took it. */
 static bool extension_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
-                              srv_batch_t *batch) {
+                              srv_batch_t *batch, const srv_modern_t *mm) {
   const srv_extension_t *ext = ss->server->ext;
   if (!ext || !ext->handle) return false;
-  srv_request_t *r = srv_request_new(ss, m->id, sink, batch);
+  srv_request_t *r = srv_request_new(ss, m->id, sink, batch, mm);
   r->method = xstrdup(m->method);
   r->params = json_incref(m->params);
   srv_request_set_progress_token(r, m->params);
   if (ext->handle(ext->data, r, m->method, m->params)) return true;
-  /* Not its method: r goes without a trace (its batch slot stays null). */
+  /* Not its method: r goes without a trace (its batch slot stays null), and an ephemeral
+   * session stays for the router's own method. */
+  if (r->own_session) {
+    r->own_session = false;
+    ss->owned = false;
+    ss->refs--; /* the router still holds one */
+  }
   r->cancelled = true;
   srv_request_complete(r, NULL);
   return false;
@@ -44,6 +50,38 @@ static bool extension_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *
 static json_t *server_capabilities(void) {
   return json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0, "resources",
                    "listChanged", 0, "subscribe", 0, "logging");
+}
+
+/* The built-in capabilities with the extension's merged in. */
+static json_t *merged_capabilities(const srv_server_t *s) {
+  json_t *caps = server_capabilities();
+  const srv_extension_t *ext = s->ext;
+  if (ext && ext->capabilities) {
+    json_t *extra = ext->capabilities(ext->data);
+    if (json_is_object(extra)) json_object_update(caps, extra);
+    json_decref(extra);
+  }
+  return caps;
+}
+
+static const char server_instructions[] =
+    "Runs Python scripts in a sandbox. Use execute_python to run a script (declare third-party "
+    "packages "
+    "in a PEP 723 '# /// script' block or the dependencies argument), validate_script to check "
+    "one "
+    "without running it, and check_environment to see the interpreters, sandbox and limits.";
+
+/* Replies with a result (stolen), decorated as the modern era wants when mm is set. */
+static void reply_result(tr_sink_t *sink, srv_batch_t *batch, json_t *id, json_t *result,
+                         const srv_modern_t *mm) {
+  if (mm) srv_modern_decorate(result);
+  srv_reply_result(sink, batch, id, result);
+}
+
+/* R5 for the router's own answers (srv_modern_cache_hints). */
+static void add_cache_hints(json_t *result, const char *method, json_int_t ttl_ms,
+                            const srv_modern_t *mm) {
+  if (mm) srv_modern_cache_hints(result, method, ttl_ms);
 }
 
 static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
@@ -66,27 +104,16 @@ static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_
   if (json_is_object(ci)) ss->client_info = json_incref(ci);
   json_t *client_caps = json_object_get(params, "capabilities");
   if (json_is_object(client_caps)) ss->client_capabilities = json_incref(client_caps);
-  json_t *caps = server_capabilities();
-  const srv_extension_t *ext = ss->server->ext;
-  if (ext && ext->capabilities) {
-    json_t *extra = ext->capabilities(ext->data);
-    if (json_is_object(extra)) json_object_update(caps, extra);
-    json_decref(extra);
-  }
-  json_t *result = json_pack(
-      "{s:s, s:o, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", chosen, "capabilities", caps,
-      "serverInfo", "name", SRV_NAME, "title", "Python Exec Sandbox", "version", srv_version(),
-      "instructions",
-      "Runs Python scripts in a sandbox. Use execute_python to run a script (declare third-party "
-      "packages "
-      "in a PEP 723 '# /// script' block or the dependencies argument), validate_script to check "
-      "one "
-      "without running it, and check_environment to see the interpreters, sandbox and limits.");
+  json_t *caps = merged_capabilities(ss->server);
+  json_t *result =
+      json_pack("{s:s, s:o, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", chosen, "capabilities",
+                caps, "serverInfo", "name", SRV_NAME, "title", "Python Exec Sandbox", "version",
+                srv_version(), "instructions", server_instructions);
   srv_reply_result(sink, batch, id, result);
 }
 
 static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
-                              srv_batch_t *batch) {
+                              srv_batch_t *batch, const srv_modern_t *mm) {
   json_t *cursor = params && json_is_object(params) ? json_object_get(params, "cursor") : NULL;
   if (cursor) {
     /* Everything fits on one page, so no cursor we could have issued exists. */
@@ -100,11 +127,13 @@ static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_
   const srv_extension_t *ext = ss->server->ext;
   for (size_t i = 0; ext && i < ext->n_tools; i++)
     json_array_append_new(list, ext->tools[i].describe(ss->server));
-  srv_reply_result(sink, batch, id, json_pack("{s:o}", "tools", list));
+  json_t *result = json_pack("{s:o}", "tools", list);
+  add_cache_hints(result, "tools/list", 60000, mm);
+  reply_result(sink, batch, id, result, mm);
 }
 
 static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
-                              srv_batch_t *batch) {
+                              srv_batch_t *batch, const srv_modern_t *mm) {
   json_t *name = json_is_object(params) ? json_object_get(params, "name") : NULL;
   if (!json_is_string(name)) {
     srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
@@ -127,7 +156,7 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
     srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, msg);
     return;
   }
-  srv_request_t *r = srv_request_new(ss, id, sink, batch);
+  srv_request_t *r = srv_request_new(ss, id, sink, batch, mm);
   srv_request_set_progress_token(r, params);
   json_t *arguments = json_is_object(args) ? json_incref(args) : json_object();
   tool->call(r, arguments);
@@ -152,7 +181,7 @@ static void handle_set_level(srv_session_t *ss, json_t *id, json_t *params, tr_s
 
 /* resources/list, resources/read, resources/templates/list: the artifacts of runs. */
 static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
-                             srv_batch_t *batch) {
+                             srv_batch_t *batch, const srv_modern_t *mm) {
   json_t *params = json_is_object(m->params) ? m->params : NULL;
   if (m->params && !params && !json_is_null(m->params)) {
     srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS,
@@ -185,16 +214,19 @@ static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *s
                         batch ? batch->max_bytes - batch->bytes : 0, &result, &err);
   }
   if (rc == 0) {
-    srv_reply_result(sink, batch, m->id, result);
+    /* A principal's artifacts come and go: a list is good for now only. */
+    add_cache_hints(result, m->method, 0, mm);
+    reply_result(sink, batch, m->id, result, mm);
     return;
   }
   if (err.kind == CM_ERR_NOT_FOUND) {
     cleanup_free char *excerpt =
         cm_log_excerpt(json_string_value(uri), json_string_length(uri), 200);
     cleanup_free char *msg = xasprintf("Resource not found: %s", excerpt);
-    srv_deliver(
-        sink, batch, srv_batch_reserve(batch),
-        srv_jsonrpc_error(m->id, MCP_RESOURCE_NOT_FOUND, msg, json_pack("{s:O}", "uri", uri)));
+    /* R7: -32002 is gone in 2026-07-28; not found is invalid params there, with data.uri. */
+    srv_deliver(sink, batch, srv_batch_reserve(batch),
+                srv_jsonrpc_error(m->id, mm ? JSONRPC_INVALID_PARAMS : MCP_RESOURCE_NOT_FOUND, msg,
+                                  json_pack("{s:O}", "uri", uri)));
   } else if (err.kind == CM_ERR_LIMIT && batch) {
     srv_deliver(sink, batch, srv_batch_reserve(batch), srv_batch_full_error(batch, m->id));
   } else if (err.kind == CM_ERR_INVALID || err.kind == CM_ERR_LIMIT) {
@@ -233,21 +265,171 @@ static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sin
     srv_deliver(sink, batch, srv_batch_reserve(batch), srv_batch_full_error(batch, m->id));
     return;
   }
-  if (extension_request(ss, m, sink, batch)) return;
+  if (extension_request(ss, m, sink, batch, NULL)) return;
   if (strcmp(method, "tools/list") == 0) {
-    handle_tools_list(ss, m->id, m->params, sink, batch);
+    handle_tools_list(ss, m->id, m->params, sink, batch, NULL);
   } else if (strcmp(method, "tools/call") == 0) {
-    handle_tools_call(ss, m->id, m->params, sink, batch);
+    handle_tools_call(ss, m->id, m->params, sink, batch, NULL);
   } else if (strcmp(method, "logging/setLevel") == 0) {
     handle_set_level(ss, m->id, m->params, sink, batch);
   } else if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0 ||
              strcmp(method, "resources/templates/list") == 0) {
-    handle_resources(ss, m, sink, batch);
+    handle_resources(ss, m, sink, batch, NULL);
   } else {
     cleanup_free char *excerpt = cm_log_excerpt(method, strlen(method), 64);
     cleanup_free char *msg = xasprintf("Method not found: %s", excerpt);
     srv_reply_error(sink, batch, m->id, JSONRPC_METHOD_NOT_FOUND, msg);
   }
+}
+
+/* ---------------------------------------------------------------- the modern era
+ *
+ * Protocol revision 2026-07-28 beside the handshake era (docs/protocol-2026.md, section 2).
+ * A request whose params._meta claims a protocol version is modern, whatever its method;
+ * so is every request of an ephemeral session (an HTTP POST the transport found modern)
+ * and of a stdio process pinned to the revision.  On stdio, server/discover (the dual-era
+ * client's probe) is served without pinning the process; initialize pins it to the
+ * handshake era (ss->protocol), any other valid modern request to the modern one. */
+
+static bool claims_modern(const srv_msg_t *m) {
+  json_t *meta = json_is_object(m->params) ? json_object_get(m->params, "_meta") : NULL;
+  return json_is_object(meta) && json_object_get(meta, MCP_META_PROTOCOL) != NULL;
+}
+
+/* Every version we serve, the modern ones first (server/discover, -32022's data). */
+static json_t *all_versions(void) {
+  json_t *v = json_array();
+  for (size_t i = 0; i < srv_modern_versions_count; i++)
+    json_array_append_new(v, json_string(srv_modern_versions[i]));
+  for (size_t i = 0; i < srv_protocol_versions_count; i++)
+    json_array_append_new(v, json_string(srv_protocol_versions[i]));
+  return v;
+}
+
+/* The envelope checks R1-R2, in order; answers (with the request's id) and returns false
+ * when one fails. */
+static bool modern_envelope(const srv_msg_t *m, tr_sink_t *sink, srv_modern_t *out) {
+  json_t *params = m->params;
+  json_t *meta = json_is_object(params) ? json_object_get(params, "_meta") : NULL;
+  json_t *version = json_is_object(meta) ? json_object_get(meta, MCP_META_PROTOCOL) : NULL;
+  json_t *caps = json_is_object(meta) ? json_object_get(meta, MCP_META_CLIENT_CAPS) : NULL;
+  json_t *info = json_is_object(meta) ? json_object_get(meta, MCP_META_CLIENT_INFO) : NULL;
+  json_t *level = json_is_object(meta) ? json_object_get(meta, MCP_META_LOG_LEVEL) : NULL;
+  const char *why = NULL;
+  if (params && !json_is_object(params))
+    why = "params must be an object";
+  else if (!meta)
+    why = "protocol revision 2026-07-28 needs \"_meta\" with \"" MCP_META_PROTOCOL
+          "\" and \"" MCP_META_CLIENT_CAPS "\" on every request";
+  else if (!json_is_object(meta))
+    why = "\"_meta\" must be an object";
+  else if (!json_is_string(version))
+    why = "_meta[\"" MCP_META_PROTOCOL "\"] must be a string";
+  else if (!json_is_object(caps))
+    why = "_meta[\"" MCP_META_CLIENT_CAPS "\"] must be an object";
+  else if (info && !json_is_object(info))
+    why = "_meta[\"" MCP_META_CLIENT_INFO "\"] must be an object";
+  else if (level && (!json_is_string(level) || srv_log_level_index(json_string_value(level)) < 0))
+    why = "_meta[\"" MCP_META_LOG_LEVEL
+          "\"] must be one of debug, info, notice, warning, error, critical, alert, emergency";
+  if (why) {
+    cleanup_free char *msg = xasprintf("Invalid params: %s", why);
+    srv_reply_error(sink, NULL, m->id, JSONRPC_INVALID_PARAMS, msg);
+    return false;
+  }
+  const char *v = json_string_value(version);
+  if (strlen(v) != json_string_length(version) || !srv_modern_supported(v)) {
+    cleanup_free char *excerpt = cm_log_excerpt(v, json_string_length(version), 40);
+    cleanup_free char *msg = xasprintf("Unsupported protocol version: %s", excerpt);
+    srv_deliver(sink, NULL, 0,
+                srv_jsonrpc_error(
+                    m->id, MCP_UNSUPPORTED_VERSION, msg,
+                    json_pack("{s:o, s:O}", "supported", all_versions(), "requested", version)));
+    return false;
+  }
+  out->version = v;
+  out->client_caps = caps;
+  out->log_level = level ? srv_log_level_index(json_string_value(level)) : -1;
+  return true;
+}
+
+/* server/discover: what the modern era serves (capabilities without resources.subscribe,
+ * which 2026-07-28 removed), and every version, so that a dual-era client can choose. */
+static void handle_discover(srv_session_t *ss, json_t *id, tr_sink_t *sink,
+                            const srv_modern_t *mm) {
+  json_t *caps = merged_capabilities(ss->server);
+  json_t *res = json_object_get(caps, "resources");
+  if (json_is_object(res)) json_object_del(res, "subscribe");
+  json_t *result = json_pack("{s:o, s:o, s:s}", "supportedVersions", all_versions(), "capabilities",
+                             caps, "instructions", server_instructions);
+  /* The same for everyone, but an upgrade may change it. */
+  add_cache_hints(result, "server/discover", 60000, mm);
+  reply_result(sink, NULL, id, result, mm);
+}
+
+/* Methods of the handshake era that 2026-07-28 removed. */
+static bool removed_method(const char *method) {
+  static const char *const removed[] = {"initialize", "ping", "logging/setLevel",
+                                        "resources/subscribe", "resources/unsubscribe"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(removed); i++)
+    if (strcmp(method, removed[i]) == 0) return true;
+  return false;
+}
+
+static void handle_modern(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink) {
+  const char *method = m->method;
+  if (strcmp(method, "initialize") == 0) {
+    /* Whatever its _meta: the versioning page's SHOULD for a modern-only answer names
+     * what is served, so that a client can tell "try another era" from a broken server. */
+    cleanup_free char *msg = xasprintf(
+        "Method not found: initialize is not part of protocol revision %s (this %s serves it "
+        "statelessly: send server/discover); handshake versions: %s, %s, %s, %s",
+        srv_modern_versions[0], ss->ephemeral ? "request" : "process", srv_protocol_versions[0],
+        srv_protocol_versions[1], srv_protocol_versions[2], srv_protocol_versions[3]);
+    srv_reply_error(sink, NULL, m->id, JSONRPC_METHOD_NOT_FOUND, msg);
+    return;
+  }
+  srv_modern_t mm;
+  if (!modern_envelope(m, sink, &mm)) return;
+  if (strcmp(method, "server/discover") == 0) {
+    handle_discover(ss, m->id, sink, &mm);
+    return;
+  }
+  if (!ss->ephemeral && !ss->modern) {
+    cm_debug("this process speaks protocol revision %s from now on", mm.version);
+    ss->modern = true;
+  }
+  if (srv_request_find(ss, m->id)) {
+    srv_reply_error(sink, NULL, m->id, JSONRPC_INVALID_REQUEST,
+                    "Invalid Request: a request with this id is still in flight");
+    return;
+  }
+  if (removed_method(method)) {
+    cleanup_free char *msg =
+        xasprintf("Method not found: %s was removed in protocol revision %s", method, mm.version);
+    srv_reply_error(sink, NULL, m->id, JSONRPC_METHOD_NOT_FOUND, msg);
+    return;
+  }
+  if (extension_request(ss, m, sink, NULL, &mm)) return;
+  if (strcmp(method, "tools/list") == 0) {
+    handle_tools_list(ss, m->id, m->params, sink, NULL, &mm);
+  } else if (strcmp(method, "tools/call") == 0) {
+    handle_tools_call(ss, m->id, m->params, sink, NULL, &mm);
+  } else if (strcmp(method, "resources/list") == 0 || strcmp(method, "resources/read") == 0 ||
+             strcmp(method, "resources/templates/list") == 0) {
+    handle_resources(ss, m, sink, NULL, &mm);
+  } else {
+    cleanup_free char *excerpt = cm_log_excerpt(method, strlen(method), 64);
+    cleanup_free char *msg = xasprintf("Method not found: %s", excerpt);
+    srv_reply_error(sink, NULL, m->id, JSONRPC_METHOD_NOT_FOUND, msg);
+  }
+}
+
+/* Which era a single request (not a batch's element) belongs to. */
+static bool request_is_modern(const srv_session_t *ss, const srv_msg_t *m) {
+  if (ss->ephemeral || ss->modern) return true;
+  if (ss->protocol) return false; /* pinned to the handshake era */
+  return claims_modern(m) || strcmp(m->method, "server/discover") == 0;
 }
 
 static void handle_notification(srv_session_t *ss, const srv_msg_t *m) {
@@ -271,7 +453,19 @@ static void handle_one(srv_session_t *ss, json_t *msg, tr_sink_t *sink, srv_batc
   srv_jsonrpc_classify(msg, &m);
   switch (m.kind) {
     case SRV_MSG_REQUEST:
-      handle_request(ss, &m, sink, batch);
+      if (!batch && request_is_modern(ss, &m)) {
+        handle_modern(ss, &m, sink);
+      } else if (!batch && ss->protocol && claims_modern(&m)) {
+        /* A stdio process pinned to the handshake era knows no modern request. */
+        cleanup_free char *excerpt = cm_log_excerpt(m.method, strlen(m.method), 64);
+        cleanup_free char *text = xasprintf(
+            "Method not found: %s of protocol revision %s (this connection speaks the handshake "
+            "era since its initialize)",
+            excerpt, srv_modern_versions[0]);
+        srv_reply_error(sink, NULL, m.id, JSONRPC_METHOD_NOT_FOUND, text);
+      } else {
+        handle_request(ss, &m, sink, batch);
+      }
       break;
     case SRV_MSG_NOTIFICATION:
       handle_notification(ss, &m);
@@ -347,4 +541,16 @@ void srv_session_oversize(srv_session_t *ss, size_t len, tr_sink_t *reply) {
                 (unsigned long long)ss->server->cfg->max_message_bytes);
   cm_warn("%s", msg);
   srv_reply_error(reply, NULL, NULL, JSONRPC_INVALID_REQUEST, msg);
+}
+
+void srv_server_handle_stateless(srv_server_t *s, const char *principal, const char *buf,
+                                 size_t len, tr_sink_t *reply) {
+  /* A session of its own, for the principal's sake (what runs is owned by it), which the
+   * request takes and frees when it is over; nothing of it is kept (no protocol, no log
+   * level: those come with each request). */
+  srv_session_t *ss = srv_session_new(s, reply);
+  srv_session_set_principal(ss, principal);
+  ss->ephemeral = true;
+  srv_session_handle(ss, buf, len, reply);
+  srv_session_release(ss);
 }

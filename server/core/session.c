@@ -9,6 +9,7 @@ srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink) {
   ss->sink = tr_sink_ref(sink);
   ss->log_level = -1;
   ss->principal = xstrdup(SRV_PRINCIPAL_STDIO);
+  ss->refs = 1;
   return ss;
 }
 
@@ -36,10 +37,5 @@ void srv_session_free(srv_session_t *ss) {
     r->session = NULL;
     srv_request_cancel_one(r);
   }
-  tr_sink_unref(ss->sink);
-  free(ss->principal);
-  free(ss->protocol);
-  json_decref(ss->client_info);
-  json_decref(ss->client_capabilities);
-  free(ss);
+  srv_session_destroy(ss);
 }

@@ -394,6 +394,56 @@ static const char *t_session_protocol(void *data, void *session) {
 
 static void t_session_close(void *data, void *session) {}
 
+/* The stateless revision's claim and version (the era of a POST), and the statuses of its
+ * answers (H4). */
+static void test_classify_modern(void **state) {
+  tr_http_envelope_t env;
+  static const char modern[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+      "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}";
+  tr_http_classify(modern, strlen(modern), &env);
+  assert_true(env.modern);
+  assert_false(env.discover);
+  assert_string_equal(json_string_value(env.meta_version), "2026-07-28");
+  tr_http_envelope_release(&env);
+  assert_null(env.meta_version);
+  /* A claim that is not a string: modern still, and the router says what is wrong. */
+  static const char bad[] =
+      "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
+      "\"io.modelcontextprotocol/protocolVersion\":7}}}";
+  tr_http_classify(bad, strlen(bad), &env);
+  assert_true(env.modern);
+  assert_true(env.discover);
+  assert_null(env.meta_version);
+  tr_http_envelope_release(&env);
+  /* The handshake era: no claim; and batches and notifications are never modern. */
+  assert_false(classify("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}").modern);
+  assert_false(classify("{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":{\"_meta\":{"
+                        "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}")
+                   .modern);
+  assert_false(classify("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"params\":{\"_meta\":{"
+                        "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}]")
+                   .modern);
+
+  static const struct {
+    const char *body;
+    unsigned status;
+  } cases[] = {
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", 200},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"isError\":true}}", 200},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32602,\"message\":\"m\"}}", 400},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32020,\"message\":\"m\"}}", 400},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32021,\"message\":\"m\"}}", 400},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32022,\"message\":\"m\"}}", 400},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32601,\"message\":\"m\"}}", 404},
+      {"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32603,\"message\":\"m\"}}", 200},
+      {"not json", 200},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++)
+    if (tr_http_modern_status(cases[i].body, strlen(cases[i].body)) != cases[i].status)
+      fail_msg("%s: not %u", cases[i].body, cases[i].status);
+}
+
 /* libmicrohttpd is not linked: it is opened by the first tr_http_new, and the pure parts
  * above ran without it.  Then a real request goes through the daemon and back. */
 static void test_server_starts(void **state) {
@@ -468,7 +518,7 @@ int main(void) {
       cmocka_unit_test(test_tokens),        cmocka_unit_test(test_session_id),
       cmocka_unit_test(test_classify),      cmocka_unit_test(test_classify_id),
       cmocka_unit_test(test_origin_parse),  cmocka_unit_test(test_attachment_name),
-      cmocka_unit_test(test_server_starts),
+      cmocka_unit_test(test_server_starts), cmocka_unit_test(test_classify_modern),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -84,9 +84,19 @@ void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out) {
                     (json_object_get(root, "result") || json_object_get(root, "error"));
     if (valid_id(id) && !response) out->id = json_incref(id);
     switch (classify_one(root, &why, &out->initialize)) {
-      case 'r':
+      case 'r': {
         out->requests = 1;
+        json_t *params = json_object_get(root, "params");
+        json_t *meta = json_is_object(params) ? json_object_get(params, "_meta") : NULL;
+        json_t *v = json_is_object(meta)
+                        ? json_object_get(meta, "io.modelcontextprotocol/protocolVersion")
+                        : NULL;
+        out->modern = v != NULL;
+        if (json_is_string(v)) out->meta_version = json_incref(v);
+        out->discover =
+            strcmp(json_string_value(json_object_get(root, "method")), "server/discover") == 0;
         break;
+      }
       case 'n':
         out->notifications = 1;
         break;
@@ -107,4 +117,26 @@ void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out) {
 void tr_http_envelope_release(tr_http_envelope_t *env) {
   json_decref(env->id);
   env->id = NULL;
+  json_decref(env->meta_version);
+  env->meta_version = NULL;
+}
+
+unsigned tr_http_modern_status(const char *buf, size_t len) {
+  json_error_t jerr;
+  json_t *root = json_loadb(buf, len, JSON_DECODE_ANY, &jerr);
+  json_t *error = json_is_object(root) ? json_object_get(root, "error") : NULL;
+  json_t *code = json_is_object(error) ? json_object_get(error, "code") : NULL;
+  json_int_t c = json_is_integer(code) ? json_integer_value(code) : 0;
+  json_decref(root);
+  switch (c) {
+    case -32602:
+    case -32020:
+    case -32021:
+    case -32022:
+      return 400;
+    case -32601:
+      return 404;
+    default:
+      return 200;
+  }
 }

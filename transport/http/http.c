@@ -121,6 +121,10 @@ struct hs_session {
   int refs;
   bool open; /* in the table; false once closed */
   bool legacy;
+  /* The stand-in of one stateless (2026-07-28) POST: in no table, without an id, counted
+   * nowhere; it closes when that POST's request context completes, and what the router
+   * sends later is dropped.  Its stream keeps nothing for replay (no event ids). */
+  bool stateless;
   char id[37];
   hs_principal_t *principal; /* who opened it: only that principal finds it */
   void *app;
@@ -306,6 +310,11 @@ static void tick_arm(tr_http_t *h);
 
 /* ================================================================ events and streams */
 
+/* A stream whose events go once written: nothing can resume it (HTTP+SSE, a stateless POST). */
+static bool stream_unkept(const hs_stream_t *st) {
+  return st->kind == STREAM_LEGACY || (st->session && st->session->stateless);
+}
+
 static void stream_send(tr_sink_t *sink, const char *json, size_t len, tr_send_flags_t flags);
 static void stream_release(tr_sink_t *sink);
 static void stream_close_stream(tr_sink_t *sink);
@@ -320,7 +329,7 @@ static size_t event_cost(const hs_event_t *ev) {
 /* Counts an event in (or out of) its session's, principal's and the transport's replay
  * memory; an orphaned stream (tr_http_free) counts nowhere. */
 static void replay_count(hs_stream_t *st, const hs_event_t *ev, bool add) {
-  if (!st->h || !st->session) return;
+  if (!st->h || !st->session || st->session->stateless) return;
   size_t n = event_cost(ev);
   hs_session_t *s = st->session;
   if (add) {
@@ -410,7 +419,9 @@ static void stream_push(hs_stream_t *st, const char *json, size_t len, tr_send_f
   cm_buf_t b;
   cm_buf_init(&b, 0);
   uint64_t seq = st->next_seq++;
-  tr_http_sse_event(&b, "message", st->kind != STREAM_LEGACY, st->number, seq, json, len);
+  /* No event ids where there is no resumption: HTTP+SSE, and the stateless revision. */
+  bool ids = st->kind != STREAM_LEGACY && !(st->session && st->session->stateless);
+  tr_http_sse_event(&b, "message", ids, st->number, seq, json, len);
   stream_push_text(st, seq, flags, b.data, b.len);
   cm_buf_release(&b);
 }
@@ -782,16 +793,18 @@ static void session_close(hs_session_t *s) {
   if (!s->open) return;
   tr_http_t *h = s->h;
   s->open = false;
-  hs_session_t **pp = &h->buckets[hash_id(s->id, h->n_buckets)];
-  while (*pp && *pp != s) pp = &(*pp)->hnext;
-  if (*pp) *pp = s->hnext;
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    h->sessions = s->next;
-  if (s->next) s->next->prev = s->prev;
-  h->n_sessions--;
-  s->principal->sessions--;
+  if (!s->stateless) {
+    hs_session_t **pp = &h->buckets[hash_id(s->id, h->n_buckets)];
+    while (*pp && *pp != s) pp = &(*pp)->hnext;
+    if (*pp) *pp = s->hnext;
+    if (s->prev)
+      s->prev->next = s->next;
+    else
+      h->sessions = s->next;
+    if (s->next) s->next->prev = s->prev;
+    h->n_sessions--;
+    s->principal->sessions--;
+  }
   s->refs++; /* hold it while its streams go */
   hs_stream_t *next;
   for (hs_stream_t *st = s->streams; st; st = next) {
@@ -812,6 +825,21 @@ static void session_close(hs_session_t *s) {
   }
   session_unref(s);
   session_unref(s); /* the table's */
+}
+
+/* The stand-in session of one stateless POST (see hs_session_t.stateless). */
+static hs_session_t *session_create_stateless(tr_http_t *h, hs_principal_t *principal) {
+  hs_session_t *s = xcalloc(1, sizeof *s);
+  s->h = h;
+  s->principal = principal;
+  s->refs = 1; /* dropped by session_close */
+  s->open = true;
+  s->stateless = true;
+  s->last_active = cm_now_ms();
+  s->all_next = h->all_sessions;
+  if (h->all_sessions) h->all_sessions->all_prev = s;
+  h->all_sessions = s;
+  return s;
 }
 
 static bool session_idle(hs_session_t *s) {
@@ -919,7 +947,8 @@ static void conn_count(hs_conn_t *c) {
   if (!c->principal) return;
   size_t now = c->completed ? 0 : c->out.len - c->out_off + c->body_out;
   /* An HTTP+SSE stream keeps nothing for replay: what waits in it waits for this client. */
-  if (!c->completed && c->stream && c->stream->kind == STREAM_LEGACY) now += c->stream->bytes;
+  /* (nor does a stateless POST's stream) */
+  if (!c->completed && c->stream && stream_unkept(c->stream)) now += c->stream->bytes;
   c->principal->unread_bytes = c->principal->unread_bytes - c->counted + now;
   c->counted = now;
 }
@@ -943,7 +972,7 @@ static void add_common_headers(hs_conn_t *c, struct MHD_Response *r) {
     tr_mhd.add_response_header(r, "Access-Control-Expose-Headers", "Mcp-Session-Id");
     tr_mhd.add_response_header(r, "Vary", "Origin");
   }
-  if (c->session && c->session->open && !c->session->legacy)
+  if (c->session && c->session->open && !c->session->legacy && !c->session->stateless)
     tr_mhd.add_response_header(r, "Mcp-Session-Id", c->session->id);
   if (c->h->shutting_down) tr_mhd.add_response_header(r, "Connection", "close");
 }
@@ -1094,8 +1123,8 @@ static void conn_fill(hs_conn_t *c, size_t want) {
       c->next_seq = ev->seq + 1;
       ev->sent = true;
       if (st->unsent_from <= ev->seq) st->unsent_from = ev->seq + 1;
-      if (st->kind == STREAM_LEGACY) {
-        /* HTTP+SSE has no resumption: nothing to keep. */
+      if (stream_unkept(st)) {
+        /* HTTP+SSE and the stateless revision have no resumption: nothing to keep. */
         event_remove(st, prev, ev);
         ev = next;
         continue;
@@ -1147,7 +1176,9 @@ static enum MHD_Result post_try_respond(hs_conn_t *c) {
       char *body = st->held;
       size_t len = st->held_len;
       st->held = NULL;
-      return respond_body(c, 200, "application/json", body, len);
+      unsigned status =
+          st->session && st->session->stateless ? tr_http_modern_status(body, len) : 200;
+      return respond_body(c, status, "application/json", body, len);
     }
     case MODE_SSE:
       return respond_sse(c);
@@ -1391,6 +1422,7 @@ static enum MHD_Result legacy_post(hs_conn_t *c) {
   tr_http_envelope_t env;
   tr_http_classify(c->body.data ? c->body.data : "", c->body.len, &env);
   c->req_id = steal_pointer(&env.id);
+  tr_http_envelope_release(&env);
   hs_session_t *s = lookup_session(c, sid, true, &ret);
   if (!s) return ret;
   conn_set_session(c, s);
@@ -1407,11 +1439,50 @@ static enum MHD_Result legacy_post(hs_conn_t *c) {
   return queue(c, 202, r);
 }
 
+static void json_unrefp(json_t **j) {
+  json_decref(*j);
+}
+
+/* A stateless POST (2026-07-28): H5, then the router on a stand-in session of its own,
+ * for c's principal; no Mcp-Session-Id is read, minted or echoed. */
+static enum MHD_Result stateless_post(hs_conn_t *c, json_t *meta_version) {
+  tr_http_t *h = c->h;
+  /* H5: the header must say what _meta says.  When _meta says nothing readable the router
+   * answers its -32602, which is the more telling error. */
+  const char *hv = header(c, "MCP-Protocol-Version");
+  if (meta_version &&
+      (!hv || strlen(json_string_value(meta_version)) != json_string_length(meta_version) ||
+       strcmp(hv, json_string_value(meta_version)) != 0)) {
+    cleanup_free char *msg =
+        hv ? xasprintf(
+                 "Header mismatch: MCP-Protocol-Version does not match "
+                 "_meta[\"io.modelcontextprotocol/protocolVersion\"]")
+           : xstrdup(
+                 "Header mismatch: MCP-Protocol-Version is required and must match "
+                 "_meta[\"io.modelcontextprotocol/protocolVersion\"]");
+    return respond_error(c, 400, -32020, msg, NULL, NULL);
+  }
+  hs_session_t *s = session_create_stateless(h, c->principal);
+  conn_set_session(c, s);
+  hs_stream_t *st = stream_new(s, STREAM_POST);
+  st->accept_json = c->accept_json;
+  st->accept_sse = c->accept_sse;
+  if (c->req_id) st->request_id = json_incref(c->req_id);
+  conn_attach(c, st);
+  c->dispatched = true;
+  h->cbs.on_stateless(h->data, c->principal->name, c->body.data, c->body.len, &st->sink);
+  cm_buf_release(&c->body);
+  cm_buf_init(&c->body, 0);
+  tr_sink_unref(&st->sink);
+  return post_try_respond(c);
+}
+
 static enum MHD_Result mcp_post(hs_conn_t *c) {
   tr_http_t *h = c->h;
   tr_http_envelope_t env;
   tr_http_classify(c->body.data ? c->body.data : "", c->body.len, &env);
   c->req_id = steal_pointer(&env.id);
+  json_t *meta_version __attribute__((cleanup(json_unrefp))) = steal_pointer(&env.meta_version);
   if (env.status == TR_HTTP_BODY_PARSE_ERROR)
     return respond_error(c, 400, -32700, env.why, NULL, NULL);
   if (env.status == TR_HTTP_BODY_INVALID) return respond_error(c, 400, -32600, env.why, NULL, NULL);
@@ -1428,6 +1499,17 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
   if (c->has_request && !(env.initialize && sid) && unread_over(c, &ret)) {
     /* (an initialize naming a session is answered below as ever: no new work) */
     return ret;
+  }
+  /* The era (docs/protocol-2026.md, section 2): a single request that claims the stateless
+   * revision in its _meta is served statelessly, session or not (an Mcp-Session-Id on it is
+   * ignored); so is one without a session that is not initialize, when it is
+   * server/discover or its MCP-Protocol-Version is none of the handshake era's (its _meta
+   * is then malformed: the router says how). */
+  if (h->cbs.on_stateless && !env.batch && env.requests == 1) {
+    const char *hv = header(c, "MCP-Protocol-Version");
+    bool modern = env.modern ||
+                  (!sid && !env.initialize && (env.discover || (hv && !version_supported(h, hv))));
+    if (modern) return stateless_post(c, meta_version);
   }
   if (env.initialize) {
     if (env.batch)
@@ -1677,6 +1759,13 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     h->conns = c->next;
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
+  /* A stateless POST whose answer is not out yet: its client gave up, which 2026-07-28 makes
+   * the request's cancellation (H7).  The router holds the stream (it is not finished). */
+  hs_stream_t *abandoned = c->session && c->session->stateless && c->stream &&
+                                   !c->stream->finished && c->stream->sink.refs > 0
+                               ? c->stream
+                               : NULL;
+  if (abandoned) tr_sink_ref(&abandoned->sink);
   conn_detach(c, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
   if (c->get_stream) {
     c->get_stream = false;
@@ -1688,7 +1777,14 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     s->conns--;
     s->last_active = cm_now_ms();
     if (c->legacy_stream) session_close(s); /* HTTP+SSE: the stream is the session */
+    /* A stateless POST is over: nothing of it stays (what the router sends later is dropped). */
+    if (s->stateless) session_close(s);
     session_unref(s);
+  }
+  if (abandoned) {
+    cm_debug("http: the client closed a stateless request's stream: cancelling the request");
+    tr_sink_peer_gone(&abandoned->sink);
+    tr_sink_unref(&abandoned->sink);
   }
   conn_unref(c);
 }

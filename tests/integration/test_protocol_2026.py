@@ -1,0 +1,385 @@
+"""Protocol revision 2026-07-28 (the stateless era) beside the handshake era, over stdio and
+Streamable HTTP (issue 18, docs/protocol-2026.md step 1): the era of each request, the
+envelope checks and their codes (and HTTP statuses), server/discover, resultType and
+serverInfo on results, tools and resources served statelessly, progress on the request's own
+stream, the stdio pinning rule, and tenancy: a modern request runs as its bearer token's
+principal, under its caps, and reaches nothing of another's.  Only 127.0.0.1 is contacted."""
+import json
+import os
+
+import pytest
+
+from conftest import processes_with_marker, wait_until
+from test_http import ACCEPT_BOTH, HttpServer, messages, sse_events, sse_events_from_bytes
+
+MODERN = "2026-07-28"
+HANDSHAKE = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
+PV = "io.modelcontextprotocol/protocolVersion"
+CAPS = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+ALICE = {"Authorization": "Bearer tok-alice-0123456789"}
+BOB = {"Authorization": "Bearer tok-bob-9876543210"}
+
+
+def meta(version=MODERN, **extra):
+    m = {PV: version, CAPS: {}, "io.modelcontextprotocol/clientInfo": {"name": "itest", "version": "0"}}
+    m.update(extra)
+    return m
+
+
+def modern_msg(req_id, method, params=None, version=MODERN, **extra):
+    p = dict(params or {})
+    p["_meta"] = {**meta(version), **extra}
+    return {"jsonrpc": "2.0", "id": req_id, "method": method, "params": p}
+
+
+def assert_modern_result(result):
+    assert result["resultType"] == "complete", result
+    info = result["_meta"][SERVER_INFO]
+    assert info["name"] == "mcp-python-exec-sandbox" and info["version"], info
+
+
+def check_discover(result):
+    assert_modern_result(result)
+    assert result["supportedVersions"] == [MODERN, *HANDSHAKE]
+    assert result["cacheScope"] == "private" and result["ttlMs"] >= 0
+    caps = result["capabilities"]
+    assert caps["tools"] == {"listChanged": False}
+    assert "subscribe" not in caps["resources"]  # removed in 2026-07-28
+    assert "prompts" not in caps  # the product has none: -32601
+
+
+# ================================================================ stdio
+
+@pytest.fixture
+def stdio(make_server):
+    return make_server()
+
+
+def modern(s, req_id, method, params=None, **extra):
+    s.send(modern_msg(req_id, method, params, **extra))
+    return s.recv_response(req_id, timeout=60)
+
+
+def test_stdio_discover_does_not_pin_and_initialize_pins_legacy(stdio):
+    r = modern(stdio, 1, "server/discover")
+    check_discover(r["result"])
+    # the probe left the process free: the handshake era as ever
+    res = stdio.initialize("2025-11-25")
+    assert res["protocolVersion"] == "2025-11-25"
+    assert "resultType" not in res
+    r = stdio.request("tools/list")
+    assert "resultType" not in r["result"] and "ttlMs" not in r["result"]
+    # pinned to the handshake era, a modern request is a method it does not know
+    r = modern(stdio, 2, "tools/list")
+    assert r["error"]["code"] == -32601 and r["id"] == 2, r
+    assert stdio.execute("print(6 * 7)")["structuredContent"]["stdout"] == "42\n"
+
+
+def test_stdio_a_modern_request_pins_modern(stdio):
+    r = modern(stdio, "a", "tools/list")
+    res = r["result"]
+    assert_modern_result(res)
+    assert {t["name"] for t in res["tools"]} >= {"execute_python", "validate_script", "check_environment"}
+    assert res["cacheScope"] == "private" and res["ttlMs"] >= 0
+    # initialize is gone for this process, and says what is served
+    r = stdio.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
+    assert r["error"]["code"] == -32601, r
+    assert MODERN in r["error"]["message"] and "2025-11-25" in r["error"]["message"]
+    # a request without the envelope is a modern request that lacks it
+    r = stdio.request("tools/list", {})
+    assert r["error"]["code"] == -32602, r
+    # discover still answers
+    check_discover(modern(stdio, "d", "server/discover")["result"])
+
+
+def test_stdio_envelope_checks(stdio):
+    """R1-R3, every answer with the request's own id."""
+    cases = [
+        ({}, -32602),                                            # no _meta
+        ({"_meta": "x"}, -32602),                                # not an object
+        ({"_meta": {CAPS: {}}}, -32602),                         # no version ... but no claim either
+        ({"_meta": {PV: MODERN}}, -32602),                       # no clientCapabilities
+        ({"_meta": {PV: 20260728, CAPS: {}}}, -32602),           # not a string
+        ({"_meta": {PV: MODERN, CAPS: []}}, -32602),             # not an object
+        ({"_meta": {PV: MODERN, CAPS: {}, "io.modelcontextprotocol/logLevel": "loud"}}, -32602),
+    ]
+    for i, (params, code) in enumerate(cases):
+        stdio.send({"jsonrpc": "2.0", "id": 100 + i, "method": "server/discover", "params": params})
+        r = stdio.recv_response(100 + i)
+        assert r["error"]["code"] == code, (params, r)
+    # clientInfo is optional
+    stdio.send({"jsonrpc": "2.0", "id": 200, "method": "server/discover",
+                "params": {"_meta": {PV: MODERN, CAPS: {}}}})
+    check_discover(stdio.recv_response(200)["result"])
+    r = modern(stdio, 201, "server/discover", version="v999.0.0")
+    assert r["id"] == 201 and r["error"]["code"] == -32022, r
+    assert r["error"]["data"]["requested"] == "v999.0.0"
+    assert r["error"]["data"]["supported"] == [MODERN, *HANDSHAKE]
+    for i, method in enumerate(["ping", "logging/setLevel", "resources/subscribe",
+                                "resources/unsubscribe", "prompts/list", "no/such"]):
+        r = modern(stdio, 300 + i, method)
+        assert r["id"] == 300 + i and r["error"]["code"] == -32601, (method, r)
+
+
+def test_stdio_execute_with_progress_and_cancel(stdio):
+    stdio.send(modern_msg(1, "tools/call", {"name": "execute_python", "arguments": {
+        "script": "print('hello', flush=True)"}}, progressToken="t1"))
+    r = stdio.recv_response(1, timeout=60)
+    res = r["result"]
+    assert_modern_result(res)
+    assert res["structuredContent"]["stdout"] == "hello\n"
+    prog = [n for n in stdio.notifications if n["method"] == "notifications/progress"]
+    assert prog and all(n["params"]["progressToken"] == "t1" for n in prog)
+    # no logLevel asked: no notifications/message at all
+    assert not [n for n in stdio.notifications if n["method"] == "notifications/message"]
+    # notifications/cancelled is still stdio's cancellation, and kills the script
+    stdio.send(modern_msg(2, "tools/call", {"name": "execute_python", "arguments": {
+        "script": "import time\nprint('MARK-2026', flush=True)\ntime.sleep(60)",
+        "timeout_seconds": 120}}, progressToken="t2"))
+    assert wait_until(lambda: any("MARK-2026" in n["params"].get("message", "")
+                                  for n in _drain(stdio) if n.get("method") == "notifications/progress"), 30)
+    stdio.notify("notifications/cancelled", {"requestId": 2, "reason": "test"})
+    r = modern(stdio, 3, "tools/list")  # the process goes on
+    assert "result" in r
+    assert 2 not in [m.get("id") for m in stdio.stray]
+
+
+def _drain(s):
+    out = []
+    try:
+        while True:
+            m = s.recv(timeout=0.2)
+            out.append(m)
+            if "id" in m and "method" not in m:
+                s.stray.append(m)
+    except Exception:
+        pass
+    return out
+
+
+# ================================================================ Streamable HTTP
+
+@pytest.fixture
+def make_http():
+    made = []
+
+    def make(*args, **kwargs):
+        s = HttpServer(*args, **kwargs)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        assert s.close() == 0
+
+
+@pytest.fixture
+def tokens(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("alice: tok-alice-0123456789\nbob: tok-bob-9876543210\n")
+    return str(path)
+
+
+def mpost(s, msg, version=MODERN, headers=None):
+    """A modern POST: no session, the version header as given (None: none)."""
+    hdrs = {"Mcp-Method": msg.get("method", "")}
+    if version is not None:
+        hdrs["MCP-Protocol-Version"] = version
+    hdrs.update(headers or {})
+    return s.post(msg, headers=hdrs)
+
+
+def answer(h, body, req_id):
+    if h.get("content-type", "").startswith("text/event-stream"):
+        msgs = [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == req_id]
+        assert msgs, body[:2000]
+        return msgs[0]
+    return json.loads(body)
+
+
+def test_http_served_without_a_session(make_http):
+    s = make_http()
+    st, h, body = mpost(s, modern_msg(1, "server/discover"))
+    assert st == 200, body
+    assert "mcp-session-id" not in h
+    check_discover(json.loads(body)["result"])
+    # an Mcp-Session-Id on a modern request is ignored (not even looked up)
+    st, h, body = mpost(s, modern_msg(2, "tools/list"),
+                        headers={"Mcp-Session-Id": "5d6b8a9e-0000-4000-8000-000000000000"})
+    assert st == 200 and "mcp-session-id" not in h, (st, body)
+    res = json.loads(body)["result"]
+    assert_modern_result(res)
+    assert res["cacheScope"] == "private"
+    st, _, body = mpost(s, modern_msg(3, "resources/list"))
+    res = json.loads(body)["result"]
+    assert st == 200 and res["resources"] == [] and res["ttlMs"] == 0
+    st, _, body = mpost(s, modern_msg(4, "resources/templates/list"))
+    assert st == 200 and json.loads(body)["result"]["resultType"] == "complete"
+    # the handshake era is untouched: a legacy request without a session is refused as ever
+    st, _, body = s.post({"jsonrpc": "2.0", "id": 5, "method": "tools/list"})
+    assert st == 400 and json.loads(body)["error"]["code"] == -32000
+    sid = s.initialize()
+    st, h, body = s.post({"jsonrpc": "2.0", "id": 6, "method": "tools/list"}, sid, version="2025-11-25")
+    assert st == 200 and h["mcp-session-id"] == sid
+    assert "resultType" not in json.loads(body)["result"]
+
+
+def test_http_status_codes(make_http):
+    """H4 and H5, each error with the request's id (R3)."""
+    s = make_http()
+
+    def check(msg, want_status, want_code, **kw):
+        st, _, body = mpost(s, msg, **kw)
+        j = json.loads(body)
+        assert (st, j["error"]["code"], j["id"]) == (want_status, want_code, msg["id"]), (msg, st, j)
+        return j
+
+    # R1: a malformed envelope (the header says 2026-07-28, the body does not)
+    check({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}, 400, -32602)
+    check({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {CAPS: {}}}}, 400, -32602)
+    check({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {PV: MODERN}}}, 400, -32602)
+    # R2: a version not served, header and body agreeing
+    j = check(modern_msg(4, "server/discover", version="v999.0.0"), 400, -32022, version="v999.0.0")
+    assert j["error"]["data"] == {"supported": [MODERN, *HANDSHAKE], "requested": "v999.0.0"}
+    # H5: the header must equal _meta's version, and must be there
+    check(modern_msg(5, "server/discover", version="v999.0.0"), 400, -32020)
+    check(modern_msg(6, "tools/list"), 400, -32020, version="2025-11-25")
+    check(modern_msg(7, "tools/list"), 400, -32020, version=None)
+    # R3: removed and unknown methods are 404 -32601; initialize claiming the revision too
+    for i, method in enumerate(["initialize", "ping", "logging/setLevel", "resources/subscribe",
+                                "resources/unsubscribe", "unknown/method"]):
+        check(modern_msg(10 + i, method), 404, -32601)
+    # a tool's own failure is a result (200); an unknown tool is invalid params
+    check(modern_msg(20, "tools/call", {"name": "no_such_tool", "arguments": {}}), 400, -32602)
+    # R7: resource not found is -32602 with data.uri in the modern era
+    j = check(modern_msg(21, "resources/read", {"uri": "sandbox://runs/nope/x.txt"}), 400, -32602)
+    assert j["error"]["data"]["uri"] == "sandbox://runs/nope/x.txt"
+
+
+def test_http_execute_with_progress_on_its_own_stream(make_http):
+    s = make_http()
+    msg = modern_msg(1, "tools/call", {"name": "execute_python", "arguments": {
+        "script": "import time\nfor i in range(3):\n    print('line', i, flush=True)\n    time.sleep(0.2)\n"}},
+        progressToken="p")
+    c = s.connect()
+    c.request("POST", "/mcp", json.dumps(msg).encode(),
+              {"Accept": ACCEPT_BOTH, "Content-Type": "application/json",
+               "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call"})
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
+    assert r.getheader("Mcp-Session-Id") is None
+    events = list(sse_events(r))
+    c.close()
+    assert all("id" not in e for e in events), events  # no resumption: no event ids
+    msgs = messages(events)
+    progress = [m for m in msgs if m.get("method") == "notifications/progress"]
+    assert progress and all(m["params"]["progressToken"] == "p" for m in progress)
+    final = [m for m in msgs if m.get("id") == 1]
+    assert len(final) == 1 and msgs[-1] is final[0]
+    assert_modern_result(final[0]["result"])
+    assert final[0]["result"]["structuredContent"]["stdout"] == "line 0\nline 1\nline 2\n"
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_http_closing_the_stream_cancels_the_call(make_http, streaming):
+    """H7: on 2026-07-28 closing the response stream is the cancellation (the handshake era's
+    lost connection is not, test_http.py's resumption tests); the script's tree dies."""
+    s = make_http()
+    marker = f"mps-h7-{os.getpid()}-{int(streaming)}"
+    script = ("import subprocess, sys, time\n"
+              f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300) # {marker}'])\n"
+              "print('started', flush=True)\ntime.sleep(300)\n")
+    extra = {"progressToken": "k"} if streaming else {}
+    msg = modern_msg(1, "tools/call", {"name": "execute_python",
+                                       "arguments": {"script": script, "timeout_seconds": 280}}, **extra)
+    c = s.connect()
+    c.request("POST", "/mcp", json.dumps(msg).encode(),
+              {"Accept": ACCEPT_BOTH, "Content-Type": "application/json",
+               "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call"})
+    if streaming:
+        r = c.getresponse()
+        assert r.status == 200
+        for ev in sse_events(r):  # lazily: the stream goes on
+            if ev.get("data") and json.loads(ev["data"]).get("method") == "notifications/progress":
+                break
+    assert wait_until(lambda: processes_with_marker(marker), 30)
+    c.sock.shutdown(2)
+    c.close()
+    assert wait_until(lambda: not processes_with_marker(marker), 30), processes_with_marker(marker)
+    # and the server goes on
+    st, _, body = mpost(s, modern_msg(2, "tools/list"))
+    assert st == 200, body
+
+
+WRITES_ARTIFACT = ("import os\nos.makedirs('outputs', exist_ok=True)\n"
+                   "open('outputs/secret.txt', 'w').write('alice only')\n")
+
+
+def test_http_modern_requests_are_tenants(make_http, tokens, tmp_path):
+    """A modern request runs as its token's principal: under its caps, owning what it makes,
+    and reaching nothing of another's; no session is minted for it, none outlives it."""
+    s = make_http("--auth-token-file", tokens, "--profile", "lan", "--no-warm-cache")
+    st, h, _ = mpost(s, modern_msg(1, "server/discover"))
+    assert st == 401 and "www-authenticate" in h  # the token comes first
+    call = modern_msg(2, "tools/call", {"name": "execute_python", "arguments": {"script": WRITES_ARTIFACT}})
+    st, h, body = mpost(s, call, headers=ALICE)
+    assert st == 200, body
+    res = answer(h, body, 2)["result"]
+    links = [c["uri"] if c["type"] == "resource_link" else c["resource"]["uri"]
+             for c in res["content"] if c["type"] in ("resource_link", "resource")]
+    assert links, res
+    uri = links[0]
+    # alice reads it statelessly, and through a legacy session of hers too
+    st, h, body = mpost(s, modern_msg(3, "resources/read", {"uri": uri}), headers=ALICE)
+    assert st == 200 and answer(h, body, 3)["result"]["contents"][0]["text"] == "alice only"
+    # bob neither sees nor reads it, in either era
+    st, h, body = mpost(s, modern_msg(4, "resources/list"), headers=BOB)
+    assert st == 200 and answer(h, body, 4)["result"]["resources"] == []
+    st, _, body = mpost(s, modern_msg(5, "resources/read", {"uri": uri}), headers=BOB)
+    assert st == 400 and json.loads(body)["error"]["code"] == -32602
+    bob = s.initialize(headers=BOB)
+    st, _, body = s.post({"jsonrpc": "2.0", "id": 6, "method": "resources/read", "params": {"uri": uri}},
+                         bob, headers=BOB, version="2025-11-25")
+    assert json.loads(body)["error"]["code"] == -32002
+    # nothing of alice's modern requests stayed: no session of hers exists
+    env = modern_msg(7, "tools/call", {"name": "check_environment", "arguments": {}})
+    st, h, body = mpost(s, env, headers=ALICE)
+    tenant = answer(h, body, 7)["result"]["structuredContent"]["tenant"]
+    assert tenant["http"]["sessions"] == 0, tenant
+
+    # --max-token-concurrent (4 in lan) holds across modern requests: each is no session
+    # of its own to hide behind
+    barrier = tmp_path / "go"
+    hold = (f"import os, time\nprint('held', flush=True)\n"
+            f"while not os.path.exists({str(barrier)!r}):\n    time.sleep(0.05)\n")
+    held = []
+    for i in range(4):
+        c = s.connect()
+        msg = modern_msg(100 + i, "tools/call", {"name": "execute_python",
+                                                 "arguments": {"script": hold, "timeout_seconds": 60}},
+                         progressToken=f"h{i}")
+        c.request("POST", "/mcp", json.dumps(msg).encode(),
+                  {"Accept": ACCEPT_BOTH, "Content-Type": "application/json",
+                   "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", **ALICE})
+        held.append((c, c.getresponse()))
+    assert all(r.status == 200 for _, r in held)
+
+    def alice_calls():
+        st, h, body = mpost(s, modern_msg(8, "tools/call", {"name": "check_environment", "arguments": {}}),
+                            headers=ALICE)
+        return answer(h, body, 8)["result"]["structuredContent"]["tenant"]["executions"]["calls"]
+    assert wait_until(lambda: alice_calls() == 4, 30)
+    st, h, body = mpost(s, modern_msg(9, "tools/call", {"name": "execute_python",
+                                                        "arguments": {"script": "print(1)"}}), headers=ALICE)
+    res = answer(h, body, 9)["result"]
+    assert res["isError"] and "--max-token-concurrent" in res["content"][0]["text"], res
+    # bob's share is his
+    st, h, body = mpost(s, modern_msg(10, "tools/call", {"name": "execute_python",
+                                                         "arguments": {"script": "print('bob')"}}), headers=BOB)
+    assert answer(h, body, 10)["result"]["structuredContent"]["stdout"] == "bob\n"
+    barrier.write_text("")
+    for c, r in held:
+        msgs = messages(sse_events(r))
+        assert any("result" in m for m in msgs), msgs
+        c.close()
+    assert wait_until(lambda: alice_calls() == 0, 30)
