@@ -18,6 +18,30 @@ void sbx_launch_release(sbx_launch_t *l) {
   sbx_launch_close_channel(l);
 }
 
+char *sbx_find_helper(const char *what, const char *env_var, const char *name, cm_error_t *err) {
+  const char *env = getenv(env_var);
+  if (env && *env) {
+    char *path = realpath(env, NULL);
+    if (!path) cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "%s %s (%s)", what, env, env_var);
+    return path;
+  }
+  cleanup_free char *self = realpath("/proc/self/exe", NULL);
+  if (!self) {
+    cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "realpath /proc/self/exe");
+    return NULL;
+  }
+  *strrchr(self, '/') = '\0';
+  const char *dirs[] = {"", "/../libexec/mcp-python-exec-sandbox"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(dirs); i++) {
+    cleanup_free char *c = xasprintf("%s%s/%s", self, dirs[i], name);
+    char *path = realpath(c, NULL);
+    if (path) return path;
+  }
+  cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s %s was not found next to %s (set %s)", what, name,
+               self, env_var);
+  return NULL;
+}
+
 int sbx_spec_check_common(const sbx_spec_t *spec, cm_error_t *err) {
   if (!spec->argv || !spec->argv[0] || spec->argv[0][0] != '/')
     return cm_error_set(err, 0, CM_ERR_INVALID, "the command must be an absolute path");

@@ -664,29 +664,9 @@ static int check_drop_helper(bwrap_priv_t *p, const char *path, cm_error_t *err)
 }
 
 static int find_drop_helper(bwrap_priv_t *p, cm_error_t *err) {
-  if (!p->drop_path) {
-    const char *env = getenv("MPS_SANDBOX_DROP");
-    if (env && *env) {
-      p->drop_path = realpath(env, NULL);
-      if (!p->drop_path)
-        return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "drop helper %s (MPS_SANDBOX_DROP)",
-                            env);
-    } else {
-      cleanup_free char *self = realpath("/proc/self/exe", NULL);
-      if (!self) return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "realpath /proc/self/exe");
-      *strrchr(self, '/') = '\0';
-      const char *candidates[] = {"/" BWRAP_DROP_NAME,
-                                  "/../libexec/mcp-python-exec-sandbox/" BWRAP_DROP_NAME};
-      for (size_t i = 0; i < CM_ARRAY_SIZE(candidates) && !p->drop_path; i++) {
-        cleanup_free char *c = xasprintf("%s%s", self, candidates[i]);
-        p->drop_path = realpath(c, NULL);
-      }
-      if (!p->drop_path)
-        return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
-                            "the drop helper %s was not found next to %s (set MPS_SANDBOX_DROP)",
-                            BWRAP_DROP_NAME, self);
-    }
-  }
+  if (!p->drop_path)
+    p->drop_path = sbx_find_helper("the drop helper", "MPS_SANDBOX_DROP", BWRAP_DROP_NAME, err);
+  if (!p->drop_path) return -1;
   return check_drop_helper(p, p->drop_path, err);
 }
 

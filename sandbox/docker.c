@@ -880,28 +880,8 @@ static void probe_version_done(sbx_probe_t *probe, const sbx_probe_result_t *r) 
  * ../libexec/mcp-python-exec-sandbox/). */
 static int find_drop(docker_priv_t *p, cm_error_t *err) {
   free(p->drop_path);
-  p->drop_path = NULL;
-  const char *env = getenv("MPS_CONTAINER_INIT");
-  if (env && *env) {
-    p->drop_path = realpath(env, NULL);
-    if (!p->drop_path)
-      return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "container init %s (MPS_CONTAINER_INIT)",
-                          env);
-  } else {
-    cleanup_free char *self = realpath("/proc/self/exe", NULL);
-    if (!self) return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "realpath /proc/self/exe");
-    *strrchr(self, '/') = '\0';
-    const char *candidates[] = {"/" DOCKER_DROP_NAME,
-                                "/../libexec/mcp-python-exec-sandbox/" DOCKER_DROP_NAME};
-    for (size_t i = 0; i < CM_ARRAY_SIZE(candidates) && !p->drop_path; i++) {
-      cleanup_free char *c = xasprintf("%s%s", self, candidates[i]);
-      p->drop_path = realpath(c, NULL);
-    }
-    if (!p->drop_path)
-      return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
-                          "the container init %s was not found next to %s (set MPS_CONTAINER_INIT)",
-                          DOCKER_DROP_NAME, self);
-  }
+  p->drop_path = sbx_find_helper("the container init", "MPS_CONTAINER_INIT", DOCKER_DROP_NAME, err);
+  if (!p->drop_path) return -1;
   if (!path_is_clean(p->drop_path) || access(p->drop_path, X_OK) < 0)
     return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "the container init %s is not usable",
                         p->drop_path);

@@ -7,6 +7,10 @@
  * (not a symlink), environment entries of the form NAME=value.  The caller has already
  * checked that spec->workdir is a clean absolute path by its own rules. */
 int sbx_spec_check_common(const sbx_spec_t *spec, cm_error_t *err);
+/* A helper program of ours (what, e.g. "the drop helper"): $env_var if set, else `name` next
+ * to the server's binary or in ../libexec/mcp-python-exec-sandbox/.  Returns its real path
+ * (allocated), or NULL with err set. */
+char *sbx_find_helper(const char *what, const char *env_var, const char *name, cm_error_t *err);
 
 /* See sbx_identity_new(): uid is valid when has_uid; slot is the backend's reservation
  * (-1: none to release). */
