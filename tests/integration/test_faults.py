@@ -34,7 +34,7 @@ import time
 import pytest
 
 from conftest import BACKEND, BINARY, Server, descendants, processes_with_marker, wait_until, work_left
-from test_http import ACCEPT_BOTH, LATEST, HttpServer, sse_events
+from test_http import ACCEPT_BOTH, LATEST, HttpServer, call_msg, sse_events
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 import wheelhouse  # noqa: E402
@@ -467,6 +467,11 @@ def test_a_stalled_sse_reader_costs_bounded_memory(tmp_path):
     srv = HttpServer("--sandbox-backend", BACKEND, "--prestart", "off", state_dir=str(tmp_path / "state"))
     try:
         sid = srv.initialize()
+        other = srv.initialize()
+        # One call first, so that the interpreter's probe is behind us: the only process of
+        # the server below is then the flood's, and its end is the end of the descendants.
+        st, _, b = srv.post(call_msg(9, "pass"), other, version=LATEST)
+        assert st == 200, b
         before = rss_kib(srv.proc.pid)
         raw = socket.create_connection(("127.0.0.1", srv.port))
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -478,7 +483,6 @@ def test_a_stalled_sse_reader_costs_bounded_memory(tmp_path):
                     b"\r\nMCP-Protocol-Version: " + LATEST.encode() +
                     b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         # While the flood runs (and is not read), another session is served.
-        other = srv.initialize()
         assert wait_until(lambda: descendants(srv.proc.pid), timeout=60)
         peak = 0
         served = 0
@@ -521,6 +525,10 @@ def test_a_stalled_stdio_reader_costs_bounded_memory(tmp_path):
               "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}})
         assert json.loads(proc.stdout.readline())["id"] == 0
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        # One call first, so that the interpreter's probe is behind us (see above).
+        send({"jsonrpc": "2.0", "id": 0, "method": "tools/call",
+              "params": {"name": "execute_python", "arguments": {"script": "pass"}}})
+        assert json.loads(proc.stdout.readline())["id"] == 0
         before = rss_kib(proc.pid)
         send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
               "params": {"name": "execute_python", "arguments": {"script": FLOOD.format(n=2048)},
