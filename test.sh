@@ -63,12 +63,27 @@ suite() {
   local dir=$1 name=$2
   echo "== $name: unit tests, sandbox tests and fuzz-corpus replays (ctest)"
   ctest --test-dir "$dir" --output-on-failure -j"$jobs" # check_layers_symbols: no call cycles
-  local backend
+  # The two backends' integration suites run side by side (each test waits on processes far
+  # more than it computes); each has its own pytest base directory and log, shown in turn.
+  local backend pids=() failed=0
   for backend in bwrap none; do
-    echo "== $name: integration tests (the real binary over stdio, sandbox backend $backend)"
+    local base="/tmp/mps-it-$backend.$$"
+    rm -rf "$base"
     MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration \
-      --ignore=tests/integration/test_container_real.py
+      --ignore=tests/integration/test_container_real.py --basetemp="$base" >"$dir/integration-$backend.log" 2>&1 &
+    pids+=($!)
   done
+  local i=0
+  for backend in bwrap none; do
+    local rc=0
+    wait "${pids[$i]}" || rc=$?
+    echo "== $name: integration tests (the real binary over stdio, sandbox backend $backend)"
+    cat "$dir/integration-$backend.log"
+    rm -rf "/tmp/mps-it-$backend.$$"
+    [ "$rc" = 0 ] || failed=1
+    i=$((i + 1))
+  done
+  [ "$failed" = 0 ] || return 1
   if [ -n "$MPS_TEST_CONTAINER_ENGINES" ]; then
     echo "== $name: the container backends on real engines ($MPS_TEST_CONTAINER_ENGINES)"
     MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration/test_container_real.py
