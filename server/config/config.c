@@ -30,226 +30,193 @@ typedef enum opt_kind {
   OPT_VERSION
 } opt_kind_t;
 
+/* One row per flag: the only place a default is written.  srv_config_defaults applies each
+ * `def` as if it were given on the command line, and --help prints the same text, so the
+ * two cannot disagree. */
 typedef struct opt_def {
   const char *name; /* without the leading "--" */
   opt_kind_t kind;
   size_t offset;
   const char *metavar;
+  const char *def; /* the default, in the flag's own syntax; NULL: unset (zero, false, none) */
   const char *help;
 } opt_def_t;
 
 #define OFF(field) offsetof(srv_config_t, field)
 
 static const opt_def_t options[] = {
-    {"python-version", OPT_STRING, OFF(python_version), "VERSION",
+    {"python-version", OPT_STRING, OFF(python_version), "VERSION", NULL,
      "default Python version for calls that do not choose one (e.g. 3.12)"},
-    {"python", OPT_STRING, OFF(python), "PATH", "default Python interpreter (an executable)"},
-    {"allow-python-downloads", OPT_BOOL_ON, OFF(allow_python_downloads), NULL,
+    {"python", OPT_STRING, OFF(python), "PATH", NULL, "default Python interpreter (an executable)"},
+    {"allow-python-downloads", OPT_BOOL_ON, OFF(allow_python_downloads), NULL, NULL,
      "let uv install a Python version that a call asks for and the machine lacks"},
-    {"python-dir", OPT_PATH_LIST, OFF(python_dirs), "DIR",
+    {"python-dir", OPT_PATH_LIST, OFF(python_dirs), "DIR", NULL,
      "also look for interpreters in DIR (repeatable; DIR, DIR/bin and DIR/<name>/bin)"},
-    {"sandbox-backend", OPT_STRING, OFF(sandbox_backend), "{native,docker,podman,none}",
-     "sandbox backend: native (bubblewrap, default on Linux), docker, podman, or none (no "
-     "isolation)"},
-    {"max-timeout", OPT_INT, OFF(max_timeout), "SECONDS",
-     "largest timeout a call may ask for (300)"},
-    {"default-timeout", OPT_INT, OFF(default_timeout), "SECONDS",
-     "timeout of calls that give none (30)"},
-    {"max-output-bytes", OPT_INT, OFF(max_output_bytes), "BYTES",
-     "output kept per stream in a result (102400)"},
-    {"warm-cache", OPT_BOOL_ON, OFF(warm_cache), NULL, "warm the package cache after start-up"},
-    {"no-warm-cache", OPT_BOOL_OFF, OFF(warm_cache), NULL, "do not warm the package cache"},
-    {"uv-path", OPT_STRING, OFF(uv_path), "PATH", "the uv executable (uv)"},
-    {"installer", OPT_STRING, OFF(installer), "{auto,uv,pip}",
-     "what installs dependencies: uv when found, else pip (auto)"},
-    {"index-url", OPT_STRING, OFF(index_url), "URL",
+    {"sandbox-backend", OPT_STRING, OFF(sandbox_backend), "{native,docker,podman,none}", "native",
+     "sandbox backend: native (bubblewrap), docker, podman, or none (no isolation)"},
+    {"max-timeout", OPT_INT, OFF(max_timeout), "SECONDS", "300",
+     "largest timeout a call may ask for"},
+    {"default-timeout", OPT_INT, OFF(default_timeout), "SECONDS", "30",
+     "timeout of calls that give none"},
+    {"max-output-bytes", OPT_INT, OFF(max_output_bytes), "BYTES", "102400",
+     "output kept per stream in a result"},
+    {"warm-cache", OPT_BOOL_ON, OFF(warm_cache), NULL, "true",
+     "warm the package cache after start-up"},
+    {"no-warm-cache", OPT_BOOL_OFF, OFF(warm_cache), NULL, NULL, "do not warm the package cache"},
+    {"uv-path", OPT_STRING, OFF(uv_path), "PATH", "uv", "the uv executable"},
+    {"installer", OPT_STRING, OFF(installer), "{auto,uv,pip}", "auto",
+     "what installs dependencies: uv when found, else pip"},
+    {"index-url", OPT_STRING, OFF(index_url), "URL", NULL,
      "package index for dependencies (the installer's default)"},
-    {"extra-index-url", OPT_LIST, OFF(extra_index_urls), "URL",
+    {"extra-index-url", OPT_LIST, OFF(extra_index_urls), "URL", NULL,
      "an extra package index (repeatable)"},
-    {"find-links", OPT_PATHS, OFF(find_links), "DIR|URL",
+    {"find-links", OPT_PATHS, OFF(find_links), "DIR|URL", NULL,
      "a local wheel directory or page of links (repeatable)"},
-    {"offline", OPT_BOOL_ON, OFF(offline), NULL,
+    {"offline", OPT_BOOL_ON, OFF(offline), NULL, NULL,
      "never reach an index: install only from --find-links and the cache"},
-    {"max-cache-bytes", OPT_SIZE, OFF(max_cache_bytes), "SIZE",
-     "environments kept, least recently used evicted beyond (10G)"},
-    {"max-cache-bytes-per-token", OPT_SIZE, OFF(max_cache_bytes_per_token), "SIZE",
-     "environments kept of one principal's builds; its own least recently used go first (0 = no "
-     "limit)"},
-    {"env-max-age-days", OPT_DAYS_MS, OFF(env_max_age_ms), "DAYS",
-     "re-resolve environments with unpinned requirements after (7)"},
-    {"build-timeout", OPT_SECONDS_MS, OFF(build_timeout_ms), "SECONDS",
-     "limit for building one environment (900)"},
-    {"max-build-bytes", OPT_SIZE, OFF(max_build_bytes), "SIZE",
-     "all one environment build may write: environment, downloads, caches, temporary files (4G)"},
-    {"state-dir", OPT_STRING, OFF(state_dir), "DIR",
+    {"max-cache-bytes", OPT_SIZE, OFF(max_cache_bytes), "SIZE", "10G",
+     "environments kept, least recently used evicted beyond"},
+    {"max-cache-bytes-per-token", OPT_SIZE, OFF(max_cache_bytes_per_token), "SIZE", "0",
+     "environments kept of one principal's builds; its own least recently used go first; 0 = no "
+     "limit"},
+    {"env-max-age-days", OPT_DAYS_MS, OFF(env_max_age_ms), "DAYS", "7",
+     "re-resolve environments with unpinned requirements after"},
+    {"build-timeout", OPT_SECONDS_MS, OFF(build_timeout_ms), "SECONDS", "900",
+     "limit for building one environment"},
+    {"max-build-bytes", OPT_SIZE, OFF(max_build_bytes), "SIZE", "4G",
+     "all one environment build may write: environment, downloads, caches, temporary files"},
+    {"state-dir", OPT_STRING, OFF(state_dir), "DIR", NULL,
      "state directory (default $XDG_CACHE_HOME/mcp-python-exec-sandbox)"},
-    {"transport", OPT_STRING, OFF(transport), "{stdio,http}",
-     "transport: stdio, or Streamable HTTP (stdio)"},
-    {"host", OPT_STRING, OFF(host), "ADDRESS", "HTTP: address to listen on (127.0.0.1)"},
-    {"port", OPT_INT, OFF(port), "PORT", "HTTP: port to listen on (8765)"},
-    {"path", OPT_STRING, OFF(path), "PATH", "HTTP: the MCP endpoint's path (/mcp)"},
-    {"allowed-hosts", OPT_STRING, OFF(allowed_hosts), "NAMES",
+    {"transport", OPT_STRING, OFF(transport), "{stdio,http}", "stdio",
+     "transport: stdio, or Streamable HTTP"},
+    {"host", OPT_STRING, OFF(host), "ADDRESS", "127.0.0.1", "HTTP: address to listen on"},
+    {"port", OPT_INT, OFF(port), "PORT", "8765", "HTTP: port to listen on"},
+    {"path", OPT_STRING, OFF(path), "PATH", "/mcp", "HTTP: the MCP endpoint's path"},
+    {"allowed-hosts", OPT_STRING, OFF(allowed_hosts), "NAMES", NULL,
      "HTTP: extra Host header names to accept (comma-separated)"},
-    {"allowed-origins", OPT_STRING, OFF(allowed_origins), "ORIGINS",
+    {"allowed-origins", OPT_STRING, OFF(allowed_origins), "ORIGINS", NULL,
      "HTTP: extra Origins to accept (comma-separated)"},
-    {"auth-token-file", OPT_STRING, OFF(auth_token_file), "FILE",
+    {"auth-token-file", OPT_STRING, OFF(auth_token_file), "FILE", NULL,
      "HTTP: bearer tokens, one per line ([name:]token)"},
-    {"allow-insecure-remote", OPT_BOOL_ON, OFF(allow_insecure_remote), NULL,
+    {"allow-insecure-remote", OPT_BOOL_ON, OFF(allow_insecure_remote), NULL, NULL,
      "HTTP: allow a non-loopback address without tokens"},
-    {"tls-cert", OPT_STRING, OFF(tls_cert), "FILE", "HTTP: TLS certificate (PEM)"},
-    {"tls-key", OPT_STRING, OFF(tls_key), "FILE", "HTTP: TLS private key (PEM)"},
-    {"tls-self-signed", OPT_BOOL_ON, OFF(tls_self_signed), NULL,
+    {"tls-cert", OPT_STRING, OFF(tls_cert), "FILE", NULL, "HTTP: TLS certificate (PEM)"},
+    {"tls-key", OPT_STRING, OFF(tls_key), "FILE", NULL, "HTTP: TLS private key (PEM)"},
+    {"tls-self-signed", OPT_BOOL_ON, OFF(tls_self_signed), NULL, NULL,
      "HTTP: serve TLS with a self-signed certificate kept in the state directory"},
-    {"max-sessions", OPT_INT, OFF(max_sessions), "N", "HTTP: sessions at once (256)"},
-    {"session-idle-seconds", OPT_SECONDS_MS, OFF(session_idle_ms), "SECONDS",
-     "HTTP: idle session expiry (1800)"},
-    {"max-connections", OPT_INT, OFF(max_connections), "N", "HTTP: connections at once (512)"},
-    {"network", OPT_NETWORK, OFF(network), "{on,off,host}",
+    {"max-sessions", OPT_INT, OFF(max_sessions), "N", "256", "HTTP: sessions at once"},
+    {"session-idle-seconds", OPT_SECONDS_MS, OFF(session_idle_ms), "SECONDS", "1800",
+     "HTTP: idle session expiry"},
+    {"max-connections", OPT_INT, OFF(max_connections), "N", "512", "HTTP: connections at once"},
+    {"network", OPT_NETWORK, OFF(network), "{on,off,host}", "on",
      "scripts' network: on (the public internet through the server's egress proxy, from a network "
-     "namespace of their own), off, or host (the host's own network, no policy: unsafe) (on)"},
-    {"network-allow", OPT_LIST, OFF(network_allow), "RULE",
+     "namespace of their own), off, or host (the host's own network, no policy: unsafe)"},
+    {"network-allow", OPT_LIST, OFF(network_allow), "RULE", NULL,
      "also allow a destination: host, *.suffix, address or prefix, with an optional :port; opens "
      "denied ranges, e.g. 127.0.0.1:8080 (repeatable)"},
-    {"network-deny", OPT_LIST, OFF(network_deny), "RULE",
+    {"network-deny", OPT_LIST, OFF(network_deny), "RULE", NULL,
      "deny a destination (wins over every allow rule; repeatable)"},
-    {"build-network-allow", OPT_LIST, OFF(build_network_allow), "RULE",
+    {"build-network-allow", OPT_LIST, OFF(build_network_allow), "RULE", NULL,
      "let dependency builds reach a destination besides the index hosts (repeatable)"},
-    {"dns-server", OPT_LIST, OFF(dns_servers), "ADDR[:PORT]",
+    {"dns-server", OPT_LIST, OFF(dns_servers), "ADDR[:PORT]", NULL,
      "the egress proxy's resolver (repeatable; default: the host's resolv.conf)"},
-    {"network-max-connections", OPT_INT, OFF(network_max_connections), "N",
-     "egress connections one run may have open at once; more wait (64)"},
-    {"network-max-total-connections", OPT_INT, OFF(network_max_total_connections), "N",
-     "egress connections one run may open in all; more are refused (4096)"},
-    {"network-rate", OPT_SIZE, OFF(network_rate), "SIZE",
-     "egress bandwidth per run in bytes per second, both ways together, e.g. 10M; 0 = no cap (0)"},
-    {"max-sessions-per-token", OPT_INT, OFF(max_sessions_per_token), "N",
-     "HTTP: sessions one bearer token may have open (0 = no limit)"},
-    {"max-streams-per-token", OPT_INT, OFF(max_streams_per_token), "N",
-     "HTTP: GET streams one bearer token may have open (0 = no limit)"},
-    {"max-replay-bytes-per-session", OPT_SIZE, OFF(max_replay_bytes_per_session), "SIZE",
-     "HTTP: events one session keeps for resumption (16M)"},
-    {"max-replay-bytes", OPT_SIZE, OFF(max_replay_bytes), "SIZE",
-     "HTTP: events all sessions keep for resumption (128M)"},
-    {"max-unread-bytes-per-token", OPT_SIZE, OFF(max_unread_bytes_per_token), "SIZE",
-     "HTTP: answers one bearer token's clients have yet to read; past it its requests get 429 "
-     "(256M)"},
-    {"loopback-origins", OPT_STRING, OFF(loopback_origins), "{auto,on,off}",
-     "HTTP: accept Origins on loopback names (local web clients on any port); auto = when "
-     "bound to loopback (auto)"},
-    {"kill-grace-seconds", OPT_SECONDS_MS, OFF(kill_grace_ms), "SECONDS",
-     "time between SIGTERM and SIGKILL on timeout or cancellation (2)"},
-    {"memory-limit", OPT_SIZE, OFF(memory_bytes), "SIZE",
-     "address-space limit per script, 0 = none (2G)"},
-    {"cpu-limit", OPT_INT, OFF(cpu_seconds), "SECONDS", "CPU time limit per script, 0 = none (0)"},
-    {"max-processes", OPT_INT, OFF(max_processes), "N", "processes per script, 0 = none (256)"},
-    {"cpus", OPT_CPUS, OFF(cpu_millis), "N",
-     "CPU bandwidth per script, e.g. 0.5 or 2 (cgroup cpu.max, docker --cpus); 0 = no cap (0)"},
-    {"prestart", OPT_ONOFF, OFF(prestart), "{on,off}",
-     "keep sandboxes set up for the next call: the commonest shape and the last other one (on)"},
-    {"cgroup", OPT_STRING, OFF(cgroup), "{auto,off,DIR}",
+    {"network-max-connections", OPT_INT, OFF(network_max_connections), "N", "64",
+     "egress connections one run may have open at once; more wait"},
+    {"network-max-total-connections", OPT_INT, OFF(network_max_total_connections), "N", "4096",
+     "egress connections one run may open in all; more are refused"},
+    {"network-rate", OPT_SIZE, OFF(network_rate), "SIZE", "0",
+     "egress bandwidth per run in bytes per second, both ways together, e.g. 10M; 0 = no cap"},
+    {"max-sessions-per-token", OPT_INT, OFF(max_sessions_per_token), "N", "0",
+     "HTTP: sessions one bearer token may have open; 0 = no limit"},
+    {"max-streams-per-token", OPT_INT, OFF(max_streams_per_token), "N", "0",
+     "HTTP: GET streams one bearer token may have open; 0 = no limit"},
+    {"max-replay-bytes-per-session", OPT_SIZE, OFF(max_replay_bytes_per_session), "SIZE", "16M",
+     "HTTP: events one session keeps for resumption"},
+    {"max-replay-bytes", OPT_SIZE, OFF(max_replay_bytes), "SIZE", "128M",
+     "HTTP: events all sessions keep for resumption"},
+    {"max-unread-bytes-per-token", OPT_SIZE, OFF(max_unread_bytes_per_token), "SIZE", "256M",
+     "HTTP: answers one bearer token's clients have yet to read; past it its requests get 429"},
+    {"loopback-origins", OPT_STRING, OFF(loopback_origins), "{auto,on,off}", "auto",
+     "HTTP: accept Origins on loopback names (local web clients on any port); auto = when bound to "
+     "loopback"},
+    {"kill-grace-seconds", OPT_SECONDS_MS, OFF(kill_grace_ms), "SECONDS", "2",
+     "time between SIGTERM and SIGKILL on timeout or cancellation"},
+    {"memory-limit", OPT_SIZE, OFF(memory_bytes), "SIZE", "2G",
+     "address-space limit per script, 0 = none"},
+    {"cpu-limit", OPT_INT, OFF(cpu_seconds), "SECONDS", "0", "CPU time limit per script, 0 = none"},
+    {"max-processes", OPT_INT, OFF(max_processes), "N", "256", "processes per script, 0 = none"},
+    {"cpus", OPT_CPUS, OFF(cpu_millis), "N", "0",
+     "CPU bandwidth per script, e.g. 0.5 or 2 (cgroup cpu.max, docker --cpus); 0 = no cap"},
+    {"prestart", OPT_ONOFF, OFF(prestart), "{on,off}", "on",
+     "keep sandboxes set up for the next call: the commonest shape and the last other one"},
+    {"cgroup", OPT_STRING, OFF(cgroup), "{auto,off,DIR}", "auto",
      "cgroups for runs: auto (a delegated cgroup v2, else cgroup v1), off, or a delegated cgroup "
-     "v2 DIR (auto)"},
-    {"max-file-size", OPT_SIZE, OFF(file_size_bytes), "SIZE",
-     "largest file a script may write (1G)"},
-    {"max-open-files", OPT_INT, OFF(open_files), "N", "open files per process (1024)"},
-    {"tmp-size", OPT_SIZE, OFF(tmp_bytes), "SIZE", "size of the sandbox's /tmp (512M)"},
-    {"work-size", OPT_SIZE, OFF(work_bytes), "SIZE",
-     "size of a run's work directory, a tmpfs when the server runs as root; 0 = uncapped (1G)"},
-    {"max-message-bytes", OPT_SIZE, OFF(max_message_bytes), "SIZE",
-     "largest JSON-RPC message (16M)"},
-    {"max-script-bytes", OPT_SIZE, OFF(max_script_bytes), "SIZE", "largest script (4M)"},
-    {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "scripts running at once; more wait (8)"},
-    {"max-starting", OPT_INT, OFF(max_starting), "N",
+     "v2 DIR"},
+    {"max-file-size", OPT_SIZE, OFF(file_size_bytes), "SIZE", "1G",
+     "largest file a script may write"},
+    {"max-open-files", OPT_INT, OFF(open_files), "N", "1024", "open files per process"},
+    {"tmp-size", OPT_SIZE, OFF(tmp_bytes), "SIZE", "512M", "size of the sandbox's /tmp"},
+    {"work-size", OPT_SIZE, OFF(work_bytes), "SIZE", "1G",
+     "size of a run's work directory, a tmpfs when the server runs as root; 0 = uncapped"},
+    {"max-message-bytes", OPT_SIZE, OFF(max_message_bytes), "SIZE", "16M",
+     "largest JSON-RPC message"},
+    {"max-script-bytes", OPT_SIZE, OFF(max_script_bytes), "SIZE", "4M", "largest script"},
+    {"max-concurrent", OPT_INT, OFF(max_concurrent), "N", "8",
+     "scripts running at once; more wait"},
+    {"max-starting", OPT_INT, OFF(max_starting), "N", "0",
      "of those, scripts in their first 100 ms (sandbox set-up and interpreter start-up) at once; "
-     "more wait; 0 = one per CPU (0)"},
-    {"max-session-concurrent", OPT_INT, OFF(max_session_concurrent), "N",
-     "executions one session may have running or waiting; more are refused (0 = no limit)"},
-    {"max-token-concurrent", OPT_INT, OFF(max_token_concurrent), "N",
+     "more wait; 0 = one per CPU"},
+    {"max-session-concurrent", OPT_INT, OFF(max_session_concurrent), "N", "0",
+     "executions one session may have running or waiting; more are refused; 0 = no limit"},
+    {"max-token-concurrent", OPT_INT, OFF(max_token_concurrent), "N", "0",
      "executions one principal (a bearer token; the stdio client) may have running or waiting; "
-     "more are refused (0 = no limit)"},
-    {"max-token-running", OPT_INT, OFF(max_token_running), "N",
-     "of those, executions one principal may have running at once; the rest wait, admitted "
-     "in turn across principals (0 = no limit)"},
-    {"max-input-files", OPT_INT, OFF(max_input_files), "N",
-     "input files a call may pass in 'files' (100)"},
-    {"max-input-file-bytes", OPT_SIZE, OFF(max_input_file_bytes), "SIZE",
-     "largest input file, decoded (8M)"},
-    {"max-input-bytes", OPT_SIZE, OFF(max_input_bytes), "SIZE",
-     "all input files of a call together (12M)"},
-    {"max-output-files", OPT_INT, OFF(max_output_files), "N",
-     "entries collected from outputs/ per run (100)"},
-    {"max-artifact-bytes", OPT_SIZE, OFF(max_artifact_bytes), "SIZE",
-     "output file bytes kept per run (64M)"},
-    {"max-artifact-store-bytes", OPT_SIZE, OFF(max_artifact_store_bytes), "SIZE",
-     "output file bytes kept for all runs; the oldest go first (1G)"},
-    {"max-artifact-bytes-per-token", OPT_SIZE, OFF(max_artifact_bytes_per_token), "SIZE",
-     "output file bytes kept for one principal; its oldest runs go first (0 = no limit)"},
-    {"max-inline-bytes", OPT_SIZE, OFF(max_inline_bytes), "SIZE",
-     "largest image returned inline (1M)"},
-    {"max-inline-text-bytes", OPT_SIZE, OFF(max_inline_text_bytes), "SIZE",
-     "largest text file embedded (32K)"},
-    {"artifact-ttl", OPT_SECONDS_MS, OFF(artifact_ttl_ms), "SECONDS",
-     "how long output files stay readable with resources/read (3600)"},
-    {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}",
-     "stderr log level (info)"},
-    {"profile", OPT_STRING, OFF(profile), "NAME|FILE",
+     "more are refused; 0 = no limit"},
+    {"max-token-running", OPT_INT, OFF(max_token_running), "N", "0",
+     "of those, executions one principal may have running at once; the rest wait, admitted in turn "
+     "across principals; 0 = no limit"},
+    {"max-input-files", OPT_INT, OFF(max_input_files), "N", "100",
+     "input files a call may pass in 'files'"},
+    {"max-input-file-bytes", OPT_SIZE, OFF(max_input_file_bytes), "SIZE", "8M",
+     "largest input file, decoded"},
+    {"max-input-bytes", OPT_SIZE, OFF(max_input_bytes), "SIZE", "12M",
+     "all input files of a call together"},
+    {"max-output-files", OPT_INT, OFF(max_output_files), "N", "100",
+     "entries collected from outputs/ per run"},
+    {"max-artifact-bytes", OPT_SIZE, OFF(max_artifact_bytes), "SIZE", "64M",
+     "output file bytes kept per run"},
+    {"max-artifact-store-bytes", OPT_SIZE, OFF(max_artifact_store_bytes), "SIZE", "1G",
+     "output file bytes kept for all runs; the oldest go first"},
+    {"max-artifact-bytes-per-token", OPT_SIZE, OFF(max_artifact_bytes_per_token), "SIZE", "0",
+     "output file bytes kept for one principal; its oldest runs go first; 0 = no limit"},
+    {"max-inline-bytes", OPT_SIZE, OFF(max_inline_bytes), "SIZE", "1M",
+     "largest image returned inline"},
+    {"max-inline-text-bytes", OPT_SIZE, OFF(max_inline_text_bytes), "SIZE", "32K",
+     "largest text file embedded"},
+    {"artifact-ttl", OPT_SECONDS_MS, OFF(artifact_ttl_ms), "SECONDS", "3600",
+     "how long output files stay readable with resources/read"},
+    {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}", "info",
+     "stderr log level"},
+    {"profile", OPT_STRING, OFF(profile), "NAME|FILE", NULL,
      "a sandbox profile: default, offline, lan (profiles/NAME.toml) or a TOML file; flags override "
      "it"},
-    {"help", OPT_HELP, 0, NULL, "show this help and exit"},
-    {"version", OPT_VERSION, 0, NULL, "show the version and exit"},
+    {"help", OPT_HELP, 0, NULL, NULL, "show this help and exit"},
+    {"version", OPT_VERSION, 0, NULL, NULL, "show the version and exit"},
 };
+
+static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const char *origin,
+                 cm_error_t *err);
 
 void srv_config_defaults(srv_config_t *c) {
   memset(c, 0, sizeof *c);
-  c->python_version = NULL;
-  c->sandbox_backend = xstrdup("native");
-  c->max_timeout = 300;
-  c->default_timeout = 30;
-  c->max_output_bytes = 102400;
-  c->warm_cache = true;
-  c->uv_path = xstrdup("uv");
-  c->transport = xstrdup("stdio");
-  c->network = true;
-  c->network_max_connections = 64;
-  c->network_max_total_connections = 4096;
-  c->kill_grace_ms = 2000;
-  c->memory_bytes = 2ull << 30;
-  c->cpu_seconds = 0;
-  c->max_processes = 256;
-  c->cgroup = xstrdup("auto");
-  c->prestart = true;
-  c->file_size_bytes = 1ull << 30;
-  c->open_files = 1024;
-  c->tmp_bytes = 512ull << 20;
-  c->work_bytes = 1ull << 30;
-  c->max_message_bytes = 16ull << 20;
-  c->max_script_bytes = 4ull << 20;
-  c->max_concurrent = 8;
-  c->max_input_files = 100;
-  c->max_input_file_bytes = 8ull << 20;
-  c->max_input_bytes = 12ull << 20;
-  c->max_output_files = 100;
-  c->max_artifact_bytes = 64ull << 20;
-  c->max_artifact_store_bytes = 1ull << 30;
-  c->max_inline_bytes = 1ull << 20;
-  c->max_inline_text_bytes = 32ull << 10;
-  c->artifact_ttl_ms = 3600ull * 1000;
-  c->log_level = CM_LOG_INFO;
-  c->installer = xstrdup("auto");
-  c->max_cache_bytes = 10ull << 30;
-  c->env_max_age_ms = 7ull * 86400 * 1000;
-  c->build_timeout_ms = 900ull * 1000;
-  c->max_build_bytes = 4ull << 30;
-  c->host = xstrdup("127.0.0.1");
-  c->port = 8765;
-  c->path = xstrdup("/mcp");
-  c->max_sessions = 256;
-  c->session_idle_ms = 1800ull * 1000;
-  c->max_connections = 512;
-  c->max_replay_bytes_per_session = 16ull << 20;
-  c->max_replay_bytes = 128ull << 20;
-  c->max_unread_bytes_per_token = 256ull << 20;
-  c->loopback_origins = xstrdup("auto");
+  for (size_t i = 0; i < CM_ARRAY_SIZE(options); i++) {
+    if (!options[i].def) continue;
+    cm_error_t err = CM_ERROR_INIT;
+    if (apply(c, &options[i], options[i].def, " (a built-in default)", &err) < 0) {
+      /* The table is ours: a default its own flag refuses is a bug, caught by every test. */
+      cm_err("%s", cm_error_message(&err));
+      abort();
+    }
+  }
 }
 
 void srv_config_release(srv_config_t *c) {
@@ -342,6 +309,11 @@ static int parse_cpus(const char *s, uint64_t *out) {
   return *out <= 4096 * 1000 ? 0 : -1;
 }
 
+static bool takes_value(const opt_def_t *o) {
+  return o->kind != OPT_BOOL_ON && o->kind != OPT_BOOL_OFF && o->kind != OPT_HELP &&
+         o->kind != OPT_VERSION;
+}
+
 static void print_help(void) {
   printf(
       "usage: %s [options]\n\nAn MCP server that runs Python scripts in a sandbox.\n\noptions:\n",
@@ -350,7 +322,12 @@ static void print_help(void) {
     char left[64];
     snprintf(left, sizeof left, "--%s%s%s", options[i].name, options[i].metavar ? " " : "",
              options[i].metavar ? options[i].metavar : "");
-    printf("  %-36s %s\n", left, options[i].help);
+    if (!options[i].def)
+      printf("  %-36s %s\n", left, options[i].help);
+    else if (takes_value(&options[i]))
+      printf("  %-36s %s (%s)\n", left, options[i].help, options[i].def);
+    else
+      printf("  %-36s %s (the default)\n", left, options[i].help);
   }
   printf(
       "\nEvery flag can also be set as MCP_PY_SANDBOX_<FLAG> (e.g. "
@@ -486,11 +463,6 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
     default:
       return 0;
   }
-}
-
-static bool takes_value(const opt_def_t *o) {
-  return o->kind != OPT_BOOL_ON && o->kind != OPT_BOOL_OFF && o->kind != OPT_HELP &&
-         o->kind != OPT_VERSION;
 }
 
 static const opt_def_t *find_option(const char *name, size_t len) {

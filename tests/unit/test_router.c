@@ -172,6 +172,60 @@ static void test_config(void **state) {
   srv_config_release(&c);
 }
 
+/* --help prints each default from the table the config is made from: every "(X)" it shows
+ * for a flag that takes a value is accepted by that flag, and a few are what the config
+ * holds. */
+static void test_config_help_defaults(void **state) {
+  FILE *out = tmpfile();
+  assert_non_null(out);
+  fflush(stdout);
+  int saved = dup(STDOUT_FILENO);
+  assert_true(saved >= 0);
+  assert_true(dup2(fileno(out), STDOUT_FILENO) >= 0);
+  srv_config_t c;
+  srv_config_defaults(&c);
+  cm_error_t err = CM_ERROR_INIT;
+  char *help_argv[] = {"x", "--help", NULL};
+  int rc = srv_config_parse(&c, 2, help_argv, &err);
+  fflush(stdout);
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  assert_int_equal(rc, 1);
+  rewind(out);
+  char line[1024];
+  size_t checked = 0;
+  bool saw_timeout = false, saw_cache = false, saw_warm = false, saw_log = false;
+  while (fgets(line, sizeof line, out)) {
+    line[strcspn(line, "\n")] = '\0';
+    char flag[128], meta[128];
+    if (sscanf(line, " --%127s %127s", flag, meta) != 2 || meta[0] == '\0') continue;
+    size_t n = strlen(line);
+    char *open = strrchr(line, '(');
+    if (n == 0 || line[n - 1] != ')' || !open) continue;
+    cleanup_free char *def = xstrndup(open + 1, (size_t)(line + n - 1 - (open + 1)));
+    if (!strcmp(flag, "warm-cache")) saw_warm = !strcmp(def, "the default");
+    if (strchr(def, ' ')) continue; /* a flag without a value, or a note */
+    if (!strcmp(flag, "max-timeout")) saw_timeout = !strcmp(def, "300") && c.max_timeout == 300;
+    if (!strcmp(flag, "max-cache-bytes"))
+      saw_cache = !strcmp(def, "10G") && c.max_cache_bytes == 10ull << 30;
+    if (!strcmp(flag, "log-level")) saw_log = !strcmp(def, "info") && c.log_level == CM_LOG_INFO;
+    srv_config_t d;
+    srv_config_defaults(&d);
+    cleanup_free char *arg = xasprintf("--%s=%s", flag, def);
+    char *argv[] = {"x", arg, NULL};
+    if (srv_config_parse(&d, 2, argv, &err) != 0) fail_msg("%s: %s", arg, cm_error_message(&err));
+    srv_config_release(&d);
+    checked++;
+  }
+  fclose(out);
+  assert_true(checked > 50);
+  assert_true(saw_timeout);
+  assert_true(saw_cache);
+  assert_true(saw_warm && c.warm_cache);
+  assert_true(saw_log);
+  srv_config_release(&c);
+}
+
 /* Repeatable flags are string vectors: each value as given (a --find-links path may hold
  * spaces), --python-dir values split at ':'; a rule or URL with a space is still refused. */
 static void test_config_lists(void **state) {
@@ -533,6 +587,7 @@ int main(void) {
       cmocka_unit_test(test_format),
       cmocka_unit_test(test_config),
       cmocka_unit_test(test_config_lists),
+      cmocka_unit_test(test_config_help_defaults),
       cmocka_unit_test_setup_teardown(test_router_lifecycle, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_dispatch, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_calls, router_setup, router_teardown),
