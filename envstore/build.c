@@ -23,10 +23,10 @@ static void flush_answers(void *data) {
     env_waiter_t *w = s->answers;
     s->answers = w->next;
     if (!w->cancelled)
-      w->cb(w->data, w->hit, w->hit ? NULL : w->error);
+      w->cb(w->data, w->hit, w->hit ? NULL : &w->error);
     else
       env_release(w->hit);
-    free(w->error);
+    cm_error_release(&w->error);
     free(w->owner);
     free(w);
   }
@@ -34,15 +34,18 @@ static void flush_answers(void *data) {
 
 /* Every answer goes through here and reaches its callback from the loop, never from inside
  * the call that produced it (env_store_ensure keeps its promise whatever path answers). */
-static void answer(env_waiter_t *w, env_handle_t *env, const char *error) {
+static void answer(env_waiter_t *w, env_handle_t *env, cm_error_kind_t kind, const char *error) {
   env_store_t *s = w->store;
   w->build = NULL;
   w->hit = env;
   /* Valid UTF-8 whatever the build made: an error may name its files (a JSON string of
    * anything else would leave the call without an answer). */
   if (!error) error = "The environment could not be built.";
-  size_t n;
-  w->error = env ? NULL : cm_utf8_sanitize(error, strlen(error), &n);
+  if (!env) {
+    size_t n;
+    cleanup_free char *clean = cm_utf8_sanitize(error, strlen(error), &n);
+    cm_error_set(&w->error, 0, kind, "%s", clean);
+  }
   w->next = NULL;
   env_waiter_t **p = &s->answers;
   while (*p) p = &(*p)->next;
@@ -93,14 +96,15 @@ void env_build_free(env_build_t *b) {
   free(b);
 }
 
-/* Ends the build with an error for every waiter. */
-static void build_fail(env_build_t *b, const char *error) {
+/* Ends the build with an error for every waiter: kind says what failed (CM_ERR_LIMIT: a
+ * bound of the build; CM_ERR_UNAVAILABLE: the installer; CM_ERR_IO: the store's disk). */
+static void build_fail(env_build_t *b, cm_error_kind_t kind, const char *error) {
   env_waiter_t *w = b->waiters;
   b->waiters = NULL;
   env_build_free(b);
   while (w) {
     env_waiter_t *next = w->next;
-    answer(w, NULL, error);
+    answer(w, NULL, kind, error);
     w = next;
   }
 }
@@ -119,7 +123,7 @@ static void build_ready(env_build_t *b, bool cached) {
   while (w) {
     env_waiter_t *next = w->next;
     env_handle_t *h = shared ? env_handle_open(s, key, pinned, cached) : NULL;
-    answer(w, h,
+    answer(w, h, CM_ERR_UNAVAILABLE,
            "The environment was removed by another server as it became ready; please try again.");
     w = next;
   }
@@ -201,7 +205,7 @@ static void on_step_exit(void *data, const sbx_result_t *res) {
                 : xasprintf("Building the environment failed while %s (exit code %d):\n%s%s", what,
                             res->exit_code, tail, disk);
     cm_warn("environment %s: %s", b->key, msg);
-    build_fail(b, msg);
+    build_fail(b, res->timed_out || bound ? CM_ERR_LIMIT : CM_ERR_UNAVAILABLE, msg);
     return;
   }
   b->step++;
@@ -235,8 +239,9 @@ static void build_run(env_build_t *b, char **argv) {
                               &b->run, &err) < 0) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: %s", cm_error_message(&err));
+    cm_error_kind_t kind = err.kind;
     cm_error_release(&err);
-    build_fail(b, msg);
+    build_fail(b, kind, msg);
   }
 }
 
@@ -248,7 +253,7 @@ static void on_copied(void *data, int rc, const char *text) {
     cleanup_free char *disk = disk_note(text, b->store->envs_dir);
     cleanup_free char *msg = xasprintf("Building the environment failed: %s.%s", text, disk);
     cm_warn("environment %s: %s", b->key, msg);
-    build_fail(b, msg);
+    build_fail(b, CM_ERR_IO, msg);
     return;
   }
   uint64_t size = 0;
@@ -265,7 +270,7 @@ static void start_copy(env_build_t *b) {
   if (src < 0) {
     cleanup_free char *msg = xasprintf(
         "Building the environment failed: the environment's directory: %s", strerror(errno));
-    build_fail(b, msg);
+    build_fail(b, CM_ERR_IO, msg);
     return;
   }
   b->copy_name = xasprintf(".staging-%s-%d-%u", b->key, (int)getpid(), s->serial++);
@@ -283,10 +288,11 @@ static void start_copy(env_build_t *b) {
                      on_copied, b, &b->copy, &err) < 0) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: %s", cm_error_message(&err));
+    cm_error_kind_t kind = err.kind;
     cm_error_release(&err);
     free(b->copy_name);
     b->copy_name = NULL;
-    build_fail(b, msg);
+    build_fail(b, kind, msg);
   }
 }
 
@@ -319,7 +325,7 @@ static void publish(env_build_t *b, uint64_t size) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: its manifest would be %zu bytes, more than %u",
                   strlen(text), ENV_MANIFEST_MAX);
-    build_fail(b, msg);
+    build_fail(b, CM_ERR_LIMIT, msg);
     return;
   }
   cm_error_t err = CM_ERROR_INIT;
@@ -327,8 +333,9 @@ static void publish(env_build_t *b, uint64_t size) {
   if (dfd < 0 || cm_create_file_at(dfd, ENV_MANIFEST, text, strlen(text), 0644, &err) < 0) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: %s", cm_error_message(&err));
+    cm_error_kind_t kind = err.kind;
     cm_error_release(&err);
-    build_fail(b, msg);
+    build_fail(b, kind, msg);
     return;
   }
   /* Publish atomically.  An older environment with the same key (re-resolved because it
@@ -338,7 +345,7 @@ static void publish(env_build_t *b, uint64_t size) {
     env_discard(s, s->envs_fd, b->key, "old");
   if (renameat(s->envs_fd, b->copy_name, s->envs_fd, b->key) < 0) {
     cleanup_free char *msg = xasprintf("Publishing the environment failed: %s", strerror(errno));
-    build_fail(b, msg);
+    build_fail(b, CM_ERR_IO, msg);
     return;
   }
   free(b->copy_name);
@@ -457,7 +464,7 @@ static void try_lock(cm_loop_t *loop, cm_timer_t *t, void *data) {
   if (flock(b->lock_fd, LOCK_EX | LOCK_NB) < 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) {
       cleanup_free char *msg = xasprintf("Locking the environment failed: %s", strerror(errno));
-      build_fail(b, msg);
+      build_fail(b, CM_ERR_IO, msg);
       return;
     }
     /* Another server is building or evicting it, or a run uses the one that is too old to
@@ -480,8 +487,9 @@ static void try_lock(cm_loop_t *loop, cm_timer_t *t, void *data) {
   if (prepare_build(b, &err) < 0) {
     cleanup_free char *msg =
         xasprintf("Building the environment failed: %s", cm_error_message(&err));
+    cm_error_kind_t kind = err.kind;
     cm_error_release(&err);
-    build_fail(b, msg);
+    build_fail(b, kind, msg);
     return;
   }
   b->started_ms = cm_now_ms();
@@ -502,7 +510,7 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
     cleanup_free char *msg =
         xasprintf("The server is configured with --installer uv, but uv was not found at '%s'.",
                   s->opts.uv_path);
-    answer(w, NULL, msg); /* from the loop, like every answer */
+    answer(w, NULL, CM_ERR_UNAVAILABLE, msg); /* from the loop, like every answer */
     return w;
   }
   bool pinned = true;
@@ -519,7 +527,7 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   }
   env_handle_t *hit = s->envs_fd >= 0 ? env_handle_open(s, key, pinned, true) : NULL;
   if (hit) {
-    answer(w, hit, NULL);
+    answer(w, hit, CM_ERR_NONE, NULL);
     return w;
   }
   env_build_t *b = xcalloc(1, sizeof *b);
@@ -579,5 +587,5 @@ void env_store_cancel(env_store_t *s, void *handle) {
   }
   /* Waiting for the lock, or copying: it would go on with no call (and no slot) of anyone's
    * behind it, its space and copy kept meanwhile. */
-  build_fail(b, "The environment's build was cancelled.");
+  build_fail(b, CM_ERR_UNAVAILABLE, "The environment's build was cancelled.");
 }

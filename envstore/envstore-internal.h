@@ -47,7 +47,7 @@ struct env_waiter {
   void *data;
   char *owner;       /* the principal asking, or NULL */
   env_handle_t *hit; /* the answer, queued for the loop */
-  char *error;
+  cm_error_t error;  /* or why there is none */
   bool cancelled;
   env_waiter_t *next;
 };

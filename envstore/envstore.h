@@ -56,7 +56,11 @@ typedef struct env_handle {
   int lock_fd;        /* shared flock on <key>.lock while in use */
 } env_handle_t;
 
-typedef void (*env_ready_cb)(void *data, env_handle_t *env, const char *error);
+/* env, or NULL and error (valid only during the call): its message is one a model can act on
+ * (the installer's own words); its kind says what failed (CM_ERR_LIMIT: a bound of the build,
+ * e.g. --build-timeout or --max-build-bytes; CM_ERR_UNAVAILABLE: the installer, or uv is
+ * missing; CM_ERR_IO: the store's disk). */
+typedef void (*env_ready_cb)(void *data, env_handle_t *env, const cm_error_t *error);
 typedef void (*env_progress_cb)(void *data, const char *message, size_t len);
 
 /* What the store is told (the server fills it from its flags).  Strings and vectors are
@@ -124,10 +128,12 @@ void env_store_usage(env_store_t *s, const char *owner, size_t *count, uint64_t 
 void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_file);
 /* A dry-run resolution (pip install --dry-run --report) with the server's index settings,
  * for validate_script: cb gets {"name": "version"} of everything that would be installed,
- * or an error.  It runs package code, like a build, in a space of its own; at most
- * max_resolutions run at once, and max_resolutions_per_owner per principal (owner).  Returns NULL
- * (and never calls cb) if it could not start, with err saying why (CM_ERR_LIMIT: at a cap). */
-typedef void (*env_resolved_cb)(void *data, json_t *resolved, const char *error);
+ * or NULL and an error (valid only during the call; CM_ERR_LIMIT: it took too long or hit a
+ * bound of its space; CM_ERR_UNAVAILABLE: the installer failed, in its own words).  It runs package
+ * code, like a build, in a space of its own; at most max_resolutions run at once, and
+ * max_resolutions_per_owner per principal (owner).  Returns NULL (and never calls cb) if it could
+ * not start, with err saying why (CM_ERR_LIMIT: at a cap). */
+typedef void (*env_resolved_cb)(void *data, json_t *resolved, const cm_error_t *error);
 void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requirements, size_t n,
                         const char *owner, env_resolved_cb cb, void *data, cm_error_t *err);
 void env_store_cancel_resolve(env_store_t *s, void *handle);

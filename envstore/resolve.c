@@ -50,7 +50,7 @@ static void resolve_exit(void *data, const sbx_result_t *res) {
                        ? json_loadb(j->report.data, j->report.len, 0, NULL)
                        : NULL;
   json_t *resolved = NULL;
-  cleanup_free char *error = NULL;
+  cleanup_error cm_error_t error = CM_ERROR_INIT;
   if (json_is_object(report)) {
     resolved = json_object();
     size_t i;
@@ -70,12 +70,16 @@ static void resolve_exit(void *data, const sbx_result_t *res) {
     while (n && (clean[n - 1] == '\n' || clean[n - 1] == ' ')) clean[--n] = '\0';
     cleanup_free char *bound =
         res->timed_out ? NULL : env_bound_message(j->store, &j->space, res, clean);
-    error = res->timed_out ? xstrdup("the resolution took too long")
-            : bound        ? xasprintf("the resolution failed: %s:\n%s", bound, clean)
-                    : xasprintf("the resolution failed (exit code %d):\n%s", res->exit_code, clean);
+    if (res->timed_out)
+      cm_error_set(&error, 0, CM_ERR_LIMIT, "the resolution took too long");
+    else if (bound)
+      cm_error_set(&error, 0, CM_ERR_LIMIT, "the resolution failed: %s:\n%s", bound, clean);
+    else
+      cm_error_set(&error, 0, CM_ERR_UNAVAILABLE, "the resolution failed (exit code %d):\n%s",
+                   res->exit_code, clean);
   }
   json_decref(report);
-  if (!j->cancelled) j->cb(j->data, resolved, error);
+  if (!j->cancelled) j->cb(j->data, resolved, resolved ? NULL : &error);
   json_decref(resolved);
   env_resolve_free(j);
 }

@@ -149,7 +149,7 @@ void env_store_free(env_store_t *s) {
     env_waiter_t *w = s->answers;
     s->answers = w->next;
     env_release(w->hit);
-    free(w->error);
+    cm_error_release(&w->error);
     free(w->owner);
     free(w);
   }

@@ -27,12 +27,13 @@ static void download_exit(void *data, const sbx_result_t *res) {
     cm_headtail_get(&r->download_out, &head, &hl, &tail, &tl);
     size_t n;
     cleanup_free char *clean = cm_utf8_sanitize(tl ? tail : head, tl ? tl : hl, &n);
-    cleanup_free char *msg =
-        xasprintf("uv could not install that Python (exit code %d): %s", res->exit_code, clean);
+    cleanup_error cm_error_t err = CM_ERROR_INIT;
+    cm_error_set(&err, 0, CM_ERR_UNAVAILABLE, "uv could not install that Python (exit code %d): %s",
+                 res->exit_code, clean);
     cm_headtail_release(&r->download_out);
     py_download_cb cb = r->download_cb;
     r->download_cb = NULL;
-    if (cb) cb(r->download_data, msg);
+    if (cb) cb(r->download_data, &err);
     return;
   }
   cm_headtail_release(&r->download_out);

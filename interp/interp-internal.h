@@ -40,7 +40,7 @@ struct py_registry {
   py_interp_t **list; /* usable and broken, deduplicated, newest first */
   size_t n_list;
   py_interp_t *def;
-  char *def_error;
+  cm_error_t def_error; /* why there is no default (kind CM_ERR_NONE until known) */
   bool ready, flush_scheduled;
   bool cache_dirty; /* something was probed, or the cache lists other files: rewrite it */
   char *uv_dir;     /* where uv installs interpreters */

@@ -39,8 +39,10 @@ typedef struct py_options {
 } py_options_t;
 
 typedef struct py_registry py_registry_t;
-/* interp: the default interpreter, or NULL with error when there is none. */
-typedef void (*py_ready_cb)(void *data, py_interp_t *interp, const char *error);
+/* interp: the default interpreter; or NULL, and error says why there is none (the
+ * registry's: valid only during the call; CM_ERR_NOT_FOUND: --python or --python-version
+ * names nothing found; CM_ERR_UNAVAILABLE: it is broken, or no interpreter works). */
+typedef void (*py_ready_cb)(void *data, py_interp_t *interp, const cm_error_t *error);
 
 py_registry_t *py_registry_new(cm_loop_t *loop, const py_options_t *opts, const char *state_dir);
 /* Discovers interpreters (PATH, pyenv, uv, --python-dir, --python) and identifies the new
@@ -63,9 +65,9 @@ py_interp_t *const *py_registry_list(py_registry_t *r, size_t *count);
 py_interp_t *py_registry_select(py_registry_t *r, const char *request, const char *requires_python,
                                 char **error);
 /* Downloads (--allow-python-downloads with uv): `uv python install <request>`, then the new
- * interpreters are identified and join the list.  cb gets NULL or an error message.  One at
- * a time. */
-typedef void (*py_download_cb)(void *data, const char *error);
+ * interpreters are identified and join the list.  cb gets NULL, or an error (valid only
+ * during the call; CM_ERR_UNAVAILABLE: uv failed, with its words).  One at a time. */
+typedef void (*py_download_cb)(void *data, const cm_error_t *error);
 bool py_registry_can_download(py_registry_t *r);
 int py_registry_download(py_registry_t *r, const char *request, py_download_cb cb, void *data,
                          cm_error_t *err);

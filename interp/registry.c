@@ -48,7 +48,7 @@ static void flush_waiters(py_registry_t *r) {
     py_ready_cb cb = w->cb;
     void *data = w->data;
     free(w);
-    cb(data, r->def, r->def ? NULL : r->def_error);
+    cb(data, r->def, r->def ? NULL : &r->def_error);
   }
 }
 
@@ -93,17 +93,20 @@ static void finish_discovery(py_registry_t *r) {
             if (r->list[j]->ok && strcmp(r->list[j]->executable, p->executable) == 0)
               r->def = r->list[j];
         } else {
-          r->def_error = xasprintf("the interpreter given with --python (%s) is broken: %s",
-                                   p->path, p->error);
+          cm_error_set(&r->def_error, 0, CM_ERR_UNAVAILABLE,
+                       "the interpreter given with --python (%s) is broken: %s", p->path, p->error);
         }
       }
     }
-    if (!r->def && !r->def_error)
-      r->def_error = xasprintf("no interpreter found at %s (--python)", r->opts.python);
+    if (!r->def && !r->def_error.msg)
+      cm_error_set(&r->def_error, 0, CM_ERR_NOT_FOUND, "no interpreter found at %s (--python)",
+                   r->opts.python);
   } else if (r->opts.python_version) {
     char *why = NULL;
     r->def = py_registry_select(r, r->opts.python_version, NULL, &why);
-    if (!r->def) r->def_error = xasprintf("--python-version %s: %s", r->opts.python_version, why);
+    if (!r->def)
+      cm_error_set(&r->def_error, 0, CM_ERR_NOT_FOUND, "--python-version %s: %s",
+                   r->opts.python_version, why);
     free(why);
   } else {
     /* The newest stable CPython with the GIL; else anything that works. */
@@ -115,15 +118,15 @@ static void finish_discovery(py_registry_t *r) {
     for (size_t i = 0; i < r->n_list && !r->def; i++)
       if (r->list[i]->ok) r->def = r->list[i];
     if (!r->def)
-      r->def_error =
-          xstrdup("no working Python interpreter was found (PATH, pyenv, uv, --python-dir)");
+      cm_error_set(&r->def_error, 0, CM_ERR_UNAVAILABLE,
+                   "no working Python interpreter was found (PATH, pyenv, uv, --python-dir)");
   }
   if (r->def) {
     r->def->is_default = true;
     cm_info("%zu interpreters; default: %s %s (%s)", r->n_list, r->def->implementation,
             r->def->version, r->def->executable);
   } else {
-    cm_err("%s", r->def_error);
+    cm_err("%s", cm_error_message(&r->def_error));
   }
   if (r->cache_dirty) py_cache_save(r);
   r->ready = true;
@@ -267,7 +270,7 @@ void py_registry_free(py_registry_t *r) {
   }
   free(r->uv_dir);
   free(r->list);
-  free(r->def_error);
+  cm_error_release(&r->def_error);
   free(r->cache_path);
   sbx_backend_free(r->host);
   free(r);

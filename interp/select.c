@@ -118,7 +118,7 @@ py_interp_t *py_registry_select(py_registry_t *r, const char *request, const cha
     pep440_specifier_set_free(set);
   }
   if (!request && !requires_python) {
-    if (!r->def) *error = xstrdup(r->def_error ? r->def_error : "no default interpreter");
+    if (!r->def) *error = xstrdup(r->def_error.msg ? r->def_error.msg : "no default interpreter");
     return r->def;
   }
   py_interp_t *best = NULL;

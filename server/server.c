@@ -42,7 +42,7 @@ static void server_probed(srv_server_t *s) {
   exec_prestart_start(s);
 }
 
-static void start_warming(void *data, py_interp_t *def, const char *error) {
+static void start_warming(void *data, py_interp_t *def, const cm_error_t *error) {
   srv_server_t *s = data;
   s->warm_wait = NULL;
   if (!def) return;

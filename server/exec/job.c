@@ -95,12 +95,13 @@ static void on_env_progress(void *data, const char *message, size_t len) {
   srv_request_progress(job->req, job->setup_progress, message, len);
 }
 
-static void on_env(void *data, env_handle_t *env, const char *error) {
+static void on_env(void *data, env_handle_t *env, const cm_error_t *error) {
   exec_job_t *job = data;
   job->env_wait = NULL;
   if (!env) {
     exec_job_finish(
-        job, srv_tool_error_result("%s", error ? error : "The environment could not be built."));
+        job, srv_tool_error_result(
+                 "%s", error ? cm_error_message(error) : "The environment could not be built."));
     return;
   }
   job->env = env;
@@ -204,20 +205,20 @@ static void on_cancel(void *data) {
   exec_job_finish(job, json_object());
 }
 
-static void on_python(void *data, py_interp_t *def, const char *def_error);
+static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error);
 static void on_probed(void *data);
 
-static void on_downloaded(void *data, const char *error) {
+static void on_downloaded(void *data, const cm_error_t *error) {
   exec_job_t *job = data;
   job->downloading = false;
   if (error) {
-    exec_job_finish(job, srv_tool_error_result("%s", error));
+    exec_job_finish(job, srv_tool_error_result("%s", cm_error_message(error)));
     return;
   }
   on_python(job, NULL, NULL);
 }
 
-static void on_python(void *data, py_interp_t *def, const char *def_error) {
+static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error) {
   exec_job_t *job = data;
   job->py_wait = NULL;
   cleanup_free char *why = NULL;

@@ -88,7 +88,7 @@ static void prestart_on_exit(void *data, const sbx_result_t *res) {
   prestart_schedule(slot, PRESTART_RETRY_MS);
 }
 
-static void prestart_on_python(void *data, py_interp_t *def, const char *error) {
+static void prestart_on_python(void *data, py_interp_t *def, const cm_error_t *error) {
   exec_prestart_t *p = data;
   p->py_wait = NULL;
   if (!def) return;

@@ -112,7 +112,7 @@ typedef struct env_call {
   void *wait;
 } env_call_t;
 
-static void check_environment_ready(void *data, py_interp_t *py, const char *error) {
+static void check_environment_ready(void *data, py_interp_t *py, const cm_error_t *error) {
   env_call_t *c = data;
   srv_request_t *r = c->req;
   free(c);
@@ -136,7 +136,8 @@ static void check_environment_ready(void *data, py_interp_t *py, const char *err
                          py ? py->implementation : ""};
   bool in_image = py && !probing && sbx_backend_interpreter(b, py->executable, &interp);
   cleanup_free char *pyver =
-      py ? xstrdup(interp.version) : xasprintf("unavailable (%s)", error ? error : "unknown");
+      py ? xstrdup(interp.version)
+         : xasprintf("unavailable (%s)", error ? cm_error_message(error) : "unknown");
   cm_buf_t t;
   cm_buf_init(&t, 0);
   /* The seed's nine lines first, with the same labels. */

@@ -96,7 +96,7 @@ static json_t *collect_warnings(validate_call_t *c) {
 }
 
 /* resolve: true: the dry run's outcome completes the answer. */
-static void on_resolved(void *data, json_t *resolved, const char *error) {
+static void on_resolved(void *data, json_t *resolved, const cm_error_t *error) {
   validate_call_t *c = data;
   c->resolve_wait = NULL;
   if (srv_request_cancelled(c->req)) {
@@ -105,7 +105,7 @@ static void on_resolved(void *data, json_t *resolved, const char *error) {
   }
   if (!resolved) {
     cleanup_free char *msg =
-        xasprintf("the dependencies cannot be resolved: %s", error ? error : "unknown error");
+        xasprintf("the dependencies cannot be resolved: %s", cm_error_message(error));
     json_t *w = json_incref(json_object_get(c->valid_sc, "warnings"));
     finish(c, invalid_result(msg, w));
     return;
@@ -249,7 +249,7 @@ static void on_cancel(void *data) {
   finish(c, json_object());
 }
 
-static void on_python(void *data, py_interp_t *def, const char *def_error) {
+static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error) {
   validate_call_t *c = data;
   c->py_wait = NULL;
   cleanup_free char *why = NULL;

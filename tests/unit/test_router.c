@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "envstore/envstore.h"
+#include "interp/interp.h"
 #include "pystd/pystd.h"
 #include "server/core/core-internal.h"
 #include "server/server.h"
@@ -267,6 +269,103 @@ static void test_config_lists(void **state) {
   assert_int_equal(srv_config_parse(&c, 3, empty, &err), -1);
   cm_error_release(&err);
   srv_config_release(&c);
+}
+
+/* ---------------------------------------------------------------- async errors */
+
+/* What an async completion handed over: its error's kind and message, copied. */
+typedef struct {
+  bool called;
+  cm_error_kind_t kind;
+  char *message;
+} async_answer_t;
+
+static void async_record(async_answer_t *a, const cm_error_t *error) {
+  a->called = true;
+  a->kind = error ? error->kind : CM_ERR_NONE;
+  a->message = error ? xstrdup(cm_error_message(error)) : NULL;
+}
+
+static void on_env_answer(void *data, env_handle_t *env, const cm_error_t *error) {
+  assert_null(env);
+  async_record(data, error);
+}
+
+static void on_py_answer(void *data, py_interp_t *def, const cm_error_t *error) {
+  assert_null(def);
+  async_record(data, error);
+}
+
+static void run_until_called(cm_loop_t *loop, const async_answer_t *a) {
+  uint64_t deadline = cm_now_ms() + 120000;
+  while (!a->called && cm_now_ms() < deadline) cm_loop_run_once(loop, 100, NULL);
+  assert_true(a->called);
+}
+
+/* The environment store's answer carries a kind the router can map: --installer uv without
+ * uv is CM_ERR_UNAVAILABLE, with the message users have always seen. */
+static void test_env_error_kind(void **state) {
+  cm_error_t err = CM_ERROR_INIT;
+  char tmpl[] = "/tmp/mps-test-envkind-XXXXXX";
+  assert_non_null(mkdtemp(tmpl));
+  cleanup_rmtree char *dir = xstrdup(tmpl);
+  cleanup_free char *runs = xasprintf("%s/runs", dir);
+  assert_int_equal(mkdir(runs, 0700), 0);
+  cm_loop_t *loop = cm_loop_new(&err);
+  assert_non_null(loop);
+  sbx_backend_t *none = sbx_backend_new("none", &err);
+  assert_non_null(none);
+  sbx_backend_probe(none);
+  env_options_t opts = {.installer = "uv",
+                        .uv_path = "/nonexistent/mps-uv",
+                        .max_cache_bytes = 1ull << 30,
+                        .build_timeout_ms = 60000,
+                        .max_build_bytes = 1ull << 30,
+                        .max_resolutions = 1};
+  env_store_t *s = env_store_new(loop, &opts, dir, runs, none);
+  py_interp_t py = {.path = "/usr/bin/python3",
+                    .executable = "/usr/bin/python3",
+                    .version = "3.11.2",
+                    .implementation = "cpython",
+                    .prefix = "/usr",
+                    .ok = true};
+  char *reqs[] = {"attrs", NULL};
+  async_answer_t a = {0};
+  assert_non_null(env_store_ensure(s, &py, reqs, 1, NULL, NULL, on_env_answer, NULL, &a));
+  assert_false(a.called); /* never from inside the call */
+  run_until_called(loop, &a);
+  assert_int_equal(a.kind, CM_ERR_UNAVAILABLE);
+  assert_string_equal(a.message,
+                      "The server is configured with --installer uv, but uv was not "
+                      "found at '/nonexistent/mps-uv'.");
+  free(a.message);
+  env_store_free(s);
+  sbx_backend_free(none);
+  cm_loop_free(loop);
+}
+
+/* The registry's readiness carries why there is no default, with a kind: --python naming
+ * nothing is CM_ERR_NOT_FOUND. */
+static void test_python_error_kind(void **state) {
+  cm_error_t err = CM_ERROR_INIT;
+  char tmpl[] = "/tmp/mps-test-pykind-XXXXXX";
+  assert_non_null(mkdtemp(tmpl));
+  cleanup_rmtree char *dir = xstrdup(tmpl);
+  cm_loop_t *loop = cm_loop_new(&err);
+  assert_non_null(loop);
+  py_options_t opts = {.python = "/nonexistent/mps-python",
+                       .uv_path = "/nonexistent/mps-uv",
+                       .download_timeout_ms = 60000};
+  py_registry_t *r = py_registry_new(loop, &opts, dir);
+  py_registry_start(r);
+  async_answer_t a = {0};
+  assert_non_null(py_registry_when_ready(r, on_py_answer, &a));
+  run_until_called(loop, &a);
+  assert_int_equal(a.kind, CM_ERR_NOT_FOUND);
+  assert_string_equal(a.message, "no interpreter found at /nonexistent/mps-python (--python)");
+  free(a.message);
+  py_registry_free(r);
+  cm_loop_free(loop);
 }
 
 /* ---------------------------------------------------------------- the router */
@@ -588,6 +687,8 @@ int main(void) {
       cmocka_unit_test(test_config),
       cmocka_unit_test(test_config_lists),
       cmocka_unit_test(test_config_help_defaults),
+      cmocka_unit_test(test_env_error_kind),
+      cmocka_unit_test(test_python_error_kind),
       cmocka_unit_test_setup_teardown(test_router_lifecycle, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_dispatch, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_calls, router_setup, router_teardown),
