@@ -63,16 +63,6 @@ void cm_cleanup_pidp(int *pid) {
   *pid = -1;
 }
 
-void cm_cleanup_rmtreep(void *p) {
-  char **dir = (char **)p;
-  if (!*dir) return;
-  cm_error_t err = CM_ERROR_INIT;
-  if (cm_rm_rf(*dir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
-  cm_error_release(&err);
-  free(*dir);
-  *dir = NULL;
-}
-
 void cm_cleanup_freep(void *p) {
   void **pp = (void **)p;
   free(*pp);

@@ -163,3 +163,22 @@ int cm_rm_rf_at(int dirfd, const char *name, cm_error_t *err) {
   if (rm_tree_at(dirfd, name, 0) < 0) return cm_error_set(err, errno, CM_ERR_IO, "remove %s", name);
   return 0;
 }
+
+/* The same removal from a path (not a directory a sandbox could have swapped under us: the
+ * server's own), and the scope guard made of it.  Here rather than in util.c so that the
+ * file operations call down into util.c and error.c, never back. */
+int cm_rm_rf(const char *path, cm_error_t *err) {
+  if (rm_tree_at(AT_FDCWD, path, 0) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "remove %s", path);
+  return 0;
+}
+
+void cm_cleanup_rmtreep(void *p) {
+  char **dir = (char **)p;
+  if (!*dir) return;
+  cm_error_t err = CM_ERROR_INIT;
+  if (cm_rm_rf(*dir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
+  cm_error_release(&err);
+  free(*dir);
+  *dir = NULL;
+}

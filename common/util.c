@@ -1,4 +1,3 @@
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -80,39 +79,6 @@ int cm_mkdir_p(const char *path, mode_t mode, cm_error_t *err) {
       return cm_error_set(err, errno, CM_ERR_IO, "mkdir %s", p);
     p[i] = saved;
   }
-  return 0;
-}
-
-static int rm_rf_at(int parent_fd, const char *name, int depth) {
-  if (depth > 256) return -1;
-  if (unlinkat(parent_fd, name, 0) == 0 || errno == ENOENT) return 0;
-  if (errno != EISDIR && errno != EPERM) return -1;
-  int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  /* Unreadable (a sandboxed script's chmod 0, as the server's own uid): readable first. */
-  if (fd < 0 && errno == EACCES && cm_chmod_dir_at(parent_fd, name, 0700) == 0)
-    fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return -1;
-  /* A directory a sandboxed script made unwritable or unsearchable must still go. */
-  fchmod(fd, 0700);
-  DIR *d = fdopendir(fd);
-  if (!d) {
-    close(fd);
-    return -1;
-  }
-  int rc = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    if (rm_rf_at(dirfd(d), e->d_name, depth + 1) < 0) rc = -1;
-  }
-  closedir(d);
-  if (unlinkat(parent_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT) rc = -1;
-  return rc;
-}
-
-int cm_rm_rf(const char *path, cm_error_t *err) {
-  if (rm_rf_at(AT_FDCWD, path, 0) < 0)
-    return cm_error_set(err, errno, CM_ERR_IO, "remove %s", path);
   return 0;
 }
 
