@@ -1,6 +1,6 @@
 /* The proxy's parsers: HTTP/1.x request and response heads, SOCKS5 greetings and requests,
- * http(s) URLs (see egress.h).  Pure: every input by (buf, len), never trusting a
- * terminator; heads are bounded by EG_HEAD_MAX and EG_MAX_HEADERS. */
+ * http(s) URLs and a URL as an allow rule (see egress.h).  Pure: every input by (buf, len), never
+ * trusting a terminator; heads are bounded by EG_HEAD_MAX and EG_MAX_HEADERS. */
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -397,6 +397,22 @@ char *eg_url_redact(const char *url) {
   const char *colon = memchr(a, ':', (size_t)(at - a));
   if (!colon) return xstrdup(url);
   return xasprintf("%.*s%s", (int)(colon - url), url, at);
+}
+
+/* A URL's host and port as an allow rule: with the URLs rather than the rules, so that the
+ * parsers call the rules (host names) and never the other way. */
+int eg_policy_allow_url(eg_policy_t *p, const char *url) {
+  eg_url_t u;
+  if (eg_url_parse(url, strlen(url), &u) < 0) return -1;
+  bool v6 = strchr(u.host, ':') != NULL;
+  cleanup_free char *text = xasprintf(v6 ? "[%s]:%u" : "%s:%u", u.host, (unsigned)u.port);
+  eg_url_release(&u);
+  eg_rule_t r;
+  cm_error_t err = CM_ERROR_INIT;
+  int rc = eg_rule_parse(text, strlen(text), &r, &err);
+  cm_error_release(&err);
+  if (rc == 0) eg_policy_add_allow(p, &r);
+  return rc;
 }
 
 void eg_proxy_env(cm_strv_builder_t *env) {

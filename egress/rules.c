@@ -604,17 +604,3 @@ void eg_policy_copy(eg_policy_t *dst, const eg_policy_t *src) {
   dst->allow = src->n_allow ? xmemdup(src->allow, src->n_allow * sizeof *src->allow) : NULL;
   dst->deny = src->n_deny ? xmemdup(src->deny, src->n_deny * sizeof *src->deny) : NULL;
 }
-
-int eg_policy_allow_url(eg_policy_t *p, const char *url) {
-  eg_url_t u;
-  if (eg_url_parse(url, strlen(url), &u) < 0) return -1;
-  bool v6 = strchr(u.host, ':') != NULL;
-  cleanup_free char *text = xasprintf(v6 ? "[%s]:%u" : "%s:%u", u.host, (unsigned)u.port);
-  eg_url_release(&u);
-  eg_rule_t r;
-  cm_error_t err = CM_ERROR_INIT;
-  int rc = eg_rule_parse(text, strlen(text), &r, &err);
-  cm_error_release(&err);
-  if (rc == 0) eg_policy_add_allow(p, &r);
-  return rc;
-}
