@@ -69,29 +69,6 @@ static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   }
 }
 
-void sbx_launch_close_channel(sbx_launch_t *l) {
-  if (l->status_fd >= 0) close(l->status_fd);
-  if (l->control_fd >= 0) close(l->control_fd);
-  l->status_fd = l->control_fd = -1;
-}
-
-int sbx_status_read(int fd, sbx_status_record_t *rec) {
-  if (fd < 0) return 0;
-  /* Room for more than one record, so that extra bytes show. */
-  unsigned char buf[2 * sizeof *rec];
-  size_t len = 0;
-  while (len < sizeof buf) {
-    ssize_t n = read(fd, buf + len, sizeof buf - len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break; /* EOF, EAGAIN (a writer is still around, but nothing more is there) */
-    len += (size_t)n;
-  }
-  if (len != sizeof *rec) return 0;
-  memcpy(rec, buf, sizeof *rec);
-  return rec->magic == SBX_STATUS_MAGIC && rec->size == sizeof *rec &&
-         (rec->flags & ~SBX_STATUS_OOM_KILL) == 0;
-}
-
 static void kill_tree(sbx_run_t *run, int sig) {
   if (run->backend && run->backend->ops->kill && run->launch.kill_name)
     run->backend->ops->kill(run->backend, &run->launch, sig);
