@@ -10,8 +10,8 @@ through others.
   scripts/check-layers.py --symbols BUILD_DIR
                                      refuse call cycles between files: from the object
                                      files of a build, file A -> file B when A uses a symbol
-                                     B defines (library:file in the libmps_*.a archives); a circle of such edges is refused unless it
-                                     is one of KNOWN_CYCLES (older rooms, not yet untangled)
+                                     B defines (library:file in the libmps_*.a archives); every
+                                     circle of such edges is refused
 
 Rules, for a file in room R including a file in room S:
   - S == R: always allowed (a room's own files and its *-internal.h);
@@ -68,13 +68,6 @@ PUBLIC = {
     "server": "server/server.h",
 }
 
-# Call cycles the symbol check tolerates, each exactly as it is (a new file joining one, or a
-# new cycle, is refused).  server/ has none.
-KNOWN_CYCLES = [
-    ["mps_common:error.c", "mps_common:fsat.c", "mps_common:util.c"],
-    ["mps_egress:http.c", "mps_egress:rules.c"],
-    ["mps_sandbox:backend.c", "mps_sandbox:bwrap.c", "mps_sandbox:docker.c", "mps_sandbox:run.c"],
-]
 
 NM_LINE = re.compile(r"^.*?\.a:([^:]+\.o):\s*(.*)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -276,7 +269,7 @@ def main(argv):
     if argv[1:2] == ["--self-test"]:
         return self_test()
     if argv[1:2] == ["--symbols"] and len(argv) == 3:
-        bad = [c for c in symbol_cycles(argv[2]) if c not in KNOWN_CYCLES]
+        bad = symbol_cycles(argv[2])
         for c in bad:
             print("call cycle between files: " + " <-> ".join(c))
         return 1 if bad else 0
