@@ -190,6 +190,12 @@ static const opt_def_t options[] = {
      "largest text file embedded (32K)"},
     {"artifact-ttl", OPT_SECONDS_MS, OFF(artifact_ttl_ms), "SECONDS",
      "how long output files stay readable with resources/read (3600)"},
+    {"max-task-ttl", OPT_SECONDS_MS, OFF(max_task_ttl_ms), "SECONDS",
+     "longest life of a task (a task-augmented call), from its creation: a client's ttl is cut "
+     "to it, and it is the default (3600)"},
+    {"max-tasks-per-principal", OPT_INT, OFF(max_tasks_per_principal), "N",
+     "tasks one principal may have kept at once (running or holding a result); more are "
+     "refused (32; 0 = no limit)"},
     {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}",
      "stderr log level (info)"},
     {"profile", OPT_STRING, OFF(profile), "NAME|FILE",
@@ -234,6 +240,8 @@ void srv_config_defaults(srv_config_t *c) {
   c->max_inline_bytes = 1ull << 20;
   c->max_inline_text_bytes = 32ull << 10;
   c->artifact_ttl_ms = 3600ull * 1000;
+  c->max_task_ttl_ms = 3600ull * 1000;
+  c->max_tasks_per_principal = 32;
   c->log_level = CM_LOG_INFO;
   c->installer = xstrdup("auto");
   c->max_cache_bytes = 10ull << 30;
@@ -718,6 +726,8 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
     return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
   if (c->artifact_ttl_ms < 1000)
     return cm_error_set(err, 0, CM_ERR_INVALID, "artifact_ttl must be >= 1");
+  if (c->max_task_ttl_ms < 1000)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_task_ttl must be >= 1");
   if (c->max_artifact_bytes > c->max_artifact_store_bytes)
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_artifact_bytes must be <= max_artifact_store_bytes");
