@@ -153,17 +153,24 @@ static inline void srv_session_release(srv_session_t *ss) {
  * answered at once with a task, its run going on as a request of its own that no client
  * waits for; the store keeps each task for its principal until its TTL. */
 
+#define SRV_TASKS_EXTENSION "io.modelcontextprotocol/tasks"
+
+/* Whether a modern request's clientCapabilities declare the tasks extension. */
+bool srv_tasks_declared(const srv_modern_t *mm);
+/* -32021 naming the tasks extension in data.requiredCapabilities. */
+void srv_tasks_reply_missing(tr_sink_t *sink, json_t *id, const char *what);
 /* The tasks capability (2025-11-25): list, cancel and tools/call. */
 json_t *srv_tasks_capability(void);
 /* Whether a tools/call's params ask for a task (a "task" member). */
 bool srv_tasks_requested(json_t *params);
 /* Starts tool's call (arguments borrowed) as a task of ss's principal and answers the
  * request (id) with its CreateTaskResult, or with an error (the principal's cap, a bad
- * "task").  params are the call's (its progressToken is the run's).  */
+ * "task").  params are the call's (its progressToken is the run's).  mm: a modern request
+ * (the tasks extension's flat CreateTaskResult; the run on a session of its own). */
 void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t *params,
                    json_t *arguments, tr_sink_t *sink, srv_batch_t *batch, const srv_modern_t *mm);
-/* tasks/get, tasks/result, tasks/list, tasks/cancel; false (nothing sent) for another
- * method. */
+/* tasks/get, tasks/result, tasks/list, tasks/cancel (the modern era: the extension's
+ * tasks/get, tasks/cancel, tasks/update); false (nothing sent) for another method. */
 bool srv_tasks_handle(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch,
                       const srv_modern_t *mm);
 /* A task's run ended with response (borrowed; NULL when cancelled). */

@@ -251,6 +251,10 @@ typedef struct srv_tool {
   void (*call)(srv_request_t *r, json_t *arguments);
   /* Set: the router adds execution.taskSupport to the Tool object describe gives. */
   srv_task_support_t task_support;
+  /* Optional, for an optional task support: whether a call with these arguments is long
+   * enough to become a task of its own accord (the 2026-07-28 tasks extension, where the
+   * server decides: only for a client that declared the extension). */
+  bool (*prefers_task)(srv_server_t *s, json_t *arguments);
 } srv_tool_t;
 
 /* A tool result with one text block. isError as given.  _n: len bytes of valid UTF-8,

@@ -161,7 +161,7 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
                     "Invalid params: \"arguments\" must be an object");
     return;
   }
-  const srv_server_t *s = ss->server;
+  srv_server_t *s = ss->server;
   const srv_tool_t *tool = tool_find(s->tools, s->n_tools, json_string_value(name));
   if (!tool && s->ext) tool = tool_find(s->ext->tools, s->ext->n_tools, json_string_value(name));
   if (!tool) {
@@ -171,18 +171,35 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
     srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, msg);
     return;
   }
-  /* The handshake era: the client asks for a task with params.task (2025-11-25). */
-  bool as_task = !mm && srv_tasks_requested(params);
-  if (!mm && (as_task ? tool->task_support == SRV_TASK_FORBIDDEN
-                      : tool->task_support == SRV_TASK_REQUIRED)) {
-    cleanup_free char *msg =
-        xasprintf("Method not found: tool '%s' %s", tool->name,
-                  as_task ? "does not run as a task (its execution.taskSupport is forbidden)"
-                          : "runs only as a task (send \"task\" in the params)");
-    srv_reply_error(sink, batch, id, JSONRPC_METHOD_NOT_FOUND, msg);
-    return;
-  }
   json_t *arguments = json_is_object(args) ? json_incref(args) : json_object();
+  bool as_task;
+  if (!mm) {
+    /* The handshake era: the client asks for a task with params.task (2025-11-25). */
+    as_task = srv_tasks_requested(params);
+    if (as_task ? tool->task_support == SRV_TASK_FORBIDDEN
+                : tool->task_support == SRV_TASK_REQUIRED) {
+      cleanup_free char *msg =
+          xasprintf("Method not found: tool '%s' %s", tool->name,
+                    as_task ? "does not run as a task (its execution.taskSupport is forbidden)"
+                            : "runs only as a task (send \"task\" in the params)");
+      srv_reply_error(sink, batch, id, JSONRPC_METHOD_NOT_FOUND, msg);
+      json_decref(arguments);
+      return;
+    }
+  } else {
+    /* The tasks extension: the server decides, only for a client that declared it; a
+     * tool that runs only as a task needs the declaration. */
+    bool declared = srv_tasks_declared(mm);
+    if (tool->task_support == SRV_TASK_REQUIRED && !declared) {
+      cleanup_free char *what = xasprintf("tool '%s'", tool->name);
+      srv_tasks_reply_missing(sink, id, what);
+      json_decref(arguments);
+      return;
+    }
+    as_task = declared && (tool->task_support == SRV_TASK_REQUIRED ||
+                           (tool->task_support == SRV_TASK_OPTIONAL && tool->prefers_task &&
+                            tool->prefers_task(s, arguments)));
+  }
   if (as_task) {
     srv_task_call(ss, tool, id, params, arguments, sink, batch, mm);
   } else {
@@ -391,6 +408,13 @@ static void handle_discover(srv_session_t *ss, json_t *id, tr_sink_t *sink,
   json_t *caps = merged_capabilities(ss->server, NULL);
   json_t *res = json_object_get(caps, "resources");
   if (json_is_object(res)) json_object_del(res, "subscribe");
+  /* Tasks are the io.modelcontextprotocol/tasks extension in this era (T4). */
+  json_t *ext = json_object_get(caps, "extensions");
+  if (!json_is_object(ext)) {
+    ext = json_object();
+    json_object_set_new(caps, "extensions", ext);
+  }
+  json_object_set_new(ext, SRV_TASKS_EXTENSION, json_object());
   json_t *result = json_pack("{s:o, s:o, s:s}", "supportedVersions", all_versions(), "capabilities",
                              caps, "instructions", server_instructions);
   /* The same for everyone, but an upgrade may change it. */
@@ -442,6 +466,7 @@ static void handle_modern(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink
     return;
   }
   if (extension_request(ss, m, sink, NULL, &mm)) return;
+  if (srv_tasks_handle(ss, m, sink, NULL, &mm)) return;
   if (strcmp(method, "tools/list") == 0) {
     handle_tools_list(ss, m->id, m->params, sink, NULL, &mm);
   } else if (strcmp(method, "tools/call") == 0) {

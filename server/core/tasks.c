@@ -182,13 +182,27 @@ static srv_task_t *task_find(srv_server_t *s, const char *principal, json_t *id)
 
 /* ---------------------------------------------------------------- the Task object */
 
-static json_t *task_json(const srv_task_t *t) {
+/* modern: the tasks extension's names (ttlMs, pollIntervalMs) instead of 2025-11-25's. */
+static json_t *task_json_era(const srv_task_t *t, bool modern) {
   json_t *j = json_pack("{s:s, s:s, s:o, s:o, s:I, s:i}", "taskId", t->id, "status",
                         status_names[t->status], "createdAt", iso_time(t->created_wall_ms),
-                        "lastUpdatedAt", iso_time(t->updated_wall_ms), "ttl",
-                        (json_int_t)t->ttl_ms, "pollInterval", TASK_POLL_INTERVAL_MS);
+                        "lastUpdatedAt", iso_time(t->updated_wall_ms), modern ? "ttlMs" : "ttl",
+                        (json_int_t)t->ttl_ms, modern ? "pollIntervalMs" : "pollInterval",
+                        TASK_POLL_INTERVAL_MS);
   if (t->status_message)
     json_object_set_new(j, "statusMessage", json_string(t->status_message));
+  return j;
+}
+
+static json_t *task_json(const srv_task_t *t) {
+  return task_json_era(t, false);
+}
+
+/* The extension's DetailedTask (tasks/get): the result or the error inline. */
+static json_t *detailed_task(const srv_task_t *t) {
+  json_t *j = task_json_era(t, true);
+  if (t->status == TASK_COMPLETED) json_object_set(j, "result", t->result);
+  if (t->status == TASK_FAILED) json_object_set(j, "error", t->error);
   return j;
 }
 
@@ -393,9 +407,11 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
                    const srv_modern_t *mm) {
   srv_server_t *s = ss->server;
   const srv_config_t *cfg = s->cfg;
-  json_t *task = json_object_get(params, "task");
+  /* The handshake era asks with params.task: {ttl}; the modern era's server decides, and
+   * the client names no TTL. */
+  json_t *task = mm ? NULL : json_object_get(params, "task");
   json_t *ttl = json_is_object(task) ? json_object_get(task, "ttl") : NULL;
-  if (!json_is_object(task) ||
+  if ((!mm && !json_is_object(task)) ||
       (ttl && !json_is_null(ttl) && (!json_is_number(ttl) || json_number_value(ttl) < 0))) {
     srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
                     "Invalid params: \"task\" must be an object whose \"ttl\" is a number of "
@@ -417,15 +433,33 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
     ttl_ms = (uint64_t)json_number_value(ttl);
   if (ttl_ms < TASK_MIN_TTL_MS) ttl_ms = TASK_MIN_TTL_MS;
   srv_task_t *t = task_new(ts, ss->principal, ttl_ms);
-  /* The run: a request of the calling session's that no client waits for. */
-  srv_request_t *r = srv_request_new(ss, id, ss->sink, NULL, mm);
+  srv_request_t *r;
+  json_t *created;
+  if (!mm) {
+    /* The run: a request of the calling session's that no client waits for. */
+    r = srv_request_new(ss, id, ss->sink, NULL, NULL);
+    t->origin = ss;
+    srv_request_set_progress_token(r, params);
+    created = json_pack("{s:o}", "task", task_json(t));
+  } else {
+    /* The modern era has no session to run on, and the call's stream ends with its
+     * answer (closing it must not cancel the task): the run gets a session of its own,
+     * of the principal's, which goes with it, and a stream that goes nowhere (progress
+     * is not part of the extension's tasks). */
+    srv_session_t *own = srv_session_new(s, &null_sink);
+    srv_session_set_principal(own, ss->principal);
+    r = srv_request_new(own, id, &null_sink, NULL, mm);
+    own->ephemeral = true;
+    own->owned = true;
+    r->own_session = true;
+    created = task_json_era(t, true);
+    json_object_set_new(created, "resultType", json_string("task"));
+  }
   r->task = t;
   t->run = r;
-  t->origin = ss;
-  srv_request_set_progress_token(r, params);
   cm_debug("task %s: %s for %s", t->id, tool->name, ss->principal);
   /* The answer before the run starts: a call may end (and settle the task) at once. */
-  reply(sink, batch, id, json_pack("{s:o}", "task", task_json(t)), mm);
+  reply(sink, batch, id, created, mm);
   tool->call(r, arguments);
 }
 
@@ -499,10 +533,63 @@ static void handle_list(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
   reply(sink, batch, m->id, result, mm);
 }
 
+bool srv_tasks_declared(const srv_modern_t *mm) {
+  json_t *ext = mm ? json_object_get(mm->client_caps, "extensions") : NULL;
+  return json_is_object(json_object_get(ext, SRV_TASKS_EXTENSION));
+}
+
+void srv_tasks_reply_missing(tr_sink_t *sink, json_t *id, const char *what) {
+  cleanup_free char *msg = xasprintf(
+      "Missing required client capability: %s needs the " SRV_TASKS_EXTENSION
+      " extension in the request's clientCapabilities",
+      what);
+  srv_deliver(sink, NULL, 0,
+              srv_jsonrpc_error(id, MCP_MISSING_CAPABILITY, msg,
+                                json_pack("{s:{s:{s:{}}}}", "requiredCapabilities", "extensions",
+                                          SRV_TASKS_EXTENSION)));
+}
+
+/* The tasks extension's methods (2026-07-28): tasks/get (the result inline), tasks/cancel
+ * and tasks/update (empty acknowledgements); no tasks/list, no tasks/result. */
+static bool handle_modern(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
+                          const srv_modern_t *mm) {
+  const char *method = m->method;
+  bool get = strcmp(method, "tasks/get") == 0, cancel = strcmp(method, "tasks/cancel") == 0,
+       update = strcmp(method, "tasks/update") == 0;
+  if (!get && !cancel && !update) return false;
+  if (!srv_tasks_declared(mm)) {
+    srv_tasks_reply_missing(sink, m->id, method);
+    return true;
+  }
+  json_t *id = json_is_object(m->params) ? json_object_get(m->params, "taskId") : NULL;
+  srv_task_t *t = json_is_string(id) ? task_find(ss->server, ss->principal, id) : NULL;
+  if (!t) {
+    srv_reply_error(sink, NULL, m->id, JSONRPC_INVALID_PARAMS,
+                    json_is_string(id)
+                        ? "Invalid params: task not found (unknown, expired, or not yours)"
+                        : "Invalid params: a string \"taskId\" is needed");
+    return true;
+  }
+  if (get) {
+    reply(sink, NULL, m->id, detailed_task(t), mm);
+    return true;
+  }
+  if (cancel && !terminal(t)) {
+    cm_debug("task %s cancelled by its client", t->id);
+    task_stop_run(t);
+    task_settle(t, TASK_CANCELLED, "cancelled by tasks/cancel");
+  }
+  /* tasks/update: this server's tasks never ask for input, so every response is for a key
+   * that is not outstanding, which the extension says to ignore. */
+  reply(sink, NULL, m->id, json_object(), mm);
+  return true;
+}
+
 bool srv_tasks_handle(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch,
                       const srv_modern_t *mm) {
   const char *method = m->method;
   if (strncmp(method, "tasks/", 6) != 0) return false;
+  if (mm) return handle_modern(ss, m, sink, mm);
   bool get = strcmp(method, "tasks/get") == 0, result = strcmp(method, "tasks/result") == 0,
        cancel = strcmp(method, "tasks/cancel") == 0;
   if (strcmp(method, "tasks/list") == 0) {

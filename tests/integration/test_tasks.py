@@ -289,3 +289,92 @@ def make_http_tasks(two_tokens):
     h = HttpServer("--auth-token-file", two_tokens, "--no-warm-cache", "--kill-grace-seconds", "1")
     yield h
     assert h.close() == 0
+
+
+# ================================================================ 2026-07-28: the tasks extension
+
+MODERN = "2026-07-28"
+EXT = "io.modelcontextprotocol/tasks"
+
+
+def modern_req(s, req_id, method, params=None, declare=True):
+    caps = {"extensions": {EXT: {}}} if declare else {}
+    p = dict(params or {})
+    p["_meta"] = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                  "io.modelcontextprotocol/clientCapabilities": caps}
+    s.send({"jsonrpc": "2.0", "id": req_id, "method": method, "params": p})
+    return s.recv_response(req_id, timeout=60)
+
+
+def test_modern_extension_long_calls_become_tasks(make_server):
+    s = make_server("--kill-grace-seconds", "1")
+    caps = modern_req(s, 1, "server/discover")["result"]["capabilities"]
+    assert caps["extensions"][EXT] == {}
+    assert "tasks" not in caps  # the 2025-11-25 capability is the handshake era's
+    # A call allowed to run longer than a minute, from a client that declared the extension:
+    marker = f"mps-task-modern-{time.monotonic_ns()}"
+    r = modern_req(s, 2, "tools/call", {"name": "execute_python",
+                                        "arguments": {"script": sleeper(marker), "timeout_seconds": 120}})
+    created = r["result"]
+    assert created["resultType"] == "task" and created["status"] == "working", created
+    assert re.fullmatch(r"[0-9a-f]{32}", created["taskId"]) and created["ttlMs"] > 0 and created["pollIntervalMs"] > 0
+    assert "task" not in created and "ttl" not in created  # flat, the extension's names
+    tid = {"taskId": created["taskId"]}
+    got = modern_req(s, 3, "tasks/get", tid)["result"]
+    assert got["resultType"] == "complete" and got["status"] == "working"
+    # Without the declaration: -32021 naming the extension; tasks/list and tasks/result are not part of it.
+    e = modern_req(s, 4, "tasks/get", tid, declare=False)["error"]
+    assert e["code"] == -32021 and e["data"]["requiredCapabilities"] == {"extensions": {EXT: {}}}
+    assert modern_req(s, 5, "tasks/list")["error"]["code"] == -32601
+    assert modern_req(s, 6, "tasks/result", tid)["error"]["code"] == -32601
+    assert wait_until(lambda: processes_with_marker(marker), 30)
+    ack = modern_req(s, 7, "tasks/cancel", tid)["result"]
+    assert ack["resultType"] == "complete" and set(ack) <= {"resultType", "_meta"}
+    assert wait_until(lambda: not processes_with_marker(marker), 15)
+    assert modern_req(s, 8, "tasks/get", tid)["result"]["status"] == "cancelled"
+    # A short call stays plain; so does a long one from a client without the extension.
+    plain = modern_req(s, 9, "tools/call", {"name": "execute_python", "arguments": {"script": "print(3)"}})["result"]
+    assert plain["resultType"] == "complete" and plain["structuredContent"]["stdout"] == "3\n"
+    plain = modern_req(s, 10, "tools/call", {"name": "execute_python",
+                                             "arguments": {"script": "print(4)", "timeout_seconds": 120}},
+                       declare=False)["result"]
+    assert plain["resultType"] == "complete" and plain["structuredContent"]["stdout"] == "4\n"
+    # A task's result comes inline with tasks/get once it is done.
+    done = modern_req(s, 11, "tools/call", {"name": "execute_python",
+                                            "arguments": {"script": "print(5)", "timeout_seconds": 90}})["result"]
+    assert done["resultType"] == "task"
+
+    def status():
+        return modern_req(s, 12, "tasks/get", {"taskId": done["taskId"]})["result"]
+    assert wait_until(lambda: status()["status"] == "completed", 30)
+    assert status()["result"]["structuredContent"]["stdout"] == "5\n"
+
+
+def test_modern_http_task_outlives_its_post(make_http_tasks):
+    h = make_http_tasks
+
+    def post(req_id, method, params, auth=ALICE):
+        p = dict(params)
+        p["_meta"] = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                      "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXT: {}}}}
+        extra = {"Mcp-Method": method}
+        if "name" in p:
+            extra["Mcp-Name"] = p["name"]
+        if "taskId" in p:
+            extra["Mcp-Name"] = p["taskId"]
+        st, hd, body = h.post({"jsonrpc": "2.0", "id": req_id, "method": method, "params": p},
+                              headers={**auth, **extra}, version=MODERN)
+        if hd.get("content-type", "").startswith("text/event-stream"):
+            return [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == req_id][0]
+        return json.loads(body)
+    r = post(1, "tools/call", {"name": "execute_python",
+                               "arguments": {"script": tick_script(3), "timeout_seconds": 120}})
+    tid = {"taskId": r["result"]["taskId"]}
+    assert r["result"]["resultType"] == "task"
+    # The POST is over; the run goes on, and only its principal reaches it.
+    assert post(2, "tasks/get", tid, auth=BOB)["error"]["code"] == -32602
+    deadline = time.monotonic() + 60
+    while (got := post(3, "tasks/get", tid)["result"])["status"] == "working":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert got["status"] == "completed" and got["result"]["structuredContent"]["stdout"] == ticks(3)
