@@ -125,6 +125,8 @@ struct srv_request {
   /* The run of a task (tasks.c): its answer goes to the task, not to a client, it is no
    * request of its session's that an id names, and its session's end does not cancel it. */
   struct srv_task *task;
+  /* Set with task: takes the run's response (borrowed; NULL when cancelled). */
+  void (*task_ended)(srv_request_t *r, json_t *response);
   int busy;         /* callbacks running on it: srv_request_finish then only marks it done */
   srv_request_t *prev, *next;
 };
@@ -173,12 +175,9 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
  * tasks/get, tasks/cancel, tasks/update); false (nothing sent) for another method. */
 bool srv_tasks_handle(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch,
                       const srv_modern_t *mm);
-/* A task's run ended with response (borrowed; NULL when cancelled). */
-void srv_task_run_ended(srv_request_t *r, json_t *response);
-/* ss ends while r, a task's run, goes on: r loses its session and its stream. */
-void srv_task_run_detach(srv_request_t *r);
-/* ss ends (srv_session_free): its tasks' runs are detached, and no notification goes to it. */
-void srv_tasks_session_gone(srv_session_t *ss);
+/* (request.c and session.c reach tasks.c through srv_request_t.task_ended and
+ * srv_server_t.tasks_session_gone: hooks, so that tasks.c, which uses both, is no part of
+ * a call cycle.) */
 
 /* ---------------------------------------------------------------- request.c */
 

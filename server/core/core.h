@@ -73,6 +73,8 @@ struct srv_server {
   void (*on_probed)(srv_server_t *s); /* after a probe that found the backend available */
   struct srv_client_call *calls;      /* server -> client requests awaiting a response */
   struct srv_tasks *tasks;            /* core/tasks.c: made with the first task */
+  /* Set with the store: a session ends (srv_session_free), its tasks go on without it. */
+  void (*tasks_session_gone)(srv_session_t *ss);
 };
 
 static inline cm_loop_t *srv_server_loop(srv_server_t *s) {

@@ -195,9 +195,9 @@ static void request_free(srv_request_t *r) {
 void srv_request_complete(srv_request_t *r, json_t *response) {
   srv_server_t *s = r->server;
   abandon_client_calls(r);
-  if (r->task) {
+  if (r->task_ended) {
     /* A task's run answers its task; no client waits for it here. */
-    srv_task_run_ended(r, r->cancelled ? NULL : response);
+    r->task_ended(r, r->cancelled ? NULL : response);
     json_decref(response);
   } else if (r->cancelled) {
     json_decref(response);

@@ -93,10 +93,13 @@ static bool terminal(const srv_task_t *t) {
   return t->status != TASK_WORKING;
 }
 
+static void tasks_session_gone(srv_session_t *ss);
+
 static srv_tasks_t *store_of(srv_server_t *s) {
   if (!s->tasks) {
     s->tasks = xcalloc(1, sizeof *s->tasks);
     s->tasks->server = s;
+    s->tasks_session_gone = tasks_session_gone;
   }
   return s->tasks;
 }
@@ -288,12 +291,15 @@ static void task_stop_run(srv_task_t *t) {
   if (!run) return;
   t->run = NULL;
   run->task = NULL;
+  run->task_ended = NULL;
   srv_request_cancel_one(run); /* kills the script's process tree (the tool's cancel) */
 }
 
-void srv_task_run_ended(srv_request_t *r, json_t *response) {
+/* A run's response (borrowed; NULL when cancelled): srv_request_t.task_ended. */
+static void task_run_ended(srv_request_t *r, json_t *response) {
   srv_task_t *t = r->task;
   r->task = NULL;
+  r->task_ended = NULL;
   t->run = NULL;
   if (terminal(t)) return; /* cancelled meanwhile */
   json_t *result = response ? json_object_get(response, "result") : NULL;
@@ -353,11 +359,12 @@ void srv_tasks_free(srv_server_t *s) {
   srv_task_t *next;
   for (srv_task_t *t = ts->head; t; t = next) {
     next = t->next;
-    if (t->run) t->run->task = NULL;
+    if (t->run) t->run->task = NULL, t->run->task_ended = NULL;
     task_free(t);
   }
   free(ts);
   s->tasks = NULL;
+  s->tasks_session_gone = NULL;
 }
 
 /* ---------------------------------------------------------------- sessions */
@@ -369,20 +376,22 @@ static void null_send(tr_sink_t *s, const char *json, size_t len, tr_send_flags_
 static const tr_sink_ops_t null_sink_ops = {.send = null_send};
 static tr_sink_t null_sink = {.ops = &null_sink_ops, .refs = 1};
 
-void srv_task_run_detach(srv_request_t *r) {
+/* ss ends while r, a task's run, goes on: r loses its session and its stream. */
+static void task_run_detach(srv_request_t *r) {
   r->session = NULL;
   tr_sink_unref(r->sink);
   r->sink = tr_sink_ref(&null_sink);
   if (r->task) r->task->origin = NULL;
 }
 
-void srv_tasks_session_gone(srv_session_t *ss) {
+/* ss ends (srv_session_free): its tasks' runs are detached, and no notification goes to it. */
+static void tasks_session_gone(srv_session_t *ss) {
   srv_tasks_t *ts = ss->server->tasks;
   if (!ts) return;
   for (srv_task_t *t = ts->head; t; t = t->next) {
     if (t->origin != ss) continue;
     t->origin = NULL;
-    if (t->run && t->run->session == ss) srv_task_run_detach(t->run);
+    if (t->run && t->run->session == ss) task_run_detach(t->run);
   }
 }
 
@@ -456,6 +465,7 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
     json_object_set_new(created, "resultType", json_string("task"));
   }
   r->task = t;
+  r->task_ended = task_run_ended;
   t->run = r;
   cm_debug("task %s: %s for %s", t->id, tool->name, ss->principal);
   /* The answer before the run starts: a call may end (and settle the task) at once. */
