@@ -187,13 +187,12 @@ static srv_task_t *task_find(srv_server_t *s, const char *principal, json_t *id)
 
 /* modern: the tasks extension's names (ttlMs, pollIntervalMs) instead of 2025-11-25's. */
 static json_t *task_json_era(const srv_task_t *t, bool modern) {
-  json_t *j = json_pack("{s:s, s:s, s:o, s:o, s:I, s:i}", "taskId", t->id, "status",
-                        status_names[t->status], "createdAt", iso_time(t->created_wall_ms),
-                        "lastUpdatedAt", iso_time(t->updated_wall_ms), modern ? "ttlMs" : "ttl",
-                        (json_int_t)t->ttl_ms, modern ? "pollIntervalMs" : "pollInterval",
-                        TASK_POLL_INTERVAL_MS);
-  if (t->status_message)
-    json_object_set_new(j, "statusMessage", json_string(t->status_message));
+  json_t *j =
+      json_pack("{s:s, s:s, s:o, s:o, s:I, s:i}", "taskId", t->id, "status",
+                status_names[t->status], "createdAt", iso_time(t->created_wall_ms), "lastUpdatedAt",
+                iso_time(t->updated_wall_ms), modern ? "ttlMs" : "ttl", (json_int_t)t->ttl_ms,
+                modern ? "pollIntervalMs" : "pollInterval", TASK_POLL_INTERVAL_MS);
+  if (t->status_message) json_object_set_new(j, "statusMessage", json_string(t->status_message));
   return j;
 }
 
@@ -229,9 +228,9 @@ static json_t *stored_answer(const srv_task_t *t, json_t **error) {
   if (t->status == TASK_FAILED) {
     *error = json_deep_copy(t->error);
   } else {
-    cleanup_free char *msg = xasprintf("Task %s was cancelled%s%s", t->id,
-                                       t->status_message ? ": " : "",
-                                       t->status_message ? t->status_message : "");
+    cleanup_free char *msg =
+        xasprintf("Task %s was cancelled%s%s", t->id, t->status_message ? ": " : "",
+                  t->status_message ? t->status_message : "");
     *error = json_pack("{s:i, s:s}", "code", JSONRPC_INTERNAL_ERROR, "message", msg);
   }
   return NULL;
@@ -241,10 +240,10 @@ static json_t *error_response(json_t *id, json_t *error) {
   json_t *code = json_object_get(error, "code");
   json_t *message = json_object_get(error, "message");
   json_t *data = json_object_get(error, "data");
-  return srv_jsonrpc_error(id, json_is_integer(code) ? (int)json_integer_value(code)
-                                                     : JSONRPC_INTERNAL_ERROR,
-                           json_is_string(message) ? json_string_value(message) : "Internal error",
-                           data ? json_incref(data) : NULL);
+  return srv_jsonrpc_error(
+      id, json_is_integer(code) ? (int)json_integer_value(code) : JSONRPC_INTERNAL_ERROR,
+      json_is_string(message) ? json_string_value(message) : "Internal error",
+      data ? json_incref(data) : NULL);
 }
 
 /* Answers a waiting tasks/result request r from its (terminal) task. */
@@ -412,8 +411,7 @@ static void reply(tr_sink_t *sink, srv_batch_t *batch, json_t *id, json_t *resul
 }
 
 void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t *params,
-                   json_t *arguments, tr_sink_t *sink, srv_batch_t *batch,
-                   const srv_modern_t *mm) {
+                   json_t *arguments, tr_sink_t *sink, srv_batch_t *batch, const srv_modern_t *mm) {
   srv_server_t *s = ss->server;
   const srv_config_t *cfg = s->cfg;
   /* The handshake era asks with params.task: {ttl}; the modern era's server decides, and
@@ -516,8 +514,8 @@ static void handle_result(srv_session_t *ss, const srv_msg_t *m, srv_task_t *t, 
   srv_request_on_cancel(w->r, waiter_cancelled, w);
 }
 
-static void handle_list(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
-                        srv_batch_t *batch, const srv_modern_t *mm) {
+static void handle_list(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch,
+                        const srv_modern_t *mm) {
   json_t *cursor = json_is_object(m->params) ? json_object_get(m->params, "cursor") : NULL;
   srv_task_t *t = ss->server->tasks ? ss->server->tasks->head : NULL;
   if (cursor && !json_is_null(cursor)) {
@@ -549,10 +547,10 @@ bool srv_tasks_declared(const srv_modern_t *mm) {
 }
 
 void srv_tasks_reply_missing(tr_sink_t *sink, json_t *id, const char *what) {
-  cleanup_free char *msg = xasprintf(
-      "Missing required client capability: %s needs the " SRV_TASKS_EXTENSION
-      " extension in the request's clientCapabilities",
-      what);
+  cleanup_free char *msg =
+      xasprintf("Missing required client capability: %s needs the " SRV_TASKS_EXTENSION
+                " extension in the request's clientCapabilities",
+                what);
   srv_deliver(sink, NULL, 0,
               srv_jsonrpc_error(id, MCP_MISSING_CAPABILITY, msg,
                                 json_pack("{s:{s:{s:{}}}}", "requiredCapabilities", "extensions",
