@@ -194,6 +194,12 @@ static const opt_def_t options[] = {
      "largest text file embedded"},
     {"artifact-ttl", OPT_SECONDS_MS, OFF(artifact_ttl_ms), "SECONDS", "3600",
      "how long output files stay readable with resources/read"},
+    {"max-task-ttl", OPT_SECONDS_MS, OFF(max_task_ttl_ms), "SECONDS", "3600",
+     "longest life of a task (a task-augmented call), from its creation: a client's ttl is cut "
+     "to it, and it is the default"},
+    {"max-tasks-per-principal", OPT_INT, OFF(max_tasks_per_principal), "N", "32",
+     "tasks one principal may have kept at once (running or holding a result); more are "
+     "refused; 0 = no limit"},
     {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}", "info",
      "stderr log level"},
     {"profile", OPT_STRING, OFF(profile), "NAME|FILE", NULL,
@@ -690,6 +696,8 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
     return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
   if (c->artifact_ttl_ms < 1000)
     return cm_error_set(err, 0, CM_ERR_INVALID, "artifact_ttl must be >= 1");
+  if (c->max_task_ttl_ms < 1000)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "max_task_ttl must be >= 1");
   if (c->max_artifact_bytes > c->max_artifact_store_bytes)
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_artifact_bytes must be <= max_artifact_store_bytes");

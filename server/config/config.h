@@ -82,6 +82,8 @@ typedef struct srv_config {
   uint64_t max_inline_bytes;        /* --max-inline-bytes: largest image returned inline */
   uint64_t max_inline_text_bytes;   /* --max-inline-text-bytes: largest text embedded */
   uint64_t artifact_ttl_ms;         /* --artifact-ttl: how long outputs stay readable */
+  uint64_t max_task_ttl_ms;         /* --max-task-ttl: a task's longest life (and the default) */
+  uint64_t max_tasks_per_principal; /* --max-tasks-per-principal: tasks kept; 0 = no limit */
   cm_log_level_t log_level;         /* --log-level */
   char *profile;                    /* --profile: the sandbox profile it started from */
   /* Streamable HTTP (--transport http). */

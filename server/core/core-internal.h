@@ -100,6 +100,8 @@ struct srv_session {
   int refs; /* an ephemeral session's: the router's during dispatch, its request's */
 };
 
+struct srv_task;
+
 struct srv_request {
   srv_server_t *server;
   srv_session_t *session;
@@ -120,6 +122,11 @@ struct srv_request {
   int log_level;
   bool own_session; /* its session is ephemeral and goes with it */
   bool done;        /* answered (or dropped); freed once nothing on the stack uses it */
+  /* The run of a task (tasks.c): its answer goes to the task, not to a client, it is no
+   * request of its session's that an id names, and its session's end does not cancel it. */
+  struct srv_task *task;
+  /* Set with task: takes the run's response (borrowed; NULL when cancelled). */
+  void (*task_ended)(srv_request_t *r, json_t *response);
   int busy;         /* callbacks running on it: srv_request_finish then only marks it done */
   srv_request_t *prev, *next;
 };
@@ -141,6 +148,36 @@ static inline void srv_session_destroy(srv_session_t *ss) {
 static inline void srv_session_release(srv_session_t *ss) {
   if (--ss->refs == 0) srv_session_destroy(ss);
 }
+
+/* ---------------------------------------------------------------- tasks.c
+ *
+ * Tasks (2025-11-25 utilities/tasks, and the 2026-07-28 tasks extension): a tools/call
+ * answered at once with a task, its run going on as a request of its own that no client
+ * waits for; the store keeps each task for its principal until its TTL. */
+
+#define SRV_TASKS_EXTENSION "io.modelcontextprotocol/tasks"
+
+/* Whether a modern request's clientCapabilities declare the tasks extension. */
+bool srv_tasks_declared(const srv_modern_t *mm);
+/* -32021 naming the tasks extension in data.requiredCapabilities. */
+void srv_tasks_reply_missing(tr_sink_t *sink, json_t *id, const char *what);
+/* The tasks capability (2025-11-25): list, cancel and tools/call. */
+json_t *srv_tasks_capability(void);
+/* Whether a tools/call's params ask for a task (a "task" member). */
+bool srv_tasks_requested(json_t *params);
+/* Starts tool's call (arguments borrowed) as a task of ss's principal and answers the
+ * request (id) with its CreateTaskResult, or with an error (the principal's cap, a bad
+ * "task").  params are the call's (its progressToken is the run's).  mm: a modern request
+ * (the tasks extension's flat CreateTaskResult; the run on a session of its own). */
+void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t *params,
+                   json_t *arguments, tr_sink_t *sink, srv_batch_t *batch, const srv_modern_t *mm);
+/* tasks/get, tasks/result, tasks/list, tasks/cancel (the modern era: the extension's
+ * tasks/get, tasks/cancel, tasks/update); false (nothing sent) for another method. */
+bool srv_tasks_handle(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch,
+                      const srv_modern_t *mm);
+/* (request.c and session.c reach tasks.c through srv_request_t.task_ended and
+ * srv_server_t.tasks_session_gone: hooks, so that tasks.c, which uses both, is no part of
+ * a call cycle.) */
 
 /* ---------------------------------------------------------------- request.c */
 

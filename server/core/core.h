@@ -6,7 +6,7 @@
  *
  * Files: probe.c, session.c, request.c (requests in flight, batches, client calls),
  * router.c (envelope, lifecycle, methods), jsonrpc.c (the JSON-RPC envelope), result.c (tool
- * results).
+ * results), tasks.c (the task store and the tasks/ methods).
  *
  * The only room that turns internal errors into JSON-RPC errors (srv_request_fail).
  *
@@ -72,6 +72,9 @@ struct srv_server {
   size_t n_tools;
   void (*on_probed)(srv_server_t *s); /* after a probe that found the backend available */
   struct srv_client_call *calls;      /* server -> client requests awaiting a response */
+  struct srv_tasks *tasks;            /* core/tasks.c: made with the first task */
+  /* Set with the store: a session ends (srv_session_free), its tasks go on without it. */
+  void (*tasks_session_gone)(srv_session_t *ss);
 };
 
 static inline cm_loop_t *srv_server_loop(srv_server_t *s) {
@@ -231,14 +234,29 @@ bool srv_modern_supported(const char *v);
 
 /* ---------------------------------------------------------------- the tool interface */
 
+/* Whether a tools/call of a tool may run as a task (2025-11-25 Tool.execution.taskSupport,
+ * and the 2026-07-28 tasks extension): the router decides from this, and lists it. */
+typedef enum srv_task_support {
+  SRV_TASK_FORBIDDEN = 0, /* the default: never a task (nothing is listed) */
+  SRV_TASK_OPTIONAL,
+  SRV_TASK_REQUIRED,
+} srv_task_support_t;
+
 /* A tool: the router lists and calls the table server/tools/ gives it (srv_tools()) and
  * the extension's. */
 typedef struct srv_tool {
   const char *name;
   const char *title;
   json_t *(*describe)(srv_server_t *s); /* the Tool object for tools/list (new ref) */
-  /* Runs the tool; must eventually call srv_request_finish(r, result). */
+  /* Runs the tool; must eventually call srv_request_finish(r, result).  For a task, r is
+   * the task's own request, detached from the call's (core/tasks.c): the tool cannot tell. */
   void (*call)(srv_request_t *r, json_t *arguments);
+  /* Set: the router adds execution.taskSupport to the Tool object describe gives. */
+  srv_task_support_t task_support;
+  /* Optional, for an optional task support: whether a call with these arguments is long
+   * enough to become a task of its own accord (the 2026-07-28 tasks extension, where the
+   * server decides: only for a client that declared the extension). */
+  bool (*prefers_task)(srv_server_t *s, json_t *arguments);
 } srv_tool_t;
 
 /* A tool result with one text block. isError as given.  _n: len bytes of valid UTF-8,
@@ -274,5 +292,10 @@ typedef struct srv_extension {
 /* Installs ext (not copied: it must outlive s), or removes it (NULL).  Set it before the
  * first session opens. */
 void srv_server_set_extension(srv_server_t *s, const srv_extension_t *ext);
+
+/* ---------------------------------------------------------------- tasks */
+
+/* Forgets every task (freeing the server, after every request ended). */
+void srv_tasks_free(srv_server_t *s);
 
 #endif

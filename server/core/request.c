@@ -195,7 +195,11 @@ static void request_free(srv_request_t *r) {
 void srv_request_complete(srv_request_t *r, json_t *response) {
   srv_server_t *s = r->server;
   abandon_client_calls(r);
-  if (r->cancelled) {
+  if (r->task_ended) {
+    /* A task's run answers its task; no client waits for it here. */
+    r->task_ended(r, r->cancelled ? NULL : response);
+    json_decref(response);
+  } else if (r->cancelled) {
     json_decref(response);
     /* A cancelled request sends nothing; its batch slot stays null. */
     if (r->batch) srv_deliver(r->sink, r->batch, r->batch_slot, json_null());
@@ -406,7 +410,7 @@ void srv_client_response(srv_session_t *ss, json_t *msg, const srv_msg_t *m) {
 
 srv_request_t *srv_request_find(srv_session_t *ss, json_t *id) {
   for (srv_request_t *r = ss->server->inflight; r; r = r->next)
-    if (r->session == ss && json_equal(r->id, id)) return r;
+    if (r->session == ss && !r->task && json_equal(r->id, id)) return r;
   return NULL;
 }
 

@@ -47,14 +47,19 @@ static bool extension_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *
 
 /* ---------------------------------------------------------------- methods */
 
-static json_t *server_capabilities(void) {
-  return json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0, "resources",
-                   "listChanged", 0, "subscribe", 0, "logging");
+/* protocol: the handshake era's negotiated version (tasks came with 2025-11-25), or NULL
+ * for the modern era (whose tasks are an extension: handle_discover). */
+static json_t *server_capabilities(const char *protocol) {
+  json_t *caps = json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0,
+                           "resources", "listChanged", 0, "subscribe", 0, "logging");
+  if (protocol && strcmp(protocol, "2025-11-25") >= 0)
+    json_object_set_new(caps, "tasks", srv_tasks_capability());
+  return caps;
 }
 
 /* The built-in capabilities with the extension's merged in. */
-static json_t *merged_capabilities(const srv_server_t *s) {
-  json_t *caps = server_capabilities();
+static json_t *merged_capabilities(const srv_server_t *s, const char *protocol) {
+  json_t *caps = server_capabilities(protocol);
   const srv_extension_t *ext = s->ext;
   if (ext && ext->capabilities) {
     json_t *extra = ext->capabilities(ext->data);
@@ -104,12 +109,22 @@ static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_
   if (json_is_object(ci)) ss->client_info = json_incref(ci);
   json_t *client_caps = json_object_get(params, "capabilities");
   if (json_is_object(client_caps)) ss->client_capabilities = json_incref(client_caps);
-  json_t *caps = merged_capabilities(ss->server);
+  json_t *caps = merged_capabilities(ss->server, chosen);
   json_t *result =
       json_pack("{s:s, s:o, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", chosen, "capabilities",
                 caps, "serverInfo", "name", SRV_NAME, "title", "Python Exec Sandbox", "version",
                 srv_version(), "instructions", server_instructions);
   srv_reply_result(sink, batch, id, result);
+}
+
+/* The Tool object, with the task support the router acts on (T1). */
+static json_t *describe_tool(srv_server_t *s, const srv_tool_t *tool) {
+  json_t *t = tool->describe(s);
+  static const char *const names[] = {NULL, "optional", "required"};
+  if (tool->task_support != SRV_TASK_FORBIDDEN && json_is_object(t))
+    json_object_set_new(t, "execution",
+                        json_pack("{s:s}", "taskSupport", names[tool->task_support]));
+  return t;
 }
 
 static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
@@ -123,10 +138,10 @@ static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_
   const srv_tool_t *tools = ss->server->tools;
   json_t *list = json_array();
   for (size_t i = 0; i < ss->server->n_tools; i++)
-    json_array_append_new(list, tools[i].describe(ss->server));
+    json_array_append_new(list, describe_tool(ss->server, &tools[i]));
   const srv_extension_t *ext = ss->server->ext;
   for (size_t i = 0; ext && i < ext->n_tools; i++)
-    json_array_append_new(list, ext->tools[i].describe(ss->server));
+    json_array_append_new(list, describe_tool(ss->server, &ext->tools[i]));
   json_t *result = json_pack("{s:o}", "tools", list);
   add_cache_hints(result, "tools/list", 60000, mm);
   reply_result(sink, batch, id, result, mm);
@@ -146,7 +161,7 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
                     "Invalid params: \"arguments\" must be an object");
     return;
   }
-  const srv_server_t *s = ss->server;
+  srv_server_t *s = ss->server;
   const srv_tool_t *tool = tool_find(s->tools, s->n_tools, json_string_value(name));
   if (!tool && s->ext) tool = tool_find(s->ext->tools, s->ext->n_tools, json_string_value(name));
   if (!tool) {
@@ -156,10 +171,42 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
     srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, msg);
     return;
   }
-  srv_request_t *r = srv_request_new(ss, id, sink, batch, mm);
-  srv_request_set_progress_token(r, params);
   json_t *arguments = json_is_object(args) ? json_incref(args) : json_object();
-  tool->call(r, arguments);
+  bool as_task;
+  if (!mm) {
+    /* The handshake era: the client asks for a task with params.task (2025-11-25). */
+    as_task = srv_tasks_requested(params);
+    if (as_task ? tool->task_support == SRV_TASK_FORBIDDEN
+                : tool->task_support == SRV_TASK_REQUIRED) {
+      cleanup_free char *msg =
+          xasprintf("Method not found: tool '%s' %s", tool->name,
+                    as_task ? "does not run as a task (its execution.taskSupport is forbidden)"
+                            : "runs only as a task (send \"task\" in the params)");
+      srv_reply_error(sink, batch, id, JSONRPC_METHOD_NOT_FOUND, msg);
+      json_decref(arguments);
+      return;
+    }
+  } else {
+    /* The tasks extension: the server decides, only for a client that declared it; a
+     * tool that runs only as a task needs the declaration. */
+    bool declared = srv_tasks_declared(mm);
+    if (tool->task_support == SRV_TASK_REQUIRED && !declared) {
+      cleanup_free char *what = xasprintf("tool '%s'", tool->name);
+      srv_tasks_reply_missing(sink, id, what);
+      json_decref(arguments);
+      return;
+    }
+    as_task = declared && (tool->task_support == SRV_TASK_REQUIRED ||
+                           (tool->task_support == SRV_TASK_OPTIONAL && tool->prefers_task &&
+                            tool->prefers_task(s, arguments)));
+  }
+  if (as_task) {
+    srv_task_call(ss, tool, id, params, arguments, sink, batch, mm);
+  } else {
+    srv_request_t *r = srv_request_new(ss, id, sink, batch, mm);
+    srv_request_set_progress_token(r, params);
+    tool->call(r, arguments);
+  }
   json_decref(arguments);
 }
 
@@ -266,6 +313,7 @@ static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sin
     return;
   }
   if (extension_request(ss, m, sink, batch, NULL)) return;
+  if (srv_tasks_handle(ss, m, sink, batch, NULL)) return;
   if (strcmp(method, "tools/list") == 0) {
     handle_tools_list(ss, m->id, m->params, sink, batch, NULL);
   } else if (strcmp(method, "tools/call") == 0) {
@@ -357,9 +405,16 @@ static bool modern_envelope(const srv_msg_t *m, tr_sink_t *sink, srv_modern_t *o
  * which 2026-07-28 removed), and every version, so that a dual-era client can choose. */
 static void handle_discover(srv_session_t *ss, json_t *id, tr_sink_t *sink,
                             const srv_modern_t *mm) {
-  json_t *caps = merged_capabilities(ss->server);
+  json_t *caps = merged_capabilities(ss->server, NULL);
   json_t *res = json_object_get(caps, "resources");
   if (json_is_object(res)) json_object_del(res, "subscribe");
+  /* Tasks are the io.modelcontextprotocol/tasks extension in this era (T4). */
+  json_t *ext = json_object_get(caps, "extensions");
+  if (!json_is_object(ext)) {
+    ext = json_object();
+    json_object_set_new(caps, "extensions", ext);
+  }
+  json_object_set_new(ext, SRV_TASKS_EXTENSION, json_object());
   json_t *result = json_pack("{s:o, s:o, s:s}", "supportedVersions", all_versions(), "capabilities",
                              caps, "instructions", server_instructions);
   /* The same for everyone, but an upgrade may change it. */
@@ -411,6 +466,7 @@ static void handle_modern(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink
     return;
   }
   if (extension_request(ss, m, sink, NULL, &mm)) return;
+  if (srv_tasks_handle(ss, m, sink, NULL, &mm)) return;
   if (strcmp(method, "tools/list") == 0) {
     handle_tools_list(ss, m->id, m->params, sink, NULL, &mm);
   } else if (strcmp(method, "tools/call") == 0) {

@@ -115,6 +115,16 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   exec_submit(r, &spec);
 }
 
+/* Hosts commonly give up on a plain tool call after about a minute: a call allowed to run
+ * longer becomes a task when its client can take one (the 2026-07-28 tasks extension). */
+#define EXEC_TASK_THRESHOLD_S 60
+
+bool srv_tool_execute_python_prefers_task(srv_server_t *s, json_t *arguments) {
+  json_t *t = json_object_get(arguments, "timeout_seconds");
+  return json_is_number(t) && json_number_value(t) > EXEC_TASK_THRESHOLD_S &&
+         srv_server_config(s)->max_timeout > EXEC_TASK_THRESHOLD_S;
+}
+
 /* The structuredContent declaration: every field with its type. */
 static json_t *output_schema(void) {
   static const struct {

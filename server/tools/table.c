@@ -3,11 +3,11 @@
 
 static const srv_tool_t tools[] = {
     {"execute_python", "Run Python in a sandbox", srv_tool_execute_python_describe,
-     srv_tool_execute_python},
+     srv_tool_execute_python, SRV_TASK_OPTIONAL, srv_tool_execute_python_prefers_task},
     {"check_environment", "Check the Python sandbox environment",
-     srv_tool_check_environment_describe, srv_tool_check_environment},
+     srv_tool_check_environment_describe, srv_tool_check_environment, SRV_TASK_FORBIDDEN, NULL},
     {"validate_script", "Check a Python script without running it",
-     srv_tool_validate_script_describe, srv_tool_validate_script},
+     srv_tool_validate_script_describe, srv_tool_validate_script, SRV_TASK_FORBIDDEN, NULL},
 };
 
 const srv_tool_t *srv_tools(size_t *count) {

@@ -6,6 +6,7 @@
 
 void srv_tool_execute_python(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_execute_python_describe(srv_server_t *s);
+bool srv_tool_execute_python_prefers_task(srv_server_t *s, json_t *arguments);
 void srv_tool_check_environment(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_check_environment_describe(srv_server_t *s);
 void srv_tool_validate_script(srv_request_t *r, json_t *arguments);

@@ -676,6 +676,106 @@ static void test_router_calls(void **state) {
   assert_int_equal(error_code(last()), -32600);
 }
 
+/* ---------------------------------------------------------------- tasks */
+
+/* Hands text to another session. */
+static size_t handle_on(srv_session_t *ss, const char *text) {
+  size_t before = json_array_size(rf.sink.messages);
+  srv_session_handle(ss, text, strlen(text), &rf.sink.base);
+  return json_array_size(rf.sink.messages) - before;
+}
+
+static srv_session_t *session_of(const char *principal) {
+  srv_session_t *ss = srv_session_new(rf.server, &rf.sink.base);
+  srv_session_set_principal(ss, principal);
+  assert_int_equal(
+      handle_on(ss, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+                    "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}"),
+      1);
+  handle_on(ss, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+  return ss;
+}
+
+/* A task-augmented call on ss; returns its (new) task id. */
+static char *start_task(srv_session_t *ss, int id, const char *script, int ttl) {
+  char text[512];
+  snprintf(text, sizeof text,
+           "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"tools/call\",\"params\":{\"name\":"
+           "\"execute_python\",\"arguments\":{\"script\":\"%s\"},\"task\":{\"ttl\":%d}}}",
+           id, script, ttl);
+  assert_int_equal(handle_on(ss, text), 1);
+  json_t *task = json_object_get(json_object_get(last(), "result"), "task");
+  assert_non_null(task);
+  assert_int_equal(json_integer_value(json_object_get(last(), "id")), id);
+  assert_string_equal(json_string_value(json_object_get(task, "status")), "working");
+  const char *tid = json_string_value(json_object_get(task, "taskId"));
+  assert_int_equal(strlen(tid), 32);
+  assert_int_equal(strspn(tid, "0123456789abcdef"), 32);
+  return xstrdup(tid);
+}
+
+static json_t *task_rpc(srv_session_t *ss, int id, const char *method, const char *tid) {
+  char text[256];
+  snprintf(text, sizeof text,
+           "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"%s\",\"params\":{\"taskId\":\"%s\"}}", id,
+           method, tid);
+  handle_on(ss, text);
+  return wait_response(id);
+}
+
+static const char *task_status(srv_session_t *ss, int id, const char *tid) {
+  json_t *r = task_rpc(ss, id, "tasks/get", tid);
+  return json_string_value(json_object_get(json_object_get(r, "result"), "status"));
+}
+
+static void test_router_tasks(void **state) {
+  rf.cfg.max_tasks_per_principal = 2;
+  initialize("2025-11-25");
+  srv_session_t *mine = session_of(SRV_PRINCIPAL_STDIO);
+  srv_session_t *other = session_of("someone-else");
+  cleanup_free char *a = start_task(rf.session, 40, "print(6 * 7)", 60000);
+  /* Runs detached: tasks/result waits for it, then answers with its result. */
+  json_t *res = json_object_get(task_rpc(rf.session, 41, "tasks/result", a), "result");
+  assert_string_equal(
+      json_string_value(json_object_get(json_object_get(res, "structuredContent"), "stdout")),
+      "42\n");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_object_get(res, "_meta"),
+                                          "io.modelcontextprotocol/related-task"),
+                          "taskId")),
+                      a);
+  assert_int_equal(count_responses(40), 1); /* the CreateTaskResult only */
+  /* Another session of the principal sees it; another principal does not, anywhere. */
+  assert_string_equal(task_status(mine, 42, a), "completed");
+  assert_int_equal(error_code(task_rpc(other, 43, "tasks/get", a)), -32602);
+  assert_int_equal(error_code(task_rpc(other, 44, "tasks/result", a)), -32602);
+  assert_int_equal(error_code(task_rpc(other, 45, "tasks/cancel", a)), -32602);
+  handle_on(other, "{\"jsonrpc\":\"2.0\",\"id\":46,\"method\":\"tasks/list\"}");
+  assert_int_equal(json_array_size(json_object_get(json_object_get(last(), "result"), "tasks")), 0);
+  /* A terminal task is not cancelled. */
+  assert_int_equal(error_code(task_rpc(rf.session, 47, "tasks/cancel", a)), -32602);
+  /* The per-principal cap counts kept tasks; the other principal has its own. */
+  cleanup_free char *b = start_task(mine, 48, "import time\\ntime.sleep(60)", 1000);
+  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":49,\"method\":\"tools/call\",\"params\":{"
+                          "\"name\":\"execute_python\",\"arguments\":{\"script\":\"1\"},\"task\":{}}}"),
+                   1);
+  assert_int_equal(error_code(last()), -32602);
+  cleanup_free char *c = start_task(other, 50, "print(1)", 60000);
+  /* Its session ends: b goes on (it belongs to the principal) until its TTL ends it. */
+  srv_session_free(mine);
+  assert_string_equal(task_status(rf.session, 51, b), "working");
+  uint64_t until = cm_now_ms() + 20000;
+  while (srv_server_inflight(rf.server) > 0 && cm_now_ms() < until)
+    cm_loop_run_once(rf.loop, 50, NULL);
+  assert_int_equal(srv_server_inflight(rf.server), 0);
+  assert_int_equal(error_code(task_rpc(rf.session, 52, "tasks/get", b)), -32602);
+  /* A's TTL is a minute: it is still there, and so is c. */
+  assert_string_equal(task_status(rf.session, 53, a), "completed");
+  assert_string_equal(task_status(other, 54, c), "completed");
+  srv_session_free(other);
+  rf.cfg.max_tasks_per_principal = 32;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_depth_scan),
@@ -692,6 +792,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_router_lifecycle, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_dispatch, router_setup, router_teardown),
       cmocka_unit_test_setup_teardown(test_router_calls, router_setup, router_teardown),
+      cmocka_unit_test_setup_teardown(test_router_tasks, router_setup, router_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,636 @@
+/* Tasks: a tools/call answered at once with a task while its run goes on (2025-11-25
+ * utilities/tasks; docs/protocol-2026.md, section 5).
+ *
+ * The run is a request of its own (srv_request_t.task set): the tool runs on it as on any
+ * call, and its answer goes to the task instead of a client.  In the handshake era it runs
+ * on the calling session, so that the session's admission caps count it and its progress
+ * reaches the client under the call's own token; when the session ends (DELETE, idle
+ * expiry) the run loses its session and its stream and goes on, because a task belongs to
+ * its principal, not to a session: another session of the same principal reads it.
+ *
+ * The store keeps tasks in creation order (tasks/list pages through it) and in order of
+ * expiry, with one timer on the loop for the first to expire.  A task is kept until its
+ * TTL from creation; one still working then is cancelled (its process tree killed).  The
+ * count per principal is capped (--max-tasks-per-principal); a result is bounded like any
+ * call's (--max-output-bytes and the artifact limits).  Lookups walk the store: it holds at
+ * most that cap per principal. */
+#include <errno.h>
+#include <stdio.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "server/core/core-internal.h"
+
+#define TASK_POLL_INTERVAL_MS 1000
+#define TASK_MIN_TTL_MS 1000
+#define TASK_LIST_PAGE 50
+/* tasks/result requests waiting for one task at once: each is a request in flight. */
+#define TASK_MAX_WAITERS 16
+
+typedef enum task_status {
+  TASK_WORKING = 0,
+  TASK_COMPLETED,
+  TASK_FAILED,
+  TASK_CANCELLED,
+} task_status_t;
+
+static const char *const status_names[] = {"working", "completed", "failed", "cancelled"};
+
+typedef struct task_waiter task_waiter_t;
+
+typedef struct srv_task {
+  struct srv_tasks *store;
+  char id[33]; /* 128 random bits, hex */
+  char *principal;
+  task_status_t status;
+  char *status_message;
+  uint64_t created_wall_ms, updated_wall_ms;
+  uint64_t ttl_ms;
+  uint64_t expires_at;   /* monotonic (cm_now_ms) */
+  srv_request_t *run;    /* until it ends */
+  srv_session_t *origin; /* where notifications/tasks/status go (the handshake era), or NULL */
+  json_t *result;        /* completed: the call's result */
+  json_t *error;         /* failed: the call's JSON-RPC error object */
+  task_waiter_t *waiters;
+  struct srv_task *prev, *next; /* creation order */
+  struct srv_task *exp_next;    /* expiry order */
+} srv_task_t;
+
+struct task_waiter {
+  srv_request_t *r;
+  srv_task_t *task;
+  task_waiter_t *next;
+};
+
+typedef struct srv_tasks {
+  srv_server_t *server;
+  srv_task_t *head, *tail;
+  srv_task_t *expiring; /* soonest first */
+  cm_timer_t *timer;
+  uint64_t timer_at;
+} srv_tasks_t;
+
+/* ---------------------------------------------------------------- the store */
+
+static uint64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ISO 8601 in UTC with milliseconds. */
+static json_t *iso_time(uint64_t ms) {
+  time_t secs = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  size_t n = strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(buf + n, sizeof buf - n, ".%03uZ", (unsigned)(ms % 1000));
+  return json_string(buf);
+}
+
+static bool terminal(const srv_task_t *t) {
+  return t->status != TASK_WORKING;
+}
+
+static void tasks_session_gone(srv_session_t *ss);
+
+static srv_tasks_t *store_of(srv_server_t *s) {
+  if (!s->tasks) {
+    s->tasks = xcalloc(1, sizeof *s->tasks);
+    s->tasks->server = s;
+    s->tasks_session_gone = tasks_session_gone;
+  }
+  return s->tasks;
+}
+
+static void arm_timer(srv_tasks_t *ts);
+
+static void task_free(srv_task_t *t) {
+  free(t->principal);
+  free(t->status_message);
+  json_decref(t->result);
+  json_decref(t->error);
+  free(t);
+}
+
+/* Unlinks t from both orders (its waiters are answered already). */
+static void task_unlink(srv_task_t *t) {
+  srv_tasks_t *ts = t->store;
+  if (t->prev)
+    t->prev->next = t->next;
+  else
+    ts->head = t->next;
+  if (t->next)
+    t->next->prev = t->prev;
+  else
+    ts->tail = t->prev;
+  for (srv_task_t **p = &ts->expiring; *p; p = &(*p)->exp_next)
+    if (*p == t) {
+      *p = t->exp_next;
+      break;
+    }
+}
+
+static void random_id(char out[33]) {
+  unsigned char raw[16];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    /* A guessable id would let anyone who guesses it poll, read or cancel the task's run
+     * (ownership is checked, but ids must not be the only defence either way). */
+    if (n < 0) abort();
+    got += (size_t)n;
+  }
+  for (size_t i = 0; i < sizeof raw; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+static srv_task_t *task_new(srv_tasks_t *ts, const char *principal, uint64_t ttl_ms) {
+  srv_task_t *t = xcalloc(1, sizeof *t);
+  t->store = ts;
+  random_id(t->id);
+  t->principal = xstrdup(principal);
+  t->created_wall_ms = t->updated_wall_ms = wall_ms();
+  t->ttl_ms = ttl_ms;
+  t->expires_at = cm_now_ms() + ttl_ms;
+  t->prev = ts->tail;
+  if (ts->tail)
+    ts->tail->next = t;
+  else
+    ts->head = t;
+  ts->tail = t;
+  srv_task_t **p = &ts->expiring;
+  while (*p && (*p)->expires_at <= t->expires_at) p = &(*p)->exp_next;
+  t->exp_next = *p;
+  *p = t;
+  arm_timer(ts);
+  return t;
+}
+
+static size_t principal_count(const srv_tasks_t *ts, const char *principal) {
+  size_t n = 0;
+  for (const srv_task_t *t = ts->head; t; t = t->next) n += strcmp(t->principal, principal) == 0;
+  return n;
+}
+
+/* The task of this id, if principal owns it: another's is no task at all. */
+static srv_task_t *task_find(srv_server_t *s, const char *principal, json_t *id) {
+  if (!s->tasks || !json_is_string(id)) return NULL;
+  for (srv_task_t *t = s->tasks->head; t; t = t->next)
+    if (strcmp(t->id, json_string_value(id)) == 0)
+      return strcmp(t->principal, principal) == 0 ? t : NULL;
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- the Task object */
+
+/* modern: the tasks extension's names (ttlMs, pollIntervalMs) instead of 2025-11-25's. */
+static json_t *task_json_era(const srv_task_t *t, bool modern) {
+  json_t *j =
+      json_pack("{s:s, s:s, s:o, s:o, s:I, s:i}", "taskId", t->id, "status",
+                status_names[t->status], "createdAt", iso_time(t->created_wall_ms), "lastUpdatedAt",
+                iso_time(t->updated_wall_ms), modern ? "ttlMs" : "ttl", (json_int_t)t->ttl_ms,
+                modern ? "pollIntervalMs" : "pollInterval", TASK_POLL_INTERVAL_MS);
+  if (t->status_message) json_object_set_new(j, "statusMessage", json_string(t->status_message));
+  return j;
+}
+
+static json_t *task_json(const srv_task_t *t) {
+  return task_json_era(t, false);
+}
+
+/* The extension's DetailedTask (tasks/get): the result or the error inline. */
+static json_t *detailed_task(const srv_task_t *t) {
+  json_t *j = task_json_era(t, true);
+  if (t->status == TASK_COMPLETED) json_object_set(j, "result", t->result);
+  if (t->status == TASK_FAILED) json_object_set(j, "error", t->error);
+  return j;
+}
+
+/* ---------------------------------------------------------------- answers from a task */
+
+/* The result of tasks/result for a terminal task: exactly the call's result, naming its
+ * task; or NULL with *error set (a new reference) for the call's error. */
+static json_t *stored_answer(const srv_task_t *t, json_t **error) {
+  *error = NULL;
+  if (t->status == TASK_COMPLETED) {
+    json_t *result = json_deep_copy(t->result);
+    json_t *meta = json_object_get(result, "_meta");
+    if (!json_is_object(meta)) {
+      meta = json_object();
+      json_object_set_new(result, "_meta", meta);
+    }
+    json_object_set_new(meta, "io.modelcontextprotocol/related-task",
+                        json_pack("{s:s}", "taskId", t->id));
+    return result;
+  }
+  if (t->status == TASK_FAILED) {
+    *error = json_deep_copy(t->error);
+  } else {
+    cleanup_free char *msg =
+        xasprintf("Task %s was cancelled%s%s", t->id, t->status_message ? ": " : "",
+                  t->status_message ? t->status_message : "");
+    *error = json_pack("{s:i, s:s}", "code", JSONRPC_INTERNAL_ERROR, "message", msg);
+  }
+  return NULL;
+}
+
+static json_t *error_response(json_t *id, json_t *error) {
+  json_t *code = json_object_get(error, "code");
+  json_t *message = json_object_get(error, "message");
+  json_t *data = json_object_get(error, "data");
+  return srv_jsonrpc_error(
+      id, json_is_integer(code) ? (int)json_integer_value(code) : JSONRPC_INTERNAL_ERROR,
+      json_is_string(message) ? json_string_value(message) : "Internal error",
+      data ? json_incref(data) : NULL);
+}
+
+/* Answers a waiting tasks/result request r from its (terminal) task. */
+static void answer_waiter(srv_request_t *r, const srv_task_t *t) {
+  json_t *error;
+  json_t *result = stored_answer(t, &error);
+  if (result) {
+    srv_request_finish(r, result);
+    return;
+  }
+  json_t *response = error_response(r->id, error);
+  json_decref(error);
+  srv_request_complete(r, response);
+}
+
+static void notify_status(const srv_task_t *t) {
+  if (!t->origin) return;
+  json_t *n = srv_jsonrpc_notification("notifications/tasks/status", task_json(t));
+  srv_send_json(t->origin->sink, n, TR_SEND_DROPPABLE);
+  json_decref(n);
+}
+
+/* t becomes terminal: its waiters get their answers. */
+static void task_settle(srv_task_t *t, task_status_t status, const char *message) {
+  t->status = status;
+  free(t->status_message);
+  t->status_message = message ? xstrdup(message) : NULL;
+  t->updated_wall_ms = wall_ms();
+  notify_status(t);
+  task_waiter_t *w = t->waiters;
+  t->waiters = NULL;
+  while (w) {
+    task_waiter_t *next = w->next;
+    srv_request_on_cancel(w->r, NULL, NULL);
+    answer_waiter(w->r, t);
+    free(w);
+    w = next;
+  }
+}
+
+/* Stops t's run, if it still has one: the run no longer answers t. */
+static void task_stop_run(srv_task_t *t) {
+  srv_request_t *run = t->run;
+  if (!run) return;
+  t->run = NULL;
+  run->task = NULL;
+  run->task_ended = NULL;
+  srv_request_cancel_one(run); /* kills the script's process tree (the tool's cancel) */
+}
+
+/* A run's response (borrowed; NULL when cancelled): srv_request_t.task_ended. */
+static void task_run_ended(srv_request_t *r, json_t *response) {
+  srv_task_t *t = r->task;
+  r->task = NULL;
+  r->task_ended = NULL;
+  t->run = NULL;
+  if (terminal(t)) return; /* cancelled meanwhile */
+  json_t *result = response ? json_object_get(response, "result") : NULL;
+  json_t *error = response ? json_object_get(response, "error") : NULL;
+  if (result) {
+    t->result = json_incref(result);
+    task_settle(t, TASK_COMPLETED, NULL);
+  } else if (error) {
+    t->error = json_incref(error);
+    json_t *msg = json_object_get(error, "message");
+    task_settle(t, TASK_FAILED, json_is_string(msg) ? json_string_value(msg) : NULL);
+  } else {
+    task_settle(t, TASK_CANCELLED, "the run was cancelled (the server is shutting down)");
+  }
+}
+
+/* ---------------------------------------------------------------- expiry */
+
+static void on_expiry(cm_loop_t *loop, cm_timer_t *timer, void *data) {
+  srv_tasks_t *ts = data;
+  ts->timer = NULL;
+  uint64_t now = cm_now_ms();
+  while (ts->expiring && ts->expiring->expires_at <= now) {
+    srv_task_t *t = ts->expiring;
+    ts->expiring = t->exp_next;
+    t->exp_next = NULL;
+    cm_debug("task %s expired", t->id);
+    if (!terminal(t)) {
+      task_stop_run(t);
+      task_settle(t, TASK_CANCELLED, "its TTL expired before it finished");
+    }
+    task_unlink(t);
+    task_free(t);
+  }
+  arm_timer(ts);
+}
+
+/* One timer for the store, for the first task to expire. */
+static void arm_timer(srv_tasks_t *ts) {
+  if (!ts->expiring) {
+    if (ts->timer) cm_timer_cancel(ts->timer);
+    ts->timer = NULL;
+    return;
+  }
+  uint64_t at = ts->expiring->expires_at;
+  if (ts->timer && ts->timer_at <= at) return;
+  if (ts->timer) cm_timer_cancel(ts->timer);
+  uint64_t now = cm_now_ms();
+  ts->timer_at = at;
+  ts->timer = cm_loop_timer(ts->server->loop, at > now ? at - now : 1, on_expiry, ts);
+}
+
+void srv_tasks_free(srv_server_t *s) {
+  srv_tasks_t *ts = s->tasks;
+  if (!ts) return;
+  if (ts->timer) cm_timer_cancel(ts->timer);
+  srv_task_t *next;
+  for (srv_task_t *t = ts->head; t; t = next) {
+    next = t->next;
+    if (t->run) t->run->task = NULL, t->run->task_ended = NULL;
+    task_free(t);
+  }
+  free(ts);
+  s->tasks = NULL;
+  s->tasks_session_gone = NULL;
+}
+
+/* ---------------------------------------------------------------- sessions */
+
+/* A sink that drops everything: the stream of a run whose session is gone. */
+static void null_send(tr_sink_t *s, const char *json, size_t len, tr_send_flags_t flags) {
+  (void)s, (void)json, (void)len, (void)flags;
+}
+static const tr_sink_ops_t null_sink_ops = {.send = null_send};
+static tr_sink_t null_sink = {.ops = &null_sink_ops, .refs = 1};
+
+/* ss ends while r, a task's run, goes on: r loses its session and its stream. */
+static void task_run_detach(srv_request_t *r) {
+  r->session = NULL;
+  tr_sink_unref(r->sink);
+  r->sink = tr_sink_ref(&null_sink);
+  if (r->task) r->task->origin = NULL;
+}
+
+/* ss ends (srv_session_free): its tasks' runs are detached, and no notification goes to it. */
+static void tasks_session_gone(srv_session_t *ss) {
+  srv_tasks_t *ts = ss->server->tasks;
+  if (!ts) return;
+  for (srv_task_t *t = ts->head; t; t = t->next) {
+    if (t->origin != ss) continue;
+    t->origin = NULL;
+    if (t->run && t->run->session == ss) task_run_detach(t->run);
+  }
+}
+
+/* ---------------------------------------------------------------- tools/call as a task */
+
+json_t *srv_tasks_capability(void) {
+  return json_pack("{s:{}, s:{}, s:{s:{s:{}}}}", "list", "cancel", "requests", "tools", "call");
+}
+
+bool srv_tasks_requested(json_t *params) {
+  return json_is_object(params) && json_object_get(params, "task") != NULL;
+}
+
+static void reply(tr_sink_t *sink, srv_batch_t *batch, json_t *id, json_t *result,
+                  const srv_modern_t *mm) {
+  if (mm) srv_modern_decorate(result);
+  srv_reply_result(sink, batch, id, result);
+}
+
+void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t *params,
+                   json_t *arguments, tr_sink_t *sink, srv_batch_t *batch, const srv_modern_t *mm) {
+  srv_server_t *s = ss->server;
+  const srv_config_t *cfg = s->cfg;
+  /* The handshake era asks with params.task: {ttl}; the modern era's server decides, and
+   * the client names no TTL. */
+  json_t *task = mm ? NULL : json_object_get(params, "task");
+  json_t *ttl = json_is_object(task) ? json_object_get(task, "ttl") : NULL;
+  if ((!mm && !json_is_object(task)) ||
+      (ttl && !json_is_null(ttl) && (!json_is_number(ttl) || json_number_value(ttl) < 0))) {
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: \"task\" must be an object whose \"ttl\" is a number of "
+                    "milliseconds");
+    return;
+  }
+  srv_tasks_t *ts = store_of(s);
+  if (cfg->max_tasks_per_principal &&
+      principal_count(ts, ss->principal) >= cfg->max_tasks_per_principal) {
+    cleanup_free char *msg = xasprintf(
+        "Invalid params: this principal already has %llu tasks (the server's limit, "
+        "--max-tasks-per-principal); a task is kept until its TTL, so wait for one to expire",
+        (unsigned long long)cfg->max_tasks_per_principal);
+    srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, msg);
+    return;
+  }
+  uint64_t ttl_ms = cfg->max_task_ttl_ms;
+  if (json_is_number(ttl) && json_number_value(ttl) < (double)ttl_ms)
+    ttl_ms = (uint64_t)json_number_value(ttl);
+  if (ttl_ms < TASK_MIN_TTL_MS) ttl_ms = TASK_MIN_TTL_MS;
+  srv_task_t *t = task_new(ts, ss->principal, ttl_ms);
+  srv_request_t *r;
+  json_t *created;
+  if (!mm) {
+    /* The run: a request of the calling session's that no client waits for. */
+    r = srv_request_new(ss, id, ss->sink, NULL, NULL);
+    t->origin = ss;
+    srv_request_set_progress_token(r, params);
+    created = json_pack("{s:o}", "task", task_json(t));
+  } else {
+    /* The modern era has no session to run on, and the call's stream ends with its
+     * answer (closing it must not cancel the task): the run gets a session of its own,
+     * of the principal's, which goes with it, and a stream that goes nowhere (progress
+     * is not part of the extension's tasks). */
+    srv_session_t *own = srv_session_new(s, &null_sink);
+    srv_session_set_principal(own, ss->principal);
+    r = srv_request_new(own, id, &null_sink, NULL, mm);
+    own->ephemeral = true;
+    own->owned = true;
+    r->own_session = true;
+    created = task_json_era(t, true);
+    json_object_set_new(created, "resultType", json_string("task"));
+  }
+  r->task = t;
+  r->task_ended = task_run_ended;
+  t->run = r;
+  cm_debug("task %s: %s for %s", t->id, tool->name, ss->principal);
+  /* The answer before the run starts: a call may end (and settle the task) at once. */
+  reply(sink, batch, id, created, mm);
+  tool->call(r, arguments);
+}
+
+/* ---------------------------------------------------------------- tasks/ methods */
+
+static void waiter_cancelled(void *data) {
+  task_waiter_t *w = data;
+  for (task_waiter_t **p = &w->task->waiters; *p; p = &(*p)->next)
+    if (*p == w) {
+      *p = w->next;
+      break;
+    }
+  srv_request_complete(w->r, NULL);
+  free(w);
+}
+
+static void handle_result(srv_session_t *ss, const srv_msg_t *m, srv_task_t *t, tr_sink_t *sink,
+                          srv_batch_t *batch, const srv_modern_t *mm) {
+  if (terminal(t)) {
+    json_t *error;
+    json_t *result = stored_answer(t, &error);
+    if (result) {
+      reply(sink, batch, m->id, result, mm);
+    } else {
+      srv_deliver(sink, batch, srv_batch_reserve(batch), error_response(m->id, error));
+      json_decref(error);
+    }
+    return;
+  }
+  size_t n = 0;
+  for (task_waiter_t *w = t->waiters; w; w = w->next) n++;
+  if (n >= TASK_MAX_WAITERS) {
+    cleanup_free char *msg = xasprintf(
+        "Internal error: %d tasks/result requests already wait for this task", TASK_MAX_WAITERS);
+    srv_reply_error(sink, batch, m->id, JSONRPC_INTERNAL_ERROR, msg);
+    return;
+  }
+  /* It waits as a request of the caller's session: cancelled with it, or by the client. */
+  task_waiter_t *w = xcalloc(1, sizeof *w);
+  w->r = srv_request_new(ss, m->id, sink, batch, mm);
+  w->task = t;
+  w->next = t->waiters;
+  t->waiters = w;
+  srv_request_on_cancel(w->r, waiter_cancelled, w);
+}
+
+static void handle_list(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch,
+                        const srv_modern_t *mm) {
+  json_t *cursor = json_is_object(m->params) ? json_object_get(m->params, "cursor") : NULL;
+  srv_task_t *t = ss->server->tasks ? ss->server->tasks->head : NULL;
+  if (cursor && !json_is_null(cursor)) {
+    /* A cursor is the id of the last task of the page before (gone: invalid). */
+    srv_task_t *after = task_find(ss->server, ss->principal, cursor);
+    if (!after) {
+      srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS,
+                      "Invalid params: unknown cursor (its task may have expired)");
+      return;
+    }
+    t = after->next;
+  }
+  json_t *list = json_array();
+  const srv_task_t *last = NULL;
+  for (; t; t = t->next) {
+    if (strcmp(t->principal, ss->principal) != 0) continue;
+    if (json_array_size(list) == TASK_LIST_PAGE) break;
+    json_array_append_new(list, task_json(t));
+    last = t;
+  }
+  json_t *result = json_pack("{s:o}", "tasks", list);
+  if (t && last) json_object_set_new(result, "nextCursor", json_string(last->id));
+  reply(sink, batch, m->id, result, mm);
+}
+
+bool srv_tasks_declared(const srv_modern_t *mm) {
+  json_t *ext = mm ? json_object_get(mm->client_caps, "extensions") : NULL;
+  return json_is_object(json_object_get(ext, SRV_TASKS_EXTENSION));
+}
+
+void srv_tasks_reply_missing(tr_sink_t *sink, json_t *id, const char *what) {
+  cleanup_free char *msg =
+      xasprintf("Missing required client capability: %s needs the " SRV_TASKS_EXTENSION
+                " extension in the request's clientCapabilities",
+                what);
+  srv_deliver(sink, NULL, 0,
+              srv_jsonrpc_error(id, MCP_MISSING_CAPABILITY, msg,
+                                json_pack("{s:{s:{s:{}}}}", "requiredCapabilities", "extensions",
+                                          SRV_TASKS_EXTENSION)));
+}
+
+/* The tasks extension's methods (2026-07-28): tasks/get (the result inline), tasks/cancel
+ * and tasks/update (empty acknowledgements); no tasks/list, no tasks/result. */
+static bool handle_modern(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
+                          const srv_modern_t *mm) {
+  const char *method = m->method;
+  bool get = strcmp(method, "tasks/get") == 0, cancel = strcmp(method, "tasks/cancel") == 0,
+       update = strcmp(method, "tasks/update") == 0;
+  if (!get && !cancel && !update) return false;
+  if (!srv_tasks_declared(mm)) {
+    srv_tasks_reply_missing(sink, m->id, method);
+    return true;
+  }
+  json_t *id = json_is_object(m->params) ? json_object_get(m->params, "taskId") : NULL;
+  srv_task_t *t = json_is_string(id) ? task_find(ss->server, ss->principal, id) : NULL;
+  if (!t) {
+    srv_reply_error(sink, NULL, m->id, JSONRPC_INVALID_PARAMS,
+                    json_is_string(id)
+                        ? "Invalid params: task not found (unknown, expired, or not yours)"
+                        : "Invalid params: a string \"taskId\" is needed");
+    return true;
+  }
+  if (get) {
+    reply(sink, NULL, m->id, detailed_task(t), mm);
+    return true;
+  }
+  if (cancel && !terminal(t)) {
+    cm_debug("task %s cancelled by its client", t->id);
+    task_stop_run(t);
+    task_settle(t, TASK_CANCELLED, "cancelled by tasks/cancel");
+  }
+  /* tasks/update: this server's tasks never ask for input, so every response is for a key
+   * that is not outstanding, which the extension says to ignore. */
+  reply(sink, NULL, m->id, json_object(), mm);
+  return true;
+}
+
+bool srv_tasks_handle(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch,
+                      const srv_modern_t *mm) {
+  const char *method = m->method;
+  if (strncmp(method, "tasks/", 6) != 0) return false;
+  if (mm) return handle_modern(ss, m, sink, mm);
+  bool get = strcmp(method, "tasks/get") == 0, result = strcmp(method, "tasks/result") == 0,
+       cancel = strcmp(method, "tasks/cancel") == 0;
+  if (strcmp(method, "tasks/list") == 0) {
+    handle_list(ss, m, sink, batch, mm);
+    return true;
+  }
+  if (!get && !result && !cancel) return false;
+  json_t *id = json_is_object(m->params) ? json_object_get(m->params, "taskId") : NULL;
+  if (!json_is_string(id)) {
+    cleanup_free char *msg = xasprintf("Invalid params: %s needs a string \"taskId\"", method);
+    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS, msg);
+    return true;
+  }
+  srv_task_t *t = task_find(ss->server, ss->principal, id);
+  if (!t) {
+    /* Another principal's task is answered exactly like one that does not exist. */
+    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS,
+                    "Invalid params: task not found (unknown, expired, or not yours)");
+    return true;
+  }
+  if (get) {
+    reply(sink, batch, m->id, task_json(t), mm);
+  } else if (result) {
+    handle_result(ss, m, t, sink, batch, mm);
+  } else if (terminal(t)) {
+    cleanup_free char *msg = xasprintf("Invalid params: cannot cancel a task in terminal status %s",
+                                       status_names[t->status]);
+    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS, msg);
+  } else {
+    cm_debug("task %s cancelled by its client", t->id);
+    task_stop_run(t);
+    task_settle(t, TASK_CANCELLED, "cancelled by tasks/cancel");
+    reply(sink, batch, m->id, task_json(t), mm);
+  }
+  return true;
+}

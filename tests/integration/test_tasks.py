@@ -1,0 +1,380 @@
+"""Tasks (2025-11-25 utilities/tasks): a task-augmented execute_python is answered at once
+with a CreateTaskResult while its run goes on; tasks/get, tasks/result, tasks/list and
+tasks/cancel reach it, only for its own principal; the store's TTL and per-principal cap
+bound it.  Over stdio and Streamable HTTP (two bearer tokens)."""
+import json
+import re
+import time
+
+import pytest
+
+from conftest import Server, descendants, processes_with_marker, wait_until
+from test_http import LATEST, HttpServer, messages, sse_events_from_bytes
+
+TASKS_VERSION = "2025-11-25"
+RELATED = "io.modelcontextprotocol/related-task"
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+def ticks(n):
+    return "".join(f"tick {i}\n" for i in range(n))
+
+
+def tick_script(n, pause=0.3):
+    return f"import time\nfor i in range({n}):\n    print(f'tick {{i}}', flush=True)\n    time.sleep({pause})"
+
+
+def sleeper(marker):
+    # The marker is in a child's argv: processes_with_marker finds the tree.
+    return ("import subprocess, sys, time\n"
+            f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', '{marker}'])\n"
+            "print('started', flush=True)\ntime.sleep(120)")
+
+
+def task_call(s, script, ttl=60000, token=None, req_id=None, **args):
+    params = {"name": "execute_python", "arguments": {"script": script, "timeout_seconds": 120, **args},
+              "task": {"ttl": ttl}}
+    if token is not None:
+        params["_meta"] = {"progressToken": token}
+    return s.request("tools/call", params, req_id=req_id)
+
+
+def check_task(task, status="working"):
+    assert re.fullmatch(r"[0-9a-f]{32}", task["taskId"]), task
+    assert task["status"] == status
+    for k in ("createdAt", "lastUpdatedAt"):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", task[k]), task
+    assert isinstance(task["ttl"], int) and task["pollInterval"] > 0
+
+
+def poll(get, task_id, timeout=60):
+    deadline = time.monotonic() + timeout
+    while True:
+        task = get(task_id)
+        if task["status"] in TERMINAL:
+            return task
+        assert time.monotonic() < deadline, task
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def tasks_server(make_server):
+    def make(*args):
+        s = make_server("--kill-grace-seconds", "1", *args)
+        s.initialize(TASKS_VERSION)
+        return s
+    return make
+
+
+def stdio_get(s):
+    def get(task_id):
+        r = s.request("tasks/get", {"taskId": task_id})
+        assert "result" in r, r
+        return r["result"]
+    return get
+
+
+# ================================================================ stdio
+
+def test_declares_tasks_for_execute_python_only(tasks_server, make_server):
+    s = tasks_server()
+    caps = s.request("initialize", {"protocolVersion": TASKS_VERSION, "capabilities": {}})
+    assert "error" in caps  # already initialized; the capabilities come from the fixture's
+    tools = {t["name"]: t for t in s.request("tools/list")["result"]["tools"]}
+    assert tools["execute_python"]["execution"] == {"taskSupport": "optional"}
+    assert "execution" not in tools["check_environment"]
+    # A tool that does not run as a task: -32601 (2025-11-25, tools/call).
+    r = s.request("tools/call", {"name": "check_environment", "arguments": {}, "task": {"ttl": 1000}})
+    assert r["error"]["code"] == -32601
+    # Older versions were offered no tasks.
+    old = make_server()
+    assert "tasks" not in old.initialize("2025-06-18")["capabilities"]
+    fresh = make_server()
+    caps = fresh.initialize(TASKS_VERSION)["capabilities"]
+    assert caps["tasks"] == {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+
+
+def test_task_polled_to_completion_with_progress(tasks_server):
+    s = tasks_server()
+    r = task_call(s, tick_script(6), token="tp")
+    task = r["result"]["task"]
+    check_task(task)
+    assert task["ttl"] == 60000
+    # tasks/result waits until the run is over, then answers with exactly its result.
+    s.send({"jsonrpc": "2.0", "id": "wait", "method": "tasks/result", "params": {"taskId": task["taskId"]}})
+    res = s.recv_response("wait", timeout=60)["result"]
+    assert res["structuredContent"]["stdout"] == ticks(6)
+    assert res["isError"] is False
+    assert res["_meta"][RELATED] == {"taskId": task["taskId"]}
+    # Progress flowed under the call's own token meanwhile, and the status was announced.
+    progress = [n["params"] for n in s.notifications if n["method"] == "notifications/progress"]
+    assert progress and all(p["progressToken"] == "tp" for p in progress)
+    assert "tick 3" in "".join(p.get("message", "") for p in progress)
+    statuses = [n["params"] for n in s.notifications if n["method"] == "notifications/tasks/status"]
+    assert statuses and statuses[-1]["taskId"] == task["taskId"] and statuses[-1]["status"] == "completed"
+    done = stdio_get(s)(task["taskId"])
+    check_task(done, "completed")
+    assert done["createdAt"] == task["createdAt"]
+    # Read again: the same result (kept until the TTL).
+    again = s.request("tasks/result", {"taskId": task["taskId"]})["result"]
+    assert again == res
+    listed = s.request("tasks/list")["result"]["tasks"]
+    assert [t["taskId"] for t in listed] == [task["taskId"]]
+
+
+def test_bad_task_params(tasks_server):
+    s = tasks_server()
+    for bad in ({"ttl": "soon"}, {"ttl": -1}, 5):
+        r = s.request("tools/call", {"name": "execute_python", "arguments": {"script": "1"}, "task": bad})
+        assert r["error"]["code"] == -32602, r
+    for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+        assert s.request(method, {})["error"]["code"] == -32602
+        assert s.request(method, {"taskId": "0" * 32})["error"]["code"] == -32602
+    assert s.request("tasks/list", {"cursor": "nope"})["error"]["code"] == -32602
+
+
+def test_ttl_is_capped(tasks_server):
+    s = tasks_server("--max-task-ttl", "5")
+    task = task_call(s, "print(1)", ttl=10 ** 9)["result"]["task"]
+    assert task["ttl"] == 5000
+    task = s.request("tools/call", {"name": "execute_python", "arguments": {"script": "print(1)"},
+                                    "task": {}})["result"]["task"]
+    assert task["ttl"] == 5000
+
+
+def test_cancel_kills_the_process_tree(tasks_server):
+    s = tasks_server()
+    marker = f"mps-task-cancel-{time.monotonic_ns()}"
+    task = task_call(s, sleeper(marker))["result"]["task"]
+    assert wait_until(lambda: processes_with_marker(marker), 30), "the script never started"
+    s.send({"jsonrpc": "2.0", "id": "wait", "method": "tasks/result", "params": {"taskId": task["taskId"]}})
+    r = s.request("tasks/cancel", {"taskId": task["taskId"]})
+    check_task(r["result"], "cancelled")
+    assert wait_until(lambda: not processes_with_marker(marker), 15), "the script outlived tasks/cancel"
+    assert wait_until(lambda: not descendants(s.proc.pid), 15), descendants(s.proc.pid)
+    assert stdio_get(s)(task["taskId"])["status"] == "cancelled"
+    # A terminal task cannot be cancelled again; its waiting tasks/result got an error.
+    assert s.request("tasks/cancel", {"taskId": task["taskId"]})["error"]["code"] == -32602
+    waited = [m for m in s.stray if m.get("id") == "wait"] or [s.recv_response("wait")]
+    assert "cancelled" in waited[0]["error"]["message"]
+
+
+def test_ttl_expiry(tasks_server):
+    s = tasks_server()
+    done = task_call(s, "print('quick')", ttl=1000)["result"]["task"]
+    marker = f"mps-task-ttl-{time.monotonic_ns()}"
+    running = task_call(s, sleeper(marker), ttl=5000)["result"]["task"]
+
+    def gone(task):
+        return s.request("tasks/get", {"taskId": task["taskId"]}).get("error", {}).get("code") == -32602
+
+    # Gone after its TTL (one timer for the store), finished or not.
+    assert wait_until(lambda: gone(done), 20)
+    # A task still working when its TTL ends is cancelled: its script dies with it.
+    assert wait_until(lambda: processes_with_marker(marker) or gone(running), 30)
+    assert wait_until(lambda: gone(running), 20)
+    assert wait_until(lambda: not processes_with_marker(marker), 20), "the script outlived its task"
+    assert s.request("tasks/list")["result"]["tasks"] == []
+
+
+def test_per_principal_cap(tasks_server):
+    s = tasks_server("--max-tasks-per-principal", "2")
+    ids = [task_call(s, "print(1)")["result"]["task"]["taskId"] for _ in range(2)]
+    r = task_call(s, "print(1)")
+    assert r["error"]["code"] == -32602 and "--max-tasks-per-principal" in r["error"]["message"]
+    # A plain call is not a task: not refused.
+    assert s.execute("print(2)")["structuredContent"]["stdout"] == "2\n"
+    for i in ids:
+        assert poll(stdio_get(s), i)["status"] == "completed"
+
+
+def test_list_pages(tasks_server):
+    s = tasks_server()
+    ids = [task_call(s, "print(1)")["result"]["task"]["taskId"] for _ in range(3)]
+    seen = [t["taskId"] for t in s.request("tasks/list")["result"]["tasks"]]
+    assert seen == ids
+
+
+def test_admission_caps_count_tasks(tasks_server):
+    s = tasks_server("--max-token-concurrent", "1")
+    marker = f"mps-task-adm-{time.monotonic_ns()}"
+    first = task_call(s, sleeper(marker))["result"]["task"]
+    assert wait_until(lambda: processes_with_marker(marker), 30)
+    second = task_call(s, "print('x')")["result"]["task"]
+    res = s.request("tasks/result", {"taskId": second["taskId"]}, timeout=30)["result"]
+    assert res["isError"] is True and "--max-token-concurrent" in res["content"][0]["text"]
+    s.request("tasks/cancel", {"taskId": first["taskId"]})
+    assert wait_until(lambda: not processes_with_marker(marker), 15)
+
+
+def test_end_of_input_ends_running_tasks(make_server):
+    s = make_server("--kill-grace-seconds", "1")
+    s.initialize(TASKS_VERSION)
+    marker = f"mps-task-eof-{time.monotonic_ns()}"
+    task_call(s, sleeper(marker))
+    assert wait_until(lambda: processes_with_marker(marker), 30)
+    assert s.close(timeout=20) == 0
+    assert wait_until(lambda: not processes_with_marker(marker), 10)
+
+
+# ================================================================ HTTP
+
+def http_rpc(h, sid, auth, req_id, method, params=None):
+    msg = {"jsonrpc": "2.0", "id": req_id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    st, hdrs, body = h.post(msg, sid, headers=auth, version=TASKS_VERSION)
+    assert st == 200, (st, body[:500])
+    if hdrs.get("content-type", "").startswith("text/event-stream"):
+        return [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == req_id][0]
+    return json.loads(body)
+
+
+@pytest.fixture
+def two_tokens(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("alice: tok-alice-0123456789\nbob: tok-bob-9876543210\n")
+    return str(path)
+
+
+ALICE = {"Authorization": "Bearer tok-alice-0123456789"}
+BOB = {"Authorization": "Bearer tok-bob-9876543210"}
+
+
+def test_http_task_belongs_to_its_principal_and_outlives_its_session(make_http_tasks):
+    h = make_http_tasks
+    a1 = h.initialize(TASKS_VERSION, headers=ALICE)
+    b = h.initialize(TASKS_VERSION, headers=BOB)
+    marker = f"mps-task-http-{time.monotonic_ns()}"
+    r = http_rpc(h, a1, ALICE, 1, "tools/call",
+                 {"name": "execute_python", "task": {"ttl": 60000},
+                  "arguments": {"script": sleeper(marker), "timeout_seconds": 120}})
+    task = r["result"]["task"]
+    check_task(task)
+    tid = {"taskId": task["taskId"]}
+    assert wait_until(lambda: processes_with_marker(marker), 30)
+    # bob: exactly "not found", from every method, and nothing in his list.
+    for i, method in enumerate(("tasks/get", "tasks/result", "tasks/cancel")):
+        e = http_rpc(h, b, BOB, 10 + i, method, tid)
+        assert e["error"]["code"] == -32602, e
+    assert http_rpc(h, b, BOB, 20, "tasks/list")["result"]["tasks"] == []
+    assert processes_with_marker(marker), "bob's attempts stopped alice's script"
+    # alice's session ends; the task goes on, and another session of hers reaches it.
+    st, _, _ = h.request("DELETE", "/mcp", headers={"Mcp-Session-Id": a1, **ALICE})
+    assert st == 200
+    a2 = h.initialize(TASKS_VERSION, headers=ALICE)
+    got = http_rpc(h, a2, ALICE, 30, "tasks/get", tid)["result"]
+    assert got["status"] == "working" and processes_with_marker(marker)
+    assert [t["taskId"] for t in http_rpc(h, a2, ALICE, 31, "tasks/list")["result"]["tasks"]] == [task["taskId"]]
+    assert http_rpc(h, a2, ALICE, 32, "tasks/cancel", tid)["result"]["status"] == "cancelled"
+    assert wait_until(lambda: not processes_with_marker(marker), 15)
+
+
+def test_http_result_after_reconnect(make_http_tasks):
+    h = make_http_tasks
+    a1 = h.initialize(TASKS_VERSION, headers=ALICE)
+    r = http_rpc(h, a1, ALICE, 1, "tools/call",
+                 {"name": "execute_python", "task": {"ttl": 60000},
+                  "arguments": {"script": tick_script(5), "timeout_seconds": 60}})
+    tid = {"taskId": r["result"]["task"]["taskId"]}
+    # Nobody polls, nobody holds a stream; a new session (same token) gets the whole result once.
+    a2 = h.initialize(TASKS_VERSION, headers=ALICE)
+    res = http_rpc(h, a2, ALICE, 2, "tasks/result", tid)["result"]
+    assert res["structuredContent"]["stdout"] == ticks(5)
+    assert res["_meta"][RELATED] == tid
+
+
+@pytest.fixture
+def make_http_tasks(two_tokens):
+    h = HttpServer("--auth-token-file", two_tokens, "--no-warm-cache", "--kill-grace-seconds", "1")
+    yield h
+    assert h.close() == 0
+
+
+# ================================================================ 2026-07-28: the tasks extension
+
+MODERN = "2026-07-28"
+EXT = "io.modelcontextprotocol/tasks"
+
+
+def modern_req(s, req_id, method, params=None, declare=True):
+    caps = {"extensions": {EXT: {}}} if declare else {}
+    p = dict(params or {})
+    p["_meta"] = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                  "io.modelcontextprotocol/clientCapabilities": caps}
+    s.send({"jsonrpc": "2.0", "id": req_id, "method": method, "params": p})
+    return s.recv_response(req_id, timeout=60)
+
+
+def test_modern_extension_long_calls_become_tasks(make_server):
+    s = make_server("--kill-grace-seconds", "1")
+    caps = modern_req(s, 1, "server/discover")["result"]["capabilities"]
+    assert caps["extensions"][EXT] == {}
+    assert "tasks" not in caps  # the 2025-11-25 capability is the handshake era's
+    # A call allowed to run longer than a minute, from a client that declared the extension:
+    marker = f"mps-task-modern-{time.monotonic_ns()}"
+    r = modern_req(s, 2, "tools/call", {"name": "execute_python",
+                                        "arguments": {"script": sleeper(marker), "timeout_seconds": 120}})
+    created = r["result"]
+    assert created["resultType"] == "task" and created["status"] == "working", created
+    assert re.fullmatch(r"[0-9a-f]{32}", created["taskId"]) and created["ttlMs"] > 0 and created["pollIntervalMs"] > 0
+    assert "task" not in created and "ttl" not in created  # flat, the extension's names
+    tid = {"taskId": created["taskId"]}
+    got = modern_req(s, 3, "tasks/get", tid)["result"]
+    assert got["resultType"] == "complete" and got["status"] == "working"
+    # Without the declaration: -32021 naming the extension; tasks/list and tasks/result are not part of it.
+    e = modern_req(s, 4, "tasks/get", tid, declare=False)["error"]
+    assert e["code"] == -32021 and e["data"]["requiredCapabilities"] == {"extensions": {EXT: {}}}
+    assert modern_req(s, 5, "tasks/list")["error"]["code"] == -32601
+    assert modern_req(s, 6, "tasks/result", tid)["error"]["code"] == -32601
+    assert wait_until(lambda: processes_with_marker(marker), 30)
+    ack = modern_req(s, 7, "tasks/cancel", tid)["result"]
+    assert ack["resultType"] == "complete" and set(ack) <= {"resultType", "_meta"}
+    assert wait_until(lambda: not processes_with_marker(marker), 15)
+    assert modern_req(s, 8, "tasks/get", tid)["result"]["status"] == "cancelled"
+    # A short call stays plain; so does a long one from a client without the extension.
+    plain = modern_req(s, 9, "tools/call", {"name": "execute_python", "arguments": {"script": "print(3)"}})["result"]
+    assert plain["resultType"] == "complete" and plain["structuredContent"]["stdout"] == "3\n"
+    plain = modern_req(s, 10, "tools/call", {"name": "execute_python",
+                                             "arguments": {"script": "print(4)", "timeout_seconds": 120}},
+                       declare=False)["result"]
+    assert plain["resultType"] == "complete" and plain["structuredContent"]["stdout"] == "4\n"
+    # A task's result comes inline with tasks/get once it is done.
+    done = modern_req(s, 11, "tools/call", {"name": "execute_python",
+                                            "arguments": {"script": "print(5)", "timeout_seconds": 90}})["result"]
+    assert done["resultType"] == "task"
+
+    def status():
+        return modern_req(s, 12, "tasks/get", {"taskId": done["taskId"]})["result"]
+    assert wait_until(lambda: status()["status"] == "completed", 30)
+    assert status()["result"]["structuredContent"]["stdout"] == "5\n"
+
+
+def test_modern_http_task_outlives_its_post(make_http_tasks):
+    h = make_http_tasks
+
+    def post(req_id, method, params, auth=ALICE):
+        p = dict(params)
+        p["_meta"] = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                      "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXT: {}}}}
+        extra = {"Mcp-Method": method}
+        if "name" in p:
+            extra["Mcp-Name"] = p["name"]
+        if "taskId" in p:
+            extra["Mcp-Name"] = p["taskId"]
+        st, hd, body = h.post({"jsonrpc": "2.0", "id": req_id, "method": method, "params": p},
+                              headers={**auth, **extra}, version=MODERN)
+        if hd.get("content-type", "").startswith("text/event-stream"):
+            return [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == req_id][0]
+        return json.loads(body)
+    r = post(1, "tools/call", {"name": "execute_python",
+                               "arguments": {"script": tick_script(3), "timeout_seconds": 120}})
+    tid = {"taskId": r["result"]["taskId"]}
+    assert r["result"]["resultType"] == "task"
+    # The POST is over; the run goes on, and only its principal reaches it.
+    assert post(2, "tasks/get", tid, auth=BOB)["error"]["code"] == -32602
+    deadline = time.monotonic() + 60
+    while (got := post(3, "tasks/get", tid)["result"])["status"] == "working":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert got["status"] == "completed" and got["result"]["structuredContent"]["stdout"] == ticks(3)
