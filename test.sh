@@ -88,6 +88,13 @@ suite() {
     echo "== $name: the container backends on real engines ($MPS_TEST_CONTAINER_ENGINES)"
     MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration/test_container_real.py
   fi
+  if [ "$dir" = build ] && [ "$(id -u)" = 0 ]; then
+    # Packaging is not about sanitizers: the normal build's .deb only.
+    echo "== $name: the Debian package (built, installed into a fresh bookworm root, run, purged)"
+    tests/package/test-deb.sh "$dir"
+  elif [ "$dir" = build ]; then
+    echo "== SKIPPED: the Debian package test (needs root: chroot and mounts)" >&2
+  fi
   echo "== $name: MCP conformance suites (0.1.16, and 0.2.0-alpha.12 for both eras) over Streamable HTTP"
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/conformance/run.sh
   echo "== $name: end-to-end tests with real MCP clients (TypeScript SDK v1 and v2, Inspector CLI v1 and v2)"

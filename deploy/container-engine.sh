@@ -5,6 +5,8 @@
 #   deploy/container-engine.sh setup [docker|podman|all]   start the engine(s), build the image
 #   deploy/container-engine.sh stop  [docker|podman|all]   remove our containers, stop what we started
 #   deploy/container-engine.sh env                         prints MPS_DOCKER_IMAGE=... for eval
+#   deploy/container-engine.sh base-tarball                the debootstrap base's tarball (made
+#                                                          if missing; tests/package/ unpacks it)
 #
 # setup is idempotent: an engine that already answers is used as it is (and not stopped by
 # `stop`), an image that is already there is kept.  The base image is made with debootstrap
@@ -183,7 +185,7 @@ build_image() {
 
 cmd=${1:-setup}
 which=${2:-docker}
-case "$which" in docker | podman | all) ;; *) echo "usage: $0 setup|stop|env [docker|podman|all]" >&2; exit 2 ;; esac
+case "$which" in docker | podman | all) ;; *) echo "usage: $0 setup|stop|env|base-tarball [docker|podman|all]" >&2; exit 2 ;; esac
 want() { [ "$which" = all ] || [ "$which" = "$1" ]; }
 
 case "$cmd" in
@@ -203,8 +205,12 @@ case "$cmd" in
   env)
     echo "MPS_DOCKER_IMAGE=$image"
     ;;
+  base-tarball)
+    ./deploy/install-deps.sh >&2
+    base_tarball
+    ;;
   *)
-    echo "usage: $0 setup|stop|env [docker|podman|all]" >&2
+    echo "usage: $0 setup|stop|env|base-tarball [docker|podman|all]" >&2
     exit 2
     ;;
 esac

@@ -10,6 +10,7 @@ packages=(
   bubblewrap python3 python3-venv python3-pip python3-pytest ca-certificates curl procps
   nodejs
   docker.io podman catatonit debootstrap
+  systemd util-linux
 )
 
 missing=()

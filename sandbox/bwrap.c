@@ -60,7 +60,6 @@
 
 #include "sandbox/sandbox-internal.h"
 
-#define BWRAP_DROP_NAME "mps-sandbox-drop"
 #define BWRAP_DROP_IN_SANDBOX "/run/mps-sandbox-drop"
 #define BWRAP_WORKDIR "/work"
 #define BWRAP_HOSTNAME "sandbox"
@@ -665,7 +664,7 @@ static int check_drop_helper(bwrap_priv_t *p, const char *path, cm_error_t *err)
 
 static int find_drop_helper(bwrap_priv_t *p, cm_error_t *err) {
   if (!p->drop_path)
-    p->drop_path = sbx_find_helper("the drop helper", "MPS_SANDBOX_DROP", BWRAP_DROP_NAME, err);
+    p->drop_path = sbx_helper_path(SBX_HELPER_DROP, err);
   if (!p->drop_path) return -1;
   return check_drop_helper(p, p->drop_path, err);
 }

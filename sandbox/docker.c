@@ -101,7 +101,6 @@
 /* Where the supervisor and its channel appear inside the container. */
 #define DOCKER_DROP_IN_CONTAINER "/.mps-drop"
 #define DOCKER_CHANNEL_DIR "/.mps-channel"
-#define DOCKER_DROP_NAME "mps-container-init"
 /* podman's rlimits (see docker_build). */
 #define DOCKER_PODMAN_NPROC "4096:4096"
 #define DOCKER_PODMAN_NOFILE "1024:1024"
@@ -880,7 +879,7 @@ static void probe_version_done(sbx_probe_t *probe, const sbx_probe_result_t *r) 
  * ../libexec/mcp-python-exec-sandbox/). */
 static int find_drop(docker_priv_t *p, cm_error_t *err) {
   free(p->drop_path);
-  p->drop_path = sbx_find_helper("the container init", "MPS_CONTAINER_INIT", DOCKER_DROP_NAME, err);
+  p->drop_path = sbx_helper_path(SBX_HELPER_CONTAINER_INIT, err);
   if (!p->drop_path) return -1;
   if (!path_is_clean(p->drop_path) || access(p->drop_path, X_OK) < 0)
     return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "the container init %s is not usable",

@@ -57,7 +57,8 @@ char *sbx_find_helper(const char *what, const char *env_var, const char *name, c
     return NULL;
   }
   *strrchr(self, '/') = '\0';
-  const char *dirs[] = {"", "/../libexec/mcp-python-exec-sandbox"};
+  /* Installed first: a binary in a build directory has no libexec beside it. */
+  const char *dirs[] = {"/" MPS_REL_LIBEXECDIR, ""};
   for (size_t i = 0; i < CM_ARRAY_SIZE(dirs); i++) {
     cleanup_free char *c = xasprintf("%s%s/%s", self, dirs[i], name);
     char *path = realpath(c, NULL);
@@ -66,6 +67,12 @@ char *sbx_find_helper(const char *what, const char *env_var, const char *name, c
   cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s %s was not found next to %s (set %s)", what, name,
                self, env_var);
   return NULL;
+}
+
+char *sbx_helper_path(sbx_helper_t which, cm_error_t *err) {
+  if (which == SBX_HELPER_DROP)
+    return sbx_find_helper("the drop helper", "MPS_SANDBOX_DROP", "mps-sandbox-drop", err);
+  return sbx_find_helper("the container init", "MPS_CONTAINER_INIT", "mps-container-init", err);
 }
 
 int sbx_spec_check_common(const sbx_spec_t *spec, cm_error_t *err) {

@@ -189,6 +189,13 @@ bool sbx_backend_interpreter(sbx_backend_t *b, const char *host_python, sbx_inte
  * programs, else the sandbox's own (a container image's; known once probed). */
 bool sbx_backend_has_uv(sbx_backend_t *b);
 char *sbx_backend_describe(sbx_backend_t *b);
+
+/* The server's helper programs, where a run would take them from: $MPS_SANDBOX_DROP /
+ * $MPS_CONTAINER_INIT, the install tree relative to the binary
+ * (<bindir>/MPS_REL_LIBEXECDIR), or next to the binary (a build directory).  NULL and err when
+ * it is not found. */
+typedef enum { SBX_HELPER_DROP, SBX_HELPER_CONTAINER_INIT } sbx_helper_t;
+char *sbx_helper_path(sbx_helper_t which, cm_error_t *err);
 void sbx_backend_free(sbx_backend_t *b);
 
 /* ---------------------------------------------------------------- identities */

@@ -82,6 +82,15 @@ int main(int argc, char **argv) {
   cm_error_t err = CM_ERROR_INIT;
   int rc = srv_config_parse(&cfg, argc, argv, &err);
   if (rc == 0) rc = srv_config_validate(&cfg, &err);
+  if (rc > 0 && cfg.show_version) {
+    /* The first line is the seed's; then where this binary takes its helpers from. */
+    printf("%s %s\n", SRV_NAME, srv_version());
+    cm_buf_t t;
+    cm_buf_init(&t, 0);
+    srv_describe_installation(&t, NULL);
+    cleanup_free char *text = cm_buf_steal(&t);
+    fputs(text, stdout);
+  }
   if (rc != 0) {
     if (rc < 0) fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
     cm_error_release(&err);

@@ -487,9 +487,9 @@ char *srv_find_profile_file(const char *file) {
   if (slash) *slash = '\0';
   char *candidates[] = {
       env ? xasprintf("%s/%s", env, file) : NULL,
+      xasprintf("%s/" MPS_REL_DATADIR "/profiles/%s", exe, file),
       xasprintf("%s/profiles/%s", exe, file),
       xasprintf("%s/../profiles/%s", exe, file),
-      xasprintf("%s/../share/mcp-python-exec-sandbox/profiles/%s", exe, file),
   };
   char *found = NULL;
   for (size_t i = 0; i < CM_ARRAY_SIZE(candidates); i++) {
@@ -501,8 +501,8 @@ char *srv_find_profile_file(const char *file) {
   return found;
 }
 
-/* Where named profiles live: $MPS_PROFILES_DIR, beside the binary, the source tree the
- * binary was built in, or the installed share directory. */
+/* Where named profiles live: $MPS_PROFILES_DIR, the installed share directory (relative to the
+ * binary), beside the binary (a build directory), or the source tree it was built in. */
 static char *profile_path(const char *name) {
   if (strchr(name, '/')) return xstrdup(name);
   cleanup_free char *file = xasprintf("%s.toml", name);
@@ -627,7 +627,7 @@ int srv_config_parse(srv_config_t *c, int argc, char **argv, cm_error_t *err) {
       return 1;
     }
     if (o->kind == OPT_VERSION) {
-      printf("%s %s\n", SRV_NAME, srv_version());
+      c->show_version = true; /* main prints it, with where the helpers come from */
       return 1;
     }
     const char *value = NULL;

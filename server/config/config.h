@@ -31,6 +31,7 @@ typedef struct srv_config {
   char **extra_index_urls;            /* --extra-index-url (repeatable) */
   char **find_links;                  /* --find-links (repeatable; a path may hold spaces) */
   bool offline;                       /* --offline */
+  bool show_version;                  /* --version was given: main prints it */
   uint64_t max_cache_bytes;           /* --max-cache-bytes */
   uint64_t max_cache_bytes_per_token; /* --max-cache-bytes-per-token: per principal; 0 = none */
   uint64_t env_max_age_ms;   /* --env-max-age-days: unpinned sets are re-resolved after this */
@@ -121,8 +122,8 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err);
 int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, const char *path,
                              cm_error_t *err);
 void srv_config_release(srv_config_t *c);
-/* A file of profiles/ ($MPS_PROFILES_DIR, beside the binary, the source tree, or the
- * installed share directory), or NULL. */
+/* A file of profiles/ ($MPS_PROFILES_DIR, the installed share directory relative to the binary,
+ * beside the binary, or the source tree), or NULL. */
 char *srv_find_profile_file(const char *file);
 
 #endif

@@ -151,11 +151,8 @@ int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool
                        eg_session_t **egress_out, cm_error_t *err);
 
 /* runner.c */
-/* The start-up runner (profiles/runner.py, installed as mps-runner/runner.py next to the
- * binary): $MPS_RUNNER, <bindir>/mps-runner/runner.py,
- * <bindir>/../share/mcp-python-exec-sandbox/runner/runner.py or <bindir>/../profiles/runner.py.
- * Found once; NULL (and a warning, once) when there is none or, for a root server, when
- * it or its directory is writable by anyone but root.  Then scripts run without it. */
+/* The start-up runner (exec_find_runner), found once; NULL (and a warning, once) when there is
+ * none.  Then scripts run without it. */
 const char *exec_runner_path(exec_state_t *x);
 /* The compiled runner for py, when it is ready (its file name in exec_runner_pyc_dir); else
  * NULL, and its compilation starts if it has not. */

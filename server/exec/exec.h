@@ -98,6 +98,13 @@ void srv_workdir_sweep(const char *work_root, uint64_t older_than_s);
  * sweep the state directory can tell it is gone and remove it, mounts and all.  Returns it
  * (to free) and the lock's fd, or NULL. */
 char *srv_workdir_claim(const char *work_root, int *lock_fd, cm_error_t *err);
+
+/* The start-up runner (profiles/runner.py) a run would use: $MPS_RUNNER, the install tree
+ * relative to the binary (<bindir>/MPS_REL_DATADIR/runner/runner.py), a build directory's
+ * <bindir>/mps-runner/runner.py, or its source tree's profiles/runner.py.  NULL and *why
+ * (allocated) when there is none or, for a root server, when it or its directory is writable
+ * by anyone but root. */
+char *exec_find_runner(char **why);
 /* Unmounts what is left in dir, removes it and drops the lock. */
 void srv_workdir_release(const char *dir, int lock_fd);
 

@@ -30,40 +30,48 @@ static bool runner_safe(const char *path, char **why) {
   return true;
 }
 
-const char *exec_runner_path(exec_state_t *x) {
-  if (x->runner_searched) return x->runner;
-  x->runner_searched = true;
+char *exec_find_runner(char **why) {
+  *why = NULL;
   char *found = NULL;
-  cleanup_free char *why = NULL;
   const char *env = getenv("MPS_RUNNER");
   if (env && *env) {
     char *real = realpath(env, NULL);
-    if (real && runner_safe(real, &why))
+    if (real && runner_safe(real, why))
       found = real;
     else
       free(real);
-    if (!found && !why) why = xasprintf("%s (MPS_RUNNER): %s", env, strerror(errno));
-  } else {
-    cleanup_free char *self = realpath("/proc/self/exe", NULL);
-    char *slash = self ? strrchr(self, '/') : NULL;
-    if (slash) *slash = '\0';
-    const char *candidates[] = {
-        "/mps-runner/" FILES_RUNNER_NAME,
-        "/../share/mcp-python-exec-sandbox/runner/" FILES_RUNNER_NAME,
-        "/../profiles/" FILES_RUNNER_NAME,
-    };
-    for (size_t i = 0; self && i < CM_ARRAY_SIZE(candidates) && !found && !why; i++) {
-      cleanup_free char *c = xasprintf("%s%s", self, candidates[i]);
-      char *real = realpath(c, NULL);
-      if (real && runner_safe(real, &why))
-        found = real;
-      else
-        free(real);
-    }
-    if (!found && !why)
-      why = xasprintf("%s was not found next to %s (set MPS_RUNNER)",
-                      "mps-runner/" FILES_RUNNER_NAME, self ? self : "the binary");
+    if (!found && !*why) *why = xasprintf("%s (MPS_RUNNER): %s", env, strerror(errno));
+    return found;
   }
+  cleanup_free char *self = realpath("/proc/self/exe", NULL);
+  char *slash = self ? strrchr(self, '/') : NULL;
+  if (slash) *slash = '\0';
+  /* Installed first (relative to the binary, so the tree can move), then a build directory,
+   * then the source tree of one. */
+  const char *candidates[] = {
+      "/" MPS_REL_DATADIR "/runner/" FILES_RUNNER_NAME,
+      "/mps-runner/" FILES_RUNNER_NAME,
+      "/../profiles/" FILES_RUNNER_NAME,
+  };
+  for (size_t i = 0; self && i < CM_ARRAY_SIZE(candidates) && !found && !*why; i++) {
+    cleanup_free char *c = xasprintf("%s%s", self, candidates[i]);
+    char *real = realpath(c, NULL);
+    if (real && runner_safe(real, why))
+      found = real;
+    else
+      free(real);
+  }
+  if (!found && !*why)
+    *why = xasprintf("%s was not found next to %s (set MPS_RUNNER)",
+                     "mps-runner/" FILES_RUNNER_NAME, self ? self : "the binary");
+  return found;
+}
+
+const char *exec_runner_path(exec_state_t *x) {
+  if (x->runner_searched) return x->runner;
+  x->runner_searched = true;
+  cleanup_free char *why = NULL;
+  char *found = exec_find_runner(&why);
   if (!found)
     cm_warn("the start-up runner is not used, so open matplotlib figures are not saved: %s", why);
   x->runner = found;

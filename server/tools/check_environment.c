@@ -16,6 +16,39 @@ static char *human_size(uint64_t v) {
   return xasprintf("%llu bytes", (unsigned long long)v);
 }
 
+/* ---------------------------------------------------------------- the server's own files */
+
+void srv_describe_installation(cm_buf_t *t, json_t **obj) {
+  cm_error_t err = CM_ERROR_INIT;
+  cleanup_free char *drop = sbx_helper_path(SBX_HELPER_DROP, &err);
+  cleanup_free char *drop_why = drop ? NULL : xstrdup(cm_error_message(&err));
+  cm_error_release(&err);
+  cleanup_free char *init = sbx_helper_path(SBX_HELPER_CONTAINER_INIT, &err);
+  cleanup_free char *init_why = init ? NULL : xstrdup(cm_error_message(&err));
+  cm_error_release(&err);
+  cleanup_free char *runner_why = NULL;
+  cleanup_free char *runner = exec_find_runner(&runner_why);
+  cleanup_free char *profile_file = srv_find_profile_file("default.toml");
+  cleanup_free char *profile = profile_file ? realpath(profile_file, NULL) : NULL;
+  char *slash = profile ? strrchr(profile, '/') : NULL;
+  if (slash) *slash = '\0';
+  const struct {
+    const char *label, *key, *path, *why;
+  } rows[] = {
+      {"drop helper", "drop_helper", drop, drop_why},
+      {"container init", "container_init", init, init_why},
+      {"start-up runner", "runner", runner, runner_why},
+      {"profiles", "profiles", profile, "not found (set MPS_PROFILES_DIR)"},
+  };
+  json_t *o = obj ? json_object() : NULL;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(rows); i++) {
+    if (t) cm_buf_printf(t, "%s: %s\n", rows[i].label, rows[i].path ? rows[i].path : rows[i].why);
+    if (o)
+      json_object_set_new(o, rows[i].key, rows[i].path ? json_string(rows[i].path) : json_null());
+  }
+  if (obj) *obj = o;
+}
+
 /* ---------------------------------------------------------------- check_environment */
 
 static char *of_cap(uint64_t used, uint64_t cap) {
@@ -269,6 +302,14 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
           ? "on (sandboxes for the commonest call and for the last other one are kept set up)"
       : !cfg->prestart ? "off (--prestart off)"
                        : "off (the backend cannot hold a sandbox, or prestarting failed)");
+  cm_buf_t files;
+  cm_buf_init(&files, 0);
+  json_t *files_obj = NULL;
+  srv_describe_installation(&files, &files_obj);
+  cleanup_free char *files_text = cm_buf_steal(&files);
+  for (char *p = files_text; (p = strchr(p, '\n')) && p[1]; p++) *p = ';';
+  if (*files_text) files_text[strlen(files_text) - 1] = '\0';
+  cm_buf_printf(&t, "Server files: %s\n", files_text);
   cm_buf_printf(&t, "Server: %s %s", SRV_NAME, srv_version());
   cleanup_free char *platform = xasprintf("%s %s", u.sysname, u.machine);
   json_t *sc = json_pack(
@@ -282,6 +323,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
   json_object_set_new(sc, "network_policy", net_obj ? net_obj : json_null());
   json_object_set_new(sc, "tenant", share);
   json_object_set_new(sc, "sandbox_probing", json_boolean(probing));
+  json_object_set_new(sc, "server_files", files_obj);
   json_object_set_new(sc, "cgroups",
                       json_pack("{s:b, s:s}", "active", cg_runs, "description", cg_text));
   cleanup_free char *text = cm_buf_steal(&t);

@@ -37,4 +37,9 @@ int srv_script_prepare(const char *script, size_t len, json_t *extra, srv_script
                        cm_error_t *err);
 void srv_script_release(srv_script_t *s);
 
+/* Where the server's own files come from (the drop helper, the container init, the start-up
+ * runner, the profiles): one "label: path" line each into t (NULL: none), and an object of
+ * them into *obj (NULL: none).  --version and check_environment show it. */
+void srv_describe_installation(cm_buf_t *t, json_t **obj);
+
 #endif

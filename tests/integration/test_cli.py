@@ -50,6 +50,16 @@ def test_help_and_version():
         assert flag in r.stdout
     r = run("--version")
     assert r.returncode == 0 and r.stdout.startswith("mcp-python-exec-sandbox ")
+    # Then where the helpers come from: a build directory's own (the installed tree's are
+    # checked by tests/package/test-deb.sh).
+    lines = dict(l.split(": ", 1) for l in r.stdout.splitlines()[1:])
+    here = os.path.dirname(os.path.realpath(BINARY))
+    assert lines["drop helper"] == os.path.join(here, "mps-sandbox-drop"), lines
+    assert lines["start-up runner"] == os.path.join(here, "mps-runner", "runner.py"), lines
+    assert lines["profiles"] == os.path.join(here, "profiles"), lines
+    env = dict(os.environ, MPS_RUNNER="/nonexistent/runner.py")
+    r = run("--version", env=env)
+    assert "start-up runner: /nonexistent/runner.py (MPS_RUNNER)" in r.stdout, r.stdout
 
 
 def test_environment_variables_and_override():

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import Server, descendants, processes_with_marker, wait_until, work_left
+from conftest import BINARY, Server, descendants, processes_with_marker, wait_until, work_left
 
 
 def text_of(res):
@@ -301,6 +301,11 @@ def test_check_environment(server):
     assert "Default timeout: 30s" in t and "Max timeout: 300s" in t and "Max output: 102400 bytes" in t
     sc = res["structuredContent"]
     assert sc["sandbox_available"] is True and sc["default_timeout"] == 30
+    # Where the server takes its own files from (here: the build directory).
+    here = os.path.dirname(os.path.realpath(BINARY))
+    assert sc["server_files"]["drop_helper"] == os.path.join(here, "mps-sandbox-drop"), sc["server_files"]
+    assert sc["server_files"]["runner"] == os.path.join(here, "mps-runner", "runner.py")
+    assert f"Server files: drop helper: {here}/mps-sandbox-drop;" in t, t
     assert server.call("check_environment", {"x": 1})["isError"] is True
 
 

@@ -13,7 +13,8 @@ test("initialize: server name, version and capabilities", async (t) => {
   const { client } = await connectStdio(t);
   const info = client.getServerVersion();
   assert.equal(info.name, "mcp-python-exec-sandbox");
-  const cliVersion = execFileSync(BINARY, ["--version"], { encoding: "utf8" }).trim();
+  // The first line is "<name> <version>"; the lines after it say where the helpers are.
+  const cliVersion = execFileSync(BINARY, ["--version"], { encoding: "utf8" }).split("\n")[0].trim();
   assert.ok(cliVersion.endsWith(` ${info.version}`), `serverInfo.version ${info.version} vs --version "${cliVersion}"`);
   const caps = client.getServerCapabilities();
   assert.ok(caps.tools, `no tools capability: ${JSON.stringify(caps)}`);
