@@ -41,7 +41,7 @@ LAYERS = {
     "server/audit": ["common"],
     "server/files": ["server/config", "common"],
     "server/net": ["server/config", "egress", "sandbox", "common"],
-    "server/core": ["server/files", "server/config", "envstore", "interp", "sandbox", "transport", "pystd",
+    "server/core": ["server/files", "server/audit", "server/config", "envstore", "interp", "sandbox", "transport", "pystd",
                     "common"],
     "server/exec": ["server/core", "server/net", "server/files", "server/config", "envstore", "interp", "sandbox",
                     "egress", "transport", "pystd", "common"],

@@ -71,9 +71,14 @@ static void on_eof(void *data) {
 }
 
 static void on_signal(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
+  app_t *app = data;
   struct signalfd_siginfo si;
-  while (read(fd, &si, sizeof si) == (ssize_t)sizeof si)
-    begin_shutdown(data, strsignal((int)si.ssi_signo));
+  while (read(fd, &si, sizeof si) == (ssize_t)sizeof si) {
+    if (si.ssi_signo == SIGHUP)
+      srv_server_reopen_logs(app->server); /* logrotate's postrotate: not a stop */
+    else
+      begin_shutdown(app, strsignal((int)si.ssi_signo));
+  }
 }
 
 int main(int argc, char **argv) {

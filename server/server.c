@@ -117,7 +117,20 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
     sbx_cgroups_free(cgroups);
     return NULL;
   }
+  srv_audit_t *audit = NULL;
+  if (cfg->audit_log && *cfg->audit_log) {
+    audit = srv_audit_open(cfg->audit_log, cfg->audit_log_max_bytes, (unsigned)cfg->audit_log_keep,
+                           err);
+    if (!audit) {
+      cm_error_wrap(err, "--audit-log");
+      art_store_free(artifacts);
+      sbx_backend_free(backend);
+      sbx_cgroups_free(cgroups);
+      return NULL;
+    }
+  }
   srv_server_t *s = xcalloc(1, sizeof *s);
+  s->audit = audit;
   s->artifacts = artifacts;
   s->loop = loop;
   s->cfg = cfg;
@@ -175,6 +188,12 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   return s;
 }
 
+void srv_server_reopen_logs(srv_server_t *s) {
+  if (!s->audit) return;
+  cm_info("SIGHUP: reopening the audit log");
+  srv_audit_reopen(s->audit);
+}
+
 void srv_server_free(srv_server_t *s) {
   if (!s) return;
   if (s->warm_wait) py_registry_cancel_wait(s->pythons, s->warm_wait);
@@ -191,6 +210,8 @@ void srv_server_free(srv_server_t *s) {
   sbx_backend_free(s->host);
   sbx_cgroups_free(s->cgroups); /* after the runs: it removes their directories */
   srv_workdir_release(s->runs_dir, s->runs_lock);
+  /* Last: the requests above wrote their lines as they were cancelled. */
+  srv_audit_close(s->audit, 2000);
   free(s->runs_dir);
   free(s->state_dir);
   free(s);

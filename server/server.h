@@ -26,6 +26,9 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
  * network after the runs and builds, cgroups after the runs, the work directory last). */
 void srv_server_free(srv_server_t *s);
 
+/* SIGHUP: the audit log is opened again (logrotate moved it). */
+void srv_server_reopen_logs(srv_server_t *s);
+
 /* Starts the Streamable HTTP transport on cfg's --host/--port/--path: reads the TLS key
  * and certificate (--tls-cert/--tls-key), or creates and reuses a self-signed pair under
  * <state dir>/tls/ (--tls-self-signed, whose SHA-256 fingerprint it prints to stderr),

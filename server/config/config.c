@@ -202,6 +202,12 @@ static const opt_def_t options[] = {
      "refused; 0 = no limit"},
     {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}", "info",
      "stderr log level"},
+    {"audit-log", OPT_STRING, OFF(audit_log), "FILE|-", NULL,
+     "append one JSON line per tool call and per authentication failure to FILE (- for "
+     "stderr); SIGHUP reopens it"},
+    {"audit-log-max-bytes", OPT_SIZE, OFF(audit_log_max_bytes), "SIZE", "0",
+     "rotate the audit log when it reaches SIZE (FILE.1, FILE.2, ...); 0 = never (logrotate)"},
+    {"audit-log-keep", OPT_INT, OFF(audit_log_keep), "N", "5", "rotated audit logs kept"},
     {"profile", OPT_STRING, OFF(profile), "NAME|FILE", NULL,
      "a sandbox profile: default, offline, lan (profiles/NAME.toml) or a TOML file; flags override "
      "it"},
@@ -248,6 +254,7 @@ void srv_config_release(srv_config_t *c) {
   free(c->allowed_hosts);
   free(c->allowed_origins);
   free(c->auth_token_file);
+  free(c->audit_log);
   free(c->tls_cert);
   free(c->tls_key);
   free(c->loopback_origins);
@@ -696,6 +703,8 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
     return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
   if (c->artifact_ttl_ms < 1000)
     return cm_error_set(err, 0, CM_ERR_INVALID, "artifact_ttl must be >= 1");
+  if (c->audit_log_keep < 1 || c->audit_log_keep > 100)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "audit_log_keep must be between 1 and 100");
   if (c->max_task_ttl_ms < 1000)
     return cm_error_set(err, 0, CM_ERR_INVALID, "max_task_ttl must be >= 1");
   if (c->max_artifact_bytes > c->max_artifact_store_bytes)

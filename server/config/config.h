@@ -86,6 +86,9 @@ typedef struct srv_config {
   uint64_t max_task_ttl_ms;         /* --max-task-ttl: a task's longest life (and the default) */
   uint64_t max_tasks_per_principal; /* --max-tasks-per-principal: tasks kept; 0 = no limit */
   cm_log_level_t log_level;         /* --log-level */
+  char *audit_log;                  /* --audit-log FILE or "-" (stderr), or NULL */
+  uint64_t audit_log_max_bytes;     /* --audit-log-max-bytes: rotate past it; 0 = never */
+  uint64_t audit_log_keep;          /* --audit-log-keep: rotated files kept */
   char *profile;                    /* --profile: the sandbox profile it started from */
   /* Streamable HTTP (--transport http). */
   char *host;                      /* --host (127.0.0.1) */

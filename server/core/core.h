@@ -10,8 +10,8 @@
  *
  * The only room that turns internal errors into JSON-RPC errors (srv_request_fail).
  *
- * May use: server/files/ (resources/ are artifacts), server/config/, envstore/, interp/,
- * sandbox/, transport/, pystd/, common/. */
+ * May use: server/files/ (resources/ are artifacts), server/audit/, server/config/, envstore/,
+ * interp/, sandbox/, transport/, pystd/, common/. */
 #ifndef MPS_SERVER_CORE_CORE_H
 #define MPS_SERVER_CORE_CORE_H
 
@@ -21,6 +21,7 @@
 #include "envstore/envstore.h"
 #include "interp/interp.h"
 #include "sandbox/sbx.h"
+#include "server/audit/audit.h"
 #include "server/config/config.h"
 #include "server/files/files.h"
 #include "transport/tr.h"
@@ -73,6 +74,7 @@ struct srv_server {
   void (*on_probed)(srv_server_t *s); /* after a probe that found the backend available */
   struct srv_client_call *calls;      /* server -> client requests awaiting a response */
   struct srv_tasks *tasks;            /* core/tasks.c: made with the first task */
+  srv_audit_t *audit;                 /* --audit-log, or NULL */
   /* Set with the store: a session ends (srv_session_free), its tasks go on without it. */
   void (*tasks_session_gone)(srv_session_t *ss);
 };
@@ -190,6 +192,10 @@ void srv_request_finish(srv_request_t *r, json_t *result);
  * still call srv_request_finish (its result is dropped). */
 void srv_request_on_cancel(srv_request_t *r, void (*cancel_cb)(void *data), void *data);
 bool srv_request_cancelled(const srv_request_t *r);
+/* Adds key = value (stolen) to the audit line of r's tool call (--audit-log): what the tool
+ * knows of the call (the script's digest, the run's exit code and limits, ...).  Nothing
+ * when there is no audit log or r is not a tool call. */
+void srv_request_audit(srv_request_t *r, const char *key, json_t *value);
 /* Completes the request with a JSON-RPC error, the router's mapping of err (borrowed):
  * CM_ERR_NOT_FOUND of a resources/... request whose params name a "uri" -> -32002
  * "Resource not found" with data {uri}; CM_ERR_INVALID, CM_ERR_LIMIT and other

@@ -186,15 +186,59 @@ static void request_free(srv_request_t *r) {
   json_decref(r->id);
   json_decref(r->progress_token);
   json_decref(r->params);
+  json_decref(r->audit);
   free(r->method);
   tr_sink_unref(r->sink);
   free(r);
+}
+
+void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *task_id) {
+  if (!r->server->audit) return;
+  json_decref(r->audit);
+  r->audit = json_pack("{s:s, s:s, s:s, s:s*}", "event", "tool_call", "principal",
+                       r->session && r->session->principal ? r->session->principal : "", "tool",
+                       tool, "task", task_id);
+  if (r->modern) json_object_set_new(r->audit, "era", json_string("2026-07-28"));
+  r->audit_start_ms = cm_now_ms();
+}
+
+void srv_request_audit(srv_request_t *r, const char *key, json_t *value) {
+  if (!r->audit || !value) {
+    json_decref(value);
+    return;
+  }
+  json_object_set_new(r->audit, key, value);
+}
+
+/* The call's outcome, as the audit line says it: cancelled, error (JSON-RPC), limit (a run
+ * that hit one: "limit" says which), tool_error (another isError result), or ok.  A task's
+ * line is its run's. */
+static void audit_finish(srv_request_t *r, json_t *response) {
+  json_t *a = r->audit;
+  r->audit = NULL;
+  const char *outcome = "ok";
+  json_t *error = response ? json_object_get(response, "error") : NULL;
+  json_t *result = response ? json_object_get(response, "result") : NULL;
+  if (r->cancelled || !response) {
+    outcome = "cancelled";
+  } else if (error) {
+    outcome = "error";
+    json_object_set(a, "error_code", json_object_get(error, "code"));
+  } else if (json_is_true(json_object_get(result, "isError"))) {
+    outcome = json_object_get(a, "limit") ? "limit" : "tool_error";
+  }
+  json_object_set_new(a, "outcome", json_string(outcome));
+  json_object_set_new(a, "duration_ms",
+                      json_integer((json_int_t)(cm_now_ms() - r->audit_start_ms)));
+  srv_audit_write(r->server->audit, a);
+  json_decref(a);
 }
 
 /* Sends response (stolen; NULL for none) unless r was cancelled, and retires r. */
 void srv_request_complete(srv_request_t *r, json_t *response) {
   srv_server_t *s = r->server;
   abandon_client_calls(r);
+  if (r->audit) audit_finish(r, response);
   if (r->task_ended) {
     /* A task's run answers its task; no client waits for it here. */
     r->task_ended(r, r->cancelled ? NULL : response);

@@ -50,8 +50,8 @@ static bool extension_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *
 /* protocol: the handshake era's negotiated version (tasks came with 2025-11-25), or NULL
  * for the modern era (whose tasks are an extension: handle_discover). */
 static json_t *server_capabilities(const char *protocol) {
-  json_t *caps = json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0,
-                           "resources", "listChanged", 0, "subscribe", 0, "logging");
+  json_t *caps = json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0, "resources",
+                           "listChanged", 0, "subscribe", 0, "logging");
   if (protocol && strcmp(protocol, "2025-11-25") >= 0)
     json_object_set_new(caps, "tasks", srv_tasks_capability());
   return caps;
@@ -205,6 +205,7 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
   } else {
     srv_request_t *r = srv_request_new(ss, id, sink, batch, mm);
     srv_request_set_progress_token(r, params);
+    srv_request_audit_begin(r, tool->name, NULL);
     tool->call(r, arguments);
   }
   json_decref(arguments);

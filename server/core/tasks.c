@@ -465,6 +465,7 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
   r->task = t;
   r->task_ended = task_run_ended;
   t->run = r;
+  srv_request_audit_begin(r, tool->name, t->id);
   cm_debug("task %s: %s for %s", t->id, tool->name, ss->principal);
   /* The answer before the run starts: a call may end (and settle the task) at once. */
   reply(sink, batch, id, created, mm);

@@ -64,6 +64,8 @@ static void on_output(void *data, sbx_stream_t stream, const char *buf, size_t l
   exec_progress_output(job, stream, buf, len);
 }
 
+static void audit_run(exec_job_t *job, const sbx_result_t *res);
+
 static void on_exit_cb(void *data, const sbx_result_t *res) {
   exec_job_t *job = data;
   sbx_run_free(job->run);
@@ -82,6 +84,7 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
     return;
   }
   if (job->pending.len || job->skipped) exec_progress_flush(job);
+  audit_run(job, res);
   json_t *result = exec_output_result(job, res, steal_pointer(&network), &net_text);
   cm_buf_release(&net_text);
   exec_job_finish(job, result);
@@ -277,6 +280,51 @@ static void on_probed(void *data) {
 
 /* ---------------------------------------------------------------- submitting a spec */
 
+/* What the audit line of an execute_python call says of it (--audit-log): the script by its
+ * digest and size (never its text), its requirements, the Python asked for, the network. */
+static void audit_call(srv_request_t *r, const exec_spec_t *spec, const srv_config_t *cfg) {
+  char digest[65];
+  cm_sha256_hex(spec->script, spec->script_len, digest);
+  srv_request_audit(r, "script_sha256", json_string(digest));
+  srv_request_audit(r, "script_bytes", json_integer((json_int_t)spec->script_len));
+  json_t *reqs = json_array();
+  for (size_t i = 0; i < spec->n_requirements; i++)
+    json_array_append_new(reqs, json_string(spec->requirements[i]));
+  srv_request_audit(r, "requirements", reqs);
+  if (spec->python_request)
+    srv_request_audit(r, "python_request", json_string(spec->python_request));
+  srv_request_audit(r, "network",
+                    json_string(!spec->net.on       ? "off"
+                                : cfg->network_host ? "host"
+                                                    : "policy"));
+  srv_request_audit(r, "timeout_ms", json_integer((json_int_t)spec->timeout_ms));
+}
+
+/* ... and of its run. */
+static void audit_run(exec_job_t *job, const sbx_result_t *res) {
+  srv_request_t *r = job->req;
+  srv_request_audit(r, "sandbox", json_string(sbx_backend_name(srv_server_backend(job->server))));
+  if (job->py) srv_request_audit(r, "python", json_string(job->py->version));
+  if (job->env) {
+    srv_request_audit(r, "environment", json_string(job->env->key));
+    srv_request_audit(r, "environment_cached", json_boolean(job->env->cached));
+  }
+  srv_request_audit(r, "exit_code", json_integer(res->exit_code));
+  const char *limit = res->timed_out         ? "timeout"
+                      : res->memory_limit    ? "memory"
+                      : res->cpu_limit       ? "cpu"
+                      : res->file_size_limit ? "file_size"
+                      : res->process_limit   ? "processes"
+                                             : NULL;
+  if (limit) srv_request_audit(r, "limit", json_string(limit));
+  srv_request_audit(r, "run_ms", json_integer((json_int_t)res->duration_ms));
+  srv_request_audit(r, "cpu_ms", json_integer((json_int_t)(res->cpu_user_ms + res->cpu_system_ms)));
+  uint64_t peak = res->memory_peak_bytes ? res->memory_peak_bytes : res->max_rss_kib * 1024;
+  srv_request_audit(r, "memory_peak_bytes", json_integer((json_int_t)peak));
+  srv_request_audit(r, "stdout_bytes", json_integer((json_int_t)job->out.total));
+  srv_request_audit(r, "stderr_bytes", json_integer((json_int_t)job->err.total));
+}
+
 void exec_submit(srv_request_t *r, exec_spec_t *spec) {
   srv_server_t *s = srv_request_server(r);
   exec_state_t *x = srv_server_exec(s);
@@ -288,6 +336,7 @@ void exec_submit(srv_request_t *r, exec_spec_t *spec) {
     srv_request_finish(r, refusal);
     return;
   }
+  audit_call(r, spec, cfg);
   exec_job_t *job = xcalloc(1, sizeof *job);
   job->spec = *spec;
   memset(spec, 0, sizeof *spec); /* the job's now */

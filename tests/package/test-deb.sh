@@ -94,6 +94,11 @@ MPS_CHECK_TOKEN=$token /usr/bin/python3 tests/package/mcp_check.py http --port "
   setpriv --no-new-privs --bounding-set "-all,+$caps" --inh-caps -all \
   $exec_start --port "$port" --prestart off
 
+audit="$root/var/log/mcp-python-exec-sandbox/audit.log"
+grep -q '"principal":"tester"' "$audit" || fail "the audit log has no line of the calls: $(cat "$audit" 2>&1)"
+! grep -qF "$token" "$audit" || fail "the audit log holds the token"
+[ "$(stat -c %a "$audit")" = 600 ] || fail "the audit log is not 0600"
+
 say "systemd-analyze verify $unit (against the installed root)"
 SYSTEMD_LOG_LEVEL=warning systemd-analyze verify --root="$root" "$root/usr/lib/systemd/system/mcp-python-exec-sandbox.service" \
   >"$build/systemd-analyze.log" 2>&1 || { cat "$build/systemd-analyze.log" >&2; fail "systemd-analyze verify"; }
@@ -117,4 +122,5 @@ done <"$build/package-files.txt"
 [ ${#left[@]} -eq 0 ] || fail "left after purge: ${left[*]}"
 [ ! -e "$root/etc/mcp-python-exec-sandbox" ] || fail "/etc/mcp-python-exec-sandbox is left after purge"
 [ -d "$root/var/lib/mcp-python-exec-sandbox" ] || fail "the state directory went with the purge"
+[ ! -e "$root/var/log/mcp-python-exec-sandbox" ] || fail "the audit logs are left after purge"
 say "ok"
