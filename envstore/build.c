@@ -99,6 +99,8 @@ void env_build_free(env_build_t *b) {
 /* Ends the build with an error for every waiter: kind says what failed (CM_ERR_LIMIT: a
  * bound of the build; CM_ERR_UNAVAILABLE: the installer; CM_ERR_IO: the store's disk). */
 static void build_fail(env_build_t *b, cm_error_kind_t kind, const char *error) {
+  b->store->counters.builds_failed++;
+  b->store->counters.build_ms += cm_now_ms() - b->started_ms;
   env_waiter_t *w = b->waiters;
   b->waiters = NULL;
   env_build_free(b);
@@ -115,6 +117,7 @@ static void build_fail(env_build_t *b, cm_error_kind_t kind, const char *error) 
  * the handles find that and the waiters get an error rather than a vanishing environment). */
 static void build_ready(env_build_t *b, bool cached) {
   env_store_t *s = b->store;
+  s->counters.build_ms += cm_now_ms() - b->started_ms;
   bool shared = flock(b->lock_fd, LOCK_SH | LOCK_NB) == 0;
   env_waiter_t *w = b->waiters;
   b->waiters = NULL;
@@ -519,6 +522,7 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   /* A build of this key in progress here: join it. */
   for (env_build_t *b = s->builds; b; b = b->next) {
     if (strcmp(b->key, key) == 0) {
+      s->counters.joined++;
       w->build = b;
       w->next = b->waiters;
       b->waiters = w;
@@ -527,10 +531,13 @@ void *env_store_ensure(env_store_t *s, const py_interp_t *py, char *const *requi
   }
   env_handle_t *hit = s->envs_fd >= 0 ? env_handle_open(s, key, pinned, true) : NULL;
   if (hit) {
+    s->counters.hits++;
     answer(w, hit, CM_ERR_NONE, NULL);
     return w;
   }
+  s->counters.builds++;
   env_build_t *b = xcalloc(1, sizeof *b);
+  b->started_ms = cm_now_ms();
   b->store = s;
   b->key = xstrdup(key);
   b->final_dir = xasprintf("%s/%s", s->envs_dir, key);

@@ -123,6 +123,7 @@ struct env_store {
   bool closing;
   unsigned serial;
   bool warned_uncapped; /* said once that build spaces are not size-capped */
+  env_counters_t counters;
   /* Index settings and builds' network (env_index_settings(), build_net_prepare()). */
   env_network_t net; /* what the server gave (env_store_set_network), or all NULL */
   bool index_loaded;

@@ -119,6 +119,17 @@ const char *env_store_installer(env_store_t *s);
 /* Number of finished environments, and the bytes of the store (environments and the
  * wheelhouse: what --max-cache-bytes bounds). */
 void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes);
+/* What the store did since it started (/metrics). */
+typedef struct env_counters {
+  uint64_t hits;          /* calls answered with an environment that was there */
+  uint64_t joined;        /* calls that joined a build in progress */
+  uint64_t builds;        /* builds started */
+  uint64_t builds_failed; /* of them, ended without an environment */
+  uint64_t build_ms;      /* their time, start to end */
+  uint64_t evictions;     /* environments removed to make room (or too old) */
+  uint64_t evicted_bytes;
+} env_counters_t;
+void env_store_counters(env_store_t *s, env_counters_t *out);
 /* The environments built for `owner` (a principal's name; NULL: the server's own) that
  * the store keeps, and their bytes: what eviction charges to it. */
 void env_store_usage(env_store_t *s, const char *owner, size_t *count, uint64_t *bytes);

@@ -202,6 +202,8 @@ static bool evict_one(env_store_t *s, env_entry_t *en, bool wheels_ok) {
   cleanup_free char *trash = xasprintf(".evicted-%s-%d-%u", en->name, (int)getpid(), s->serial++);
   if (renameat(s->envs_fd, en->name, s->envs_fd, trash) < 0) return false;
   env_remove_later(s, s->envs_fd, trash);
+  s->counters.evictions++;
+  s->counters.evicted_bytes += en->size;
   cm_info("evicted environment %s (%llu bytes, built by %s)", en->name,
           (unsigned long long)en->size, en->owner ? en->owner : "the server");
   return true;
@@ -260,6 +262,10 @@ void env_store_usage(env_store_t *s, const char *owner, size_t *count, uint64_t 
       *bytes += l.v[i].size;
     }
   entries_release(&l);
+}
+
+void env_store_counters(env_store_t *s, env_counters_t *out) {
+  *out = s->counters;
 }
 
 void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "server/net/net.h"
 #include "server/server.h"
@@ -130,6 +131,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
     }
   }
   srv_server_t *s = xcalloc(1, sizeof *s);
+  s->counters.started_ms = (uint64_t)time(NULL) * 1000;
   s->audit = audit;
   s->artifacts = artifacts;
   s->loop = loop;
@@ -186,6 +188,11 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
     s->warm_wait = py_registry_when_ready(s->pythons, start_warming, s);
   py_registry_start(s->pythons);
   return s;
+}
+
+bool srv_server_ready(srv_server_t *s) {
+  return srv_server_probed(s) && srv_server_backend_kind(s)->available &&
+         py_registry_default(s->pythons) != NULL;
 }
 
 void srv_server_reopen_logs(srv_server_t *s) {

@@ -26,6 +26,13 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
  * network after the runs and builds, cgroups after the runs, the work directory last). */
 void srv_server_free(srv_server_t *s);
 
+/* Ready to run calls (/readyz): the sandbox's probe passed and the default interpreter is
+ * known. */
+bool srv_server_ready(srv_server_t *s);
+/* GET /metrics (server/metrics.c): the Prometheus text format, heap; http_extra (the
+ * transport's own families, or NULL) is appended. */
+char *srv_metrics_render(srv_server_t *s, const char *http_extra);
+
 /* SIGHUP: the audit log is opened again (logrotate moved it). */
 void srv_server_reopen_logs(srv_server_t *s);
 

@@ -128,8 +128,12 @@ struct srv_request {
   /* Set with task: takes the run's response (borrowed; NULL when cancelled). */
   void (*task_ended)(srv_request_t *r, json_t *response);
   int busy;      /* callbacks running on it: srv_request_finish then only marks it done */
-  json_t *audit; /* the audit line of a tool call (srv_request_audit_begin), or NULL */
-  uint64_t audit_start_ms;
+  /* A tool call (srv_request_audit_begin): counted in /metrics and, with an audit log,
+   * written as a line (audit) when it is answered. */
+  int call_tool;     /* SRV_M_TOOL_*, or -1: not a tool call */
+  int call_limit;    /* SRV_M_LIMIT_*, or -1 */
+  json_t *audit;     /* the audit line, or NULL */
+  uint64_t call_start_ms;
   srv_request_t *prev, *next;
 };
 
@@ -208,8 +212,8 @@ void srv_request_complete(srv_request_t *r, json_t *response);
 srv_request_t *srv_request_find(srv_session_t *ss, json_t *id);
 /* Cancels r (its client calls fail first, then its cancel callback runs). */
 void srv_request_cancel_one(srv_request_t *r);
-/* r is a call of tool (the task's id, or NULL): with an audit log, its answer writes a line
- * of it (principal, tool, outcome, duration and what the tool added). */
+/* r is a call of tool (the task's id, or NULL): its answer is counted for /metrics and, with
+ * an audit log, writes a line (principal, tool, outcome, duration and what the tool added). */
 void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *task_id);
 /* A params._meta.progressToken makes r report progress. */
 void srv_request_set_progress_token(srv_request_t *r, json_t *params);

@@ -42,6 +42,31 @@ typedef struct srv_request srv_request_t;
 struct probe_wait;
 struct srv_client_call;
 
+/* What /metrics counts (server/metrics.c renders it): fixed label sets only, so that no
+ * caller can grow them (a tool name the server does not have is "other"). */
+enum { SRV_M_TOOL_EXECUTE, SRV_M_TOOL_CHECK, SRV_M_TOOL_VALIDATE, SRV_M_TOOL_OTHER, SRV_M_TOOLS };
+enum { SRV_M_OK, SRV_M_TOOL_ERROR, SRV_M_LIMIT, SRV_M_ERROR, SRV_M_CANCELLED, SRV_M_OUTCOMES };
+enum {
+  SRV_M_LIMIT_TIMEOUT,
+  SRV_M_LIMIT_MEMORY,
+  SRV_M_LIMIT_CPU,
+  SRV_M_LIMIT_FILE_SIZE,
+  SRV_M_LIMIT_PROCESSES,
+  SRV_M_LIMITS
+};
+#define SRV_M_BUCKETS 14 /* seconds: 0.01 ... 300, then +Inf */
+typedef struct srv_counters {
+  uint64_t calls[SRV_M_TOOLS][SRV_M_OUTCOMES];
+  uint64_t duration_buckets[SRV_M_TOOLS][SRV_M_BUCKETS + 1]; /* not cumulative; last is +Inf */
+  uint64_t duration_ms_sum[SRV_M_TOOLS];
+  uint64_t limits[SRV_M_LIMITS]; /* runs stopped by each limit */
+  uint64_t started_ms;           /* the server's start (wall clock) */
+} srv_counters_t;
+extern const double srv_metric_buckets[SRV_M_BUCKETS];
+extern const char *const srv_metric_tools[SRV_M_TOOLS];
+extern const char *const srv_metric_outcomes[SRV_M_OUTCOMES];
+extern const char *const srv_metric_limits[SRV_M_LIMITS];
+
 /* Filled by srv_server_new (server/server.c) and read through the accessors below. */
 struct srv_server {
   cm_loop_t *loop;
@@ -75,6 +100,10 @@ struct srv_server {
   struct srv_client_call *calls;      /* server -> client requests awaiting a response */
   struct srv_tasks *tasks;            /* core/tasks.c: made with the first task */
   srv_audit_t *audit;                 /* --audit-log, or NULL */
+  srv_counters_t counters;            /* for /metrics */
+  uint64_t metrics_env_at;            /* when /metrics last listed the environments */
+  size_t metrics_envs;
+  uint64_t metrics_env_bytes;
   /* Set with the store: a session ends (srv_session_free), its tasks go on without it. */
   void (*tasks_session_gone)(srv_session_t *ss);
 };
@@ -196,6 +225,9 @@ bool srv_request_cancelled(const srv_request_t *r);
  * knows of the call (the script's digest, the run's exit code and limits, ...).  Nothing
  * when there is no audit log or r is not a tool call. */
 void srv_request_audit(srv_request_t *r, const char *key, json_t *value);
+/* The run of r's call was stopped by a limit: "timeout", "memory", "cpu", "file_size" or
+ * "processes" (its outcome is then "limit", in the audit line and in /metrics). */
+void srv_request_note_limit(srv_request_t *r, const char *limit);
 /* Completes the request with a JSON-RPC error, the router's mapping of err (borrowed):
  * CM_ERR_NOT_FOUND of a resources/... request whose params name a "uri" -> -32002
  * "Resource not found" with data {uri}; CM_ERR_INVALID, CM_ERR_LIMIT and other

@@ -156,6 +156,8 @@ srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, s
   r->server = ss->server;
   r->session = ss;
   r->log_level = -1;
+  r->call_tool = -1;
+  r->call_limit = -1;
   if (mm) {
     r->modern = true;
     r->log_level = mm->log_level;
@@ -192,14 +194,26 @@ static void request_free(srv_request_t *r) {
   free(r);
 }
 
+const double srv_metric_buckets[SRV_M_BUCKETS] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                                  2.5,  5,     10,   30,  60,   120, 300};
+const char *const srv_metric_tools[SRV_M_TOOLS] = {"execute_python", "check_environment",
+                                                   "validate_script", "other"};
+const char *const srv_metric_outcomes[SRV_M_OUTCOMES] = {"ok", "tool_error", "limit", "error",
+                                                         "cancelled"};
+const char *const srv_metric_limits[SRV_M_LIMITS] = {"timeout", "memory", "cpu", "file_size",
+                                                     "processes"};
+
 void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *task_id) {
+  r->call_tool = SRV_M_TOOL_OTHER;
+  for (int i = 0; i < SRV_M_TOOL_OTHER; i++)
+    if (strcmp(tool, srv_metric_tools[i]) == 0) r->call_tool = i;
+  r->call_start_ms = cm_now_ms();
   if (!r->server->audit) return;
   json_decref(r->audit);
   r->audit = json_pack("{s:s, s:s, s:s, s:s*}", "event", "tool_call", "principal",
                        r->session && r->session->principal ? r->session->principal : "", "tool",
                        tool, "task", task_id);
   if (r->modern) json_object_set_new(r->audit, "era", json_string("2026-07-28"));
-  r->audit_start_ms = cm_now_ms();
 }
 
 void srv_request_audit(srv_request_t *r, const char *key, json_t *value) {
@@ -210,35 +224,49 @@ void srv_request_audit(srv_request_t *r, const char *key, json_t *value) {
   json_object_set_new(r->audit, key, value);
 }
 
-/* The call's outcome, as the audit line says it: cancelled, error (JSON-RPC), limit (a run
- * that hit one: "limit" says which), tool_error (another isError result), or ok.  A task's
- * line is its run's. */
-static void audit_finish(srv_request_t *r, json_t *response) {
-  json_t *a = r->audit;
-  r->audit = NULL;
-  const char *outcome = "ok";
+void srv_request_note_limit(srv_request_t *r, const char *limit) {
+  for (int i = 0; i < SRV_M_LIMITS; i++)
+    if (strcmp(limit, srv_metric_limits[i]) == 0) r->call_limit = i;
+  srv_request_audit(r, "limit", json_string(limit));
+}
+
+/* The call's outcome (the audit line's and /metrics'): cancelled, error (JSON-RPC), limit (a
+ * run that hit one: "limit" says which), tool_error (another isError result), or ok.  A
+ * task's is its run's. */
+static void call_finish(srv_request_t *r, json_t *response) {
+  srv_counters_t *c = &r->server->counters;
+  int outcome = SRV_M_OK;
   json_t *error = response ? json_object_get(response, "error") : NULL;
   json_t *result = response ? json_object_get(response, "result") : NULL;
-  if (r->cancelled || !response) {
-    outcome = "cancelled";
-  } else if (error) {
-    outcome = "error";
-    json_object_set(a, "error_code", json_object_get(error, "code"));
-  } else if (json_is_true(json_object_get(result, "isError"))) {
-    outcome = json_object_get(a, "limit") ? "limit" : "tool_error";
-  }
-  json_object_set_new(a, "outcome", json_string(outcome));
-  json_object_set_new(a, "duration_ms",
-                      json_integer((json_int_t)(cm_now_ms() - r->audit_start_ms)));
+  if (r->cancelled || !response)
+    outcome = SRV_M_CANCELLED;
+  else if (error)
+    outcome = SRV_M_ERROR;
+  else if (json_is_true(json_object_get(result, "isError")))
+    outcome = r->call_limit >= 0 ? SRV_M_LIMIT : SRV_M_TOOL_ERROR;
+  uint64_t ms = cm_now_ms() - r->call_start_ms;
+  int t = r->call_tool;
+  c->calls[t][outcome]++;
+  size_t b = 0;
+  while (b < SRV_M_BUCKETS && (double)ms / 1000.0 > srv_metric_buckets[b]) b++;
+  c->duration_buckets[t][b]++;
+  c->duration_ms_sum[t] += ms;
+  if (r->call_limit >= 0 && outcome == SRV_M_LIMIT) c->limits[r->call_limit]++;
+  r->call_tool = -1;
+  json_t *a = r->audit;
+  r->audit = NULL;
+  if (!a) return;
+  if (error) json_object_set(a, "error_code", json_object_get(error, "code"));
+  json_object_set_new(a, "outcome", json_string(srv_metric_outcomes[outcome]));
+  json_object_set_new(a, "duration_ms", json_integer((json_int_t)ms));
   srv_audit_write(r->server->audit, a);
   json_decref(a);
 }
 
-/* Sends response (stolen; NULL for none) unless r was cancelled, and retires r. */
 void srv_request_complete(srv_request_t *r, json_t *response) {
   srv_server_t *s = r->server;
   abandon_client_calls(r);
-  if (r->audit) audit_finish(r, response);
+  if (r->call_tool >= 0) call_finish(r, response);
   if (r->task_ended) {
     /* A task's run answers its task; no client waits for it here. */
     r->task_ended(r, r->cancelled ? NULL : response);

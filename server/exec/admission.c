@@ -86,6 +86,16 @@ void exec_usage(exec_state_t *x, const char *principal, exec_usage_t *out) {
   out->queued = t->queued;
 }
 
+void exec_totals(exec_state_t *x, exec_usage_t *out, uint64_t *prestart_taken) {
+  memset(out, 0, sizeof *out);
+  for (const exec_tenant_t *t = x->tenants; t; t = t->next) {
+    out->calls += t->jobs;
+    out->running += t->running;
+    out->queued += t->queued;
+  }
+  exec_prestart_describe(x, prestart_taken);
+}
+
 json_t *exec_admission_refusal(exec_state_t *x, srv_session_t *session, const char *principal) {
   const srv_config_t *cfg = srv_server_config(x->server);
   if (cfg->max_session_concurrent && session &&

@@ -72,6 +72,9 @@ typedef struct exec_usage {
   size_t queued;  /* waiting for a slot */
 } exec_usage_t;
 void exec_usage(exec_state_t *x, const char *principal, exec_usage_t *out);
+/* Every principal's, summed (/metrics): calls, running (holding a slot), queued; and the
+ * prestarted sandboxes taken so far. */
+void exec_totals(exec_state_t *x, exec_usage_t *out, uint64_t *prestart_taken);
 /* Another call that runs a process for principal (validate_script's compile or resolution)
  * counts against --max-token-concurrent like an execution, without a slot: false, holding
  * nothing, when the principal is at that cap; else held until exec_release. */

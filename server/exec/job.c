@@ -316,7 +316,7 @@ static void audit_run(exec_job_t *job, const sbx_result_t *res) {
                       : res->file_size_limit ? "file_size"
                       : res->process_limit   ? "processes"
                                              : NULL;
-  if (limit) srv_request_audit(r, "limit", json_string(limit));
+  if (limit) srv_request_note_limit(r, limit);
   srv_request_audit(r, "run_ms", json_integer((json_int_t)res->duration_ms));
   srv_request_audit(r, "cpu_ms", json_integer((json_int_t)(res->cpu_user_ms + res->cpu_system_ms)));
   uint64_t peak = res->memory_peak_bytes ? res->memory_peak_bytes : res->max_rss_kib * 1024;
