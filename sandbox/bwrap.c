@@ -663,8 +663,7 @@ static int check_drop_helper(bwrap_priv_t *p, const char *path, cm_error_t *err)
 }
 
 static int find_drop_helper(bwrap_priv_t *p, cm_error_t *err) {
-  if (!p->drop_path)
-    p->drop_path = sbx_helper_path(SBX_HELPER_DROP, err);
+  if (!p->drop_path) p->drop_path = sbx_helper_path(SBX_HELPER_DROP, err);
   if (!p->drop_path) return -1;
   return check_drop_helper(p, p->drop_path, err);
 }

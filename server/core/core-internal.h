@@ -127,12 +127,12 @@ struct srv_request {
   struct srv_task *task;
   /* Set with task: takes the run's response (borrowed; NULL when cancelled). */
   void (*task_ended)(srv_request_t *r, json_t *response);
-  int busy;      /* callbacks running on it: srv_request_finish then only marks it done */
+  int busy; /* callbacks running on it: srv_request_finish then only marks it done */
   /* A tool call (srv_request_audit_begin): counted in /metrics and, with an audit log,
    * written as a line (audit) when it is answered. */
-  int call_tool;     /* SRV_M_TOOL_*, or -1: not a tool call */
-  int call_limit;    /* SRV_M_LIMIT_*, or -1 */
-  json_t *audit;     /* the audit line, or NULL */
+  int call_tool;  /* SRV_M_TOOL_*, or -1: not a tool call */
+  int call_limit; /* SRV_M_LIMIT_*, or -1 */
+  json_t *audit;  /* the audit line, or NULL */
   uint64_t call_start_ms;
   srv_request_t *prev, *next;
 };

@@ -688,10 +688,10 @@ static size_t handle_on(srv_session_t *ss, const char *text) {
 static srv_session_t *session_of(const char *principal) {
   srv_session_t *ss = srv_session_new(rf.server, &rf.sink.base);
   srv_session_set_principal(ss, principal);
-  assert_int_equal(
-      handle_on(ss, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
-                    "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}"),
-      1);
+  assert_int_equal(handle_on(ss,
+                             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+                             "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}"),
+                   1);
   handle_on(ss, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
   return ss;
 }
@@ -739,11 +739,11 @@ static void test_router_tasks(void **state) {
   assert_string_equal(
       json_string_value(json_object_get(json_object_get(res, "structuredContent"), "stdout")),
       "42\n");
-  assert_string_equal(json_string_value(json_object_get(
-                          json_object_get(json_object_get(res, "_meta"),
-                                          "io.modelcontextprotocol/related-task"),
-                          "taskId")),
-                      a);
+  assert_string_equal(
+      json_string_value(json_object_get(
+          json_object_get(json_object_get(res, "_meta"), "io.modelcontextprotocol/related-task"),
+          "taskId")),
+      a);
   assert_int_equal(count_responses(40), 1); /* the CreateTaskResult only */
   /* Another session of the principal sees it; another principal does not, anywhere. */
   assert_string_equal(task_status(mine, 42, a), "completed");
@@ -756,9 +756,10 @@ static void test_router_tasks(void **state) {
   assert_int_equal(error_code(task_rpc(rf.session, 47, "tasks/cancel", a)), -32602);
   /* The per-principal cap counts kept tasks; the other principal has its own. */
   cleanup_free char *b = start_task(mine, 48, "import time\\ntime.sleep(60)", 1000);
-  assert_int_equal(handle("{\"jsonrpc\":\"2.0\",\"id\":49,\"method\":\"tools/call\",\"params\":{"
-                          "\"name\":\"execute_python\",\"arguments\":{\"script\":\"1\"},\"task\":{}}}"),
-                   1);
+  assert_int_equal(
+      handle("{\"jsonrpc\":\"2.0\",\"id\":49,\"method\":\"tools/call\",\"params\":{"
+             "\"name\":\"execute_python\",\"arguments\":{\"script\":\"1\"},\"task\":{}}}"),
+      1);
   assert_int_equal(error_code(last()), -32602);
   cleanup_free char *c = start_task(other, 50, "print(1)", 60000);
   /* Its session ends: b goes on (it belongs to the principal) until its TTL ends it. */
