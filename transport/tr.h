@@ -2,11 +2,11 @@
  * complete JSON text with a reply sink, and writes what the router gives it.  It knows no
  * MCP method and never includes a sandbox/ header.
  *
- * Files: jsonrpc.c (the JSON-RPC message rules), sink.c, stdio.c, tls.c (the self-signed certificate, key/certificate checks),
- * http/parse.c (headers, hosts, origins, event ids, tokens: pure), http/envelope.c (a
- * POST body's JSON-RPC envelope: pure), http/mhd.c (libmicrohttpd, opened on demand),
- * and the transport itself in layers (http/http-internal.h): http/daemon.c (the daemon in
- * our loop), http/stream.c (streams, replay memory), http/session.c (the session table),
+ * Files: jsonrpc.c (the JSON-RPC message rules), sink.c, stdio.c, tls.c (the self-signed
+ * certificate, key/certificate checks), http/parse.c (headers, hosts, origins, event ids, tokens:
+ * pure), http/envelope.c (a POST body's JSON-RPC envelope: pure), http/mhd.c (libmicrohttpd, opened
+ * on demand), and the transport itself in layers (http/http-internal.h): http/daemon.c (the daemon
+ * in our loop), http/stream.c (streams, replay memory), http/session.c (the session table),
  * http/respond.c (answers and checks), http/routes.c (request routing), http/http.c
  * (options, start, shutdown).
  *
