@@ -221,6 +221,17 @@ typedef enum tr_http_loopback_origins {
 #define TR_HTTP_REPLAY_TOTAL_DEFAULT (128u << 20)
 #define TR_HTTP_UNREAD_DEFAULT (256u << 20)
 
+/* A tools/call argument a tool mirrors into a header (its inputSchema property carries
+ * "x-mcp-header": header): on a stateless (2026-07-28) POST calling `tool`, the header
+ * Mcp-Param-<header> must be present exactly when arguments[property] is (and not null), and
+ * say the same (strings exactly, numbers numerically, booleans as true/false; the
+ * =?base64?...?= form decoded), else 400 -32020.  Top-level properties only. */
+typedef struct tr_http_param_header {
+  const char *tool;
+  const char *property;
+  const char *header; /* the name after "Mcp-Param-" */
+} tr_http_param_header_t;
+
 /* Everything is copied by tr_http_new (the PEM texts are only used during the call). */
 typedef struct tr_http_options {
   const char *host;                   /* address to bind (IPv4 or IPv6 literal, or a name) */
@@ -244,6 +255,8 @@ typedef struct tr_http_options {
   size_t max_replay_bytes;               /* 0 = TR_HTTP_REPLAY_TOTAL_DEFAULT */
   size_t max_unread_bytes_per_principal; /* 0 = TR_HTTP_UNREAD_DEFAULT */
   tr_http_loopback_origins_t loopback_origins;
+  const tr_http_param_header_t *param_headers; /* n_param_headers entries (may be NULL) */
+  size_t n_param_headers;
 } tr_http_options_t;
 
 /* What one principal holds right now (check_environment). */

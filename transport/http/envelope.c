@@ -65,6 +65,7 @@ void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out) {
     switch (classify_one(root, &why, &out->initialize)) {
       case 'r': {
         out->requests = 1;
+        out->message = json_incref(root);
         json_t *params = json_object_get(root, "params");
         json_t *meta = json_is_object(params) ? json_object_get(params, "_meta") : NULL;
         json_t *v = json_is_object(meta)
@@ -98,6 +99,8 @@ void tr_http_envelope_release(tr_http_envelope_t *env) {
   env->id = NULL;
   json_decref(env->meta_version);
   env->meta_version = NULL;
+  json_decref(env->message);
+  env->message = NULL;
 }
 
 unsigned tr_http_modern_status(const char *buf, size_t len) {

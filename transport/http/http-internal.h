@@ -6,6 +6,8 @@
  *              work the daemon glue runs for it (replay bounds, expiry, keep-alives)
  *   routes.c   request routing: the endpoints (POST/GET/DELETE on the MCP path, the
  *              2024-11-05 HTTP+SSE pair, downloads), MHD's request and completion callbacks
+ *   mirror.c   the 2026-07-28 headers that mirror a POST's body (Mcp-Method, Mcp-Name,
+ *              Mcp-Param-*)
  *   respond.c  answers (JSON, 202, errors, SSE bodies) and the checks a request passes
  *              (Origin, Host, token, protocol version, Accept, caps that answer 429/503)
  *   session.c  the session table: ids, lookup by principal, creation, closing, fair
@@ -174,6 +176,10 @@ struct tr_http {
   char **allowed_hosts;   /* normalised host names */
   char **allowed_origins; /* as given, lower-cased, without a trailing '/' */
   char **versions;
+  struct hs_param_header {
+    char *tool, *property, *header;
+  } * param_headers; /* tr_http_options_t's, copied */
+  size_t n_param_headers;
   size_t max_body;
   size_t max_sessions;
   size_t max_sessions_per_principal, max_streams_per_principal;
@@ -297,6 +303,12 @@ bool tr_hs_check_origin_host(hs_conn_t *c, const char **why);
 bool tr_hs_check_auth(hs_conn_t *c);
 bool tr_hs_version_supported(tr_http_t *h, const char *v);
 void tr_hs_parse_accept(hs_conn_t *c);
+
+/* ================================================================ mirror.c */
+
+/* H2, H3, H6 for a stateless POST's single request `message`: false after answering 400
+ * -32020 itself (*ret). */
+bool tr_hs_check_mirrored(hs_conn_t *c, json_t *message, enum MHD_Result *ret);
 
 /* ================================================================ routes.c */
 

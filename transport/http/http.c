@@ -152,6 +152,12 @@ static void http_release(tr_http_t *h) {
   cm_strv_free(h->allowed_hosts);
   cm_strv_free(h->allowed_origins);
   cm_strv_free(h->versions);
+  for (size_t i = 0; i < h->n_param_headers; i++) {
+    free(h->param_headers[i].tool);
+    free(h->param_headers[i].property);
+    free(h->param_headers[i].header);
+  }
+  free(h->param_headers);
   free(h->path);
   free(h->sse_path);
   free(h->messages_path);
@@ -176,6 +182,15 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   h->allowed_hosts = copy_strv(opts->allowed_hosts, true);
   h->allowed_origins = copy_strv(opts->allowed_origins, false);
   h->versions = copy_strv(opts->protocol_versions, false);
+  if (opts->n_param_headers) {
+    h->param_headers = xcalloc(opts->n_param_headers, sizeof *h->param_headers);
+    for (size_t i = 0; i < opts->n_param_headers; i++) {
+      h->param_headers[i].tool = xstrdup(opts->param_headers[i].tool);
+      h->param_headers[i].property = xstrdup(opts->param_headers[i].property);
+      h->param_headers[i].header = xstrdup(opts->param_headers[i].header);
+    }
+    h->n_param_headers = opts->n_param_headers;
+  }
   h->max_body = opts->max_body_bytes ? opts->max_body_bytes : (16u << 20);
   h->max_sessions = opts->max_sessions ? opts->max_sessions : 256;
   h->idle_ms = opts->session_idle_ms ? opts->session_idle_ms : 1800ull * 1000;

@@ -135,9 +135,9 @@ static void json_unrefp(json_t **j) {
   json_decref(*j);
 }
 
-/* A stateless POST (2026-07-28): H5, then the router on a stand-in session of its own,
- * for c's principal; no Mcp-Session-Id is read, minted or echoed. */
-static enum MHD_Result stateless_post(hs_conn_t *c, json_t *meta_version) {
+/* A stateless POST (2026-07-28): H5, H2, H3, H6, then the router on a stand-in session of
+ * its own, for c's principal; no Mcp-Session-Id is read, minted or echoed. */
+static enum MHD_Result stateless_post(hs_conn_t *c, json_t *meta_version, json_t *message) {
   tr_http_t *h = c->h;
   /* H5: the header must say what _meta says.  When _meta says nothing readable the router
    * answers its -32602, which is the more telling error. */
@@ -154,6 +154,9 @@ static enum MHD_Result stateless_post(hs_conn_t *c, json_t *meta_version) {
                  "_meta[\"io.modelcontextprotocol/protocolVersion\"]");
     return tr_hs_respond_error(c, 400, -32020, msg, NULL, NULL);
   }
+  /* The body's own claim, as for H5: without one the router's -32602 says more. */
+  enum MHD_Result ret;
+  if (meta_version && message && !tr_hs_check_mirrored(c, message, &ret)) return ret;
   hs_session_t *s = tr_hs_session_create_stateless(h, c->principal);
   tr_hs_conn_set_session(c, s);
   hs_stream_t *st = tr_hs_stream_new(s, STREAM_POST);
@@ -175,6 +178,7 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
   tr_http_classify(c->body.data ? c->body.data : "", c->body.len, &env);
   c->req_id = steal_pointer(&env.id);
   json_t *meta_version __attribute__((cleanup(json_unrefp))) = steal_pointer(&env.meta_version);
+  json_t *message __attribute__((cleanup(json_unrefp))) = steal_pointer(&env.message);
   if (env.status == TR_HTTP_BODY_PARSE_ERROR)
     return tr_hs_respond_error(c, 400, -32700, env.why, NULL, NULL);
   if (env.status == TR_HTTP_BODY_INVALID)
@@ -202,7 +206,7 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
     const char *hv = tr_hs_header(c, "MCP-Protocol-Version");
     bool modern = env.modern || (!sid && !env.initialize &&
                                  (env.discover || (hv && !tr_hs_version_supported(h, hv))));
-    if (modern) return stateless_post(c, meta_version);
+    if (modern) return stateless_post(c, meta_version, message);
   }
   if (env.initialize) {
     if (env.batch)
