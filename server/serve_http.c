@@ -145,6 +145,21 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
                               ? TR_HTTP_LOOPBACK_ORIGINS_OFF
                               : TR_HTTP_LOOPBACK_ORIGINS_AUTO,
   };
+  /* H6: what the tools mirror into Mcp-Param-* headers (pointers into `marked`). */
+  cleanup_json json_t *marked = srv_server_param_headers(server);
+  size_t n_marked = json_array_size(marked);
+  cleanup_free tr_http_param_header_t *param_headers =
+      xcalloc(n_marked ? n_marked : 1, sizeof *param_headers);
+  for (size_t i = 0; i < n_marked; i++) {
+    json_t *m = json_array_get(marked, i);
+    param_headers[i] = (tr_http_param_header_t){
+        .tool = json_string_value(json_object_get(m, "tool")),
+        .property = json_string_value(json_object_get(m, "property")),
+        .header = json_string_value(json_object_get(m, "header")),
+    };
+  }
+  o.param_headers = param_headers;
+  o.n_param_headers = n_marked;
   static const tr_http_callbacks_t cbs = {
       .session_open = http_session_open,
       .on_message = http_on_message,

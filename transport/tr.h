@@ -2,17 +2,44 @@
  * complete JSON text with a reply sink, and writes what the router gives it.  It knows no
  * MCP method and never includes a sandbox/ header.
  *
- * Files: sink.c, stdio.c, tls.c (the self-signed certificate, key/certificate checks),
- * http/parse.c (headers, hosts, origins, event ids, tokens: pure), http/envelope.c (a
- * POST body's JSON-RPC envelope: pure), http/mhd.c (libmicrohttpd, opened on demand),
- * http/http.c (the daemon in our loop, streams and replay, the session table, request
- * contexts, routes: one state machine).
+ * Files: jsonrpc.c (the JSON-RPC message rules), sink.c, stdio.c, tls.c (the self-signed
+ * certificate, key/certificate checks), http/parse.c (headers, hosts, origins, event ids, tokens:
+ * pure), http/envelope.c (a POST body's JSON-RPC envelope: pure), http/mhd.c (libmicrohttpd, opened
+ * on demand), and the transport itself in layers (http/http-internal.h): http/daemon.c (the daemon
+ * in our loop), http/stream.c (streams, replay memory), http/session.c (the session table),
+ * http/respond.c (answers and checks), http/routes.c (request routing), http/http.c
+ * (options, start, shutdown).
  *
  * May use: common/. */
 #ifndef MPS_TRANSPORT_TR_H
 #define MPS_TRANSPORT_TR_H
 
+#include <jansson.h>
+
 #include "common/cm.h"
+
+/* ---------------------------------------------------------------- JSON-RPC messages */
+
+typedef enum tr_msg_kind {
+  TR_MSG_INVALID = 0,
+  TR_MSG_REQUEST,
+  TR_MSG_NOTIFICATION,
+  TR_MSG_RESPONSE,
+} tr_msg_kind_t;
+
+typedef struct tr_msg {
+  tr_msg_kind_t kind;
+  const char *method; /* borrowed from the message */
+  json_t *id;         /* borrowed; NULL for notifications and for invalid ids */
+  json_t *params;     /* borrowed; NULL when absent */
+  const char *error;  /* why it is invalid (a static -32600 message) */
+} tr_msg_t;
+
+/* Classifies one parsed JSON-RPC 2.0 message (a batch's element, or a whole text): a
+ * request, a notification, a response, or invalid with the reason.  The one copy of these
+ * rules: the HTTP transport judges a POST body with it (400 vs 202 vs 200) and the router
+ * dispatches with it, so the two can never disagree. */
+void tr_jsonrpc_classify(json_t *msg, tr_msg_t *out);
 
 /* ---------------------------------------------------------------- sinks */
 
@@ -194,6 +221,17 @@ typedef enum tr_http_loopback_origins {
 #define TR_HTTP_REPLAY_TOTAL_DEFAULT (128u << 20)
 #define TR_HTTP_UNREAD_DEFAULT (256u << 20)
 
+/* A tools/call argument a tool mirrors into a header (its inputSchema property carries
+ * "x-mcp-header": header): on a stateless (2026-07-28) POST calling `tool`, the header
+ * Mcp-Param-<header> must be present exactly when arguments[property] is (and not null), and
+ * say the same (strings exactly, numbers numerically, booleans as true/false; the
+ * =?base64?...?= form decoded), else 400 -32020.  Top-level properties only. */
+typedef struct tr_http_param_header {
+  const char *tool;
+  const char *property;
+  const char *header; /* the name after "Mcp-Param-" */
+} tr_http_param_header_t;
+
 /* Everything is copied by tr_http_new (the PEM texts are only used during the call). */
 typedef struct tr_http_options {
   const char *host;                   /* address to bind (IPv4 or IPv6 literal, or a name) */
@@ -217,6 +255,8 @@ typedef struct tr_http_options {
   size_t max_replay_bytes;               /* 0 = TR_HTTP_REPLAY_TOTAL_DEFAULT */
   size_t max_unread_bytes_per_principal; /* 0 = TR_HTTP_UNREAD_DEFAULT */
   tr_http_loopback_origins_t loopback_origins;
+  const tr_http_param_header_t *param_headers; /* n_param_headers entries (may be NULL) */
+  size_t n_param_headers;
 } tr_http_options_t;
 
 /* What one principal holds right now (check_environment). */

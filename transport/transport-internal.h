@@ -82,6 +82,16 @@ const tr_http_token_t *tr_http_token_match(const tr_http_token_t *tokens, size_t
 /* A session id as the spec allows it: 1 to 128 visible ASCII characters (0x21-0x7E). */
 bool tr_http_session_id_valid(const char *buf, size_t len);
 
+/* The value of an Mcp-Method, Mcp-Name or Mcp-Param-* header (2026-07-28, SEP-2243) as the
+ * body would say it: optional whitespace around it dropped; "=?base64?<b64>?=" (exactly
+ * that prefix and suffix) decoded from strict, padded base64 to UTF-8 text; anything else
+ * literal.  Into out (NUL-terminated, *out_len bytes).  Returns -1, with out unspecified,
+ * for a byte outside visible ASCII, space and tab, bad base64 (alphabet, length,
+ * padding), decoded bytes that are not UTF-8 or hold a NUL, or a value that does not fit
+ * out_size - 1 bytes: nothing is allocated, so the caller's buffer bounds it. */
+int tr_http_mcp_header_value(const char *buf, size_t len, char *out, size_t out_size,
+                             size_t *out_len);
+
 /* What a POST body holds, as far as the transport must know (200 vs 202, sessions). */
 typedef enum tr_http_body_status {
   TR_HTTP_BODY_OK = 0,
@@ -104,6 +114,9 @@ typedef struct tr_http_envelope {
   bool modern;
   json_t *meta_version;
   bool discover;
+  /* A single valid request: the message itself (a new reference), so that what the
+   * transport checks against it (the 2026-07-28 headers) reads the one parse. */
+  json_t *message;
   char why[256]; /* the reason when status != OK */
 } tr_http_envelope_t;
 

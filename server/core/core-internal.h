@@ -13,26 +13,20 @@
 
 #define SRV_MAX_JSON_DEPTH 64
 
-typedef enum srv_msg_kind {
-  SRV_MSG_INVALID = 0,
-  SRV_MSG_REQUEST,
-  SRV_MSG_NOTIFICATION,
-  SRV_MSG_RESPONSE,
-} srv_msg_kind_t;
-
-typedef struct srv_msg {
-  srv_msg_kind_t kind;
-  const char *method; /* borrowed from the message */
-  json_t *id;         /* borrowed; NULL for notifications and for invalid ids */
-  json_t *params;     /* borrowed; NULL when absent */
-  const char *error;  /* why it is invalid */
-} srv_msg_t;
+/* One parsed message: the transport's classification (tr_jsonrpc_classify, the one copy of
+ * the JSON-RPC rules, which the HTTP transport also judges POST bodies with). */
+typedef tr_msg_kind_t srv_msg_kind_t;
+#define SRV_MSG_INVALID TR_MSG_INVALID
+#define SRV_MSG_REQUEST TR_MSG_REQUEST
+#define SRV_MSG_NOTIFICATION TR_MSG_NOTIFICATION
+#define SRV_MSG_RESPONSE TR_MSG_RESPONSE
+typedef tr_msg_t srv_msg_t;
 
 /* Parses one JSON text with the limits (depth, duplicate keys rejected, no trailing
  * data).  On failure returns NULL with a message for a -32700/-32600 error in *why and
  * the code in *code. */
 json_t *srv_jsonrpc_parse(const char *buf, size_t len, int *code, char **why);
-/* Classifies one element (an object) of a parsed text. */
+/* Classifies one element (an object) of a parsed text (tr_jsonrpc_classify). */
 void srv_jsonrpc_classify(json_t *msg, srv_msg_t *out);
 /* Builders; each returns a new reference.  id and result are borrowed (id keeps its type). */
 json_t *srv_jsonrpc_error(json_t *id, int code, const char *message, json_t *data);

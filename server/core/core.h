@@ -202,6 +202,13 @@ void srv_session_oversize(srv_session_t *ss, size_t len, tr_sink_t *reply);
  * the _meta claim or the MCP-Protocol-Version header of a POST without a session). */
 void srv_server_handle_stateless(srv_server_t *s, const char *principal, const char *buf,
                                  size_t len, tr_sink_t *reply);
+/* The tools/call arguments that tools mirror into headers (2026-07-28, SEP-2243): from the
+ * tool descriptions as tools/list gives them (the table's and the extension's), every
+ * top-level inputSchema property with "x-mcp-header": a token name (letters, digits, '-';
+ * others are ignored), as a new array of {"tool", "property", "header"} objects.  For the
+ * HTTP transport's Mcp-Param-* check (tr_http_options_t.param_headers), computed once when
+ * it starts: set the extension first. */
+json_t *srv_server_param_headers(srv_server_t *s);
 
 /* ---------------------------------------------------------------- requests (for tools) */
 

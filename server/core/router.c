@@ -147,6 +147,45 @@ static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_
   reply_result(sink, batch, id, result, mm);
 }
 
+static bool header_token(const char *v) {
+  if (!*v || strlen(v) > 64) return false;
+  for (const char *p = v; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '-'))
+      return false;
+  return true;
+}
+
+static void add_param_headers(json_t *out, json_t *tool) {
+  json_t *name = json_object_get(tool, "name");
+  json_t *schema = json_object_get(tool, "inputSchema");
+  json_t *props = json_is_object(schema) ? json_object_get(schema, "properties") : NULL;
+  if (!json_is_string(name) || !json_is_object(props)) return;
+  const char *key;
+  json_t *prop;
+  json_object_foreach(props, key, prop) {
+    json_t *header = json_is_object(prop) ? json_object_get(prop, "x-mcp-header") : NULL;
+    if (!json_is_string(header) || !header_token(json_string_value(header))) continue;
+    json_array_append_new(
+        out, json_pack("{s:O, s:s, s:O}", "tool", name, "property", key, "header", header));
+  }
+}
+
+json_t *srv_server_param_headers(srv_server_t *s) {
+  json_t *out = json_array();
+  for (size_t i = 0; i < s->n_tools; i++) {
+    json_t *tool = s->tools[i].describe(s);
+    add_param_headers(out, tool);
+    json_decref(tool);
+  }
+  for (size_t i = 0; s->ext && i < s->ext->n_tools; i++) {
+    json_t *tool = s->ext->tools[i].describe(s);
+    add_param_headers(out, tool);
+    json_decref(tool);
+  }
+  return out;
+}
+
 static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
                               srv_batch_t *batch, const srv_modern_t *mm) {
   json_t *name = json_is_object(params) ? json_object_get(params, "name") : NULL;

@@ -1025,8 +1025,9 @@ static void logging_tool_call(srv_request_t *r, json_t *args) {
 }
 
 /* http-custom-header-server-validation: a string parameter mirrored into the
- * Mcp-Param-Region header.  The router checks the header against the body (ROUTER
- * SUPPORT, checklist H6); the tool only echoes. */
+ * Mcp-Param-Region header.  The HTTP transport checks the header against the body
+ * (checklist H6: transport/http/mirror.c, with the table srv_server_param_headers reads
+ * from this description when the server starts); the tool only echoes. */
 static json_t *custom_header_describe(srv_server_t *s) {
   return tool_object(
       "test_custom_header",

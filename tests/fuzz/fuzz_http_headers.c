@@ -1,5 +1,6 @@
 /* Fuzz target: the HTTP transport's header parsers (Accept, Content-Type, Host, Origin,
- * Last-Event-ID, Authorization, Mcp-Session-Id) and the SSE framer, on the same input. */
+ * Last-Event-ID, Authorization, Mcp-Session-Id, the mirrored Mcp-Method/Mcp-Name/Mcp-Param-*
+ * values with their base64 form) and the SSE framer, on the same input. */
 #include <stdint.h>
 
 #include "transport/transport-internal.h"
@@ -37,6 +38,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       (tok < buf || tok + tok_len > buf + size))
     __builtin_trap();
   (void)tr_http_session_id_valid(buf, size);
+  /* A mirrored header value: within the buffer given, NUL-terminated, and text. */
+  char value[256];
+  size_t value_len = 0;
+  if (tr_http_mcp_header_value(buf, size, value, sizeof value, &value_len) == 0 &&
+      (value_len >= sizeof value || value[value_len] != '\0' || memchr(value, '\0', value_len) ||
+       !cm_utf8_valid(value, value_len)))
+    __builtin_trap();
   /* Framing: every line of the output starts with a field name or is the final blank. */
   cm_buf_t out;
   cm_buf_init(&out, 0);

@@ -180,9 +180,24 @@ def tokens(tmp_path):
     return str(path)
 
 
-def mpost(s, msg, version=MODERN, headers=None):
-    """A modern POST: no session, the version header as given (None: none)."""
+# H3: the params member Mcp-Name mirrors, by method.
+NAME_SOURCE = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
+               "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
+
+
+def mirrored(msg):
+    """The headers a 2026-07-28 client sends for msg (H2, H3), as the reference clients do."""
     hdrs = {"Mcp-Method": msg.get("method", "")}
+    value = (msg.get("params") or {}).get(NAME_SOURCE.get(msg.get("method"), ""))
+    if isinstance(value, str):
+        hdrs["Mcp-Name"] = value
+    return hdrs
+
+
+def mpost(s, msg, version=MODERN, headers=None):
+    """A modern POST: no session, the version header as given (None: none), Mcp-Method and
+    Mcp-Name mirrored from the body (headers given override them)."""
+    hdrs = mirrored(msg)
     if version is not None:
         hdrs["MCP-Protocol-Version"] = version
     hdrs.update(headers or {})
@@ -264,7 +279,7 @@ def test_http_execute_with_progress_on_its_own_stream(make_http):
     c = s.connect()
     c.request("POST", "/mcp", json.dumps(msg).encode(),
               {"Accept": ACCEPT_BOTH, "Content-Type": "application/json",
-               "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call"})
+               "MCP-Protocol-Version": MODERN, **mirrored(msg)})
     r = c.getresponse()
     assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
     assert r.getheader("Mcp-Session-Id") is None
@@ -295,7 +310,7 @@ def test_http_closing_the_stream_cancels_the_call(make_http, streaming):
     c = s.connect()
     c.request("POST", "/mcp", json.dumps(msg).encode(),
               {"Accept": ACCEPT_BOTH, "Content-Type": "application/json",
-               "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call"})
+               "MCP-Protocol-Version": MODERN, **mirrored(msg)})
     if streaming:
         r = c.getresponse()
         assert r.status == 200
@@ -360,7 +375,7 @@ def test_http_modern_requests_are_tenants(make_http, tokens, tmp_path):
                          progressToken=f"h{i}")
         c.request("POST", "/mcp", json.dumps(msg).encode(),
                   {"Accept": ACCEPT_BOTH, "Content-Type": "application/json",
-                   "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", **ALICE})
+                   "MCP-Protocol-Version": MODERN, **mirrored(msg), **ALICE})
         held.append((c, c.getresponse()))
     assert all(r.status == 200 for _, r in held)
 
@@ -383,3 +398,131 @@ def test_http_modern_requests_are_tenants(make_http, tokens, tmp_path):
         assert any("result" in m for m in msgs), msgs
         c.close()
     assert wait_until(lambda: alice_calls() == 0, 30)
+
+
+# ================================================================ mirrored headers (H2, H3, H6)
+
+def b64(text):
+    import base64
+    return "=?base64?" + base64.b64encode(text.encode()).decode() + "?="
+
+
+def check_mismatch(s, msg, headers):
+    """A 2026-07-28 POST with exactly these mirrored headers: 400 -32020 with the request's id."""
+    st, _, body = s.post(msg, headers={"MCP-Protocol-Version": MODERN, **headers})
+    j = json.loads(body)
+    assert (st, j["error"]["code"], j["id"]) == (400, -32020, msg["id"]), (headers, st, j)
+    return j
+
+
+def check_served(s, msg, headers):
+    st, _, body = s.post(msg, headers={"MCP-Protocol-Version": MODERN, **headers})
+    assert st < 400, (headers, st, body)
+    return answer_of(body, msg["id"])
+
+
+def answer_of(body, req_id):
+    text = body.decode("utf-8", "replace")
+    if text.lstrip().startswith("{"):
+        return json.loads(text)
+    return [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == req_id][0]
+
+
+def test_http_mcp_method_is_required_and_must_match(make_http):
+    """H2: Mcp-Method on every modern POST, equal to the body's method (values are
+    case-sensitive, header names are not); the handshake era does not need it."""
+    s = make_http()
+    msg = modern_msg(1, "tools/list")
+    check_mismatch(s, msg, {})
+    check_mismatch(s, msg, {"Mcp-Method": "prompts/list"})
+    check_mismatch(s, msg, {"Mcp-Method": "TOOLS/LIST"})
+    check_mismatch(s, msg, {"Mcp-Method": "tools/list\xe9"})  # not visible ASCII
+    check_mismatch(s, msg, {"Mcp-Method": "=?base64?dG9vbHMvbGlzdA?="})  # unpadded base64
+    for name in ("Mcp-Method", "mcp-method", "MCP-METHOD"):
+        assert "tools" in check_served(s, msg, {name: "tools/list"})["result"]
+    assert "tools" in check_served(s, msg, {"Mcp-Method": "  tools/list\t"})["result"]
+    assert "tools" in check_served(s, msg, {"Mcp-Method": b64("tools/list")})["result"]
+    # the handshake era: no such header, as before
+    sid = s.initialize()
+    st, _, body = s.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, sid, version="2025-11-25")
+    assert st == 200 and "tools" in json.loads(body)["result"], body
+
+
+def test_http_mcp_name_mirrors_the_named_thing(make_http):
+    """H3: Mcp-Name = params.name of tools/call, params.uri of resources/read: present,
+    missing, mismatched, in the base64 form, bad base64, non-ASCII."""
+    s = make_http()
+    call = modern_msg(1, "tools/call", {"name": "check_environment", "arguments": {}})
+    method = {"Mcp-Method": "tools/call"}
+    check_mismatch(s, call, method)
+    check_mismatch(s, call, {**method, "Mcp-Name": "execute_python"})
+    check_mismatch(s, call, {**method, "Mcp-Name": "Check_Environment"})
+    check_mismatch(s, call, {**method, "Mcp-Name": "=?base64?Y2hlY2tfZW52aXJvbm1lbnQ?="})  # no padding
+    check_mismatch(s, call, {**method, "Mcp-Name": "=?base64?Y2hl!!!Y2tf?="})  # not the alphabet
+    check_mismatch(s, call, {**method, "Mcp-Name": "check_environment\xe9"})  # not visible ASCII
+    # a literal that only looks half like the encoded form is a literal
+    check_mismatch(s, call, {**method, "Mcp-Name": "=?base64?Y2hlY2tfZW52aXJvbm1lbnQ="})
+    for value in ("check_environment", " check_environment ", b64("check_environment")):
+        res = check_served(s, call, {**method, "Mcp-Name": value})["result"]
+        assert res["resultType"] == "complete" and not res.get("isError"), res
+    # resources/read mirrors the URI; base64 carries what a header cannot (UTF-8)
+    uri = "sandbox://runs/nope/caf\u00e9.txt"
+    read = modern_msg(2, "resources/read", {"uri": uri})
+    rm = {"Mcp-Method": "resources/read"}
+    check_mismatch(s, read, rm)
+    check_mismatch(s, read, {**rm, "Mcp-Name": "sandbox://runs/nope/cafe.txt"})
+    check_mismatch(s, read, {**rm, "Mcp-Name": "=?base64?/w==?="})  # decodes to a byte that is not UTF-8
+    st, _, body = s.post(read, headers={"MCP-Protocol-Version": MODERN, **rm, "Mcp-Name": b64(uri)})
+    j = json.loads(body)
+    # past the headers, the router's own answer: not found (R7)
+    assert (st, j["error"]["code"], j["error"]["data"]["uri"]) == (400, -32602, uri), j
+    # a method that names nothing needs no Mcp-Name
+    assert check_served(s, modern_msg(3, "resources/list"), {"Mcp-Method": "resources/list"})["result"]
+    # the handshake era: tools/call without Mcp-Name, as before
+    sid = s.initialize()
+    st, _, body = s.post({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                          "params": {"name": "check_environment", "arguments": {}}}, sid, version="2025-11-25")
+    assert st == 200 and "result" in answer_of(body, 4), body
+
+
+FIXTURE = os.environ.get("MPS_CONFORMANCE_FIXTURE") or os.path.join(
+    os.path.dirname(os.environ.get("MPS_BINARY") or "build/mcp-python-exec-sandbox"), "mps-conformance-fixture")
+
+
+@pytest.fixture
+def fixture_http(monkeypatch):
+    """The conformance fixture server (the product's router and transport plus fixtures),
+    whose test_custom_header marks its region argument with x-mcp-header: Region."""
+    import test_http
+    if not os.path.exists(FIXTURE):
+        pytest.skip(f"no fixture server at {FIXTURE}")
+    monkeypatch.setattr(test_http, "BINARY", os.path.abspath(FIXTURE))
+    s = HttpServer()
+    yield s
+    assert s.close() == 0
+
+
+def test_http_mcp_param_headers(fixture_http):
+    """H6: a tools/call argument its tool marks with x-mcp-header travels as Mcp-Param-<Name>
+    too: required when the argument is there, refused when it is not, equal after decoding."""
+    s = fixture_http
+    st, _, body = s.post(modern_msg(1, "tools/list"), headers={"MCP-Protocol-Version": MODERN,
+                                                               "Mcp-Method": "tools/list"})
+    tool = [t for t in json.loads(body)["result"]["tools"] if t["name"] == "test_custom_header"][0]
+    assert tool["inputSchema"]["properties"]["region"]["x-mcp-header"] == "Region"
+
+    def call(i, args):
+        return modern_msg(i, "tools/call", {"name": "test_custom_header", "arguments": args})
+    hdrs = {"Mcp-Method": "tools/call", "Mcp-Name": "test_custom_header"}
+    res = check_served(s, call(2, {"region": "us-west1"}), {**hdrs, "Mcp-Param-Region": "us-west1"})
+    assert res["result"]["content"][0]["text"] == "Region: us-west1", res
+    res = check_served(s, call(3, {"region": "Hello"}), {**hdrs, "mcp-param-region": b64("Hello")})
+    assert res["result"]["content"][0]["text"] == "Region: Hello", res
+    res = check_served(s, call(4, {"region": "\u65e5\u672c"}), {**hdrs, "Mcp-Param-Region": b64("\u65e5\u672c")})
+    assert res["result"]["content"][0]["text"] == "Region: \u65e5\u672c", res
+    check_mismatch(s, call(5, {"region": "us-west1"}), hdrs)  # missing
+    check_mismatch(s, call(6, {"region": "us-west1"}), {**hdrs, "Mcp-Param-Region": "eu-west1"})
+    check_mismatch(s, call(7, {"region": "Hello"}), {**hdrs, "Mcp-Param-Region": "=?base64?SGVsbG8?="})
+    check_mismatch(s, call(8, {"region": "Hello"}), {**hdrs, "Mcp-Param-Region": "=?base64?SGVs!!!bG8=?="})
+    check_mismatch(s, call(9, {}), {**hdrs, "Mcp-Param-Region": "us-west1"})  # no such argument
+    check_mismatch(s, call(10, {"region": None}), {**hdrs, "Mcp-Param-Region": "us-west1"})

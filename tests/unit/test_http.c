@@ -374,6 +374,61 @@ static void test_classify(void **state) {
   tr_http_envelope_release(&env);
 }
 
+/* SEP-2243 header values: literal, trimmed, base64 (strict), visible ASCII only, bounded. */
+static void header_value_is(const char *v, const char *want) {
+  char out[64];
+  size_t n = 0;
+  int rc = tr_http_mcp_header_value(v, strlen(v), out, sizeof out, &n);
+  if (!want) {
+    if (rc == 0) fail_msg("'%s' was accepted as '%s'", v, out);
+    return;
+  }
+  if (rc != 0) fail_msg("'%s' was refused", v);
+  assert_int_equal(n, strlen(want));
+  assert_string_equal(out, want);
+}
+
+static void test_mcp_header_value(void **state) {
+  header_value_is("tools/call", "tools/call");
+  header_value_is("  tools/call\t ", "tools/call");
+  header_value_is("a b", "a b");
+  header_value_is("", "");
+  header_value_is("=?base64?SGVsbG8=?=", "Hello");
+  header_value_is("=?base64?SGk=?=", "Hi");
+  header_value_is("=?base64?SGVs?=", "Hel");
+  header_value_is("=?base64?5pel5pys?=", "\xe6\x97\xa5\xe6\x9c\xac"); /* UTF-8 */
+  header_value_is(" =?base64?SGVsbG8=?= ", "Hello");
+  /* Not exactly the form: a literal. */
+  header_value_is("=?base64?SGVsbG8=", "=?base64?SGVsbG8=");
+  header_value_is("SGVsbG8=?=", "SGVsbG8=?=");
+  header_value_is("=?BASE64?SGVsbG8=?=", "=?BASE64?SGVsbG8=?=");
+  /* Bad base64: padding, alphabet, length, non-zero pad bits, empty. */
+  header_value_is("=?base64?SGVsbG8?=", NULL);
+  header_value_is("=?base64?SGVs!!!bG8=?=", NULL);
+  header_value_is("=?base64?SGVsbG8==?=", NULL);
+  header_value_is("=?base64?S=Vs?=", NULL);
+  header_value_is("=?base64?SGVsbG9=?=", NULL);
+  header_value_is("=?base64?SGk?=", NULL);
+  header_value_is("=?base64?\?=", NULL);
+  header_value_is("=?base64?====?=", NULL);
+  /* Decoded bytes that are not UTF-8 text, or a NUL. */
+  header_value_is("=?base64?/w==?=", NULL);
+  header_value_is("=?base64?AA==?=", NULL);
+  /* Outside visible ASCII, space and tab. */
+  header_value_is("caf\xc3\xa9", NULL);
+  header_value_is("a\rb", NULL);
+  header_value_is("a\x7f", NULL);
+  /* Bounded by the caller's buffer, encoded or not. */
+  char small[4];
+  size_t n;
+  assert_int_equal(tr_http_mcp_header_value("abc", 3, small, sizeof small, &n), 0);
+  assert_int_equal(tr_http_mcp_header_value("abcd", 4, small, sizeof small, &n), -1);
+  assert_int_equal(tr_http_mcp_header_value("=?base64?SGk=?=", 15, small, sizeof small, &n), 0);
+  assert_int_equal(tr_http_mcp_header_value("=?base64?SGVsbA==?=", 19, small, sizeof small, &n),
+                   -1);
+  assert_int_equal(tr_http_mcp_header_value("a", 1, small, 0, &n), -1);
+}
+
 /* ---------------------------------------------------------------- a running server */
 
 static const char t_answer[] =
@@ -511,14 +566,23 @@ static void test_server_starts(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_accept),        cmocka_unit_test(test_media_type),
-      cmocka_unit_test(test_host),          cmocka_unit_test(test_origin),
-      cmocka_unit_test(test_loopback),      cmocka_unit_test(test_event_id),
-      cmocka_unit_test(test_sse_framing),   cmocka_unit_test(test_bearer),
-      cmocka_unit_test(test_tokens),        cmocka_unit_test(test_session_id),
-      cmocka_unit_test(test_classify),      cmocka_unit_test(test_classify_id),
-      cmocka_unit_test(test_origin_parse),  cmocka_unit_test(test_attachment_name),
-      cmocka_unit_test(test_server_starts), cmocka_unit_test(test_classify_modern),
+      cmocka_unit_test(test_accept),
+      cmocka_unit_test(test_media_type),
+      cmocka_unit_test(test_host),
+      cmocka_unit_test(test_origin),
+      cmocka_unit_test(test_loopback),
+      cmocka_unit_test(test_event_id),
+      cmocka_unit_test(test_sse_framing),
+      cmocka_unit_test(test_bearer),
+      cmocka_unit_test(test_tokens),
+      cmocka_unit_test(test_session_id),
+      cmocka_unit_test(test_classify),
+      cmocka_unit_test(test_classify_id),
+      cmocka_unit_test(test_origin_parse),
+      cmocka_unit_test(test_attachment_name),
+      cmocka_unit_test(test_server_starts),
+      cmocka_unit_test(test_classify_modern),
+      cmocka_unit_test(test_mcp_header_value),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

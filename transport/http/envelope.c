@@ -4,44 +4,23 @@
 
 #include "transport/transport-internal.h"
 
-static bool valid_id(json_t *id) {
-  return json_is_string(id) || json_is_integer(id);
-}
-
-/* One element.  Returns 'r'equest, 'n'otification, 's' (response) or 0 with why set. */
+/* One element, by the JSON-RPC rules (tr_jsonrpc_classify).  Returns 'r'equest,
+ * 'n'otification, 's' (response) or 0 with why set. */
 static char classify_one(json_t *m, const char **why, bool *initialize) {
-  if (!json_is_object(m)) {
-    *why = "Invalid Request: a message must be a JSON object";
-    return 0;
+  tr_msg_t msg;
+  tr_jsonrpc_classify(m, &msg);
+  switch (msg.kind) {
+    case TR_MSG_REQUEST:
+      if (strcmp(msg.method, "initialize") == 0) *initialize = true;
+      return 'r';
+    case TR_MSG_NOTIFICATION:
+      return 'n';
+    case TR_MSG_RESPONSE:
+      return 's';
+    case TR_MSG_INVALID:
+      break;
   }
-  json_t *v = json_object_get(m, "jsonrpc");
-  if (!json_is_string(v) || strcmp(json_string_value(v), "2.0") != 0) {
-    *why = "Invalid Request: \"jsonrpc\" must be \"2.0\"";
-    return 0;
-  }
-  json_t *id = json_object_get(m, "id");
-  json_t *method = json_object_get(m, "method");
-  if (method) {
-    if (!json_is_string(method)) {
-      *why = "Invalid Request: \"method\" must be a string";
-      return 0;
-    }
-    json_t *params = json_object_get(m, "params");
-    if (params && !json_is_object(params) && !json_is_array(params)) {
-      *why = "Invalid Request: \"params\" must be an object";
-      return 0;
-    }
-    if (!id) return 'n';
-    if (!valid_id(id)) {
-      *why = "Invalid Request: \"id\" must be a string or an integer";
-      return 0;
-    }
-    if (strcmp(json_string_value(method), "initialize") == 0) *initialize = true;
-    return 'r';
-  }
-  bool result = json_object_get(m, "result") != NULL, error = json_object_get(m, "error") != NULL;
-  if (result != error && id) return 's';
-  *why = "Invalid Request: a message needs \"method\", or \"id\" with \"result\" or \"error\"";
+  *why = msg.error;
   return 0;
 }
 
@@ -82,10 +61,11 @@ void tr_http_classify(const char *buf, size_t len, tr_http_envelope_t *out) {
     json_t *id = json_is_object(root) ? json_object_get(root, "id") : NULL;
     bool response = json_is_object(root) && !json_object_get(root, "method") &&
                     (json_object_get(root, "result") || json_object_get(root, "error"));
-    if (valid_id(id) && !response) out->id = json_incref(id);
+    if ((json_is_string(id) || json_is_integer(id)) && !response) out->id = json_incref(id);
     switch (classify_one(root, &why, &out->initialize)) {
       case 'r': {
         out->requests = 1;
+        out->message = json_incref(root);
         json_t *params = json_object_get(root, "params");
         json_t *meta = json_is_object(params) ? json_object_get(params, "_meta") : NULL;
         json_t *v = json_is_object(meta)
@@ -119,6 +99,8 @@ void tr_http_envelope_release(tr_http_envelope_t *env) {
   env->id = NULL;
   json_decref(env->meta_version);
   env->meta_version = NULL;
+  json_decref(env->message);
+  env->message = NULL;
 }
 
 unsigned tr_http_modern_status(const char *buf, size_t len) {

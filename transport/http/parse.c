@@ -350,3 +350,66 @@ bool tr_http_session_id_valid(const char *buf, size_t len) {
     if ((unsigned char)buf[i] < 0x21 || (unsigned char)buf[i] > 0x7e) return false;
   return true;
 }
+
+/* A base64 digit's value, or -1. */
+static int base64_digit(unsigned char ch) {
+  if (ch >= 'A' && ch <= 'Z') return ch - 'A';
+  if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
+  if (ch >= '0' && ch <= '9') return ch - '0' + 52;
+  if (ch == '+') return 62;
+  if (ch == '/') return 63;
+  return -1;
+}
+
+/* Strict RFC 4648 base64 (padded, no line breaks, zero pad bits) into out; -1 when it is
+ * not that or when the decoded bytes would not fit out_size - 1. */
+static int base64_decode(const char *buf, size_t len, char *out, size_t out_size, size_t *out_len) {
+  if (len == 0 || len % 4 != 0) return -1;
+  size_t pad = buf[len - 1] == '=' ? (buf[len - 2] == '=' ? 2 : 1) : 0;
+  size_t n = len / 4 * 3 - pad;
+  if (n >= out_size) return -1;
+  size_t o = 0;
+  for (size_t i = 0; i < len; i += 4) {
+    int d[4];
+    for (size_t k = 0; k < 4; k++) {
+      bool padding = i + k >= len - pad;
+      d[k] = padding ? (buf[i + k] == '=' ? 0 : -1) : base64_digit((unsigned char)buf[i + k]);
+      if (d[k] < 0) return -1;
+    }
+    uint32_t v = (uint32_t)d[0] << 18 | (uint32_t)d[1] << 12 | (uint32_t)d[2] << 6 | (uint32_t)d[3];
+    /* Bits the padding hides must be zero: one text per value. */
+    if ((pad == 1 && i + 4 == len && (v & 0xff)) || (pad == 2 && i + 4 == len && (v & 0xffff)))
+      return -1;
+    out[o++] = (char)(v >> 16);
+    if (o < n) out[o++] = (char)(v >> 8 & 0xff);
+    if (o < n) out[o++] = (char)(v & 0xff);
+  }
+  *out_len = n;
+  out[n] = '\0';
+  return 0;
+}
+
+int tr_http_mcp_header_value(const char *buf, size_t len, char *out, size_t out_size,
+                             size_t *out_len) {
+  if (out_size == 0) return -1;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)buf[i];
+    if (ch != '\t' && (ch < 0x20 || ch > 0x7e)) return -1;
+  }
+  /* Optional whitespace around a field value is not part of it (RFC 9110, 5.5). */
+  while (len && (buf[0] == ' ' || buf[0] == '\t')) buf++, len--;
+  while (len && (buf[len - 1] == ' ' || buf[len - 1] == '\t')) len--;
+  static const char prefix[] = "=?base64?", suffix[] = "?=";
+  size_t pl = sizeof prefix - 1, sl = sizeof suffix - 1;
+  if (len >= pl + sl && memcmp(buf, prefix, pl) == 0 && memcmp(buf + len - sl, suffix, sl) == 0) {
+    if (base64_decode(buf + pl, len - pl - sl, out, out_size, out_len) < 0) return -1;
+    /* Text: UTF-8, and no NUL (the value is compared as a C string's bytes). */
+    if (!cm_utf8_valid(out, *out_len) || memchr(out, '\0', *out_len)) return -1;
+    return 0;
+  }
+  if (len >= out_size) return -1;
+  memcpy(out, buf, len);
+  out[len] = '\0';
+  *out_len = len;
+  return 0;
+}
