@@ -178,6 +178,11 @@ static void test_config(void **state) {
  * for a flag that takes a value is accepted by that flag, and a few are what the config
  * holds. */
 static void test_config_help_defaults(void **state) {
+  /* The defaults themselves, not what the environment makes of them (test.sh turns the
+   * cache warming off for every server it starts). */
+  cleanup_free char *warm =
+      getenv("MCP_PY_SANDBOX_WARM_CACHE") ? xstrdup(getenv("MCP_PY_SANDBOX_WARM_CACHE")) : NULL;
+  unsetenv("MCP_PY_SANDBOX_WARM_CACHE");
   FILE *out = tmpfile();
   assert_non_null(out);
   fflush(stdout);
@@ -226,6 +231,7 @@ static void test_config_help_defaults(void **state) {
   assert_true(saw_warm && c.warm_cache);
   assert_true(saw_log);
   srv_config_release(&c);
+  if (warm) setenv("MCP_PY_SANDBOX_WARM_CACHE", warm, 1);
 }
 
 /* Repeatable flags are string vectors: each value as given (a --find-links path may hold
