@@ -17,6 +17,8 @@ typedef struct app {
   tr_http_t *http;
   bool shutting_down;
   cm_timer_t *shutdown_timer;
+  bool draining;
+  cm_timer_t *drain_poll, *drain_deadline;
 } app_t;
 
 static void on_message(void *data, const char *buf, size_t len, tr_sink_t *reply) {
@@ -54,6 +56,9 @@ static void check_drained(app_t *app) {
 static void begin_shutdown(app_t *app, const char *why) {
   if (app->shutting_down) return;
   app->shutting_down = true;
+  cm_timer_cancel(app->drain_poll);
+  cm_timer_cancel(app->drain_deadline);
+  app->drain_poll = app->drain_deadline = NULL;
   cm_debug("shutting down: %s", why);
   if (app->stdio) tr_stdio_stop_reading(app->stdio);
   /* Stops accepting, ends every stream and closes every session (which cancels its
@@ -66,6 +71,43 @@ static void begin_shutdown(app_t *app, const char *why) {
   check_drained(app);
 }
 
+/* The drain (SIGTERM, --drain-seconds): new calls are refused, those in progress go on; once
+ * none is left, or at the deadline, the shutdown proper cancels what remains. */
+static void drain_poll(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  app_t *app = data;
+  app->drain_poll = NULL;
+  if (srv_server_calls(app->server) == 0) {
+    begin_shutdown(app, "drained");
+    return;
+  }
+  app->drain_poll = cm_loop_timer(loop, 50, drain_poll, app);
+}
+
+static void drain_deadline(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  app_t *app = data;
+  app->drain_deadline = NULL;
+  cm_info("drain: %zu calls still running after --drain-seconds; cancelling them",
+          srv_server_calls(app->server));
+  begin_shutdown(app, "the drain's deadline");
+}
+
+static void begin_drain(app_t *app, const char *why) {
+  uint64_t seconds = srv_server_config(app->server)->drain_seconds;
+  if (app->shutting_down) return;
+  if (app->draining || seconds == 0) {
+    /* A second SIGTERM (or no drain): now. */
+    begin_shutdown(app, why);
+    return;
+  }
+  app->draining = true;
+  cm_info("%s: draining (new calls are refused; %zu running may finish within %llus)", why,
+          srv_server_calls(app->server), (unsigned long long)seconds);
+  srv_server_drain(app->server);
+  tr_http_drain(app->http, (unsigned)(seconds < 60 ? seconds : 60));
+  app->drain_deadline = cm_loop_timer(app->loop, seconds * 1000, drain_deadline, app);
+  drain_poll(app->loop, NULL, app);
+}
+
 static void on_eof(void *data) {
   begin_shutdown(data, "end of input");
 }
@@ -75,7 +117,9 @@ static void on_signal(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   struct signalfd_siginfo si;
   while (read(fd, &si, sizeof si) == (ssize_t)sizeof si) {
     if (si.ssi_signo == SIGHUP)
-      srv_server_reopen_logs(app->server); /* logrotate's postrotate: not a stop */
+      srv_server_reopen_logs(app->server); /* the tokens and logrotate's postrotate: not a stop */
+    else if (si.ssi_signo == SIGTERM)
+      begin_drain(app, strsignal((int)si.ssi_signo));
     else
       begin_shutdown(app, strsignal((int)si.ssi_signo));
   }
@@ -158,6 +202,8 @@ int main(int argc, char **argv) {
 
   if (cm_loop_run(app.loop, &err) < 0) cm_err("event loop: %s", cm_error_message(&err));
   cm_timer_cancel(app.shutdown_timer);
+  cm_timer_cancel(app.drain_poll);
+  cm_timer_cancel(app.drain_deadline);
   srv_session_free(app.session);
   if (app.stdio) {
     tr_stdio_flush(app.stdio, 2000);

@@ -37,6 +37,23 @@ static void http_session_close(void *data, void *session) {
   srv_session_free(session);
 }
 
+static bool http_ready(void *data) {
+  return srv_server_ready(data);
+}
+
+static char *http_metrics(void *data) {
+  return srv_metrics_render(data, NULL);
+}
+
+static void http_auth_failed(void *data, const char *remote, const char *reason) {
+  srv_server_t *s = data;
+  if (!s->audit) return;
+  json_t *line =
+      json_pack("{s:s, s:s, s:s}", "event", "auth_failure", "remote", remote, "reason", reason);
+  srv_audit_write(s->audit, line);
+  json_decref(line);
+}
+
 /* ---------------------------------------------------------------- options */
 
 /* "a, b,c" -> {"a", "b", "c", NULL}; NULL for NULL or nothing. */
@@ -144,6 +161,7 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
                           : strcmp(cfg->loopback_origins, "off") == 0
                               ? TR_HTTP_LOOPBACK_ORIGINS_OFF
                               : TR_HTTP_LOOPBACK_ORIGINS_AUTO,
+      .health_auth = cfg->health_auth,
   };
   /* H6: what the tools mirror into Mcp-Param-* headers (pointers into `marked`). */
   cleanup_json json_t *marked = srv_server_param_headers(server);
@@ -167,6 +185,9 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
       .session_protocol = http_session_protocol,
       .session_close = http_session_close,
       .open_download = http_open_download,
+      .ready = http_ready,
+      .metrics = http_metrics,
+      .auth_failed = http_auth_failed,
   };
   tr_http_t *h = tr_http_new(loop, &o, &cbs, server, err);
   if (!h) return -1;

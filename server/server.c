@@ -190,15 +190,31 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   return s;
 }
 
+void srv_server_drain(srv_server_t *s) {
+  s->draining = true;
+}
+
+size_t srv_server_calls(srv_server_t *s) {
+  size_t n = 0;
+  for (srv_request_t *r = s->inflight; r; r = srv_request_next_inflight(r))
+    if (srv_request_is_call(r)) n++;
+  return n;
+}
+
 bool srv_server_ready(srv_server_t *s) {
   return srv_server_probed(s) && srv_server_backend_kind(s)->available &&
          py_registry_default(s->pythons) != NULL;
 }
 
 void srv_server_reopen_logs(srv_server_t *s) {
-  if (!s->audit) return;
-  cm_info("SIGHUP: reopening the audit log");
-  srv_audit_reopen(s->audit);
+  if (s->audit) {
+    cm_info("SIGHUP: reopening the audit log");
+    srv_audit_reopen(s->audit);
+  }
+  cm_error_t err = CM_ERROR_INIT;
+  if (s->http && tr_http_reload_tokens(s->http, &err) < 0)
+    cm_err("SIGHUP: %s", cm_error_message(&err));
+  cm_error_release(&err);
 }
 
 void srv_server_free(srv_server_t *s) {

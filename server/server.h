@@ -33,6 +33,11 @@ bool srv_server_ready(srv_server_t *s);
  * transport's own families, or NULL) is appended. */
 char *srv_metrics_render(srv_server_t *s, const char *http_extra);
 
+/* SIGTERM's first phase: new tool calls are refused (a tool error saying so); the calls in
+ * progress go on.  srv_server_calls() counts them (task runs included). */
+void srv_server_drain(srv_server_t *s);
+size_t srv_server_calls(srv_server_t *s);
+
 /* SIGHUP: the audit log is opened again (logrotate moved it). */
 void srv_server_reopen_logs(srv_server_t *s);
 

@@ -207,6 +207,15 @@ typedef struct tr_http_callbacks {
    * server's origin. */
   int (*open_download)(void *data, const char *principal, const char *rest, int *fd,
                        const char **mime, uint64_t *size);
+  /* Optional: GET <base>/readyz answers 200 when it returns true (503 before, and while
+   * draining). */
+  bool (*ready)(void *data);
+  /* Optional: GET <base>/metrics: the server's Prometheus text (heap), to which the
+   * transport adds its own families (requests by status, sessions, connections). */
+  char *(*metrics)(void *data);
+  /* Optional: a request was refused for want of a valid bearer token (remote: its address;
+   * reason: "missing" or "invalid"; both valid during the call). */
+  void (*auth_failed)(void *data, const char *remote, const char *reason);
 } tr_http_callbacks_t;
 
 /* Whether http(s) origins on loopback names (any port) are accepted: AUTO = when the
@@ -257,6 +266,7 @@ typedef struct tr_http_options {
   tr_http_loopback_origins_t loopback_origins;
   const tr_http_param_header_t *param_headers; /* n_param_headers entries (may be NULL) */
   size_t n_param_headers;
+  bool health_auth; /* /healthz and /readyz need a token too (they do not by default) */
 } tr_http_options_t;
 
 /* What one principal holds right now (check_environment). */
@@ -267,6 +277,15 @@ typedef struct tr_http_usage {
   size_t unread_bytes; /* queued for its connections, not yet written to them */
 } tr_http_usage_t;
 void tr_http_usage(const tr_http_t *h, const char *principal, tr_http_usage_t *out);
+
+/* SIGHUP: reads --auth-token-file again.  A token no longer in it is refused from the next
+ * request on (what its calls run keeps going); a new name is a new principal.  On an error
+ * (an unreadable or malformed file) the tokens stay as they were. */
+int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err);
+/* The drain (SIGTERM): new sessions and new tool calls get 503 with Retry-After, /readyz
+ * 503; everything else (the calls already running, their streams, tasks/get) goes on until
+ * tr_http_shutdown. */
+void tr_http_drain(tr_http_t *h, unsigned retry_after_s);
 
 /* Binds, starts serving and returns the transport; NULL with err set on a bad option, an
  * unreadable or empty token file, a refused address, a failed bind, or when

@@ -202,6 +202,12 @@ static const opt_def_t options[] = {
      "refused; 0 = no limit"},
     {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}", "info",
      "stderr log level"},
+    {"drain-seconds", OPT_INT, OFF(drain_seconds), "SECONDS", "30",
+     "on SIGTERM, how long running calls may go on while new ones are refused (503 with "
+     "Retry-After over HTTP); then the rest are cancelled; a second SIGTERM cancels at once"},
+    {"health-auth", OPT_BOOL_ON, OFF(health_auth), NULL, NULL,
+     "HTTP: /healthz and /readyz need a bearer token too (/metrics always does, when there "
+     "are tokens)"},
     {"audit-log", OPT_STRING, OFF(audit_log), "FILE|-", NULL,
      "append one JSON line per tool call and per authentication failure to FILE (- for "
      "stderr); SIGHUP reopens it"},

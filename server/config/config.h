@@ -87,6 +87,8 @@ typedef struct srv_config {
   uint64_t max_tasks_per_principal; /* --max-tasks-per-principal: tasks kept; 0 = no limit */
   cm_log_level_t log_level;         /* --log-level */
   char *audit_log;                  /* --audit-log FILE or "-" (stderr), or NULL */
+  uint64_t drain_seconds;           /* --drain-seconds: SIGTERM lets running calls finish */
+  bool health_auth;                 /* --health-auth: the probes need a token */
   uint64_t audit_log_max_bytes;     /* --audit-log-max-bytes: rotate past it; 0 = never */
   uint64_t audit_log_keep;          /* --audit-log-keep: rotated files kept */
   char *profile;                    /* --profile: the sandbox profile it started from */

@@ -101,6 +101,7 @@ struct srv_server {
   struct srv_tasks *tasks;            /* core/tasks.c: made with the first task */
   srv_audit_t *audit;                 /* --audit-log, or NULL */
   srv_counters_t counters;            /* for /metrics */
+  bool draining;                      /* SIGTERM: new tool calls are refused */
   uint64_t metrics_env_at;            /* when /metrics last listed the environments */
   size_t metrics_envs;
   uint64_t metrics_env_bytes;
@@ -235,6 +236,10 @@ void srv_request_audit(srv_request_t *r, const char *key, json_t *value);
 /* The run of r's call was stopped by a limit: "timeout", "memory", "cpu", "file_size" or
  * "processes" (its outcome is then "limit", in the audit line and in /metrics). */
 void srv_request_note_limit(srv_request_t *r, const char *limit);
+/* Walking the requests in flight (srv_server_t.inflight): the next one, and whether it is a
+ * tool call (counted by the drain). */
+srv_request_t *srv_request_next_inflight(srv_request_t *r);
+bool srv_request_is_call(const srv_request_t *r);
 /* Completes the request with a JSON-RPC error, the router's mapping of err (borrowed):
  * CM_ERR_NOT_FOUND of a resources/... request whose params name a "uri" -> -32002
  * "Resource not found" with data {uri}; CM_ERR_INVALID, CM_ERR_LIMIT and other

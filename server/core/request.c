@@ -224,6 +224,14 @@ void srv_request_audit(srv_request_t *r, const char *key, json_t *value) {
   json_object_set_new(r->audit, key, value);
 }
 
+srv_request_t *srv_request_next_inflight(srv_request_t *r) {
+  return r->next;
+}
+
+bool srv_request_is_call(const srv_request_t *r) {
+  return r->call_tool >= 0;
+}
+
 void srv_request_note_limit(srv_request_t *r, const char *limit) {
   for (int i = 0; i < SRV_M_LIMITS; i++)
     if (strcmp(limit, srv_metric_limits[i]) == 0) r->call_limit = i;

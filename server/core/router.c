@@ -210,6 +210,13 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
     srv_reply_error(sink, batch, id, JSONRPC_INVALID_PARAMS, msg);
     return;
   }
+  if (s->draining) {
+    reply_result(sink, batch, id,
+                 srv_tool_error_result("The server is shutting down (draining): this call was "
+                                       "not started. Call again later, or on another server."),
+                 mm);
+    return;
+  }
   json_t *arguments = json_is_object(args) ? json_incref(args) : json_object();
   bool as_task;
   if (!mm) {

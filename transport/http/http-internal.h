@@ -44,7 +44,16 @@ struct hs_principal {
   size_t unread_bytes; /* queued for its connections and not yet written (conn_count) */
 };
 
-typedef enum endpoint { EP_NONE = 0, EP_MCP, EP_SSE, EP_MESSAGES, EP_DOWNLOAD } endpoint_t;
+typedef enum endpoint {
+  EP_NONE = 0,
+  EP_MCP,
+  EP_SSE,
+  EP_MESSAGES,
+  EP_DOWNLOAD,
+  EP_HEALTHZ,
+  EP_READYZ,
+  EP_METRICS
+} endpoint_t;
 
 typedef enum stream_kind { STREAM_POST, STREAM_STANDALONE, STREAM_LEGACY } stream_kind_t;
 
@@ -173,6 +182,15 @@ struct tr_http {
   bool shutting_down;
   /* options */
   char *path, *sse_path, *messages_path;
+  char *healthz_path, *readyz_path, *metrics_path;
+  bool health_auth;
+  char *token_file; /* --auth-token-file, read again by tr_http_reload_tokens */
+  size_t principals_cap;
+  bool draining;
+  unsigned retry_after_s;
+  /* Answers by status class, for /metrics (index: status / 100 - 1, 1xx..5xx). */
+  uint64_t status_counts[5];
+  uint64_t auth_failures;
   char **allowed_hosts;   /* normalised host names */
   char **allowed_origins; /* as given, lower-cased, without a trailing '/' */
   char **versions;

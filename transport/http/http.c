@@ -143,6 +143,69 @@ static char *sibling_path(const char *path, const char *name) {
   return xasprintf("%.*s/%s", (int)dir, path, name);
 }
 
+/* The principal of a token name, made when it is new; SIZE_MAX when the table is full (only
+ * reloads can fill it: a token file holds at most TR_HTTP_MAX_TOKENS names). */
+static size_t principal_for(tr_http_t *h, const char *name) {
+  size_t k = 0;
+  while (k < h->n_principals && strcmp(h->principals[k].name, name) != 0) k++;
+  if (k < h->n_principals) return k;
+  if (k == h->principals_cap) return SIZE_MAX;
+  h->principals[h->n_principals++].name = xstrdup(name);
+  return k;
+}
+
+int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err) {
+  if (!h || !h->token_file) return 0;
+  cleanup_free char *text = NULL;
+  size_t len = 0;
+  tr_http_token_t *tokens = NULL;
+  size_t n = 0;
+  if (cm_read_file(h->token_file, 1u << 20, &text, &len, err) < 0 ||
+      tr_http_parse_tokens(text, len, &tokens, &n, err) < 0) {
+    if (text) explicit_bzero(text, len);
+    return cm_error_wrap(err, "reading --auth-token-file %s again (the tokens stay as they were)",
+                         h->token_file);
+  }
+  explicit_bzero(text, len);
+  if (n == 0 && !h->n_tokens) {
+    tr_http_tokens_free(tokens, n);
+    return 0;
+  }
+  if (n == 0) {
+    /* Without tokens the server would be open to anyone who can reach it: refuse that. */
+    tr_http_tokens_free(tokens, n);
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "--auth-token-file %s now holds no token: the tokens stay as they were",
+                        h->token_file);
+  }
+  size_t *map = xcalloc(n, sizeof *map);
+  for (size_t i = 0; i < n; i++) {
+    map[i] = principal_for(h, tokens[i].name);
+    if (map[i] == SIZE_MAX) {
+      /* Never two names as one tenant: the reload is refused as a whole. */
+      free(map);
+      tr_http_tokens_free(tokens, n);
+      return cm_error_set(err, 0, CM_ERR_LIMIT,
+                          "more than %d token names since the server started: restart it to "
+                          "use the new file",
+                          TR_HTTP_MAX_TOKENS);
+    }
+  }
+  tr_http_tokens_free(h->tokens, h->n_tokens);
+  free(h->token_principal);
+  h->tokens = tokens;
+  h->n_tokens = n;
+  h->token_principal = map;
+  cm_info("http: %zu bearer tokens after reading %s again", n, h->token_file);
+  return 0;
+}
+
+void tr_http_drain(tr_http_t *h, unsigned retry_after_s) {
+  if (!h) return;
+  h->draining = true;
+  h->retry_after_s = retry_after_s ? retry_after_s : 1;
+}
+
 static void http_release(tr_http_t *h) {
   tr_http_tokens_free(h->tokens, h->n_tokens);
   for (size_t i = 0; i < h->n_principals; i++) free(h->principals[i].name);
@@ -161,6 +224,10 @@ static void http_release(tr_http_t *h) {
   free(h->path);
   free(h->sse_path);
   free(h->messages_path);
+  free(h->healthz_path);
+  free(h->readyz_path);
+  free(h->metrics_path);
+  free(h->token_file);
   free(h->buckets);
   if (h->listen_fd >= 0) close(h->listen_fd);
 }
@@ -179,6 +246,10 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   h->path = xstrdup(path);
   h->sse_path = sibling_path(path, "sse");
   h->messages_path = sibling_path(path, "messages");
+  h->healthz_path = sibling_path(path, "healthz");
+  h->readyz_path = sibling_path(path, "readyz");
+  h->metrics_path = sibling_path(path, "metrics");
+  h->health_auth = opts->health_auth;
   h->allowed_hosts = copy_strv(opts->allowed_hosts, true);
   h->allowed_origins = copy_strv(opts->allowed_origins, false);
   h->versions = copy_strv(opts->protocol_versions, false);
@@ -212,16 +283,16 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
     }
     explicit_bzero(text, len);
   }
-  /* One principal per distinct token name (two lines with one name are one tenant). */
-  h->principals = xcalloc(h->n_tokens ? h->n_tokens : 1, sizeof *h->principals);
+  /* One principal per distinct token name (two lines with one name are one tenant).  With
+   * a token file the table has room for every name a reload may bring (sessions point into
+   * it, so it never moves); principals are never removed. */
+  h->principals_cap = opts->auth_token_file ? TR_HTTP_MAX_TOKENS : 1;
+  h->principals = xcalloc(h->principals_cap, sizeof *h->principals);
   h->token_principal = xcalloc(h->n_tokens ? h->n_tokens : 1, sizeof *h->token_principal);
   if (!h->n_tokens) h->principals[h->n_principals++].name = xstrdup(HTTP_PRINCIPAL_LOCAL);
-  for (size_t i = 0; i < h->n_tokens; i++) {
-    size_t k = 0;
-    while (k < h->n_principals && strcmp(h->principals[k].name, h->tokens[i].name) != 0) k++;
-    if (k == h->n_principals) h->principals[h->n_principals++].name = xstrdup(h->tokens[i].name);
-    h->token_principal[i] = k;
-  }
+  for (size_t i = 0; i < h->n_tokens; i++)
+    h->token_principal[i] = principal_for(h, h->tokens[i].name);
+  if (opts->auth_token_file) h->token_file = xstrdup(opts->auth_token_file);
   h->max_sessions_per_principal = opts->max_sessions_per_principal;
   h->max_streams_per_principal = opts->max_streams_per_principal;
   h->max_replay_session = opts->max_replay_bytes_per_session ? opts->max_replay_bytes_per_session

@@ -2,6 +2,8 @@
  * 202, its own JSON-RPC errors, SSE bodies read from a stream), and what a request must
  * pass before it is routed: Origin, Host, bearer token, MCP-Protocol-Version, Accept, and
  * the caps that answer 429/503 (sessions, GET streams, unread bytes). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 
 #include "transport/http/http-internal.h"
@@ -40,6 +42,7 @@ static void add_common_headers(hs_conn_t *c, struct MHD_Response *r) {
 
 enum MHD_Result tr_hs_queue(hs_conn_t *c, unsigned status, struct MHD_Response *r) {
   add_common_headers(c, r);
+  if (status >= 100 && status < 600) c->h->status_counts[status / 100 - 1]++;
   enum MHD_Result ret = tr_mhd.queue_response(c->mc, status, r);
   tr_mhd.destroy_response(r);
   c->responded = true;
@@ -287,6 +290,26 @@ bool tr_hs_check_origin_host(hs_conn_t *c, const char **why) {
   return true;
 }
 
+/* For the audit log: who was refused (the address, never what it sent). */
+static void auth_failed(hs_conn_t *c, const char *reason) {
+  tr_http_t *h = c->h;
+  h->auth_failures++;
+  if (!h->cbs.auth_failed) return;
+  char addr[INET6_ADDRSTRLEN] = "unknown";
+  const union MHD_ConnectionInfo *ci =
+      tr_mhd.get_connection_info(c->mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  if (ci && ci->client_addr) {
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+      inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, addr,
+                sizeof addr);
+    else if (sa->sa_family == AF_INET6)
+      inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, addr,
+                sizeof addr);
+  }
+  h->cbs.auth_failed(h->data, addr, reason);
+}
+
 bool tr_hs_check_auth(hs_conn_t *c) {
   tr_http_t *h = c->h;
   if (!h->n_tokens) {
@@ -296,9 +319,13 @@ bool tr_hs_check_auth(hs_conn_t *c) {
   const char *v = tr_hs_header(c, "Authorization");
   const char *tok;
   size_t n;
-  if (!v || tr_http_bearer_token(v, strlen(v), &tok, &n) < 0) return false;
-  const tr_http_token_t *t = tr_http_token_match(h->tokens, h->n_tokens, tok, n);
-  if (!t) return false;
+  const tr_http_token_t *t = NULL;
+  if (v && tr_http_bearer_token(v, strlen(v), &tok, &n) == 0)
+    t = tr_http_token_match(h->tokens, h->n_tokens, tok, n);
+  if (!t) {
+    auth_failed(c, v ? "invalid" : "missing");
+    return false;
+  }
   c->principal = &h->principals[h->token_principal[t - h->tokens]];
   cm_debug("http: authenticated as %s", c->principal->name);
   return true;

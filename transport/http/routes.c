@@ -107,6 +107,23 @@ static enum MHD_Result legacy_get(hs_conn_t *c) {
   return tr_hs_respond_sse(c);
 }
 
+/* During the drain: a body that would start new work (a session, a tool call, a batch) is
+ * refused with 503 and Retry-After; the rest (tasks/get, ping, a cancellation) is served. */
+static bool starts_work(const tr_http_envelope_t *env, json_t *message) {
+  if (env->initialize || (env->batch && env->requests)) return true;
+  json_t *m = message ? json_object_get(message, "method") : NULL;
+  return json_is_string(m) && strcmp(json_string_value(m), "tools/call") == 0;
+}
+
+static enum MHD_Result respond_draining(hs_conn_t *c) {
+  char after[16];
+  snprintf(after, sizeof after, "%u", c->h->retry_after_s);
+  return tr_hs_respond_error(c, 503, -32000,
+                             "Service Unavailable: the server is draining (shutting down); retry "
+                             "later or on another instance",
+                             "Retry-After", after);
+}
+
 static enum MHD_Result legacy_post(hs_conn_t *c) {
   tr_http_t *h = c->h;
   enum MHD_Result ret = MHD_YES;
@@ -114,7 +131,9 @@ static enum MHD_Result legacy_post(hs_conn_t *c) {
   tr_http_envelope_t env;
   tr_http_classify(c->body.data ? c->body.data : "", c->body.len, &env);
   c->req_id = steal_pointer(&env.id);
+  bool refuse = h->draining && env.requests && starts_work(&env, env.message);
   tr_http_envelope_release(&env);
+  if (refuse) return respond_draining(c);
   hs_session_t *s = tr_hs_lookup_session(c, sid, true, &ret);
   if (!s) return ret;
   tr_hs_conn_set_session(c, s);
@@ -189,6 +208,7 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
     return tr_hs_respond_error(
         c, 406, -32000, "Not Acceptable: Client must accept application/json or text/event-stream",
         NULL, NULL);
+  if (h->draining && c->has_request && starts_work(&env, message)) return respond_draining(c);
   const char *sid = tr_hs_header(c, "Mcp-Session-Id");
   enum MHD_Result ret = MHD_YES;
   bool ok;
@@ -331,6 +351,65 @@ static enum MHD_Result download(hs_conn_t *c, const char *rest) {
   return tr_hs_queue(c, 200, r);
 }
 
+/* GET <base>/healthz (alive), <base>/readyz (ready to run calls: 503 before, and while
+ * draining), <base>/metrics (Prometheus text: the server's and the transport's own). */
+static enum MHD_Result plain(hs_conn_t *c, unsigned status, const char *type, const char *text,
+                             const char *header, const char *value) {
+  size_t len = strlen(text);
+  struct MHD_Response *r =
+      tr_mhd.create_response_from_buffer(len, xmemdup(text, len + 1), MHD_RESPMEM_MUST_FREE);
+  if (!r) return MHD_NO;
+  tr_mhd.add_response_header(r, "Content-Type", type);
+  tr_mhd.add_response_header(r, "Cache-Control", "no-store");
+  if (header) tr_mhd.add_response_header(r, header, value);
+  return tr_hs_queue(c, status, r);
+}
+
+static enum MHD_Result health(hs_conn_t *c) {
+  tr_http_t *h = c->h;
+  if (c->ep == EP_HEALTHZ) return plain(c, 200, "text/plain", "ok\n", NULL, NULL);
+  if (h->draining || h->shutting_down) {
+    char after[16];
+    snprintf(after, sizeof after, "%u", h->retry_after_s ? h->retry_after_s : 1);
+    return plain(c, 503, "text/plain", "draining\n", "Retry-After", after);
+  }
+  if (h->cbs.ready && !h->cbs.ready(h->data))
+    return plain(c, 503, "text/plain", "not ready\n", NULL, NULL);
+  return plain(c, 200, "text/plain", "ready\n", NULL, NULL);
+}
+
+static enum MHD_Result metrics(hs_conn_t *c) {
+  tr_http_t *h = c->h;
+  cleanup_free char *server = h->cbs.metrics ? h->cbs.metrics(h->data) : NULL;
+  size_t conns = 0;
+  for (hs_conn_t *k = h->conns; k; k = k->next) conns++;
+  cm_buf_t b;
+  cm_buf_init(&b, 0);
+  if (server) cm_buf_appends(&b, server);
+  cm_buf_appends(&b,
+                 "# HELP mcp_sandbox_http_responses_total HTTP answers, by status class.\n"
+                 "# TYPE mcp_sandbox_http_responses_total counter\n");
+  for (int k = 0; k < 5; k++)
+    cm_buf_printf(&b, "mcp_sandbox_http_responses_total{code=\"%dxx\"} %llu\n", k + 1,
+                  (unsigned long long)h->status_counts[k]);
+  cm_buf_printf(&b,
+                "# HELP mcp_sandbox_http_auth_failures_total Requests refused for want of a "
+                "valid bearer token.\n# TYPE mcp_sandbox_http_auth_failures_total counter\n"
+                "mcp_sandbox_http_auth_failures_total %llu\n"
+                "# HELP mcp_sandbox_http_sessions Open sessions (the handshake era).\n"
+                "# TYPE mcp_sandbox_http_sessions gauge\nmcp_sandbox_http_sessions %zu\n"
+                "# HELP mcp_sandbox_http_connections Requests in progress (streams included).\n"
+                "# TYPE mcp_sandbox_http_connections gauge\nmcp_sandbox_http_connections %zu\n"
+                "# HELP mcp_sandbox_http_replay_bytes Events kept for resumption.\n"
+                "# TYPE mcp_sandbox_http_replay_bytes gauge\nmcp_sandbox_http_replay_bytes %zu\n"
+                "# HELP mcp_sandbox_draining 1 while the server drains.\n"
+                "# TYPE mcp_sandbox_draining gauge\nmcp_sandbox_draining %d\n",
+                (unsigned long long)h->auth_failures, h->n_sessions, conns, h->replay_bytes,
+                h->draining ? 1 : 0);
+  cleanup_free char *text = cm_buf_steal(&b);
+  return plain(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, NULL, NULL);
+}
+
 /* The first call: everything that needs only the headers. */
 static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char *method) {
   tr_http_t *h = c->h;
@@ -343,12 +422,23 @@ static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char 
     c->ep = EP_SSE;
   else if (strcmp(url, h->messages_path) == 0)
     c->ep = EP_MESSAGES;
+  else if (strcmp(url, h->healthz_path) == 0)
+    c->ep = EP_HEALTHZ;
+  else if (strcmp(url, h->readyz_path) == 0)
+    c->ep = EP_READYZ;
+  else if (strcmp(url, h->metrics_path) == 0)
+    c->ep = EP_METRICS;
   else
     return tr_hs_respond_error(c, 404, -32000, "Not Found", NULL, NULL);
   const char *why = NULL;
   if (!tr_hs_check_origin_host(c, &why))
     return tr_hs_respond_error(c, 403, -32000, why, NULL, NULL);
   if (strcmp(method, "OPTIONS") == 0) return preflight(c);
+  bool probe = c->ep == EP_HEALTHZ || c->ep == EP_READYZ;
+  if (probe && strcmp(method, "GET") != 0) return tr_hs_respond_405(c, "GET");
+  /* A load balancer's probes need no token (unless --health-auth); /metrics does, when
+   * there are tokens. */
+  if (probe && !h->health_auth) return health(c);
   if (!tr_hs_check_auth(c))
     return tr_hs_respond_error(c, 401, -32000, "Unauthorized: a valid bearer token is required",
                                "WWW-Authenticate", "Bearer realm=\"mcp\", error=\"invalid_token\"");
@@ -369,6 +459,12 @@ static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char 
       return tr_hs_respond_405(c, "POST");
     case EP_DOWNLOAD:
       if (get) return download(c, url + path_len + 6);
+      return tr_hs_respond_405(c, "GET");
+    case EP_HEALTHZ:
+    case EP_READYZ:
+      return health(c);
+    case EP_METRICS:
+      if (get) return metrics(c);
       return tr_hs_respond_405(c, "GET");
     case EP_NONE:
       break;
