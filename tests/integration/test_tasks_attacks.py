@@ -7,40 +7,45 @@ import pytest
 
 from conftest import descendants, processes_with_marker, wait_until
 from test_http import HttpServer
-from test_tasks import (ALICE, BOB, EXT, RELATED, TASKS_VERSION, http_rpc, modern_req, sleeper,  # noqa: F401
-                        stdio_get, task_call, tasks_server, tick_script, ticks, two_tokens)
+from test_tasks import (ALICE, BOB, EXT, TASKS_VERSION, http_rpc, modern_req, sleeper,  # noqa: F401
+                        task_call, tasks_server, tick_script, ticks, two_tokens)
 
 
 def test_detached_run_does_not_count_against_a_later_session(two_tokens):
     # alice's task outlives her session (DELETE).  Its run must no longer count against any
     # session's --max-session-concurrent, in particular not against a new session of bob's.
-    # (The exec job keeps the freed session's address, job->session, and admission compares
-    # it with each new session's: a new session at the same address would be refused.  The
-    # allocator did not reuse the address here, so this passes; it guards the behaviour.)
+    # The exec job kept the freed session's address (job->session) and admission compared
+    # it with each new session's: a new session that malloc put at the same address was
+    # refused.  Whether it does depends on the allocator (calloc takes the freed chunk only
+    # once it left the tcache), so this fails intermittently (about one run in ten here).
     h = HttpServer("--auth-token-file", two_tokens, "--no-warm-cache", "--kill-grace-seconds", "1",
                    "--max-session-concurrent", "1")
     try:
-        a1 = h.initialize(TASKS_VERSION, headers=ALICE)
-        marker = f"mps-task-stale-{time.monotonic_ns()}"
-        r = http_rpc(h, a1, ALICE, 1, "tools/call",
-                     {"name": "execute_python", "task": {"ttl": 60000},
-                      "arguments": {"script": sleeper(marker), "timeout_seconds": 120}})
-        tid = {"taskId": r["result"]["task"]["taskId"]}
-        assert wait_until(lambda: processes_with_marker(marker), 30)
-        st, _, _ = h.request("DELETE", "/mcp", headers={"Mcp-Session-Id": a1, **ALICE})
-        assert st == 200
-        for i in range(40):
-            b = h.initialize(TASKS_VERSION, headers=BOB)
-            res = http_rpc(h, b, BOB, 100 + i, "tools/call",
-                           {"name": "execute_python", "arguments": {"script": "print('bob')"}})["result"]
-            assert res["isError"] is False, res["content"][0]["text"]
-            assert res["structuredContent"]["stdout"] == "bob\n"
-        a2 = h.initialize(TASKS_VERSION, headers=ALICE)
-        http_rpc(h, a2, ALICE, 2, "tasks/cancel", tid)
-        assert wait_until(lambda: not processes_with_marker(marker), 15)
+        for cycle in range(3):
+            a1 = h.initialize(TASKS_VERSION, headers=ALICE)
+            marker = f"mps-task-stale-{time.monotonic_ns()}"
+            r = http_rpc(h, a1, ALICE, 1, "tools/call",
+                         {"name": "execute_python", "task": {"ttl": 60000},
+                          "arguments": {"script": sleeper(marker), "timeout_seconds": 120}})
+            tid = {"taskId": r["result"]["task"]["taskId"]}
+            assert wait_until(lambda: processes_with_marker(marker), 30)
+            st, _, _ = h.request("DELETE", "/mcp", headers={"Mcp-Session-Id": a1, **ALICE})
+            assert st == 200
+            bobs = []
+            for i in range(40):
+                b = h.initialize(TASKS_VERSION, headers=BOB)
+                bobs.append(b)
+                res = http_rpc(h, b, BOB, 100 + i, "tools/call",
+                               {"name": "execute_python", "arguments": {"script": "print('bob')"}})["result"]
+                assert res["isError"] is False, (cycle, i, res["content"][0]["text"])
+                assert res["structuredContent"]["stdout"] == "bob\n"
+            a2 = h.initialize(TASKS_VERSION, headers=ALICE)
+            http_rpc(h, a2, ALICE, 2, "tasks/cancel", tid)
+            assert wait_until(lambda: not processes_with_marker(marker), 15)
+            for sid in bobs + [a2]:
+                h.request("DELETE", "/mcp", headers={"Mcp-Session-Id": sid, **(ALICE if sid == a2 else BOB)})
     finally:
         assert h.close() == 0
-
 
 MODERN = "2026-07-28"
 
