@@ -163,6 +163,8 @@ bool srv_tasks_declared(const srv_modern_t *mm);
 void srv_tasks_reply_missing(tr_sink_t *sink, json_t *id, const char *what);
 /* The tasks capability (2025-11-25): list, cancel and tools/call. */
 json_t *srv_tasks_capability(void);
+/* Whether principal may have one more task (--max-tasks-per-principal). */
+bool srv_tasks_room(srv_server_t *s, const char *principal);
 /* Whether a tools/call's params ask for a task (a "task" member). */
 bool srv_tasks_requested(json_t *params);
 /* Starts tool's call (arguments borrowed) as a task of ss's principal and answers the

@@ -242,9 +242,12 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
       json_decref(arguments);
       return;
     }
+    /* The client asked for a call, not a task: one the server would make a task of runs
+     * plainly when the principal has no room for another (its tasks are kept for their
+     * TTL, which the client cannot shorten in this era). */
     as_task = declared && (tool->task_support == SRV_TASK_REQUIRED ||
                            (tool->task_support == SRV_TASK_OPTIONAL && tool->prefers_task &&
-                            tool->prefers_task(s, arguments)));
+                            tool->prefers_task(s, arguments) && srv_tasks_room(s, ss->principal)));
   }
   if (as_task) {
     srv_task_call(ss, tool, id, params, arguments, sink, batch, mm);

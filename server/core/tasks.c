@@ -174,6 +174,12 @@ static size_t principal_count(const srv_tasks_t *ts, const char *principal) {
   return n;
 }
 
+bool srv_tasks_room(srv_server_t *s, const char *principal) {
+  const srv_config_t *cfg = s->cfg;
+  return !cfg->max_tasks_per_principal || !s->tasks ||
+         principal_count(s->tasks, principal) < cfg->max_tasks_per_principal;
+}
+
 /* The task of this id, if principal owns it: another's is no task at all. */
 static srv_task_t *task_find(srv_server_t *s, const char *principal, json_t *id) {
   if (!s->tasks || !json_is_string(id)) return NULL;
@@ -426,8 +432,7 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
     return;
   }
   srv_tasks_t *ts = store_of(s);
-  if (cfg->max_tasks_per_principal &&
-      principal_count(ts, ss->principal) >= cfg->max_tasks_per_principal) {
+  if (!srv_tasks_room(s, ss->principal)) {
     cleanup_free char *msg = xasprintf(
         "Invalid params: this principal already has %llu tasks (the server's limit, "
         "--max-tasks-per-principal); a task is kept until its TTL, so wait for one to expire",

@@ -8,7 +8,10 @@
 
 static size_t session_jobs(exec_state_t *x, srv_session_t *ss) {
   size_t n = 0;
-  for (exec_job_t *j = x->all_jobs; j; j = j->all_next) n += j->session == ss;
+  /* The request's session, not the one it was submitted on: a task's run outlives its
+   * session (core/tasks.c), and a freed session's address may be a new session's. */
+  for (exec_job_t *j = x->all_jobs; j; j = j->all_next)
+    n += j->req && srv_request_session(j->req) == ss;
   return n;
 }
 

@@ -65,7 +65,6 @@ struct exec_job {
   bool queued; /* waiting for a slot */
   exec_job_t *queue_next;
   exec_job_t *all_prev, *all_next; /* every job, for per-session counts */
-  srv_session_t *session;          /* compared, never dereferenced (it may be gone) */
   exec_tenant_t *tenant;           /* whose call it is (the spec's principal) */
   bool holds_slot;
   uint64_t starting_since; /* ms; 0 = not (or no longer) starting */

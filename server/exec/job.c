@@ -50,6 +50,7 @@ void exec_job_finish(exec_job_t *job, json_t *result) {
   /* The answer first: removing the work directory costs milliseconds on some disks, and
    * the next waiting script may start before it, too. */
   srv_request_finish(req, result);
+  job->req = NULL; /* (may be freed: no longer counted for its session) */
   if (had_slot) {
     job->holds_slot = true;
     exec_admission_release_slot(job);
@@ -344,7 +345,6 @@ void exec_submit(srv_request_t *r, exec_spec_t *spec) {
   job->server = s;
   job->exec = x;
   job->cfg = cfg;
-  job->session = session;
   exec_admission_join(job);
   cm_headtail_init(&job->out, cfg->max_output_bytes, cfg->max_output_bytes);
   cm_headtail_init(&job->err, cfg->max_output_bytes, cfg->max_output_bytes);
