@@ -253,7 +253,8 @@ def test_background_children_do_not_outlive_the_run(server):
 
 
 def test_sigterm_shuts_down_and_kills_children(make_server):
-    s = make_server()
+    # Without a drain (test_service.py has the drain): SIGTERM cancels at once.
+    s = make_server("--drain-seconds", "0")
     s.initialize()
     marker = "mps-term-%d" % os.getpid()
     s.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",

@@ -752,7 +752,8 @@ def test_ipv6_loopback(make_http):
 
 
 def test_sigterm_with_open_streams(make_http):
-    s = make_http()
+    # Without a drain (test_service.py has the drain): SIGTERM ends everything at once.
+    s = make_http("--drain-seconds", "0")
     sid = s.initialize()
     g, gr = s.open_get(sid)
     c, r = s.open_stream(call_msg(1, "import time; print('go', flush=True); time.sleep(30)", token=1), sid)

@@ -83,6 +83,14 @@ def test_health_ready_and_metrics(tmp_path):
         assert srv.close() == 0
 
 
+def marked(marker, seconds):
+    """A script that sleeps, with a child whose command line carries marker (found by
+    processes_with_marker) sleeping as long."""
+    return (f"import subprocess, sys, time\n"
+            f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep({seconds})', '{marker}'])\n"
+            f"time.sleep({seconds})\n")
+
+
 def start_call(srv, sid, req_id, script, headers=None, **args):
     """POSTs a call on a thread of its own; returns (thread, results list)."""
     out = []
@@ -102,8 +110,8 @@ def test_sigterm_drains_running_calls_and_refuses_new_ones(tmp_path):
     try:
         sid = srv.initialize()
         marker = "mps-drain-%d" % os.getpid()
-        t, out = start_call(srv, sid, 1, f"import time\n# {marker}\ntime.sleep(3)\nprint('finished')")
-        assert wait_until(lambda: descendants(srv.proc.pid), timeout=30)
+        t, out = start_call(srv, sid, 1, marked(marker, 3) + "print('finished')\n")
+        assert wait_until(lambda: processes_with_marker(marker), timeout=30)
         started = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         assert wait_until(lambda: get(srv, "/readyz")[0] == 503, timeout=10)
@@ -138,7 +146,7 @@ def test_the_drain_deadline_and_a_second_sigterm_cancel(tmp_path):
         try:
             sid = srv.initialize()
             marker = "mps-drain-%s-%d" % (how, os.getpid())
-            t, out = start_call(srv, sid, 1, f"import time\n# {marker}\ntime.sleep(120)")
+            t, out = start_call(srv, sid, 1, marked(marker, 120))
             assert wait_until(lambda: processes_with_marker(marker), timeout=30)
             started = time.monotonic()
             srv.proc.send_signal(signal.SIGTERM)
@@ -157,10 +165,11 @@ def test_stdio_drain_refuses_new_calls_with_a_tool_error(tmp_path):
     s = Server("--drain-seconds", "30", "--prestart", "off")
     try:
         s.initialize()
+        marker = "mps-stdio-drain-%d" % os.getpid()
         s.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                 "params": {"name": "execute_python",
-                           "arguments": {"script": "import time\ntime.sleep(2)\nprint('done')"}}})
-        assert wait_until(lambda: descendants(s.proc.pid), timeout=30)
+                           "arguments": {"script": marked(marker, 2) + "print('done')\n"}}})
+        assert wait_until(lambda: processes_with_marker(marker), timeout=30)
         s.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         res = s.request("tools/call", {"name": "execute_python", "arguments": {"script": "print(3)"}},

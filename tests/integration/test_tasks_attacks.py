@@ -191,7 +191,8 @@ def http_tasks(two_tokens):
 
 
 def test_delete_while_result_waits_then_shutdown(http_tasks):
-    h = http_tasks()
+    # The shutdown proper, without a drain (which would wait for the tasks' runs).
+    h = http_tasks("--drain-seconds", "0")
     a1 = h.initialize(TASKS_VERSION, headers=ALICE)
     marker = f"mps-task-delw-{time.monotonic_ns()}"
     r = http_rpc(h, a1, ALICE, 1, "tools/call",

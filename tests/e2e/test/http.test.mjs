@@ -227,7 +227,8 @@ test("http: the legacy SSE transport at /sse", async (t) => {
 });
 
 test("http: SIGTERM during a call, the server exits 0 and leaves no child", async (t) => {
-  const srv = await startHttpServer(t, { args: ["--kill-grace-seconds", "1"] });
+  // Without a drain (tests/integration/test_service.py has the drain): SIGTERM cancels at once.
+  const srv = await startHttpServer(t, { args: ["--kill-grace-seconds", "1", "--drain-seconds", "0"] });
   if (!srv) return;
   const { client } = await connectHttp(t, srv.url);
   const mark = marker("http-shutdown");
