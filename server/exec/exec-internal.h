@@ -31,6 +31,9 @@ struct exec_state {
   /* What an admitted job does next (job.c's exec_job_start): a hook, so that admission.c
    * knows the queue and not the job's course. */
   void (*start_job)(exec_job_t *job);
+  /* How a job ends (job.c's exec_job_finish): a hook too, so that session.c, which job.c
+   * calls, does not call job.c back. */
+  void (*finish_job)(exec_job_t *job, json_t *result);
   /* admission.c: see struct exec_tenant */
   size_t slots_used;
   size_t n_starting;
