@@ -307,3 +307,56 @@ def test_dependencies_added_mid_session(make_server, wheels):
     assert sc["environment"]["key"] != first_env and "mps-beta" in sc["environment"]["packages"]
     assert "kernel was restarted" in sc["session"]["note"], sc["session"]
     assert sc["stdout"].endswith(" file\n")
+
+
+# ---------------------------------------------------------------- HTTP, two tokens
+
+def _tool(s, sid, auth, req_id, name, args):
+    from test_tenancy import rpc
+    st, msg = rpc(s, sid, auth, req_id, "tools/call", {"name": name, "arguments": args})
+    assert st == 200 and "result" in msg, msg
+    return msg["result"]
+
+
+def test_one_token_cannot_touch_anothers_session(tokens):
+    from test_tenancy import ALICE, BOB, HttpServer
+    s = HttpServer("--auth-token-file", tokens, "--no-warm-cache", "--prestart", "off",
+                   "--sandbox-backend", BACKEND, "--max-exec-sessions-per-token", "1")
+    try:
+        a = s.initialize(headers=ALICE)
+        b = s.initialize(headers=BOB)
+        res = _tool(s, a, ALICE, 1, "execute_python", {"script": "secret = 'alice'", "session": "new"})
+        sid = res["structuredContent"]["session"]["id"]
+        unknown = "s-" + "0" * 20
+
+        def answer(args, req_id):
+            r = _tool(s, b, BOB, req_id, "execute_python", args)
+            return r.get("isError"), text(r).replace(args["session"], "ID")
+
+        # bob: her id answers exactly as an id that never existed
+        assert answer({"script": "print(secret)", "session": sid}, 2) == \
+            answer({"script": "print(secret)", "session": unknown}, 3)
+        assert answer({"script": "print(secret)", "session": sid}, 2)[0] is True
+        assert _tool(s, b, BOB, 4, "list_sessions", {})["structuredContent"]["sessions"] == []
+        c1 = _tool(s, b, BOB, 5, "close_session", {"session": sid})
+        c2 = _tool(s, b, BOB, 6, "close_session", {"session": unknown})
+        assert c1.get("isError") and text(c1).replace(sid, "ID") == text(c2).replace(unknown, "ID")
+        env = _tool(s, b, BOB, 7, "check_environment", {})
+        assert env["structuredContent"]["sessions"]["yours"] == []
+        # bob's own session does not push out alice's (the cap is per principal)
+        res = _tool(s, b, BOB, 8, "execute_python", {"script": "1", "session": "new"})
+        assert res["structuredContent"]["session"]["note"] is None
+        # ... and alice's session lives on
+        res = _tool(s, a, ALICE, 9, "execute_python", {"script": "print(secret)", "session": sid})
+        assert res["structuredContent"]["stdout"] == "alice\n", text(res)
+        assert [e["id"] for e in _tool(s, a, ALICE, 10, "list_sessions", {})
+                ["structuredContent"]["sessions"]] == [sid]
+    finally:
+        assert s.close() == 0
+
+
+@pytest.fixture
+def tokens(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("alice: tok-alice-0123456789\nbob: tok-bob-9876543210\n")
+    return str(path)
