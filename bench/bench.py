@@ -141,6 +141,7 @@ CASE_NAMES = {
     7: "Streaming latency (stdio)",
     8: "Network: egress proxy vs off vs host",
     9: "Time bounds the tests used to assert",
+    10: "A call in a warm session (stdio)",
 }
 
 
@@ -1031,6 +1032,29 @@ class Bench:
                 got[m["id"]] = m["result"]["structuredContent"]
         return [got[i] for i in ids]
 
+    def case10(self):
+        """Issue 19: a call in a warm session (`x += 1`: no process starts) end to end over
+        stdio, against a fresh-sandbox trivial call and a bare `python -c pass`."""
+        log("case 10: warm session call vs fresh trivial call vs bare python")
+        s = StdioServer(self.binary, [], self.state_dir("c10"))
+        try:
+            s.initialize()
+            res, _ = s.execute("x = 0", session="new")
+            sid = res["structuredContent"]["session"]["id"]
+            py = self.python_of(res)
+            t = self.interleave({
+                "session": lambda: s.execute("x += 1", session=sid)[1],
+                "fresh": lambda: s.execute("pass")[1],
+                "bare python": lambda: self.spawner.run([py, "-c", "pass"], SCRIPT_ENV),
+            }, warmup=self.n(5, 3), rounds=self.n(100, 30), settle=0.03)
+            m, f, bp = median(t["session"]), median(t["fresh"]), median(t["bare python"])
+            self.res.add(10, "execute_python(\"x += 1\") in a warm session", m * 1e3, "ms", "bare python",
+                         bp * 1e3, m / bp, "< 0.1×", m / bp < 0.1,
+                         note=f"{m / f:.2f}× a fresh-sandbox trivial call ({f * 1e3:.1f} ms)",
+                         details={k: summary(v) for k, v in t.items()})
+        finally:
+            s.close()
+
     def case9(self):
         """What the integration tests asserted as durations until they kept to behaviour
         (order, overlap, counts): measured here, against the same bounds."""
@@ -1290,7 +1314,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", default=os.path.join(ROOT, "build-bench", "mcp-python-exec-sandbox"))
     ap.add_argument("--quick", action="store_true", help="fewer samples: under 2 minutes")
-    ap.add_argument("--cases", default="1,2,3,4,5,6,7,8,9", help="comma-separated case numbers")
+    ap.add_argument("--cases", default="1,2,3,4,5,6,7,8,9,10", help="comma-separated case numbers")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="where latest.json/md go")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()

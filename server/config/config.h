@@ -103,6 +103,10 @@ typedef struct srv_config {
   char *tls_cert;                  /* --tls-cert */
   char *tls_key;                   /* --tls-key */
   bool tls_self_signed;            /* --tls-self-signed */
+  uint64_t exec_session_idle_ms;   /* --exec-session-idle-seconds: execute_python sessions */
+  uint64_t exec_session_max_ms;    /* --exec-session-max-seconds: a session's longest life */
+  uint64_t max_exec_sessions;      /* --max-exec-sessions: in all; 0 = sessions are off */
+  uint64_t max_exec_sessions_per_token; /* --max-exec-sessions-per-token: per principal */
   uint64_t max_sessions;           /* --max-sessions */
   uint64_t session_idle_ms;        /* --session-idle-seconds */
   uint64_t max_connections;        /* --max-connections */

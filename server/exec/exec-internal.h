@@ -24,12 +24,16 @@ typedef struct exec_job exec_job_t;
 typedef struct exec_tenant exec_tenant_t;
 typedef struct exec_prestart exec_prestart_t;
 typedef struct runner_pyc runner_pyc_t;
+typedef struct exec_session exec_session_t;
 
 struct exec_state {
   srv_server_t *server;
   /* What an admitted job does next (job.c's exec_job_start): a hook, so that admission.c
    * knows the queue and not the job's course. */
   void (*start_job)(exec_job_t *job);
+  /* How a job ends (job.c's exec_job_finish): a hook too, so that session.c, which job.c
+   * calls, does not call job.c back. */
+  void (*finish_job)(exec_job_t *job, json_t *result);
   /* admission.c: see struct exec_tenant */
   size_t slots_used;
   size_t n_starting;
@@ -46,6 +50,10 @@ struct exec_state {
   exec_prestart_t *prestart;
   /* workdir.c: -1 unknown, 0 cannot mount, 1 can */
   int mount_state;
+  /* session.c: the live sessions (newest first), and closed ones whose kernel is still
+   * being killed */
+  exec_session_t *sessions, *dying;
+  size_t n_sessions;
 };
 
 struct exec_job {
@@ -72,6 +80,11 @@ struct exec_job {
   eg_session_t *egress; /* the run's egress proxy session, or NULL */
   sbx_run_t *run;
   bool prestarted; /* run is the prestarted sandbox */
+  /* session.c: the session the call runs in (spec.session), or NULL; then workdir is the
+   * session's (never removed by the job) and env, when env_borrowed, the session's too */
+  exec_session_t *ksession;
+  bool env_borrowed;
+  char *session_note; /* what the session did for this call (a cap, a restart), or NULL */
   cm_headtail_t out, err;
   /* progress.c */
   cm_buf_t pending;
@@ -148,6 +161,14 @@ int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool
                        const char *workdir, uint64_t timeout_ms, bool hold,
                        const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
                        eg_session_t **egress_out, cm_error_t *err);
+/* Starts a session's kernel (profiles/kernel.py, next to the start-up runner) in workdir as
+ * identity, with ctl_dir (its FIFOs) mounted read-only at EXEC_KERNEL_CTL_TARGET, no
+ * wall-clock or CPU-time limit (the session sets its calls' own) and the server's others. */
+#define EXEC_KERNEL_CTL_TARGET "/opt/mps-ctl"
+int exec_sandbox_start_kernel(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
+                              const char *workdir, const char *ctl_dir, sbx_identity_t *identity,
+                              const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
+                              eg_session_t **egress_out, cm_error_t *err);
 
 /* runner.c */
 /* The start-up runner (exec_find_runner), found once; NULL (and a warning, once) when there is
@@ -164,6 +185,50 @@ void exec_runner_release(exec_state_t *x);
  * the job's. */
 bool exec_prestart_take(exec_job_t *job);
 void exec_prestart_free(exec_state_t *x);
+
+/* kframe.c: the session kernel's frames (profiles/kernel.py).  A frame is a 4-byte big-endian
+ * length and that many bytes of one JSON object, at most EXEC_KFRAME_MAX. */
+#define EXEC_KFRAME_MAX 65536
+#define EXEC_KRESULT_MAX_DISPLAY 4096
+#define EXEC_KRESULT_MAX_NAME 200
+/* 1: a whole frame at buf, its object in *out (to json_decref) and its size in *used; 0: more
+ * bytes are needed; -1: the bytes can never become a frame (too long, not a JSON object). */
+int exec_kframe_parse(const char *buf, size_t len, size_t *used, json_t **out, cm_error_t *err);
+/* A request frame for o (allocated; *len its size). */
+char *exec_kframe_encode(json_t *o, size_t *len);
+enum { EXEC_KSTATUS_OK, EXEC_KSTATUS_ERROR, EXEC_KSTATUS_INTERRUPTED, EXEC_KSTATUS_EXIT };
+/* A call's result as the kernel reported it, checked: status one of EXEC_KSTATUS_*, exit_code
+ * 0..255 (0 for ok), strings cut to their caps. */
+typedef struct exec_kresult {
+  uint64_t id;
+  int status;
+  int exit_code;
+  char *error;   /* the exception's type name, or NULL */
+  char *display; /* repr() of the final expression, or NULL */
+  uint64_t rss_bytes;
+} exec_kresult_t;
+int exec_kresult_from_json(json_t *o, exec_kresult_t *out, cm_error_t *err);
+const char *exec_kstatus_name(int status);
+void exec_kresult_release(exec_kresult_t *r);
+
+/* session.c */
+/* Finds or makes the session spec->session names for the call ("new", or an id of the
+ * principal's) and claims it for the job: a tool error when it cannot (unknown, busy, a cap),
+ * else NULL with *out set and *note what was done to make room (or NULL). */
+json_t *exec_session_claim(exec_state_t *x, exec_spec_t *spec, exec_session_t **out, char **note);
+/* The session's interpreter, once it has one (a later call runs with it), or NULL. */
+py_interp_t *exec_session_python(exec_session_t *ks);
+/* With a slot: true when the session's environment (or none) serves the call (job->env is
+ * then the session's, borrowed); false when the call needs more packages: its requirements
+ * become the session's and its own together, for a new environment. */
+bool exec_session_prepare(exec_job_t *job);
+/* The kernel runs the job's script (its environment is ready in job->env, or none). */
+void exec_session_run(exec_job_t *job);
+/* The request was cancelled: true when the session ends the job (later). */
+bool exec_session_cancel(exec_job_t *job);
+/* The job ends: result (borrowed, may be changed) gets the session's part. */
+void exec_session_job_done(exec_job_t *job, json_t *result);
+void exec_sessions_free(exec_state_t *x);
 
 /* workdir.c */
 /* A fresh work directory under the server's runs directory: a size-capped tmpfs of its own

@@ -49,6 +49,10 @@ typedef struct exec_spec {
   srv_net_call_t net;    /* the call's network (never more than the server allows) */
   files_inputs_t inputs; /* the files argument, written before the script starts */
   char *principal;       /* whose call it is (the session's principal) */
+  /* The call's session: NULL (a fresh sandbox, as always), "new" or a session's id. */
+  char *session;
+  bool export_workspace; /* the work directory comes back as outputs/workspace.tar */
+  bool close_session;    /* the session is closed after the call (close_session's export) */
 } exec_spec_t;
 
 /* The one place a call's timeout is decided: requested_s seconds (0: not given, so
@@ -80,6 +84,23 @@ void exec_totals(exec_state_t *x, exec_usage_t *out, uint64_t *prestart_taken);
  * nothing, when the principal is at that cap; else held until exec_release. */
 bool exec_hold(exec_state_t *x, const char *principal);
 void exec_release(exec_state_t *x, const char *principal);
+
+/* ---------------------------------------------------------------- sessions */
+
+/* A session (execute_python's session argument): a kernel, a long-lived interpreter in a
+ * sandbox of its own (profiles/kernel.py), and its work directory, which outlive a call.
+ * Sessions belong to their principal: to any other, a session is unknown. */
+
+/* The principal's sessions as JSON objects (id, state, age, idle, python, environment,
+ * memory, work directory bytes, calls), oldest first. */
+json_t *exec_sessions_list(exec_state_t *x, const char *principal);
+/* How many sessions principal has, and all principals together. */
+void exec_sessions_count(exec_state_t *x, const char *principal, size_t *mine, size_t *all);
+/* Closes the principal's session id (its kernel is killed, its directories removed): false
+ * when it has none of that id. */
+bool exec_session_close(exec_state_t *x, const char *principal, const char *id);
+/* Whether sessions can run here, and if not *why (static text). */
+bool exec_sessions_available(exec_state_t *x, const char **why);
 
 /* ---------------------------------------------------------------- the prestarted sandbox */
 

@@ -13,12 +13,14 @@ exec_state_t *exec_new(srv_server_t *s) {
   exec_state_t *x = xcalloc(1, sizeof *x);
   x->server = s;
   x->start_job = exec_job_start;
+  x->finish_job = exec_job_finish;
   x->mount_state = -1;
   return x;
 }
 
 void exec_free(exec_state_t *x) {
   if (!x) return;
+  exec_sessions_free(x);
   exec_prestart_free(x);
   exec_runner_release(x);
   if (x->all_jobs) cm_warn("%s: jobs are still running", __func__);
@@ -32,7 +34,8 @@ static void job_free(exec_job_t *job) {
   exec_admission_leave(job);
   eg_session_close(job->egress);
   exec_spec_release(&job->spec);
-  env_release(job->env);
+  if (!job->env_borrowed) env_release(job->env);
+  free(job->session_note);
   free(job->workdir);
   cm_headtail_release(&job->out);
   cm_headtail_release(&job->err);
@@ -47,6 +50,8 @@ void exec_job_finish(exec_job_t *job, json_t *result) {
   srv_request_t *req = job->req;
   bool had_slot = job->holds_slot;
   job->holds_slot = false;
+  /* The session's part of the answer, and the session free for its next call. */
+  if (job->ksession) exec_session_job_done(job, result);
   /* The answer first: removing the work directory costs milliseconds on some disks, and
    * the next waiting script may start before it, too. */
   srv_request_finish(req, result);
@@ -55,7 +60,7 @@ void exec_job_finish(exec_job_t *job, json_t *result) {
     job->holds_slot = true;
     exec_admission_release_slot(job);
   }
-  if (job->workdir) exec_workdir_remove(job->workdir, job->workdir_mounted);
+  if (job->workdir && !job->ksession) exec_workdir_remove(job->workdir, job->workdir_mounted);
   job_free(job);
 }
 
@@ -113,6 +118,10 @@ static void on_env(void *data, env_handle_t *env, const cm_error_t *error) {
 }
 
 void exec_job_start(exec_job_t *job) {
+  if (job->ksession && exec_session_prepare(job)) {
+    job_run(job);
+    return;
+  }
   if (job->spec.n_requirements == 0) {
     job_run(job);
     return;
@@ -145,6 +154,10 @@ static int write_job_files(exec_job_t *job, cm_error_t *err) {
 static void job_run(exec_job_t *job) {
   /* Script output progress continues from where environment progress stopped. */
   job->streamed = (uint64_t)job->setup_progress;
+  if (job->ksession) {
+    exec_session_run(job);
+    return;
+  }
   cm_error_t err = CM_ERROR_INIT;
   sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
   if (exec_prestart_take(job)) {
@@ -193,6 +206,7 @@ static void on_cancel(void *data) {
     sbx_run_cancel(job->run); /* on_exit_cb follows and finishes */
     return;
   }
+  if (job->ksession && exec_session_cancel(job)) return;
   if (job->py_wait) {
     py_registry_cancel_wait(srv_server_pythons(job->server), job->py_wait);
     job->py_wait = NULL;
@@ -227,8 +241,18 @@ static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error)
   job->py_wait = NULL;
   cleanup_free char *why = NULL;
   py_registry_t *reg = srv_server_pythons(job->server);
+  py_interp_t *session_py = job->ksession ? exec_session_python(job->ksession) : NULL;
   py_interp_t *py =
-      py_registry_select(reg, job->spec.python_request, job->spec.requires_python, &why);
+      session_py && !job->spec.python_request
+          ? session_py
+          : py_registry_select(reg, job->spec.python_request, job->spec.requires_python, &why);
+  if (session_py && py && py != session_py) {
+    exec_job_finish(job, srv_tool_error_result(
+                             "This session runs Python %s; python_version %s would need a kernel "
+                             "of another interpreter. Start a new session for it.",
+                             session_py->version, job->spec.python_request));
+    return;
+  }
   if (!py && !job->download_tried && py_registry_can_download(reg) &&
       (job->spec.python_request || job->spec.requires_python) && why &&
       strncmp(why, "No Python interpreter", 21) == 0) {
@@ -332,6 +356,9 @@ void exec_submit(srv_request_t *r, exec_spec_t *spec) {
   const srv_config_t *cfg = srv_server_config(s);
   srv_session_t *session = srv_request_session(r);
   json_t *refusal = exec_admission_refusal(x, session, spec->principal);
+  exec_session_t *ks = NULL;
+  char *session_note = NULL;
+  if (!refusal && spec->session) refusal = exec_session_claim(x, spec, &ks, &session_note);
   if (refusal) {
     exec_spec_release(spec);
     srv_request_finish(r, refusal);
@@ -345,6 +372,8 @@ void exec_submit(srv_request_t *r, exec_spec_t *spec) {
   job->server = s;
   job->exec = x;
   job->cfg = cfg;
+  job->ksession = ks;
+  job->session_note = session_note;
   exec_admission_join(job);
   cm_headtail_init(&job->out, cfg->max_output_bytes, cfg->max_output_bytes);
   cm_headtail_init(&job->err, cfg->max_output_bytes, cfg->max_output_bytes);

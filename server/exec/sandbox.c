@@ -1,23 +1,40 @@
 /* A run's sandbox: what a run spec and the server's flags become for sandbox/ (argv, the
  * environment, mounts, the network and the limits: sbx_limits_t, which sandbox/ turns into
  * rlimits and cgroup values). */
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "server/exec/exec-internal.h"
 
-int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
-                       const char *workdir, uint64_t timeout_ms, bool hold,
-                       const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
-                       eg_session_t **egress_out, cm_error_t *err) {
+#define EXEC_KERNEL_NAME "kernel.py"
+
+/* A script run, or with ctl_dir a session's kernel (see exec_sandbox_start_kernel). */
+static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
+                         const char *workdir, uint64_t timeout_ms, bool hold, const char *ctl_dir,
+                         sbx_identity_t *identity, const sbx_run_callbacks_t *cbs, void *data,
+                         sbx_run_t **out, eg_session_t **egress_out, cm_error_t *err) {
   srv_server_t *s = x->server;
   const srv_config_t *cfg = srv_server_config(s);
   /* Through the start-up runner when there is one (it saves open matplotlib figures;
    * profiles/runner.py), mounted read-only where the backend maps paths. */
   sbx_backend_t *backend = srv_server_backend(s);
   const char *runner = exec_runner_path(x);
+  *egress_out = NULL;
+  /* A kernel lives next to the runner, in source form (it is started once a session). */
+  cleanup_free char *kernel = NULL;
+  if (ctl_dir) {
+    struct stat st;
+    if (runner)
+      kernel = xasprintf("%.*s/" EXEC_KERNEL_NAME, (int)(strrchr(runner, '/') - runner), runner);
+    if (!kernel || stat(kernel, &st) < 0 || !S_ISREG(st.st_mode))
+      return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                          "the session kernel (" EXEC_KERNEL_NAME
+                          ", installed next to the start-up runner) was not found");
+  }
   /* Only where the host's interpreter runs it (not docker's image). */
-  const char *pyc =
-      runner && sbx_backend_host_processes(backend) ? exec_runner_pyc_for(x, py, runner) : NULL;
+  const char *pyc = runner && !ctl_dir && sbx_backend_host_processes(backend)
+                        ? exec_runner_pyc_for(x, py, runner)
+                        : NULL;
   cleanup_free char *pyc_dir = pyc ? exec_runner_pyc_dir(x) : NULL;
   cleanup_free char *runner_dir = pyc ? xstrdup(pyc_dir)
                                   : runner
@@ -31,7 +48,12 @@ int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool
   char *python = env ? env->python : py->executable;
   char *argv_plain[] = {python, "-s", "script.py", NULL};
   char *argv_runner[] = {python, "-s", runner_arg, "script.py", NULL};
-  char **argv = runner ? argv_runner : argv_plain;
+  cleanup_free char *kernel_arg = !kernel ? NULL
+                                  : maps  ? xstrdup(EXEC_RUNNER_TARGET "/" EXEC_KERNEL_NAME)
+                                          : xstrdup(kernel);
+  cleanup_free char *ctl_arg = ctl_dir ? xstrdup(maps ? EXEC_KERNEL_CTL_TARGET : ctl_dir) : NULL;
+  char *argv_kernel[] = {python, "-s", kernel_arg, ctl_arg, NULL};
+  char **argv = kernel ? argv_kernel : runner ? argv_runner : argv_plain;
   /* With an environment, its bin/ comes first (console scripts) and VIRTUAL_ENV names it. */
   const char *env_root = env ? (env->mount_target ? env->mount_target : env->host_dir) : NULL;
   cleanup_free char *path_var =
@@ -40,7 +62,6 @@ int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool
   cleanup_free char *venv_var = env_root ? xasprintf("VIRTUAL_ENV=%s", env_root) : NULL;
   /* With the network on, a namespace of its own whose one way out is the egress proxy
    * (server/net/net.h), unless the operator chose the host's (--network host). */
-  *egress_out = NULL;
   int egress_fd = -1;
   bool proxied = network && srv_network_proxied(cfg, backend);
   if (proxied) {
@@ -60,12 +81,14 @@ int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool
   if (proxied) srv_network_env(srv_server_network(s), &envb, false);
   cleanup_strv char **envp = cm_strv_steal(&envb);
   char *binds[] = {py->prefix, NULL};
-  sbx_mount_t mounts[2];
+  sbx_mount_t mounts[3];
   size_t n_mounts = 0;
   if (env && env->mount_target)
     mounts[n_mounts++] = (sbx_mount_t){.host = env->host_dir, .target = env->mount_target};
   if (runner && maps)
     mounts[n_mounts++] = (sbx_mount_t){.host = runner_dir, .target = EXEC_RUNNER_TARGET};
+  if (ctl_dir && maps)
+    mounts[n_mounts++] = (sbx_mount_t){.host = ctl_dir, .target = EXEC_KERNEL_CTL_TARGET};
   sbx_spec_t spec = {
       .argv = argv,
       .envp = envp,
@@ -76,12 +99,15 @@ int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool
       .network = network,
       .egress = proxied ? &egress : NULL,
       .hold = hold,
+      .identity = identity,
       .limits =
           {
               .timeout_ms = timeout_ms,
               .grace_ms = cfg->kill_grace_ms,
               .memory_bytes = cfg->memory_bytes,
-              .cpu_seconds = cfg->cpu_seconds,
+              /* A kernel's CPU time adds up over its calls: its calls have timeouts of
+               * their own, and the cgroup's CPU bandwidth still applies. */
+              .cpu_seconds = ctl_dir ? 0 : cfg->cpu_seconds,
               .max_processes = cfg->max_processes,
               .file_size_bytes = cfg->file_size_bytes,
               .open_files = cfg->open_files,
@@ -96,4 +122,20 @@ int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool
     *egress_out = NULL;
   }
   return rc;
+}
+
+int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
+                       const char *workdir, uint64_t timeout_ms, bool hold,
+                       const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
+                       eg_session_t **egress_out, cm_error_t *err) {
+  return sandbox_start(x, py, env, network, workdir, timeout_ms, hold, NULL, NULL, cbs, data, out,
+                       egress_out, err);
+}
+
+int exec_sandbox_start_kernel(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
+                              const char *workdir, const char *ctl_dir, sbx_identity_t *identity,
+                              const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
+                              eg_session_t **egress_out, cm_error_t *err) {
+  return sandbox_start(x, py, env, network, workdir, 0, false, ctl_dir, identity, cbs, data, out,
+                       egress_out, err);
 }

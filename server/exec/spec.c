@@ -25,5 +25,6 @@ void exec_spec_release(exec_spec_t *spec) {
   srv_net_call_release(&spec->net);
   files_inputs_release(&spec->inputs);
   free(spec->principal);
+  free(spec->session);
   memset(spec, 0, sizeof *spec);
 }

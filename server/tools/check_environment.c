@@ -302,6 +302,29 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
           ? "on (sandboxes for the commonest call and for the last other one are kept set up)"
       : !cfg->prestart ? "off (--prestart off)"
                        : "off (the backend cannot hold a sandbox, or prestarting failed)");
+  /* Sessions: the caller's own and the server's caps (never another principal's ids). */
+  srv_session_t *rs = srv_request_session(r);
+  const char *me = rs ? srv_session_principal(rs) : SRV_PRINCIPAL_STDIO;
+  size_t my_sessions, all_sessions;
+  exec_sessions_count(srv_server_exec(s), me, &my_sessions, &all_sessions);
+  const char *no_sessions;
+  bool sessions_on = exec_sessions_available(srv_server_exec(s), &no_sessions);
+  if (sessions_on)
+    cm_buf_printf(&t,
+                  "Sessions: %zu of yours (at most %llu per principal, %llu in all; closed after "
+                  "%llu s idle, %llu s after start)\n",
+                  my_sessions, (unsigned long long)cfg->max_exec_sessions_per_token,
+                  (unsigned long long)cfg->max_exec_sessions,
+                  (unsigned long long)(cfg->exec_session_idle_ms / 1000),
+                  (unsigned long long)(cfg->exec_session_max_ms / 1000));
+  else
+    cm_buf_printf(&t, "Sessions: off (%s)\n", no_sessions);
+  json_t *sessions_obj = json_pack(
+      "{s:b, s:o, s:I, s:I, s:I, s:I}", "available", sessions_on, "yours",
+      exec_sessions_list(srv_server_exec(s), me), "max_per_principal",
+      (json_int_t)cfg->max_exec_sessions_per_token, "max", (json_int_t)cfg->max_exec_sessions,
+      "idle_seconds", (json_int_t)(cfg->exec_session_idle_ms / 1000), "max_seconds",
+      (json_int_t)(cfg->exec_session_max_ms / 1000));
   cm_buf_t files;
   cm_buf_init(&files, 0);
   json_t *files_obj = NULL;
@@ -324,6 +347,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
   json_object_set_new(sc, "tenant", share);
   json_object_set_new(sc, "sandbox_probing", json_boolean(probing));
   json_object_set_new(sc, "server_files", files_obj);
+  json_object_set_new(sc, "sessions", sessions_obj);
   json_object_set_new(sc, "cgroups",
                       json_pack("{s:b, s:s}", "active", cg_runs, "description", cg_text));
   cleanup_free char *text = cm_buf_steal(&t);

@@ -8,7 +8,8 @@
 #define EXEC_MAX_DEPENDENCIES 256
 
 static const char *const known_args[] = {"script",         "dependencies", "timeout_seconds",
-                                         "python_version", "files",        "network"};
+                                         "python_version", "files",        "network",
+                                         "session",        "export"};
 
 void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   srv_server_t *s = srv_request_server(r);
@@ -22,7 +23,8 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
       cleanup_free char *k = cm_log_excerpt(key, strlen(key), 40);
       srv_request_finish(r, srv_tool_error_result("Unknown argument '%s'. execute_python accepts: "
                                                   "script, dependencies, timeout_seconds, "
-                                                  "python_version, files, network.",
+                                                  "python_version, files, network, session, "
+                                                  "export.",
                                                   k));
       return;
     }
@@ -108,6 +110,28 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     cm_error_release(&ferr);
     return;
   }
+  json_t *ses = json_object_get(args, "session");
+  if (ses && !json_is_null(ses)) {
+    if (!json_is_string(ses) || json_string_length(ses) == 0 || json_string_length(ses) > 64) {
+      srv_request_finish(r, srv_tool_error_result("'session' must be \"new\" (to start a session) "
+                                                  "or the id of one of your sessions."));
+      return;
+    }
+    spec.session = xstrdup(json_string_value(ses));
+  }
+  json_t *exp = json_object_get(args, "export");
+  if (exp && !json_is_null(exp)) {
+    if (!json_is_boolean(exp)) {
+      srv_request_finish(r, srv_tool_error_result("'export' must be true or false."));
+      return;
+    }
+    if (json_is_true(exp) && !spec.session) {
+      srv_request_finish(r, srv_tool_error_result("'export' returns a session's work directory: "
+                                                  "it needs 'session'."));
+      return;
+    }
+    spec.export_workspace = json_is_true(exp);
+  }
   srv_session_t *session = srv_request_session(r);
   spec.principal = xstrdup(session ? srv_session_principal(session) : SRV_PRINCIPAL_STDIO);
   spec.script = xstrndup(json_string_value(script), json_string_length(script));
@@ -177,6 +201,17 @@ static json_t *output_schema(void) {
                 "properties", "key", "type", "string", "cached", "type", "boolean", "packages",
                 "type", "object", "additionalProperties", "type", "string"));
   json_object_set_new(props, "files", files_output_schema());
+  json_object_set_new(
+      props, "session",
+      json_pack("{s:s, s:s}", "type", "object", "description",
+                "With the session argument: the session (id, state, calls, python, environment, "
+                "memory, note: what happened to it in this call)."));
+  json_object_set_new(props, "display",
+                      json_pack("{s:[s, s], s:s}", "type", "string", "null", "description",
+                                "In a session: repr() of the script's final expression, if any."));
+  json_object_set_new(props, "call_status",
+                      json_pack("{s:s, s:s}", "type", "string", "description",
+                                "In a session: ok, error, interrupted, exit or kernel_died."));
   json_object_set_new(props, "network", srv_network_output_schema());
   return json_pack("{s:s, s:o, s:[s, s, s, s, s, s]}", "type", "object", "properties", props,
                    "required", "stdout", "stderr", "exit_code", "duration_ms", "timed_out",
@@ -222,6 +257,16 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       "when the script ends are saved as outputs/figure-N.png (the Agg backend is preset; close a "
       "figure you saved yourself, or it comes back twice).\n"
       "\n"
+      "Sessions: session: \"new\" runs the script in a new session and names it in the result; "
+      "session: \"<id>\" runs the next script in it. A session keeps one Python process alive "
+      "between calls (variables, imports, open files persist, like a notebook), and its working "
+      "directory. The value of a final expression is printed. A timeout raises "
+      "KeyboardInterrupt (the session survives); if the process dies (out of memory, a crash, it "
+      "did not stop), its variables are lost but its files stay. A later call may add "
+      "dependencies (the process restarts on a new environment). export: true returns the working "
+      "directory as outputs/workspace.tar. Sessions end after %llu seconds without a call; "
+      "list_sessions and close_session manage them.\n"
+      "\n"
       "Result: a text block with '--- stdout ---', '--- stderr ---', '--- exit_code: N ---' and "
       "'--- duration_ms: N ---' sections (plus '--- timed_out: true ---' on timeout) and a line "
       "per returned file, then the images and resources, and the same data as structured content. "
@@ -244,7 +289,8 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       (unsigned long long)cfg->max_input_bytes, (unsigned long long)cfg->max_inline_bytes,
       (unsigned long long)cfg->max_inline_text_bytes,
       (unsigned long long)(cfg->artifact_ttl_ms / 1000), (unsigned long long)cfg->max_output_files,
-      (unsigned long long)cfg->max_artifact_bytes);
+      (unsigned long long)cfg->max_artifact_bytes,
+      (unsigned long long)(cfg->exec_session_idle_ms / 1000));
   json_t *input = json_pack(
       "{s:s, s:{s:{s:s, s:s}, s:{s:[{s:s, s:{s:s}}, {s:s}], s:n, s:s}, s:{s:s, s:I, s:I, s:I, "
       "s:s}}, s:[s], s:b}",
@@ -266,6 +312,16 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
           "Which Python to run: \"3.12\", \"3.12.1\", \"3.13t\" (free-threaded), \"pypy3.10\" or "
           "a specifier such as \">=3.11,<3.13\"; the newest match wins. Default: the script's "
           "requires-python, else the server's default. check_environment lists them."));
+  json_object_set_new(
+      props, "session",
+      json_pack("{s:s, s:I, s:s}", "type", "string", "maxLength", (json_int_t)64, "description",
+                "\"new\" starts a session (a Python process and working directory kept between "
+                "calls) and runs the script in it; a session id from an earlier result runs the "
+                "script in that session. Omit for a fresh sandbox."));
+  json_object_set_new(props, "export",
+                      json_pack("{s:s, s:b, s:s}", "type", "boolean", "default", 0, "description",
+                                "With session: also return the session's working directory "
+                                "(less outputs/) as outputs/workspace.tar."));
   json_t *file_item = json_pack(
       "{s:s, s:{s:{s:s, s:s}, s:{s:s}, s:{s:s, s:[s, s], s:s}}, s:[s, s], s:b}", "type", "object",
       "properties", "path", "type", "string", "description",

@@ -8,6 +8,10 @@ static const srv_tool_t tools[] = {
      srv_tool_check_environment_describe, srv_tool_check_environment, SRV_TASK_FORBIDDEN, NULL},
     {"validate_script", "Check a Python script without running it",
      srv_tool_validate_script_describe, srv_tool_validate_script, SRV_TASK_FORBIDDEN, NULL},
+    {"list_sessions", "List your Python sessions", srv_tool_list_sessions_describe,
+     srv_tool_list_sessions, SRV_TASK_FORBIDDEN, NULL},
+    {"close_session", "Close a Python session", srv_tool_close_session_describe,
+     srv_tool_close_session, SRV_TASK_FORBIDDEN, NULL},
 };
 
 const srv_tool_t *srv_tools(size_t *count) {

@@ -11,5 +11,9 @@ void srv_tool_check_environment(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_check_environment_describe(srv_server_t *s);
 void srv_tool_validate_script(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_validate_script_describe(srv_server_t *s);
+void srv_tool_list_sessions(srv_request_t *r, json_t *arguments);
+json_t *srv_tool_list_sessions_describe(srv_server_t *s);
+void srv_tool_close_session(srv_request_t *r, json_t *arguments);
+json_t *srv_tool_close_session_describe(srv_server_t *s);
 
 #endif

@@ -3,7 +3,8 @@
  * (a script checked without running it), and the script's PEP 723 metadata merged with a
  * call's dependencies (script.c), which execute_python and validate_script share.
  *
- * Files: table.c, execute.c, check_environment.c, validate.c, script.c.
+ * Files: table.c, execute.c, check_environment.c, validate.c, script.c, sessions.c
+ * (list_sessions, close_session).
  *
  * May use: server/exec/, server/core/ (requests, tool results), server/net/, server/files/,
  * server/config/, envstore/, interp/, sandbox/, transport/ (check_environment's HTTP usage),

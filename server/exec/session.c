@@ -1,0 +1,887 @@
+/* Sessions (execute_python's `session` argument): a kernel (profiles/kernel.py, one
+ * long-lived interpreter in a sandbox of its own: its own uid, /tmp, cgroup) and a work
+ * directory that outlive a call.
+ *
+ * The server talks to the kernel through two FIFOs in a control directory of the session's
+ * (mounted read-only at EXEC_KERNEL_CTL_TARGET), which the server holds open read-write (so
+ * neither end ever sees the other go, and opening never blocks): `req` carries requests, each
+ * under PIPE_BUF (the script itself is a file the server writes next to them), `res` the
+ * kernel's results (kframe.c: length-prefixed, capped, parsed as hostile input: the kernel
+ * runs the user's code, which may write anything there).  The kernel's stdout and stderr are
+ * its run's pipes: the call's output, streamed and bounded as a run's.  A result is acted on
+ * a loop turn after it arrived, so that what the kernel wrote to its stdout before it (in the
+ * pipes already) is read first.
+ *
+ * A session holds for its life: the work directory, the control directory, a sandbox
+ * identity (bwrap as root: a uid of its own, so files one kernel wrote are the next one's),
+ * the interpreter and the dependency environment (a locked handle, so it is never evicted
+ * under a kernel).  A kernel that dies (OOM, a signal, os._exit, the timeout's escalation)
+ * takes the namespace with it; the next call starts a fresh one on the same work directory.
+ * Nothing of a session survives the server: on restart its id is unknown. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "server/exec/exec-internal.h"
+
+#define SESSION_ID_BYTES 10
+#define SESSION_MAX_ID 64
+/* The least time a KeyboardInterrupt gets before the kernel is killed. */
+#define SESSION_MIN_GRACE_MS 500
+
+struct exec_session {
+  exec_state_t *exec;
+  exec_session_t *next;
+  char id[2 + 2 * SESSION_ID_BYTES + 1];
+  char *principal;
+  uint64_t created_ms, last_used_ms;
+  uint64_t calls;
+  py_interp_t *py; /* the registry's; NULL until the first kernel */
+  env_handle_t *env;
+  char **requirements; /* the environment's set (NULL-terminated), or NULL */
+  char *uv_config;
+  bool network, network_set;
+  srv_net_call_t net; /* the first call's network: the kernel's */
+  char *workdir;
+  bool workdir_mounted;
+  char *ctl_dir;
+  sbx_identity_t *identity;
+  /* the kernel */
+  sbx_run_t *run;
+  eg_session_t *egress;
+  int req_fd, res_fd;
+  cm_watch_t *w_res;
+  cm_buf_t inbuf;
+  uint64_t kernels; /* started so far */
+  uint64_t kernel_started_ms;
+  uint64_t memory_bytes; /* the kernel's resident memory after its last call (its own word) */
+  char *why_killed;      /* why the server killed the kernel, once it did */
+  char *lost;            /* what ended the last kernel, for the next call's result */
+  /* the call */
+  bool busy;       /* a call holds the session, from submission to its answer */
+  exec_job_t *job; /* the call in the session (from exec_session_run) */
+  uint64_t call_id;
+  bool sent, timed_out, interrupt_sent, restarting, have_done;
+  uint64_t call_start_ms;
+  exec_kresult_t done;
+  cm_timer_t *t_deadline, *t_grace, *t_finish, *t_idle, *t_life;
+  bool closing, expire_after_call;
+  /* Entry points in progress (callbacks, calls from job.c): the session is freed when the
+   * last one returns, never under one that still uses it. */
+  unsigned pins;
+};
+
+static const srv_config_t *cfg_of(exec_session_t *ks) {
+  return srv_server_config(ks->exec->server);
+}
+
+/* ---------------------------------------------------------------- the table */
+
+static exec_session_t *find(exec_state_t *x, const char *principal, const char *id) {
+  for (exec_session_t *ks = x->sessions; ks; ks = ks->next)
+    if (strcmp(ks->id, id) == 0 && strcmp(ks->principal, principal) == 0) return ks;
+  return NULL;
+}
+
+static void unlink_from(exec_session_t **head, exec_session_t *ks) {
+  for (exec_session_t **p = head; *p; p = &(*p)->next)
+    if (*p == ks) {
+      *p = ks->next;
+      ks->next = NULL;
+      return;
+    }
+}
+
+/* The oldest session of principal that no call holds, or NULL. */
+static exec_session_t *oldest_idle(exec_state_t *x, const char *principal) {
+  for (exec_session_t *ks = x->sessions; ks; ks = ks->next)
+    if (!ks->busy && strcmp(ks->principal, principal) == 0) return ks;
+  return NULL;
+}
+
+void exec_sessions_count(exec_state_t *x, const char *principal, size_t *mine, size_t *all) {
+  *mine = *all = 0;
+  for (exec_session_t *ks = x->sessions; ks; ks = ks->next) {
+    (*all)++;
+    if (principal && strcmp(ks->principal, principal) == 0) (*mine)++;
+  }
+}
+
+bool exec_sessions_available(exec_state_t *x, const char **why) {
+  *why = NULL;
+  if (!srv_server_config(x->server)->max_exec_sessions) {
+    *why = "sessions are off on this server (--max-exec-sessions 0)";
+    return false;
+  }
+  return true;
+}
+
+/* ---------------------------------------------------------------- closing */
+
+static void kernel_close_channel(exec_session_t *ks) {
+  cm_watch_remove(ks->w_res);
+  ks->w_res = NULL;
+  if (ks->req_fd >= 0) close(ks->req_fd);
+  if (ks->res_fd >= 0) close(ks->res_fd);
+  ks->req_fd = ks->res_fd = -1;
+  cm_buf_reset(&ks->inbuf);
+}
+
+static void stop_call_timers(exec_session_t *ks) {
+  cm_timer_cancel(ks->t_deadline);
+  cm_timer_cancel(ks->t_grace);
+  cm_timer_cancel(ks->t_finish);
+  ks->t_deadline = ks->t_grace = ks->t_finish = NULL;
+}
+
+/* Everything of a session that is closed and whose kernel is gone. */
+static void session_free(exec_session_t *ks) {
+  exec_state_t *x = ks->exec;
+  unlink_from(&x->dying, ks);
+  stop_call_timers(ks);
+  cm_timer_cancel(ks->t_idle);
+  cm_timer_cancel(ks->t_life);
+  kernel_close_channel(ks);
+  cm_buf_release(&ks->inbuf);
+  eg_session_close(ks->egress);
+  if (ks->ctl_dir) {
+    cm_error_t err = CM_ERROR_INIT;
+    if (cm_rm_rf(ks->ctl_dir, &err) < 0) {
+      cm_warn("removing %s: %s", ks->ctl_dir, cm_error_message(&err));
+      cm_error_release(&err);
+    }
+  }
+  if (ks->workdir) exec_workdir_remove(ks->workdir, ks->workdir_mounted);
+  sbx_identity_free(ks->identity);
+  env_release(ks->env);
+  cm_strv_free(ks->requirements);
+  srv_net_call_release(&ks->net);
+  exec_kresult_release(&ks->done);
+  free(ks->uv_config);
+  free(ks->workdir);
+  free(ks->ctl_dir);
+  free(ks->principal);
+  free(ks->why_killed);
+  free(ks->lost);
+  free(ks);
+}
+
+/* Frees a closed session once nothing holds it: no call, no kernel, no entry point. */
+static void maybe_finalize(exec_session_t *ks) {
+  if (!ks->closing || ks->busy || ks->run || ks->pins) return;
+  session_free(ks);
+}
+
+static void pin(exec_session_t *ks) {
+  ks->pins++;
+}
+
+static void unpin(exec_session_t *ks) {
+  ks->pins--;
+  maybe_finalize(ks);
+}
+
+static void kill_kernel(exec_session_t *ks, const char *why) {
+  if (!ks->run) return;
+  if (why && !ks->why_killed) ks->why_killed = xstrdup(why);
+  sbx_run_cancel(ks->run); /* kernel_exit follows */
+}
+
+static void session_close(exec_session_t *ks, const char *why) {
+  if (ks->closing) return;
+  pin(ks);
+  exec_state_t *x = ks->exec;
+  cm_debug("session %s closed: %s", ks->id, why);
+  ks->closing = true;
+  unlink_from(&x->sessions, ks);
+  x->n_sessions--;
+  ks->next = x->dying;
+  x->dying = ks;
+  cm_timer_cancel(ks->t_idle);
+  cm_timer_cancel(ks->t_life);
+  ks->t_idle = ks->t_life = NULL;
+  kill_kernel(ks, why);
+  unpin(ks);
+}
+
+bool exec_session_close(exec_state_t *x, const char *principal, const char *id) {
+  exec_session_t *ks = find(x, principal, id);
+  if (!ks) return false;
+  session_close(ks, "closed by close_session");
+  return true;
+}
+
+void exec_sessions_free(exec_state_t *x) {
+  while (x->sessions) session_close(x->sessions, "the server stops");
+  while (x->dying) {
+    exec_session_t *ks = x->dying;
+    if (ks->run) sbx_run_free(ks->run); /* kills and reaps, now */
+    ks->run = NULL;
+    session_free(ks);
+  }
+}
+
+static void on_idle(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  exec_session_t *ks = data;
+  ks->t_idle = NULL;
+  pin(ks);
+  if (!ks->busy)
+    session_close(ks, ks->expire_after_call ? "its maximum lifetime is over" : "idle too long");
+  unpin(ks);
+}
+
+static void on_life(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  exec_session_t *ks = data;
+  ks->t_life = NULL;
+  ks->expire_after_call = true;
+  pin(ks);
+  if (!ks->busy) session_close(ks, "its maximum lifetime is over");
+  unpin(ks);
+}
+
+/* ---------------------------------------------------------------- claiming */
+
+static exec_session_t *session_new(exec_state_t *x, const char *principal, cm_error_t *err) {
+  srv_server_t *s = x->server;
+  const srv_config_t *cfg = srv_server_config(s);
+  exec_session_t *ks = xcalloc(1, sizeof *ks);
+  ks->exec = x;
+  ks->req_fd = ks->res_fd = -1;
+  cm_buf_init(&ks->inbuf, 4 + EXEC_KFRAME_MAX);
+  unsigned char raw[SESSION_ID_BYTES];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+    if (n < 0 && errno != EINTR) abort(); /* an unguessable id is a must */
+    if (n > 0) got += (size_t)n;
+  }
+  ks->id[0] = 's';
+  ks->id[1] = '-';
+  for (size_t i = 0; i < sizeof raw; i++) snprintf(ks->id + 2 + 2 * i, 3, "%02x", raw[i]);
+  ks->principal = xstrdup(principal);
+  ks->created_ms = ks->last_used_ms = cm_now_ms();
+  ks->workdir = exec_workdir_make(x, &ks->workdir_mounted, err);
+  if (!ks->workdir) goto fail;
+  ks->ctl_dir = xasprintf("%s/ses-XXXXXX", srv_server_runs_dir(s));
+  if (!mkdtemp(ks->ctl_dir)) {
+    cm_error_set(err, errno, CM_ERR_IO, "creating %s", ks->ctl_dir);
+    free(ks->ctl_dir);
+    ks->ctl_dir = NULL;
+    goto fail;
+  }
+  chmod(ks->ctl_dir, 0711); /* the kernel's uid opens the FIFOs by name, lists nothing */
+  ks->identity = sbx_identity_new(srv_server_backend(s));
+  if (cfg->exec_session_max_ms)
+    ks->t_life = cm_loop_timer(srv_server_loop(s), cfg->exec_session_max_ms, on_life, ks);
+  /* Oldest first: the list's order is the listing's and the cap's. */
+  exec_session_t **tail = &x->sessions;
+  while (*tail) tail = &(*tail)->next;
+  *tail = ks;
+  x->n_sessions++;
+  return ks;
+fail:
+  ks->closing = true;
+  ks->next = x->dying;
+  x->dying = ks;
+  session_free(ks);
+  return NULL;
+}
+
+json_t *exec_session_claim(exec_state_t *x, exec_spec_t *spec, exec_session_t **out, char **note) {
+  const srv_config_t *cfg = srv_server_config(x->server);
+  *out = NULL;
+  *note = NULL;
+  const char *why;
+  if (!exec_sessions_available(x, &why))
+    return srv_tool_error_result("This server keeps no sessions: %s.", why);
+  const char *principal = spec->principal;
+  if (strcmp(spec->session, "new") != 0) {
+    exec_session_t *ks =
+        strlen(spec->session) <= SESSION_MAX_ID ? find(x, principal, spec->session) : NULL;
+    if (!ks) {
+      cleanup_free char *shown = cm_log_excerpt(spec->session, strlen(spec->session), 64);
+      return srv_tool_error_result(
+          "Session '%s': session expired or unknown. Sessions end when closed, after %llu s "
+          "without a call, %llu s after they started, or when the server restarts; start a new "
+          "one with session: \"new\" (files written in the old one are gone).",
+          shown, (unsigned long long)(cfg->exec_session_idle_ms / 1000),
+          (unsigned long long)(cfg->exec_session_max_ms / 1000));
+    }
+    if (ks->busy)
+      return srv_tool_error_result(
+          "Session %s is running another call: a session runs one call at a time. Wait for "
+          "that call's answer (or cancel it), then call again.",
+          ks->id);
+    ks->busy = true;
+    cm_timer_cancel(ks->t_idle);
+    ks->t_idle = NULL;
+    *out = ks;
+    return NULL;
+  }
+  /* Room for one more: the principal's own oldest idle session makes it, never another's. */
+  size_t mine, all;
+  exec_sessions_count(x, principal, &mine, &all);
+  uint64_t per = cfg->max_exec_sessions_per_token;
+  if ((per && mine >= per) || all >= cfg->max_exec_sessions) {
+    exec_session_t *victim = oldest_idle(x, principal);
+    if (!victim) {
+      if (per && mine >= per)
+        return srv_tool_error_result(
+            "You have %zu sessions, the most this server allows (--max-exec-sessions-per-token "
+            "%llu), and all are running a call. Close one with close_session, or wait.",
+            mine, (unsigned long long)per);
+      return srv_tool_error_result(
+          "The server holds the most sessions it allows (%llu, --max-exec-sessions) and none of "
+          "yours is idle to make room. Try again later, or run without a session.",
+          (unsigned long long)cfg->max_exec_sessions);
+    }
+    *note = xasprintf(
+        "session %s (your oldest idle one) was closed to make room: at most %llu "
+        "sessions %s",
+        victim->id, (unsigned long long)(per && mine >= per ? per : cfg->max_exec_sessions),
+        per && mine >= per ? "per principal" : "on this server");
+    session_close(victim, "closed for a new session (cap)");
+  }
+  cm_error_t err = CM_ERROR_INIT;
+  exec_session_t *ks = session_new(x, principal, &err);
+  if (!ks) {
+    free(*note);
+    *note = NULL;
+    json_t *r = srv_tool_error_result("Cannot start a session: %s", cm_error_message(&err));
+    cm_error_release(&err);
+    return r;
+  }
+  ks->busy = true;
+  *out = ks;
+  return NULL;
+}
+
+py_interp_t *exec_session_python(exec_session_t *ks) {
+  return ks->py;
+}
+
+/* ---------------------------------------------------------------- the environment */
+
+static bool strv_has(char *const *v, const char *s) {
+  for (; v && *v; v++)
+    if (strcmp(*v, s) == 0) return true;
+  return false;
+}
+
+bool exec_session_prepare(exec_job_t *job) {
+  exec_session_t *ks = job->ksession;
+  exec_spec_t *spec = &job->spec;
+  if (!ks->env) return spec->n_requirements == 0;
+  bool more = spec->uv_config && (!ks->uv_config || strcmp(spec->uv_config, ks->uv_config) != 0);
+  for (size_t i = 0; i < spec->n_requirements && !more; i++)
+    more = !strv_has(ks->requirements, spec->requirements[i]);
+  if (!more) {
+    job->env = ks->env;
+    job->env_borrowed = true;
+    return true;
+  }
+  /* A new environment of both sets: never a write into the cached one the kernel uses. */
+  cm_strv_builder_t b = {0};
+  for (char **r = ks->requirements; r && *r; r++) cm_strv_add(&b, *r);
+  for (size_t i = 0; i < spec->n_requirements; i++)
+    if (!strv_has(ks->requirements, spec->requirements[i])) cm_strv_add(&b, spec->requirements[i]);
+  cm_strv_free(spec->requirements);
+  spec->requirements = cm_strv_steal(&b);
+  spec->n_requirements = cm_strv_len(spec->requirements);
+  if (!spec->uv_config && ks->uv_config) spec->uv_config = xstrdup(ks->uv_config);
+  return false;
+}
+
+/* ---------------------------------------------------------------- notes */
+
+static void add_note(exec_job_t *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_note(exec_job_t *job, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  cleanup_free char *s = xvasprintf(fmt, ap);
+  va_end(ap);
+  char *joined = job->session_note ? xasprintf("%s; %s", job->session_note, s) : xstrdup(s);
+  free(job->session_note);
+  job->session_note = joined;
+}
+
+/* ---------------------------------------------------------------- the kernel */
+
+static void call_finish(exec_session_t *ks, const sbx_result_t *death);
+static void call_send(exec_session_t *ks);
+
+static void kernel_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
+  exec_session_t *ks = data;
+  exec_job_t *job = ks->sent ? ks->job : NULL;
+  if (!job) {
+    /* A thread or a process the user left running writes between calls: no call to give
+     * it to. */
+    cm_debug("session %s: %zu bytes of output between calls dropped", ks->id, len);
+    return;
+  }
+  cm_headtail_append(stream == SBX_STDOUT ? &job->out : &job->err, buf, len);
+  exec_progress_output(job, stream, buf, len);
+}
+
+static char *death_text(exec_session_t *ks, const sbx_result_t *res) {
+  if (ks->why_killed) return xasprintf("was killed: %s", ks->why_killed);
+  if (res->memory_limit)
+    return xstrdup(
+        "was killed by the out-of-memory killer (the memory limit of the session's "
+        "process tree)");
+  if (res->term_signal) return xasprintf("was killed by signal %d", res->term_signal);
+  return xasprintf("exited with code %d (os._exit, sys.exit in a thread, or a crash)",
+                   res->exit_code);
+}
+
+static void kernel_exit(void *data, const sbx_result_t *res) {
+  exec_session_t *ks = data;
+  pin(ks);
+  sbx_run_free(ks->run);
+  ks->run = NULL;
+  kernel_close_channel(ks);
+  cleanup_free char *how = death_text(ks, res);
+  free(ks->why_killed);
+  ks->why_killed = NULL;
+  ks->memory_bytes = 0;
+  if (ks->job && ks->sent) {
+    if (ks->have_done) {
+      call_finish(ks, NULL); /* its answer came; the kernel died after it */
+    } else {
+      add_note(ks->job,
+               "the kernel %s during this call: everything in its memory is lost (variables, "
+               "imports, open files, threads); the files in /work are kept, and the next call "
+               "starts a fresh kernel",
+               how);
+      call_finish(ks, res);
+    }
+  } else if (!ks->restarting && !ks->closing) {
+    free(ks->lost);
+    ks->lost = xasprintf("the previous kernel %s between calls", how);
+  }
+  eg_session_close(ks->egress);
+  ks->egress = NULL;
+  if (ks->restarting) {
+    ks->restarting = false;
+    if (ks->job) call_send(ks); /* on the new environment */
+  }
+  unpin(ks);
+}
+
+static void on_finish(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  exec_session_t *ks = data;
+  ks->t_finish = NULL;
+  pin(ks);
+  call_finish(ks, NULL);
+  unpin(ks);
+}
+
+static void kernel_broken(exec_session_t *ks, const char *why) {
+  cm_debug("session %s: %s", ks->id, why);
+  cm_watch_remove(ks->w_res);
+  ks->w_res = NULL;
+  kill_kernel(ks, why);
+}
+
+static void read_results(exec_session_t *ks, int fd);
+
+static void handle_frame(exec_session_t *ks, json_t *frame) {
+  exec_kresult_t r;
+  cm_error_t err = CM_ERROR_INIT;
+  if (exec_kresult_from_json(frame, &r, &err) < 0) {
+    cleanup_free char *why = xasprintf("it sent a malformed result (%s)", cm_error_message(&err));
+    cm_error_release(&err);
+    kernel_broken(ks, why);
+    return;
+  }
+  if (!ks->sent || ks->have_done || r.id != ks->call_id) {
+    cm_debug("session %s: a result for call %llu ignored", ks->id, (unsigned long long)r.id);
+    exec_kresult_release(&r);
+    return;
+  }
+  exec_kresult_release(&ks->done);
+  ks->done = r;
+  ks->have_done = true;
+  ks->memory_bytes = r.rss_bytes;
+  cm_timer_cancel(ks->t_deadline);
+  cm_timer_cancel(ks->t_grace);
+  ks->t_deadline = ks->t_grace = NULL;
+  /* A loop turn later: what the kernel wrote to stdout before this is in its pipes. */
+  ks->t_finish = cm_loop_timer(srv_server_loop(ks->exec->server), 1, on_finish, ks);
+}
+
+static void on_res(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
+  exec_session_t *ks = data;
+  pin(ks);
+  read_results(ks, fd);
+  unpin(ks);
+}
+
+static void read_results(exec_session_t *ks, int fd) {
+  char buf[4096];
+  for (size_t budget = 0; budget < 16 && ks->w_res; budget++) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return; /* EAGAIN (the server holds a writer too: never EOF) */
+    if (cm_buf_append(&ks->inbuf, buf, (size_t)n) < 0) {
+      kernel_broken(ks, "it sent a result frame over the size limit");
+      return;
+    }
+    for (;;) {
+      size_t used;
+      json_t *frame;
+      cm_error_t err = CM_ERROR_INIT;
+      int rc = exec_kframe_parse(ks->inbuf.data, ks->inbuf.len, &used, &frame, &err);
+      if (rc < 0) {
+        cleanup_free char *why =
+            xasprintf("it sent a malformed frame (%s)", cm_error_message(&err));
+        cm_error_release(&err);
+        kernel_broken(ks, why);
+        return;
+      }
+      if (rc == 0) break;
+      cm_buf_consume(&ks->inbuf, used);
+      handle_frame(ks, frame);
+      json_decref(frame);
+      if (!ks->w_res) return;
+    }
+  }
+}
+
+static int make_fifo(exec_session_t *ks, const char *name, int *fd, cm_error_t *err) {
+  cleanup_free char *path = xasprintf("%s/%s", ks->ctl_dir, name);
+  if (unlink(path) < 0 && errno != ENOENT)
+    return cm_error_set(err, errno, CM_ERR_IO, "removing %s", path);
+  /* Whatever an earlier kernel left unread in it is gone with it. */
+  if (mkfifo(path, 0600) < 0 || chmod(path, 0666) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "creating the FIFO %s", path);
+  *fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (*fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "opening the FIFO %s", path);
+  return 0;
+}
+
+static int kernel_start(exec_session_t *ks, cm_error_t *err) {
+  exec_job_t *job = ks->job;
+  srv_server_t *s = ks->exec->server;
+  if (make_fifo(ks, "req", &ks->req_fd, err) < 0 || make_fifo(ks, "res", &ks->res_fd, err) < 0) {
+    kernel_close_channel(ks);
+    return -1;
+  }
+  sbx_run_callbacks_t cbs = {.on_output = kernel_output, .on_exit = kernel_exit};
+  if (exec_sandbox_start_kernel(ks->exec, ks->py, ks->env, ks->network, ks->workdir, ks->ctl_dir,
+                                ks->identity, &cbs, ks, &ks->run, &ks->egress, err) < 0) {
+    kernel_close_channel(ks);
+    return -1;
+  }
+  if (ks->egress && ks->net.rules) eg_session_narrow(ks->egress, ks->net.rules, ks->net.n_rules);
+  ks->w_res = cm_loop_watch(srv_server_loop(s), ks->res_fd, EPOLLIN, on_res, ks, err);
+  if (!ks->w_res) {
+    kill_kernel(ks, "its result channel could not be watched");
+    return -1;
+  }
+  ks->kernels++;
+  ks->kernel_started_ms = cm_now_ms();
+  if (ks->lost) {
+    add_note(job,
+             "a fresh kernel was started (%s; variables and imports from before are gone, "
+             "the files in /work are kept)",
+             ks->lost);
+    free(ks->lost);
+    ks->lost = NULL;
+  }
+  return 0;
+}
+
+static void on_grace(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  exec_session_t *ks = data;
+  ks->t_grace = NULL;
+  pin(ks);
+  cleanup_free char *why = xasprintf(
+      "the call did not stop within %llu ms of its KeyboardInterrupt",
+      (unsigned long long)CM_MAX(cfg_of(ks)->kill_grace_ms, (uint64_t)SESSION_MIN_GRACE_MS));
+  kill_kernel(ks, why);
+  unpin(ks);
+}
+
+/* KeyboardInterrupt in the running call, and the kernel killed if it does not come back. */
+static void interrupt_call(exec_session_t *ks) {
+  if (ks->interrupt_sent || !ks->sent || ks->have_done) return;
+  ks->interrupt_sent = true;
+  json_t *req = json_pack("{s:s, s:I}", "op", "interrupt", "id", (json_int_t)ks->call_id);
+  size_t len;
+  cleanup_free char *frame = exec_kframe_encode(req, &len);
+  json_decref(req);
+  if (ks->req_fd < 0 || write(ks->req_fd, frame, len) != (ssize_t)len) {
+    kill_kernel(ks, "it stopped reading its requests");
+    return;
+  }
+  ks->t_grace = cm_loop_timer(srv_server_loop(ks->exec->server),
+                              CM_MAX(cfg_of(ks)->kill_grace_ms, (uint64_t)SESSION_MIN_GRACE_MS),
+                              on_grace, ks);
+}
+
+static void on_deadline(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  exec_session_t *ks = data;
+  ks->t_deadline = NULL;
+  ks->timed_out = true;
+  pin(ks);
+  interrupt_call(ks);
+  unpin(ks);
+}
+
+static int write_inputs(exec_session_t *ks, exec_job_t *job, cm_error_t *err) {
+  if (!job->spec.inputs.n) return 0;
+  cleanup_close int wfd = open(ks->workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (wfd < 0)
+    return cm_error_set(err, errno, CM_ERR_IO,
+                        "Cannot write the input files: opening the work directory");
+  if (files_write_inputs(wfd, &job->spec.inputs, err) < 0)
+    return cm_error_wrap(err, "Cannot write the input files");
+  files_inputs_release(&job->spec.inputs);
+  return 0;
+}
+
+/* The job's script to the kernel (started first when there is none). */
+static void call_send(exec_session_t *ks) {
+  exec_job_t *job = ks->job;
+  cm_error_t err = CM_ERROR_INIT;
+  if (!ks->run && kernel_start(ks, &err) < 0) {
+    ks->job = NULL;
+    ks->exec->finish_job(job, srv_tool_error_result("The session's kernel could not start: %s",
+                                                    cm_error_message(&err)));
+    cm_error_release(&err);
+    return;
+  }
+  ks->call_id++;
+  cleanup_free char *code_name = xasprintf("call-%llu.py", (unsigned long long)ks->call_id);
+  cleanup_free char *code_path = xasprintf("%s/%s", ks->ctl_dir, code_name);
+  if (cm_write_file(code_path, job->spec.script, job->spec.script_len, 0644, &err) < 0 ||
+      write_inputs(ks, job, &err) < 0) {
+    ks->job = NULL;
+    ks->exec->finish_job(job, srv_tool_error_result("%s", cm_error_message(&err)));
+    cm_error_release(&err);
+    return;
+  }
+  bool maps = sbx_backend_maps_paths(srv_server_backend(ks->exec->server));
+  cleanup_free char *code_file =
+      maps ? xasprintf(EXEC_KERNEL_CTL_TARGET "/%s", code_name) : xstrdup(code_path);
+  cleanup_free char *filename = xasprintf("%s/%s", maps ? "/work" : ks->workdir, code_name);
+  json_t *req =
+      json_pack("{s:s, s:I, s:s, s:s, s:b}", "op", "run", "id", (json_int_t)ks->call_id,
+                "code_file", code_file, "filename", filename, "export", job->spec.export_workspace);
+  size_t len;
+  cleanup_free char *frame = exec_kframe_encode(req, &len);
+  json_decref(req);
+  ks->sent = true;
+  ks->timed_out = ks->interrupt_sent = ks->have_done = false;
+  ks->call_start_ms = cm_now_ms();
+  /* Under PIPE_BUF: written whole, or the FIFO is full because the user's code filled it. */
+  if (write(ks->req_fd, frame, len) != (ssize_t)len) {
+    kill_kernel(ks, "it stopped reading its requests");
+    return;
+  }
+  ks->t_deadline =
+      cm_loop_timer(srv_server_loop(ks->exec->server), job->spec.timeout_ms, on_deadline, ks);
+}
+
+static void session_run(exec_job_t *job);
+
+void exec_session_run(exec_job_t *job) {
+  exec_session_t *ks = job->ksession;
+  pin(ks);
+  session_run(job);
+  unpin(ks);
+}
+
+static void session_run(exec_job_t *job) {
+  exec_session_t *ks = job->ksession;
+  if (ks->closing) {
+    ks->exec->finish_job(
+        job, srv_tool_error_result("Session %s was closed before the call could run.", ks->id));
+    return;
+  }
+  ks->job = job;
+  job->workdir = xstrdup(ks->workdir); /* where the call's outputs/ is collected */
+  if (!ks->py) ks->py = job->py;
+  if (!ks->network_set) {
+    ks->network_set = true;
+    ks->network = job->spec.net.on;
+    ks->net = job->spec.net;
+    memset(&job->spec.net, 0, sizeof job->spec.net);
+    job->spec.net.on = ks->network;
+  } else if (job->spec.net.on != ks->network) {
+    add_note(job, "network: %s was ignored: a session's network is set by its first call (%s)",
+             job->spec.net.on ? "on" : "off", ks->network ? "on" : "off");
+    job->spec.net.on = ks->network;
+  }
+  bool restart = false;
+  if (job->env && !job->env_borrowed) {
+    /* A new environment: the session's from now on, and a kernel on it. */
+    restart = ks->run != NULL;
+    if (ks->env) {
+      add_note(job, "the session's environment now has %zu packages%s", job->spec.n_requirements,
+               restart ? ": the kernel was restarted on it (variables and imports from before "
+                         "are gone, the files in /work are kept)"
+                       : "");
+    }
+    env_release(ks->env);
+    ks->env = job->env;
+    job->env_borrowed = true;
+    cm_strv_free(ks->requirements);
+    ks->requirements = cm_strv_dup(job->spec.requirements);
+    free(ks->uv_config);
+    ks->uv_config = job->spec.uv_config ? xstrdup(job->spec.uv_config) : NULL;
+  }
+  if (restart) {
+    ks->restarting = true;
+    kill_kernel(ks, "restarted on a new environment");
+    return; /* kernel_exit sends the call */
+  }
+  call_send(ks);
+}
+
+bool exec_session_cancel(exec_job_t *job) {
+  exec_session_t *ks = job->ksession;
+  if (ks->job != job || !ks->sent) return false;
+  pin(ks);
+  interrupt_call(ks); /* its answer (or the kernel's death) ends the job */
+  unpin(ks);
+  return true;
+}
+
+/* ---------------------------------------------------------------- a call's end */
+
+static void call_finish(exec_session_t *ks, const sbx_result_t *death) {
+  exec_job_t *job = ks->job;
+  stop_call_timers(ks);
+  sbx_result_t res = {0};
+  if (death) {
+    res = *death;
+    res.cancelled = false;
+  } else {
+    res.exit_code = ks->done.exit_code;
+  }
+  res.timed_out = ks->timed_out;
+  res.duration_ms = cm_now_ms() - ks->call_start_ms;
+  cleanup_free char *display = ks->have_done && ks->done.display ? xstrdup(ks->done.display) : NULL;
+  const char *status = ks->have_done ? exec_kstatus_name(ks->done.status) : "kernel_died";
+  ks->sent = ks->have_done = false;
+  exec_kresult_release(&ks->done);
+  if (srv_request_cancelled(job->req)) {
+    ks->exec->finish_job(job, json_object());
+    return;
+  }
+  if (job->pending.len || job->skipped) exec_progress_flush(job);
+  const srv_config_t *cfg = job->cfg;
+  sbx_backend_t *nb = srv_server_backend(job->server);
+  json_t *network = srv_network_result(cfg, nb, &ks->net, ks->egress);
+  cm_buf_t net_text;
+  cm_buf_init(&net_text, 0);
+  srv_network_text(cfg, nb, &ks->net, ks->egress, &net_text);
+  json_t *result = exec_output_result(job, &res, network, &net_text);
+  cm_buf_release(&net_text);
+  json_t *sc = json_object_get(result, "structuredContent");
+  if (sc) {
+    json_object_set_new(sc, "display", display ? json_string(display) : json_null());
+    json_object_set_new(sc, "call_status", json_string(status));
+  }
+  ks->exec->finish_job(job, result);
+}
+
+static json_t *session_json(exec_session_t *ks) {
+  uint64_t now = cm_now_ms();
+  json_t *o = json_pack("{s:s, s:s, s:b, s:I, s:I, s:I, s:I}", "id", ks->id, "state",
+                        ks->closing ? "closed"
+                        : ks->busy  ? "busy"
+                                    : "idle",
+                        "kernel_running", ks->run != NULL, "calls", (json_int_t)ks->calls,
+                        "kernels_started", (json_int_t)ks->kernels, "age_seconds",
+                        (json_int_t)((now - ks->created_ms) / 1000), "idle_seconds",
+                        (json_int_t)(ks->busy ? 0 : (now - ks->last_used_ms) / 1000));
+  json_object_set_new(o, "python", ks->py ? json_string(ks->py->version) : json_null());
+  json_object_set_new(
+      o, "environment",
+      ks->env ? json_pack("{s:s, s:O}", "key", ks->env->key, "packages", ks->env->packages)
+              : json_null());
+  json_object_set_new(
+      o, "memory_bytes",
+      ks->run && ks->memory_bytes ? json_integer((json_int_t)ks->memory_bytes) : json_null());
+  json_t *bytes = json_null();
+  struct statvfs sv;
+  if (ks->workdir_mounted && statvfs(ks->workdir, &sv) == 0)
+    bytes = json_integer((json_int_t)((uint64_t)(sv.f_blocks - sv.f_bfree) * sv.f_frsize));
+  json_object_set_new(o, "workdir_bytes", bytes);
+  const srv_config_t *cfg = cfg_of(ks);
+  uint64_t idle_left = cfg->exec_session_idle_ms / 1000;
+  json_object_set_new(o, "idle_timeout_seconds", json_integer((json_int_t)idle_left));
+  return o;
+}
+
+json_t *exec_sessions_list(exec_state_t *x, const char *principal) {
+  json_t *a = json_array();
+  for (exec_session_t *ks = x->sessions; ks; ks = ks->next)
+    if (strcmp(ks->principal, principal) == 0) json_array_append_new(a, session_json(ks));
+  return a;
+}
+
+void exec_session_job_done(exec_job_t *job, json_t *result) {
+  exec_session_t *ks = job->ksession;
+  if (ks->job == job) {
+    ks->job = NULL;
+    ks->sent = ks->restarting = false;
+    stop_call_timers(ks);
+  }
+  ks->busy = false;
+  ks->calls++;
+  ks->last_used_ms = cm_now_ms();
+  /* A session whose first call never reached a kernel (no interpreter, a failed build) has
+   * nothing to keep. */
+  bool never_started = ks->kernels == 0 && !ks->run;
+  bool close_now = never_started || job->spec.close_session;
+  json_t *content = json_object_get(result, "content");
+  json_t *first = json_array_get(content, 0);
+  if (json_is_object(first) && json_is_string(json_object_get(first, "text"))) {
+    const char *text = json_string_value(json_object_get(first, "text"));
+    size_t text_len = json_string_length(json_object_get(first, "text"));
+    cm_buf_t t;
+    cm_buf_init(&t, 0);
+    cm_buf_append(&t, text, text_len);
+    if (close_now)
+      cm_buf_printf(
+          &t, "\n--- session: %s (closed%s) ---", ks->id,
+          never_started && !job->spec.close_session ? ": its first call did not start" : "");
+    else
+      cm_buf_printf(
+          &t, "\n--- session: %s (call %llu; kernel %s; pass session: \"%s\" to go on) ---", ks->id,
+          (unsigned long long)ks->calls, ks->run ? "running" : "not running", ks->id);
+    if (job->session_note) cm_buf_printf(&t, "\n--- session note: %s ---", job->session_note);
+    json_object_set_new(first, "text", json_stringn(t.data, t.len));
+    cm_buf_release(&t);
+  }
+  json_t *sc = json_object_get(result, "structuredContent");
+  if (sc) {
+    json_t *o = session_json(ks);
+    if (close_now) json_object_set_new(o, "state", json_string("closed"));
+    json_object_set_new(o, "note",
+                        job->session_note ? json_string(job->session_note) : json_null());
+    json_object_set_new(sc, "session", o);
+  }
+  if (close_now) {
+    session_close(ks, job->spec.close_session ? "closed by close_session" : "never started");
+  } else if (ks->expire_after_call) {
+    ks->t_idle = cm_loop_timer(srv_server_loop(ks->exec->server), 0, on_idle, ks);
+  } else if (!ks->closing) {
+    cm_timer_cancel(ks->t_idle);
+    ks->t_idle = cfg_of(ks)->exec_session_idle_ms
+                     ? cm_loop_timer(srv_server_loop(ks->exec->server),
+                                     cfg_of(ks)->exec_session_idle_ms, on_idle, ks)
+                     : NULL;
+  }
+  maybe_finalize(ks);
+}
