@@ -93,24 +93,24 @@ typedef struct srv_config {
   uint64_t audit_log_keep;          /* --audit-log-keep: rotated files kept */
   char *profile;                    /* --profile: the sandbox profile it started from */
   /* Streamable HTTP (--transport http). */
-  char *host;                      /* --host (127.0.0.1) */
-  uint64_t port;                   /* --port (8765) */
-  char *path;                      /* --path (/mcp) */
-  char *allowed_hosts;             /* --allowed-hosts: comma-separated extra Host names */
-  char *allowed_origins;           /* --allowed-origins: comma-separated extra Origins */
-  char *auth_token_file;           /* --auth-token-file */
-  bool allow_insecure_remote;      /* --allow-insecure-remote: non-loopback without tokens */
-  char *tls_cert;                  /* --tls-cert */
-  char *tls_key;                   /* --tls-key */
-  bool tls_self_signed;            /* --tls-self-signed */
-  uint64_t exec_session_idle_ms;   /* --exec-session-idle-seconds: execute_python sessions */
-  uint64_t exec_session_max_ms;    /* --exec-session-max-seconds: a session's longest life */
-  uint64_t max_exec_sessions;      /* --max-exec-sessions: in all; 0 = sessions are off */
+  char *host;                           /* --host (127.0.0.1) */
+  uint64_t port;                        /* --port (8765) */
+  char *path;                           /* --path (/mcp) */
+  char *allowed_hosts;                  /* --allowed-hosts: comma-separated extra Host names */
+  char *allowed_origins;                /* --allowed-origins: comma-separated extra Origins */
+  char *auth_token_file;                /* --auth-token-file */
+  bool allow_insecure_remote;           /* --allow-insecure-remote: non-loopback without tokens */
+  char *tls_cert;                       /* --tls-cert */
+  char *tls_key;                        /* --tls-key */
+  bool tls_self_signed;                 /* --tls-self-signed */
+  uint64_t exec_session_idle_ms;        /* --exec-session-idle-seconds: execute_python sessions */
+  uint64_t exec_session_max_ms;         /* --exec-session-max-seconds: a session's longest life */
+  uint64_t max_exec_sessions;           /* --max-exec-sessions: in all; 0 = sessions are off */
   uint64_t max_exec_sessions_per_token; /* --max-exec-sessions-per-token: per principal */
-  uint64_t max_sessions;           /* --max-sessions */
-  uint64_t session_idle_ms;        /* --session-idle-seconds */
-  uint64_t max_connections;        /* --max-connections */
-  uint64_t max_sessions_per_token; /* --max-sessions-per-token: per principal; 0 = none */
+  uint64_t max_sessions;                /* --max-sessions */
+  uint64_t session_idle_ms;             /* --session-idle-seconds */
+  uint64_t max_connections;             /* --max-connections */
+  uint64_t max_sessions_per_token;      /* --max-sessions-per-token: per principal; 0 = none */
   uint64_t
       max_streams_per_token; /* --max-streams-per-token: open GET streams per principal; 0 = none */
   uint64_t max_replay_bytes_per_session; /* --max-replay-bytes-per-session */
