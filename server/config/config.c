@@ -206,6 +206,13 @@ static const opt_def_t options[] = {
     {"max-task-ttl", OPT_SECONDS_MS, OFF(max_task_ttl_ms), "SECONDS", "3600",
      "longest life of a task (a task-augmented call), from its creation: a client's ttl is cut "
      "to it, and it is the default"},
+    {"max-task-result-bytes-per-principal", OPT_SIZE, OFF(max_task_result_bytes_per_principal),
+     "SIZE", "64M",
+     "results of finished tasks one principal may have kept; past it its own oldest go; 0 = no "
+     "limit"},
+    {"max-task-result-bytes", OPT_SIZE, OFF(max_task_result_bytes), "SIZE", "256M",
+     "results of finished tasks kept in all; past it the oldest of the principal keeping the "
+     "most go; 0 = no limit"},
     {"max-tasks-per-principal", OPT_INT, OFF(max_tasks_per_principal), "N", "32",
      "tasks one principal may have kept at once (running or holding a result); more are "
      "refused; 0 = no limit"},

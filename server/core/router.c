@@ -47,12 +47,18 @@ static bool extension_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *
 
 /* ---------------------------------------------------------------- methods */
 
-/* protocol: the handshake era's negotiated version (tasks came with 2025-11-25), or NULL
- * for the modern era (whose tasks are an extension: handle_discover). */
+/* Tasks came with 2025-11-25: a session that negotiated an older version is not offered
+ * them, so it gets none (its params.task is ignored, tasks/ methods do not exist for it). */
+static bool tasks_offered(const char *protocol) {
+  return protocol && strcmp(protocol, "2025-11-25") >= 0;
+}
+
+/* protocol: the handshake era's negotiated version, or NULL for the modern era (whose tasks
+ * are an extension: handle_discover). */
 static json_t *server_capabilities(const char *protocol) {
   json_t *caps = json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0, "resources",
                            "listChanged", 0, "subscribe", 0, "logging");
-  if (protocol && strcmp(protocol, "2025-11-25") >= 0)
+  if (tasks_offered(protocol))
     json_object_set_new(caps, "tasks", srv_tasks_capability());
   return caps;
 }
@@ -221,7 +227,7 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
   bool as_task;
   if (!mm) {
     /* The handshake era: the client asks for a task with params.task (2025-11-25). */
-    as_task = srv_tasks_requested(params);
+    as_task = tasks_offered(ss->protocol) && srv_tasks_requested(params);
     if (as_task ? tool->task_support == SRV_TASK_FORBIDDEN
                 : tool->task_support == SRV_TASK_REQUIRED) {
       cleanup_free char *msg =
@@ -363,7 +369,7 @@ static void handle_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sin
     return;
   }
   if (extension_request(ss, m, sink, batch, NULL)) return;
-  if (srv_tasks_handle(ss, m, sink, batch, NULL)) return;
+  if (tasks_offered(ss->protocol) && srv_tasks_handle(ss, m, sink, batch, NULL)) return;
   if (strcmp(method, "tools/list") == 0) {
     handle_tools_list(ss, m->id, m->params, sink, batch, NULL);
   } else if (strcmp(method, "tools/call") == 0) {

@@ -51,6 +51,7 @@ typedef struct srv_task {
   srv_session_t *origin; /* where notifications/tasks/status go (the handshake era), or NULL */
   json_t *result;        /* completed: the call's result */
   json_t *error;         /* failed: the call's JSON-RPC error object */
+  size_t bytes;          /* of result or error, as JSON: what the store holds for it */
   task_waiter_t *waiters;
   struct srv_task *prev, *next; /* creation order */
   struct srv_task *exp_next;    /* expiry order */
@@ -68,6 +69,7 @@ typedef struct srv_tasks {
   srv_task_t *expiring; /* soonest first */
   cm_timer_t *timer;
   uint64_t timer_at;
+  uint64_t bytes; /* of every task's kept result */
 } srv_tasks_t;
 
 /* ---------------------------------------------------------------- the store */
@@ -107,6 +109,7 @@ static srv_tasks_t *store_of(srv_server_t *s) {
 static void arm_timer(srv_tasks_t *ts);
 
 static void task_free(srv_task_t *t) {
+  t->store->bytes -= t->bytes;
   free(t->principal);
   free(t->status_message);
   json_decref(t->result);
@@ -300,6 +303,65 @@ static void task_stop_run(srv_task_t *t) {
   srv_request_cancel_one(run); /* kills the script's process tree (the tool's cancel) */
 }
 
+static uint64_t principal_bytes(const srv_tasks_t *ts, const char *principal) {
+  uint64_t n = 0;
+  for (const srv_task_t *t = ts->head; t; t = t->next)
+    if (strcmp(t->principal, principal) == 0) n += t->bytes;
+  return n;
+}
+
+/* Removes the oldest finished task of principal (NULL: of the principal that keeps the most
+ * bytes) other than keep; false when there is none. */
+static bool drop_oldest(srv_tasks_t *ts, const char *principal, const srv_task_t *keep) {
+  if (!principal) {
+    uint64_t most = 0;
+    for (const srv_task_t *t = ts->head; t; t = t->next) {
+      if (!terminal(t) || t == keep || !t->bytes) continue;
+      uint64_t b = principal_bytes(ts, t->principal);
+      if (b > most) most = b, principal = t->principal;
+    }
+    if (!principal) return false;
+  }
+  for (srv_task_t *t = ts->head; t; t = t->next) {
+    if (t == keep || !terminal(t) || !t->bytes || strcmp(t->principal, principal) != 0) continue;
+    cm_info("task %s of %s: its result (%zu bytes) is dropped to keep the task store within its "
+            "bounds (--max-task-result-bytes%s)",
+            t->id, t->principal, t->bytes, principal == keep->principal ? "-per-principal" : "");
+    task_unlink(t);
+    task_free(t);
+    return true;
+  }
+  return false;
+}
+
+/* A finished task's result counts against the store's bytes: first the principal's own
+ * oldest results go (--max-task-result-bytes-per-principal), then, past the total
+ * (--max-task-result-bytes), the oldest of whoever keeps the most.  A result that alone is
+ * over the principal's bound is not kept: the task fails, saying so. */
+static void task_keep(srv_task_t *t, json_t *value) {
+  srv_tasks_t *ts = t->store;
+  const srv_config_t *cfg = ts->server->cfg;
+  size_t bytes = json_dumpb(value, NULL, 0, JSON_COMPACT);
+  uint64_t per = cfg->max_task_result_bytes_per_principal, total = cfg->max_task_result_bytes;
+  if ((per && bytes > per) || (total && bytes > total)) {
+    bool own = per && bytes > per;
+    cleanup_free char *msg = xasprintf(
+        "the call's result (%zu bytes) is larger than the tasks' store keeps (%s %llu); call "
+        "without a task to get it",
+        bytes, own ? "--max-task-result-bytes-per-principal" : "--max-task-result-bytes",
+        (unsigned long long)(own ? per : total));
+    t->error = json_pack("{s:i, s:s}", "code", JSONRPC_INTERNAL_ERROR, "message", msg);
+    t->bytes = strlen(msg) + 64;
+  } else {
+    t->bytes = bytes;
+  }
+  ts->bytes += t->bytes;
+  while (per && principal_bytes(ts, t->principal) > per && drop_oldest(ts, t->principal, t)) {
+  }
+  while (total && ts->bytes > total && drop_oldest(ts, NULL, t)) {
+  }
+}
+
 /* A run's response (borrowed; NULL when cancelled): srv_request_t.task_ended. */
 static void task_run_ended(srv_request_t *r, json_t *response) {
   srv_task_t *t = r->task;
@@ -310,11 +372,18 @@ static void task_run_ended(srv_request_t *r, json_t *response) {
   json_t *result = response ? json_object_get(response, "result") : NULL;
   json_t *error = response ? json_object_get(response, "error") : NULL;
   if (result) {
-    t->result = json_incref(result);
-    task_settle(t, TASK_COMPLETED, NULL);
+    task_keep(t, result);
+    if (t->error) {
+      json_t *msg = json_object_get(t->error, "message");
+      task_settle(t, TASK_FAILED, json_string_value(msg));
+    } else {
+      t->result = json_incref(result);
+      task_settle(t, TASK_COMPLETED, NULL);
+    }
   } else if (error) {
-    t->error = json_incref(error);
-    json_t *msg = json_object_get(error, "message");
+    task_keep(t, error);
+    if (!t->error) t->error = json_incref(error);
+    json_t *msg = json_object_get(t->error, "message");
     task_settle(t, TASK_FAILED, json_is_string(msg) ? json_string_value(msg) : NULL);
   } else {
     task_settle(t, TASK_CANCELLED, "the run was cancelled (the server is shutting down)");

@@ -89,6 +89,12 @@ def test_declares_tasks_for_execute_python_only(tasks_server, make_server):
     # Older versions were offered no tasks.
     old = make_server()
     assert "tasks" not in old.initialize("2025-06-18")["capabilities"]
+    # ... and get none: params.task is ignored (a plain answer), tasks/ methods do not exist.
+    r = old.request("tools/call", {"name": "execute_python", "arguments": {"script": "print(7)"},
+                                   "task": {"ttl": 60000}})
+    assert "task" not in r["result"] and "7" in r["result"]["content"][0]["text"], r
+    assert old.request("tasks/list")["error"]["code"] == -32601
+    assert old.request("tasks/get", {"taskId": "0" * 32})["error"]["code"] == -32601
     fresh = make_server()
     caps = fresh.initialize(TASKS_VERSION)["capabilities"]
     assert caps["tasks"] == {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
@@ -378,3 +384,28 @@ def test_modern_http_task_outlives_its_post(make_http_tasks):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert got["status"] == "completed" and got["result"]["structuredContent"]["stdout"] == ticks(3)
+
+
+def test_kept_results_are_bounded_per_principal(tasks_server):
+    """Results of finished tasks are held until their TTL: their bytes are bounded, the
+    principal's own oldest go first, and one result over the bound is not kept at all."""
+    s = tasks_server("--max-task-result-bytes-per-principal", "20K")
+    get = stdio_get(s)
+    ids = []
+    for i in range(3):
+        r = task_call(s, f"print('{i}' * 4000)")  # about 8.5 KB of result (text and structuredContent)
+        ids.append(r["result"]["task"]["taskId"])
+        assert poll(get, ids[-1])["status"] == "completed"
+    # Three results of about 8.5 KB in 20 KB: the oldest went, the two newest are there.
+    first = s.request("tasks/get", {"taskId": ids[0]})
+    assert first["error"]["code"] == -32602, first
+    for t in ids[1:]:
+        r = s.request("tasks/result", {"taskId": t})
+        assert "result" in r and r["result"]["isError"] is False, r
+    # One result larger than the bound: the task fails, saying why, and keeps nothing big.
+    r = task_call(s, "print('x' * 30000)")
+    big = r["result"]["task"]["taskId"]
+    task = poll(get, big)
+    assert task["status"] == "failed" and "--max-task-result-bytes-per-principal" in task["statusMessage"], task
+    r = s.request("tasks/result", {"taskId": big})
+    assert "error" in r and "larger than" in r["error"]["message"], r
