@@ -22,6 +22,7 @@ static void download_exit(void *data, const sbx_result_t *res) {
   sbx_run_free(r->download);
   r->download = NULL;
   if (res->exit_code != 0) {
+    r->downloads_failed++;
     cleanup_free char *head = NULL, *tail = NULL;
     size_t hl, tl;
     cm_headtail_get(&r->download_out, &head, &hl, &tail, &tl);
@@ -37,10 +38,16 @@ static void download_exit(void *data, const sbx_result_t *res) {
     return;
   }
   cm_headtail_release(&r->download_out);
+  r->downloads_ok++;
   /* Find and identify what uv installed. */
   r->rescanning = true;
   if (r->uv_dir) py_scan_installs(r, r->uv_dir, "uv");
   py_probe_next(r);
+}
+
+void py_registry_download_counts(py_registry_t *r, uint64_t *ok, uint64_t *failed) {
+  *ok = r->downloads_ok;
+  *failed = r->downloads_failed;
 }
 
 int py_registry_download(py_registry_t *r, const char *request, py_download_cb cb, void *data,

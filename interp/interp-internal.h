@@ -42,6 +42,7 @@ struct py_registry {
   py_interp_t *def;
   cm_error_t def_error; /* why there is no default (kind CM_ERR_NONE until known) */
   bool ready, flush_scheduled;
+  uint64_t downloads_ok, downloads_failed;
   bool cache_dirty; /* something was probed, or the cache lists other files: rewrite it */
   char *uv_dir;     /* where uv installs interpreters */
   /* A download in progress (uv python install): at most one at a time. */

@@ -71,6 +71,8 @@ typedef void (*py_download_cb)(void *data, const cm_error_t *error);
 bool py_registry_can_download(py_registry_t *r);
 int py_registry_download(py_registry_t *r, const char *request, py_download_cb cb, void *data,
                          cm_error_t *err);
+/* Downloads since start-up that installed an interpreter, and that failed (/metrics). */
+void py_registry_download_counts(py_registry_t *r, uint64_t *ok, uint64_t *failed);
 /* Forgets the callback of the download in progress (it goes on for the cache). */
 void py_registry_cancel_download(py_registry_t *r);
 /* "3.8.18, 3.9.18, 3.11.7 (default)" (heap). */

@@ -64,19 +64,48 @@ char *srv_metrics_render(srv_server_t *s, const char *http_extra) {
     cm_buf_printf(&b, "mcp_sandbox_run_limit_kills_total{limit=\"%s\"} %llu\n",
                   srv_metric_limits[l], (unsigned long long)c->limits[l]);
 
-  exec_usage_t ex;
-  uint64_t taken = 0;
-  exec_totals(srv_server_exec(s), &ex, &taken);
+  exec_metrics_t em;
+  exec_metrics(srv_server_exec(s), &em);
   family(&b, "mcp_sandbox_executions", "gauge",
          "execute_python calls in progress (from validation to the answer).");
-  sample(&b, "mcp_sandbox_executions", ex.calls);
+  sample(&b, "mcp_sandbox_executions", em.total.calls);
   family(&b, "mcp_sandbox_executions_running", "gauge", "Executions holding a slot.");
-  sample(&b, "mcp_sandbox_executions_running", ex.running);
+  sample(&b, "mcp_sandbox_executions_running", em.total.running);
+  family(&b, "mcp_sandbox_executions_starting", "gauge",
+         "Runs starting (their sandbox is being set up).");
+  sample(&b, "mcp_sandbox_executions_starting", em.starting);
   family(&b, "mcp_sandbox_executions_queued", "gauge", "Executions waiting for a slot.");
-  sample(&b, "mcp_sandbox_executions_queued", ex.queued);
+  sample(&b, "mcp_sandbox_executions_queued", em.total.queued);
+  family(&b, "mcp_sandbox_queue_wait_seconds", "histogram",
+         "How long executions waited for a slot.");
+  uint64_t cumulative = 0;
+  for (int k = 0; k < SRV_M_BUCKETS; k++) {
+    cumulative += em.wait_buckets[k];
+    cm_buf_printf(&b, "mcp_sandbox_queue_wait_seconds_bucket{le=\"%g\"} %llu\n",
+                  srv_metric_buckets[k], (unsigned long long)cumulative);
+  }
+  cm_buf_printf(
+      &b,
+      "mcp_sandbox_queue_wait_seconds_bucket{le=\"+Inf\"} %llu\n"
+      "mcp_sandbox_queue_wait_seconds_sum %.3f\nmcp_sandbox_queue_wait_seconds_count %llu\n",
+      (unsigned long long)em.wait_count, (double)em.wait_ms_sum / 1000.0,
+      (unsigned long long)em.wait_count);
+  family(&b, "mcp_sandbox_prestart_ready", "gauge", "Prestarted sandboxes waiting for a call.");
+  sample(&b, "mcp_sandbox_prestart_ready", em.prestart_ready);
   family(&b, "mcp_sandbox_prestart_taken_total", "counter",
          "Runs that started in a prestarted sandbox.");
-  sample(&b, "mcp_sandbox_prestart_taken_total", taken);
+  sample(&b, "mcp_sandbox_prestart_taken_total", em.prestart_taken);
+  family(&b, "mcp_sandbox_prestart_failed_total", "counter",
+         "Prestarted sandboxes that ended before use or failed to start.");
+  sample(&b, "mcp_sandbox_prestart_failed_total", em.prestart_failed);
+  uint64_t dl_ok = 0, dl_failed = 0;
+  py_registry_download_counts(srv_server_pythons(s), &dl_ok, &dl_failed);
+  family(&b, "mcp_sandbox_interpreter_downloads_total", "counter",
+         "Interpreter downloads (--allow-python-downloads), by result.");
+  cm_buf_printf(&b,
+                "mcp_sandbox_interpreter_downloads_total{result=\"ok\"} %llu\n"
+                "mcp_sandbox_interpreter_downloads_total{result=\"failed\"} %llu\n",
+                (unsigned long long)dl_ok, (unsigned long long)dl_failed);
 
   env_counters_t ec;
   env_store_counters(srv_server_envs(s), &ec);

@@ -89,14 +89,18 @@ void exec_usage(exec_state_t *x, const char *principal, exec_usage_t *out) {
   out->queued = t->queued;
 }
 
-void exec_totals(exec_state_t *x, exec_usage_t *out, uint64_t *prestart_taken) {
+void exec_metrics(exec_state_t *x, exec_metrics_t *out) {
   memset(out, 0, sizeof *out);
   for (const exec_tenant_t *t = x->tenants; t; t = t->next) {
-    out->calls += t->jobs;
-    out->running += t->running;
-    out->queued += t->queued;
+    out->total.calls += t->jobs;
+    out->total.running += t->running;
+    out->total.queued += t->queued;
   }
-  exec_prestart_describe(x, prestart_taken);
+  out->starting = x->n_starting;
+  exec_prestart_counts(x, &out->prestart_ready, &out->prestart_taken, &out->prestart_failed);
+  out->wait_buckets = x->wait_buckets;
+  out->wait_ms_sum = x->wait_ms_sum;
+  out->wait_count = x->wait_count;
 }
 
 json_t *exec_admission_refusal(exec_state_t *x, srv_session_t *session, const char *principal) {
@@ -188,6 +192,13 @@ static void admit_queued(exec_state_t *x) {
     t->queued--;
     x->last_served = t;
     next->queued = false;
+    /* How long it waited for its slot (/metrics). */
+    uint64_t waited = now - next->queued_at;
+    size_t b = 0;
+    while (b < SRV_M_BUCKETS && (double)waited / 1000.0 > srv_metric_buckets[b]) b++;
+    x->wait_buckets[b]++;
+    x->wait_ms_sum += waited;
+    x->wait_count++;
     next->holds_slot = true;
     next->starting_since = now ? now : 1;
     x->slots_used++;
@@ -255,6 +266,7 @@ void exec_admission_enqueue(exec_job_t *job) {
     srv_request_progress(job->req, job->setup_progress, wait_note, strlen(wait_note));
   }
   job->queued = true;
+  job->queued_at = cm_now_ms();
   if (t->queue_tail)
     t->queue_tail->queue_next = job;
   else

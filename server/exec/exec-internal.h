@@ -34,6 +34,9 @@ struct exec_state {
   /* How a job ends (job.c's exec_job_finish): a hook too, so that session.c, which job.c
    * calls, does not call job.c back. */
   void (*finish_job)(exec_job_t *job, json_t *result);
+  /* admission.c: how long calls waited for a slot (/metrics) */
+  uint64_t wait_buckets[SRV_M_BUCKETS + 1];
+  uint64_t wait_ms_sum, wait_count;
   /* admission.c: see struct exec_tenant */
   size_t slots_used;
   size_t n_starting;
@@ -76,6 +79,7 @@ struct exec_job {
   exec_tenant_t *tenant;           /* whose call it is (the spec's principal) */
   bool holds_slot;
   uint64_t starting_since; /* ms; 0 = not (or no longer) starting */
+  uint64_t queued_at;      /* ms: when it joined the queue */
   char *workdir;
   eg_session_t *egress; /* the run's egress proxy session, or NULL */
   sbx_run_t *run;
@@ -169,6 +173,10 @@ int exec_sandbox_start_kernel(exec_state_t *x, py_interp_t *py, env_handle_t *en
                               const char *workdir, const char *ctl_dir, sbx_identity_t *identity,
                               const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
                               eg_session_t **egress_out, cm_error_t *err);
+
+/* prestart.c: the held sandboxes waiting for a call, the calls that took one, and the held
+ * ones that ended before use or failed to start (/metrics). */
+void exec_prestart_counts(exec_state_t *x, size_t *ready, uint64_t *taken, uint64_t *failed);
 
 /* runner.c */
 /* The start-up runner (exec_find_runner), found once; NULL (and a warning, once) when there is

@@ -76,9 +76,18 @@ typedef struct exec_usage {
   size_t queued;  /* waiting for a slot */
 } exec_usage_t;
 void exec_usage(exec_state_t *x, const char *principal, exec_usage_t *out);
-/* Every principal's, summed (/metrics): calls, running (holding a slot), queued; and the
- * prestarted sandboxes taken so far. */
-void exec_totals(exec_state_t *x, exec_usage_t *out, uint64_t *prestart_taken);
+/* What /metrics shows of the executions: every principal's calls, running and queued summed,
+ * the runs starting, the prestarted sandboxes, and how long calls waited for a slot. */
+typedef struct exec_metrics {
+  exec_usage_t total;
+  size_t starting;
+  size_t prestart_ready;        /* held, waiting for a call */
+  uint64_t prestart_taken;      /* calls that ran in one */
+  uint64_t prestart_failed;     /* held sandboxes that ended before use, or failed to start */
+  const uint64_t *wait_buckets; /* SRV_M_BUCKETS + 1, not cumulative (srv_metric_buckets) */
+  uint64_t wait_ms_sum, wait_count;
+} exec_metrics_t;
+void exec_metrics(exec_state_t *x, exec_metrics_t *out);
 /* Another call that runs a process for principal (validate_script's compile or resolution)
  * counts against --max-token-concurrent like an execution, without a slot: false, holding
  * nothing, when the principal is at that cap; else held until exec_release. */

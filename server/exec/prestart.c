@@ -39,7 +39,8 @@ struct exec_prestart {
   srv_server_t *server;
   prestart_slot_t slots[PRESTART_SLOTS]; /* [0]: the commonest shape; [1]: the last other */
   void *py_wait;
-  uint64_t taken; /* calls that ran in a prestarted sandbox */
+  uint64_t taken;  /* calls that ran in a prestarted sandbox */
+  uint64_t failed; /* held ones that ended before use, or failed to start */
 };
 
 static void prestart_fill_now(prestart_slot_t *slot);
@@ -79,6 +80,7 @@ static void prestart_schedule(prestart_slot_t *slot, uint64_t ms) {
 /* A held sandbox died before any call took it. */
 static void prestart_on_exit(void *data, const sbx_result_t *res) {
   prestart_slot_t *slot = data;
+  slot->owner->failed++;
   if (++slot->failures >= PRESTART_MAX_FAILURES)
     cm_warn(
         "prestarted sandboxes keep ending before use (exit %d); not prestarting this shape any "
@@ -120,6 +122,7 @@ static void prestart_fill_now(prestart_slot_t *slot) {
     slot->run = NULL;
     slot_drop_run(slot);
     slot->failures++;
+    slot->owner->failed++;
     prestart_schedule(slot, PRESTART_RETRY_MS);
   }
 }
@@ -143,6 +146,14 @@ void exec_prestart_free(exec_state_t *x) {
   if (p->py_wait) py_registry_cancel_wait(srv_server_pythons(x->server), p->py_wait);
   for (size_t i = 0; i < PRESTART_SLOTS; i++) slot_clear(&p->slots[i]);
   free(p);
+}
+
+void exec_prestart_counts(exec_state_t *x, size_t *ready, uint64_t *taken, uint64_t *failed) {
+  exec_prestart_t *p = x->prestart;
+  *ready = 0;
+  *taken = p ? p->taken : 0;
+  *failed = p ? p->failed : 0;
+  for (size_t i = 0; p && i < PRESTART_SLOTS; i++) *ready += p->slots[i].run != NULL;
 }
 
 bool exec_prestart_describe(exec_state_t *x, uint64_t *taken) {

@@ -69,6 +69,12 @@ def test_health_ready_and_metrics(tmp_path):
         assert metric(after, "mcp_sandbox_http_auth_failures_total") >= 1
         assert metric(after, "mcp_sandbox_http_sessions") == 1
         assert metric(after, "mcp_sandbox_ready") == 1
+        assert metric(after, "mcp_sandbox_queue_wait_seconds_count") == 3
+        assert metric(after, "mcp_sandbox_executions_running") == 0
+        assert metric(after, "mcp_sandbox_executions_starting") == 0
+        assert metric(after, "mcp_sandbox_prestart_ready") == 0  # --prestart off
+        assert metric(after, "mcp_sandbox_interpreter_downloads_total", result="ok") == 0
+        assert metric(after, "mcp_sandbox_env_builds_total") == 0
         # No per-session, per-run or per-principal series: the labels are fixed sets.
         assert "alice" not in after and sid not in after
         # --health-auth: the probes want a token too.
