@@ -163,6 +163,44 @@ def test_input_files_land_in_the_session(make_server):
     assert res["structuredContent"]["stdout"] == "hello True\n"
 
 
+
+def test_input_files_replace_earlier_ones_and_stay_the_kernels(make_server, tmp_path):
+    """A later call's `files` replace files of the same name (never through a symlink the
+    kernel left there), and the kernel may write to them and next to them, as to its own."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("host")
+    s = start(make_server)
+    _, sid = new_session(s, f"import os\nos.symlink({str(outside)!r}, 'link.txt')",
+                         files=[{"path": "a.txt", "content": "one"}])
+    res = s.execute("print(open('a.txt').read(), open('link.txt').read(), os.path.islink('link.txt'))",
+                    session=sid, files=[{"path": "a.txt", "content": "two"},
+                                        {"path": "link.txt", "content": "mine"},
+                                        {"path": "d/x.txt", "content": "x"}])
+    assert res["structuredContent"]["stdout"] == "two mine False\n", text(res)
+    assert outside.read_text() == "host"
+    res = s.execute("open('a.txt', 'a').write('!')\nopen('d/x.txt', 'a').write('y')\n"
+                    "open('d/new.txt', 'w').write('n')\nprint(open('a.txt').read(), open('d/x.txt').read())",
+                    session=sid)
+    assert res["structuredContent"]["stdout"] == "two! xy\n", text(res)
+    # A directory of the kernel's where an input file should go is an error, not replaced.
+    s.execute("os.makedirs('dir/inner', exist_ok=True)", session=sid)
+    res = s.execute("print(os.path.isdir('dir/inner'))", session=sid,
+                    files=[{"path": "dir", "content": "file"}])
+    assert res.get("isError") and "dir" in text(res), text(res)
+
+
+def test_call_scripts_do_not_pile_up(make_server):
+    """Each call's script is a file in the control directory (on the server's disk, outside
+    the work directory's size limit): it goes when the call ends."""
+    s = start(make_server)
+    _, sid = new_session(s)
+    for _ in range(3):
+        assert s.execute("x = 1", session=sid)["structuredContent"]["exit_code"] == 0
+    ctl = [os.path.join(s.state_dir, "work", e) for e in work_left(s.state_dir)
+           if e.split("/")[-1].startswith("ses-")]
+    assert len(ctl) == 1
+    assert sorted(os.listdir(ctl[0])) == ["req", "res"]
+
 def test_a_busy_session_refuses_a_second_call(make_server):
     s = start(make_server)
     _, sid = new_session(s)
@@ -279,6 +317,24 @@ def test_export_returns_the_workspace(make_server):
     assert "session expired or unknown" in text(s.execute("1", session=sid))
     assert wait_until(lambda: not session_dirs(s.state_dir), timeout=15)
 
+
+
+def test_a_failed_export_keeps_the_session(make_server):
+    """An export that cannot be written (here: the work directory is full) is said, and
+    close_session then keeps the session: its files are not lost with it."""
+    s = start(make_server, "--work-size", "8M")
+    _, sid = new_session(s, "open('keep.txt', 'w').write('precious')\n"
+                            "try:\n    f = open('fill', 'wb')\n    while True: f.write(b'x' * 65536)\n"
+                            "except OSError:\n    pass\nf = None")
+    res = s.call("close_session", {"session": sid, "export": True})
+    assert res.get("isError") and "export" in text(res) and "not closed" in text(res), text(res)
+    names = [f["path"] for f in (res.get("structuredContent") or {}).get("files", [])]
+    assert "outputs/workspace.tar" not in names, text(res)
+    assert [e["id"] for e in s.call("list_sessions")["structuredContent"]["sessions"]] == [sid]
+    res = s.execute("import os\nos.unlink('fill')\nprint(open('keep.txt').read())", session=sid)
+    assert res["structuredContent"]["stdout"] == "precious\n", text(res)
+    res = s.call("close_session", {"session": sid, "export": True})
+    assert not res.get("isError") and res["structuredContent"]["session"]["state"] == "closed", text(res)
 
 @pytest.fixture(scope="module")
 def wheels():
