@@ -757,9 +757,19 @@ bool exec_session_cancel(exec_job_t *job) {
 
 /* ---------------------------------------------------------------- a call's end */
 
+/* The call's script, once it ended: on the server's disk (outside the work directory's
+ * size limit), so it must not stay for the session's life; the kernel keeps its text in
+ * linecache for tracebacks. */
+static void remove_code_file(exec_session_t *ks) {
+  cleanup_free char *path =
+      xasprintf("%s/call-%llu.py", ks->ctl_dir, (unsigned long long)ks->call_id);
+  if (unlink(path) < 0 && errno != ENOENT) cm_warn("removing %s: %s", path, strerror(errno));
+}
+
 static void call_finish(exec_session_t *ks, const sbx_result_t *death) {
   exec_job_t *job = ks->job;
   stop_call_timers(ks);
+  remove_code_file(ks);
   sbx_result_t res = {0};
   if (death) {
     res = *death;
