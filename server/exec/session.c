@@ -641,7 +641,7 @@ static int write_inputs(exec_session_t *ks, exec_job_t *job, cm_error_t *err) {
   if (wfd < 0)
     return cm_error_set(err, errno, CM_ERR_IO,
                         "Cannot write the input files: opening the work directory");
-  if (files_write_inputs(wfd, &job->spec.inputs, err) < 0)
+  if (files_write_inputs_over(wfd, &job->spec.inputs, err) < 0)
     return cm_error_wrap(err, "Cannot write the input files");
   files_inputs_release(&job->spec.inputs);
   return 0;

@@ -92,6 +92,11 @@ void files_inputs_release(files_inputs_t *in);
 /* Writes the inputs under the directory dirfd, creating parent directories (0755), files
  * 0644, never following a symlink and never replacing an existing entry. */
 int files_write_inputs(int dirfd, const files_inputs_t *in, cm_error_t *err);
+/* The same into a directory that already holds files another process writes (a session's
+ * work directory, its kernel alive and hostile): a file of the same name is replaced (a new
+ * file renamed over it, so a symlink there is replaced, never followed; a directory there
+ * is an error), and what is made gets the owner of dirfd (the kernel's uid may write it). */
+int files_write_inputs_over(int dirfd, const files_inputs_t *in, cm_error_t *err);
 
 /* ---------------------------------------------------------------- outputs */
 

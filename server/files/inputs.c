@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "server/files/files-internal.h"
 
@@ -224,21 +225,74 @@ fail:
   return -1;
 }
 
+/* How write_one writes: into a fresh directory (never replacing anything), or over a
+ * session's files with owner_set (what is made is chowned to uid:gid). */
+typedef struct {
+  bool replace, owner_set;
+  uid_t uid;
+  gid_t gid;
+} write_mode_t;
+
 /* Opens (creating it when missing) the directory `name` under dirfd, never through a
  * symlink. */
-static int open_subdir(int dirfd, const char *name, bool create) {
-  if (create && mkdirat(dirfd, name, 0755) < 0 && errno != EEXIST) return -1;
-  return openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+static int open_subdir(int dirfd, const char *name, bool create, const write_mode_t *m) {
+  bool made = false;
+  if (create) {
+    if (mkdirat(dirfd, name, 0755) == 0)
+      made = true;
+    else if (errno != EEXIST)
+      return -1;
+  }
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0 && made && m->owner_set && fchown(fd, m->uid, m->gid) < 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
 }
 
-static int write_one(int dirfd, const files_input_t *f, cm_error_t *err) {
+/* Over a session's files: a new file under a temporary name, renamed over `name` (rename
+ * replaces a symlink or a file, never follows one; it fails on a directory). */
+static int write_replacing(int dirfd, const char *name, const files_input_t *f,
+                           const write_mode_t *m, cm_error_t *err) {
+  cleanup_free char *tmp = NULL;
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 16; tries++) {
+    unsigned r;
+    if (getentropy(&r, sizeof r) < 0) abort();
+    free(tmp);
+    tmp = xasprintf(".mps-input-%08x", r);
+    fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "cannot write input file '%s'", f->path);
+  int rc = 0;
+  if ((m->owner_set && fchown(fd, m->uid, m->gid) < 0) || cm_write_all(fd, f->data, f->len) < 0)
+    rc = cm_error_set(err, errno, CM_ERR_IO, "cannot write input file '%s'", f->path);
+  close(fd);
+  if (rc == 0 && renameat(dirfd, tmp, dirfd, name) < 0) {
+    if (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST)
+      rc = cm_error_set(err, 0, CM_ERR_INVALID,
+                        "cannot write input file '%s': a directory of that name is in the work "
+                        "directory",
+                        f->path);
+    else
+      rc = cm_error_set(err, errno, CM_ERR_IO, "cannot write input file '%s'", f->path);
+  }
+  if (rc < 0) unlinkat(dirfd, tmp, 0);
+  return rc;
+}
+
+static int write_one(int dirfd, const files_input_t *f, const write_mode_t *m, cm_error_t *err) {
   cleanup_free char *path = xstrdup(f->path);
   cleanup_close int cur = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
   if (cur < 0) return cm_error_set(err, errno, CM_ERR_IO, "dup");
   char *p = path;
   for (char *slash; (slash = strchr(p, '/')); p = slash + 1) {
     *slash = '\0';
-    int next = open_subdir(cur, p, true);
+    int next = open_subdir(cur, p, true, m);
     if (next < 0) {
       int e = errno;
       *slash = '\0';
@@ -252,6 +306,7 @@ static int write_one(int dirfd, const files_input_t *f, cm_error_t *err) {
     cur = next;
     *slash = '/';
   }
+  if (m->replace) return write_replacing(cur, p, f, m, err);
   cleanup_close int fd =
       openat(cur, p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -268,7 +323,17 @@ static int write_one(int dirfd, const files_input_t *f, cm_error_t *err) {
 }
 
 int files_write_inputs(int dirfd, const files_inputs_t *in, cm_error_t *err) {
+  write_mode_t m = {0};
   for (size_t i = 0; i < in->n; i++)
-    if (write_one(dirfd, &in->v[i], err) < 0) return -1;
+    if (write_one(dirfd, &in->v[i], &m, err) < 0) return -1;
+  return 0;
+}
+
+int files_write_inputs_over(int dirfd, const files_inputs_t *in, cm_error_t *err) {
+  struct stat st;
+  if (fstat(dirfd, &st) < 0) return cm_error_set(err, errno, CM_ERR_IO, "the work directory");
+  write_mode_t m = {.replace = true, .owner_set = true, .uid = st.st_uid, .gid = st.st_gid};
+  for (size_t i = 0; i < in->n; i++)
+    if (write_one(dirfd, &in->v[i], &m, err) < 0) return -1;
   return 0;
 }
