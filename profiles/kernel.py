@@ -14,7 +14,8 @@ object.  Requests:
 - {"op": "interrupt", "id": N}: raise KeyboardInterrupt in call N if it is still running.
 
 After each run the kernel answers {"id": N, "status": "ok"|"error"|"interrupted"|"exit",
-"exit_code": N, "error": NAME|null, "display": TEXT|null, "rss_bytes": N}, after flushing its
+"exit_code": N, "error": NAME|null, "display": TEXT|null, "rss_bytes": N}, and with
+export "export_error": TEXT when the archive could not be written (then there is none), after flushing its
 stdout and stderr (which go to the server as the call's output).  Everything it says is
 treated by the server as hostile: it runs the user's code.
 
@@ -144,11 +145,19 @@ def _export(workdir, outputs_dir):
 
     os.makedirs(outputs_dir, exist_ok=True)
     target = os.path.join(outputs_dir, "workspace.tar")
-    with tarfile.open(target, "w") as tar:
-        for name in sorted(os.listdir(workdir)):
-            if name == "outputs":
-                continue
-            tar.add(os.path.join(workdir, name), arcname=name, recursive=True)
+    try:
+        with tarfile.open(target, "w") as tar:
+            for name in sorted(os.listdir(workdir)):
+                if name == "outputs":
+                    continue
+                tar.add(os.path.join(workdir, name), arcname=name, recursive=True)
+    except BaseException:
+        # Half an archive would pass for the workspace: none, and the server is told.
+        try:
+            os.unlink(target)
+        except OSError:
+            pass
+        raise
 
 
 def _report(exc, codes):
@@ -227,10 +236,14 @@ def _run(msg, namespace, workdir):
             del exc
     try:
         _save_open_figures(outputs_dir)
-        if msg.get("export"):
-            _export(workdir, outputs_dir)
     except BaseException as exc:
         sys.stderr.write("mcp-python-exec-sandbox: %r\n" % (exc,))
+    if msg.get("export"):
+        try:
+            _export(workdir, outputs_dir)
+        except BaseException as exc:
+            sys.stderr.write("mcp-python-exec-sandbox: the export failed: %r\n" % (exc,))
+            reply["export_error"] = ("%s: %s" % (type(exc).__name__, exc))[:200]
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -213,6 +213,7 @@ typedef struct exec_kresult {
   int exit_code;
   char *error;   /* the exception's type name, or NULL */
   char *display; /* repr() of the final expression, or NULL */
+  char *export_error; /* why the asked-for export was not written, or NULL */
   uint64_t rss_bytes;
 } exec_kresult_t;
 int exec_kresult_from_json(json_t *o, exec_kresult_t *out, cm_error_t *err);

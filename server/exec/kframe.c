@@ -89,7 +89,8 @@ int exec_kresult_from_json(json_t *o, exec_kresult_t *out, cm_error_t *err) {
   if (json_is_integer(rss) && json_integer_value(rss) > 0)
     out->rss_bytes = (uint64_t)json_integer_value(rss);
   if (opt_string(o, "error", EXEC_KRESULT_MAX_NAME, &out->error, err) < 0 ||
-      opt_string(o, "display", EXEC_KRESULT_MAX_DISPLAY, &out->display, err) < 0) {
+      opt_string(o, "display", EXEC_KRESULT_MAX_DISPLAY, &out->display, err) < 0 ||
+      opt_string(o, "export_error", EXEC_KRESULT_MAX_NAME, &out->export_error, err) < 0) {
     exec_kresult_release(out);
     return -1;
   }
@@ -103,5 +104,6 @@ const char *exec_kstatus_name(int status) {
 void exec_kresult_release(exec_kresult_t *r) {
   free(r->error);
   free(r->display);
+  free(r->export_error);
   memset(r, 0, sizeof *r);
 }

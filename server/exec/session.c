@@ -72,6 +72,7 @@ struct exec_session {
   exec_kresult_t done;
   cm_timer_t *t_deadline, *t_grace, *t_finish, *t_idle, *t_life;
   bool closing, expire_after_call;
+  bool exported; /* the last call's export was written (the kernel said so) */
   /* Entry points in progress (callbacks, calls from job.c): the session is freed when the
    * last one returns, never under one that still uses it. */
   unsigned pins;
@@ -781,6 +782,10 @@ static void call_finish(exec_session_t *ks, const sbx_result_t *death) {
   res.duration_ms = cm_now_ms() - ks->call_start_ms;
   cleanup_free char *display = ks->have_done && ks->done.display ? xstrdup(ks->done.display) : NULL;
   const char *status = ks->have_done ? exec_kstatus_name(ks->done.status) : "kernel_died";
+  ks->exported = job->spec.export_workspace && ks->have_done && !ks->done.export_error;
+  if (job->spec.export_workspace && !ks->exported)
+    add_note(job, "the export failed (%s): no outputs/workspace.tar",
+             ks->have_done ? ks->done.export_error : "the kernel did not finish the call");
   ks->sent = ks->have_done = false;
   exec_kresult_release(&ks->done);
   if (srv_request_cancelled(job->req)) {
@@ -853,7 +858,16 @@ void exec_session_job_done(exec_job_t *job, json_t *result) {
   /* A session whose first call never reached a kernel (no interpreter, a failed build) has
    * nothing to keep. */
   bool never_started = ks->kernels == 0 && !ks->run;
-  bool close_now = never_started || job->spec.close_session;
+  /* close_session's export: a session whose files did not come back is kept, not lost. */
+  bool export_failed = job->spec.export_workspace && !ks->exported && !never_started;
+  ks->exported = false;
+  if (job->spec.close_session && export_failed) {
+    add_note(job,
+             "the session was not closed, so that its files are not lost: free room in "
+             "/work (or fix what failed) and export again, or close it without export");
+    json_object_set_new(result, "isError", json_true());
+  }
+  bool close_now = never_started || (job->spec.close_session && !export_failed);
   json_t *content = json_object_get(result, "content");
   json_t *first = json_array_get(content, 0);
   if (json_is_object(first) && json_is_string(json_object_get(first, "text"))) {
