@@ -87,13 +87,13 @@ typedef struct srv_config {
   uint64_t max_tasks_per_principal; /* --max-tasks-per-principal: tasks kept; 0 = no limit */
   uint64_t max_task_result_bytes_per_principal; /* finished tasks' results kept, one principal */
   uint64_t max_task_result_bytes;               /* ... and in all */
-  cm_log_level_t log_level;         /* --log-level */
-  char *audit_log;                  /* --audit-log FILE or "-" (stderr), or NULL */
-  uint64_t drain_seconds;           /* --drain-seconds: SIGTERM lets running calls finish */
-  bool health_auth;                 /* --health-auth: the probes need a token */
-  uint64_t audit_log_max_bytes;     /* --audit-log-max-bytes: rotate past it; 0 = never */
-  uint64_t audit_log_keep;          /* --audit-log-keep: rotated files kept */
-  char *profile;                    /* --profile: the sandbox profile it started from */
+  cm_log_level_t log_level;                     /* --log-level */
+  char *audit_log;                              /* --audit-log FILE or "-" (stderr), or NULL */
+  uint64_t drain_seconds;       /* --drain-seconds: SIGTERM lets running calls finish */
+  bool health_auth;             /* --health-auth: the probes need a token */
+  uint64_t audit_log_max_bytes; /* --audit-log-max-bytes: rotate past it; 0 = never */
+  uint64_t audit_log_keep;      /* --audit-log-keep: rotated files kept */
+  char *profile;                /* --profile: the sandbox profile it started from */
   /* Streamable HTTP (--transport http). */
   char *host;                           /* --host (127.0.0.1) */
   uint64_t port;                        /* --port (8765) */

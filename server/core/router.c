@@ -58,8 +58,7 @@ static bool tasks_offered(const char *protocol) {
 static json_t *server_capabilities(const char *protocol) {
   json_t *caps = json_pack("{s:{s:b}, s:{s:b, s:b}, s:{}}", "tools", "listChanged", 0, "resources",
                            "listChanged", 0, "subscribe", 0, "logging");
-  if (tasks_offered(protocol))
-    json_object_set_new(caps, "tasks", srv_tasks_capability());
+  if (tasks_offered(protocol)) json_object_set_new(caps, "tasks", srv_tasks_capability());
   return caps;
 }
 

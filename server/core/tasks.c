@@ -324,9 +324,10 @@ static bool drop_oldest(srv_tasks_t *ts, const char *principal, const srv_task_t
   }
   for (srv_task_t *t = ts->head; t; t = t->next) {
     if (t == keep || !terminal(t) || !t->bytes || strcmp(t->principal, principal) != 0) continue;
-    cm_info("task %s of %s: its result (%zu bytes) is dropped to keep the task store within its "
-            "bounds (--max-task-result-bytes%s)",
-            t->id, t->principal, t->bytes, principal == keep->principal ? "-per-principal" : "");
+    cm_info(
+        "task %s of %s: its result (%zu bytes) is dropped to keep the task store within its "
+        "bounds (--max-task-result-bytes%s)",
+        t->id, t->principal, t->bytes, principal == keep->principal ? "-per-principal" : "");
     task_unlink(t);
     task_free(t);
     return true;

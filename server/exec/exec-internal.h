@@ -211,8 +211,8 @@ typedef struct exec_kresult {
   uint64_t id;
   int status;
   int exit_code;
-  char *error;   /* the exception's type name, or NULL */
-  char *display; /* repr() of the final expression, or NULL */
+  char *error;        /* the exception's type name, or NULL */
+  char *display;      /* repr() of the final expression, or NULL */
   char *export_error; /* why the asked-for export was not written, or NULL */
   uint64_t rss_bytes;
 } exec_kresult_t;
