@@ -223,3 +223,25 @@ def test_sighup_reads_the_token_file_again(tmp_path):
     fails = [json.loads(l) for l in text.splitlines() if '"auth_failure"' in l]
     assert fails and fails[0]["remote"] == "127.0.0.1" and fails[0]["reason"] in ("missing", "invalid")
     assert "alice-token" not in text and "bob-token" not in text
+
+
+def test_the_drain_refuses_a_new_legacy_sse_session(tmp_path):
+    """GET /sse makes a session (HTTP+SSE: the stream is the session): during the drain it is
+    refused like an initialize, with 503 and Retry-After, not opened to fail later."""
+    srv = HttpServer("--sandbox-backend", BACKEND, "--drain-seconds", "30", "--prestart", "off")
+    try:
+        sid = srv.initialize()
+        marker = "mps-drain-sse-%d" % os.getpid()
+        t, out = start_call(srv, sid, 1, marked(marker, 3))
+        assert wait_until(lambda: processes_with_marker(marker), timeout=30)
+        srv.proc.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: get(srv, "/readyz")[0] == 503, timeout=10)
+        c, r = srv.open_get(None, path="/sse")
+        try:
+            assert r.status == 503 and int(r.getheader("Retry-After")) >= 1, r.status
+        finally:
+            c.close()
+        t.join(timeout=30)
+        assert srv.proc.wait(timeout=15) == 0
+    finally:
+        srv.close()
