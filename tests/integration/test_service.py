@@ -245,3 +245,33 @@ def test_the_drain_refuses_a_new_legacy_sse_session(tmp_path):
         assert srv.proc.wait(timeout=15) == 0
     finally:
         srv.close()
+
+
+def test_a_reload_never_gives_an_unnamed_tokens_tenancy_to_another_token(tmp_path):
+    """An unnamed token is the principal "line N".  Removing the first of two unnamed tokens
+    moves the second to line 1: it must not thereby become the removed token's tenant (its
+    sessions, tasks and files).  Such a reload is refused and says why."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("first-token-0123456789ab\nsecond-token-0123456789a\n")
+    srv = HttpServer("--auth-token-file", str(tokens), "--prestart", "off")
+    first = {"Authorization": "Bearer first-token-0123456789ab"}
+    second = {"Authorization": "Bearer second-token-0123456789a"}
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    try:
+        sid = srv.initialize(headers=first)
+        assert srv.post(ping, sid, headers=second)[0] == 404
+        tokens.write_text("second-token-0123456789a\n")
+        srv.proc.send_signal(signal.SIGHUP)
+        # Refused (the tokens stay as they were), and the log says which line.
+        assert wait_until(lambda: "stay as they were" in srv.stderr_text(), timeout=10), \
+            srv.stderr_text()
+        assert "line 1" in srv.stderr_text()
+        assert srv.post(ping, sid, headers=second)[0] == 404
+        assert srv.post(ping, sid, headers=first)[0] == 200
+        # A file that names its tokens is taken.
+        tokens.write_text("bob:second-token-0123456789a\n")
+        srv.proc.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: srv.post(ping, sid, headers=first)[0] == 401, timeout=10)
+        assert srv.post(ping, sid, headers=second)[0] == 404
+    finally:
+        srv.close()
