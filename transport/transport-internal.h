@@ -61,7 +61,8 @@ int tr_http_bearer_token(const char *buf, size_t len, const char **token, size_t
 
 /* Bearer tokens, kept only as SHA-256 digests. */
 typedef struct tr_http_token {
-  char *name; /* the "name:" prefix, or "line N" */
+  char *name;   /* the "name:" prefix, or "line N" */
+  bool unnamed; /* "line N": named after its place in the file, not by the file */
   unsigned char sha256[32];
 } tr_http_token_t;
 

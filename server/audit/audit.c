@@ -10,6 +10,10 @@
 
 #include "server/audit/audit.h"
 
+/* Of a record over SRV_AUDIT_LINE_MAX, strings up to this many bytes stay (a digest, a
+ * principal, an environment key); a record has a few dozen fields, so what stays fits. */
+#define AUDIT_SHRUNK_STRING_MAX 512
+
 struct srv_audit {
   pthread_mutex_t mu;
   pthread_cond_t wake;
@@ -197,6 +201,28 @@ srv_audit_t *srv_audit_open(const char *path, uint64_t max_bytes, unsigned keep,
   return a;
 }
 
+/* A record too large for a line: its scalars stay (who, what, how it ended: the caller
+ * decides the size of a list or a long string, and must not thereby wipe its own line),
+ * the rest goes and "omitted" names it. */
+static json_t *shrunk(json_t *line, size_t len) {
+  json_t *out = json_object();
+  json_t *omitted = json_array();
+  const char *key;
+  json_t *v;
+  json_object_foreach(line, key, v) {
+    bool keep = json_is_number(v) || json_is_boolean(v) || json_is_null(v) ||
+                (json_is_string(v) && json_string_length(v) <= AUDIT_SHRUNK_STRING_MAX);
+    if (keep)
+      json_object_set(out, key, v);
+    else
+      json_array_append_new(omitted, json_string(key));
+  }
+  json_object_set_new(out, "omitted", omitted);
+  json_object_set_new(out, "error", json_string("record too large"));
+  json_object_set_new(out, "bytes", json_integer((json_int_t)len));
+  return out;
+}
+
 void srv_audit_write(srv_audit_t *a, json_t *record) {
   if (!a || !record) return;
   char t[40];
@@ -205,6 +231,12 @@ void srv_audit_write(srv_audit_t *a, json_t *record) {
   json_object_update_missing(line, record);
   char *text = json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII);
   size_t len = text ? strlen(text) : 0;
+  if (text && len > SRV_AUDIT_LINE_MAX) {
+    free(text);
+    json_auto_t *small = shrunk(line, len);
+    text = json_dumps(small, JSON_COMPACT | JSON_ENSURE_ASCII);
+  }
+  len = text ? strlen(text) : 0;
   if (!text || len > SRV_AUDIT_LINE_MAX) {
     free(text);
     json_t *ev = json_object_get(record, "event");

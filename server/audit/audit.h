@@ -24,8 +24,9 @@ typedef struct srv_audit srv_audit_t;
  * CM_ERR_IO. */
 srv_audit_t *srv_audit_open(const char *path, uint64_t max_bytes, unsigned keep, cm_error_t *err);
 /* Queues one record (a JSON object; "time" is added in front, RFC 3339 UTC with
- * milliseconds).  Never blocks on the file; a line over SRV_AUDIT_LINE_MAX is replaced by a
- * note of its size.  Safe with a NULL log (no audit log configured). */
+ * milliseconds).  Never blocks on the file; a line over SRV_AUDIT_LINE_MAX keeps only its
+ * numbers, booleans and short strings, with "error": "record too large", its "bytes" and
+ * the fields "omitted".  Safe with a NULL log (no audit log configured). */
 void srv_audit_write(srv_audit_t *a, json_t *record);
 /* The file is opened again (after logrotate moved it) before the next line is written. */
 void srv_audit_reopen(srv_audit_t *a);

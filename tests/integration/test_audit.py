@@ -124,3 +124,26 @@ def test_rotation_by_size(tmp_path):
     finally:
         s.close()
     assert not os.path.exists(log + ".3")
+
+
+def test_a_record_too_large_still_says_who_what_and_how(tmp_path):
+    """A caller cannot wipe its own line: 256 long requirements make the record far larger than
+    a line may be, yet the line keeps the principal, the tool, the script's digest and the
+    outcome (what is too long goes, and the line says which)."""
+    log = str(tmp_path / "audit.log")
+    s = Server("--audit-log", log, "--prestart", "off", "--offline")
+    try:
+        s.initialize()
+        script = "print('hidden')\n"
+        deps = ["p%03d%s" % (i, "x" * 400) for i in range(256)]
+        s.execute(script, dependencies=deps)
+        lines = tool_lines(log, 1)
+    finally:
+        s.close()
+    line = lines[0]
+    assert line["tool"] == "execute_python" and line["principal"], line
+    assert line["outcome"] in ("ok", "tool_error", "error"), line
+    assert line["script_sha256"] == hashlib.sha256(script.encode()).hexdigest(), line
+    assert "requirements" in line.get("omitted", []), line
+    with open(log) as f:
+        assert all(len(l) <= 64 * 1024 for l in f)

@@ -223,3 +223,55 @@ def test_sighup_reads_the_token_file_again(tmp_path):
     fails = [json.loads(l) for l in text.splitlines() if '"auth_failure"' in l]
     assert fails and fails[0]["remote"] == "127.0.0.1" and fails[0]["reason"] in ("missing", "invalid")
     assert "alice-token" not in text and "bob-token" not in text
+
+
+def test_the_drain_refuses_a_new_legacy_sse_session(tmp_path):
+    """GET /sse makes a session (HTTP+SSE: the stream is the session): during the drain it is
+    refused like an initialize, with 503 and Retry-After, not opened to fail later."""
+    srv = HttpServer("--sandbox-backend", BACKEND, "--drain-seconds", "30", "--prestart", "off")
+    try:
+        sid = srv.initialize()
+        marker = "mps-drain-sse-%d" % os.getpid()
+        t, out = start_call(srv, sid, 1, marked(marker, 3))
+        assert wait_until(lambda: processes_with_marker(marker), timeout=30)
+        srv.proc.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: get(srv, "/readyz")[0] == 503, timeout=10)
+        c, r = srv.open_get(None, path="/sse")
+        try:
+            assert r.status == 503 and int(r.getheader("Retry-After")) >= 1, r.status
+        finally:
+            c.close()
+        t.join(timeout=30)
+        assert srv.proc.wait(timeout=15) == 0
+    finally:
+        srv.close()
+
+
+def test_a_reload_never_gives_an_unnamed_tokens_tenancy_to_another_token(tmp_path):
+    """An unnamed token is the principal "line N".  Removing the first of two unnamed tokens
+    moves the second to line 1: it must not thereby become the removed token's tenant (its
+    sessions, tasks and files).  Such a reload is refused and says why."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("first-token-0123456789ab\nsecond-token-0123456789a\n")
+    srv = HttpServer("--auth-token-file", str(tokens), "--prestart", "off")
+    first = {"Authorization": "Bearer first-token-0123456789ab"}
+    second = {"Authorization": "Bearer second-token-0123456789a"}
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    try:
+        sid = srv.initialize(headers=first)
+        assert srv.post(ping, sid, headers=second)[0] == 404
+        tokens.write_text("second-token-0123456789a\n")
+        srv.proc.send_signal(signal.SIGHUP)
+        # Refused (the tokens stay as they were), and the log says which line.
+        assert wait_until(lambda: "stay as they were" in srv.stderr_text(), timeout=10), \
+            srv.stderr_text()
+        assert "line 1" in srv.stderr_text()
+        assert srv.post(ping, sid, headers=second)[0] == 404
+        assert srv.post(ping, sid, headers=first)[0] == 200
+        # A file that names its tokens is taken.
+        tokens.write_text("bob:second-token-0123456789a\n")
+        srv.proc.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: srv.post(ping, sid, headers=first)[0] == 401, timeout=10)
+        assert srv.post(ping, sid, headers=second)[0] == 404
+    finally:
+        srv.close()

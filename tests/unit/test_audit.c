@@ -145,7 +145,8 @@ static void test_oversize_record_is_a_note(void **state) {
   char *big = xmalloc(SRV_AUDIT_LINE_MAX + 10);
   memset(big, 'x', SRV_AUDIT_LINE_MAX + 9);
   big[SRV_AUDIT_LINE_MAX + 9] = '\0';
-  json_t *r = json_pack("{s:s, s:s}", "event", "tool_call", "blob", big);
+  json_t *r = json_pack("{s:s, s:s, s:s, s:i}", "event", "tool_call", "blob", big, "principal",
+                        "alice", "exit_code", 3);
   srv_audit_write(a, r);
   json_decref(r);
   free(big);
@@ -156,6 +157,11 @@ static void test_oversize_record_is_a_note(void **state) {
   assert_string_equal(json_string_value(json_object_get(l, "event")), "tool_call");
   assert_string_equal(json_string_value(json_object_get(l, "error")), "record too large");
   assert_true(json_integer_value(json_object_get(l, "bytes")) > SRV_AUDIT_LINE_MAX);
+  /* Who and how stay; the blob goes, named. */
+  assert_string_equal(json_string_value(json_object_get(l, "principal")), "alice");
+  assert_int_equal(json_integer_value(json_object_get(l, "exit_code")), 3);
+  assert_null(json_object_get(l, "blob"));
+  assert_string_equal(json_string_value(json_array_get(json_object_get(l, "omitted"), 0)), "blob");
   json_decref(lines);
 }
 

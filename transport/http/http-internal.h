@@ -38,6 +38,10 @@ typedef struct hs_principal hs_principal_t;
  * sessions and requests point at them, and what each holds is counted here. */
 struct hs_principal {
   char *name;
+  /* A "line N" principal: the digest of the unnamed token it was made for.  Once another
+   * token sits on line N (after a reload), it is not that tenant. */
+  bool unnamed;
+  unsigned char unnamed_sha256[32];
   size_t sessions;     /* open sessions */
   size_t streams;      /* open GET streams */
   size_t replay_bytes; /* events kept in its sessions' streams */

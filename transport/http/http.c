@@ -143,15 +143,37 @@ static char *sibling_path(const char *path, const char *name) {
   return xasprintf("%.*s/%s", (int)dir, path, name);
 }
 
-/* The principal of a token name, made when it is new; SIZE_MAX when the table is full (only
- * reloads can fill it: a token file holds at most TR_HTTP_MAX_TOKENS names). */
-static size_t principal_for(tr_http_t *h, const char *name) {
+#define PRINCIPAL_FULL SIZE_MAX
+#define PRINCIPAL_TAKEN (SIZE_MAX - 1)
+
+/* The principal of a token, by its name, made when it is new; PRINCIPAL_FULL when the table
+ * is full (only reloads can fill it: a token file holds at most TR_HTTP_MAX_TOKENS names);
+ * PRINCIPAL_TAKEN for an unnamed token whose "line N" was another token's (the file changed
+ * under it): it would inherit that tenant's sessions, tasks and files. */
+static size_t principal_for(tr_http_t *h, const tr_http_token_t *t) {
   size_t k = 0;
-  while (k < h->n_principals && strcmp(h->principals[k].name, name) != 0) k++;
-  if (k < h->n_principals) return k;
-  if (k == h->principals_cap) return SIZE_MAX;
-  h->principals[h->n_principals++].name = xstrdup(name);
+  while (k < h->n_principals && strcmp(h->principals[k].name, t->name) != 0) k++;
+  if (k < h->n_principals) {
+    const hs_principal_t *p = &h->principals[k];
+    if (t->unnamed && (!p->unnamed || memcmp(p->unnamed_sha256, t->sha256, 32) != 0))
+      return PRINCIPAL_TAKEN;
+    return k;
+  }
+  if (k == h->principals_cap) return PRINCIPAL_FULL;
+  hs_principal_t *p = &h->principals[h->n_principals++];
+  p->name = xstrdup(t->name);
+  p->unnamed = t->unnamed;
+  if (t->unnamed) memcpy(p->unnamed_sha256, t->sha256, 32);
   return k;
+}
+
+/* A refused reload leaves no principal behind (nothing points at those it made). */
+static void principals_truncate(tr_http_t *h, size_t n) {
+  while (h->n_principals > n) {
+    hs_principal_t *p = &h->principals[--h->n_principals];
+    free(p->name);
+    memset(p, 0, sizeof *p);
+  }
 }
 
 int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err) {
@@ -179,17 +201,28 @@ int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err) {
                         h->token_file);
   }
   size_t *map = xcalloc(n, sizeof *map);
+  size_t had = h->n_principals;
   for (size_t i = 0; i < n; i++) {
-    map[i] = principal_for(h, tokens[i].name);
-    if (map[i] == SIZE_MAX) {
+    map[i] = principal_for(h, &tokens[i]);
+    if (map[i] == PRINCIPAL_TAKEN) {
+      cm_error_set(err, 0, CM_ERR_INVALID,
+                   "--auth-token-file %s: the unnamed token now on %s is not the one that was "
+                   "there, and would become its tenant (its sessions, tasks and files): give "
+                   "the tokens names (NAME:TOKEN); the tokens stay as they were",
+                   h->token_file, tokens[i].name);
+    } else if (map[i] == PRINCIPAL_FULL) {
       /* Never two names as one tenant: the reload is refused as a whole. */
-      free(map);
-      tr_http_tokens_free(tokens, n);
-      return cm_error_set(err, 0, CM_ERR_LIMIT,
-                          "more than %d token names since the server started: restart it to "
-                          "use the new file",
-                          TR_HTTP_MAX_TOKENS);
+      cm_error_set(err, 0, CM_ERR_LIMIT,
+                   "more than %d token names since the server started: restart it to use the "
+                   "new file (the tokens stay as they were)",
+                   TR_HTTP_MAX_TOKENS);
+    } else {
+      continue;
     }
+    principals_truncate(h, had);
+    free(map);
+    tr_http_tokens_free(tokens, n);
+    return -1;
   }
   tr_http_tokens_free(h->tokens, h->n_tokens);
   free(h->token_principal);
@@ -291,7 +324,7 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   h->token_principal = xcalloc(h->n_tokens ? h->n_tokens : 1, sizeof *h->token_principal);
   if (!h->n_tokens) h->principals[h->n_principals++].name = xstrdup(HTTP_PRINCIPAL_LOCAL);
   for (size_t i = 0; i < h->n_tokens; i++)
-    h->token_principal[i] = principal_for(h, h->tokens[i].name);
+    h->token_principal[i] = principal_for(h, &h->tokens[i]);
   if (opts->auth_token_file) h->token_file = xstrdup(opts->auth_token_file);
   h->max_sessions_per_principal = opts->max_sessions_per_principal;
   h->max_streams_per_principal = opts->max_streams_per_principal;

@@ -320,6 +320,7 @@ int tr_http_parse_tokens(const char *buf, size_t len, tr_http_token_t **tokens, 
       out = xrealloc(out, cap * sizeof *out);
     }
     out[n].name = nn ? xstrndup(name, nn) : xasprintf("line %zu", line_no);
+    out[n].unnamed = nn == 0;
     cm_sha256(tok, tn, out[n].sha256);
     n++;
   }

@@ -75,8 +75,12 @@ static enum MHD_Result mcp_delete(hs_conn_t *c) {
   return tr_hs_respond_empty(c, 200);
 }
 
+static enum MHD_Result respond_draining(hs_conn_t *c);
+
 static enum MHD_Result legacy_get(hs_conn_t *c) {
   tr_http_t *h = c->h;
+  /* The stream is a new session: refused during the drain, as an initialize is. */
+  if (h->draining) return respond_draining(c);
   tr_hs_parse_accept(c);
   if (!c->accept_sse)
     return tr_hs_respond_error(c, 406, -32000,
