@@ -323,8 +323,7 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   h->principals = xcalloc(h->principals_cap, sizeof *h->principals);
   h->token_principal = xcalloc(h->n_tokens ? h->n_tokens : 1, sizeof *h->token_principal);
   if (!h->n_tokens) h->principals[h->n_principals++].name = xstrdup(HTTP_PRINCIPAL_LOCAL);
-  for (size_t i = 0; i < h->n_tokens; i++)
-    h->token_principal[i] = principal_for(h, &h->tokens[i]);
+  for (size_t i = 0; i < h->n_tokens; i++) h->token_principal[i] = principal_for(h, &h->tokens[i]);
   if (opts->auth_token_file) h->token_file = xstrdup(opts->auth_token_file);
   h->max_sessions_per_principal = opts->max_sessions_per_principal;
   h->max_streams_per_principal = opts->max_streams_per_principal;
