@@ -91,7 +91,8 @@ struct srv_session {
    * that request, or right after dispatch when no request took it (owned). */
   bool ephemeral;
   bool owned;
-  int refs; /* an ephemeral session's: the router's during dispatch, its request's */
+  int refs;        /* an ephemeral session's: the router's during dispatch, its request's */
+  uint64_t serial; /* numbers the server's sessions (the audit log names them so) */
 };
 
 struct srv_task;

@@ -102,6 +102,7 @@ struct srv_server {
   srv_audit_t *audit;                 /* --audit-log, or NULL */
   srv_counters_t counters;            /* for /metrics */
   bool draining;                      /* SIGTERM: new tool calls are refused */
+  uint64_t session_serial;            /* the last session's number (srv_session_new) */
   uint64_t metrics_env_at;            /* when /metrics last listed the environments */
   size_t metrics_envs;
   uint64_t metrics_env_bytes;

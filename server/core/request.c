@@ -210,9 +210,11 @@ void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *tas
   r->call_start_ms = cm_now_ms();
   if (!r->server->audit) return;
   json_decref(r->audit);
-  r->audit = json_pack("{s:s, s:s, s:s, s:s*}", "event", "tool_call", "principal",
-                       r->session && r->session->principal ? r->session->principal : "", "tool",
-                       tool, "task", task_id);
+  /* The session by the server's number for it: its id over HTTP is a credential. */
+  r->audit =
+      json_pack("{s:s, s:s, s:I, s:s, s:s*}", "event", "tool_call", "principal",
+                r->session && r->session->principal ? r->session->principal : "", "session",
+                (json_int_t)(r->session ? r->session->serial : 0), "tool", tool, "task", task_id);
   if (r->modern) json_object_set_new(r->audit, "era", json_string("2026-07-28"));
 }
 

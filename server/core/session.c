@@ -10,6 +10,7 @@ srv_session_t *srv_session_new(srv_server_t *s, tr_sink_t *sink) {
   ss->log_level = -1;
   ss->principal = xstrdup(SRV_PRINCIPAL_STDIO);
   ss->refs = 1;
+  ss->serial = ++s->session_serial;
   return ss;
 }
 

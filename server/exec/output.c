@@ -241,6 +241,8 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
                                : json_null());
   json_object_set_new(sc, "network", network);
   files_result_append(&files, NULL, json_object_get(result, "content"), sc);
+  srv_request_audit(job->req, "artifacts", json_integer((json_int_t)files.stored_files));
+  srv_request_audit(job->req, "artifact_bytes", json_integer((json_int_t)files.stored_bytes));
   files_collection_release(&files);
   json_object_set_new(result, "structuredContent", sc);
   return result;

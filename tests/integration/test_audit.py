@@ -37,12 +37,17 @@ def test_a_line_per_tool_call_with_outcome_and_cost(tmp_path):
         assert res["isError"] is True
         assert s.execute("import sys\nsys.exit(3)\n")["isError"] is True
         s.call("check_environment", {})
-        # An error answer (unknown tool) is a tool call too.
+        # An unknown tool is no tool call (nothing to name in a line).
         s.request("tools/call", {"name": "no_such_tool", "arguments": {}})
-        lines = tool_lines(log, 4)
+        s.execute("import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/a.txt', 'w').write('x')\n")
+        lines = tool_lines(log, 5)
     finally:
         s.close()
-    ok, timeout, failed, env = lines[:4]
+    ok, timeout, failed, env, art = lines[:5]
+    # The session by the server's number for it (over HTTP its id is a credential).
+    assert isinstance(ok["session"], int) and ok["session"] >= 1
+    assert all(l["session"] == ok["session"] for l in lines)
+    assert ok["artifacts"] == 0 and art["artifacts"] == 1 and art["artifact_bytes"] == 1
     assert list(ok)[0] == "time" and ok["time"].endswith("Z")
     assert ok["principal"] and ok["tool"] == "execute_python" and ok["outcome"] == "ok"
     assert ok["script_sha256"] == hashlib.sha256(script.encode()).hexdigest()
