@@ -106,6 +106,36 @@ static exec_session_t *oldest_idle(exec_state_t *x, const char *principal) {
   return NULL;
 }
 
+/* At the server's cap, for a principal holding less than its fair share (the cap divided among
+ * the principals that hold sessions, it included): the oldest idle session of the principal
+ * holding the most, if that one holds more than its share; else NULL.  So no tenant's idle
+ * sessions keep another out for good, and none loses one while it holds no more than its
+ * share. */
+static size_t held_by(exec_state_t *x, const char *principal) {
+  size_t n = 0;
+  for (exec_session_t *o = x->sessions; o; o = o->next) n += strcmp(o->principal, principal) == 0;
+  return n;
+}
+
+static exec_session_t *fair_share_victim(exec_state_t *x, const char *principal, size_t mine) {
+  uint64_t cap = srv_server_config(x->server)->max_exec_sessions;
+  size_t principals = mine ? 0 : 1; /* the caller, when it holds none yet */
+  const char *biggest = NULL;
+  size_t most = 0;
+  for (exec_session_t *ks = x->sessions; ks; ks = ks->next) {
+    bool first = true; /* each principal counted once, at its first session in the list */
+    for (exec_session_t *o = x->sessions; o != ks; o = o->next)
+      if (strcmp(o->principal, ks->principal) == 0) first = false;
+    if (!first) continue;
+    principals++;
+    size_t held = held_by(x, ks->principal);
+    if (held > most && strcmp(ks->principal, principal) != 0) most = held, biggest = ks->principal;
+  }
+  uint64_t share = principals ? cap / principals : cap;
+  if (!biggest || mine >= share || most <= share) return NULL;
+  return oldest_idle(x, biggest);
+}
+
 void exec_sessions_count(exec_state_t *x, const char *principal, size_t *mine, size_t *all) {
   *mine = *all = 0;
   for (exec_session_t *ks = x->sessions; ks; ks = ks->next) {
@@ -331,7 +361,20 @@ json_t *exec_session_claim(exec_state_t *x, exec_spec_t *spec, exec_session_t **
   uint64_t per = cfg->max_exec_sessions_per_token;
   if ((per && mine >= per) || all >= cfg->max_exec_sessions) {
     exec_session_t *victim = oldest_idle(x, principal);
-    if (!victim) {
+    bool others = false;
+    if (!victim && !(per && mine >= per)) {
+      victim = fair_share_victim(x, principal, mine);
+      others = victim != NULL;
+    }
+    if (others) {
+      *note = xasprintf(
+          "the server was at its cap of %llu sessions: the oldest idle session of a principal "
+          "holding more than its fair share was closed to make room",
+          (unsigned long long)cfg->max_exec_sessions);
+      cm_info("session %s of %s closed: %s holds less than its share of --max-exec-sessions",
+              victim->id, victim->principal, principal);
+      session_close(victim, "closed to give another principal its fair share of sessions");
+    } else if (!victim) {
       if (per && mine >= per)
         return srv_tool_error_result(
             "You have %zu sessions, the most this server allows (--max-exec-sessions-per-token "
@@ -342,12 +385,14 @@ json_t *exec_session_claim(exec_state_t *x, exec_spec_t *spec, exec_session_t **
           "yours is idle to make room. Try again later, or run without a session.",
           (unsigned long long)cfg->max_exec_sessions);
     }
-    *note = xasprintf(
-        "session %s (your oldest idle one) was closed to make room: at most %llu "
-        "sessions %s",
-        victim->id, (unsigned long long)(per && mine >= per ? per : cfg->max_exec_sessions),
-        per && mine >= per ? "per principal" : "on this server");
-    session_close(victim, "closed for a new session (cap)");
+    if (!others) {
+      *note = xasprintf(
+          "session %s (your oldest idle one) was closed to make room: at most %llu "
+          "sessions %s",
+          victim->id, (unsigned long long)(per && mine >= per ? per : cfg->max_exec_sessions),
+          per && mine >= per ? "per principal" : "on this server");
+      session_close(victim, "closed for a new session (cap)");
+    }
   }
   cm_error_t err = CM_ERROR_INIT;
   exec_session_t *ks = session_new(x, principal, &err);

@@ -411,6 +411,36 @@ def test_one_token_cannot_touch_anothers_session(tokens):
         assert s.close() == 0
 
 
+def test_the_server_cap_gives_every_principal_its_share(tokens):
+    """At --max-exec-sessions, a principal holding less than its fair share gets a session: the
+    oldest idle session of the one holding the most (more than its share) makes room, never one
+    of a principal at or under its share."""
+    from test_tenancy import ALICE, BOB, HttpServer
+    s = HttpServer("--auth-token-file", tokens, "--no-warm-cache", "--prestart", "off",
+                   "--sandbox-backend", BACKEND, "--max-exec-sessions", "2",
+                   "--max-exec-sessions-per-token", "0")
+    try:
+        a = s.initialize(headers=ALICE)
+        b = s.initialize(headers=BOB)
+        ids = []
+        for i in range(2):  # alice takes the whole server
+            res = _tool(s, a, ALICE, 10 + i, "execute_python", {"script": f"n = {i}", "session": "new"})
+            ids.append(res["structuredContent"]["session"]["id"])
+        # bob holds none (less than his share of one): alice's oldest idle session goes
+        res = _tool(s, b, BOB, 20, "execute_python", {"script": "mine = 1", "session": "new"})
+        assert not res.get("isError"), text(res)
+        assert "fair share" in res["structuredContent"]["session"]["note"]
+        assert ids[0] not in text(res) and "alice" not in text(res)
+        left = [e["id"] for e in _tool(s, a, ALICE, 21, "list_sessions", {})["structuredContent"]["sessions"]]
+        assert left == [ids[1]], left
+        # now each holds its share (one of two): alice cannot take bob's back
+        res = _tool(s, a, ALICE, 22, "execute_python", {"script": "x = 1", "session": "new"})
+        assert res["structuredContent"]["session"]["note"] and ids[1] in res["structuredContent"]["session"]["note"]
+        assert len(_tool(s, b, BOB, 23, "list_sessions", {})["structuredContent"]["sessions"]) == 1
+    finally:
+        assert s.close() == 0
+
+
 @pytest.fixture
 def tokens(tmp_path):
     path = tmp_path / "tokens"
