@@ -339,6 +339,19 @@ void srv_request_fail(srv_request_t *r, const cm_error_t *err) {
   srv_request_complete(r, response);
 }
 
+void srv_request_fail_rpc(srv_request_t *r, int code, const char *message, json_t *data) {
+  if (r->cancelled) {
+    json_decref(data);
+    srv_request_complete(r, NULL);
+    return;
+  }
+  srv_request_complete(r, srv_jsonrpc_error(r->id, code, message, data));
+}
+
+json_t *srv_request_params(const srv_request_t *r) {
+  return r->params;
+}
+
 /* ---------------------------------------------------------------- server -> client requests */
 
 /* Bounds what one session may have outstanding with its client. */
