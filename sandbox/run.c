@@ -315,6 +315,10 @@ void sbx_run_cancel(sbx_run_t *run) {
   begin_kill(run);
 }
 
+void sbx_run_events(const sbx_run_t *run, sbx_run_events_t *ev) {
+  sbx_cgroup_run_events(run ? run->cgroup : NULL, ev);
+}
+
 pid_t sbx_run_pid(const sbx_run_t *run) {
   return run->child.pid;
 }

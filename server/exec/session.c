@@ -69,6 +69,9 @@ struct exec_session {
   uint64_t call_id;
   bool sent, timed_out, interrupt_sent, restarting, have_done;
   uint64_t call_start_ms;
+  /* The kernel's cgroup counters when the call was sent: a call that ends with more OOM
+   * kills or refused forks hit the limit (the kernel may live on, its children killed). */
+  sbx_run_events_t call_events;
   exec_kresult_t done;
   cm_timer_t *t_deadline, *t_grace, *t_finish, *t_idle, *t_life;
   bool closing, expire_after_call;
@@ -727,6 +730,7 @@ static void call_send(exec_session_t *ks) {
   ks->sent = true;
   ks->timed_out = ks->interrupt_sent = ks->have_done = false;
   ks->call_start_ms = cm_now_ms();
+  sbx_run_events(ks->run, &ks->call_events);
   /* Under PIPE_BUF: written whole, or the FIFO is full because the user's code filled it. */
   if (write(ks->req_fd, frame, len) != (ssize_t)len) {
     kill_kernel(ks, "it stopped reading its requests");
@@ -822,6 +826,10 @@ static void call_finish(exec_session_t *ks, const sbx_result_t *death) {
     res.cancelled = false;
   } else {
     res.exit_code = ks->done.exit_code;
+    sbx_run_events_t now;
+    sbx_run_events(ks->run, &now);
+    res.memory_limit = now.known && now.oom_kills > ks->call_events.oom_kills;
+    res.process_limit = now.known && now.forks_refused > ks->call_events.forks_refused;
   }
   res.timed_out = ks->timed_out;
   res.duration_ms = cm_now_ms() - ks->call_start_ms;

@@ -224,3 +224,49 @@ def test_explicit_cgroup2_directory(v2_dir, make_server):
     assert wait_until(lambda: processes_with_marker(marker) == [], timeout=5)
     s.close()
     assert not any(e.startswith("mps-") for e in os.listdir(v2_dir))
+
+
+FORKS_FOUR_60M = """
+import os, time
+kids = []
+for i in range(4):
+    pid = os.fork()
+    if pid == 0:
+        b = bytearray(60 << 20)
+        for j in range(0, len(b), 4096):
+            b[j] = 1
+        time.sleep(1)
+        os._exit(0)
+    kids.append(pid)
+bad = sum(1 for pid in kids if os.waitpid(pid, 0)[1] != 0)
+print('children killed:', bad)
+"""
+
+
+def test_a_sessions_memory_limit_covers_its_kernels_tree(cg_available, make_server):
+    """Issue 19: the session's kernel and what it forks share one cgroup: children far below
+    the address-space limit do not fit together, the OOM kill is reported as the memory
+    limit, and the session (its state, or a fresh kernel on its files) goes on."""
+    s = start(make_server, "--memory-limit", "160M", "--prestart", "off")
+    res = s.execute("keep = 'me'", session="new")
+    sid = res["structuredContent"]["session"]["id"]
+    res = s.execute(FORKS_FOUR_60M, session=sid, timeout_seconds=60)
+    sc = res["structuredContent"]
+    text = res["content"][0]["text"]
+    assert sc["limit"] == "memory", text
+    assert "memory limit of the whole process tree" in text, text
+    res = s.execute("print('alive')", session=sid)
+    assert res["structuredContent"]["stdout"] == "alive\n", res["content"][0]["text"]
+
+
+def test_a_sessions_cgroup_goes_with_it(cg_available, make_server):
+    s = start(make_server, "--prestart", "off")
+    res = s.execute("print(1)", session="new")
+    sid = res["structuredContent"]["session"]["id"]
+    assert run_dirs() != [], "the kernel's cgroup should exist while the session lives"
+    s.call("close_session", {"session": sid})
+    assert wait_until(lambda: run_dirs() == [], timeout=10), run_dirs()
+    # and a kernel killed with its session's server leaves none either
+    s.execute("print(2)", session="new")
+    s.close()
+    assert glob.glob("/sys/fs/cgroup/**/mps-%d" % s.proc.pid, recursive=True) == []
