@@ -35,6 +35,10 @@
 /* The least time a KeyboardInterrupt gets before the kernel is killed. */
 #define SESSION_MIN_GRACE_MS 500
 
+struct session_finish {
+  exec_session_t *ks; /* NULL once detached */
+};
+
 struct exec_session {
   exec_state_t *exec;
   exec_session_t *next;
@@ -73,7 +77,10 @@ struct exec_session {
    * kills or refused forks hit the limit (the kernel may live on, its children killed). */
   sbx_run_events_t call_events;
   exec_kresult_t done;
-  cm_timer_t *t_deadline, *t_grace, *t_finish, *t_idle, *t_life;
+  cm_timer_t *t_deadline, *t_grace, *t_idle, *t_life;
+  /* A result came: the call finishes after this loop iteration (a deferral that
+   * stop_call_timers and session_free detach, so it never reaches a stale session). */
+  struct session_finish *finish;
   bool closing, expire_after_call;
   bool exported; /* the last call's export was written (the kernel said so) */
   /* Entry points in progress (callbacks, calls from job.c): the session is freed when the
@@ -170,8 +177,9 @@ static void kernel_close_channel(exec_session_t *ks) {
 static void stop_call_timers(exec_session_t *ks) {
   cm_timer_cancel(ks->t_deadline);
   cm_timer_cancel(ks->t_grace);
-  cm_timer_cancel(ks->t_finish);
-  ks->t_deadline = ks->t_grace = ks->t_finish = NULL;
+  ks->t_deadline = ks->t_grace = NULL;
+  if (ks->finish) ks->finish->ks = NULL;
+  ks->finish = NULL;
 }
 
 /* Everything of a session that is closed and whose kernel is gone. */
@@ -523,10 +531,16 @@ static void kernel_exit(void *data, const sbx_result_t *res) {
   unpin(ks);
 }
 
-static void on_finish(cm_loop_t *loop, cm_timer_t *t, void *data) {
-  exec_session_t *ks = data;
-  ks->t_finish = NULL;
+/* Deferred (after the loop iteration in which the result arrived): what the kernel wrote to
+ * its stdout and stderr before it (it flushes them first) is read now, then the call ends. */
+static void on_finish(void *data) {
+  struct session_finish *f = data;
+  exec_session_t *ks = f->ks;
+  free(f);
+  if (!ks) return;
+  ks->finish = NULL;
   pin(ks);
+  sbx_run_read_pending(ks->run);
   call_finish(ks, NULL);
   unpin(ks);
 }
@@ -561,8 +575,10 @@ static void handle_frame(exec_session_t *ks, json_t *frame) {
   cm_timer_cancel(ks->t_deadline);
   cm_timer_cancel(ks->t_grace);
   ks->t_deadline = ks->t_grace = NULL;
-  /* A loop turn later: what the kernel wrote to stdout before this is in its pipes. */
-  ks->t_finish = cm_loop_timer(srv_server_loop(ks->exec->server), 1, on_finish, ks);
+  /* Not from inside the frame reader; a timer would cost a millisecond. */
+  ks->finish = xcalloc(1, sizeof *ks->finish);
+  ks->finish->ks = ks;
+  cm_loop_defer(srv_server_loop(ks->exec->server), on_finish, ks->finish);
 }
 
 static void on_res(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
