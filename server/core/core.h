@@ -110,6 +110,13 @@ struct srv_server {
   uint64_t metrics_env_bytes;
   /* Set with the store: a session ends (srv_session_free), its tasks go on without it. */
   void (*tasks_session_gone)(srv_session_t *ss);
+  /* Set with the store: srv_request_call_client of a task's run in the modern era (its
+   * question waits in the task's inputRequests). */
+  int (*task_ask)(srv_request_t *r, const char *method, json_t *params,
+                  void (*cb)(void *data, json_t *result, json_t *error), void *data,
+                  cm_error_t *err);
+  /* And when such a run is cancelled: its questions' callbacks get an error first. */
+  void (*task_asks_fail)(srv_request_t *r);
 };
 
 static inline cm_loop_t *srv_server_loop(srv_server_t *s) {
@@ -376,6 +383,12 @@ void srv_listen_resource_updated(srv_server_t *s, const char *uri, const char *p
 void srv_listen_end_all(srv_server_t *s);
 
 /* ---------------------------------------------------------------- tasks */
+
+/* A modern request in flight (an extension's, e.g. a multi-round-trip call that has its
+ * input) becomes a task of its principal's: its client gets the CreateTaskResult now, and
+ * what r finishes with later is the task's result.  False (nothing changes) when it cannot:
+ * not a modern request, already a task, or the principal has no room for another. */
+bool srv_request_promote_task(srv_request_t *r);
 
 /* Forgets every task (freeing the server, after every request ended). */
 void srv_tasks_free(srv_server_t *s);

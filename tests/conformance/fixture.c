@@ -881,12 +881,11 @@ static void mrtr_streaming_elicitation(mrtr_call_t *m) {
                            NULL));
 }
 
-/* ROUTER SUPPORT (checklist T7, srv_request_promote_task): ends the client's wait for r
- * with a CreateTaskResult and lets the call go on as a task whose result is what r
- * finishes with.  Returns false while the router cannot: the call then completes in
- * place. */
+/* Ends the client's wait for r with a CreateTaskResult and lets the call go on as a task
+ * whose result is what r finishes with (srv_request_promote_task); false when it cannot:
+ * the call then completes in place. */
 static bool promote_to_task(srv_request_t *r) {
-  return false;
+  return srv_request_promote_task(r);
 }
 
 static json_t *task_greeting_step(timed_call_t *c) {
@@ -1153,8 +1152,8 @@ static void protocol_error_call(srv_request_t *r, json_t *args) {
 
 /* confirm_delete and multi_input ask the client while they run: with
  * srv_request_call_client, which the handshake era sends as a server -> client request on
- * the call's stream, and which a task of the modern era is to surface as the task's
- * inputRequests, answered by tasks/update (ROUTER SUPPORT, checklist T5). */
+ * the call's stream, and which a task of the modern era surfaces as the task's
+ * inputRequests, answered by tasks/update (core/tasks.c). */
 typedef struct asking_call {
   srv_request_t *r;
   char *filename;
@@ -1287,8 +1286,9 @@ static const srv_tool_t fixture_tools[] = {
     {"failing_job", NULL, failing_job_describe, failing_job_call, SRV_TASK_REQUIRED},
     {"protocol_error_job", NULL, protocol_error_describe, protocol_error_call, SRV_TASK_OPTIONAL,
      always_task},
-    {"confirm_delete", NULL, confirm_delete_describe, confirm_delete_call},
-    {"multi_input", NULL, multi_input_describe, multi_input_call},
+    {"confirm_delete", NULL, confirm_delete_describe, confirm_delete_call, SRV_TASK_OPTIONAL,
+     always_task},
+    {"multi_input", NULL, multi_input_describe, multi_input_call, SRV_TASK_OPTIONAL, always_task},
     {"test_tool_with_task", NULL, tool_with_task_describe, modern_only_call},
 };
 
