@@ -52,6 +52,8 @@ static void listener_unlink(srv_listener_t *l) {
   }
 }
 
+static void listener_end(srv_listener_t *l);
+
 static void listener_free(srv_listener_t *l) {
   free(l->principal);
   json_decref(l->uris);
@@ -158,6 +160,9 @@ void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *
   srv_request_on_cancel(r, listener_cancelled, l);
   listener_send(l, "notifications/subscriptions/acknowledged",
                 json_pack("{s:o}", "notifications", agreed));
+  /* A stream opened while the server drains ends at once, as those open when it began did
+   * (srv_listen_end_all): nothing would end it gracefully later. */
+  if (s->draining) listener_end(l);
 }
 
 void srv_listen_list_changed(srv_server_t *s, unsigned kind, const char *principal) {
@@ -182,17 +187,17 @@ void srv_listen_resource_updated(srv_server_t *s, const char *uri, const char *p
   }
 }
 
+/* Ends l's stream with its result (the revision's SubscriptionsListenResult: the stream's
+ * last message); l is unlinked and freed. */
+static void listener_end(srv_listener_t *l) {
+  srv_request_t *r = l->r;
+  listener_unlink(l);
+  srv_request_on_cancel(r, NULL, NULL);
+  json_t *result = json_pack("{s:{s:O}}", "_meta", MCP_META_SUBSCRIPTION, r->id);
+  listener_free(l);
+  srv_request_finish(r, result);
+}
+
 void srv_listen_end_all(srv_server_t *s) {
-  while (s->listeners) {
-    srv_listener_t *l = s->listeners;
-    srv_request_t *r = l->r;
-    s->listeners = l->next;
-    s->n_listeners--;
-    srv_request_on_cancel(r, NULL, NULL);
-    json_t *result = json_pack("{s:{s:O}}", "_meta", MCP_META_SUBSCRIPTION, r->id);
-    listener_free(l);
-    /* The graceful end (the revision's SubscriptionsListenResult): the stream's last
-     * message. */
-    srv_request_finish(r, result);
-  }
+  while (s->listeners) listener_end(s->listeners);
 }

@@ -73,9 +73,14 @@ struct exec_session {
   uint64_t call_id;
   bool sent, timed_out, interrupt_sent, restarting, have_done;
   uint64_t call_start_ms;
-  /* The kernel's cgroup counters when the call was sent: a call that ends with more OOM
-   * kills or refused forks hit the limit (the kernel may live on, its children killed). */
+  /* The kernel's cgroup counters when the call was sent (between calls: when the last one
+   * ended): a call, or a death, with more OOM kills or refused forks than that hit the
+   * limit (the kernel may live on, its children killed).  The counters are the kernel's
+   * whole life's, so a death is judged by them too, not by sbx_result_t's. */
   sbx_run_events_t call_events;
+  /* The counters read as the kernel exited (ks->run is gone then): a call whose answer came
+   * before the kernel died is judged by them. */
+  sbx_run_events_t exit_events;
   exec_kresult_t done;
   cm_timer_t *t_deadline, *t_grace, *t_idle, *t_life;
   /* A result came: the call finishes after this loop iteration (a deferral that
@@ -497,9 +502,18 @@ static char *death_text(exec_session_t *ks, const sbx_result_t *res) {
                    res->exit_code);
 }
 
-static void kernel_exit(void *data, const sbx_result_t *res) {
+static void kernel_exit(void *data, const sbx_result_t *exit_res) {
   exec_session_t *ks = data;
   pin(ks);
+  /* The run's own result says whether the memory or process limit struck in the kernel's
+   * whole life; what counts is since the call began (or the last one ended). */
+  sbx_run_events(ks->run, &ks->exit_events);
+  sbx_result_t fixed = *exit_res;
+  const sbx_result_t *res = &fixed;
+  if (ks->exit_events.known) {
+    fixed.memory_limit = ks->exit_events.oom_kills > ks->call_events.oom_kills;
+    fixed.process_limit = ks->exit_events.forks_refused > ks->call_events.forks_refused;
+  }
   sbx_run_free(ks->run);
   ks->run = NULL;
   kernel_close_channel(ks);
@@ -522,6 +536,8 @@ static void kernel_exit(void *data, const sbx_result_t *res) {
     free(ks->lost);
     ks->lost = xasprintf("the previous kernel %s between calls", how);
   }
+  /* The next kernel counts from zero. */
+  ks->call_events = ks->exit_events = (sbx_run_events_t){0};
   eg_session_close(ks->egress);
   ks->egress = NULL;
   if (ks->restarting) {
@@ -842,10 +858,12 @@ static void call_finish(exec_session_t *ks, const sbx_result_t *death) {
     res.cancelled = false;
   } else {
     res.exit_code = ks->done.exit_code;
-    sbx_run_events_t now;
-    sbx_run_events(ks->run, &now);
+    sbx_run_events_t now = ks->exit_events;
+    if (ks->run) sbx_run_events(ks->run, &now);
     res.memory_limit = now.known && now.oom_kills > ks->call_events.oom_kills;
     res.process_limit = now.known && now.forks_refused > ks->call_events.forks_refused;
+    /* Between calls, a death is judged from here. */
+    if (ks->run) ks->call_events = now;
   }
   res.timed_out = ks->timed_out;
   res.duration_ms = cm_now_ms() - ks->call_start_ms;

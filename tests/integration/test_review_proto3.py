@@ -182,14 +182,16 @@ def test_http_shutdown_with_listen_streams_open(make_http, tokens, sig):  # noqa
     if sig == "twice":
         s.proc.send_signal(signal.SIGTERM)
         # a listen opened during the drain, then the second SIGTERM: shutdown now
-        late, ev = _open_listen(s, "late", ALICE, resourcesListChanged=True)
-        _next_message(ev)
+        late = _raw_listen(s, "late", ALICE)
+        time.sleep(0.3)
         s.proc.send_signal(signal.SIGTERM)
     else:
         s.proc.send_signal(sig)
     s.proc.wait(timeout=60)
     deaf.close()
     busy.close()
+    if sig == "twice":
+        late.close()
 
 
 def test_stdio_listen_cancel_reuse_and_eof(make_server):
@@ -208,3 +210,15 @@ def test_stdio_listen_cancel_reuse_and_eof(make_server):
         s.recv(timeout=30)
     s.send(modern_msg(2, "tools/call", {"name": "execute_python", "arguments": {"script": WRITES_ARTIFACT}}))
     # EOF with eight streams open and a run going
+
+
+def test_stdio_listen_opened_during_the_drain_ends_with_its_result(make_server):
+    s = make_server("--drain-seconds", "30")
+    s.send(modern_msg(1, "tools/call", {"name": "execute_python",
+                                        "arguments": {"script": "import time; time.sleep(3)"}}))
+    time.sleep(1.5)
+    s.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    s.send(listen_msg("late", resourcesListChanged=True))
+    r = s.recv_response("late", timeout=30)
+    assert "result" in r and r["result"]["_meta"][SUB] == "late", r

@@ -116,7 +116,9 @@ static enum MHD_Result legacy_get(hs_conn_t *c) {
 static bool starts_work(const tr_http_envelope_t *env, json_t *message) {
   if (env->initialize || (env->batch && env->requests)) return true;
   json_t *m = message ? json_object_get(message, "method") : NULL;
-  return json_is_string(m) && strcmp(json_string_value(m), "tools/call") == 0;
+  /* (a listen stream too: the drain ended those open, and would cut a new one off) */
+  return json_is_string(m) && (strcmp(json_string_value(m), "tools/call") == 0 ||
+                               strcmp(json_string_value(m), "subscriptions/listen") == 0);
 }
 
 static enum MHD_Result respond_draining(hs_conn_t *c) {
