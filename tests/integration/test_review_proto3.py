@@ -113,7 +113,7 @@ def _raw_listen(s, req_id, headers):
     """A listen POST on a raw socket that never reads (a tiny receive buffer)."""
     msg = listen_msg(req_id, resourcesListChanged=True)
     body = json.dumps(msg).encode()
-    hdrs = {"Host": "127.0.0.1", "Accept": ACCEPT_BOTH, "Content-Type": "application/json",
+    hdrs = {"Host": f"127.0.0.1:{s.port}", "Accept": ACCEPT_BOTH, "Content-Type": "application/json",
             "MCP-Protocol-Version": MODERN, "Content-Length": str(len(body)), **mirrored(msg), **headers}
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
@@ -132,6 +132,9 @@ def test_http_listen_hangups_readers_that_never_read_and_a_drain(make_http, toke
     cb, eb = _open_listen(s, "b", BOB, resourcesListChanged=True)
     assert _next_message(eb)["params"]["_meta"][SUB] == "b"
     deaf = [_raw_listen(s, f"deaf{i}", ALICE) for i in range(2)]
+    # the deaf ones are real listeners: alice is at her cap of eight
+    st, _, body = mpost(s, listen_msg("ninth"), headers=ALICE)
+    assert b"too many" in body, (st, body)
     call = lambda i: mpost(s, modern_msg(100 + i, "tools/call", {  # noqa: E731
         "name": "execute_python", "arguments": {"script": WRITES_ARTIFACT}}), headers=ALICE)
     # hang up half of alice's streams while her runs send on them
