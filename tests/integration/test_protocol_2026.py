@@ -652,3 +652,13 @@ def test_http_drain_ends_listen_streams_with_their_result(make_http):
     assert_modern_result(end["result"])
     c.close()
     assert s.proc.wait(timeout=30) == 0
+
+
+def test_http_listen_needs_a_stream(make_http):
+    """A listen whose client accepts JSON only would hold a slot and hear nothing: 406, with
+    the request's id."""
+    s = make_http()
+    msg = listen_msg("lj", resourcesListChanged=True)
+    st, _, body = mpost(s, msg, headers={"Accept": "application/json"})
+    j = json.loads(body)
+    assert st == 406 and j["id"] == "lj", (st, body)

@@ -1,6 +1,7 @@
-"""Reproducers from the hostile review of proto3 (bb0a5c5..83b8a93): subscriptions/listen
-and the session kernel's per-call cgroup counters.  Each test states the behaviour the
-reviewed code promises (README, docs/protocol.md) and fails where it does not hold."""
+"""Lifetimes found by a hostile review: subscriptions/listen streams under hang-ups, readers
+that never read, a drain and shutdown (no leak, no crash, the result where one is promised),
+and a session kernel's death judged by the cgroup counters since its last call, not its
+life's (README, docs/protocol.md)."""
 import json
 import signal
 import threading
