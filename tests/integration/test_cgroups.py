@@ -72,11 +72,9 @@ def test_check_environment_says_which_cgroups(cg_available, make_server):
     assert sc["cgroups"]["active"] is True
 
 
-def test_memory_limit_covers_the_whole_tree(cg_available, make_server):
-    # Each child stays far below the 160 MiB address-space limit; four of them do not fit
-    # in 160 MiB together.
-    s = start(make_server, "--memory-limit", "160M")
-    res = s.execute("""
+# Four children of 60 MiB each: each far below an address-space limit of 160 MiB, together
+# over a memory limit of 160 MiB for the whole tree.
+FORKS_FOUR_60M = """
 import os, sys, time
 kids = []
 for i in range(4):
@@ -91,7 +89,14 @@ for i in range(4):
 bad = sum(1 for pid in kids if os.waitpid(pid, 0)[1] != 0)
 print('children killed:', bad)
 sys.exit(1 if bad else 0)
-""", timeout_seconds=60)
+"""
+
+
+def test_memory_limit_covers_the_whole_tree(cg_available, make_server):
+    # Each child stays far below the 160 MiB address-space limit; four of them do not fit
+    # in 160 MiB together.
+    s = start(make_server, "--memory-limit", "160M")
+    res = s.execute(FORKS_FOUR_60M, timeout_seconds=60)
     sc = res["structuredContent"]
     text = res["content"][0]["text"]
     assert sc["limit"] == "memory", text
@@ -225,22 +230,6 @@ def test_explicit_cgroup2_directory(v2_dir, make_server):
     s.close()
     assert not any(e.startswith("mps-") for e in os.listdir(v2_dir))
 
-
-FORKS_FOUR_60M = """
-import os, time
-kids = []
-for i in range(4):
-    pid = os.fork()
-    if pid == 0:
-        b = bytearray(60 << 20)
-        for j in range(0, len(b), 4096):
-            b[j] = 1
-        time.sleep(1)
-        os._exit(0)
-    kids.append(pid)
-bad = sum(1 for pid in kids if os.waitpid(pid, 0)[1] != 0)
-print('children killed:', bad)
-"""
 
 
 def test_a_sessions_memory_limit_covers_its_kernels_tree(cg_available, make_server):
