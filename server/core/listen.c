@@ -168,14 +168,19 @@ void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *
 void srv_listen_list_changed(srv_server_t *s, unsigned kind, const char *principal) {
   for (size_t i = 0; i < CM_ARRAY_SIZE(list_kinds); i++) {
     if (list_kinds[i].kind != kind) continue;
-    for (srv_listener_t *l = s->listeners; l; l = l->next)
+    srv_listener_t *next;
+    for (srv_listener_t *l = s->listeners; l; l = next) {
+      next = l->next; /* (a send that finds its stream gone must not cost the walk) */
       if ((l->kinds & kind) && (!principal || strcmp(principal, l->principal) == 0))
         listener_send(l, list_kinds[i].method, NULL);
+    }
   }
 }
 
 void srv_listen_resource_updated(srv_server_t *s, const char *uri, const char *principal) {
-  for (srv_listener_t *l = s->listeners; l; l = l->next) {
+  srv_listener_t *next;
+  for (srv_listener_t *l = s->listeners; l; l = next) {
+    next = l->next;
     if (!l->uris || (principal && strcmp(principal, l->principal) != 0)) continue;
     size_t i;
     json_t *u;
