@@ -259,3 +259,45 @@ def test_a_sessions_cgroup_goes_with_it(cg_available, make_server):
     s.execute("print(2)", session="new")
     s.close()
     assert glob.glob("/sys/fs/cgroup/**/mps-%d" % s.proc.pid, recursive=True) == []
+
+
+def test_a_session_kernel_killed_by_the_oom_killer_is_reported(cg_available, make_server):
+    """Issue 19: the kernel itself OOM-killed (it makes itself the victim the cgroup's OOM
+    killer picks, then a child fills the tree's memory): the call says so and what was lost,
+    and the next call gets a fresh kernel on the same workspace."""
+    s = start(make_server, "--memory-limit", "160M", "--prestart", "off")
+    res = s.execute("open('kept.txt', 'w').write('file')\nstate = 1", session="new")
+    sid = res["structuredContent"]["session"]["id"]
+    res = s.execute("""
+import os, time
+with open('/proc/self/oom_score_adj', 'w') as f:
+    f.write('1000')
+held = bytearray(40 << 20)
+for j in range(0, len(held), 4096):
+    held[j] = 1
+# Three children of 45 MiB, each (with the address space it shares) within the
+# address-space limit, together with the kernel over the tree's 160 MiB.
+kids = []
+for i in range(3):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with open('/proc/self/oom_score_adj', 'w') as f:
+                f.write('0')
+            b = bytearray(45 << 20)
+            for j in range(0, len(b), 4096):
+                b[j] = 1
+            time.sleep(5)
+        finally:
+            os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+time.sleep(5)
+""", session=sid, timeout_seconds=60)
+    sc = res["structuredContent"]
+    text = res["content"][0]["text"]
+    assert sc["call_status"] == "kernel_died" and sc["limit"] == "memory", text
+    assert "out-of-memory" in sc["session"]["note"] and "lost" in sc["session"]["note"], text
+    res = s.execute("print(open('kept.txt').read(), 'state' in globals())", session=sid)
+    assert res["structuredContent"]["stdout"] == "file False\n", res["content"][0]["text"]
