@@ -179,8 +179,14 @@ typedef struct eg_response {
   eg_header_t headers[EG_MAX_HEADERS];
   size_t n_headers;
 } eg_response_t;
-/* The same for a response head (status line, headers). */
+/* The same for a response head (status line, headers) from upstream: at most
+ * EG_MAX_HEADERS - 1 headers, so that the head forwarded with "Connection: close" added
+ * stays within EG_MAX_HEADERS. */
 int eg_http_parse_response(const char *buf, size_t len, eg_response_t *resp);
+/* The same with a header limit of one's own (at most EG_MAX_HEADERS): a forwarded head is
+ * checked with EG_MAX_HEADERS. */
+int eg_http_parse_response_limit(const char *buf, size_t len, eg_response_t *resp,
+                                 size_t max_headers);
 
 /* Is this header (by name) one that a proxy must not pass on: Connection, Keep-Alive,
  * Proxy-*, TE, Trailer, Upgrade, or one the request's Connection header lists? */

@@ -154,7 +154,9 @@ int eg_http_parse_request(const char *buf, size_t len, eg_request_t *req) {
   return 1;
 }
 
-int eg_http_parse_response(const char *buf, size_t len, eg_response_t *resp) {
+int eg_http_parse_response_limit(const char *buf, size_t len, eg_response_t *resp,
+                                 size_t max_headers) {
+  if (max_headers > EG_MAX_HEADERS) max_headers = EG_MAX_HEADERS;
   memset(resp, 0, sizeof *resp);
   long end = find_head_end(buf, len);
   if (end <= 0) return (int)end;
@@ -170,12 +172,15 @@ int eg_http_parse_response(const char *buf, size_t len, eg_response_t *resp) {
     i++;
   }
   if (i + 1 >= (size_t)end) return -1;
-  /* One fewer than a request may have: the head the proxy forwards adds "Connection: close",
-   * and must still be a head within the limits (it is parsed again by whoever checks it). */
-  if (parse_headers(buf, i + 2, (size_t)end, resp->headers, &resp->n_headers, EG_MAX_HEADERS - 1) <
-      0)
+  if (parse_headers(buf, i + 2, (size_t)end, resp->headers, &resp->n_headers, max_headers) < 0)
     return -1;
   return 1;
+}
+
+int eg_http_parse_response(const char *buf, size_t len, eg_response_t *resp) {
+  /* One fewer than a request may have: the head the proxy forwards adds "Connection: close",
+   * and must still be a head within the limits (it is parsed again by whoever checks it). */
+  return eg_http_parse_response_limit(buf, len, resp, EG_MAX_HEADERS - 1);
 }
 
 /* Does the comma-separated list in value name `name` (case-insensitive)? */

@@ -23,17 +23,22 @@ What a call sees: the namespace of `__main__` persists (names, imports, open fil
 the value of a final expression is printed as a REPL prints it (and kept as `_`); outputs/ is
 emptied before each call and whatever is left there comes back; matplotlib figures still open
 when a call ends are saved as outputs/figure-N.png and closed.  The kernel's own imports (os,
-sys, json, struct, threading, signal, ast, linecache, queue) are in sys.modules from the start.
+sys, json, struct, signal, select, fcntl, ast, linecache) are in sys.modules from the start.
+
+The kernel has one thread: the user's code may fork as in a plain interpreter.  Between calls
+it waits for requests itself; during a call the request FIFO signals (SIGIO, O_ASYNC) and the
+handler reads what came: an interrupt for the running call raises SIGINT in the kernel, so
+that a SIGINT handler of the user's runs as it would for Ctrl-C.
 """
 import ast
+import fcntl
 import json
 import linecache
 import os
-import queue
+import select
 import signal
 import struct
 import sys
-import threading
 
 _MAX_FRAME = 1 << 20
 _MAX_DISPLAY = 4096
@@ -43,39 +48,57 @@ class _State:
     running_id = None  # the call that KeyboardInterrupt may stop, or None
 
 
-def _read_exact(f, n):
-    data = b""
-    while len(data) < n:
-        chunk = f.read(n - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
+class _Requests:
+    """The request FIFO (non-blocking): bytes read so far, the frames in them."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buf = b""
+        self.broken = False  # a frame over the size limit: the server is gone or mad
+        self.runs = []  # run requests read and not yet run
+
+    def take(self):
+        """Reads what is there, and acts on the complete frames: runs are kept, an interrupt
+        of the running call is raised."""
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not chunk:
+                break
+            self.buf += chunk
+            if len(self.buf) > 4 + _MAX_FRAME:
+                break
+        while len(self.buf) >= 4 and not self.broken:
+            (n,) = struct.unpack(">I", self.buf[:4])
+            if n > _MAX_FRAME:
+                self.broken = True
+                self.buf = b""
+                break
+            if len(self.buf) < 4 + n:
+                break
+            body, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+            try:
+                msg = json.loads(body.decode("utf-8"))
+            except ValueError:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if msg.get("op") == "interrupt":
+                if msg.get("id") is not None and msg.get("id") == _State.running_id:
+                    signal.raise_signal(signal.SIGINT)
+            elif msg.get("op") == "run":
+                self.runs.append(msg)
 
 
-def _reader(req, calls, main_ident):
-    while True:
-        head = _read_exact(req, 4)
-        if head is None:
-            break
-        (n,) = struct.unpack(">I", head)
-        if n > _MAX_FRAME:
-            break
-        body = _read_exact(req, n)
-        if body is None:
-            break
-        try:
-            msg = json.loads(body.decode("utf-8"))
-        except ValueError:
-            continue
-        if not isinstance(msg, dict):
-            continue
-        if msg.get("op") == "interrupt":
-            if msg.get("id") is not None and msg.get("id") == _State.running_id:
-                signal.pthread_kill(main_ident, signal.SIGINT)
-        elif msg.get("op") == "run":
-            calls.put(msg)
-    calls.put(None)
+_requests = None
+
+
+def _on_sigio(signum, frame):
+    # Only during a call: between calls the main loop reads the FIFO itself.
+    if _State.running_id is not None and _requests is not None:
+        _requests.take()
 
 
 def _on_sigint(signum, frame):
@@ -168,8 +191,9 @@ def _report(exc, codes):
         tb = tb.tb_next
     kept = []
     t = tb
+    hidden = (_on_sigint.__code__, _on_sigio.__code__, _Requests.take.__code__)
     while t is not None:
-        if t.tb_frame.f_code is not _on_sigint.__code__:
+        if t.tb_frame.f_code not in hidden:
             kept.append(t)
         t = t.tb_next
     for a, b in zip(kept, kept[1:] + [None]):
@@ -254,9 +278,10 @@ def _run(msg, namespace, workdir):
 
 
 def _main():
+    global _requests
     control = sys.argv[1]
     workdir = os.getcwd()
-    req = open(os.path.join(control, "req"), "rb", buffering=0)
+    req = os.open(os.path.join(control, "req"), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     res = os.open(os.path.join(control, "res"), os.O_WRONLY | os.O_CLOEXEC)
     main = type(sys)("__main__")
     namespace = main.__dict__
@@ -266,12 +291,17 @@ def _main():
     sys.argv = [""]
     sys.path[0] = workdir
     signal.signal(signal.SIGINT, _on_sigint)
-    calls = queue.Queue()
-    threading.Thread(target=_reader, args=(req, calls, threading.get_ident()), daemon=True).start()
+    _requests = _Requests(req)
+    signal.signal(signal.SIGIO, _on_sigio)
+    fcntl.fcntl(req, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(req, fcntl.F_SETFL, fcntl.fcntl(req, fcntl.F_GETFL) | os.O_ASYNC)
     while True:
-        msg = calls.get()
-        if msg is None:
-            break
+        while not _requests.runs:
+            if _requests.broken:
+                os._exit(0)
+            select.select([req], [], [])
+            _requests.take()
+        msg = _requests.runs.pop(0)
         _write_frame(res, _run(msg, namespace, workdir))
     os._exit(0)
 

@@ -747,6 +747,18 @@ void sbx_cgroup_run_collect(const sbx_cgroup_run_t *r, sbx_result_t *res) {
   if (pids && read_keyed(pids, "pids.events", "max", &v) && v > 0) res->process_limit = true;
 }
 
+void sbx_cgroup_run_events(const sbx_cgroup_run_t *r, sbx_run_events_t *ev) {
+  *ev = (sbx_run_events_t){0};
+  if (!r) return;
+  const char *mem = dir_with(r, CG_MEMORY), *pids = dir_with(r, CG_PIDS);
+  uint64_t v = 0;
+  ev->known = true;
+  if (mem &&
+      read_keyed(mem, r->cg->version == 2 ? "memory.events" : "memory.oom_control", "oom_kill", &v))
+    ev->oom_kills = v;
+  if (pids && read_keyed(pids, "pids.events", "max", &v)) ev->forks_refused = v;
+}
+
 void sbx_cgroup_run_free(sbx_cgroup_run_t *r) {
   if (!r) return;
   sbx_cgroup_run_kill(r);

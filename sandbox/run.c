@@ -315,6 +315,17 @@ void sbx_run_cancel(sbx_run_t *run) {
   begin_kill(run);
 }
 
+void sbx_run_read_pending(sbx_run_t *run) {
+  /* Once reaped, an EOF may finish (and free) the run: the loop takes it from there. */
+  if (!run || run->reaped) return;
+  if (run->w_out) on_readable(run->loop, run->child.stdout_fd, EPOLLIN, run);
+  if (!run->reaped && run->w_err) on_readable(run->loop, run->child.stderr_fd, EPOLLIN, run);
+}
+
+void sbx_run_events(const sbx_run_t *run, sbx_run_events_t *ev) {
+  sbx_cgroup_run_events(run ? run->cgroup : NULL, ev);
+}
+
 pid_t sbx_run_pid(const sbx_run_t *run) {
   return run->child.pid;
 }

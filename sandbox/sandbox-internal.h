@@ -75,6 +75,8 @@ size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds, int *
 void sbx_cgroup_run_kill(sbx_cgroup_run_t *r);
 /* Peak memory, OOM kills, refused forks and CPU time into res. */
 void sbx_cgroup_run_collect(const sbx_cgroup_run_t *r, sbx_result_t *res);
+/* The run's counters now (sbx_run_events). */
+void sbx_cgroup_run_events(const sbx_cgroup_run_t *r, sbx_run_events_t *ev);
 /* Kills what is left and removes the directories (later, if they are still busy). */
 void sbx_cgroup_run_free(sbx_cgroup_run_t *r);
 

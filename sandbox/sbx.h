@@ -375,5 +375,17 @@ void sbx_run_cancel(sbx_run_t *run);
  * bounded: for shutdown only). */
 void sbx_run_free(sbx_run_t *run);
 pid_t sbx_run_pid(const sbx_run_t *run);
+/* Reads what the run's pipes hold now (one read budget each), through on_output: for a
+ * run that told on another channel that it flushed its output (a session's kernel), before
+ * that news is acted on.  Never finishes the run. */
+void sbx_run_read_pending(sbx_run_t *run);
+/* What the run's cgroup has counted so far, for a run that lives across calls (a session's
+ * kernel): the difference between two readings is what happened in between. */
+typedef struct sbx_run_events {
+  bool known;             /* the run has a cgroup: the counts below mean something */
+  uint64_t oom_kills;     /* processes the memory limit's OOM killer took */
+  uint64_t forks_refused; /* forks the process limit refused */
+} sbx_run_events_t;
+void sbx_run_events(const sbx_run_t *run, sbx_run_events_t *ev);
 
 #endif

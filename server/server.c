@@ -192,6 +192,8 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
 
 void srv_server_drain(srv_server_t *s) {
   s->draining = true;
+  /* Listen streams would hold the drain open: they end now, gracefully. */
+  srv_listen_end_all(s);
 }
 
 size_t srv_server_calls(srv_server_t *s) {

@@ -96,6 +96,7 @@ struct srv_session {
 };
 
 struct srv_task;
+typedef struct srv_listener srv_listener_t;
 
 struct srv_request {
   srv_server_t *server;
@@ -181,6 +182,15 @@ bool srv_tasks_handle(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, sr
 /* (request.c and session.c reach tasks.c through srv_request_t.task_ended and
  * srv_server_t.tasks_session_gone: hooks, so that tasks.c, which uses both, is no part of
  * a call cycle.) */
+
+/* ---------------------------------------------------------------- listen.c */
+
+/* subscriptions/listen (a modern request; params borrowed): acknowledges the part of its
+ * filter that capabilities (the modern era's, borrowed) can honour, and keeps the request
+ * open as a listener of ss's principal until it is cancelled or srv_listen_end_all; a
+ * malformed filter or a principal at its cap is answered with an error. */
+void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
+                      const srv_modern_t *mm, json_t *capabilities);
 
 /* ---------------------------------------------------------------- request.c */
 

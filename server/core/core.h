@@ -99,15 +99,24 @@ struct srv_server {
   void (*on_probed)(srv_server_t *s); /* after a probe that found the backend available */
   struct srv_client_call *calls;      /* server -> client requests awaiting a response */
   struct srv_tasks *tasks;            /* core/tasks.c: made with the first task */
-  srv_audit_t *audit;                 /* --audit-log, or NULL */
-  srv_counters_t counters;            /* for /metrics */
-  bool draining;                      /* SIGTERM: new tool calls are refused */
-  uint64_t session_serial;            /* the last session's number (srv_session_new) */
-  uint64_t metrics_env_at;            /* when /metrics last listed the environments */
+  struct srv_listener *listeners;     /* core/listen.c: subscriptions/listen streams */
+  size_t n_listeners;
+  srv_audit_t *audit;      /* --audit-log, or NULL */
+  srv_counters_t counters; /* for /metrics */
+  bool draining;           /* SIGTERM: new tool calls are refused */
+  uint64_t session_serial; /* the last session's number (srv_session_new) */
+  uint64_t metrics_env_at; /* when /metrics last listed the environments */
   size_t metrics_envs;
   uint64_t metrics_env_bytes;
   /* Set with the store: a session ends (srv_session_free), its tasks go on without it. */
   void (*tasks_session_gone)(srv_session_t *ss);
+  /* Set with the store: srv_request_call_client of a task's run in the modern era (its
+   * question waits in the task's inputRequests). */
+  int (*task_ask)(srv_request_t *r, const char *method, json_t *params,
+                  void (*cb)(void *data, json_t *result, json_t *error), void *data,
+                  cm_error_t *err);
+  /* And when such a run is cancelled: its questions' callbacks get an error first. */
+  void (*task_asks_fail)(srv_request_t *r);
 };
 
 static inline cm_loop_t *srv_server_loop(srv_server_t *s) {
@@ -248,6 +257,18 @@ bool srv_request_is_call(const srv_request_t *r);
  * Nothing is sent if it was cancelled.  The request is freed. */
 void srv_request_fail(srv_request_t *r, const cm_error_t *err);
 
+/* Completes the request with a JSON-RPC error of the protocol's own code and data (stolen;
+ * NULL for none), such as -32021 with data.requiredCapabilities: what srv_request_fail's
+ * mapping of error kinds cannot say.  The HTTP transport answers the modern era's -32020,
+ * -32021, -32022 and -32602 with status 400.  Nothing is sent if r was cancelled.  The
+ * request is freed. */
+void srv_request_fail_rpc(srv_request_t *r, int code, const char *message, json_t *data);
+/* The whole params of r (borrowed; NULL when absent): inputResponses, requestState and _meta
+ * of a multi-round-trip call (2026-07-28), which a tool's arguments do not carry.  Set for
+ * an extension's tools/call and for requests an extension takes (the built-in tools' are
+ * not kept). */
+json_t *srv_request_params(const srv_request_t *r);
+
 /* Server -> client requests (sampling/createMessage, elicitation/create, roots/list,
  * ping).  cb gets exactly one of result (the response's "result") and error (a JSON-RPC
  * error object {code, message, data?}), both borrowed for the duration of the call; it
@@ -344,7 +365,30 @@ typedef struct srv_extension {
  * first session opens. */
 void srv_server_set_extension(srv_server_t *s, const srv_extension_t *ext);
 
+/* ---------------------------------------------------------------- subscriptions/listen */
+
+/* What a listen stream (2026-07-28) may carry besides resources/updated: one bit each. */
+enum {
+  SRV_LISTEN_TOOLS = 1,     /* notifications/tools/list_changed */
+  SRV_LISTEN_PROMPTS = 2,   /* notifications/prompts/list_changed */
+  SRV_LISTEN_RESOURCES = 4, /* notifications/resources/list_changed */
+};
+/* Sends the list-changed notification of kind (one SRV_LISTEN_* bit) on every listen stream
+ * that agreed to it: principal's only, or everyone's (NULL) for what is the same for all. */
+void srv_listen_list_changed(srv_server_t *s, unsigned kind, const char *principal);
+/* notifications/resources/updated {uri} on the listen streams subscribed to uri (principal's
+ * only, or everyone's: NULL). */
+void srv_listen_resource_updated(srv_server_t *s, const char *uri, const char *principal);
+/* Ends every listen stream with its result (the server drains or stops). */
+void srv_listen_end_all(srv_server_t *s);
+
 /* ---------------------------------------------------------------- tasks */
+
+/* A modern request in flight (an extension's, e.g. a multi-round-trip call that has its
+ * input) becomes a task of its principal's: its client gets the CreateTaskResult now, and
+ * what r finishes with later is the task's result.  False (nothing changes) when it cannot:
+ * not a modern request, already a task, or the principal has no room for another. */
+bool srv_request_promote_task(srv_request_t *r);
 
 /* Forgets every task (freeing the server, after every request ended). */
 void srv_tasks_free(srv_server_t *s);

@@ -339,6 +339,19 @@ void srv_request_fail(srv_request_t *r, const cm_error_t *err) {
   srv_request_complete(r, response);
 }
 
+void srv_request_fail_rpc(srv_request_t *r, int code, const char *message, json_t *data) {
+  if (r->cancelled) {
+    json_decref(data);
+    srv_request_complete(r, NULL);
+    return;
+  }
+  srv_request_complete(r, srv_jsonrpc_error(r->id, code, message, data));
+}
+
+json_t *srv_request_params(const srv_request_t *r) {
+  return r->params;
+}
+
 /* ---------------------------------------------------------------- server -> client requests */
 
 /* Bounds what one session may have outstanding with its client. */
@@ -379,6 +392,8 @@ static void send_client_cancel(srv_request_t *r, const srv_client_call_t *c, con
 }
 
 static void fail_client_calls(srv_request_t *r, const char *why) {
+  /* A task's run in the modern era asks through its task: those questions fail too. */
+  if (r->task && r->server->task_asks_fail) r->server->task_asks_fail(r);
   srv_client_call_t *c = take_client_calls(r);
   if (!c) return;
   json_t *error = json_pack("{s:i, s:s}", "code", JSONRPC_INTERNAL_ERROR, "message", why);
@@ -417,6 +432,11 @@ int srv_request_call_client(srv_request_t *r, const char *method, json_t *params
     json_decref(params);
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s: the request is no longer in flight",
                         method);
+  }
+  if (r->modern && r->task && r->server->task_ask) {
+    /* A task's run asks through its task: tasks/get shows the question, tasks/update
+     * brings the answer (the tasks extension's input_required). */
+    return r->server->task_ask(r, method, params, cb, data, err);
   }
   if (r->modern) {
     /* The stateless revision has no server -> client requests: a handler that needs input

@@ -258,6 +258,11 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
     srv_task_call(ss, tool, id, params, arguments, sink, batch, mm);
   } else {
     srv_request_t *r = srv_request_new(ss, id, sink, batch, mm);
+    /* An extension's tool may need the whole params (srv_request_params); the built-in
+     * ones get what they need as arguments, and their params (a script, its input files)
+     * are not kept for the run's life. */
+    if (s->ext && tool >= s->ext->tools && tool < s->ext->tools + s->ext->n_tools)
+      r->params = json_incref(params);
     srv_request_set_progress_token(r, params);
     srv_request_audit_begin(r, tool->name, NULL);
     tool->call(r, arguments);
@@ -456,22 +461,37 @@ static bool modern_envelope(const srv_msg_t *m, tr_sink_t *sink, srv_modern_t *o
   return true;
 }
 
-/* server/discover: what the modern era serves (capabilities without resources.subscribe,
- * which 2026-07-28 removed), and every version, so that a dual-era client can choose. */
+/* What the modern era serves: the built-in capabilities and the extension's, resources
+ * announcing list changes (a principal's artifacts come with its runs) on
+ * subscriptions/listen, and tasks as the io.modelcontextprotocol/tasks extension (T4). */
+static json_t *modern_capabilities(srv_server_t *s) {
+  json_t *caps = server_capabilities(NULL);
+  /* (resources/subscribe is gone; resourceSubscriptions on a listen stream took its place,
+   * which the product cannot serve: its artifacts never change) */
+  json_t *resources = json_object_get(caps, "resources");
+  json_object_del(resources, "subscribe");
+  json_object_set_new(resources, "listChanged", json_true());
+  const srv_extension_t *ext = s->ext;
+  if (ext && ext->capabilities) {
+    json_t *extra = ext->capabilities(ext->data);
+    if (json_is_object(extra)) json_object_update(caps, extra);
+    json_decref(extra);
+  }
+  json_t *extensions = json_object_get(caps, "extensions");
+  if (!json_is_object(extensions)) {
+    extensions = json_object();
+    json_object_set_new(caps, "extensions", extensions);
+  }
+  json_object_set_new(extensions, SRV_TASKS_EXTENSION, json_object());
+  return caps;
+}
+
+/* server/discover: what the modern era serves, and every version, so that a dual-era client
+ * can choose. */
 static void handle_discover(srv_session_t *ss, json_t *id, tr_sink_t *sink,
                             const srv_modern_t *mm) {
-  json_t *caps = merged_capabilities(ss->server, NULL);
-  json_t *res = json_object_get(caps, "resources");
-  if (json_is_object(res)) json_object_del(res, "subscribe");
-  /* Tasks are the io.modelcontextprotocol/tasks extension in this era (T4). */
-  json_t *ext = json_object_get(caps, "extensions");
-  if (!json_is_object(ext)) {
-    ext = json_object();
-    json_object_set_new(caps, "extensions", ext);
-  }
-  json_object_set_new(ext, SRV_TASKS_EXTENSION, json_object());
   json_t *result = json_pack("{s:o, s:o, s:s}", "supportedVersions", all_versions(), "capabilities",
-                             caps, "instructions", server_instructions);
+                             modern_capabilities(ss->server), "instructions", server_instructions);
   /* The same for everyone, but an upgrade may change it. */
   add_cache_hints(result, "server/discover", 60000, mm);
   reply_result(sink, NULL, id, result, mm);
@@ -522,7 +542,11 @@ static void handle_modern(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink
   }
   if (extension_request(ss, m, sink, NULL, &mm)) return;
   if (srv_tasks_handle(ss, m, sink, NULL, &mm)) return;
-  if (strcmp(method, "tools/list") == 0) {
+  if (strcmp(method, "subscriptions/listen") == 0) {
+    json_t *caps = modern_capabilities(ss->server);
+    srv_listen_start(ss, m->id, m->params, sink, &mm, caps);
+    json_decref(caps);
+  } else if (strcmp(method, "tools/list") == 0) {
     handle_tools_list(ss, m->id, m->params, sink, NULL, &mm);
   } else if (strcmp(method, "tools/call") == 0) {
     handle_tools_call(ss, m->id, m->params, sink, NULL, &mm);

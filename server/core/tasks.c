@@ -32,9 +32,22 @@ typedef enum task_status {
   TASK_COMPLETED,
   TASK_FAILED,
   TASK_CANCELLED,
+  TASK_INPUT_REQUIRED, /* the run waits for answers (the extension's inputRequests) */
 } task_status_t;
 
-static const char *const status_names[] = {"working", "completed", "failed", "cancelled"};
+static const char *const status_names[] = {"working", "completed", "failed", "cancelled",
+                                           "input_required"};
+
+/* What a task's run may ask its client at once (the extension's inputRequests). */
+#define TASK_MAX_ASKS 16
+
+/* One question of a task's run to its client, waiting in inputRequests for tasks/update. */
+typedef struct task_ask {
+  char key[24];
+  srv_client_cb cb;
+  void *data;
+  struct task_ask *next;
+} task_ask_t;
 
 typedef struct task_waiter task_waiter_t;
 
@@ -53,6 +66,12 @@ typedef struct srv_task {
   json_t *error;         /* failed: the call's JSON-RPC error object */
   size_t bytes;          /* of result or error, as JSON: what the store holds for it */
   task_waiter_t *waiters;
+  /* The modern era: what the run asks (inputRequests: key -> {method, params}), the
+   * callbacks waiting for the answers, and the client capabilities the call declared. */
+  json_t *inputs;
+  task_ask_t *asks;
+  uint64_t next_ask;
+  json_t *client_caps;
   struct srv_task *prev, *next; /* creation order */
   struct srv_task *exp_next;    /* expiry order */
 } srv_task_t;
@@ -92,23 +111,50 @@ static json_t *iso_time(uint64_t ms) {
 }
 
 static bool terminal(const srv_task_t *t) {
-  return t->status != TASK_WORKING;
+  return t->status != TASK_WORKING && t->status != TASK_INPUT_REQUIRED;
 }
 
 static void tasks_session_gone(srv_session_t *ss);
+static int task_ask(srv_request_t *r, const char *method, json_t *params, srv_client_cb cb,
+                    void *data, cm_error_t *err);
+static void task_asks_fail(srv_request_t *r);
 
 static srv_tasks_t *store_of(srv_server_t *s) {
   if (!s->tasks) {
     s->tasks = xcalloc(1, sizeof *s->tasks);
     s->tasks->server = s;
     s->tasks_session_gone = tasks_session_gone;
+    s->task_ask = task_ask;
+    s->task_asks_fail = task_asks_fail;
   }
   return s->tasks;
 }
 
 static void arm_timer(srv_tasks_t *ts);
 
+/* The run's questions go unanswered: with an error to each callback (the run is being
+ * cancelled: the callbacks come before its cancel, as srv_request_call_client promises), or
+ * silently (the run is over: nobody waits). */
+static void asks_drop(srv_task_t *t, bool tell) {
+  task_ask_t *a = t->asks;
+  t->asks = NULL;
+  json_decref(t->inputs);
+  t->inputs = NULL;
+  json_t *error = tell ? json_pack("{s:i, s:s}", "code", JSONRPC_INTERNAL_ERROR, "message",
+                                   "the task was cancelled")
+                       : NULL;
+  while (a) {
+    task_ask_t *next = a->next;
+    if (tell) a->cb(a->data, NULL, error);
+    free(a);
+    a = next;
+  }
+  json_decref(error);
+}
+
 static void task_free(srv_task_t *t) {
+  asks_drop(t, false);
+  json_decref(t->client_caps);
   t->store->bytes -= t->bytes;
   free(t->principal);
   free(t->status_message);
@@ -212,6 +258,7 @@ static json_t *task_json(const srv_task_t *t) {
 /* The extension's DetailedTask (tasks/get): the result or the error inline. */
 static json_t *detailed_task(const srv_task_t *t) {
   json_t *j = task_json_era(t, true);
+  if (t->status == TASK_INPUT_REQUIRED && t->inputs) json_object_set(j, "inputRequests", t->inputs);
   if (t->status == TASK_COMPLETED) json_object_set(j, "result", t->result);
   if (t->status == TASK_FAILED) json_object_set(j, "error", t->error);
   return j;
@@ -297,6 +344,8 @@ static void task_settle(srv_task_t *t, task_status_t status, const char *message
 static void task_stop_run(srv_task_t *t) {
   srv_request_t *run = t->run;
   if (!run) return;
+  asks_drop(t, true);
+  if (t->run != run) return; /* (a callback finished it) */
   t->run = NULL;
   run->task = NULL;
   run->task_ended = NULL;
@@ -369,6 +418,7 @@ static void task_run_ended(srv_request_t *r, json_t *response) {
   r->task = NULL;
   r->task_ended = NULL;
   t->run = NULL;
+  asks_drop(t, false);
   if (terminal(t)) return; /* cancelled meanwhile */
   json_t *result = response ? json_object_get(response, "result") : NULL;
   json_t *error = response ? json_object_get(response, "error") : NULL;
@@ -440,6 +490,8 @@ void srv_tasks_free(srv_server_t *s) {
   free(ts);
   s->tasks = NULL;
   s->tasks_session_gone = NULL;
+  s->task_ask = NULL;
+  s->task_asks_fail = NULL;
 }
 
 /* ---------------------------------------------------------------- sessions */
@@ -536,15 +588,55 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
     r->own_session = true;
     created = task_json_era(t, true);
     json_object_set_new(created, "resultType", json_string("task"));
+    t->client_caps = json_deep_copy(mm->client_caps);
   }
   r->task = t;
   r->task_ended = task_run_ended;
   t->run = r;
+  /* (srv_request_params: an extension's tool gets the whole params, as the router gives them) */
+  if (s->ext && tool >= s->ext->tools && tool < s->ext->tools + s->ext->n_tools)
+    r->params = json_incref(params);
   srv_request_audit_begin(r, tool->name, t->id);
   cm_debug("task %s: %s for %s", t->id, tool->name, ss->principal);
   /* The answer before the run starts: a call may end (and settle the task) at once. */
   reply(sink, batch, id, created, mm);
   tool->call(r, arguments);
+}
+
+bool srv_request_promote_task(srv_request_t *r) {
+  srv_session_t *ss = r->session;
+  srv_server_t *s = r->server;
+  if (!r->modern || r->task || r->batch || r->cancelled || r->done || !ss ||
+      !srv_tasks_room(s, ss->principal))
+    return false;
+  srv_tasks_t *ts = store_of(s);
+  srv_task_t *t = task_new(ts, ss->principal, s->cfg->max_task_ttl_ms);
+  json_t *meta = json_is_object(r->params) ? json_object_get(r->params, "_meta") : NULL;
+  json_t *caps = json_is_object(meta) ? json_object_get(meta, MCP_META_CLIENT_CAPS) : NULL;
+  if (json_is_object(caps)) t->client_caps = json_deep_copy(caps);
+  /* The client's wait ends with the CreateTaskResult... */
+  json_t *created = task_json_era(t, true);
+  json_object_set_new(created, "resultType", json_string("task"));
+  srv_modern_decorate(created);
+  srv_reply_result(r->sink, NULL, r->id, created);
+  /* ...and the call goes on as the task's run, on a session of its own with a stream that
+   * goes nowhere (as srv_task_call makes them): the call's stream is over, and closing it
+   * must not cancel the task. */
+  if (r->sink->peer_gone_data == r) tr_sink_on_peer_gone(r->sink, NULL, NULL);
+  tr_sink_unref(r->sink);
+  r->sink = tr_sink_ref(&null_sink);
+  srv_session_t *own = srv_session_new(s, &null_sink);
+  srv_session_set_principal(own, ss->principal);
+  own->ephemeral = true;
+  own->owned = true;
+  if (r->own_session) srv_session_release(ss);
+  r->session = own;
+  r->own_session = true;
+  r->task = t;
+  r->task_ended = task_run_ended;
+  t->run = r;
+  cm_debug("task %s: a call of %s goes on as a task", t->id, ss->principal);
+  return true;
 }
 
 /* ---------------------------------------------------------------- tasks/ methods */
@@ -633,6 +725,79 @@ void srv_tasks_reply_missing(tr_sink_t *sink, json_t *id, const char *what) {
                                           SRV_TASKS_EXTENSION)));
 }
 
+/* tasks/update's inputResponses (borrowed; NULL for none): each answer to an outstanding
+ * question goes to its callback; keys that are not outstanding are ignored, as the extension
+ * says.  With none left, the task works again. */
+static void task_answer(srv_task_t *t, json_t *responses) {
+  const char *key;
+  json_t *value;
+  json_object_foreach(responses, key, value) {
+    for (task_ask_t **p = &t->asks; *p; p = &(*p)->next) {
+      task_ask_t *a = *p;
+      if (strcmp(a->key, key) != 0) continue;
+      *p = a->next;
+      json_object_del(t->inputs, key);
+      if (!t->asks && t->status == TASK_INPUT_REQUIRED) {
+        t->status = TASK_WORKING;
+        t->updated_wall_ms = wall_ms();
+      }
+      /* May finish the run, settle the task, or ask again. */
+      a->cb(a->data, value, NULL);
+      free(a);
+      break;
+    }
+    if (terminal(t) || !t->run) return;
+  }
+}
+
+static void task_asks_fail(srv_request_t *r) {
+  asks_drop(r->task, true);
+}
+
+/* srv_request_call_client for a task's run in the modern era (srv_server_t.task_ask): the
+ * question waits in the task's inputRequests for tasks/update. */
+static int task_ask(srv_request_t *r, const char *method, json_t *params, srv_client_cb cb,
+                    void *data, cm_error_t *err) {
+  srv_task_t *t = r->task;
+  static const struct {
+    const char *method, *capability;
+  } needs[] = {{"elicitation/create", "elicitation"},
+               {"sampling/createMessage", "sampling"},
+               {"roots/list", "roots"}};
+  const char *cap = NULL;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(needs); i++)
+    if (strcmp(method, needs[i].method) == 0) cap = needs[i].capability;
+  size_t n = 0;
+  for (task_ask_t *a = t->asks; a; a = a->next) n++;
+  int rc = 0;
+  if (!cap)
+    rc = cm_error_set(err, 0, CM_ERR_UNSUPPORTED, "%s: a task cannot ask its client that", method);
+  else if (!json_object_get(t->client_caps, cap))
+    rc = cm_error_set(err, 0, CM_ERR_UNSUPPORTED,
+                      "%s: the client did not declare the \"%s\" capability", method, cap);
+  else if (n >= TASK_MAX_ASKS)
+    rc = cm_error_set(err, 0, CM_ERR_LIMIT, "%s: %d questions of the task are already pending",
+                      method, TASK_MAX_ASKS);
+  if (rc < 0) {
+    json_decref(params);
+    return rc;
+  }
+  task_ask_t *a = xcalloc(1, sizeof *a);
+  snprintf(a->key, sizeof a->key, "input-%llu", (unsigned long long)++t->next_ask);
+  a->cb = cb;
+  a->data = data;
+  task_ask_t **p = &t->asks;
+  while (*p) p = &(*p)->next;
+  *p = a;
+  if (!t->inputs) t->inputs = json_object();
+  json_t *q = json_pack("{s:s}", "method", method);
+  if (params) json_object_set_new(q, "params", params);
+  json_object_set_new(t->inputs, a->key, q);
+  t->status = TASK_INPUT_REQUIRED;
+  t->updated_wall_ms = wall_ms();
+  return 0;
+}
+
 /* The tasks extension's methods (2026-07-28): tasks/get (the result inline), tasks/cancel
  * and tasks/update (empty acknowledgements); no tasks/list, no tasks/result. */
 static bool handle_modern(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink,
@@ -663,8 +828,19 @@ static bool handle_modern(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink
     task_stop_run(t);
     task_settle(t, TASK_CANCELLED, "cancelled by tasks/cancel");
   }
-  /* tasks/update: this server's tasks never ask for input, so every response is for a key
-   * that is not outstanding, which the extension says to ignore. */
+  if (update) {
+    json_t *responses = json_object_get(m->params, "inputResponses");
+    if (responses && !json_is_object(responses)) {
+      srv_reply_error(sink, NULL, m->id, JSONRPC_INVALID_PARAMS,
+                      "Invalid params: \"inputResponses\" must be an object");
+      return true;
+    }
+    /* The acknowledgement first: what the answers make the run do (finish, ask again) is
+     * for the next tasks/get to see. */
+    reply(sink, NULL, m->id, json_object(), mm);
+    task_answer(t, responses);
+    return true;
+  }
   reply(sink, NULL, m->id, json_object(), mm);
   return true;
 }

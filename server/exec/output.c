@@ -206,6 +206,9 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   files_collection_t files;
   art_store_collect(srv_server_artifacts(job->server), job->tenant->principal, job->workdir,
                     &files);
+  /* The principal's resources/list changed: its listen streams that asked are told. */
+  if (files.stored_files)
+    srv_listen_list_changed(job->server, SRV_LISTEN_RESOURCES, job->tenant->principal);
   files_result_append(&files, &t, NULL, NULL);
   size_t full_len = t.len;
   cleanup_free char *full = cm_buf_steal(&t);

@@ -35,6 +35,10 @@
 /* The least time a KeyboardInterrupt gets before the kernel is killed. */
 #define SESSION_MIN_GRACE_MS 500
 
+struct session_finish {
+  exec_session_t *ks; /* NULL once detached */
+};
+
 struct exec_session {
   exec_state_t *exec;
   exec_session_t *next;
@@ -69,8 +73,19 @@ struct exec_session {
   uint64_t call_id;
   bool sent, timed_out, interrupt_sent, restarting, have_done;
   uint64_t call_start_ms;
+  /* The kernel's cgroup counters when the call was sent (between calls: when the last one
+   * ended): a call, or a death, with more OOM kills or refused forks than that hit the
+   * limit (the kernel may live on, its children killed).  The counters are the kernel's
+   * whole life's, so a death is judged by them too, not by sbx_result_t's. */
+  sbx_run_events_t call_events;
+  /* The counters read as the kernel exited (ks->run is gone then): a call whose answer came
+   * before the kernel died is judged by them. */
+  sbx_run_events_t exit_events;
   exec_kresult_t done;
-  cm_timer_t *t_deadline, *t_grace, *t_finish, *t_idle, *t_life;
+  cm_timer_t *t_deadline, *t_grace, *t_idle, *t_life;
+  /* A result came: the call finishes after this loop iteration (a deferral that
+   * stop_call_timers and session_free detach, so it never reaches a stale session). */
+  struct session_finish *finish;
   bool closing, expire_after_call;
   bool exported; /* the last call's export was written (the kernel said so) */
   /* Entry points in progress (callbacks, calls from job.c): the session is freed when the
@@ -167,8 +182,9 @@ static void kernel_close_channel(exec_session_t *ks) {
 static void stop_call_timers(exec_session_t *ks) {
   cm_timer_cancel(ks->t_deadline);
   cm_timer_cancel(ks->t_grace);
-  cm_timer_cancel(ks->t_finish);
-  ks->t_deadline = ks->t_grace = ks->t_finish = NULL;
+  ks->t_deadline = ks->t_grace = NULL;
+  if (ks->finish) ks->finish->ks = NULL;
+  ks->finish = NULL;
 }
 
 /* Everything of a session that is closed and whose kernel is gone. */
@@ -486,9 +502,18 @@ static char *death_text(exec_session_t *ks, const sbx_result_t *res) {
                    res->exit_code);
 }
 
-static void kernel_exit(void *data, const sbx_result_t *res) {
+static void kernel_exit(void *data, const sbx_result_t *exit_res) {
   exec_session_t *ks = data;
   pin(ks);
+  /* The run's own result says whether the memory or process limit struck in the kernel's
+   * whole life; what counts is since the call began (or the last one ended). */
+  sbx_run_events(ks->run, &ks->exit_events);
+  sbx_result_t fixed = *exit_res;
+  const sbx_result_t *res = &fixed;
+  if (ks->exit_events.known) {
+    fixed.memory_limit = ks->exit_events.oom_kills > ks->call_events.oom_kills;
+    fixed.process_limit = ks->exit_events.forks_refused > ks->call_events.forks_refused;
+  }
   sbx_run_free(ks->run);
   ks->run = NULL;
   kernel_close_channel(ks);
@@ -511,6 +536,8 @@ static void kernel_exit(void *data, const sbx_result_t *res) {
     free(ks->lost);
     ks->lost = xasprintf("the previous kernel %s between calls", how);
   }
+  /* The next kernel counts from zero. */
+  ks->call_events = ks->exit_events = (sbx_run_events_t){0};
   eg_session_close(ks->egress);
   ks->egress = NULL;
   if (ks->restarting) {
@@ -520,10 +547,16 @@ static void kernel_exit(void *data, const sbx_result_t *res) {
   unpin(ks);
 }
 
-static void on_finish(cm_loop_t *loop, cm_timer_t *t, void *data) {
-  exec_session_t *ks = data;
-  ks->t_finish = NULL;
+/* Deferred (after the loop iteration in which the result arrived): what the kernel wrote to
+ * its stdout and stderr before it (it flushes them first) is read now, then the call ends. */
+static void on_finish(void *data) {
+  struct session_finish *f = data;
+  exec_session_t *ks = f->ks;
+  free(f);
+  if (!ks) return;
+  ks->finish = NULL;
   pin(ks);
+  sbx_run_read_pending(ks->run);
   call_finish(ks, NULL);
   unpin(ks);
 }
@@ -558,8 +591,10 @@ static void handle_frame(exec_session_t *ks, json_t *frame) {
   cm_timer_cancel(ks->t_deadline);
   cm_timer_cancel(ks->t_grace);
   ks->t_deadline = ks->t_grace = NULL;
-  /* A loop turn later: what the kernel wrote to stdout before this is in its pipes. */
-  ks->t_finish = cm_loop_timer(srv_server_loop(ks->exec->server), 1, on_finish, ks);
+  /* Not from inside the frame reader; a timer would cost a millisecond. */
+  ks->finish = xcalloc(1, sizeof *ks->finish);
+  ks->finish->ks = ks;
+  cm_loop_defer(srv_server_loop(ks->exec->server), on_finish, ks->finish);
 }
 
 static void on_res(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
@@ -727,6 +762,7 @@ static void call_send(exec_session_t *ks) {
   ks->sent = true;
   ks->timed_out = ks->interrupt_sent = ks->have_done = false;
   ks->call_start_ms = cm_now_ms();
+  sbx_run_events(ks->run, &ks->call_events);
   /* Under PIPE_BUF: written whole, or the FIFO is full because the user's code filled it. */
   if (write(ks->req_fd, frame, len) != (ssize_t)len) {
     kill_kernel(ks, "it stopped reading its requests");
@@ -822,6 +858,12 @@ static void call_finish(exec_session_t *ks, const sbx_result_t *death) {
     res.cancelled = false;
   } else {
     res.exit_code = ks->done.exit_code;
+    sbx_run_events_t now = ks->exit_events;
+    if (ks->run) sbx_run_events(ks->run, &now);
+    res.memory_limit = now.known && now.oom_kills > ks->call_events.oom_kills;
+    res.process_limit = now.known && now.forks_refused > ks->call_events.forks_refused;
+    /* Between calls, a death is judged from here. */
+    if (ks->run) ks->call_events = now;
   }
   res.timed_out = ks->timed_out;
   res.duration_ms = cm_now_ms() - ks->call_start_ms;

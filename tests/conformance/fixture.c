@@ -135,11 +135,18 @@ static json_t *schema_2020_12_describe(srv_server_t *s) {
   return tool_object(
       "json_schema_2020_12_tool",
       "Tool with JSON Schema 2020-12 features for conformance testing (SEP-1613)",
+      /* 2020-12 keywords a server must pass through untouched (SEP-1613, SEP-2106):
+       * $schema, $defs with $anchor, $ref, composition (allOf with a nested anyOf),
+       * conditionals (if/then/else), additionalProperties. */
       "{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\",\"type\":\"object\","
-      "\"$defs\":{\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\"}"
-      ","
-      "\"city\":{\"type\":\"string\"}}}},\"properties\":{\"name\":{\"type\":\"string\"},"
-      "\"address\":{\"$ref\":\"#/$defs/address\"}},\"additionalProperties\":false}");
+      "\"$defs\":{\"address\":{\"$anchor\":\"address\",\"type\":\"object\",\"properties\":{"
+      "\"street\":{\"type\":\"string\"},\"city\":{\"type\":\"string\"}}}},"
+      "\"properties\":{\"name\":{\"type\":\"string\"},\"address\":{\"$ref\":\"#/$defs/"
+      "address\"},\"kind\":{\"type\":\"string\"}},"
+      "\"allOf\":[{\"anyOf\":[{\"required\":[\"name\"]},{\"required\":[\"address\"]}]}],"
+      "\"if\":{\"properties\":{\"kind\":{\"const\":\"business\"}}},"
+      "\"then\":{\"required\":[\"address\"]},\"else\":{\"required\":[]},"
+      "\"additionalProperties\":false}");
 }
 static void schema_2020_12_call(srv_request_t *r, json_t *args) {
   cleanup_free char *dump = json_dumps(args, JSON_COMPACT);
@@ -455,18 +462,11 @@ static bool client_declared(json_t *params, const char *cap) {
   return json_is_object(json_object_get(caps, cap));
 }
 
-/* ROUTER SUPPORT (checklist R9, srv_request_fail_rpc): completes r with a JSON-RPC error of
- * the spec's own code and data, such as -32021 with data.requiredCapabilities, which the
- * HTTP transport answers with 400 on the modern era.  srv_request_fail maps error kinds
- * only (-32602, -32601, -32603) and carries no data, so until the router has it the nearest
- * kind is used: the fixture still refuses what it must, with -32602 instead of -32021.
- * data is stolen. */
+/* Completes r with a JSON-RPC error of the spec's own code and data (stolen), such as -32021
+ * with data.requiredCapabilities, which the HTTP transport answers with 400 on the modern
+ * era. */
 static void fail_rpc(srv_request_t *r, int code, const char *message, json_t *data) {
-  json_decref(data);
-  cm_error_t err = CM_ERROR_INIT;
-  cm_error_set(&err, 0, code == -32603 ? CM_ERR_INTERNAL : CM_ERR_INVALID, "%s", message);
-  srv_request_fail(r, &err);
-  cm_error_release(&err);
+  srv_request_fail_rpc(r, code, message, data);
 }
 
 /* -32021: the request needs client capability `cap`, which it did not declare. */
@@ -881,12 +881,11 @@ static void mrtr_streaming_elicitation(mrtr_call_t *m) {
                            NULL));
 }
 
-/* ROUTER SUPPORT (checklist T7, srv_request_promote_task): ends the client's wait for r
- * with a CreateTaskResult and lets the call go on as a task whose result is what r
- * finishes with.  Returns false while the router cannot: the call then completes in
- * place. */
+/* Ends the client's wait for r with a CreateTaskResult and lets the call go on as a task
+ * whose result is what r finishes with (srv_request_promote_task); false when it cannot:
+ * the call then completes in place. */
 static bool promote_to_task(srv_request_t *r) {
-  return false;
+  return srv_request_promote_task(r);
 }
 
 static json_t *task_greeting_step(timed_call_t *c) {
@@ -1024,6 +1023,28 @@ static void logging_tool_call(srv_request_t *r, json_t *args) {
   srv_request_finish(r, text_result("Logging evaluated"));
 }
 
+/* server-stateless's list-changed diagnostics: each "changes" a list, which the listen
+ * streams that asked for it hear of (subscriptions/listen, core/listen.c).  Nothing really
+ * changes: the lists are fixed. */
+static json_t *trigger_tool_describe(srv_server_t *s) {
+  return tool_object("test_trigger_tool_change",
+                     "Announces a change of the tool list on subscriptions/listen streams",
+                     "{\"type\":\"object\"}");
+}
+static void trigger_tool_call(srv_request_t *r, json_t *args) {
+  srv_listen_list_changed(srv_request_server(r), SRV_LISTEN_TOOLS, NULL);
+  srv_request_finish(r, text_result("Tool list change announced"));
+}
+static json_t *trigger_prompt_describe(srv_server_t *s) {
+  return tool_object("test_trigger_prompt_change",
+                     "Announces a change of the prompt list on subscriptions/listen streams",
+                     "{\"type\":\"object\"}");
+}
+static void trigger_prompt_call(srv_request_t *r, json_t *args) {
+  srv_listen_list_changed(srv_request_server(r), SRV_LISTEN_PROMPTS, NULL);
+  srv_request_finish(r, text_result("Prompt list change announced"));
+}
+
 /* http-custom-header-server-validation: a string parameter mirrored into the
  * Mcp-Param-Region header.  The HTTP transport checks the header against the body
  * (checklist H6: transport/http/mirror.c, with the table srv_server_param_headers reads
@@ -1046,10 +1067,14 @@ static void custom_header_call(srv_request_t *r, json_t *args) {
 /* ---------------------------------------------------------------- the tasks extension's tools
  *
  * Ordinary tools as far as the fixture is concerned: whether a call becomes a task is the
- * router's decision (the tasks module, ROUTER SUPPORT, checklist T1-T6), from the task
- * support each declares.  That is given here the 2025-11-25 way, execution.taskSupport in
- * the Tool object, which the handshake era lists as is; the router reads it from there
- * (or from a field of srv_tool_t: checklist T1). */
+ * router's decision (core/tasks.c), from the task support each declares in its srv_tool_t
+ * (the router lists it as execution.taskSupport; the Tool objects say the same).  A tool
+ * of optional support becomes a task of the server's accord in the modern era
+ * (prefers_task) for a client that declared the extension. */
+
+static bool always_task(srv_server_t *s, json_t *arguments) {
+  return true;
+}
 
 #define MAX_COMPUTE_SECONDS 120
 
@@ -1127,8 +1152,8 @@ static void protocol_error_call(srv_request_t *r, json_t *args) {
 
 /* confirm_delete and multi_input ask the client while they run: with
  * srv_request_call_client, which the handshake era sends as a server -> client request on
- * the call's stream, and which a task of the modern era is to surface as the task's
- * inputRequests, answered by tasks/update (ROUTER SUPPORT, checklist T5). */
+ * the call's stream, and which a task of the modern era surfaces as the task's
+ * inputRequests, answered by tasks/update (core/tasks.c). */
 typedef struct asking_call {
   srv_request_t *r;
   char *filename;
@@ -1251,14 +1276,19 @@ static const srv_tool_t fixture_tools[] = {
     {"test_missing_capability", NULL, mrtr_describe_missing_capability, modern_only_call},
     {"test_streaming_elicitation", NULL, mrtr_describe_streaming_elicitation, modern_only_call},
     {"test_logging_tool", NULL, logging_tool_describe, logging_tool_call},
+    {"test_trigger_tool_change", NULL, trigger_tool_describe, trigger_tool_call},
+    {"test_trigger_prompt_change", NULL, trigger_prompt_describe, trigger_prompt_call},
     {"test_custom_header", NULL, custom_header_describe, custom_header_call},
     /* The tasks extension's fixtures (tasks-* scenarios). */
     {"greet", NULL, greet_describe, greet_call},
-    {"slow_compute", NULL, slow_compute_describe, slow_compute_call},
-    {"failing_job", NULL, failing_job_describe, failing_job_call},
-    {"protocol_error_job", NULL, protocol_error_describe, protocol_error_call},
-    {"confirm_delete", NULL, confirm_delete_describe, confirm_delete_call},
-    {"multi_input", NULL, multi_input_describe, multi_input_call},
+    {"slow_compute", NULL, slow_compute_describe, slow_compute_call, SRV_TASK_OPTIONAL,
+     always_task},
+    {"failing_job", NULL, failing_job_describe, failing_job_call, SRV_TASK_REQUIRED},
+    {"protocol_error_job", NULL, protocol_error_describe, protocol_error_call, SRV_TASK_OPTIONAL,
+     always_task},
+    {"confirm_delete", NULL, confirm_delete_describe, confirm_delete_call, SRV_TASK_OPTIONAL,
+     always_task},
+    {"multi_input", NULL, multi_input_describe, multi_input_call, SRV_TASK_OPTIONAL, always_task},
     {"test_tool_with_task", NULL, tool_with_task_describe, modern_only_call},
 };
 
@@ -1560,8 +1590,8 @@ static void completion_complete(srv_request_t *r, json_t *params) {
 
 static json_t *fixture_capabilities(void *data) {
   return json_text(
-      "{\"resources\":{\"subscribe\":true,\"listChanged\":false},"
-      "\"prompts\":{\"listChanged\":false},\"completions\":{}}");
+      "{\"tools\":{\"listChanged\":true},\"resources\":{\"subscribe\":true,\"listChanged\":false},"
+      "\"prompts\":{\"listChanged\":true},\"completions\":{}}");
 }
 
 static bool fixture_handle(void *data, srv_request_t *r, const char *method, json_t *params) {

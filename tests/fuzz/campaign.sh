@@ -50,7 +50,7 @@ dicts_for() {
   esac
 }
 all="fuzz_cgroup fuzz_egress_http fuzz_egress_rules fuzz_files fuzz_http_body fuzz_http_headers
-     fuzz_jsonrpc fuzz_pep440 fuzz_pep508 fuzz_pep723 fuzz_profile fuzz_script fuzz_toml"
+     fuzz_jsonrpc fuzz_kframe fuzz_pep440 fuzz_pep508 fuzz_pep723 fuzz_profile fuzz_script fuzz_toml"
 [ $# -gt 0 ] && all="$*"
 
 if [ "$report" = 1 ]; then

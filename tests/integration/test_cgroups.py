@@ -72,11 +72,9 @@ def test_check_environment_says_which_cgroups(cg_available, make_server):
     assert sc["cgroups"]["active"] is True
 
 
-def test_memory_limit_covers_the_whole_tree(cg_available, make_server):
-    # Each child stays far below the 160 MiB address-space limit; four of them do not fit
-    # in 160 MiB together.
-    s = start(make_server, "--memory-limit", "160M")
-    res = s.execute("""
+# Four children of 60 MiB each: each far below an address-space limit of 160 MiB, together
+# over a memory limit of 160 MiB for the whole tree.
+FORKS_FOUR_60M = """
 import os, sys, time
 kids = []
 for i in range(4):
@@ -91,7 +89,14 @@ for i in range(4):
 bad = sum(1 for pid in kids if os.waitpid(pid, 0)[1] != 0)
 print('children killed:', bad)
 sys.exit(1 if bad else 0)
-""", timeout_seconds=60)
+"""
+
+
+def test_memory_limit_covers_the_whole_tree(cg_available, make_server):
+    # Each child stays far below the 160 MiB address-space limit; four of them do not fit
+    # in 160 MiB together.
+    s = start(make_server, "--memory-limit", "160M")
+    res = s.execute(FORKS_FOUR_60M, timeout_seconds=60)
     sc = res["structuredContent"]
     text = res["content"][0]["text"]
     assert sc["limit"] == "memory", text
@@ -224,3 +229,75 @@ def test_explicit_cgroup2_directory(v2_dir, make_server):
     assert wait_until(lambda: processes_with_marker(marker) == [], timeout=5)
     s.close()
     assert not any(e.startswith("mps-") for e in os.listdir(v2_dir))
+
+
+
+def test_a_sessions_memory_limit_covers_its_kernels_tree(cg_available, make_server):
+    """Issue 19: the session's kernel and what it forks share one cgroup: children far below
+    the address-space limit do not fit together, the OOM kill is reported as the memory
+    limit, and the session (its state, or a fresh kernel on its files) goes on."""
+    s = start(make_server, "--memory-limit", "160M", "--prestart", "off")
+    res = s.execute("keep = 'me'", session="new")
+    sid = res["structuredContent"]["session"]["id"]
+    res = s.execute(FORKS_FOUR_60M, session=sid, timeout_seconds=60)
+    sc = res["structuredContent"]
+    text = res["content"][0]["text"]
+    assert sc["limit"] == "memory", text
+    assert "memory limit of the whole process tree" in text, text
+    res = s.execute("print('alive')", session=sid)
+    assert res["structuredContent"]["stdout"] == "alive\n", res["content"][0]["text"]
+
+
+def test_a_sessions_cgroup_goes_with_it(cg_available, make_server):
+    s = start(make_server, "--prestart", "off")
+    res = s.execute("print(1)", session="new")
+    sid = res["structuredContent"]["session"]["id"]
+    assert run_dirs() != [], "the kernel's cgroup should exist while the session lives"
+    s.call("close_session", {"session": sid})
+    assert wait_until(lambda: run_dirs() == [], timeout=10), run_dirs()
+    # and a kernel killed with its session's server leaves none either
+    s.execute("print(2)", session="new")
+    s.close()
+    assert glob.glob("/sys/fs/cgroup/**/mps-%d" % s.proc.pid, recursive=True) == []
+
+
+def test_a_session_kernel_killed_by_the_oom_killer_is_reported(cg_available, make_server):
+    """Issue 19: the kernel itself OOM-killed (it makes itself the victim the cgroup's OOM
+    killer picks, then a child fills the tree's memory): the call says so and what was lost,
+    and the next call gets a fresh kernel on the same workspace."""
+    s = start(make_server, "--memory-limit", "160M", "--prestart", "off")
+    res = s.execute("open('kept.txt', 'w').write('file')\nstate = 1", session="new")
+    sid = res["structuredContent"]["session"]["id"]
+    res = s.execute("""
+import os, time
+with open('/proc/self/oom_score_adj', 'w') as f:
+    f.write('1000')
+held = bytearray(40 << 20)
+for j in range(0, len(held), 4096):
+    held[j] = 1
+# Three children of 45 MiB, each (with the address space it shares) within the
+# address-space limit, together with the kernel over the tree's 160 MiB.
+kids = []
+for i in range(3):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with open('/proc/self/oom_score_adj', 'w') as f:
+                f.write('0')
+            b = bytearray(45 << 20)
+            for j in range(0, len(b), 4096):
+                b[j] = 1
+            time.sleep(5)
+        finally:
+            os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+time.sleep(5)
+""", session=sid, timeout_seconds=60)
+    sc = res["structuredContent"]
+    text = res["content"][0]["text"]
+    assert sc["call_status"] == "kernel_died" and sc["limit"] == "memory", text
+    assert "out-of-memory" in sc["session"]["note"] and "lost" in sc["session"]["note"], text
+    res = s.execute("print(open('kept.txt').read(), 'state' in globals())", session=sid)
+    assert res["structuredContent"]["stdout"] == "file False\n", res["content"][0]["text"]

@@ -526,3 +526,139 @@ def test_http_mcp_param_headers(fixture_http):
     check_mismatch(s, call(8, {"region": "Hello"}), {**hdrs, "Mcp-Param-Region": "=?base64?SGVs!!!bG8=?="})
     check_mismatch(s, call(9, {}), {**hdrs, "Mcp-Param-Region": "us-west1"})  # no such argument
     check_mismatch(s, call(10, {"region": None}), {**hdrs, "Mcp-Param-Region": "us-west1"})
+
+
+# ================================================================ subscriptions/listen (R8)
+
+SUB = "io.modelcontextprotocol/subscriptionId"
+
+
+def listen_msg(req_id, **filt):
+    return modern_msg(req_id, "subscriptions/listen", {"notifications": filt})
+
+
+def test_stdio_listen_acknowledges_tags_and_ends_on_cancel(stdio):
+    stdio.send(listen_msg("L", toolsListChanged=True, promptsListChanged=True,
+                          resourcesListChanged=True, resourceSubscriptions=["sandbox://runs/x/y"]))
+    ack = stdio.recv(timeout=30)
+    assert ack["method"] == "notifications/subscriptions/acknowledged", ack
+    assert ack["params"]["_meta"][SUB] == "L"
+    # only what the server sends: its tools never change, it has no prompts, its artifacts
+    # never change once written; the resource list does (every run that leaves outputs/)
+    assert ack["params"]["notifications"] == {"resourcesListChanged": True}
+    r = modern(stdio, 2, "tools/call", {"name": "execute_python", "arguments": {"script": WRITES_ARTIFACT}})
+    assert r["result"]["isError"] is False, r
+    changed = [m for m in stdio.notifications + _drain(stdio) if m.get("method") == "notifications/resources/list_changed"]
+    assert changed and all(m["params"]["_meta"][SUB] == "L" for m in changed), changed
+    # a run that leaves no artifact changes nothing
+    stdio.notifications.clear()
+    modern(stdio, 3, "tools/call", {"name": "execute_python", "arguments": {"script": "pass"}})
+    assert not [m for m in stdio.notifications + _drain(stdio) if m.get("method", "").endswith("list_changed")]
+    # cancelled, the stream says nothing more, not even a result
+    stdio.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "L"}})
+    stdio.notifications.clear()
+    modern(stdio, 4, "tools/call", {"name": "execute_python", "arguments": {"script": WRITES_ARTIFACT}})
+    late = [m for m in stdio.notifications + _drain(stdio) if m.get("method", "").endswith("list_changed") or m.get("id") == "L"]
+    assert not late, late
+
+
+def test_stdio_listen_checks_its_filter_and_caps_streams(stdio):
+    bad = [{}, {"notifications": "all"}, {"notifications": {"toolsListChanged": "yes"}},
+           {"notifications": {"resourceSubscriptions": "sandbox://x"}},
+           {"notifications": {"resourceSubscriptions": [1]}},
+           {"notifications": {"resourceSubscriptions": ["u"] * 65}},
+           {"notifications": {"resourceSubscriptions": ["x" * 2049]}}]
+    for i, params in enumerate(bad):
+        r = modern(stdio, 10 + i, "subscriptions/listen", params)
+        assert r["id"] == 10 + i and r["error"]["code"] == -32602, (params, r)
+    # eight streams per principal; the ninth is refused until one goes
+    for i in range(8):
+        stdio.send(listen_msg(f"s{i}", resourcesListChanged=True))
+        assert stdio.recv(timeout=30)["params"]["_meta"][SUB] == f"s{i}"
+    r = modern(stdio, "s8", "subscriptions/listen", {"notifications": {}})
+    assert r["error"]["code"] == -32600 and "too many" in r["error"]["message"], r
+    stdio.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "s0"}})
+    stdio.send(listen_msg("s9"))
+    ack = stdio.recv(timeout=30)
+    assert ack["params"]["_meta"][SUB] == "s9" and ack["params"]["notifications"] == {}, ack
+    # the process pinned to the modern era, a legacy client's initialize is still refused
+    r = stdio.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
+    assert r["error"]["code"] == -32601
+
+
+def _open_listen(s, req_id, headers=None, **filt):
+    msg = listen_msg(req_id, **filt)
+    c = s.connect()
+    c.request("POST", "/mcp", json.dumps(msg).encode(),
+              {"Accept": ACCEPT_BOTH, "Content-Type": "application/json",
+               "MCP-Protocol-Version": MODERN, **mirrored(msg), **(headers or {})})
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream", r.read()[:500]
+    return c, sse_events(r)
+
+
+def _next_message(events):
+    for ev in events:
+        if ev.get("data"):
+            return json.loads(ev["data"])
+    return None
+
+
+def test_http_listen_streams_belong_to_their_principal(make_http, tokens):
+    s = make_http("--auth-token-file", tokens, "--profile", "lan", "--no-warm-cache")
+    ca, ea = _open_listen(s, "la", ALICE, resourcesListChanged=True)
+    ack = _next_message(ea)
+    assert ack["method"] == "notifications/subscriptions/acknowledged" and ack["params"]["_meta"][SUB] == "la"
+    cb, eb = _open_listen(s, "lb", BOB, resourcesListChanged=True)
+    assert _next_message(eb)["params"]["_meta"][SUB] == "lb"
+    call = modern_msg(2, "tools/call", {"name": "execute_python", "arguments": {"script": WRITES_ARTIFACT}})
+    st, _, body = mpost(s, call, headers=ALICE)
+    assert st == 200, body
+    n = _next_message(ea)
+    assert n["method"] == "notifications/resources/list_changed" and n["params"]["_meta"][SUB] == "la", n
+    # bob's stream heard nothing of alice's artifacts: the next thing on it is his own
+    st, _, body = mpost(s, modern_msg(3, "tools/call", {"name": "execute_python",
+                                                        "arguments": {"script": WRITES_ARTIFACT}}), headers=BOB)
+    assert st == 200, body
+    n = _next_message(eb)
+    assert n["method"] == "notifications/resources/list_changed" and n["params"]["_meta"][SUB] == "lb", n
+    # closing the connection ends the subscription: eight more fit for alice afterwards
+    ca.sock.shutdown(2)
+    ca.close()
+    conns = []
+    for i in range(8):
+        for _ in range(50):  # the server notices the close on its next write or poll
+            c, ev = _open_listen(s, f"m{i}", ALICE)
+            m = _next_message(ev)
+            if m.get("method") == "notifications/subscriptions/acknowledged":
+                conns.append(c)
+                break
+            c.close()
+        else:
+            raise AssertionError(f"stream {i} was refused: {m}")
+    cb.close()
+    for c in conns:
+        c.close()
+
+
+def test_http_drain_ends_listen_streams_with_their_result(make_http):
+    import signal
+    s = make_http("--drain-seconds", "20")
+    c, events = _open_listen(s, "ld", resourcesListChanged=True)
+    assert _next_message(events)["method"] == "notifications/subscriptions/acknowledged"
+    s.proc.send_signal(signal.SIGTERM)
+    end = _next_message(events)
+    assert end["id"] == "ld" and end["result"]["_meta"][SUB] == "ld", end
+    assert_modern_result(end["result"])
+    c.close()
+    assert s.proc.wait(timeout=30) == 0
+
+
+def test_http_listen_needs_a_stream(make_http):
+    """A listen whose client accepts JSON only would hold a slot and hear nothing: 406, with
+    the request's id."""
+    s = make_http()
+    msg = listen_msg("lj", resourcesListChanged=True)
+    st, _, body = mpost(s, msg, headers={"Accept": "application/json"})
+    j = json.loads(body)
+    assert st == 406 and j["id"] == "lj", (st, body)

@@ -107,6 +107,25 @@ def test_timeout_interrupts_and_the_session_survives(make_server):
     assert res["structuredContent"]["session"]["kernels_started"] == 1
 
 
+def test_the_kernel_has_one_thread_and_a_call_may_fork(make_server):
+    """No thread of the kernel's own: os.fork in a call is as in a script (no "multi-threaded"
+    DeprecationWarning on 3.12+), and a user's SIGINT handler is what an interrupt runs."""
+    s = start(make_server)
+    res, sid = new_session(s, "import threading\nprint(threading.active_count())")
+    assert res["structuredContent"]["stdout"] == "1\n", text(res)
+    res = s.execute("import os, warnings\nwarnings.simplefilter('error')\npid = os.fork()\n"
+                    "if pid == 0:\n    os._exit(0)\nprint(os.waitpid(pid, 0)[1])", session=sid)
+    sc = res["structuredContent"]
+    assert sc["stdout"] == "0\n" and sc["stderr"] == "", text(res)
+    res = s.execute("import signal, time\n"
+                    "signal.signal(signal.SIGINT, lambda *a: print('handled', flush=True))\n"
+                    "t = time.time()\nwhile time.time() - t < 3:\n    time.sleep(0.1)\n"
+                    "print('done')", session=sid, timeout_seconds=1)
+    sc = res["structuredContent"]
+    # the handler ran (the call then ends in its own time: the grace period is long enough)
+    assert sc["stdout"].startswith("handled\n"), text(res)
+
+
 def test_a_call_that_ignores_the_interrupt_costs_the_kernel(make_server):
     s = start(make_server, "--kill-grace-seconds", "1")
     _, sid = new_session(s, "open('kept.txt', 'w').write('file')\nstate = 1")

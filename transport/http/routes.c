@@ -116,7 +116,9 @@ static enum MHD_Result legacy_get(hs_conn_t *c) {
 static bool starts_work(const tr_http_envelope_t *env, json_t *message) {
   if (env->initialize || (env->batch && env->requests)) return true;
   json_t *m = message ? json_object_get(message, "method") : NULL;
-  return json_is_string(m) && strcmp(json_string_value(m), "tools/call") == 0;
+  /* (a listen stream too: the drain ended those open, and would cut a new one off) */
+  return json_is_string(m) && (strcmp(json_string_value(m), "tools/call") == 0 ||
+                               strcmp(json_string_value(m), "subscriptions/listen") == 0);
 }
 
 static enum MHD_Result respond_draining(hs_conn_t *c) {
@@ -213,6 +215,14 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
         c, 406, -32000, "Not Acceptable: Client must accept application/json or text/event-stream",
         NULL, NULL);
   if (h->draining && c->has_request && starts_work(&env, message)) return respond_draining(c);
+  /* A listen stream is a stream: a client that takes JSON only would hold it open and get
+   * nothing on it, not even the acknowledgement. */
+  json_t *method = message ? json_object_get(message, "method") : NULL;
+  if (!c->accept_sse && json_is_string(method) &&
+      strcmp(json_string_value(method), "subscriptions/listen") == 0)
+    return tr_hs_respond_error(
+        c, 406, -32000, "Not Acceptable: subscriptions/listen answers with text/event-stream", NULL,
+        NULL);
   const char *sid = tr_hs_header(c, "Mcp-Session-Id");
   enum MHD_Result ret = MHD_YES;
   bool ok;

@@ -1,0 +1,208 @@
+/* subscriptions/listen (protocol revision 2026-07-28, SEP-2575): a long-lived request whose
+ * stream carries the notifications a client opted in to, in place of the handshake era's
+ * GET stream and resources/subscribe.
+ *
+ * The request stays in flight until the client cancels it (notifications/cancelled on
+ * stdio, closing its response stream over HTTP) or the server drains, when it ends with
+ * its result.  Its first message is notifications/subscriptions/acknowledged with the part
+ * of the filter the server honours (what its capabilities say it can send); every
+ * notification on it names the subscription (the listen request's id) in
+ * _meta["io.modelcontextprotocol/subscriptionId"].  A listener belongs to its principal:
+ * what concerns one principal's resources (its artifacts) reaches that principal's
+ * listeners only.  Listeners are bounded per principal and in all. */
+#include "server/core/core-internal.h"
+
+#define MCP_META_SUBSCRIPTION "io.modelcontextprotocol/subscriptionId"
+
+/* A principal's listen streams, and everyone's: each holds a request (and over HTTP a
+ * connection), so a token cannot pile them up. */
+#define SRV_MAX_LISTENS_PER_PRINCIPAL 8
+#define SRV_MAX_LISTENS 256
+/* resourceSubscriptions: URIs per stream, and bytes per URI. */
+#define SRV_MAX_LISTEN_URIS 64
+#define SRV_MAX_LISTEN_URI_BYTES 2048
+
+struct srv_listener {
+  srv_request_t *r;
+  char *principal;
+  unsigned kinds; /* SRV_LISTEN_* agreed */
+  json_t *uris;   /* resourceSubscriptions agreed (array of strings), or NULL */
+  srv_listener_t *next;
+};
+
+/* The filter's list-changed members, and the capability each needs. */
+static const struct {
+  const char *member, *capability;
+  unsigned kind;
+  const char *method;
+} list_kinds[] = {
+    {"toolsListChanged", "tools", SRV_LISTEN_TOOLS, "notifications/tools/list_changed"},
+    {"promptsListChanged", "prompts", SRV_LISTEN_PROMPTS, "notifications/prompts/list_changed"},
+    {"resourcesListChanged", "resources", SRV_LISTEN_RESOURCES,
+     "notifications/resources/list_changed"},
+};
+
+static void listener_unlink(srv_listener_t *l) {
+  srv_server_t *s = l->r->server;
+  for (srv_listener_t **p = &s->listeners; *p; p = &(*p)->next) {
+    if (*p != l) continue;
+    *p = l->next;
+    s->n_listeners--;
+    break;
+  }
+}
+
+static void listener_end(srv_listener_t *l);
+
+static void listener_free(srv_listener_t *l) {
+  free(l->principal);
+  json_decref(l->uris);
+  free(l);
+}
+
+/* The client cancelled the stream (or its session, connection or the server went): the
+ * request ends with nothing sent (srv_request_finish drops it). */
+static void listener_cancelled(void *data) {
+  srv_listener_t *l = data;
+  srv_request_t *r = l->r;
+  listener_unlink(l);
+  listener_free(l);
+  srv_request_finish(r, json_object());
+}
+
+/* The params' _meta with the subscription's id, for a notification on l's stream. */
+static json_t *tagged_params(const srv_listener_t *l, json_t *params) {
+  if (!params) params = json_object();
+  json_object_set_new(params, "_meta", json_pack("{s:O}", MCP_META_SUBSCRIPTION, l->r->id));
+  return params;
+}
+
+static void listener_send(const srv_listener_t *l, const char *method, json_t *params) {
+  json_t *n = srv_jsonrpc_notification(method, tagged_params(l, params));
+  srv_send_json(l->r->sink, n, TR_SEND_DEFAULT);
+  json_decref(n);
+}
+
+static size_t principal_listeners(const srv_server_t *s, const char *principal) {
+  size_t n = 0;
+  for (const srv_listener_t *l = s->listeners; l; l = l->next)
+    if (strcmp(l->principal, principal) == 0) n++;
+  return n;
+}
+
+/* Checks the filter's shape; NULL when it is well formed, else why not. */
+static const char *filter_problem(json_t *filter) {
+  if (!json_is_object(filter))
+    return "subscriptions/listen needs \"notifications\", an object (the filter)";
+  for (size_t i = 0; i < CM_ARRAY_SIZE(list_kinds); i++) {
+    json_t *v = json_object_get(filter, list_kinds[i].member);
+    if (v && !json_is_boolean(v)) return "the filter's list-changed members must be booleans";
+  }
+  json_t *uris = json_object_get(filter, "resourceSubscriptions");
+  if (!uris) return NULL;
+  if (!json_is_array(uris)) return "\"resourceSubscriptions\" must be an array of URIs";
+  if (json_array_size(uris) > SRV_MAX_LISTEN_URIS)
+    return "\"resourceSubscriptions\" names more than 64 URIs";
+  size_t i;
+  json_t *u;
+  json_array_foreach(uris, i, u) {
+    if (!json_is_string(u) || json_string_length(u) == 0 ||
+        json_string_length(u) > SRV_MAX_LISTEN_URI_BYTES ||
+        strlen(json_string_value(u)) != json_string_length(u))
+      return "\"resourceSubscriptions\" must hold URIs (strings of 1 to 2048 bytes)";
+  }
+  return NULL;
+}
+
+void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
+                      const srv_modern_t *mm, json_t *capabilities) {
+  srv_server_t *s = ss->server;
+  json_t *filter = json_is_object(params) ? json_object_get(params, "notifications") : NULL;
+  const char *why = filter_problem(filter);
+  if (why) {
+    cleanup_free char *msg = xasprintf("Invalid params: %s", why);
+    srv_reply_error(sink, NULL, id, JSONRPC_INVALID_PARAMS, msg);
+    return;
+  }
+  if (principal_listeners(s, ss->principal) >= SRV_MAX_LISTENS_PER_PRINCIPAL ||
+      s->n_listeners >= SRV_MAX_LISTENS) {
+    cleanup_free char *msg = xasprintf(
+        "Invalid Request: too many subscriptions/listen streams open (%d per principal, %d in "
+        "all): close one first",
+        SRV_MAX_LISTENS_PER_PRINCIPAL, SRV_MAX_LISTENS);
+    srv_reply_error(sink, NULL, id, JSONRPC_INVALID_REQUEST, msg);
+    return;
+  }
+  srv_listener_t *l = xcalloc(1, sizeof *l);
+  l->principal = xstrdup(ss->principal);
+  /* What is agreed: what was asked for and the capabilities say the server sends. */
+  json_t *agreed = json_object();
+  for (size_t i = 0; i < CM_ARRAY_SIZE(list_kinds); i++) {
+    json_t *cap = json_object_get(capabilities, list_kinds[i].capability);
+    if (!json_is_true(json_object_get(filter, list_kinds[i].member)) ||
+        !json_is_true(json_object_get(cap, "listChanged")))
+      continue;
+    l->kinds |= list_kinds[i].kind;
+    json_object_set_new(agreed, list_kinds[i].member, json_true());
+  }
+  json_t *uris = json_object_get(filter, "resourceSubscriptions");
+  json_t *resources = json_object_get(capabilities, "resources");
+  if (json_array_size(uris) > 0 && json_is_true(json_object_get(resources, "subscribe"))) {
+    l->uris = json_deep_copy(uris);
+    json_object_set(agreed, "resourceSubscriptions", l->uris);
+  }
+  srv_request_t *r = srv_request_new(ss, id, sink, NULL, mm);
+  r->method = xstrdup("subscriptions/listen");
+  l->r = r;
+  l->next = s->listeners;
+  s->listeners = l;
+  s->n_listeners++;
+  srv_request_on_cancel(r, listener_cancelled, l);
+  listener_send(l, "notifications/subscriptions/acknowledged",
+                json_pack("{s:o}", "notifications", agreed));
+  /* A stream opened while the server drains ends at once, as those open when it began did
+   * (srv_listen_end_all): nothing would end it gracefully later. */
+  if (s->draining) listener_end(l);
+}
+
+void srv_listen_list_changed(srv_server_t *s, unsigned kind, const char *principal) {
+  for (size_t i = 0; i < CM_ARRAY_SIZE(list_kinds); i++) {
+    if (list_kinds[i].kind != kind) continue;
+    srv_listener_t *next;
+    for (srv_listener_t *l = s->listeners; l; l = next) {
+      next = l->next; /* (a send that finds its stream gone must not cost the walk) */
+      if ((l->kinds & kind) && (!principal || strcmp(principal, l->principal) == 0))
+        listener_send(l, list_kinds[i].method, NULL);
+    }
+  }
+}
+
+void srv_listen_resource_updated(srv_server_t *s, const char *uri, const char *principal) {
+  srv_listener_t *next;
+  for (srv_listener_t *l = s->listeners; l; l = next) {
+    next = l->next;
+    if (!l->uris || (principal && strcmp(principal, l->principal) != 0)) continue;
+    size_t i;
+    json_t *u;
+    json_array_foreach(l->uris, i, u) {
+      if (strcmp(json_string_value(u), uri) != 0) continue;
+      listener_send(l, "notifications/resources/updated", json_pack("{s:s}", "uri", uri));
+      break;
+    }
+  }
+}
+
+/* Ends l's stream with its result (the revision's SubscriptionsListenResult: the stream's
+ * last message); l is unlinked and freed. */
+static void listener_end(srv_listener_t *l) {
+  srv_request_t *r = l->r;
+  listener_unlink(l);
+  srv_request_on_cancel(r, NULL, NULL);
+  json_t *result = json_pack("{s:{s:O}}", "_meta", MCP_META_SUBSCRIPTION, r->id);
+  listener_free(l);
+  srv_request_finish(r, result);
+}
+
+void srv_listen_end_all(srv_server_t *s) {
+  while (s->listeners) listener_end(s->listeners);
+}
