@@ -181,6 +181,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at
    * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */
   s->tools = srv_tools(&s->n_tools);
+  s->app = srv_tool_app();
   s->exec = exec_new(s);
   s->on_probed = server_probed;
   srv_probe_schedule(s);

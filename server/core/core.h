@@ -96,6 +96,7 @@ struct srv_server {
   const struct srv_extension *ext; /* NULL in the product */
   const struct srv_tool *tools;    /* the built-in tool table (server/tools/) */
   size_t n_tools;
+  const struct srv_app *app; /* the MCP App of a tool (server/tools/app.c), or NULL */
   void (*on_probed)(srv_server_t *s); /* after a probe that found the backend available */
   struct srv_client_call *calls;      /* server -> client requests awaiting a response */
   struct srv_tasks *tasks;            /* core/tasks.c: made with the first task */
@@ -316,6 +317,28 @@ typedef struct srv_tool {
 json_t *srv_tool_text_result(const char *text, bool is_error);
 json_t *srv_tool_text_resultn(const char *text, size_t len, bool is_error);
 json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---------------------------------------------------------------- MCP Apps */
+
+/* The io.modelcontextprotocol/ui extension (MCP Apps, @modelcontextprotocol/ext-apps 2.x): a
+ * ui:// resource of type text/html;profile=mcp-app that a host renders for the calls of one
+ * tool.  Declared only to a client that advertises the extension (its
+ * capabilities.extensions, with our MIME type among its mimeTypes when it lists them): the
+ * tool's _meta.ui.resourceUri in tools/list, the resource in resources/list and the
+ * extension in the server's capabilities.  resources/read serves it to anyone (reading a
+ * URI is no declaration); a call's result is the same for every client. */
+#define SRV_UI_EXTENSION "io.modelcontextprotocol/ui"
+#define SRV_APP_MIME "text/html;profile=mcp-app"
+
+typedef struct srv_app {
+  const char *uri;  /* ui://... */
+  const char *name; /* resources/list's name and title */
+  const char *title;
+  const char *description;
+  const char *tool; /* the tool whose calls it shows */
+  const char *html; /* UTF-8 */
+  size_t len;
+} srv_app_t;
 
 /* ---------------------------------------------------------------- extensions */
 
