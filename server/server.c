@@ -224,6 +224,7 @@ void srv_server_free(srv_server_t *s) {
   if (s->warm_probe_wait) srv_server_cancel_probe_wait(s, s->warm_probe_wait);
   srv_probe_release(s);
   srv_tasks_free(s);
+  srv_recent_free(s);
   exec_free(s->exec);
   s->exec = NULL;
   art_store_free(s->artifacts);

@@ -96,7 +96,8 @@ struct srv_server {
   const struct srv_extension *ext; /* NULL in the product */
   const struct srv_tool *tools;    /* the built-in tool table (server/tools/) */
   size_t n_tools;
-  const struct srv_app *app; /* the MCP App of a tool (server/tools/app.c), or NULL */
+  const struct srv_app *app;          /* the MCP App of a tool (server/tools/app.c), or NULL */
+  struct srv_recent *recent;          /* recent calls by principal (recent.c) */
   void (*on_probed)(srv_server_t *s); /* after a probe that found the backend available */
   struct srv_client_call *calls;      /* server -> client requests awaiting a response */
   struct srv_tasks *tasks;            /* core/tasks.c: made with the first task */
@@ -317,6 +318,21 @@ typedef struct srv_tool {
 json_t *srv_tool_text_result(const char *text, bool is_error);
 json_t *srv_tool_text_resultn(const char *text, size_t len, bool is_error);
 json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---------------------------------------------------------------- recent calls */
+
+/* Each principal's last calls of execute_python and validate_script (the calls that run
+ * something; check_environment and the session tools, which a page polls, would crowd them
+ * out), as their audit lines tell them: recent.c. */
+#define SRV_RECENT_PER_PRINCIPAL 20
+#define SRV_RECENT_PRINCIPALS 64
+typedef struct srv_recent srv_recent_t;
+/* tool, outcome, limit: indexes into srv_metric_tools/_outcomes/_limits (limit -1: none). */
+void srv_recent_note(srv_server_t *s, const char *principal, int tool, int outcome, int limit,
+                     uint64_t duration_ms);
+/* The principal's, newest first: [{time (UTC, RFC 3339), tool, outcome, duration_ms, limit?}]. */
+json_t *srv_recent_json(srv_server_t *s, const char *principal);
+void srv_recent_free(srv_server_t *s);
 
 /* ---------------------------------------------------------------- MCP Apps */
 

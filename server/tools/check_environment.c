@@ -345,6 +345,8 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
   json_object_set_new(sc, "interpreters", jpys);
   json_object_set_new(sc, "network_policy", net_obj ? net_obj : json_null());
   json_object_set_new(sc, "tenant", share);
+  /* The caller's own last runs (never another principal's). */
+  json_object_set_new(sc, "recent_calls", srv_recent_json(s, me));
   json_object_set_new(sc, "sandbox_probing", json_boolean(probing));
   json_object_set_new(sc, "server_files", files_obj);
   json_object_set_new(sc, "sessions", sessions_obj);

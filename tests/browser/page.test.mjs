@@ -111,6 +111,9 @@ test("the page: stream, plot, download, cancel, session, token", async (t) => {
     await page.click("#tab-status");
     await page.waitForSelector(`#sessions [data-session="${sid}"]`, { timeout: 20000 });
     await page.waitForSelector("#interpreters tbody tr");
+    // This token's runs, from the server's memory of them (newest first).
+    await page.waitForFunction(() => /execute_python/.test(document.querySelector("#recent tbody").textContent), null, { timeout: 20000 });
+    assert.match(await page.textContent("#recent tbody tr:first-child"), /execute_python\s*ok/);
     await page.waitForFunction(() => document.querySelectorAll("#charts figure").length > 0, null, { timeout: 20000 });
     await page.waitForTimeout(4500); // two more samples, so the charts draw a line
     await shot(page, "status");

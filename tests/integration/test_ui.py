@@ -2,6 +2,7 @@
 browser and a host get, judged on the wire (the browser tests in tests/browser/ drive the
 page itself)."""
 import json
+import re
 
 import pytest
 
@@ -159,3 +160,43 @@ def test_app_in_the_stateless_revision(make_http):
     found = modern("server/discover", {}, UI_CAPS)["capabilities"]["extensions"]
     assert "io.modelcontextprotocol/ui" in found
     assert modern("resources/read", {"uri": APP_URI}, {})["contents"][0]["mimeType"] == APP_MIME
+
+
+# ------------------------------------------------------------------ recent calls
+
+def test_recent_calls_are_the_principals_own_and_bounded(make_http, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice:recent-alice-0123456789\nbob:recent-bob-0123456789\n")
+    s = make_http("--auth-token-file", str(tokens))
+
+    def call(token, name, arguments):
+        p = {"name": name, "arguments": arguments,
+             "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                       "io.modelcontextprotocol/clientCapabilities": {}}}
+        st, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": p},
+                             headers={"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call",
+                                      "Mcp-Name": name, "Authorization": "Bearer " + token,
+                                      "Accept": "application/json"})
+        assert st == 200, body
+        return json.loads(body)["result"]
+
+    def recent(token):
+        return call(token, "check_environment", {})["structuredContent"]["recent_calls"]
+
+    alice, bob = "recent-alice-0123456789", "recent-bob-0123456789"
+    assert recent(alice) == []
+    call(alice, "execute_python", {"script": "print(1)"})
+    call(alice, "execute_python", {"script": "raise SystemExit(3)"})
+    call(alice, "validate_script", {"script": "print(1)\n"})
+    got = recent(alice)
+    # Newest first; check_environment itself (and list_sessions) is not among them.
+    assert [(c["tool"], c["outcome"]) for c in got] == [
+        ("validate_script", "ok"), ("execute_python", "tool_error"), ("execute_python", "ok")]
+    for c in got:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", c["time"]), c
+        assert isinstance(c["duration_ms"], int) and c["duration_ms"] >= 0
+    assert recent(bob) == []  # never another principal's
+    for i in range(25):
+        call(bob, "validate_script", {"script": f"x = {i}\n"})
+    assert len(recent(bob)) == 20  # SRV_RECENT_PER_PRINCIPAL
+    assert len(recent(alice)) == 3

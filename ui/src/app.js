@@ -526,7 +526,7 @@ async function refreshStatus() {
   recent.replaceChildren();
   for (const c of sc.recent_calls || [])
     recent.append(el("tr", {}, el("td", {}, new Date(c.time).toLocaleTimeString()), el("td", {}, c.tool || ""),
-      el("td", {}, c.outcome || ""), el("td", {}, c.duration_ms != null ? fmtMs(c.duration_ms) : "–")));
+      el("td", {}, (c.outcome || "") + (c.limit ? " (" + c.limit + ")" : "")), el("td", {}, c.duration_ms != null ? fmtMs(c.duration_ms) : "–")));
   if (!(sc.recent_calls || []).length) recent.append(el("tr", {}, el("td", { colspan: "4", class: "hint" }, "None yet.")));
 }
 
