@@ -57,21 +57,30 @@ test("the page: stream, plot, download, cancel, session, token", async (t) => {
   });
 
   await t.test("a plot shows as an image and a file downloads", async () => {
+    // A plot without matplotlib (no package index here): a sine curve as a PNG, by hand.
     await setScript(page, [
-      "import os, zlib, struct",
-      "os.makedirs('outputs', exist_ok=True)",
+      "import math, os, struct, zlib",
+      "W, H = 400, 200",
+      "px = [[(255, 255, 255)] * W for _ in range(H)]",
+      "for x in range(W):",
+      "    px[H // 2][x] = (200, 200, 200)",
+      "    for k, col in ((1, (43, 108, 176)), (2, (221, 107, 32))):",
+      "        y = int(H / 2 - math.sin(x / W * 2 * math.pi * k) * (H / 2 - 12) / k)",
+      "        for dy in (-1, 0, 1):",
+      "            px[y + dy][x] = col",
+      "raw = b''.join(b'\\x00' + bytes(c for p in row for c in p) for row in px)",
       "def chunk(k, d): return struct.pack('>I', len(d)) + k + d + struct.pack('>I', zlib.crc32(k + d))",
-      "raw = b''.join(b'\\x00' + bytes([x * 8 % 256, 80, 200 - x * 4]) * 32 for x in range(32))",
-      "png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 32, 32, 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')",
-      "open('outputs/plot.png', 'wb').write(png)",
+      "png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', W, H, 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')",
+      "os.makedirs('outputs', exist_ok=True)",
+      "open('outputs/sine.png', 'wb').write(png)",
       "open('outputs/data.bin', 'wb').write(bytes(range(256)) * 4)",
-      "print('wrote')",
+      "print('wrote outputs/sine.png and outputs/data.bin')",
     ].join("\n"));
     await page.click("#run");
     await page.waitForFunction(() => document.getElementById("run-state").textContent === "finished", null, { timeout: 60000 });
     const img = await page.waitForSelector('[data-testid="plot"]');
     const size = await img.evaluate((i) => new Promise((ok) => (i.complete ? ok([i.naturalWidth, i.naturalHeight]) : (i.onload = () => ok([i.naturalWidth, i.naturalHeight])))));
-    assert.deepEqual(size, [32, 32]);
+    assert.deepEqual(size, [400, 200]);
     const button = page.locator('[data-testid="download"]', { hasText: "data.bin" });
     const [dl] = await Promise.all([page.waitForEvent("download"), button.click()]);
     assert.equal(dl.suggestedFilename(), "data.bin");

@@ -485,12 +485,14 @@ function drawCharts() {
     if (pts.length < 2) continue;
     const max = Math.max(1, ...pts.map((p) => p[1]));
     const now = pts[pts.length - 1][0];
+    // The last WINDOW_MS at most; less while fewer samples were taken (at least 30 s).
+    const span = Math.min(WINDOW_MS, Math.max(30000, now - samples[0].t));
     g.strokeStyle = "#2b6cb0";
     g.lineWidth = 2;
     g.beginPath();
     pts.forEach(([tm, y], i) => {
-      // The right edge is now; the left one WINDOW_MS ago.
-      const x = cv.width - ((now - tm) / WINDOW_MS) * cv.width;
+      // The right edge is now; the left one span ago.
+      const x = cv.width - ((now - tm) / span) * cv.width;
       const yy = cv.height - 4 - (y / max) * (cv.height - 8);
       i ? g.lineTo(x, yy) : g.moveTo(x, yy);
     });
