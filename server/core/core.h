@@ -327,9 +327,9 @@ json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf
 #define SRV_RECENT_PER_PRINCIPAL 20
 #define SRV_RECENT_PRINCIPALS 64
 typedef struct srv_recent srv_recent_t;
-/* tool, outcome, limit: indexes into srv_metric_tools/_outcomes/_limits (limit -1: none). */
-void srv_recent_note(srv_server_t *s, const char *principal, int tool, int outcome, int limit,
-                     uint64_t duration_ms);
+/* tool, outcome, limit: static strings (srv_metric_tools/_outcomes/_limits; limit NULL: none). */
+void srv_recent_note(srv_server_t *s, const char *principal, const char *tool, const char *outcome,
+                     const char *limit, uint64_t duration_ms);
 /* The principal's, newest first: [{time (UTC, RFC 3339), tool, outcome, duration_ms, limit?}]. */
 json_t *srv_recent_json(srv_server_t *s, const char *principal);
 void srv_recent_free(srv_server_t *s);

@@ -11,7 +11,7 @@
 typedef struct recent_call {
   int64_t at_ms; /* wall clock (Unix ms): shown to people */
   uint32_t duration_ms;
-  int8_t tool, outcome, limit; /* indexes into srv_metric_* (limit: -1 for none) */
+  const char *tool, *outcome, *limit; /* static strings (srv_metric_*); limit NULL: none */
 } recent_call_t;
 
 struct srv_recent {
@@ -28,8 +28,8 @@ static int64_t wall_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void srv_recent_note(srv_server_t *s, const char *principal, int tool, int outcome, int limit,
-                     uint64_t duration_ms) {
+void srv_recent_note(srv_server_t *s, const char *principal, const char *tool, const char *outcome,
+                     const char *limit, uint64_t duration_ms) {
   if (!principal) principal = SRV_PRINCIPAL_STDIO;
   srv_recent_t *r = NULL, *oldest = NULL;
   size_t n = 0;
@@ -55,9 +55,9 @@ void srv_recent_note(srv_server_t *s, const char *principal, int tool, int outco
   recent_call_t *c = &r->calls[r->next];
   c->at_ms = wall_ms() - (int64_t)duration_ms; /* when it started */
   c->duration_ms = duration_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)duration_ms;
-  c->tool = (int8_t)tool;
-  c->outcome = (int8_t)outcome;
-  c->limit = (int8_t)limit;
+  c->tool = tool;
+  c->outcome = outcome;
+  c->limit = limit;
   r->next = (r->next + 1) % SRV_RECENT_PER_PRINCIPAL;
   if (r->n < SRV_RECENT_PER_PRINCIPAL) r->n++;
 }
@@ -77,10 +77,9 @@ json_t *srv_recent_json(srv_server_t *s, const char *principal) {
       gmtime_r(&secs, &tm);
       size_t w = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
       snprintf(when + w, sizeof when - w, ".%03dZ", (int)(c->at_ms % 1000));
-      json_t *o = json_pack("{s:s, s:s, s:s, s:I}", "time", when, "tool", srv_metric_tools[c->tool],
-                            "outcome", srv_metric_outcomes[c->outcome], "duration_ms",
-                            (json_int_t)c->duration_ms);
-      if (c->limit >= 0) json_object_set_new(o, "limit", json_string(srv_metric_limits[c->limit]));
+      json_t *o = json_pack("{s:s, s:s, s:s, s:I}", "time", when, "tool", c->tool, "outcome",
+                            c->outcome, "duration_ms", (json_int_t)c->duration_ms);
+      if (c->limit) json_object_set_new(o, "limit", json_string(c->limit));
       json_array_append_new(list, o);
     }
   }

@@ -19,9 +19,9 @@ static void test_ring_and_order(void **state) {
   json_t *l = srv_recent_json(&s, "alice");
   assert_int_equal(json_array_size(l), 0);
   json_decref(l);
-  srv_recent_note(&s, "alice", SRV_M_TOOL_EXECUTE, SRV_M_OK, -1, 12);
-  srv_recent_note(&s, "alice", SRV_M_TOOL_EXECUTE, SRV_M_LIMIT, 0, 3000);
-  srv_recent_note(&s, NULL, SRV_M_TOOL_VALIDATE, SRV_M_OK, -1, 1);
+  srv_recent_note(&s, "alice", "execute_python", "ok", NULL, 12);
+  srv_recent_note(&s, "alice", "execute_python", "limit", "timeout", 3000);
+  srv_recent_note(&s, NULL, "validate_script", "ok", NULL, 1);
   l = srv_recent_json(&s, "alice");
   assert_int_equal(json_array_size(l), 2);
   assert_string_equal(outcome_of(l, 0), "limit");
@@ -35,7 +35,7 @@ static void test_ring_and_order(void **state) {
   assert_int_equal(json_array_size(l), 1);
   json_decref(l);
   for (int i = 0; i < 3 * SRV_RECENT_PER_PRINCIPAL; i++)
-    srv_recent_note(&s, "alice", SRV_M_TOOL_EXECUTE, i % 2 ? SRV_M_ERROR : SRV_M_CANCELLED, -1, i);
+    srv_recent_note(&s, "alice", "execute_python", i % 2 ? "error" : "cancelled", NULL, i);
   l = srv_recent_json(&s, "alice");
   assert_int_equal(json_array_size(l), SRV_RECENT_PER_PRINCIPAL);
   assert_int_equal(json_integer_value(json_object_get(json_array_get(l, 0), "duration_ms")),
@@ -50,7 +50,7 @@ static void test_bounded_principals(void **state) {
   char name[32];
   for (int i = 0; i < SRV_RECENT_PRINCIPALS + 5; i++) {
     snprintf(name, sizeof name, "p%d", i);
-    srv_recent_note(&s, name, SRV_M_TOOL_EXECUTE, SRV_M_OK, -1, 1);
+    srv_recent_note(&s, name, "execute_python", "ok", NULL, 1);
   }
   /* The first callers made room for the last ones. */
   json_t *first = srv_recent_json(&s, "p0");
