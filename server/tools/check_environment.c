@@ -96,6 +96,9 @@ static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
       json_pack("{s:I, s:I, s:I, s:I}", "count", (json_int_t)n_envs, "bytes", (json_int_t)env_bytes,
                 "bytes_max", (json_int_t)cfg->max_cache_bytes_per_token, "store_bytes_max",
                 (json_int_t)cfg->max_cache_bytes));
+  /* Each of them (evict_environment removes one). */
+  json_object_set_new(json_object_get(o, "environments"), "items",
+                      env_store_list(srv_server_envs(s), principal));
   if (http) {
     cleanup_free char *sessions = of_cap(hu.sessions, cfg->max_sessions_per_token);
     cleanup_free char *streams = of_cap(hu.streams, cfg->max_streams_per_token);

@@ -3,10 +3,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { existsSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 
-import { BINARY, metric, readFileSync, shot, startBrowser, startServer, TOKEN, waitUntil } from "./lib.mjs";
+import { BINARY, ROOT, metric, readFileSync, shot, startBrowser, startServer, TOKEN, waitUntil } from "./lib.mjs";
 
 async function openPage(t, server, { token = TOKEN, width = 1280 } = {}) {
   const browser = await startBrowser(t);
@@ -179,4 +181,29 @@ test("without the editor bundle the page runs with a textarea, and says so", asy
   await page.keyboard.press("Control+Enter");
   await page.waitForFunction(() => document.getElementById("run-state").textContent === "finished", null, { timeout: 60000 });
   assert.match(await page.textContent("#console"), /42/);
+});
+
+test("the status view lists your environments and evicts one", async (t) => {
+  // A local wheelhouse (tests/fixtures/wheelhouse.py): there is no package index here.
+  const wheels = mkdtempSync(join(tmpdir(), "mps-browser-wheels-"));
+  t.after(() => rmSync(wheels, { recursive: true, force: true }));
+  chmodSync(wheels, 0o755);
+  execFileSync("/usr/bin/python3", ["-c", "import sys; sys.path.insert(0, sys.argv[1]); import wheelhouse; wheelhouse.build_synthetic(sys.argv[2])",
+    join(ROOT, "tests", "fixtures"), wheels]);
+  const server = await startServer(t, ["--find-links", wheels, "--offline"]);
+  const { page, problems } = await openPage(t, server);
+  await page.waitForSelector("#token-box", { state: "hidden" });
+  await setScript(page, "import mps_gamma\nprint('imported')");
+  await page.fill("#deps", "mps-gamma");
+  await page.click("#run");
+  await page.waitForFunction(() => document.getElementById("run-state").textContent === "finished", null, { timeout: 120000 });
+  assert.match(await page.textContent("#console"), /imported/);
+  await page.click("#tab-status");
+  const row = page.locator("#environments tbody tr", { hasText: "mps-gamma" });
+  await row.waitFor({ timeout: 20000 });
+  await page.waitForTimeout(4500); // a few samples for the charts
+  await shot(page, "status-environments");
+  await row.locator("button[data-env]").click();
+  await page.waitForFunction(() => /None: your calls/.test(document.querySelector("#environments tbody").textContent), null, { timeout: 20000 });
+  assert.deepEqual(problems, []);
 });

@@ -200,3 +200,46 @@ def test_recent_calls_are_the_principals_own_and_bounded(make_http, tmp_path):
         call(bob, "validate_script", {"script": f"x = {i}\n"})
     assert len(recent(bob)) == 20  # SRV_RECENT_PER_PRINCIPAL
     assert len(recent(alice)) == 3
+
+
+# ------------------------------------------------------------------ environments: list and evict
+
+from test_deps import wheels  # noqa: E402,F401  (the fixture: a local wheelhouse)
+from test_tenancy import ALICE, BOB, execute, make_tenants, rpc, store_envs, tokens  # noqa: E402,F401
+
+
+def _call(s, sid, auth, req_id, name, args):
+    st, msg = rpc(s, sid, auth, req_id, "tools/call", {"name": name, "arguments": args})
+    assert st == 200 and "result" in msg, msg
+    return msg["result"]
+
+
+def _items(s, sid, auth, req_id):
+    r = _call(s, sid, auth, req_id, "check_environment", {})
+    return r["structuredContent"]["tenant"]["environments"]["items"]
+
+
+def test_a_principal_lists_and_evicts_only_its_own_environments(make_tenants, wheels):
+    s = make_tenants("--find-links", wheels, "--offline")
+    alice, bob = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    a = execute(s, alice, ALICE, 1, "pass", dependencies=["mps-gamma"])["structuredContent"]["environment"]["key"]
+    b = execute(s, bob, BOB, 2, "pass", dependencies=["mps-alpha==1.0"])["structuredContent"]["environment"]["key"]
+    items = _items(s, alice, ALICE, 3)
+    assert [i["key"] for i in items] == [a]  # never bob's
+    assert items[0]["bytes"] > 0 and isinstance(items[0]["last_used"], int)
+    assert "mps-gamma" in json.dumps(items[0].get("packages"))
+    # Another principal's environment is no such environment, and stays.
+    r = _call(s, alice, ALICE, 4, "evict_environment", {"key": b})
+    assert r["isError"] is True and "not one of yours" in r["content"][0]["text"]
+    assert b in store_envs(s)
+    for bad in ({}, {"key": ""}, {"key": a, "extra": 1}, {"key": 7}):
+        assert _call(s, alice, ALICE, 5, "evict_environment", bad)["isError"] is True
+    r = _call(s, alice, ALICE, 6, "evict_environment", {"key": a})
+    assert r["isError"] is False, r
+    assert r["structuredContent"] == {"key": a, "evicted": True}
+    assert a not in store_envs(s) and b in store_envs(s)
+    assert _items(s, alice, ALICE, 7) == []
+    assert [i["key"] for i in _items(s, bob, BOB, 8)] == [b]
+    # The next call that needs it builds it again.
+    again = execute(s, alice, ALICE, 9, "import mps_gamma", dependencies=["mps-gamma"])
+    assert again["structuredContent"]["environment"]["cached"] is False

@@ -515,21 +515,48 @@ async function refreshStatus() {
     ["your calls running / queued", (ex.running ?? "–") + " / " + (ex.queued ?? "–")],
     ["your environments", (envs.count ?? "–") + " (" + fmtBytes(envs.bytes) + ")"],
     ["your output files kept", (arts.files ?? "–") + " (" + fmtBytes(arts.bytes) + ")"],
-    ["prestarted sandboxes", samples.length ? String(samples[samples.length - 1].values.mcp_sandbox_prestart_ready ?? "–") : "–"],
     ["timeout default / max", (sc.default_timeout ?? "–") + " s / " + (sc.max_timeout ?? "–") + " s"],
   ]);
   const body = $("interpreters").querySelector("tbody");
   body.replaceChildren();
   for (const i of sc.interpreters || [])
-    body.append(el("tr", {}, el("td", {}, i.version + (i.default ? " (default)" : "") + (i.free_threaded ? " t" : "")),
-      el("td", {}, i.implementation || ""), el("td", {}, i.source || ""), el("td", { class: "path" }, i.path || "")));
+    body.append(el("tr", { title: i.path || "" }, el("td", {}, i.version + (i.free_threaded ? " (free-threaded)" : "") + (i.default ? " (default)" : "")),
+      el("td", {}, i.implementation || ""), el("td", {}, i.source || ""), el("td", {}, i.ok === false ? "unusable" : "ok")));
   fillPythons(sc.interpreters || []);
+  fillEnvironments(envs.items || []);
   const recent = $("recent").querySelector("tbody");
   recent.replaceChildren();
   for (const c of sc.recent_calls || [])
     recent.append(el("tr", {}, el("td", {}, new Date(c.time).toLocaleTimeString()), el("td", {}, c.tool || ""),
       el("td", {}, (c.outcome || "") + (c.limit ? " (" + c.limit + ")" : "")), el("td", {}, c.duration_ms != null ? fmtMs(c.duration_ms) : "–")));
   if (!(sc.recent_calls || []).length) recent.append(el("tr", {}, el("td", { colspan: "4", class: "hint" }, "None yet.")));
+}
+
+function packagesText(p) {
+  if (Array.isArray(p)) return p.map((x) => (typeof x === "string" ? x : x.name + (x.version ? " " + x.version : ""))).join(", ");
+  if (p && typeof p === "object") return Object.entries(p).map(([k, v]) => k + " " + v).join(", ");
+  return "";
+}
+
+function fillEnvironments(items) {
+  const body = $("environments").querySelector("tbody");
+  body.replaceChildren();
+  for (const e of items) {
+    const evict = el("button", { type: "button", "data-env": e.key }, "Evict");
+    evict.addEventListener("click", async () => {
+      try {
+        const r = await callTool("evict_environment", { key: e.key });
+        if (r.isError) banner((r.content && r.content[0] && r.content[0].text) || "Not evicted.");
+      } catch (err) {
+        banner(err.message);
+      }
+      refreshStatus().catch((err) => banner(err.message));
+    });
+    body.append(el("tr", {}, el("td", { class: "id", title: e.key }, packagesText(e.packages) || e.key.slice(0, 16)),
+      el("td", {}, e.python || "–"), el("td", {}, fmtBytes(e.bytes)),
+      el("td", {}, e.last_used ? new Date(e.last_used * 1000).toLocaleString() : "–"), el("td", {}, evict)));
+  }
+  if (!items.length) body.append(el("tr", {}, el("td", { colspan: "5", class: "hint" }, "None: your calls have not needed dependencies yet.")));
 }
 
 function fillPythons(list) {
