@@ -43,13 +43,16 @@ test("the page: stream, plot, download, cancel, session, token", async (t) => {
   assert.ok(!page.url().includes(TOKEN), "the token is in the URL");
 
   await t.test("lines stream before the end of the run", async () => {
-    await setScript(page, "import time\nfor i in range(4):\n    print(f'line {i}', flush=True)\n    time.sleep(0.6)\nprint('end')\n");
+    await setScript(page, "import sys, time\nprint('warn early', file=sys.stderr, flush=True)\nfor i in range(4):\n    print(f'line {i}', flush=True)\n    time.sleep(0.6)\nprint('end')\n");
     await page.keyboard.press("Control+Enter").catch(() => {});
     await page.click("#run").catch(() => {}); // Ctrl-Enter outside the editor is the same; a second run is ignored
     await page.waitForFunction(() => document.getElementById("console").textContent.includes("line 0"), null, { timeout: 60000 });
     const early = await page.evaluate(() => ({ text: document.getElementById("console").textContent, state: document.getElementById("run-state").textContent }));
     assert.equal(early.state, "running", "line 0 was shown only after the run ended");
     assert.ok(!early.text.includes("end"));
+    // stderr streams too (notifications/message), shown apart.
+    await page.waitForFunction(() => [...document.querySelectorAll("#console .err")].some((e) => e.textContent.includes("warn early")), null, { timeout: 10000 });
+    assert.equal(await page.textContent("#run-state"), "running");
     await page.waitForFunction(() => document.getElementById("run-state").textContent === "finished", null, { timeout: 60000 });
     const text = await page.textContent("#console");
     assert.match(text, /line 3[\s\S]*end/);
@@ -90,6 +93,15 @@ test("the page: stream, plot, download, cancel, session, token", async (t) => {
     assert.equal(bytes.length, 1024);
     assert.equal(bytes[255], 255);
     await shot(page, "page-plot");
+  });
+
+  await t.test("an attached file reaches the script", async () => {
+    await page.setInputFiles("#files", { name: "input.csv", mimeType: "text/csv", buffer: Buffer.from("a,b\n1,2\n3,4\n") });
+    await setScript(page, "import csv\nrows = list(csv.DictReader(open('input.csv')))\nprint('sum of b =', sum(int(r['b']) for r in rows))");
+    await page.click("#run");
+    await page.waitForFunction(() => document.getElementById("run-state").textContent === "finished", null, { timeout: 60000 });
+    assert.match(await page.textContent("#console"), /sum of b = 6/);
+    await page.setInputFiles("#files", []);
   });
 
   await t.test("cancel stops the script", async () => {

@@ -285,19 +285,28 @@ async function run() {
   const controller = new AbortController();
   running = { controller };
   banner("");
+  // The state changes at once: reading attached files takes a moment.
+  setRunning(true, "running");
+  $("console").replaceChildren();
   const args = { script: editor.get() };
   const deps = $("deps").value.split(",").map((d) => d.trim()).filter(Boolean);
   if (deps.length) args.dependencies = deps;
   if ($("python").value) args.python_version = $("python").value;
   if ($("timeout").value) args.timeout_seconds = Number($("timeout").value);
   if ($("session").value) args.session = $("session").value;
-  const files = await readFiles();
-  if (files.length) args.files = files;
-  $("console").replaceChildren();
   $("images").replaceChildren();
   $("downloads").replaceChildren();
   $("result-facts").replaceChildren();
-  setRunning(true, "running");
+  let files;
+  try {
+    files = await readFiles();
+  } catch (e) {
+    setRunning(false, "failed");
+    banner("An attached file could not be read: " + e.message);
+    running = null;
+    return;
+  }
+  if (files.length) args.files = files;
   const started = performance.now();
   try {
     const result = await callTool("execute_python", args, {
