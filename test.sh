@@ -99,6 +99,11 @@ suite() {
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/conformance/run.sh
   echo "== $name: end-to-end tests with real MCP clients (TypeScript SDK v1 and v2, Inspector CLI v1 and v2)"
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/e2e/run.sh
+  if [ "$dir" = build ]; then
+    # The page is the same in both builds (what it drives is tested above): the normal one only.
+    echo "== $name: browser tests of the playground page and the MCP App (chromium, playwright-core; screenshots in $dir/browser-screenshots/)"
+    MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/browser/run.sh
+  fi
 }
 
 echo "== format: every .c and .h file as .clang-format has it (clang-format 14)"
@@ -109,6 +114,9 @@ echo "== layers: every #include follows the layer table, no include cycles (and 
 /usr/bin/python3 scripts/check-layers.py --self-test
 
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# The playground's editor bundle (CodeMirror, from npm), before the package test packs it.
+echo "== the playground's editor bundle (ui/build.sh)"
+ui/build.sh build
 suite build "normal build"
 
 if [ "$quick" = 0 ]; then

@@ -133,6 +133,13 @@ void env_store_counters(env_store_t *s, env_counters_t *out);
 /* The environments built for `owner` (a principal's name; NULL: the server's own) that
  * the store keeps, and their bytes: what eviction charges to it. */
 void env_store_usage(env_store_t *s, const char *owner, size_t *count, uint64_t *bytes);
+/* The same environments, most recently used first: [{key, bytes, last_used (Unix seconds),
+ * packages? (the manifest's), python? (its version)}] (a new reference). */
+json_t *env_store_list(env_store_t *s, const char *owner);
+/* Removes one of owner's environments now (the next call that needs it builds it again).
+ * CM_ERR_NOT_FOUND when owner has none by that key (another's included), CM_ERR_UNAVAILABLE
+ * while it is in use or being built (nothing is removed then). */
+int env_store_evict_owned(env_store_t *s, const char *owner, const char *key, cm_error_t *err);
 /* Starts warming the wheelhouse from profiles/warmup.txt in the background (never delays
  * anything; failures are logged): `pip download --only-binary=:all:` in a sandbox of its
  * own, then the server copies the wheels into the wheelhouse. */

@@ -278,3 +278,44 @@ void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes) {
   *bytes = l.total;
   entries_release(&l);
 }
+
+/* ---------------------------------------------------------------- one principal's */
+
+json_t *env_store_list(env_store_t *s, const char *owner) {
+  json_t *out = json_array();
+  if (s->envs_fd < 0) return out;
+  entry_list_t l = {0};
+  list_entries(s, &l, false);
+  if (l.n) qsort(l.v, l.n, sizeof *l.v, by_use);
+  /* Most recently used first. */
+  for (size_t k = l.n; k-- > 0;) {
+    const env_entry_t *en = &l.v[k];
+    if (!same_owner(en->owner, owner)) continue;
+    json_t *o = json_pack("{s:s, s:I, s:I}", "key", en->name, "bytes", (json_int_t)en->size,
+                          "last_used", (json_int_t)en->used);
+    json_t *m = env_load_manifest(s, en->name, true, false, NULL);
+    json_t *pkgs = m ? json_object_get(m, "packages") : NULL;
+    if (json_is_object(pkgs) || json_is_array(pkgs)) json_object_set(o, "packages", pkgs);
+    json_t *py = m ? json_object_get(json_object_get(m, "python"), "version") : NULL;
+    if (json_is_string(py)) json_object_set(o, "python", py);
+    json_decref(m);
+    json_array_append_new(out, o);
+  }
+  entries_release(&l);
+  return out;
+}
+
+int env_store_evict_owned(env_store_t *s, const char *owner, const char *key, cm_error_t *err) {
+  entry_list_t l = {0};
+  if (s->envs_fd >= 0) list_entries(s, &l, false);
+  env_entry_t *en = NULL;
+  for (size_t i = 0; i < l.n && !en; i++)
+    if (strcmp(l.v[i].name, key) == 0 && same_owner(l.v[i].owner, owner)) en = &l.v[i];
+  int rc = 0;
+  if (!en) /* Another principal's is no such environment, as for every lookup across tenants. */
+    rc = cm_error_set(err, 0, CM_ERR_NOT_FOUND, "no such environment of yours");
+  else if (!evict_one(s, en, false))
+    rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the environment is in use or being built");
+  entries_release(&l);
+  return rc;
+}

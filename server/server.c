@@ -181,6 +181,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at
    * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */
   s->tools = srv_tools(&s->n_tools);
+  s->app = srv_tool_app();
   s->exec = exec_new(s);
   s->on_probed = server_probed;
   srv_probe_schedule(s);
@@ -225,6 +226,7 @@ void srv_server_free(srv_server_t *s) {
   if (s->warm_probe_wait) srv_server_cancel_probe_wait(s, s->warm_probe_wait);
   srv_probe_release(s);
   srv_tasks_free(s);
+  srv_recent_free(s);
   exec_free(s->exec);
   s->exec = NULL;
   art_store_free(s->artifacts);

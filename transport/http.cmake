@@ -15,3 +15,13 @@ target_include_directories(mps_transport PRIVATE ${MHD_INCLUDE_DIRS})
 target_compile_options(mps_transport PRIVATE ${MHD_CFLAGS_OTHER})
 target_include_directories(mps_transport PRIVATE ${OPENSSL_INCLUDE_DIR})
 target_link_libraries(mps_transport PUBLIC PkgConfig::JANSSON)
+
+# The playground page (transport/http/ui.c): ui/src/ built into the binary.
+set(MPS_UI_SOURCES ${CMAKE_SOURCE_DIR}/ui/src/index.html ${CMAKE_SOURCE_DIR}/ui/src/app.js
+  ${CMAKE_SOURCE_DIR}/ui/src/app.css)
+add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/ui-assets.c
+  COMMAND ${CMAKE_COMMAND} -DOUTPUT=${CMAKE_BINARY_DIR}/ui-assets.c "-DFILES=${MPS_UI_SOURCES}"
+    "-DSYMBOLS=tr_ui_index_html;tr_ui_app_js;tr_ui_app_css" -P ${CMAKE_SOURCE_DIR}/ui/embed.cmake
+  DEPENDS ${MPS_UI_SOURCES} ${CMAKE_SOURCE_DIR}/ui/embed.cmake
+  COMMENT "Embedding the playground page (ui/src/)" VERBATIM)
+target_sources(mps_transport PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http/ui.c ${CMAKE_BINARY_DIR}/ui-assets.c)

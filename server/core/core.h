@@ -96,6 +96,8 @@ struct srv_server {
   const struct srv_extension *ext; /* NULL in the product */
   const struct srv_tool *tools;    /* the built-in tool table (server/tools/) */
   size_t n_tools;
+  const struct srv_app *app;          /* the MCP App of a tool (server/tools/app.c), or NULL */
+  struct srv_recent *recent;          /* recent calls by principal (recent.c) */
   void (*on_probed)(srv_server_t *s); /* after a probe that found the backend available */
   struct srv_client_call *calls;      /* server -> client requests awaiting a response */
   struct srv_tasks *tasks;            /* core/tasks.c: made with the first task */
@@ -337,6 +339,43 @@ typedef struct srv_tool {
 json_t *srv_tool_text_result(const char *text, bool is_error);
 json_t *srv_tool_text_resultn(const char *text, size_t len, bool is_error);
 json_t *srv_tool_error_result(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---------------------------------------------------------------- recent calls */
+
+/* Each principal's last calls of execute_python and validate_script (the calls that run
+ * something; check_environment and the session tools, which a page polls, would crowd them
+ * out), as their audit lines tell them: recent.c. */
+#define SRV_RECENT_PER_PRINCIPAL 20
+#define SRV_RECENT_PRINCIPALS 64
+typedef struct srv_recent srv_recent_t;
+/* tool, outcome, limit: static strings (srv_metric_tools/_outcomes/_limits; limit NULL: none). */
+void srv_recent_note(srv_server_t *s, const char *principal, const char *tool, const char *outcome,
+                     const char *limit, uint64_t duration_ms);
+/* The principal's, newest first: [{time (UTC, RFC 3339), tool, outcome, duration_ms, limit?}]. */
+json_t *srv_recent_json(srv_server_t *s, const char *principal);
+void srv_recent_free(srv_server_t *s);
+
+/* ---------------------------------------------------------------- MCP Apps */
+
+/* The io.modelcontextprotocol/ui extension (MCP Apps, @modelcontextprotocol/ext-apps 2.x): a
+ * ui:// resource of type text/html;profile=mcp-app that a host renders for the calls of one
+ * tool.  Declared only to a client that advertises the extension (its
+ * capabilities.extensions, with our MIME type among its mimeTypes when it lists them): the
+ * tool's _meta.ui.resourceUri in tools/list, the resource in resources/list and the
+ * extension in the server's capabilities.  resources/read serves it to anyone (reading a
+ * URI is no declaration); a call's result is the same for every client. */
+#define SRV_UI_EXTENSION "io.modelcontextprotocol/ui"
+#define SRV_APP_MIME "text/html;profile=mcp-app"
+
+typedef struct srv_app {
+  const char *uri;  /* ui://... */
+  const char *name; /* resources/list's name and title */
+  const char *title;
+  const char *description;
+  const char *tool; /* the tool whose calls it shows */
+  const char *html; /* UTF-8 */
+  size_t len;
+} srv_app_t;
 
 /* ---------------------------------------------------------------- extensions */
 

@@ -262,6 +262,11 @@ static void call_finish(srv_request_t *r, json_t *response) {
   c->duration_buckets[t][b]++;
   c->duration_ms_sum[t] += ms;
   if (r->call_limit >= 0 && outcome == SRV_M_LIMIT) c->limits[r->call_limit]++;
+  if (t == SRV_M_TOOL_EXECUTE || t == SRV_M_TOOL_VALIDATE)
+    srv_recent_note(
+        r->server, r->session ? r->session->principal : NULL, srv_metric_tools[t],
+        srv_metric_outcomes[outcome],
+        outcome == SRV_M_LIMIT && r->call_limit >= 0 ? srv_metric_limits[r->call_limit] : NULL, ms);
   r->call_tool = -1;
   json_t *a = r->audit;
   r->audit = NULL;

@@ -47,6 +47,34 @@ static bool extension_request(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *
 
 /* ---------------------------------------------------------------- methods */
 
+/* Whether the request's client advertised MCP Apps (core.h): its capabilities, from
+ * initialize (the handshake era) or the request's _meta (the modern one). */
+static bool apps_advertised(const srv_session_t *ss, const srv_modern_t *mm) {
+  if (!ss->server->app) return false;
+  json_t *caps = mm ? mm->client_caps : ss->client_capabilities;
+  json_t *ext = json_is_object(caps) ? json_object_get(caps, "extensions") : NULL;
+  json_t *ui = json_is_object(ext) ? json_object_get(ext, SRV_UI_EXTENSION) : NULL;
+  if (!json_is_object(ui)) return false;
+  json_t *types = json_object_get(ui, "mimeTypes");
+  if (!json_is_array(types)) return true; /* no list: the extension's one type */
+  size_t i;
+  json_t *v;
+  json_array_foreach(types, i, v) {
+    if (json_is_string(v) && strcmp(json_string_value(v), SRV_APP_MIME) == 0) return true;
+  }
+  return false;
+}
+
+/* The extension's entry in the server's capabilities, for a client that advertised it. */
+static void add_apps_capability(json_t *caps) {
+  json_t *ext = json_object_get(caps, "extensions");
+  if (!json_is_object(ext)) {
+    ext = json_object();
+    json_object_set_new(caps, "extensions", ext);
+  }
+  json_object_set_new(ext, SRV_UI_EXTENSION, json_pack("{s:[s]}", "mimeTypes", SRV_APP_MIME));
+}
+
 /* Tasks came with 2025-11-25: a session that negotiated an older version is not offered
  * them, so it gets none (its params.task is ignored, tasks/ methods do not exist for it). */
 static bool tasks_offered(const char *protocol) {
@@ -115,6 +143,7 @@ static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_
   json_t *client_caps = json_object_get(params, "capabilities");
   if (json_is_object(client_caps)) ss->client_capabilities = json_incref(client_caps);
   json_t *caps = merged_capabilities(ss->server, chosen);
+  if (apps_advertised(ss, NULL)) add_apps_capability(caps);
   json_t *result =
       json_pack("{s:s, s:o, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", chosen, "capabilities",
                 caps, "serverInfo", "name", SRV_NAME, "title", "Python Exec Sandbox", "version",
@@ -123,12 +152,22 @@ static void handle_initialize(srv_session_t *ss, json_t *id, json_t *params, tr_
 }
 
 /* The Tool object, with the task support the router acts on (T1). */
-static json_t *describe_tool(srv_server_t *s, const srv_tool_t *tool) {
+static json_t *describe_tool(srv_server_t *s, const srv_tool_t *tool, bool apps) {
   json_t *t = tool->describe(s);
   static const char *const names[] = {NULL, "optional", "required"};
   if (tool->task_support != SRV_TASK_FORBIDDEN && json_is_object(t))
     json_object_set_new(t, "execution",
                         json_pack("{s:s}", "taskSupport", names[tool->task_support]));
+  if (apps && json_is_object(t) && strcmp(tool->name, s->app->tool) == 0) {
+    json_t *meta = json_object_get(t, "_meta");
+    if (!json_is_object(meta)) {
+      meta = json_object();
+      json_object_set_new(t, "_meta", meta);
+    }
+    /* ui.resourceUri, and the flat key of the extension's first drafts that hosts still read. */
+    json_object_set_new(meta, "ui", json_pack("{s:s}", "resourceUri", s->app->uri));
+    json_object_set_new(meta, "ui/resourceUri", json_string(s->app->uri));
+  }
   return t;
 }
 
@@ -141,12 +180,13 @@ static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_
     return;
   }
   const srv_tool_t *tools = ss->server->tools;
+  bool apps = apps_advertised(ss, mm);
   json_t *list = json_array();
   for (size_t i = 0; i < ss->server->n_tools; i++)
-    json_array_append_new(list, describe_tool(ss->server, &tools[i]));
+    json_array_append_new(list, describe_tool(ss->server, &tools[i], apps));
   const srv_extension_t *ext = ss->server->ext;
   for (size_t i = 0; ext && i < ext->n_tools; i++)
-    json_array_append_new(list, describe_tool(ss->server, &ext->tools[i]));
+    json_array_append_new(list, describe_tool(ss->server, &ext->tools[i], apps));
   json_t *result = json_pack("{s:o}", "tools", list);
   add_cache_hints(result, "tools/list", 60000, mm);
   reply_result(sink, batch, id, result, mm);
@@ -313,6 +353,22 @@ static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *s
       result = art_store_templates();
   } else if (strcmp(m->method, "resources/list") == 0) {
     rc = art_store_list(ss->server->artifacts, ss->principal, cursor_text, &result, &err);
+    const srv_app_t *app = ss->server->app;
+    json_t *list = rc == 0 ? json_object_get(result, "resources") : NULL;
+    if (json_is_array(list) && !cursor_text && apps_advertised(ss, mm))
+      json_array_insert_new(
+          list, 0,
+          json_pack("{s:s, s:s, s:s, s:s, s:s, s:{s:{s:b}}}", "uri", app->uri, "name", app->name,
+                    "title", app->title, "description", app->description, "mimeType", SRV_APP_MIME,
+                    "_meta", "ui", "prefersBorder", 1));
+  } else if (json_is_string(uri) && ss->server->app &&
+             strcmp(json_string_value(uri), ss->server->app->uri) == 0) {
+    const srv_app_t *app = ss->server->app;
+    /* The app needs nothing from elsewhere (its script and style are inline): an empty
+     * csp asks the host for its strictest policy. */
+    result = json_pack("{s:[{s:s, s:s, s:s%, s:{s:{s:{}, s:b}}}]}", "contents", "uri", app->uri,
+                       "mimeType", SRV_APP_MIME, "text", app->html, app->len, "_meta", "ui", "csp",
+                       "prefersBorder", 1);
   } else if (!json_is_string(uri) || strlen(json_string_value(uri)) != json_string_length(uri)) {
     rc = cm_error_set(&err, 0, CM_ERR_INVALID, "resources/read needs a string \"uri\"");
   } else {
@@ -490,8 +546,10 @@ static json_t *modern_capabilities(srv_server_t *s) {
  * can choose. */
 static void handle_discover(srv_session_t *ss, json_t *id, tr_sink_t *sink,
                             const srv_modern_t *mm) {
+  json_t *caps = modern_capabilities(ss->server);
+  if (apps_advertised(ss, mm)) add_apps_capability(caps);
   json_t *result = json_pack("{s:o, s:o, s:s}", "supportedVersions", all_versions(), "capabilities",
-                             modern_capabilities(ss->server), "instructions", server_instructions);
+                             caps, "instructions", server_instructions);
   /* The same for everyone, but an upgrade may change it. */
   add_cache_hints(result, "server/discover", 60000, mm);
   reply_result(sink, NULL, id, result, mm);

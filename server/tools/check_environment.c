@@ -96,6 +96,9 @@ static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
       json_pack("{s:I, s:I, s:I, s:I}", "count", (json_int_t)n_envs, "bytes", (json_int_t)env_bytes,
                 "bytes_max", (json_int_t)cfg->max_cache_bytes_per_token, "store_bytes_max",
                 (json_int_t)cfg->max_cache_bytes));
+  /* Each of them (evict_environment removes one). */
+  json_object_set_new(json_object_get(o, "environments"), "items",
+                      env_store_list(srv_server_envs(s), principal));
   if (http) {
     cleanup_free char *sessions = of_cap(hu.sessions, cfg->max_sessions_per_token);
     cleanup_free char *streams = of_cap(hu.streams, cfg->max_streams_per_token);
@@ -345,6 +348,8 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
   json_object_set_new(sc, "interpreters", jpys);
   json_object_set_new(sc, "network_policy", net_obj ? net_obj : json_null());
   json_object_set_new(sc, "tenant", share);
+  /* The caller's own last runs (never another principal's). */
+  json_object_set_new(sc, "recent_calls", srv_recent_json(s, me));
   json_object_set_new(sc, "sandbox_probing", json_boolean(probing));
   json_object_set_new(sc, "server_files", files_obj);
   json_object_set_new(sc, "sessions", sessions_obj);

@@ -12,6 +12,8 @@ static const srv_tool_t tools[] = {
      srv_tool_list_sessions, SRV_TASK_FORBIDDEN, NULL},
     {"close_session", "Close a Python session", srv_tool_close_session_describe,
      srv_tool_close_session, SRV_TASK_FORBIDDEN, NULL},
+    {"evict_environment", "Remove a cached environment", srv_tool_evict_environment_describe,
+     srv_tool_evict_environment, SRV_TASK_FORBIDDEN, NULL},
 };
 
 const srv_tool_t *srv_tools(size_t *count) {

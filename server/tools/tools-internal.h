@@ -15,5 +15,7 @@ void srv_tool_list_sessions(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_list_sessions_describe(srv_server_t *s);
 void srv_tool_close_session(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_close_session_describe(srv_server_t *s);
+void srv_tool_evict_environment(srv_request_t *r, json_t *arguments);
+json_t *srv_tool_evict_environment_describe(srv_server_t *s);
 
 #endif

@@ -4,7 +4,8 @@
  * call's dependencies (script.c), which execute_python and validate_script share.
  *
  * Files: table.c, execute.c, check_environment.c, validate.c, script.c, sessions.c
- * (list_sessions, close_session).
+ * (list_sessions, close_session), environments.c (evict_environment), app.c (execute_python's
+ * MCP App).
  *
  * May use: server/exec/, server/core/ (requests, tool results), server/net/, server/files/,
  * server/config/, envstore/, interp/, sandbox/, transport/ (check_environment's HTTP usage),
@@ -20,6 +21,8 @@
 /* The built-in tool table (the server gives it to the router). */
 const srv_tool_t *srv_tools(size_t *count);
 const srv_tool_t *srv_tool_find(const char *name);
+/* execute_python's MCP App (app.c). */
+const srv_app_t *srv_tool_app(void);
 
 /* ---------------------------------------------------------------- a call's script */
 

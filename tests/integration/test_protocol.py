@@ -76,8 +76,10 @@ def test_tools_list(server):
     assert ex["outputSchema"]["type"] == "object"
     for t in tools:
         assert t["description"]
-        # close_session (a session tool) changes state too; every other tool only reads.
-        assert t["annotations"]["readOnlyHint"] == (t["name"] not in ("execute_python", "close_session"))
+        # close_session (a session tool) and evict_environment change state too; every other
+        # tool only reads.
+        assert t["annotations"]["readOnlyHint"] == (
+            t["name"] not in ("execute_python", "close_session", "evict_environment"))
     # deterministic
     assert server.request("tools/list")["result"] == r["result"]
 

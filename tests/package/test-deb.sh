@@ -59,6 +59,11 @@ in_root apt-get update -qq >"$build/apt.log" 2>&1 || { tail -n 20 "$build/apt.lo
 DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -qq --no-install-recommends /tmp/pkg.deb systemd \
   >>"$build/apt.log" 2>&1 || { tail -n 30 "$build/apt.log" >&2; fail "apt-get install"; }
 in_root dpkg -L mcp-python-exec-sandbox >"$build/package-files.txt"
+# The playground's editor bundle goes with the package when the build made it (ui/build.sh).
+if [ -f "$build/mps-ui/editor.js" ]; then
+  grep -qxF /usr/share/mcp-python-exec-sandbox/ui/editor.js "$build/package-files.txt" ||
+    fail "the package lacks the editor bundle (share/mcp-python-exec-sandbox/ui/editor.js)"
+fi
 
 say "the installed binary takes its helpers from the install tree"
 version=$(in_root mcp-python-exec-sandbox --version)

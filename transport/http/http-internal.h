@@ -56,7 +56,8 @@ typedef enum endpoint {
   EP_DOWNLOAD,
   EP_HEALTHZ,
   EP_READYZ,
-  EP_METRICS
+  EP_METRICS,
+  EP_UI
 } endpoint_t;
 
 typedef enum stream_kind { STREAM_POST, STREAM_STANDALONE, STREAM_LEGACY } stream_kind_t;
@@ -331,6 +332,13 @@ void tr_hs_parse_accept(hs_conn_t *c);
 /* H2, H3, H6 for a stateless POST's single request `message`: false after answering 400
  * -32020 itself (*ret). */
 bool tr_hs_check_mirrored(hs_conn_t *c, json_t *message, enum MHD_Result *ret);
+
+/* ================================================================ ui.c */
+
+/* GET <path>/ui<rest>: the playground page ("" or "/") and its assets; 404 for the rest. */
+enum MHD_Result tr_hs_serve_ui(hs_conn_t *c, const char *rest);
+/* Whether a GET of the endpoint itself is a browser's navigation (text/html first). */
+bool tr_hs_wants_page(hs_conn_t *c);
 
 /* ================================================================ routes.c */
 

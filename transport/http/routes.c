@@ -442,6 +442,9 @@ static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char 
     c->ep = EP_READYZ;
   else if (strcmp(url, h->metrics_path) == 0)
     c->ep = EP_METRICS;
+  else if (strncmp(url, h->path, path_len) == 0 && strncmp(url + path_len, "/ui", 3) == 0 &&
+           (url[path_len + 3] == '\0' || url[path_len + 3] == '/'))
+    c->ep = EP_UI;
   else
     return tr_hs_respond_error(c, 404, -32000, "Not Found", NULL, NULL);
   const char *why = NULL;
@@ -453,6 +456,11 @@ static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char 
   /* A load balancer's probes need no token (unless --health-auth); /metrics does, when
    * there are tokens. */
   if (probe && !h->health_auth) return health(c);
+  /* The page and its assets need no token (ui.c): the page asks for one. */
+  bool get_or_head = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+  if (c->ep == EP_UI)
+    return get_or_head ? tr_hs_serve_ui(c, url + path_len + 3) : tr_hs_respond_405(c, "GET");
+  if (c->ep == EP_MCP && get_or_head && tr_hs_wants_page(c)) return tr_hs_serve_ui(c, "");
   if (!tr_hs_check_auth(c))
     return tr_hs_respond_error(c, 401, -32000, "Unauthorized: a valid bearer token is required",
                                "WWW-Authenticate", "Bearer realm=\"mcp\", error=\"invalid_token\"");
@@ -480,6 +488,7 @@ static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char 
     case EP_METRICS:
       if (get) return metrics(c);
       return tr_hs_respond_405(c, "GET");
+    case EP_UI:
     case EP_NONE:
       break;
   }

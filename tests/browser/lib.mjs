@@ -1,0 +1,119 @@
+// Helpers of the browser tests: the server binary on a free loopback port (with a token file),
+// and Debian's chromium under playwright-core, started with the flags of the closed network
+// (no background traffic, no GPU, a fresh profile), never a browser playwright downloads.
+import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, connect } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import assert from "node:assert/strict";
+
+import { chromium } from "playwright-core";
+
+export const HERE = dirname(fileURLToPath(import.meta.url));
+export const ROOT = resolve(HERE, "..", "..");
+export const BINARY = resolve(process.env.MPS_BINARY || join(ROOT, "build", "mcp-python-exec-sandbox"));
+export const BACKEND = process.env.MPS_TEST_BACKEND || "none";
+export const CHROMIUM = process.env.MPS_CHROMIUM || "/usr/bin/chromium";
+// Screenshots, kept as CI artifacts: <build>/browser-screenshots/ beside the binary.
+export const SHOTS = process.env.MPS_SCREENSHOT_DIR || join(dirname(BINARY), "browser-screenshots");
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export async function waitUntil(pred, timeoutMs = 10000, intervalMs = 100) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await pred()) return true;
+    await sleep(intervalMs);
+  }
+  return pred();
+}
+
+function freePort() {
+  return new Promise((ok, fail) => {
+    const s = createServer();
+    s.unref();
+    s.on("error", fail);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+  });
+}
+
+function canConnect(port) {
+  return new Promise((done) => {
+    const sock = connect({ host: "127.0.0.1", port });
+    sock.once("connect", () => {
+      sock.destroy();
+      done(true);
+    });
+    sock.once("error", () => done(false));
+  });
+}
+
+export const TOKEN = "browser-test-token-0123456789abcdef";
+
+/** The server over HTTP with one token ("alice"); stopped (and its state removed) at test end. */
+export async function startServer(t, extra = []) {
+  const dir = mkdtempSync(join(tmpdir(), "mps-browser-"));
+  const tokens = join(dir, "tokens");
+  writeFileSync(tokens, `alice:${TOKEN}\n`, { mode: 0o600 });
+  const port = await freePort();
+  const argv = ["--sandbox-backend", BACKEND, "--state-dir", join(dir, "state"), "--transport", "http",
+    "--host", "127.0.0.1", "--port", String(port), "--auth-token-file", tokens, ...extra];
+  const proc = spawn(BINARY, argv, { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  proc.stderr.on("data", (c) => (log += c.toString()));
+  let exit = null;
+  const exited = new Promise((r) => proc.once("exit", (code, signal) => r((exit = { code, signal }))));
+  const stop = async () => {
+    if (exit === null) {
+      proc.kill("SIGTERM");
+      const killer = setTimeout(() => proc.kill("SIGKILL"), 10000);
+      await exited;
+      clearTimeout(killer);
+    }
+    rmSync(dir, { recursive: true, force: true });
+    for (const bad of ["ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"])
+      assert.ok(!log.includes(bad), `sanitizer report in the server's log:\n${log.slice(-4000)}`);
+  };
+  t.after(stop);
+  const ready = await waitUntil(async () => exit !== null || (await canConnect(port)), 15000, 50);
+  assert.ok(ready && exit === null, `the server did not listen on ${port}:\n${log.slice(-3000)}`);
+  const origin = `http://127.0.0.1:${port}`;
+  return { origin, url: origin + "/mcp", port, proc, log: () => log, stop };
+}
+
+/** Chromium, headless, with a fresh profile; closed at test end. */
+export async function startBrowser(t) {
+  // launch() gives every browser a new empty profile of its own (and removes it).
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync"],
+  });
+  t.after(() => browser.close());
+  return browser;
+}
+
+export async function shot(page, name) {
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, name + ".png"), fullPage: true });
+}
+
+/** The server's /metrics value of a family (summed over labels), with the token. */
+export async function metric(server, name) {
+  const r = await fetch(server.origin + "/metrics", { headers: { Authorization: `Bearer ${TOKEN}` } });
+  const text = await r.text();
+  let sum = 0;
+  for (const line of text.split("\n")) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
+    if (m && m[1] === name) sum += Number(m[3]);
+  }
+  return sum;
+}
+
+export { readFileSync };
