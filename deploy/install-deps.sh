@@ -12,6 +12,7 @@ packages=(
   docker.io podman catatonit debootstrap
   systemd util-linux
   prometheus
+  nginx openssl
 )
 
 missing=()
