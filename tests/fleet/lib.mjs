@@ -2,7 +2,7 @@
 // a bearer token (the SDK v1 client of the handshake era, the v2 client of 2026-07-28),
 // /readyz polling and /metrics parsing.  Everything a test starts carries the label
 // io.github.mcp-python-exec-sandbox.fleet, so run.sh can sweep what a crashed test left.
-import { execFile, spawn } from "node:child_process";
+import { execFile, execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -202,15 +202,26 @@ export function metricValue(text, name, labels = {}) {
   return found ? sum : null;
 }
 
+/** Unmounts (lazily) every mount point under dir, deepest first. */
+export function unmountUnder(dir) {
+  const mounts = readFileSync("/proc/self/mounts", "utf8").split("\n").map((l) => l.split(" ")[1])
+    .filter((m) => m && (m === dir || m.startsWith(dir + "/"))).sort().reverse();
+  for (const m of mounts) {
+    try {
+      execFileSync("umount", ["-l", m], { stdio: "ignore" });
+    } catch {}
+  }
+}
+
 /**
  * Starts the server binary as an HTTP instance on 127.0.0.1:port (a native process, for the
  * nginx suite).  Returns { proc, port, base, stateDir, log(), kill(signal), exited }.
  */
-export function startInstance(t, { port, tokenFile, args = [], backend = process.env.MPS_TEST_BACKEND || "bwrap" }) {
+export function startInstance(t, { port, tokenFile, args = [], backend = process.env.MPS_TEST_BACKEND || "bwrap", prestart = "off" }) {
   const stateDir = mkdtempSync(join(tmpdir(), "mps-fleet-inst-"));
   const argv = [
     "--transport", "http", "--host", "127.0.0.1", "--port", String(port), "--state-dir", stateDir,
-    "--sandbox-backend", backend, "--auth-token-file", tokenFile, "--prestart", "off", ...args,
+    "--sandbox-backend", backend, "--auth-token-file", tokenFile, "--prestart", prestart, ...args,
   ];
   const proc = spawn(BINARY, argv, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env } });
   let log = "";
@@ -232,6 +243,9 @@ export function startInstance(t, { port, tokenFile, args = [], backend = process
       await exited;
       clearTimeout(killer);
     }
+    // A server killed with SIGKILL could not unmount its runs' work directories (tmpfs
+    // mounts in this mount namespace, when root): the test that killed it does.
+    unmountUnder(stateDir);
     rmSync(stateDir, { recursive: true, force: true });
   });
   return inst;

@@ -174,7 +174,7 @@ test("nginx: 200 sessions x 20 calls over TLS to three instances, none lost, eac
   const plain = await get(`http://127.0.0.1:${ngx.port}/healthz`);
   assert.notEqual(plain.status, 200, "plain HTTP to the TLS port was served");
 
-  const doc = await runLoad(t, { url: ngx.url, token: tok.token, ca: tls.ca, dir, sessions: 200, calls: 20, workers: 24, tag: "spread" });
+  const doc = await runLoad(t, { url: ngx.url, token: tok.token, ca: tls.ca, dir, sessions: Number(process.env.MPS_FLEET_SESSIONS || 200), calls: 20, workers: 24, tag: "spread" });
   const failed = doc.calls.filter((c) => !c.ok);
   assert.equal(doc.calls.length, 4000);
   assert.deepEqual(failed.slice(0, 5), [], `${failed.length} call(s) failed`);
@@ -231,8 +231,8 @@ test("nginx: an instance killed mid-run loses only its in-flight calls; new sess
   const ngx = await startNginx(t, { instances, tls });
   const victim = instances[1]; // route i2
   const doc = await runLoad(t, {
-    url: ngx.url, token: tok.token, ca: tls.ca, dir, sessions: 60, calls: 20, workers: 12, tag: "kill",
-    killAfter: 300, killPid: victim.proc.pid,
+    url: ngx.url, token: tok.token, ca: tls.ca, dir, sessions: 30, calls: 20, workers: 12, tag: "kill",
+    killAfter: 150, killPid: victim.proc.pid,
   });
   assert.ok(doc.killedAt, "the instance was never killed");
   await victim.exited;
@@ -243,7 +243,9 @@ test("nginx: an instance killed mid-run loses only its in-flight calls; new sess
   for (const c of failed) {
     assert.equal(c.route, "i2", `a call of ${c.route} failed: ${c.error}`);
     assert.ok(c.sentAt <= doc.killedAt, `a call sent after the kill failed: ${c.error}`);
-    assert.match(c.error, /terminated|socket|closed|ECONNRESET|aborted|fetch failed|SSE stream disconnected|timed out|Maximum reconnection/i);
+    // nginx says so when the instance died before its answer began (mcp-gone.conf); a
+    // stream that had begun ends without the answer.
+    assert.match(c.error, /instance failed during the request; its outcome is unknown|terminated|socket|ECONNRESET|aborted|SSE stream disconnected|Maximum reconnection/i);
   }
   const i2Sessions = new Set(doc.calls.filter((c) => c.route === "i2" && c.sentAt <= doc.killedAt).map((c) => c.session));
   assert.ok(failed.length <= i2Sessions.size, `${failed.length} failed, more than the ${i2Sessions.size} session(s) on i2`);
