@@ -5,12 +5,15 @@
 #
 #   deploy/container/build.sh            prints the image's name (NAME:TAG)
 #
-# Environment: MPS_SERVER_IMAGE (default mcp-python-exec-sandbox-server), MPS_SERVER_BASE
+# Environment: MPS_SERVER_IMAGE (default mcp-python-exec-sandbox-server), MPS_IMAGE_DOCKERFILE
+# (default deploy/container/Dockerfile; deploy/swarm/nginx.Dockerfile builds the swarm's
+# nginx front the same way), MPS_SERVER_BASE
 # (default: the debootstrap base of deploy/container-engine.sh when the engine has it, else
 # debian:bookworm-slim), MPS_CONTAINER_CLI (default docker), MPS_ENGINE_REBUILD=1 to rebuild.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cli=${MPS_CONTAINER_CLI:-docker}
+dockerfile=${MPS_IMAGE_DOCKERFILE:-deploy/container/Dockerfile}
 name=${MPS_SERVER_IMAGE:-mcp-python-exec-sandbox-server}
 base=${MPS_SERVER_BASE:-}
 if [ -z "$base" ]; then
@@ -26,22 +29,29 @@ ctx=$(mktemp -d /tmp/mps-image-ctx.XXXXXX)
 trap 'rm -rf "$ctx"' EXIT
 # A reproducible tarball of the files git tracks or would (not ignored), as they are: its hash (with
 # the base's id) is the tag.
-git ls-files -z --cached --others --exclude-standard -- ':!:tests/e2e/node_modules' |
+# Only what the image's build reads, so that a change to the tests or the docs of the
+# fleet does not rebuild it (MPS_IMAGE_PATHS: git pathspecs, for another Dockerfile).
+if [ -n "${MPS_IMAGE_PATHS:-}" ]; then
+  read -r -a paths <<<"$MPS_IMAGE_PATHS"
+else
+  paths=(. ':!:tests' ':!:bench' ':!:deploy/kubernetes' ':!:deploy/swarm' ':!:deploy/nginx')
+fi
+git ls-files -z --cached --others --exclude-standard -- "${paths[@]}" |
   while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
   tar --null -T - --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf "$ctx/context.tar"
 base_id=$("$cli" image inspect --format '{{.Id}}' "$base" 2>/dev/null || echo "$base")
-tag=$( (sha256sum <"$ctx/context.tar"; echo "$base_id") | sha256sum | cut -c1-16)
+tag=$( (sha256sum <"$ctx/context.tar"; echo "$base_id $dockerfile") | sha256sum | cut -c1-16)
 image="$name:$tag"
 if "$cli" image inspect "$image" >/dev/null 2>&1 && [ "${MPS_ENGINE_REBUILD:-0}" != 1 ]; then
   log "$image is there"
 else
   log "building $image from $base (log: $ctx/build.log, shown on failure)"
   if [ "$cli" = docker ]; then
-    DOCKER_BUILDKIT=0 docker build -q -f deploy/container/Dockerfile --build-arg "BASE=$base" \
+    DOCKER_BUILDKIT=0 docker build -q -f "$dockerfile" --build-arg "BASE=$base" \
       --label "io.github.mcp-python-exec-sandbox.content=$tag" -t "$image" - <"$ctx/context.tar" \
       >"$ctx/build.log" 2>&1 || { tail -n 40 "$ctx/build.log" >&2; exit 1; }
   else
-    "$cli" build -q -f deploy/container/Dockerfile --build-arg "BASE=$base" -t "$image" - \
+    "$cli" build -q -f "$dockerfile" --build-arg "BASE=$base" -t "$image" - \
       <"$ctx/context.tar" >"$ctx/build.log" 2>&1 || { tail -n 40 "$ctx/build.log" >&2; exit 1; }
   fi
 fi

@@ -10,10 +10,19 @@
 #   MPS_DRAIN_SECONDS    how long running calls may finish after SIGTERM (default 30)
 #   MPS_TOKEN_FILE       bearer tokens, NAME:TOKEN per line (default: the installed file)
 #   MPS_EXTRA_ARGS       more flags, split on spaces
+#
+#   container-entrypoint --healthcheck   exits 0 when this container's server is ready
+#                                        (GET /readyz on the port computed as below)
 set -eu
 port=${MPS_PORT:-8080}
 if [ -n "${MPS_PORT_BASE:-}" ] && [ -n "${MPS_SLOT:-}" ]; then
   port=$((MPS_PORT_BASE + MPS_SLOT))
+fi
+if [ "${1:-}" = --healthcheck ]; then
+  host=${MPS_HOST:-0.0.0.0}
+  [ "$host" = 0.0.0.0 ] && host=127.0.0.1
+  exec python3 -c 'import sys, urllib.request
+urllib.request.urlopen(f"http://{sys.argv[1]}:{sys.argv[2]}/readyz", timeout=3)' "$host" "$port"
 fi
 # shellcheck disable=SC2086
 exec /usr/bin/mcp-python-exec-sandbox \

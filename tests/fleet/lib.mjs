@@ -139,7 +139,7 @@ export async function runServerContainer(t, { image, tokenFile, env = {}, docker
   ]);
   const base = `http://127.0.0.1:${port}`;
   const c = { id, name, port, base, url: new URL(`${base}/mcp`), logs: () => engineLogs(name) };
-  t.after(() => engine(["rm", "-f", name]).catch(() => {}));
+  t.after(() => engine(["rm", "-f", "-v", name]).catch(() => {})); // -v: the image's state volume too
   if (ready) {
     try {
       await waitReady(base, 60000, name);

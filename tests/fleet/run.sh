@@ -45,7 +45,7 @@ cleanup() {
     fi
     local ids
     ids=$(docker ps -aq --filter "label=$label" 2>/dev/null || true)
-    if [ -n "$ids" ]; then docker rm -f $ids >/dev/null 2>&1 || true; fi
+    if [ -n "$ids" ]; then docker rm -f -v $ids >/dev/null 2>&1 || true; fi
   fi
   # nginx processes a test started (each writes its pid file under a directory of its own).
   local pidfile
@@ -76,6 +76,11 @@ if want container || want swarm; then
   fi
   MPS_SERVER_IMAGE=$("$root/deploy/container/build.sh")
   export MPS_SERVER_IMAGE
+fi
+if want swarm; then
+  MPS_NGINX_IMAGE=$(MPS_IMAGE_DOCKERFILE=deploy/swarm/nginx.Dockerfile MPS_IMAGE_PATHS="deploy/nginx deploy/swarm" \
+    MPS_SERVER_IMAGE=mcp-python-exec-sandbox-nginx "$root/deploy/container/build.sh")
+  export MPS_NGINX_IMAGE
 fi
 if want container; then
   run "the server's image ($MPS_SERVER_IMAGE): bubblewrap in a container, both eras over HTTP" container.test.mjs
