@@ -5,7 +5,11 @@
 //
 //   node load.mjs --url URL --token TOKEN [--sessions 200] [--calls 20] [--workers 24]
 //                 [--out FILE] [--kill-after N --kill-pid PID] [--call-timeout-ms 60000]
+//                 [--exec-every K]
 //
+// --exec-every K: every K-th call of a session (and its last) is execute_python, the others
+// validate_script of a script whose PEP 723 block names a dependency of the call's own, which
+// the answer must repeat (routing is what is tested; the interpreter's start-up is the cost).
 // A call answered 404 (the session is unknown: its instance is gone, said nginx) was never
 // run: the session starts over with a new initialize and the call is made again there.  Any
 // other failure is the call's outcome, recorded with its error, and the session goes on in a
@@ -24,7 +28,7 @@ const { values: o } = parseArgs({
     url: { type: "string" }, token: { type: "string" }, sessions: { type: "string", default: "200" },
     calls: { type: "string", default: "20" }, workers: { type: "string", default: "24" },
     out: { type: "string" }, "kill-after": { type: "string" }, "kill-pid": { type: "string" },
-    "call-timeout-ms": { type: "string", default: "60000" }, tag: { type: "string", default: String(process.pid) },
+    "call-timeout-ms": { type: "string", default: "60000" }, "exec-every": { type: "string", default: "1" }, tag: { type: "string", default: String(process.pid) },
   },
 });
 const S = Number(o.sessions);
@@ -32,6 +36,7 @@ const C = Number(o.calls);
 const W = Number(o.workers);
 const timeout = Number(o["call-timeout-ms"]);
 const killAfter = o["kill-after"] ? Number(o["kill-after"]) : null;
+const execEvery = Number(o["exec-every"]);
 
 const calls = [];
 let answered = 0;
@@ -60,8 +65,12 @@ function isSessionGone(e) {
 async function session(s) {
   let conn = null;
   for (let i = 0; i < C; i++) {
-    const script = `print(${JSON.stringify(`fleet ${o.tag} s${s} c${i}`)})`;
-    const rec = { session: s, call: i, script, sha256: createHash("sha256").update(script).digest("hex"), attempts: 0 };
+    const id = `fleet-${o.tag}-s${s}-c${i}`;
+    const tool = i % execEvery === execEvery - 1 || i === C - 1 ? "execute_python" : "validate_script";
+    const script = tool === "execute_python"
+      ? `print(${JSON.stringify(id)})`
+      : `# /// script\n# dependencies = [${JSON.stringify(id)}]\n# ///\nprint(1)\n`;
+    const rec = { session: s, call: i, tool, script, sha256: createHash("sha256").update(script).digest("hex"), attempts: 0 };
     calls.push(rec);
     for (;;) {
       rec.attempts++;
@@ -77,9 +86,11 @@ async function session(s) {
       rec.route = routeOf(rec.sid);
       rec.sentAt = Date.now();
       try {
-        const r = await conn.client.callTool({ name: "execute_python", arguments: { script } }, undefined, { timeout });
+        const r = await conn.client.callTool({ name: tool, arguments: { script } }, undefined, { timeout });
         rec.doneAt = Date.now();
-        rec.ok = r.isError === false && r.structuredContent?.stdout === `fleet ${o.tag} s${s} c${i}\n`;
+        rec.ok = tool === "execute_python"
+          ? r.isError === false && r.structuredContent?.stdout === `${id}\n`
+          : /^VALID\b/.test(r.content?.[0]?.text ?? "") && (r.content?.[0]?.text ?? "").includes(id);
         if (!rec.ok) rec.error = `wrong answer: ${JSON.stringify(r).slice(0, 500)}`;
         break;
       } catch (e) {
