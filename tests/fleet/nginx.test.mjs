@@ -36,7 +36,7 @@ async function startNginx(t, { instances, tls }) {
   const dir = tempDir(t, "fleet-nginx");
   for (const d of ["body", "proxy", "fastcgi", "uwsgi", "scgi"]) {
     mkdirSync(join(dir, d));
-    chownSync(join(dir, d), 65534, 65534);
+    if (process.getuid() === 0) chownSync(join(dir, d), 65534, 65534); // the workers run as nobody
   }
   const port = await freePort();
   const deploy = join(ROOT, "deploy", "nginx");
@@ -76,7 +76,7 @@ server {
 }
 `;
   const conf = `
-user nobody nogroup;
+${process.getuid() === 0 ? "user nobody nogroup;" : ""}
 worker_processes 2;
 pid ${dir}/nginx.pid;
 error_log ${dir}/error.log warn;
