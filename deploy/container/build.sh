@@ -8,8 +8,8 @@
 # Environment: MPS_SERVER_IMAGE (default mcp-python-exec-sandbox-server), MPS_IMAGE_DOCKERFILE
 # (default deploy/container/Dockerfile; deploy/swarm/nginx.Dockerfile builds the swarm's
 # nginx front the same way), MPS_SERVER_BASE
-# (default: the debootstrap base of deploy/container-engine.sh when the engine has it, else
-# debian:bookworm-slim), MPS_CONTAINER_CLI (default docker), MPS_ENGINE_REBUILD=1 to rebuild.
+# (default: the debootstrap base of deploy/container-engine.sh, imported if the engine lacks
+# it, else debian:bookworm-slim), MPS_CONTAINER_CLI (default docker), MPS_ENGINE_REBUILD=1 to rebuild.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cli=${MPS_CONTAINER_CLI:-docker}
@@ -17,10 +17,15 @@ dockerfile=${MPS_IMAGE_DOCKERFILE:-deploy/container/Dockerfile}
 name=${MPS_SERVER_IMAGE:-mcp-python-exec-sandbox-server}
 base=${MPS_SERVER_BASE:-}
 if [ -z "$base" ]; then
-  if "$cli" image inspect mcp-python-exec-sandbox-base:bookworm >/dev/null 2>&1; then
-    base=mcp-python-exec-sandbox-base:bookworm
-  else
-    base=debian:bookworm-slim
+  base=mcp-python-exec-sandbox-base:bookworm
+  if ! "$cli" image inspect "$base" >/dev/null 2>&1; then
+    # The debootstrap base of deploy/container-engine.sh (its cached tarball, made if
+    # missing, as root), else the registry's Debian.
+    if [ "$(id -u)" = 0 ] && tar=$(deploy/container-engine.sh base-tarball 2>/dev/null); then
+      "$cli" import "$tar" "$base" >/dev/null
+    else
+      base=debian:bookworm-slim
+    fi
   fi
 fi
 log() { echo "server-image: $*" >&2; }
@@ -56,4 +61,10 @@ else
   fi
 fi
 "$cli" tag "$image" "$name:latest"
+# Older builds of this name are kept no longer (one image per content: the disk would fill).
+"$cli" images --format '{{.Repository}}:{{.Tag}}' "$name" | grep -vxF -e "$image" -e "$name:latest" |
+  while read -r old; do "$cli" rmi "$old" >/dev/null 2>&1 || true; done
+# And the build stages of older builds (untagged; the newest stays, for its cached layers).
+"$cli" images -q --filter dangling=true --filter label=io.github.mcp-python-exec-sandbox.stage=build | tail -n +2 |
+  while read -r old; do "$cli" rmi "$old" >/dev/null 2>&1 || true; done
 echo "$image"
