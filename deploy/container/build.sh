@@ -63,8 +63,8 @@ fi
 "$cli" tag "$image" "$name:latest"
 # Older builds of this name are kept no longer (one image per content: the disk would fill).
 "$cli" images --format '{{.Repository}}:{{.Tag}}' "$name" | grep -vxF -e "$image" -e "$name:latest" |
-  while read -r old; do "$cli" rmi "$old" >/dev/null 2>&1 || true; done
+  while read -r old; do "$cli" rmi "$old" >/dev/null 2>&1 || true; done || true
 # And the build stages of older builds (untagged; the newest stays, for its cached layers).
 "$cli" images -q --filter dangling=true --filter label=io.github.mcp-python-exec-sandbox.stage=build | tail -n +2 |
-  while read -r old; do "$cli" rmi "$old" >/dev/null 2>&1 || true; done
+  while read -r old; do "$cli" rmi "$old" >/dev/null 2>&1 || true; done || true
 echo "$image"

@@ -74,12 +74,13 @@ if want container || want swarm; then
     "$root/deploy/container-engine.sh" setup docker >&2
     started_engine=1
   fi
-  MPS_SERVER_IMAGE=$("$root/deploy/container/build.sh")
+  MPS_SERVER_IMAGE=$("$root/deploy/container/build.sh") || { echo "fleet: FAILED: building the server's image" >&2; exit 1; }
   export MPS_SERVER_IMAGE
 fi
 if want swarm; then
   MPS_NGINX_IMAGE=$(MPS_IMAGE_DOCKERFILE=deploy/swarm/nginx.Dockerfile MPS_IMAGE_PATHS="deploy/nginx deploy/swarm" \
-    MPS_SERVER_IMAGE=mcp-python-exec-sandbox-nginx "$root/deploy/container/build.sh")
+    MPS_SERVER_IMAGE=mcp-python-exec-sandbox-nginx "$root/deploy/container/build.sh") ||
+    { echo "fleet: FAILED: building the nginx image" >&2; exit 1; }
   export MPS_NGINX_IMAGE
 fi
 if want container; then
