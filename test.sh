@@ -88,6 +88,19 @@ suite() {
     echo "== $name: the container backends on real engines ($MPS_TEST_CONTAINER_ENGINES)"
     MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration/test_container_real.py
   fi
+  if [ "$dir" = build ]; then
+    # The fleet (issue 22) is about deployment, not sanitizers: the normal build only.  The
+    # suites that need docker (the server's image, the swarm stack) run where the engine
+    # came up; nginx and the Kubernetes schemas run everywhere.
+    local fleet=(kubernetes nginx)
+    if [[ " $MPS_TEST_CONTAINER_ENGINES " == *" docker "* ]]; then
+      fleet=(kubernetes container nginx swarm)
+    else
+      echo "== SKIPPED: the fleet's image and swarm suites (no docker engine: $engine_reason)" >&2
+    fi
+    echo "== $name: the fleet: ${fleet[*]} (tests/fleet: the server's image, nginx x3, a swarm stack, the Kubernetes manifests)"
+    MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/fleet/run.sh "${fleet[@]}"
+  fi
   if [ "$dir" = build ] && [ "$(id -u)" = 0 ]; then
     # Packaging is not about sanitizers: the normal build's .deb only.
     echo "== $name: the Debian package (built, installed into a fresh bookworm root, run, purged)"

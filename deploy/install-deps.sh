@@ -13,6 +13,7 @@ packages=(
   systemd util-linux
   prometheus
   chromium
+  nginx openssl
 )
 
 missing=()
