@@ -43,7 +43,8 @@ if [ "$(id -u)" = 0 ]; then
       engine_reason+="$e: $(tail -n 3 "build/engine-setup-$e.log" | tr '\n' ' ') "
     fi
   done
-  trap './deploy/container-engine.sh stop all >/dev/null 2>&1 || true' EXIT
+  # (a fleet still running beside a failed ASan suite goes first: fleet_start)
+  trap 'fleet_stop; ./deploy/container-engine.sh stop all >/dev/null 2>&1 || true' EXIT
 else
   engine_reason="not root (the engine setup starts dockerd and runs debootstrap)"
 fi
@@ -57,6 +58,40 @@ build() {
   shift
   cmake -S . -B "$dir" -DMPS_WERROR=ON "$@" >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
+}
+
+# The fleet (issue 22: the server's image, nginx x3, a swarm stack, the Kubernetes manifests)
+# is about deployment, not sanitizers: the normal build's binary only.  Its suites wait on
+# containers and servers far more than they compute, so they run beside the ASan build
+# (fleet_start), and the ASan suite waits for them before it uses the engine (fleet_wait).
+# The suites that need docker run where the engine came up; nginx and the Kubernetes
+# schemas run everywhere.
+fleet_pid=""
+fleet_start() {
+  local fleet=(kubernetes nginx)
+  if [[ " $MPS_TEST_CONTAINER_ENGINES " == *" docker "* ]]; then
+    fleet=(kubernetes container nginx swarm)
+  else
+    echo "== SKIPPED: the fleet's image and swarm suites (no docker engine: $engine_reason)" >&2
+  fi
+  fleet_title="the fleet: ${fleet[*]} (tests/fleet: the server's image, nginx x3, a swarm stack, the Kubernetes manifests)"
+  MPS_BINARY="$PWD/build/mcp-python-exec-sandbox" tests/fleet/run.sh "${fleet[@]}" >build/fleet.log 2>&1 &
+  fleet_pid=$!
+}
+fleet_stop() {
+  [ -n "${fleet_pid:-}" ] || return 0
+  pkill -P "$fleet_pid" 2>/dev/null || true
+  kill "$fleet_pid" 2>/dev/null || true
+  wait "$fleet_pid" 2>/dev/null || true
+}
+fleet_wait() {
+  [ -n "$fleet_pid" ] || return 0
+  local rc=0
+  wait "$fleet_pid" || rc=$?
+  fleet_pid=""
+  echo "== normal build: $fleet_title"
+  cat build/fleet.log
+  return "$rc"
 }
 
 suite() {
@@ -84,22 +119,12 @@ suite() {
     i=$((i + 1))
   done
   [ "$failed" = 0 ] || return 1
+  # The ASan build's container suite asserts the engine holds no container but its own: the
+  # fleet, which runs beside this build (fleet_start), must be over first.
+  if [ "$dir" != build ]; then fleet_wait || return 1; fi
   if [ -n "$MPS_TEST_CONTAINER_ENGINES" ]; then
     echo "== $name: the container backends on real engines ($MPS_TEST_CONTAINER_ENGINES)"
     MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration/test_container_real.py
-  fi
-  if [ "$dir" = build ]; then
-    # The fleet (issue 22) is about deployment, not sanitizers: the normal build only.  The
-    # suites that need docker (the server's image, the swarm stack) run where the engine
-    # came up; nginx and the Kubernetes schemas run everywhere.
-    local fleet=(kubernetes nginx)
-    if [[ " $MPS_TEST_CONTAINER_ENGINES " == *" docker "* ]]; then
-      fleet=(kubernetes container nginx swarm)
-    else
-      echo "== SKIPPED: the fleet's image and swarm suites (no docker engine: $engine_reason)" >&2
-    fi
-    echo "== $name: the fleet: ${fleet[*]} (tests/fleet: the server's image, nginx x3, a swarm stack, the Kubernetes manifests)"
-    MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/fleet/run.sh "${fleet[@]}"
   fi
   if [ "$dir" = build ] && [ "$(id -u)" = 0 ]; then
     # Packaging is not about sanitizers: the normal build's .deb only.
@@ -131,6 +156,8 @@ build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 echo "== the playground's editor bundle (ui/build.sh)"
 ui/build.sh build
 suite build "normal build"
+fleet_start
+[ "$quick" = 0 ] || fleet_wait
 
 if [ "$quick" = 0 ]; then
   build build-asan -DCMAKE_BUILD_TYPE=Debug -DMPS_SANITIZE=ON
