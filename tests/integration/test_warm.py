@@ -26,8 +26,8 @@ PYENV = "/root/.pyenv/versions"
 bwrap_only = pytest.mark.skipif(BACKEND == "none", reason="the none backend holds nothing")
 
 
-def start(make_server, *args):
-    s = make_server(*args)
+def start(make_server, *args, **kwargs):
+    s = make_server(*args, **kwargs)
     s.initialize()
     return s
 
@@ -414,3 +414,28 @@ def test_shutdown_leaves_nothing(make_server):
     assert not glob.glob(f"/sys/fs/cgroup/**/mps-{s.proc.pid}", recursive=True)
     work = os.path.join(s.state_dir, "work")
     assert not [e for e in os.listdir(work) if e.startswith("srv-")], os.listdir(work)
+
+
+@bwrap_only
+def test_interpreters_that_keep_dying_fall_back_to_held_sandboxes(make_server, tmp_path):
+    """A runner whose wait fails (here: one that exits at once when prestarted) makes the
+    held interpreters of that shape end before use: after a few in a row the server holds
+    only the sandbox (prestarted: sandbox), and calls still run."""
+    d = tmp_path / "runner"
+    d.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(d, 0o755)
+    runner = d / "runner.py"
+    runner.write_text("import sys\n"
+                      "if sys.argv[1] == '--mps-warm':\n"
+                      "    sys.exit(3)\n"
+                      "sys.argv = sys.argv[1:]\n"
+                      "exec(compile(open(sys.argv[0]).read(), sys.argv[0], 'exec'))\n")
+    os.chmod(runner, 0o644)
+    s = start(make_server, "--prestart", "1", env={"MPS_RUNNER": str(runner)})
+    assert wait_until(lambda: pool(s)["shapes"] and pool(s)["shapes"][0]["holds"] == "sandbox",
+                      timeout=30, interval=0.2), pool(s)
+    wait_ready(s, 1, interpreters=0)
+    sc = s.execute("print('ran')")["structuredContent"]
+    assert sc["prestarted"] == "sandbox" and sc["stdout"] == "ran\n", sc
+    assert pool(s)["failed"] >= 3
