@@ -1,5 +1,5 @@
 """The start-up runner of mcp-python-exec-sandbox: `python -s runner.py script.py [args]`,
-or `python -s runner.py --mps-warm FIFO script.py` for a prestarted interpreter (below).
+or `python -s runner.py script.py --mps-warm FIFO` for a prestarted interpreter (below).
 
 The server starts every script through this file (mounted read-only at /opt/mps in the
 sandbox; its host path with the none backend) instead of `python -s script.py`, so that
@@ -14,7 +14,7 @@ figures a script leaves open are returned.  It must stay invisible otherwise:
   figure hook looks only at `sys.modules`, so a script that never imports matplotlib pays
   nothing for it.
 
-A prestarted interpreter (--prestart) is started with `--mps-warm FIFO script.py` before
+A prestarted interpreter (--prestart) is started with `script.py --mps-warm FIFO` before
 the call exists: it initialises (site, the environment's paths, this file) and blocks on
 FIFO, which the server writes the go into once the call's files and script are in the work
 directory.  Nothing is imported for the wait (os is the interpreter's own), so the script
@@ -102,11 +102,10 @@ def _mps_wait_go(os, path):
 def _mps_run():
     import os
 
-    if len(sys.argv) > 2 and sys.argv[1] == "--mps-warm":
+    if len(sys.argv) == 4 and sys.argv[2] == "--mps-warm":
         # A prestarted interpreter (--prestart): up to here only the interpreter's own
         # start-up has run; the call's files and script are written before the go.
-        script = _mps_wait_go(os, sys.argv[2])
-        sys.argv[1:] = [script] + sys.argv[4:]
+        sys.argv[1:] = [_mps_wait_go(os, sys.argv[3])]
     script = sys.argv[1]
     start_dir = os.getcwd()
     outputs_dir = os.path.join(start_dir, "outputs")

@@ -49,6 +49,7 @@ typedef struct prestart_held {
   bool workdir_mounted;
   bool warm;      /* the interpreter waits on go_fd's FIFO (in workdir.ctl/) */
   int go_fd;      /* the server's end of that FIFO (O_RDWR), or -1 */
+  uint64_t since; /* when it was started (ms): a call takes the oldest, the likeliest to be up */
   dev_t env_dev;  /* the identity of the environment's directory when it was set up: a */
   ino_t env_ino;  /* rebuilt one is another directory */
 } prestart_held_t;
@@ -224,6 +225,7 @@ static int held_start(prestart_slot_t *slot, prestart_held_t *h, cm_error_t *err
   h->slot = slot;
   h->go_fd = -1;
   h->warm = false;
+  h->since = cm_now_ms();
   h->workdir = exec_workdir_make(p->exec, &h->workdir_mounted, err);
   if (!h->workdir) return -1;
   if (slot->env) {
@@ -361,11 +363,11 @@ bool exec_prestart_take(exec_job_t *job) {
     prestart_slot_t *slot = &p->slots[i];
     if (!slot_matches(slot, job)) continue;
     prestart_held_t *h = NULL;
-    for (size_t j = 0; j < p->per_shape && !h; j++) {
+    for (size_t j = 0; j < p->per_shape; j++) {
       prestart_held_t *c = &slot->held[j];
       if (c->run && job->env && !same_dir(job->env->host_dir, c->env_dev, c->env_ino))
         held_drop(c); /* set up with an environment since evicted or rebuilt */
-      if (c->run) h = c;
+      if (c->run && (!h || c->since < h->since)) h = c;
     }
     if (!h) {
       prestart_schedule(slot, 0); /* (already due, or given up on) */

@@ -53,11 +53,12 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
   char *python = env ? env->python : py->executable;
   char *argv_plain[] = {python, "-s", "script.py", NULL};
   char *argv_runner[] = {python, "-s", runner_arg, "script.py", NULL};
-  /* The FIFO's sandbox path; the runner's "script.py" after it is only a placeholder (the go
-   * names the script) and a marker the tests' leak checks look for. */
+  /* The FIFO's sandbox path, after the runner's "script.py" (a placeholder: the go names the
+   * script), so the command line reads as a run's up to there; "--mps-warm" is also the
+   * marker the tests' leak checks look for. */
   cleanup_free char *go_arg =
       warm_ctl ? xasprintf("%s/go", maps ? EXEC_KERNEL_CTL_TARGET : warm_ctl) : NULL;
-  char *argv_warm[] = {python, "-s", runner_arg, "--mps-warm", go_arg, "script.py", NULL};
+  char *argv_warm[] = {python, "-s", runner_arg, "script.py", "--mps-warm", go_arg, NULL};
   cleanup_free char *kernel_arg = !kernel ? NULL
                                   : maps  ? xstrdup(EXEC_RUNNER_TARGET "/" EXEC_KERNEL_NAME)
                                           : xstrdup(kernel);

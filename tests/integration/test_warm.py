@@ -45,7 +45,7 @@ def wait_ready(s, n, interpreters=None):
 
 def held_interpreters():
     """pid -> work directory of every held interpreter (the python waiting on its FIFO)."""
-    return {pid: w for pid, w in held_sandboxes().items() if b"--mps-warm" in _cmdline(pid)[:4]}
+    return {pid: w for pid, w in held_sandboxes().items() if _cmdline(pid)[4:5] == [b"--mps-warm"]}
 
 
 def runner_list():
