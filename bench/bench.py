@@ -1024,8 +1024,21 @@ class Bench:
                         self._not_warm += 1
                     return dt
                 return run
+            stamp = "import time; print(time.monotonic())"
+
+            def first_warm():
+                t0 = time.monotonic()
+                r, _ = warm.execute(stamp)
+                return float(r["structuredContent"]["stdout"]) - t0
+
+            def first_bare():
+                t0 = time.monotonic()
+                out = subprocess.run([py, "-c", stamp], env=SCRIPT_ENV, capture_output=True, check=True).stdout
+                return float(out) - t0
             self._not_warm = 0
             t = self.interleave({
+                "first warm": first_warm,
+                "first bare": first_bare,
                 "trivial": call(warm),
                 "deps": call(warm, dependencies=deps),
                 "cold": call(servers["cold"]),
@@ -1041,6 +1054,11 @@ class Bench:
                          note=f"{m / bb:.2f}× bare bwrap ({bb * 1e3:.1f} ms); --prestart off {c * 1e3:.1f} ms; "
                               f"{self._not_warm} calls not on a held interpreter",
                          details={"paired_ratio_median": self.paired(t["trivial"], t["bare python"]), **details})
+            fw, fb = median(t["first warm"]), median(t["first bare"])
+            self.res.add(11, "request sent → the script's first instruction, prestarted interpreter", fw * 1e3, "ms",
+                         "python -c: spawn → first instruction", fb * 1e3, fw / fb, None, None,
+                         note="CLOCK_MONOTONIC printed by the script, read by the client",
+                         details={"paired_ratio_median": self.paired(t["first warm"], t["first bare"])})
             self.res.add(11, f"the same with a cached environment ({len(deps)} requirements)", d * 1e3, "ms",
                          "trivial call", m * 1e3, d / m, "≤ 1.05×", d / m <= 1.05,
                          note=f"{d / bp:.2f}× bare python",
