@@ -21,10 +21,11 @@
  *
  * Each one serves exactly one call, with its own uid, /tmp, work directory and cgroup, its
  * limits in force from the interpreter's first instruction (so before the script's).  The
- * pool keeps --prestart N of each shape (on: EXEC_PRESTART_DEFAULT); a call that takes one
+ * pool keeps --prestart N of each shape (on: SRV_PRESTART_DEFAULT); a call that takes one
  * starts its replacement at once, beside the call.  Two shapes are kept: the commonest (no
  * dependencies, the default interpreter, the server's network policy), and the last other
- * one a call used, so an agent that repeats a call with dependencies gets the same speed-up.
+ * one a call used, so an agent that repeats a call with dependencies gets the same speed-up
+ * (one of it until a call takes it: a shape used once costs one set-up, not N).
  * --prestart off turns it off.
  *
  * One that dies before a call takes it (killed from outside, say) is replaced after
@@ -63,6 +64,8 @@ struct prestart_slot {
   bool network;
   bool warm;          /* its interpreters can be held (and have not failed) */
   prestart_held_t *held; /* [owner->per_shape] */
+  size_t target;         /* how many of held to keep: per_shape, or 1 for a last other shape
+                          * no call has taken one of yet */
   unsigned failures;  /* held ones that died in a row */
   cm_timer_t *timer;  /* a fill is due */
 };
@@ -155,6 +158,8 @@ static void slot_set_shape(prestart_slot_t *slot, py_interp_t *py, env_handle_t 
   slot->network = network;
   slot->warm = can_hold_interpreter(slot->owner->exec, py);
   slot->failures = 0;
+  /* The last other shape may be a one-off: one is kept until a call takes it, then N. */
+  slot->target = slot == &slot->owner->slots[0] ? slot->owner->per_shape : 1;
 }
 
 static void prestart_on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
@@ -165,7 +170,7 @@ static void prestart_on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
 
 static void prestart_schedule(prestart_slot_t *slot, uint64_t ms) {
   if (!slot->used || slot->timer || slot_given_up(slot) ||
-      slot_ready(slot) == slot->owner->per_shape)
+      slot_ready(slot) >= slot->target)
     return;
   slot->timer = cm_loop_timer(srv_server_loop(slot->owner->server), ms, prestart_on_timer, slot);
 }
@@ -255,7 +260,7 @@ static void prestart_fill_now(prestart_slot_t *slot) {
     return; /* evicted: the next call of this shape rebuilds it */
   for (size_t i = 0; i < slot->owner->per_shape && !slot_given_up(slot); i++) {
     prestart_held_t *h = &slot->held[i];
-    if (h->run) continue;
+    if (h->run || slot_ready(slot) >= slot->target) continue;
     cm_error_t err = CM_ERROR_INIT;
     if (held_start(slot, h, &err) < 0) {
       cm_warn("prestarting a sandbox: %s", cm_error_message(&err));
@@ -331,7 +336,7 @@ json_t *exec_prestart_shapes(exec_state_t *x) {
                      slot_given_up(slot) ? "nothing (given up)"
                      : slot->warm        ? "interpreter"
                                          : "sandbox",
-                     "ready", (json_int_t)slot_ready(slot), "target", (json_int_t)p->per_shape));
+                     "ready", (json_int_t)slot_ready(slot), "target", (json_int_t)slot->target));
   }
   return a;
 }
@@ -385,6 +390,7 @@ bool exec_prestart_take(exec_job_t *job) {
     h->warm = false;
     h->go_fd = -1;
     slot->failures = 0;
+    slot->target = p->per_shape;
     p->taken++;
     if (job->prestarted == EXEC_PRESTARTED_INTERPRETER) p->taken_warm++;
     prestart_schedule(slot, 0); /* the next one, beside this call */
