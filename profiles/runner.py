@@ -1,4 +1,5 @@
-"""The start-up runner of mcp-python-exec-sandbox: `python -s runner.py script.py [args]`.
+"""The start-up runner of mcp-python-exec-sandbox: `python -s runner.py script.py [args]`,
+or `python -s runner.py script.py --mps-warm FIFO` for a prestarted interpreter (below).
 
 The server starts every script through this file (mounted read-only at /opt/mps in the
 sandbox; its host path with the none backend) instead of `python -s script.py`, so that
@@ -12,6 +13,12 @@ figures a script leaves open are returned.  It must stay invisible otherwise:
 - nothing is imported that the interpreter has not already imported at start-up; the
   figure hook looks only at `sys.modules`, so a script that never imports matplotlib pays
   nothing for it.
+
+A prestarted interpreter (--prestart) is started with `script.py --mps-warm FIFO` before
+the call exists: it initialises (site, the environment's paths, this file) and blocks on
+FIFO, which the server writes the go into once the call's files and script are in the work
+directory.  Nothing is imported for the wait (os is the interpreter's own), so the script
+finds the same sys.modules as in a run started for it.
 
 When the script has imported `matplotlib.pyplot`, every figure still open when it ends
 (normally, with `sys.exit()` or with an uncaught exception) is saved to
@@ -57,9 +64,48 @@ def _mps_save_open_figures(outputs_dir):
             sys.stderr.write("mcp-python-exec-sandbox: cannot save figure %s: %r\n" % (number, exc))
 
 
+def _mps_read(os, fd, n):
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _mps_wait_go(os, path):
+    """Blocks on the server's FIFO until the call's go: one frame (a 4-byte big-endian
+    length, then a JSON object, as the session kernel's) {"op": "run", "script": NAME}.
+    Parsed by hand, so that nothing is imported for it: the server writes a flat object
+    of plain strings.  End of file: the sandbox is not needed; it ends without running
+    anything."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        head = _mps_read(os, fd, 4)
+        n = int.from_bytes(head, "big") if head is not None else 0
+        body = _mps_read(os, fd, n) if 0 < n <= 4096 else None
+    finally:
+        os.close(fd)
+    if body is None:
+        os._exit(0)
+    fields = {}
+    for part in body.decode("utf-8").strip().lstrip("{").rstrip("}").split(","):
+        key, _, value = part.partition(":")
+        fields[key.strip().strip('"')] = value.strip().strip('"')
+    if fields.get("op") != "run" or not fields.get("script"):
+        sys.stderr.write("mcp-python-exec-sandbox: a go the runner cannot read\n")
+        os._exit(126)
+    return fields["script"]
+
+
 def _mps_run():
     import os
 
+    if len(sys.argv) == 4 and sys.argv[2] == "--mps-warm":
+        # A prestarted interpreter (--prestart): up to here only the interpreter's own
+        # start-up has run; the call's files and script are written before the go.
+        sys.argv[1:] = [_mps_wait_go(os, sys.argv[3])]
     script = sys.argv[1]
     start_dir = os.getcwd()
     outputs_dir = os.path.join(start_dir, "outputs")

@@ -553,7 +553,7 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
     args_add(&a, "--egress-port", NULL);
     args_addf(&a, "%u", (unsigned)spec->egress->port);
   }
-  if (spec->hold) args_add(&a, "--wait-go", NULL);
+  if (spec->hold && !spec->hold_in_command) args_add(&a, "--wait-go", NULL);
   const sbx_limits_t *l = &spec->limits;
   const struct {
     const char *flag;

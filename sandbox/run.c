@@ -28,7 +28,8 @@ struct sbx_run {
   void *data;
   uint64_t start_us;
   bool reaped, finished, killing, freed;
-  bool held; /* started with spec.hold and not released yet */
+  bool held;         /* started with spec.hold and not released yet */
+  bool held_running; /* spec.hold_in_command: the command runs already, nothing to send */
   sbx_result_t result;
 };
 
@@ -272,6 +273,7 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
     return -1;
   }
   run->held = spec->hold;
+  run->held_running = spec->hold && spec->hold_in_command;
   if (spec->limits.timeout_ms && !run->held)
     run->t_deadline = cm_loop_timer(loop, spec->limits.timeout_ms, on_deadline, run);
   *out = run;
@@ -280,15 +282,18 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
 
 int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, uint64_t timeout_ms,
                     cm_error_t *err) {
-  if (!run->held || run->reaped || run->finished || run->killing || run->launch.control_fd < 0)
+  if (!run->held || run->reaped || run->finished || run->killing ||
+      (run->launch.control_fd < 0 && !run->held_running))
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the prestarted sandbox is gone");
-  /* One byte into an empty pipe: never blocks. */
-  ssize_t n;
-  do n = write(run->launch.control_fd, "G", 1);
-  while (n < 0 && errno == EINTR);
-  if (n != 1)
-    return cm_error_set(err, n < 0 ? errno : EIO, CM_ERR_UNAVAILABLE,
-                        "releasing the prestarted sandbox");
+  if (!run->held_running) {
+    /* One byte into an empty pipe: never blocks. */
+    ssize_t n;
+    do n = write(run->launch.control_fd, "G", 1);
+    while (n < 0 && errno == EINTR);
+    if (n != 1)
+      return cm_error_set(err, n < 0 ? errno : EIO, CM_ERR_UNAVAILABLE,
+                          "releasing the prestarted sandbox");
+  }
   run->held = false;
   if (run->backend->ops->reserve)
     run->backend->ops->reserve(

@@ -61,6 +61,11 @@ typedef struct sbx_spec {
    * (backends with sbx_backend_can_hold() only).  limits.timeout_ms counts from the
    * release. */
   bool hold;
+  /* With hold: the command itself starts now and waits on a channel of the caller's own
+   * (a prestarted interpreter blocked on its FIFO): the supervisor does not wait for the
+   * go, sbx_run_release() sends nothing, and until then the run is held as above (output
+   * logged, no deadline, release() gives its callbacks and timeout). */
+  bool hold_in_command;
   sbx_limits_t limits;
 } sbx_spec_t;
 

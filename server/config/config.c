@@ -22,6 +22,7 @@ typedef enum opt_kind {
   OPT_BOOL_ON,
   OPT_BOOL_OFF,
   OPT_ONOFF,
+  OPT_PRESTART,
   OPT_SECONDS_MS,
   OPT_LOGLEVEL,
   OPT_CPUS,
@@ -156,8 +157,9 @@ static const opt_def_t options[] = {
     {"max-processes", OPT_INT, OFF(max_processes), "N", "256", "processes per script, 0 = none"},
     {"cpus", OPT_CPUS, OFF(cpu_millis), "N", "0",
      "CPU bandwidth per script, e.g. 0.5 or 2 (cgroup cpu.max, docker --cpus); 0 = no cap"},
-    {"prestart", OPT_ONOFF, OFF(prestart), "{on,off}", "on",
-     "keep sandboxes set up for the next call: the commonest shape and the last other one"},
+    {"prestart", OPT_PRESTART, OFF(prestart), "{on,off,N}", "on",
+     "keep N sandboxes per shape (on: 4) set up for the next calls, their interpreter already "
+     "started where it can be held: the commonest shape and the last other one"},
     {"cgroup", OPT_STRING, OFF(cgroup), "{auto,off,DIR}", "auto",
      "cgroups for runs: auto (a delegated cgroup v2, else cgroup v1), off, or a delegated cgroup "
      "v2 DIR"},
@@ -469,6 +471,23 @@ static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const c
         return cm_error_set(err, 0, CM_ERR_INVALID,
                             "argument --%s: invalid choice: '%s' (choose from 'on', 'off')%s",
                             o->name, value, origin);
+      return 0;
+    case OPT_PRESTART:
+      if (!strcmp(value, "on") || !strcmp(value, "true")) {
+        c->prestart = true;
+        c->prestart_count = SRV_PRESTART_DEFAULT;
+      } else if (!strcmp(value, "off") || !strcmp(value, "false") || !strcmp(value, "0")) {
+        c->prestart = false;
+        c->prestart_count = 0;
+      } else if (cm_parse_u64(value, SRV_PRESTART_MAX, &v) == 0) {
+        c->prestart = true;
+        c->prestart_count = v;
+      } else {
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "argument --%s: invalid choice: '%s' (choose from 'on', 'off', or a "
+                            "number 0 to %d)%s",
+                            o->name, value, SRV_PRESTART_MAX, origin);
+      }
       return 0;
     case OPT_NETWORK:
       if (!strcmp(value, "on") || !strcmp(value, "true") || !strcmp(value, "1")) {

@@ -12,6 +12,11 @@
 
 const char *srv_version(void);
 
+/* --prestart on: held sandboxes (and interpreters) kept per shape.  A burst on a 2-core
+ * machine starts two calls at once (--max-starting) and a prestarted interpreter's call ends
+ * in a few milliseconds, so four cover a burst while their replacements start. */
+#define SRV_PRESTART_DEFAULT 4
+#define SRV_PRESTART_MAX 64
 typedef struct srv_config {
   /* Seed flags (same names, defaults and validation messages). */
   char *python_version;      /* --python-version; NULL = the default interpreter */
@@ -55,7 +60,8 @@ typedef struct srv_config {
   uint64_t max_processes;                 /* --max-processes */
   uint64_t cpu_millis;                    /* --cpus, in thousandths of a CPU; 0 = no cap */
   char *cgroup;                           /* --cgroup auto|off|DIR */
-  bool prestart;            /* --prestart on|off: keep one sandbox ready for the next call */
+  bool prestart;            /* --prestart on|off|N: keep sandboxes ready for the next calls */
+  uint64_t prestart_count;  /* ... this many per shape (on: SRV_PRESTART_DEFAULT; off: 0) */
   uint64_t file_size_bytes; /* --max-file-size */
   uint64_t open_files;      /* --max-open-files */
   uint64_t tmp_bytes;       /* --tmp-size */

@@ -97,7 +97,13 @@ void exec_metrics(exec_state_t *x, exec_metrics_t *out) {
     out->total.queued += t->queued;
   }
   out->starting = x->n_starting;
-  exec_prestart_counts(x, &out->prestart_ready, &out->prestart_taken, &out->prestart_failed);
+  exec_prestart_counts_t pc;
+  exec_prestart_counts(x, &pc);
+  out->prestart_ready = pc.ready;
+  out->prestart_ready_interpreters = pc.ready_interpreters;
+  out->prestart_taken = pc.taken;
+  out->prestart_taken_interpreter = pc.taken_interpreter;
+  out->prestart_failed = pc.failed;
   out->wait_buckets = x->wait_buckets;
   out->wait_ms_sum = x->wait_ms_sum;
   out->wait_count = x->wait_count;
@@ -213,6 +219,12 @@ static void admit_queued(exec_state_t *x) {
     x->start_gate_timer =
         cm_loop_timer(srv_server_loop(x->server), at > now ? at - now : 1, on_start_gate, x);
   }
+}
+
+void exec_admission_started(exec_job_t *job) {
+  if (!job->starting_since) return;
+  starting_end(job);
+  admit_queued(job->exec);
 }
 
 void exec_admission_release_slot(exec_job_t *job) {

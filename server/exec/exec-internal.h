@@ -83,7 +83,10 @@ struct exec_job {
   char *workdir;
   eg_session_t *egress; /* the run's egress proxy session, or NULL */
   sbx_run_t *run;
-  bool prestarted; /* run is the prestarted sandbox */
+  /* run is a prestarted sandbox (EXEC_PRESTARTED_SANDBOX), or one whose interpreter waits
+   * on go_fd's FIFO (EXEC_PRESTARTED_INTERPRETER; then workdir.ctl/ is the job's too) */
+  int prestarted;
+  int go_fd; /* -1 unless EXEC_PRESTARTED_INTERPRETER */
   /* session.c: the session the call runs in (spec.session), or NULL; then workdir is the
    * session's (never removed by the job) and env, when env_borrowed, the session's too */
   exec_session_t *ksession;
@@ -138,6 +141,9 @@ void exec_admission_leave(exec_job_t *job);
 void exec_admission_enqueue(exec_job_t *job);
 /* Takes the job out of its queue, if it is in it. */
 void exec_admission_dequeue(exec_job_t *job);
+/* The job's start-up is over before its window is (a prestarted interpreter's costs next to
+ * nothing): the next may start. */
+void exec_admission_started(exec_job_t *job);
 /* Gives back the job's slot (if it holds one) and admits the next. */
 void exec_admission_release_slot(exec_job_t *job);
 
@@ -174,9 +180,15 @@ int exec_sandbox_start_kernel(exec_state_t *x, py_interp_t *py, env_handle_t *en
                               const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
                               eg_session_t **egress_out, cm_error_t *err);
 
-/* prestart.c: the held sandboxes waiting for a call, the calls that took one, and the held
- * ones that ended before use or failed to start (/metrics). */
-void exec_prestart_counts(exec_state_t *x, size_t *ready, uint64_t *taken, uint64_t *failed);
+/* Starts a prestarted interpreter: the start-up runner (profiles/runner.py) in workdir with
+ * the script run's limits, waiting on the FIFO ctl_dir/go (mounted read-only at
+ * EXEC_KERNEL_CTL_TARGET) for the go; held (spec.hold_in_command) until sbx_run_release(),
+ * which gives it its timeout. */
+int exec_sandbox_start_warm(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
+                            const char *workdir, const char *ctl_dir,
+                            const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
+                            eg_session_t **egress_out, cm_error_t *err);
+
 
 /* runner.c */
 /* The start-up runner (exec_find_runner), found once; NULL (and a warning, once) when there is
@@ -192,6 +204,14 @@ void exec_runner_release(exec_state_t *x);
 /* A held sandbox of the job's shape, when there is one: its run and work directory become
  * the job's. */
 bool exec_prestart_take(exec_job_t *job);
+enum { EXEC_PRESTARTED_NO, EXEC_PRESTARTED_SANDBOX, EXEC_PRESTARTED_INTERPRETER };
+/* The go for a job whose interpreter was prestarted (after sbx_run_release: its output and
+ * timeout are the job's by then): the frame naming script.py into its FIFO. */
+int exec_prestart_go(exec_job_t *job, cm_error_t *err);
+/* Closes go_fd (when >= 0) and removes workdir.ctl/, a prestarted interpreter's FIFO. */
+void exec_prestart_remove_ctl(const char *workdir, int go_fd);
+/* "interpreter", "sandbox" or "no" (the results' prestarted). */
+const char *exec_prestarted_name(int prestarted);
 void exec_prestart_free(exec_state_t *x);
 
 /* kframe.c: the session kernel's frames (profiles/kernel.py).  A frame is a 4-byte big-endian

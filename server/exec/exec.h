@@ -82,7 +82,9 @@ typedef struct exec_metrics {
   exec_usage_t total;
   size_t starting;
   size_t prestart_ready;        /* held, waiting for a call */
+  size_t prestart_ready_interpreters; /* of those, with the interpreter up and waiting */
   uint64_t prestart_taken;      /* calls that ran in one */
+  uint64_t prestart_taken_interpreter; /* of those, in a prestarted interpreter */
   uint64_t prestart_failed;     /* held sandboxes that ended before use, or failed to start */
   const uint64_t *wait_buckets; /* SRV_M_BUCKETS + 1, not cumulative (srv_metric_buckets) */
   uint64_t wait_ms_sum, wait_count;
@@ -118,6 +120,17 @@ bool exec_sessions_available(exec_state_t *x, const char **why);
 void exec_prestart_start(srv_server_t *s);
 /* Whether sandboxes are being prestarted; *taken: calls that ran in one. */
 bool exec_prestart_describe(exec_state_t *x, uint64_t *taken);
+/* The pool's counters (check_environment, /metrics): how many are kept per shape, held and
+ * waiting for a call (of those, with the interpreter up), the calls that took one (of those,
+ * an interpreter), and the held ones that ended before use or failed to start. */
+typedef struct exec_prestart_counts {
+  size_t per_shape, ready, ready_interpreters;
+  uint64_t taken, taken_interpreter, failed;
+} exec_prestart_counts_t;
+void exec_prestart_counts(exec_state_t *x, exec_prestart_counts_t *out);
+/* The shapes kept (check_environment): [{shape, python, environment, network, holds
+ * ("interpreter", "sandbox" or "nothing (given up)"), ready, target}]. */
+json_t *exec_prestart_shapes(exec_state_t *x);
 
 /* ---------------------------------------------------------------- work directories */
 

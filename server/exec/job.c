@@ -60,7 +60,11 @@ void exec_job_finish(exec_job_t *job, json_t *result) {
     job->holds_slot = true;
     exec_admission_release_slot(job);
   }
-  if (job->workdir && !job->ksession) exec_workdir_remove(job->workdir, job->workdir_mounted);
+  if (job->workdir && !job->ksession) {
+    if (job->prestarted == EXEC_PRESTARTED_INTERPRETER)
+      exec_prestart_remove_ctl(job->workdir, job->go_fd);
+    exec_workdir_remove(job->workdir, job->workdir_mounted);
+  }
   job_free(job);
 }
 
@@ -164,9 +168,16 @@ static void job_run(exec_job_t *job) {
     /* The call's own list narrows the session before anything can connect. */
     if (job->egress && job->spec.net.rules)
       eg_session_narrow(job->egress, job->spec.net.rules, job->spec.net.n_rules);
+    /* Released first: the script's output and its timeout are the job's from its first
+     * instruction. */
+    bool warm = job->prestarted == EXEC_PRESTARTED_INTERPRETER;
     if (write_job_files(job, &err) == 0 &&
-        sbx_run_release(job->run, &cbs, job, job->spec.timeout_ms, &err) == 0)
+        sbx_run_release(job->run, &cbs, job, job->spec.timeout_ms, &err) == 0 &&
+        (!warm || exec_prestart_go(job, &err) == 0)) {
+      /* Nothing CPU-heavy is left of its start: the next call need not wait for it. */
+      if (warm) exec_admission_started(job);
       return;
+    }
     /* It died meanwhile (or the files could not be written): do it the long way. */
     cm_debug("prestarted sandbox not used: %s", cm_error_message(&err));
     cm_error_release(&err);
@@ -174,10 +185,12 @@ static void job_run(exec_job_t *job) {
     job->run = NULL;
     eg_session_close(job->egress);
     job->egress = NULL;
+    if (warm) exec_prestart_remove_ctl(job->workdir, job->go_fd);
+    job->go_fd = -1;
     exec_workdir_remove(job->workdir, job->workdir_mounted);
     free(job->workdir);
     job->workdir = NULL;
-    job->prestarted = false;
+    job->prestarted = EXEC_PRESTARTED_NO;
   }
   job->workdir = exec_workdir_make(job->exec, &job->workdir_mounted, &err);
   if (!job->workdir || write_job_files(job, &err) < 0) {
@@ -372,6 +385,7 @@ void exec_submit(srv_request_t *r, exec_spec_t *spec) {
   job->server = s;
   job->exec = x;
   job->cfg = cfg;
+  job->go_fd = -1;
   job->ksession = ks;
   job->session_note = session_note;
   exec_admission_join(job);

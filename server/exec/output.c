@@ -173,6 +173,9 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   sbx_backend_interpreter(b, job->py->executable, &interp);
   cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b),
                 interp.version, interp.path);
+  /* Session calls run in their kernel: nothing was prestarted for them. */
+  if (!job->ksession)
+    cm_buf_printf(&t, "\n--- prestarted: %s ---", exec_prestarted_name(job->prestarted));
   if (res->term_signal && !res->timed_out)
     cm_buf_printf(&t, "\n--- killed_by_signal: %d ---", res->term_signal);
   if (res->status_unknown)
@@ -233,7 +236,7 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   json_object_set_new(sc, "signal",
                       res->term_signal ? json_integer(res->term_signal) : json_null());
   json_object_set_new(sc, "status_confirmed", json_boolean(!res->status_unknown));
-  json_object_set_new(sc, "prestarted", json_boolean(job->prestarted));
+  json_object_set_new(sc, "prestarted", json_string(exec_prestarted_name(job->prestarted)));
   json_object_set_new(sc, "max_rss_kib", json_integer((json_int_t)res->max_rss_kib));
   json_object_set_new(
       sc, "memory_peak_bytes",

@@ -1,69 +1,165 @@
-/* The prestarted sandboxes (--prestart). */
+/* The prestarted sandboxes and interpreters (--prestart). */
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "server/exec/exec-internal.h"
 
-/* Sandboxes set up ahead for the next call: bubblewrap's namespaces and mounts, the work
- * directory, the cgroup and the uid drop are done, and the supervisor waits for the go
- * (mps-sandbox-drop --wait-go).  A call that matches one takes it, writes its script into
- * its work directory and releases it: only the interpreter's start-up is left on the call's
- * path.  The next one of that shape is set up at once, beside the call.  Two shapes are
- * kept: the commonest (no dependencies, the default interpreter, the server's network
- * policy), and the last other one a call used (its dependency environment, interpreter or
- * network), so an agent that repeats a call with dependencies gets the same speed-up.
- * --prestart off turns it off. */
+/* Sandboxes set up ahead for the next calls, kept per shape (interpreter, dependency
+ * environment, network).  Where the interpreter can be held (CPython 3.8 or later on a
+ * backend that runs the host's interpreter), each one's interpreter is already up too: the
+ * start-up runner (profiles/runner.py --mps-warm) has initialised (site, the environment's
+ * paths, the runner itself; never a user module) and blocks on a FIFO of its own, in a
+ * directory mounted read-only at EXEC_KERNEL_CTL_TARGET, the session kernel's channel.  A
+ * call that matches takes one, writes its input files and script into its work directory,
+ * releases the run (its timeout counts from then) and writes the go, one kframe.c frame
+ * naming the script: only compiling and running the script is left on the call's path.
+ * Other interpreters (PyPy, older CPython, an image's) get today's held sandbox: the
+ * supervisor waits for the go (mps-sandbox-drop --wait-go) and the interpreter starts on
+ * the call's path.
+ *
+ * Each one serves exactly one call, with its own uid, /tmp, work directory and cgroup, its
+ * limits in force from the interpreter's first instruction (so before the script's).  The
+ * pool keeps --prestart N of each shape (on: SRV_PRESTART_DEFAULT); a call that takes one
+ * starts its replacement at once, beside the call.  Two shapes are kept: the commonest (no
+ * dependencies, the default interpreter, the server's network policy), and the last other
+ * one a call used, so an agent that repeats a call with dependencies gets the same speed-up
+ * (one of it until a call takes it: a shape used once costs one set-up, not N).
+ * --prestart off turns it off.
+ *
+ * One that dies before a call takes it (killed from outside, say) is replaced after
+ * PRESTART_RETRY_MS; after PRESTART_MAX_FAILURES of a shape's in a row (times N) its
+ * interpreters are no longer held (today's held sandbox instead), and after as many of
+ * those, nothing of that shape is prestarted any more. */
 #define PRESTART_MAX_FAILURES 3
 #define PRESTART_RETRY_MS 1000
 #define PRESTART_SLOTS 2
+/* The oldest CPython the runner's wait is written for (and tested on). */
+#define PRESTART_MIN_MAJOR 3
+#define PRESTART_MIN_MINOR 8
 
-typedef struct prestart_slot {
+typedef struct prestart_slot prestart_slot_t;
+
+/* One held sandbox (and interpreter). */
+typedef struct prestart_held {
+  prestart_slot_t *slot;
+  sbx_run_t *run;       /* held, or NULL */
+  eg_session_t *egress; /* its egress session, or NULL */
+  char *workdir;
+  bool workdir_mounted;
+  bool warm;      /* the interpreter waits on go_fd's FIFO (in workdir.ctl/) */
+  int go_fd;      /* the server's end of that FIFO (O_RDWR), or -1 */
+  uint64_t since; /* when it was started (ms): a call takes the oldest, the likeliest to be up */
+  dev_t env_dev;  /* the identity of the environment's directory when it was set up: a */
+  ino_t env_ino;  /* rebuilt one is another directory */
+} prestart_held_t;
+
+struct prestart_slot {
   exec_prestart_t *owner;
   bool used;         /* has a shape */
   py_interp_t *py;   /* the shape: interpreter, environment, network */
   env_handle_t *env; /* a copy without a lock (a held sandbox must not keep an environment
-                      * from being evicted or rebuilt), and the identity of its directory
-                      * when the sandbox was set up: a rebuilt one is another directory */
-  dev_t env_dev;
-  ino_t env_ino;
+                      * from being evicted or rebuilt) */
   bool network;
-  sbx_run_t *run;       /* held, or NULL */
-  eg_session_t *egress; /* the held sandbox's egress session, or NULL */
-  char *workdir;
-  bool workdir_mounted;
-  unsigned failures; /* held sandboxes that died in a row; it stops trying after a few */
-  cm_timer_t *timer; /* a fill is due */
-} prestart_slot_t;
+  bool warm;          /* its interpreters can be held (and have not failed) */
+  prestart_held_t *held; /* [owner->per_shape] */
+  size_t target;         /* how many of held to keep: per_shape, or 1 for a last other shape
+                          * no call has taken one of yet */
+  unsigned failures;  /* held ones that died in a row */
+  cm_timer_t *timer;  /* a fill is due */
+};
 
 struct exec_prestart {
   exec_state_t *exec;
   srv_server_t *server;
+  size_t per_shape;
   prestart_slot_t slots[PRESTART_SLOTS]; /* [0]: the commonest shape; [1]: the last other */
   void *py_wait;
-  uint64_t taken;  /* calls that ran in a prestarted sandbox */
-  uint64_t failed; /* held ones that ended before use, or failed to start */
+  uint64_t taken;      /* calls that ran in a prestarted sandbox */
+  uint64_t taken_warm; /* of those, in a prestarted interpreter */
+  uint64_t failed;     /* held ones that ended before use, or failed to start */
 };
 
 static void prestart_fill_now(prestart_slot_t *slot);
 
-static void slot_drop_run(prestart_slot_t *slot) {
-  if (slot->run) sbx_run_free(slot->run); /* kills it: its supervisor never started anything */
-  slot->run = NULL;
-  eg_session_close(slot->egress);
-  slot->egress = NULL;
-  if (slot->workdir) exec_workdir_remove(slot->workdir, slot->workdir_mounted);
-  free(slot->workdir);
-  slot->workdir = NULL;
+/* The FIFO directory of a held interpreter: next to its work directory, so that whatever
+ * sweeps the server's runs directory sweeps it too. */
+static char *ctl_dir_of(const char *workdir) {
+  return xasprintf("%s.ctl", workdir);
+}
+
+void exec_prestart_remove_ctl(const char *workdir, int go_fd) {
+  if (go_fd >= 0) close(go_fd);
+  cleanup_free char *ctl = ctl_dir_of(workdir);
+  cm_error_t err = CM_ERROR_INIT;
+  if (cm_rm_rf(ctl, &err) < 0) {
+    cm_warn("cleaning up: %s", cm_error_message(&err));
+    cm_error_release(&err);
+  }
+}
+
+static void held_drop(prestart_held_t *h) {
+  if (h->run) sbx_run_free(h->run); /* kills it: it never ran anything of a call's */
+  h->run = NULL;
+  eg_session_close(h->egress);
+  h->egress = NULL;
+  if (h->workdir) {
+    if (h->warm) exec_prestart_remove_ctl(h->workdir, h->go_fd);
+    exec_workdir_remove(h->workdir, h->workdir_mounted);
+  }
+  free(h->workdir);
+  h->workdir = NULL;
+  h->warm = false;
+  h->go_fd = -1;
+}
+
+static size_t slot_ready(const prestart_slot_t *slot) {
+  size_t n = 0;
+  for (size_t i = 0; slot->held && i < slot->owner->per_shape; i++) n += slot->held[i].run != NULL;
+  return n;
+}
+
+static unsigned max_failures(const prestart_slot_t *slot) {
+  return PRESTART_MAX_FAILURES * (unsigned)slot->owner->per_shape;
+}
+
+static bool slot_given_up(const prestart_slot_t *slot) {
+  return !slot->warm && slot->failures >= max_failures(slot);
+}
+
+/* Whether py's interpreter can be held on this server: CPython from 3.8 on, the host's own
+ * (so the runner's wait is the one tested here), with the runner found. */
+static bool can_hold_interpreter(exec_state_t *x, const py_interp_t *py) {
+  sbx_backend_t *b = srv_server_backend(x->server);
+  if (!sbx_backend_host_processes(b) || !exec_runner_path(x)) return false;
+  if (!py->implementation || strcasecmp(py->implementation, "cpython") != 0) return false;
+  unsigned major = 0, minor = 0;
+  if (!py->version || sscanf(py->version, "%u.%u", &major, &minor) != 2) return false;
+  return major > PRESTART_MIN_MAJOR || (major == PRESTART_MIN_MAJOR && minor >= PRESTART_MIN_MINOR);
 }
 
 static void slot_clear(prestart_slot_t *slot) {
   cm_timer_cancel(slot->timer);
   slot->timer = NULL;
-  slot_drop_run(slot);
+  for (size_t i = 0; slot->held && i < slot->owner->per_shape; i++) held_drop(&slot->held[i]);
   env_release(slot->env);
   slot->env = NULL;
   slot->py = NULL;
   slot->used = false;
   slot->failures = 0;
+}
+
+static void slot_set_shape(prestart_slot_t *slot, py_interp_t *py, env_handle_t *env,
+                           bool network) {
+  slot->used = true;
+  slot->py = py;
+  slot->env = env;
+  slot->network = network;
+  slot->warm = can_hold_interpreter(slot->owner->exec, py);
+  slot->failures = 0;
+  /* The last other shape may be a one-off: one is kept until a call takes it, then N. */
+  slot->target = slot == &slot->owner->slots[0] ? slot->owner->per_shape : 1;
 }
 
 static void prestart_on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
@@ -73,20 +169,36 @@ static void prestart_on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
 }
 
 static void prestart_schedule(prestart_slot_t *slot, uint64_t ms) {
-  if (!slot->used || slot->timer || slot->run || slot->failures >= PRESTART_MAX_FAILURES) return;
+  if (!slot->used || slot->timer || slot_given_up(slot) ||
+      slot_ready(slot) >= slot->target)
+    return;
   slot->timer = cm_loop_timer(srv_server_loop(slot->owner->server), ms, prestart_on_timer, slot);
+}
+
+static void slot_failed(prestart_slot_t *slot) {
+  slot->owner->failed++;
+  if (++slot->failures < max_failures(slot)) return;
+  if (slot->warm) {
+    cm_warn("prestarted interpreters of Python %s keep ending before use; its sandboxes are "
+            "prestarted without the interpreter from now on",
+            slot->py->version);
+    slot->warm = false;
+    slot->failures = 0;
+    /* The held ones still waiting are of the kind that fails: set up again without. */
+    for (size_t i = 0; i < slot->owner->per_shape; i++) held_drop(&slot->held[i]);
+    return;
+  }
+  cm_warn("prestarted sandboxes keep ending before use; not prestarting this shape any more");
 }
 
 /* A held sandbox died before any call took it. */
 static void prestart_on_exit(void *data, const sbx_result_t *res) {
-  prestart_slot_t *slot = data;
-  slot->owner->failed++;
-  if (++slot->failures >= PRESTART_MAX_FAILURES)
-    cm_warn(
-        "prestarted sandboxes keep ending before use (exit %d); not prestarting this shape any "
-        "more",
-        res->exit_code);
-  slot_drop_run(slot); /* frees the run from inside its callback, which sbx_run allows */
+  prestart_held_t *h = data;
+  prestart_slot_t *slot = h->slot;
+  cm_debug("a prestarted %s ended before use (exit %d)", h->warm ? "interpreter" : "sandbox",
+           res->exit_code);
+  held_drop(h); /* frees the run from inside its callback, which sbx_run allows */
+  slot_failed(slot);
   prestart_schedule(slot, PRESTART_RETRY_MS);
 }
 
@@ -94,46 +206,87 @@ static void prestart_on_python(void *data, py_interp_t *def, const cm_error_t *e
   exec_prestart_t *p = data;
   p->py_wait = NULL;
   if (!def) return;
-  p->slots[0].py = def;
-  p->slots[0].network = srv_server_config(p->server)->network;
-  p->slots[0].used = true;
+  slot_set_shape(&p->slots[0], def, NULL, srv_server_config(p->server)->network);
   prestart_fill_now(&p->slots[0]);
+}
+
+/* The FIFO of a held interpreter, in workdir.ctl/ (read and searched by its uid, which opens
+ * it by name): the server keeps its end open (O_RDWR) from before the interpreter starts to
+ * the call's end, so the go written into it waits there however late the interpreter opens
+ * it. */
+static int make_go_fifo(const char *workdir, int *fd, cm_error_t *err) {
+  cleanup_free char *ctl = ctl_dir_of(workdir);
+  if (mkdir(ctl, 0700) < 0) return cm_error_set(err, errno, CM_ERR_IO, "creating %s", ctl);
+  cleanup_free char *path = xasprintf("%s/go", ctl);
+  if (mkfifo(path, 0600) < 0 || chmod(path, 0666) < 0 || chmod(ctl, 0711) < 0)
+    return cm_error_set(err, errno, CM_ERR_IO, "creating the FIFO %s", path);
+  *fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (*fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "opening the FIFO %s", path);
+  return 0;
+}
+
+static int held_start(prestart_slot_t *slot, prestart_held_t *h, cm_error_t *err) {
+  exec_prestart_t *p = slot->owner;
+  h->slot = slot;
+  h->go_fd = -1;
+  h->warm = false;
+  h->since = cm_now_ms();
+  h->workdir = exec_workdir_make(p->exec, &h->workdir_mounted, err);
+  if (!h->workdir) return -1;
+  if (slot->env) {
+    struct stat st;
+    if (stat(slot->env->host_dir, &st) < 0)
+      return cm_error_set(err, errno, CM_ERR_IO, "the environment %s is gone", slot->env->key);
+    h->env_dev = st.st_dev;
+    h->env_ino = st.st_ino;
+  }
+  sbx_run_callbacks_t cbs = {.on_exit = prestart_on_exit};
+  if (slot->warm) {
+    h->warm = true; /* from here on, held_drop removes workdir.ctl too */
+    if (make_go_fifo(h->workdir, &h->go_fd, err) < 0) return -1;
+    cleanup_free char *ctl = ctl_dir_of(h->workdir);
+    return exec_sandbox_start_warm(p->exec, slot->py, slot->env, slot->network, h->workdir, ctl,
+                                   &cbs, h, &h->run, &h->egress, err);
+  }
+  return exec_sandbox_start(p->exec, slot->py, slot->env, slot->network, h->workdir, 0, true,
+                            &cbs, h, &h->run, &h->egress, err);
 }
 
 static void prestart_fill_now(prestart_slot_t *slot) {
   srv_server_t *s = slot->owner->server;
-  if (!slot->used || slot->run || slot->failures >= PRESTART_MAX_FAILURES) return;
+  if (!slot->used || slot_given_up(slot)) return;
   if (!sbx_backend_can_hold(srv_server_backend(s))) return;
-  struct stat st;
-  if (slot->env) {
-    if (stat(slot->env->host_dir, &st) < 0)
-      return; /* evicted: the next call of this shape rebuilds it */
-    slot->env_dev = st.st_dev;
-    slot->env_ino = st.st_ino;
-  }
-  cm_error_t err = CM_ERROR_INIT;
-  slot->workdir = exec_workdir_make(slot->owner->exec, &slot->workdir_mounted, &err);
-  sbx_run_callbacks_t cbs = {.on_exit = prestart_on_exit};
-  if (!slot->workdir ||
-      exec_sandbox_start(slot->owner->exec, slot->py, slot->env, slot->network, slot->workdir, 0,
-                         true, &cbs, slot, &slot->run, &slot->egress, &err) < 0) {
-    cm_warn("prestarting a sandbox: %s", cm_error_message(&err));
-    cm_error_release(&err);
-    slot->run = NULL;
-    slot_drop_run(slot);
-    slot->failures++;
-    slot->owner->failed++;
-    prestart_schedule(slot, PRESTART_RETRY_MS);
+  if (slot->env && access(slot->env->host_dir, F_OK) < 0)
+    return; /* evicted: the next call of this shape rebuilds it */
+  for (size_t i = 0; i < slot->owner->per_shape && !slot_given_up(slot); i++) {
+    prestart_held_t *h = &slot->held[i];
+    if (h->run || slot_ready(slot) >= slot->target) continue;
+    cm_error_t err = CM_ERROR_INIT;
+    if (held_start(slot, h, &err) < 0) {
+      cm_warn("prestarting a sandbox: %s", cm_error_message(&err));
+      cm_error_release(&err);
+      h->run = NULL;
+      held_drop(h);
+      slot_failed(slot);
+      prestart_schedule(slot, PRESTART_RETRY_MS);
+      return;
+    }
   }
 }
 
 void exec_prestart_start(srv_server_t *s) {
   exec_state_t *x = srv_server_exec(s);
-  if (!srv_server_config(s)->prestart || x->prestart) return;
+  const srv_config_t *cfg = srv_server_config(s);
+  if (!cfg->prestart || !cfg->prestart_count || x->prestart) return;
   exec_prestart_t *p = xcalloc(1, sizeof *p);
   p->exec = x;
   p->server = s;
-  for (size_t i = 0; i < PRESTART_SLOTS; i++) p->slots[i].owner = p;
+  p->per_shape = (size_t)cfg->prestart_count;
+  for (size_t i = 0; i < PRESTART_SLOTS; i++) {
+    p->slots[i].owner = p;
+    p->slots[i].held = xcalloc(p->per_shape, sizeof *p->slots[i].held);
+    for (size_t j = 0; j < p->per_shape; j++) p->slots[i].held[j].go_fd = -1;
+  }
   x->prestart = p;
   /* The commonest shape needs the default interpreter: once discovery is done. */
   p->py_wait = py_registry_when_ready(srv_server_pythons(s), prestart_on_python, p);
@@ -144,23 +297,54 @@ void exec_prestart_free(exec_state_t *x) {
   if (!p) return;
   x->prestart = NULL;
   if (p->py_wait) py_registry_cancel_wait(srv_server_pythons(x->server), p->py_wait);
-  for (size_t i = 0; i < PRESTART_SLOTS; i++) slot_clear(&p->slots[i]);
+  for (size_t i = 0; i < PRESTART_SLOTS; i++) {
+    slot_clear(&p->slots[i]);
+    free(p->slots[i].held);
+  }
   free(p);
 }
 
-void exec_prestart_counts(exec_state_t *x, size_t *ready, uint64_t *taken, uint64_t *failed) {
+void exec_prestart_counts(exec_state_t *x, exec_prestart_counts_t *out) {
   exec_prestart_t *p = x->prestart;
-  *ready = 0;
-  *taken = p ? p->taken : 0;
-  *failed = p ? p->failed : 0;
-  for (size_t i = 0; p && i < PRESTART_SLOTS; i++) *ready += p->slots[i].run != NULL;
+  memset(out, 0, sizeof *out);
+  if (!p) return;
+  out->per_shape = p->per_shape;
+  out->taken = p->taken;
+  out->taken_interpreter = p->taken_warm;
+  out->failed = p->failed;
+  for (size_t i = 0; i < PRESTART_SLOTS; i++) {
+    const prestart_slot_t *slot = &p->slots[i];
+    for (size_t j = 0; j < p->per_shape; j++) {
+      if (!slot->held[j].run) continue;
+      out->ready++;
+      if (slot->held[j].warm) out->ready_interpreters++;
+    }
+  }
+}
+
+json_t *exec_prestart_shapes(exec_state_t *x) {
+  exec_prestart_t *p = x->prestart;
+  json_t *a = json_array();
+  for (size_t i = 0; p && i < PRESTART_SLOTS; i++) {
+    const prestart_slot_t *slot = &p->slots[i];
+    if (!slot->used) continue;
+    json_array_append_new(
+        a, json_pack("{s:s, s:s, s:o, s:b, s:s, s:I, s:I}", "shape", i == 0 ? "commonest" : "last other",
+                     "python", slot->py->version, "environment",
+                     slot->env ? json_string(slot->env->key) : json_null(), "network",
+                     slot->network, "holds",
+                     slot_given_up(slot) ? "nothing (given up)"
+                     : slot->warm        ? "interpreter"
+                                         : "sandbox",
+                     "ready", (json_int_t)slot_ready(slot), "target", (json_int_t)slot->target));
+  }
+  return a;
 }
 
 bool exec_prestart_describe(exec_state_t *x, uint64_t *taken) {
   exec_prestart_t *p = x->prestart;
   *taken = p ? p->taken : 0;
-  return p && p->slots[0].failures < PRESTART_MAX_FAILURES &&
-         sbx_backend_can_hold(srv_server_backend(x->server));
+  return p && !slot_given_up(&p->slots[0]) && sbx_backend_can_hold(srv_server_backend(x->server));
 }
 
 static bool slot_matches(const prestart_slot_t *slot, const exec_job_t *job) {
@@ -183,31 +367,61 @@ bool exec_prestart_take(exec_job_t *job) {
   for (size_t i = 0; i < PRESTART_SLOTS; i++) {
     prestart_slot_t *slot = &p->slots[i];
     if (!slot_matches(slot, job)) continue;
-    if (slot->run && job->env && !same_dir(job->env->host_dir, slot->env_dev, slot->env_ino))
-      slot_drop_run(slot); /* set up with an environment since evicted or rebuilt */
-    if (!slot->run) {
+    prestart_held_t *h = NULL;
+    for (size_t j = 0; j < p->per_shape; j++) {
+      prestart_held_t *c = &slot->held[j];
+      if (c->run && job->env && !same_dir(job->env->host_dir, c->env_dev, c->env_ino))
+        held_drop(c); /* set up with an environment since evicted or rebuilt */
+      if (c->run && (!h || c->since < h->since)) h = c;
+    }
+    if (!h) {
       prestart_schedule(slot, 0); /* (already due, or given up on) */
       return false;
     }
-    job->run = slot->run;
-    job->egress = slot->egress;
-    job->workdir = slot->workdir;
-    job->workdir_mounted = slot->workdir_mounted;
-    slot->run = NULL;
-    slot->egress = NULL;
-    slot->workdir = NULL;
+    job->run = h->run;
+    job->egress = h->egress;
+    job->workdir = h->workdir;
+    job->workdir_mounted = h->workdir_mounted;
+    job->prestarted = h->warm ? EXEC_PRESTARTED_INTERPRETER : EXEC_PRESTARTED_SANDBOX;
+    job->go_fd = h->warm ? h->go_fd : -1;
+    h->run = NULL;
+    h->egress = NULL;
+    h->workdir = NULL;
+    h->warm = false;
+    h->go_fd = -1;
     slot->failures = 0;
+    slot->target = p->per_shape;
     p->taken++;
-    job->prestarted = true;
+    if (job->prestarted == EXEC_PRESTARTED_INTERPRETER) p->taken_warm++;
     prestart_schedule(slot, 0); /* the next one, beside this call */
     return true;
   }
   prestart_slot_t *other = &p->slots[1];
   slot_clear(other);
-  other->used = true;
-  other->py = job->py;
-  other->network = job->spec.net.on;
-  other->env = job->env ? env_handle_copy_unlocked(job->env) : NULL;
+  slot_set_shape(other, job->py, job->env ? env_handle_copy_unlocked(job->env) : NULL,
+                 job->spec.net.on);
   prestart_schedule(other, 0);
   return false;
+}
+
+int exec_prestart_go(exec_job_t *job, cm_error_t *err) {
+  json_t *o = json_pack("{s:s, s:s}", "op", "run", "script", "script.py");
+  size_t len;
+  cleanup_free char *frame = exec_kframe_encode(o, &len);
+  json_decref(o);
+  /* A few bytes into an empty FIFO whose other end only ever reads: never blocks, never
+   * short. */
+  ssize_t n;
+  do n = write(job->go_fd, frame, len);
+  while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)len)
+    return cm_error_set(err, n < 0 ? errno : EIO, CM_ERR_IO,
+                        "sending the go to the prestarted interpreter");
+  return 0;
+}
+
+const char *exec_prestarted_name(int prestarted) {
+  return prestarted == EXEC_PRESTARTED_INTERPRETER ? "interpreter"
+         : prestarted == EXEC_PRESTARTED_SANDBOX   ? "sandbox"
+                                                   : "no";
 }

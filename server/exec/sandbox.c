@@ -8,11 +8,13 @@
 
 #define EXEC_KERNEL_NAME "kernel.py"
 
-/* A script run, or with ctl_dir a session's kernel (see exec_sandbox_start_kernel). */
+/* A script run, with ctl_dir a session's kernel (see exec_sandbox_start_kernel), or with
+ * warm_ctl a prestarted interpreter (exec_sandbox_start_warm). */
 static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
                          const char *workdir, uint64_t timeout_ms, bool hold, const char *ctl_dir,
-                         sbx_identity_t *identity, const sbx_run_callbacks_t *cbs, void *data,
-                         sbx_run_t **out, eg_session_t **egress_out, cm_error_t *err) {
+                         const char *warm_ctl, sbx_identity_t *identity,
+                         const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
+                         eg_session_t **egress_out, cm_error_t *err) {
   srv_server_t *s = x->server;
   const srv_config_t *cfg = srv_server_config(s);
   /* Through the start-up runner when there is one (it saves open matplotlib figures;
@@ -20,6 +22,9 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
   sbx_backend_t *backend = srv_server_backend(s);
   const char *runner = exec_runner_path(x);
   *egress_out = NULL;
+  if (warm_ctl && !runner)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                        "a prestarted interpreter needs the start-up runner");
   /* A kernel lives next to the runner, in source form (it is started once a session). */
   cleanup_free char *kernel = NULL;
   if (ctl_dir) {
@@ -48,12 +53,21 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
   char *python = env ? env->python : py->executable;
   char *argv_plain[] = {python, "-s", "script.py", NULL};
   char *argv_runner[] = {python, "-s", runner_arg, "script.py", NULL};
+  /* The FIFO's sandbox path, after the runner's "script.py" (a placeholder: the go names the
+   * script), so the command line reads as a run's up to there; "--mps-warm" is also the
+   * marker the tests' leak checks look for. */
+  cleanup_free char *go_arg =
+      warm_ctl ? xasprintf("%s/go", maps ? EXEC_KERNEL_CTL_TARGET : warm_ctl) : NULL;
+  char *argv_warm[] = {python, "-s", runner_arg, "script.py", "--mps-warm", go_arg, NULL};
   cleanup_free char *kernel_arg = !kernel ? NULL
                                   : maps  ? xstrdup(EXEC_RUNNER_TARGET "/" EXEC_KERNEL_NAME)
                                           : xstrdup(kernel);
   cleanup_free char *ctl_arg = ctl_dir ? xstrdup(maps ? EXEC_KERNEL_CTL_TARGET : ctl_dir) : NULL;
   char *argv_kernel[] = {python, "-s", kernel_arg, ctl_arg, NULL};
-  char **argv = kernel ? argv_kernel : runner ? argv_runner : argv_plain;
+  char **argv = kernel     ? argv_kernel
+                : warm_ctl ? argv_warm
+                : runner   ? argv_runner
+                           : argv_plain;
   /* With an environment, its bin/ comes first (console scripts) and VIRTUAL_ENV names it. */
   const char *env_root = env ? (env->mount_target ? env->mount_target : env->host_dir) : NULL;
   cleanup_free char *path_var =
@@ -87,8 +101,9 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
     mounts[n_mounts++] = (sbx_mount_t){.host = env->host_dir, .target = env->mount_target};
   if (runner && maps)
     mounts[n_mounts++] = (sbx_mount_t){.host = runner_dir, .target = EXEC_RUNNER_TARGET};
-  if (ctl_dir && maps)
-    mounts[n_mounts++] = (sbx_mount_t){.host = ctl_dir, .target = EXEC_KERNEL_CTL_TARGET};
+  if ((ctl_dir || warm_ctl) && maps)
+    mounts[n_mounts++] =
+        (sbx_mount_t){.host = ctl_dir ? ctl_dir : warm_ctl, .target = EXEC_KERNEL_CTL_TARGET};
   sbx_spec_t spec = {
       .argv = argv,
       .envp = envp,
@@ -98,7 +113,8 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
       .n_mounts = n_mounts,
       .network = network,
       .egress = proxied ? &egress : NULL,
-      .hold = hold,
+      .hold = hold || warm_ctl,
+      .hold_in_command = warm_ctl != NULL,
       .identity = identity,
       .limits =
           {
@@ -128,7 +144,15 @@ int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool
                        const char *workdir, uint64_t timeout_ms, bool hold,
                        const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
                        eg_session_t **egress_out, cm_error_t *err) {
-  return sandbox_start(x, py, env, network, workdir, timeout_ms, hold, NULL, NULL, cbs, data, out,
+  return sandbox_start(x, py, env, network, workdir, timeout_ms, hold, NULL, NULL, NULL, cbs, data,
+                       out, egress_out, err);
+}
+
+int exec_sandbox_start_warm(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
+                            const char *workdir, const char *ctl_dir,
+                            const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
+                            eg_session_t **egress_out, cm_error_t *err) {
+  return sandbox_start(x, py, env, network, workdir, 0, true, NULL, ctl_dir, NULL, cbs, data, out,
                        egress_out, err);
 }
 
@@ -136,6 +160,6 @@ int exec_sandbox_start_kernel(exec_state_t *x, py_interp_t *py, env_handle_t *en
                               const char *workdir, const char *ctl_dir, sbx_identity_t *identity,
                               const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
                               eg_session_t **egress_out, cm_error_t *err) {
-  return sandbox_start(x, py, env, network, workdir, 0, false, ctl_dir, identity, cbs, data, out,
-                       egress_out, err);
+  return sandbox_start(x, py, env, network, workdir, 0, false, ctl_dir, NULL, identity, cbs, data,
+                       out, egress_out, err);
 }

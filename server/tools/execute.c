@@ -167,7 +167,9 @@ static json_t *output_schema(void) {
       {"cpu_user_ms", "integer", "User CPU time."},
       {"cpu_system_ms", "integer", "System CPU time."},
       {"max_rss_kib", "integer", "Peak resident memory of the largest process."},
-      {"prestarted", "boolean", "It ran in a sandbox set up before the call (--prestart)."},
+      {"prestarted", "string",
+       "What was set up before the call (--prestart): interpreter (the sandbox, with the "
+       "interpreter already started), sandbox (the sandbox only) or no."},
       {"status_confirmed", "boolean",
        "The sandbox reported the script's own exit status and usage (false: the sandbox's own)."},
   };

@@ -240,7 +240,9 @@ def held_sandboxes():
     its command line; they are kept on purpose, so the leak checks leave them out.  Once a call
     has released one, its processes keep that command line, but the drop helper has forked the
     script: a --wait-go process with any descendant without --wait-go is running a call, and is
-    counted like any other process."""
+    counted like any other process.  A prestarted interpreter's bwrap (and every process below
+    it: the drop helper and the interpreter) carries the runner's --mps-warm instead, and is
+    held until its work directory has a script.py (a call writes it before the go)."""
     marked = {}
     table = _processes()
     me = os.getpid()
@@ -254,17 +256,32 @@ def held_sandboxes():
             q, seen = table[q][1], seen + 1
         return False
 
+    warm = {}  # a prestarted interpreter's bwrap -> its work directory
     for pid in table:
         if not ours(pid):
             continue
         argv = _cmdline(pid)
-        if b"--wait-go" not in argv:
+        if b"--wait-go" not in argv and b"--mps-warm" not in argv:
             continue
         workdir = None
         for i in range(len(argv) - 2):
             if argv[i] == b"--bind" and argv[i + 2] == b"/work":
                 workdir = argv[i + 1].decode()
-        marked[pid] = workdir
+        if b"--wait-go" in argv:
+            marked[pid] = workdir
+        elif workdir and not os.path.lexists(os.path.join(workdir, "script.py")):
+            # A prestarted interpreter (the runner's --mps-warm): its processes keep that
+            # command line after the go, but a call writes script.py before it.
+            warm[pid] = workdir
+    # Every process below a held interpreter's bwrap is held too (the drop helper, the
+    # interpreter waiting on its FIFO).
+    for pid in table:
+        q, seen = pid, 0
+        while q in table and seen < 64:
+            if q in warm:
+                marked[pid] = warm[q]
+                break
+            q, seen = table[q][1], seen + 1
     # Walk up from every unmarked process: the marked ancestors it passes are released.
     for pid in table:
         if pid in marked:
@@ -280,6 +297,7 @@ def work_left(state_dir):
     """What is in the state directory's work/ (and in the servers' own directories there,
     work/srv-*) other than a prestarted sandbox's work directory."""
     keep = {os.path.basename(w) for w in held_sandboxes().values() if w}
+    keep |= {k + ".ctl" for k in keep}  # a prestarted interpreter's FIFO directory
     work = os.path.join(state_dir, "work")
     left = []
     for e in os.listdir(work):

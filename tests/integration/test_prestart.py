@@ -20,6 +20,10 @@ pytestmark = pytest.mark.skipif(BACKEND == "none", reason="only sandboxes with a
 
 
 def start(make_server, *args):
+    # One held per shape (--prestart 1), so the counts below are the shapes'; the pool of N
+    # per shape (the default, on) and the held interpreters are test_warm.py's.
+    if "--prestart" not in args:
+        args = ("--prestart", "1") + args
     s = make_server(*args)
     s.initialize()
     return s
@@ -34,7 +38,7 @@ def test_calls_run_in_prestarted_sandboxes(make_server):
     wait_held(s)
     for _ in range(3):
         sc = s.execute("import os; print(os.getcwd())")["structuredContent"]
-        assert sc["prestarted"] is True and sc["exit_code"] == 0, sc
+        assert sc["prestarted"] == "interpreter" and sc["exit_code"] == 0, sc
         assert sc["stdout"].strip() == "/work"
         wait_held(s)
     text = s.probed_environment()["content"][0]["text"]
@@ -56,7 +60,7 @@ import os
 print(os.path.exists('/tmp/left-behind'), os.path.exists('/work/left-behind'), sorted(os.listdir('/work')))
 print(os.getuid())
 """)["structuredContent"]
-    assert first["prestarted"] and second["prestarted"]
+    assert first["prestarted"] == second["prestarted"] == "interpreter"
     lines = second["stdout"].splitlines()
     assert lines[0] == "False False ['script.py']", second
     if os.getuid() == 0:  # a fresh uid per run
@@ -84,17 +88,17 @@ def test_other_shapes_start_their_own(make_server):
     s = start(make_server)
     wait_held(s)
     sc = s.execute("import socket; print('ok')", network=False)["structuredContent"]
-    assert sc["prestarted"] is False and sc["stdout"] == "ok\n", sc
+    assert sc["prestarted"] == "no" and sc["stdout"] == "ok\n", sc
     # The held one is still there for the next call of the default shape.
-    assert s.execute("print(2)")["structuredContent"]["prestarted"] is True
+    assert s.execute("print(2)")["structuredContent"]["prestarted"] == "interpreter"
     # Another interpreter: its own, and held for the next such call.
     other = "3.11" if os.path.exists("/root/.pyenv/versions/3.11.7") else None
     if other:
         sc = s.execute("import sys; print(sys.version_info[:2])", python_version=other)["structuredContent"]
-        assert sc["prestarted"] is False and sc["stdout"] == "(3, 11)\n", sc
+        assert sc["prestarted"] == "no" and sc["stdout"] == "(3, 11)\n", sc
         assert wait_until(lambda: len({w for w in held_sandboxes().values() if w}) == 2, timeout=10)
         sc = s.execute("import sys; print(sys.version_info[:2])", python_version=other)["structuredContent"]
-        assert sc["prestarted"] is True and sc["stdout"] == "(3, 11)\n", sc
+        assert sc["prestarted"] == "interpreter" and sc["stdout"] == "(3, 11)\n", sc
 
 
 def test_the_last_other_shape_is_prestarted_too(make_server):
@@ -106,19 +110,19 @@ def test_the_last_other_shape_is_prestarted_too(make_server):
         wait_held(s)
         script = "import mps_beta; print(mps_beta.ALPHA)"
         first = s.execute(script, dependencies=["mps-beta"], timeout=120)["structuredContent"]
-        assert first["prestarted"] is False and first["stdout"] == "2.0\n", first
+        assert first["prestarted"] == "no" and first["stdout"] == "2.0\n", first
         # Now two are held: the commonest shape and this one (with /env mounted).
         assert wait_until(lambda: len({w for w in held_sandboxes().values() if w}) == 2, timeout=10)
         for _ in range(2):
             sc = s.execute(script, dependencies=["mps-beta"])["structuredContent"]
-            assert sc["prestarted"] is True and sc["stdout"] == "2.0\n", sc
+            assert sc["prestarted"] == "interpreter" and sc["stdout"] == "2.0\n", sc
             assert sc["environment"]["cached"] is True
             assert wait_until(lambda: len({w for w in held_sandboxes().values() if w}) == 2, timeout=10)
         # The commonest shape is still served, and a third shape replaces the second.
-        assert s.execute("print(1)")["structuredContent"]["prestarted"] is True
-        assert s.execute("print(1)", network=False)["structuredContent"]["prestarted"] is False
-        assert s.execute("print(1)", network=False)["structuredContent"]["prestarted"] is True
-        assert s.execute(script, dependencies=["mps-beta"])["structuredContent"]["prestarted"] is False
+        assert s.execute("print(1)")["structuredContent"]["prestarted"] == "interpreter"
+        assert s.execute("print(1)", network=False)["structuredContent"]["prestarted"] == "no"
+        assert s.execute("print(1)", network=False)["structuredContent"]["prestarted"] == "interpreter"
+        assert s.execute(script, dependencies=["mps-beta"])["structuredContent"]["prestarted"] == "no"
     finally:
         shutil.rmtree(wheels, ignore_errors=True)
 
@@ -132,7 +136,7 @@ def test_inputs_and_timeout_start_at_the_call(make_server):
     sc = res["structuredContent"]
     # Held for longer than its 1 s timeout, yet not timed out: the clock started at the call
     # (how long the call took is bench/ case 8's).
-    assert sc["prestarted"] is True and sc["timed_out"] is False and sc["stdout"] == "hello\n", sc
+    assert sc["prestarted"] == "interpreter" and sc["timed_out"] is False and sc["stdout"] == "hello\n", sc
     wait_held(s)
     res = s.execute("import time; time.sleep(30)", timeout_seconds=1)
     assert res["structuredContent"]["timed_out"] is True
@@ -152,7 +156,7 @@ def test_a_held_sandbox_that_dies_is_replaced(make_server):
     sc = s.execute("print(1)")["structuredContent"]
     assert sc["exit_code"] == 0 and sc["stdout"] == "1\n", sc
     wait_held(s)
-    assert s.execute("print(2)")["structuredContent"]["prestarted"] is True
+    assert s.execute("print(2)")["structuredContent"]["prestarted"] == "interpreter"
 
 
 def test_nothing_is_left_behind(make_server):
@@ -173,7 +177,7 @@ def test_nothing_is_left_behind(make_server):
 def test_prestart_off(make_server):
     s = start(make_server, "--prestart", "off")
     sc = s.execute("pass")["structuredContent"]
-    assert sc["prestarted"] is False
+    assert sc["prestarted"] == "no"
     time.sleep(0.3)
     assert held_sandboxes() == {}
     assert "Prestarted sandbox: off (--prestart off)" in s.call("check_environment")["content"][0]["text"]

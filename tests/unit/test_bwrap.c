@@ -1209,6 +1209,48 @@ static void test_hold_and_release(void **state UNUSED) {
   free(c->workdir);
 }
 
+/* spec.hold_in_command (a prestarted interpreter): the command runs at once, but until the
+ * release its output goes nowhere and no deadline runs; the release sends nothing (the
+ * command is not waiting for the supervisor) and starts the timeout. */
+static void test_hold_in_command(void **state UNUSED) {
+  run_capture_t cap = {0}, *c = &cap;
+  cm_buf_init(&c->out, 1 << 20);
+  cm_buf_init(&c->err, 1 << 20);
+  c->workdir = new_workdir();
+  char *argv[] = {SYSTEM_PYTHON, "-I", "-c",
+                  "import time\nprint('while held', flush=True)\ntime.sleep(0.6)\n"
+                  "print('after the release', flush=True)\ntime.sleep(30)\n",
+                  NULL};
+  char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+  sbx_limits_t limits = default_limits;
+  limits.timeout_ms = 0;
+  sbx_spec_t spec = {.argv = argv,
+                     .envp = envp,
+                     .workdir = c->workdir,
+                     .hold = true,
+                     .hold_in_command = true,
+                     .limits = limits};
+  sbx_run_callbacks_t held_cbs = {.on_exit = on_exit_cb};
+  sbx_run_t *run = NULL;
+  cm_error_t err = CM_ERROR_INIT;
+  if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0)
+    fail_msg("%s", err.msg);
+  uint64_t until = cm_now_ms() + 300;
+  while (cm_now_ms() < until) assert_int_equal(cm_loop_run_once(g.loop, 50, &err), 0);
+  assert_false(c->done);
+  sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
+  if (sbx_run_release(run, &cbs, c, 1500, &err) < 0) fail_msg("%s", err.msg);
+  while (!c->done) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
+  /* Killed by the timeout given at the release, with only what it printed after it. */
+  assert_true(c->result.timed_out);
+  assert_has(&c->out, "after the release");
+  assert_null(memmem(c->out.data, c->out.len, "while held", 10));
+  assert_true(c->result.duration_ms >= 1500);
+  sbx_run_free(run);
+  assert_int_equal(cm_loop_run_once(g.loop, 0, &err), 0);
+  capture_release(c);
+}
+
 static void test_usage_is_the_scripts(void **state UNUSED) {
   /* ~0.3 s of CPU and ~100 MB resident in the interpreter itself. */
   run_capture_t cap = {0}, *c = &cap;
@@ -1973,6 +2015,7 @@ int main(void) {
       cmocka_unit_test(test_probe_succeeds),
       cmocka_unit_test(test_runs_python),
       cmocka_unit_test(test_hold_and_release),
+      cmocka_unit_test(test_hold_in_command),
       cmocka_unit_test(test_runs_pyenv_python),
       cmocka_unit_test(test_host_files_hidden),
       cmocka_unit_test(test_writes_confined),
