@@ -189,7 +189,6 @@ int exec_sandbox_start_warm(exec_state_t *x, py_interp_t *py, env_handle_t *env,
                             const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
                             eg_session_t **egress_out, cm_error_t *err);
 
-
 /* runner.c */
 /* The start-up runner (exec_find_runner), found once; NULL (and a warning, once) when there is
  * none.  Then scripts run without it. */

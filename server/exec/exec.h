@@ -81,9 +81,9 @@ void exec_usage(exec_state_t *x, const char *principal, exec_usage_t *out);
 typedef struct exec_metrics {
   exec_usage_t total;
   size_t starting;
-  size_t prestart_ready;        /* held, waiting for a call */
-  size_t prestart_ready_interpreters; /* of those, with the interpreter up and waiting */
-  uint64_t prestart_taken;      /* calls that ran in one */
+  size_t prestart_ready;               /* held, waiting for a call */
+  size_t prestart_ready_interpreters;  /* of those, with the interpreter up and waiting */
+  uint64_t prestart_taken;             /* calls that ran in one */
   uint64_t prestart_taken_interpreter; /* of those, in a prestarted interpreter */
   uint64_t prestart_failed;     /* held sandboxes that ended before use, or failed to start */
   const uint64_t *wait_buckets; /* SRV_M_BUCKETS + 1, not cumulative (srv_metric_buckets) */

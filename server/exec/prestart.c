@@ -62,12 +62,12 @@ struct prestart_slot {
   env_handle_t *env; /* a copy without a lock (a held sandbox must not keep an environment
                       * from being evicted or rebuilt) */
   bool network;
-  bool warm;          /* its interpreters can be held (and have not failed) */
+  bool warm;             /* its interpreters can be held (and have not failed) */
   prestart_held_t *held; /* [owner->per_shape] */
   size_t target;         /* how many of held to keep: per_shape, or 1 for a last other shape
                           * no call has taken one of yet */
-  unsigned failures;  /* held ones that died in a row */
-  cm_timer_t *timer;  /* a fill is due */
+  unsigned failures;     /* held ones that died in a row */
+  cm_timer_t *timer;     /* a fill is due */
 };
 
 struct exec_prestart {
@@ -169,9 +169,7 @@ static void prestart_on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
 }
 
 static void prestart_schedule(prestart_slot_t *slot, uint64_t ms) {
-  if (!slot->used || slot->timer || slot_given_up(slot) ||
-      slot_ready(slot) >= slot->target)
-    return;
+  if (!slot->used || slot->timer || slot_given_up(slot) || slot_ready(slot) >= slot->target) return;
   slot->timer = cm_loop_timer(srv_server_loop(slot->owner->server), ms, prestart_on_timer, slot);
 }
 
@@ -179,9 +177,10 @@ static void slot_failed(prestart_slot_t *slot) {
   slot->owner->failed++;
   if (++slot->failures < max_failures(slot)) return;
   if (slot->warm) {
-    cm_warn("prestarted interpreters of Python %s keep ending before use; its sandboxes are "
-            "prestarted without the interpreter from now on",
-            slot->py->version);
+    cm_warn(
+        "prestarted interpreters of Python %s keep ending before use; its sandboxes are "
+        "prestarted without the interpreter from now on",
+        slot->py->version);
     slot->warm = false;
     slot->failures = 0;
     /* The held ones still waiting are of the kind that fails: set up again without. */
@@ -248,8 +247,8 @@ static int held_start(prestart_slot_t *slot, prestart_held_t *h, cm_error_t *err
     return exec_sandbox_start_warm(p->exec, slot->py, slot->env, slot->network, h->workdir, ctl,
                                    &cbs, h, &h->run, &h->egress, err);
   }
-  return exec_sandbox_start(p->exec, slot->py, slot->env, slot->network, h->workdir, 0, true,
-                            &cbs, h, &h->run, &h->egress, err);
+  return exec_sandbox_start(p->exec, slot->py, slot->env, slot->network, h->workdir, 0, true, &cbs,
+                            h, &h->run, &h->egress, err);
 }
 
 static void prestart_fill_now(prestart_slot_t *slot) {
@@ -329,10 +328,10 @@ json_t *exec_prestart_shapes(exec_state_t *x) {
     const prestart_slot_t *slot = &p->slots[i];
     if (!slot->used) continue;
     json_array_append_new(
-        a, json_pack("{s:s, s:s, s:o, s:b, s:s, s:I, s:I}", "shape", i == 0 ? "commonest" : "last other",
-                     "python", slot->py->version, "environment",
-                     slot->env ? json_string(slot->env->key) : json_null(), "network",
-                     slot->network, "holds",
+        a, json_pack("{s:s, s:s, s:o, s:b, s:s, s:I, s:I}", "shape",
+                     i == 0 ? "commonest" : "last other", "python", slot->py->version,
+                     "environment", slot->env ? json_string(slot->env->key) : json_null(),
+                     "network", slot->network, "holds",
                      slot_given_up(slot) ? "nothing (given up)"
                      : slot->warm        ? "interpreter"
                                          : "sandbox",

@@ -64,10 +64,7 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
                                           : xstrdup(kernel);
   cleanup_free char *ctl_arg = ctl_dir ? xstrdup(maps ? EXEC_KERNEL_CTL_TARGET : ctl_dir) : NULL;
   char *argv_kernel[] = {python, "-s", kernel_arg, ctl_arg, NULL};
-  char **argv = kernel     ? argv_kernel
-                : warm_ctl ? argv_warm
-                : runner   ? argv_runner
-                           : argv_plain;
+  char **argv = kernel ? argv_kernel : warm_ctl ? argv_warm : runner ? argv_runner : argv_plain;
   /* With an environment, its bin/ comes first (console scripts) and VIRTUAL_ENV names it. */
   const char *env_root = env ? (env->mount_target ? env->mount_target : env->host_dir) : NULL;
   cleanup_free char *path_var =
