@@ -92,9 +92,15 @@ char *srv_metrics_render(srv_server_t *s, const char *http_extra) {
       (unsigned long long)em.wait_count);
   family(&b, "mcp_sandbox_prestart_ready", "gauge", "Prestarted sandboxes waiting for a call.");
   sample(&b, "mcp_sandbox_prestart_ready", em.prestart_ready);
+  family(&b, "mcp_sandbox_prestart_ready_interpreters", "gauge",
+         "Of the prestarted sandboxes waiting, those whose interpreter is up and waiting too.");
+  sample(&b, "mcp_sandbox_prestart_ready_interpreters", em.prestart_ready_interpreters);
   family(&b, "mcp_sandbox_prestart_taken_total", "counter",
          "Runs that started in a prestarted sandbox.");
   sample(&b, "mcp_sandbox_prestart_taken_total", em.prestart_taken);
+  family(&b, "mcp_sandbox_prestart_taken_interpreter_total", "counter",
+         "Of those, runs whose interpreter was prestarted too.");
+  sample(&b, "mcp_sandbox_prestart_taken_interpreter_total", em.prestart_taken_interpreter);
   family(&b, "mcp_sandbox_prestart_failed_total", "counter",
          "Prestarted sandboxes that ended before use or failed to start.");
   sample(&b, "mcp_sandbox_prestart_failed_total", em.prestart_failed);

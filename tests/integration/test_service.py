@@ -9,6 +9,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from conftest import BACKEND, BINARY, Server, descendants, processes_with_marker, wait_until
 from test_http import HttpServer, call_msg, sse_events
 
@@ -85,6 +87,23 @@ def test_health_ready_and_metrics(tmp_path):
     try:
         assert get(srv, "/healthz")[0] == 401
         assert get(srv, "/healthz", {"Authorization": "Bearer alice-token-0123456789"})[0] == 200
+    finally:
+        assert srv.close() == 0
+
+
+@pytest.mark.skipif(BACKEND != "bwrap", reason="only bubblewrap holds interpreters (issue 20)")
+def test_metrics_count_prestarted_interpreters():
+    srv = HttpServer("--sandbox-backend", BACKEND, "--prestart", "1")
+    try:
+        def ready():
+            return metric(get(srv, "/metrics")[2].decode(), "mcp_sandbox_prestart_ready_interpreters")
+        assert wait_until(lambda: ready() >= 1, timeout=60), get(srv, "/metrics")[2].decode()
+        sid = srv.initialize()
+        st, _, b = srv.post(call_msg(1, "print(1)"), sid)
+        assert st == 200 and "prestarted: interpreter" in answer_of(b)["result"]["content"][0]["text"], b
+        after = get(srv, "/metrics")[2].decode()
+        assert metric(after, "mcp_sandbox_prestart_taken_interpreter_total") == 1
+        assert metric(after, "mcp_sandbox_prestart_taken_total") == 1
     finally:
         assert srv.close() == 0
 
