@@ -1,0 +1,69 @@
+"""Reproducers of a hostile review of the playground page, the MCP App, recent calls and
+evict_environment (issue 23).  Each test asserts the behaviour a fix must give: it fails on
+the merge as reviewed."""
+import json
+import re
+import time
+
+from conftest import wait_until
+from test_http import HttpServer, make_http  # noqa: F401  (the fixture)
+from test_tasks import TASKS_VERSION, http_rpc
+
+MODERN = "2026-07-28"
+
+
+def modern_call(s, token, name, arguments):
+    p = {"name": name, "arguments": arguments,
+         "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                   "io.modelcontextprotocol/clientCapabilities": {}}}
+    st, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": p},
+                         headers={"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call",
+                                  "Mcp-Name": name, "Authorization": "Bearer " + token,
+                                  "Accept": "application/json"})
+    assert st == 200, body
+    return json.loads(body)["result"]
+
+
+def test_page_at_root_path_uses_no_protocol_relative_urls(make_http):
+    # --path /: the page's base is "/", so index.html asks for "//ui/app.js" (a script from
+    # a host named "ui") and app.js fetches "//runs/..." with the Authorization header (a
+    # host named "runs").  Only the CSP's 'self' stops the token leaving; the page is broken.
+    s = make_http("--path", "/")
+    st, _, body = s.request("GET", "/", headers={"Accept": "text/html"})
+    assert st == 200, body
+    html = body.decode()
+    urls = re.findall(r'(?:src|href)="([^"]*)"', html)
+    assert urls and not any(u.startswith("//") for u in urls), urls
+    base = re.search(r'name="mps-base" content="([^"]*)"', html).group(1)
+    assert not (base + "/runs/").startswith("//"), base
+    # And the assets are where the page asks for them.
+    for u in urls:
+        st, _, _ = s.request("GET", u)
+        assert st == 200, u
+
+
+def test_orphaned_task_call_is_not_recorded_as_stdio(make_http, tmp_path):
+    # A task's run whose session ended (DELETE) has r->session == NULL; call_finish passes
+    # NULL to srv_recent_note, which files it under "stdio".  The owner loses it, and a
+    # token named "stdio" (the token file allows the name) reads another tenant's calls.
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice:tok-alice-0123456789\nstdio:tok-stdio-0123456789\n")
+    h = make_http("--auth-token-file", str(tokens))
+    alice = {"Authorization": "Bearer tok-alice-0123456789"}
+    sid = h.initialize(TASKS_VERSION, headers=alice)
+    r = http_rpc(h, sid, alice, 1, "tools/call",
+                 {"name": "execute_python", "task": {"ttl": 60000},
+                  "arguments": {"script": "import time; time.sleep(2); print('alice secret')",
+                                "timeout_seconds": 60}})
+    assert "task" in r["result"], r
+    st, _, _ = h.request("DELETE", "/mcp", headers={"Mcp-Session-Id": sid, **alice})
+    assert st == 200
+
+    def recent(tok):
+        return modern_call(h, tok, "check_environment", {})["structuredContent"]["recent_calls"]
+
+    # Wait for the run to end (it shows up in someone's list).
+    assert wait_until(lambda: recent("tok-alice-0123456789") or recent("tok-stdio-0123456789"), 30)
+    time.sleep(0.5)
+    assert recent("tok-stdio-0123456789") == []  # never another principal's
+    assert [c["tool"] for c in recent("tok-alice-0123456789")] == ["execute_python"]
