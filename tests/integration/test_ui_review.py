@@ -67,3 +67,26 @@ def test_orphaned_task_call_is_not_recorded_as_stdio(make_http, tmp_path):
     time.sleep(0.5)
     assert recent("tok-stdio-0123456789") == []  # never another principal's
     assert [c["tool"] for c in recent("tok-alice-0123456789")] == ["execute_python"]
+
+
+def test_modern_task_call_is_recorded_for_its_principal(make_http, tmp_path):
+    # The stateless revision: a call the tasks extension makes a task runs on after its POST's
+    # per-request session is freed, so every such run is filed under "stdio" too.
+    from test_tasks_attacks import modern_post
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice:tok-alice-0123456789\nstdio:tok-stdio-0123456789\n")
+    h = make_http("--auth-token-file", str(tokens))
+    alice = {"Authorization": "Bearer tok-alice-0123456789"}
+    r = modern_post(h, 1, "tools/call",
+                    {"name": "execute_python",
+                     "arguments": {"script": "import time; time.sleep(1)", "timeout_seconds": 120}},
+                    alice, declare=True)
+    assert r["result"]["resultType"] == "task", r
+
+    def recent(tok):
+        return modern_call(h, tok, "check_environment", {})["structuredContent"]["recent_calls"]
+
+    assert wait_until(lambda: recent("tok-alice-0123456789") or recent("tok-stdio-0123456789"), 30)
+    time.sleep(0.5)
+    assert recent("tok-stdio-0123456789") == []
+    assert [c["tool"] for c in recent("tok-alice-0123456789")] == ["execute_python"]
