@@ -189,6 +189,7 @@ static void request_free(srv_request_t *r) {
   json_decref(r->progress_token);
   json_decref(r->params);
   json_decref(r->audit);
+  free(r->call_principal);
   free(r->method);
   tr_sink_unref(r->sink);
   free(r);
@@ -208,6 +209,9 @@ void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *tas
   for (int i = 0; i < SRV_M_TOOL_OTHER; i++)
     if (strcmp(tool, srv_metric_tools[i]) == 0) r->call_tool = i;
   r->call_start_ms = cm_now_ms();
+  free(r->call_principal);
+  r->call_principal =
+      r->session && r->session->principal ? xstrdup(r->session->principal) : NULL;
   if (!r->server->audit) return;
   json_decref(r->audit);
   /* The session by the server's number for it: its id over HTTP is a credential. */
@@ -264,7 +268,7 @@ static void call_finish(srv_request_t *r, json_t *response) {
   if (r->call_limit >= 0 && outcome == SRV_M_LIMIT) c->limits[r->call_limit]++;
   if (t == SRV_M_TOOL_EXECUTE || t == SRV_M_TOOL_VALIDATE)
     srv_recent_note(
-        r->server, r->session ? r->session->principal : NULL, srv_metric_tools[t],
+        r->server, r->call_principal, srv_metric_tools[t],
         srv_metric_outcomes[outcome],
         outcome == SRV_M_LIMIT && r->call_limit >= 0 ? srv_metric_limits[r->call_limit] : NULL, ms);
   r->call_tool = -1;
