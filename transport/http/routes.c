@@ -427,7 +427,10 @@ static enum MHD_Result metrics(hs_conn_t *c) {
 /* The first call: everything that needs only the headers. */
 static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char *method) {
   tr_http_t *h = c->h;
+  /* What goes under the endpoint is under its path without a trailing slash: under "/" it
+   * is "/ui", never "//ui" (a browser reads that as a host named "ui"). */
   size_t path_len = strlen(h->path);
+  while (path_len && h->path[path_len - 1] == '/') path_len--;
   if (strcmp(url, h->path) == 0)
     c->ep = EP_MCP;
   else if (strncmp(url, h->path, path_len) == 0 && strncmp(url + path_len, "/runs/", 6) == 0)

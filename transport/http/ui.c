@@ -70,10 +70,17 @@ static enum MHD_Result ui_page(hs_conn_t *c) {
     }
     base = cm_buf_steal(&e);
   }
+  /* "@PREFIX@": what is under the endpoint is under its path without a trailing slash (under
+   * "/", "//ui/app.js" would name a host "ui"); routes.c matches the same. */
+  size_t plen = strlen(base);
+  while (plen && base[plen - 1] == '/') plen--;
   for (size_t i = 0; i < n;) {
     if (i + 6 <= n && memcmp(tmpl + i, "@BASE@", 6) == 0) {
       cm_buf_appends(&b, base);
       i += 6;
+    } else if (i + 8 <= n && memcmp(tmpl + i, "@PREFIX@", 8) == 0) {
+      cm_buf_append(&b, base, plen);
+      i += 8;
     } else {
       cm_buf_append(&b, tmpl + i, 1);
       i++;

@@ -9,6 +9,8 @@
 
 const PROTOCOL = "2026-07-28";
 const BASE = document.querySelector('meta[name="mps-base"]').content;
+// What is under the endpoint (its files, this page's assets): no "//" when the endpoint is "/".
+const PREFIX = BASE.replace(/\/+$/, "");
 const TOKEN_KEY = "mps-token";
 const $ = (id) => document.getElementById(id);
 
@@ -240,7 +242,7 @@ function setupEditor() {
 // The bundle is optional: a 404 (or any failure) leaves the textarea.
 function loadEditor() {
   return new Promise((resolve) => {
-    const s = el("script", { src: BASE + "/ui/editor.js" });
+    const s = el("script", { src: PREFIX + "/ui/editor.js" });
     s.onload = resolve;
     s.onerror = resolve;
     document.head.append(s);
@@ -384,7 +386,7 @@ async function download(f, image) {
   if (!f.uri && image) return saveBlob(b64ToBlob(image.data, image.mimeType), f.path);
   const prefix = "sandbox://runs/";
   if (!f.uri || !f.uri.startsWith(prefix)) throw new Error("no copy of " + f.path + " is kept");
-  const resp = await fetch(BASE + "/runs/" + f.uri.slice(prefix.length), {
+  const resp = await fetch(PREFIX + "/runs/" + f.uri.slice(prefix.length), {
     headers: { Authorization: "Bearer " + token() },
     cache: "no-store",
   });
