@@ -93,3 +93,31 @@ def test_modern_task_call_is_recorded_for_its_principal(make_http, tmp_path):
     time.sleep(0.5)
     assert recent("tok-stdio-0123456789") == []
     assert [c["tool"] for c in recent("tok-alice-0123456789")] == ["execute_python"]
+
+
+# ------------------------------------------------------------------ environments across tenants
+
+from test_deps import wheels  # noqa: E402,F401  (the fixture: a local wheelhouse)
+from test_tenancy import ALICE, BOB, execute, make_tenants, rpc, tokens  # noqa: E402,F401
+
+
+def _items(s, sid, auth, req_id):
+    st, msg = rpc(s, sid, auth, req_id, "tools/call", {"name": "check_environment", "arguments": {}})
+    assert st == 200 and "result" in msg, msg
+    return msg["result"]["structuredContent"]["tenant"]["environments"]["items"]
+
+
+def test_last_used_does_not_tell_another_tenants_use(make_tenants, wheels):
+    # Environments are shared by requirement set, and charged to their builder; the list's
+    # last_used is the manifest's mtime, which any principal's use touches.  Alice, who built
+    # the environment of a requirement set, learns whether and when another tenant runs with
+    # the same set (e.g. an internal package's name and version) by polling check_environment.
+    s = make_tenants("--find-links", wheels, "--offline")
+    alice, bob = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    a = execute(s, alice, ALICE, 1, "pass", dependencies=["mps-gamma"])["structuredContent"]["environment"]["key"]
+    before = {i["key"]: i["last_used"] for i in _items(s, alice, ALICE, 2)}[a]
+    time.sleep(2.1)
+    r = execute(s, bob, BOB, 3, "pass", dependencies=["mps-gamma"])["structuredContent"]["environment"]
+    assert r["key"] == a and r["cached"] is True  # bob runs in alice's environment
+    after = {i["key"]: i["last_used"] for i in _items(s, alice, ALICE, 4)}[a]
+    assert after == before, "alice sees bob's use of the environment she built"
