@@ -286,14 +286,16 @@ json_t *env_store_list(env_store_t *s, const char *owner) {
   if (s->envs_fd < 0) return out;
   entry_list_t l = {0};
   list_entries(s, &l, false);
-  if (l.n) qsort(l.v, l.n, sizeof *l.v, by_use);
-  /* Most recently used first. */
-  for (size_t k = l.n; k-- > 0;) {
+  /* No time of use, and no order by it: an environment is shared by whoever needs the same
+   * requirements, so its last use may be another principal's (and tell its builder so).
+   * When it was built is the builder's own. */
+  for (size_t k = 0; k < l.n; k++) {
     const env_entry_t *en = &l.v[k];
     if (!same_owner(en->owner, owner)) continue;
-    json_t *o = json_pack("{s:s, s:I, s:I}", "key", en->name, "bytes", (json_int_t)en->size,
-                          "last_used", (json_int_t)en->used);
+    json_t *o = json_pack("{s:s, s:I}", "key", en->name, "bytes", (json_int_t)en->size);
     json_t *m = env_load_manifest(s, en->name, true, false, NULL);
+    json_t *created = m ? json_object_get(m, "created") : NULL;
+    if (json_is_integer(created)) json_object_set(o, "built", created);
     json_t *pkgs = m ? json_object_get(m, "packages") : NULL;
     if (json_is_object(pkgs) || json_is_array(pkgs)) json_object_set(o, "packages", pkgs);
     json_t *py = m ? json_object_get(json_object_get(m, "python"), "version") : NULL;

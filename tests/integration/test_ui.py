@@ -226,7 +226,7 @@ def test_a_principal_lists_and_evicts_only_its_own_environments(make_tenants, wh
     b = execute(s, bob, BOB, 2, "pass", dependencies=["mps-alpha==1.0"])["structuredContent"]["environment"]["key"]
     items = _items(s, alice, ALICE, 3)
     assert [i["key"] for i in items] == [a]  # never bob's
-    assert items[0]["bytes"] > 0 and isinstance(items[0]["last_used"], int)
+    assert items[0]["bytes"] > 0 and isinstance(items[0]["built"], int)
     assert "mps-gamma" in json.dumps(items[0].get("packages"))
     # Another principal's environment is no such environment, and stays.
     r = _call(s, alice, ALICE, 4, "evict_environment", {"key": b})

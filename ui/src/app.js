@@ -565,7 +565,7 @@ function fillEnvironments(items) {
     });
     body.append(el("tr", {}, el("td", { class: "id", title: e.key }, packagesText(e.packages) || e.key.slice(0, 16)),
       el("td", {}, e.python || "–"), el("td", {}, fmtBytes(e.bytes)),
-      el("td", {}, e.last_used ? new Date(e.last_used * 1000).toLocaleString() : "–"), el("td", {}, evict)));
+      el("td", {}, e.built ? new Date(e.built * 1000).toLocaleString() : "–"), el("td", {}, evict)));
   }
   if (!items.length) body.append(el("tr", {}, el("td", { colspan: "5", class: "hint" }, "None: your calls have not needed dependencies yet.")));
 }

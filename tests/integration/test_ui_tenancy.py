@@ -1,6 +1,7 @@
-"""Reproducers of a hostile review of the playground page, the MCP App, recent calls and
-evict_environment (issue 23).  Each test asserts the behaviour a fix must give: it fails on
-the merge as reviewed."""
+"""What a hostile review of the playground page, recent calls and evict_environment (issue
+23) found: a task's call that lost its session is still its principal's (not "stdio"'s), the
+page under --path / uses no protocol-relative URL (which would send the token elsewhere but
+for the CSP), and the environment list tells a builder nothing of another tenant's use."""
 import json
 import re
 import time
@@ -107,17 +108,18 @@ def _items(s, sid, auth, req_id):
     return msg["result"]["structuredContent"]["tenant"]["environments"]["items"]
 
 
-def test_last_used_does_not_tell_another_tenants_use(make_tenants, wheels):
-    # Environments are shared by requirement set, and charged to their builder; the list's
-    # last_used is the manifest's mtime, which any principal's use touches.  Alice, who built
-    # the environment of a requirement set, learns whether and when another tenant runs with
-    # the same set (e.g. an internal package's name and version) by polling check_environment.
+def test_the_environment_list_does_not_tell_another_tenants_use(make_tenants, wheels):
+    # Environments are shared by requirement set, and charged to their builder; a time of
+    # last use (the manifest's mtime, which any principal's use touches) would tell Alice,
+    # who built the environment of a requirement set, whether and when another tenant runs
+    # with the same set.  Her list says when it was built, and nothing that Bob's use changes.
     s = make_tenants("--find-links", wheels, "--offline")
     alice, bob = s.initialize(headers=ALICE), s.initialize(headers=BOB)
     a = execute(s, alice, ALICE, 1, "pass", dependencies=["mps-gamma"])["structuredContent"]["environment"]["key"]
-    before = {i["key"]: i["last_used"] for i in _items(s, alice, ALICE, 2)}[a]
+    before = {i["key"]: i for i in _items(s, alice, ALICE, 2)}[a]
+    assert "last_used" not in before and isinstance(before["built"], int), before
     time.sleep(2.1)
     r = execute(s, bob, BOB, 3, "pass", dependencies=["mps-gamma"])["structuredContent"]["environment"]
     assert r["key"] == a and r["cached"] is True  # bob runs in alice's environment
-    after = {i["key"]: i["last_used"] for i in _items(s, alice, ALICE, 4)}[a]
+    after = {i["key"]: i for i in _items(s, alice, ALICE, 4)}[a]
     assert after == before, "alice sees bob's use of the environment she built"
