@@ -47,11 +47,10 @@ def test_page_at_root_path_uses_no_protocol_relative_urls(make_http):
 
 
 def test_orphaned_task_call_is_not_recorded_as_stdio(make_http, tmp_path):
-    # A task's run whose session ended (DELETE) has r->session == NULL; call_finish passes
-    # NULL to srv_recent_note, which files it under "stdio".  The owner loses it, and a
-    # token named "stdio" (the token file allows the name) reads another tenant's calls.
+    # A task's run whose session ended (DELETE) has no session: its call must still be
+    # filed under its principal, never under "stdio" (which no token may be named).
     tokens = tmp_path / "tokens"
-    tokens.write_text("alice:tok-alice-0123456789\nstdio:tok-stdio-0123456789\n")
+    tokens.write_text("alice:tok-alice-0123456789\nbob:tok-bob-0123456789\n")
     h = make_http("--auth-token-file", str(tokens))
     alice = {"Authorization": "Bearer tok-alice-0123456789"}
     sid = h.initialize(TASKS_VERSION, headers=alice)
@@ -66,19 +65,20 @@ def test_orphaned_task_call_is_not_recorded_as_stdio(make_http, tmp_path):
     def recent(tok):
         return modern_call(h, tok, "check_environment", {})["structuredContent"]["recent_calls"]
 
-    # Wait for the run to end (it shows up in someone's list).
-    assert wait_until(lambda: recent("tok-alice-0123456789") or recent("tok-stdio-0123456789"), 30)
+    # The run ends in alice's list (filed under "stdio", as it was, it would never show:
+    # a token may not be named so).
+    assert wait_until(lambda: recent("tok-alice-0123456789"), 30)
     time.sleep(0.5)
-    assert recent("tok-stdio-0123456789") == []  # never another principal's
+    assert recent("tok-bob-0123456789") == []  # never another principal's
     assert [c["tool"] for c in recent("tok-alice-0123456789")] == ["execute_python"]
 
 
 def test_modern_task_call_is_recorded_for_its_principal(make_http, tmp_path):
     # The stateless revision: a call the tasks extension makes a task runs on after its POST's
-    # per-request session is freed, so every such run is filed under "stdio" too.
+    # per-request session is freed: it is still its principal's.
     from test_tasks_attacks import modern_post
     tokens = tmp_path / "tokens"
-    tokens.write_text("alice:tok-alice-0123456789\nstdio:tok-stdio-0123456789\n")
+    tokens.write_text("alice:tok-alice-0123456789\nbob:tok-bob-0123456789\n")
     h = make_http("--auth-token-file", str(tokens))
     alice = {"Authorization": "Bearer tok-alice-0123456789"}
     r = modern_post(h, 1, "tools/call",
@@ -90,9 +90,9 @@ def test_modern_task_call_is_recorded_for_its_principal(make_http, tmp_path):
     def recent(tok):
         return modern_call(h, tok, "check_environment", {})["structuredContent"]["recent_calls"]
 
-    assert wait_until(lambda: recent("tok-alice-0123456789") or recent("tok-stdio-0123456789"), 30)
+    assert wait_until(lambda: recent("tok-alice-0123456789"), 30)
     time.sleep(0.5)
-    assert recent("tok-stdio-0123456789") == []
+    assert recent("tok-bob-0123456789") == []
     assert [c["tool"] for c in recent("tok-alice-0123456789")] == ["execute_python"]
 
 

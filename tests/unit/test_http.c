@@ -194,8 +194,8 @@ static void test_tokens(void **state) {
   tr_http_tokens_free(tokens, n);
 
   const char *bad[] = {
-      "",          "# only a comment\n",     "alice:\n",    "tok with space\n", "a: b c\n",
-      "tok\x01\n", "tok-a\nline 1: tok-b\n", "line 9:tok\n"};
+      "",          "# only a comment\n",     "alice:\n",     "tok with space\n", "a: b c\n",
+      "tok\x01\n", "tok-a\nline 1: tok-b\n", "line 9:tok\n", "stdio: tok-s\n"};
   for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++) {
     tokens = NULL;
     if (tr_http_parse_tokens(bad[i], strlen(bad[i]), &tokens, &n, &err) == 0)

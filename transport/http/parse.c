@@ -310,6 +310,15 @@ int tr_http_parse_tokens(const char *buf, size_t len, tr_http_token_t **tokens, 
                           "choose another",
                           line_no, (int)nn, name);
     }
+    /* "stdio" is the stdio client's principal, which the server also names what has no
+     * session any more: a token of that name would be that tenant. */
+    if (nn == 5 && memcmp(name, "stdio", 5) == 0) {
+      tr_http_tokens_free(out, n);
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "token file line %zu: the name 'stdio' is the stdio client's; choose "
+                          "another",
+                          line_no);
+    }
     if (n == TR_HTTP_MAX_TOKENS) {
       tr_http_tokens_free(out, n);
       return cm_error_set(err, 0, CM_ERR_LIMIT, "token file: more than %d tokens",
