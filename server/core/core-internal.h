@@ -130,7 +130,8 @@ struct srv_request {
   int call_limit; /* SRV_M_LIMIT_*, or -1 */
   json_t *audit;  /* the audit line, or NULL */
   uint64_t call_start_ms;
-  char *call_principal; /* the caller's, kept for the call's end: a task's run may lose its session */
+  char *
+      call_principal; /* the caller's, kept for the call's end: a task's run may lose its session */
   srv_request_t *prev, *next;
 };
 

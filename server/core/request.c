@@ -210,8 +210,7 @@ void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *tas
     if (strcmp(tool, srv_metric_tools[i]) == 0) r->call_tool = i;
   r->call_start_ms = cm_now_ms();
   free(r->call_principal);
-  r->call_principal =
-      r->session && r->session->principal ? xstrdup(r->session->principal) : NULL;
+  r->call_principal = r->session && r->session->principal ? xstrdup(r->session->principal) : NULL;
   if (!r->server->audit) return;
   json_decref(r->audit);
   /* The session by the server's number for it: its id over HTTP is a credential. */
@@ -268,8 +267,7 @@ static void call_finish(srv_request_t *r, json_t *response) {
   if (r->call_limit >= 0 && outcome == SRV_M_LIMIT) c->limits[r->call_limit]++;
   if (t == SRV_M_TOOL_EXECUTE || t == SRV_M_TOOL_VALIDATE)
     srv_recent_note(
-        r->server, r->call_principal, srv_metric_tools[t],
-        srv_metric_outcomes[outcome],
+        r->server, r->call_principal, srv_metric_tools[t], srv_metric_outcomes[outcome],
         outcome == SRV_M_LIMIT && r->call_limit >= 0 ? srv_metric_limits[r->call_limit] : NULL, ms);
   r->call_tool = -1;
   json_t *a = r->audit;
