@@ -922,7 +922,37 @@ static void supervise(const drop_opts_t *o) {
   _exit(0);
 }
 
+/* mps-sandbox-drop --join-cgroup FD [--join-cgroup FD...] -- COMMAND [ARG...]
+ *
+ * Not a sandbox step: the server spawns this on the host, in front of bwrap, where runs get a
+ * cgroup v1 hierarchy.  Moving a process into a cgroup v1 (a write to its cgroup.procs) waits
+ * for an RCU grace period in the kernel, 10-20 ms on our machines, and the server's spawn is
+ * suspended until its child execs (vfork-style): in the child, that wait would stall the
+ * server's whole event loop.  Here it stalls only this process.  Each FD (an open cgroup.procs
+ * file, inherited) is joined and closed, then COMMAND is exec'd as it is, with this process's
+ * environment, rlimits and everything else: nothing of the sandbox runs before the joins. */
+static void join_and_exec(int argc, char **argv) __attribute__((noreturn));
+static void join_and_exec(int argc, char **argv) {
+  int i = 1;
+  for (; i < argc && strcmp(argv[i], "--") != 0; i += 2) {
+    if (strcmp(argv[i], "--join-cgroup") != 0 || i + 1 >= argc)
+      die_msg("--join-cgroup takes nothing but --join-cgroup FD options");
+    int fd = (int)parse_number(argv[i + 1], INT_MAX);
+    check_fd(fd, O_WRONLY, "--join-cgroup");
+    ssize_t n;
+    do n = write(fd, "0", 1);
+    while (n < 0 && errno == EINTR);
+    if (n != 1) die("joining the run's cgroup");
+    close(fd);
+  }
+  if (i + 1 >= argc || argv[i + 1][0] != '/') die_msg("expected -- and an absolute command path");
+  execve(argv[i + 1], &argv[i + 1], environ);
+  fprintf(stderr, "mps-sandbox-drop: exec %s: %s\n", argv[i + 1], strerror(errno));
+  _exit(EXIT_EXEC);
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--join-cgroup") == 0) join_and_exec(argc, argv);
   drop_opts_t o;
   memset(&o, 0, sizeof o);
   o.status_fd = o.control_fd = o.egress_fd = o.oom_fd = -1;

@@ -205,6 +205,24 @@ static void run_maybe_finish(sbx_run_t *run) {
   if (run->cbs.on_exit) run->cbs.on_exit(run->data, &run->result);
 }
 
+/* The drop helper, which joins a run's cgroups v1 after the spawn's exec (see
+ * sbx_spawn_opts_t.cgroup_joiner): looked up once; NULL (the child joins them itself,
+ * suspending the server meanwhile) where it cannot be found. */
+static const char *cgroup_joiner(void) {
+  static char *path;
+  static bool looked;
+  if (!looked) {
+    looked = true;
+    cleanup_error cm_error_t err = CM_ERROR_INIT;
+    path = sbx_helper_path(SBX_HELPER_DROP, &err);
+    if (!path)
+      cm_warn("cgroup v1: runs join their cgroups in the server's spawn, which waits for each "
+              "join: %s",
+              cm_error_message(&err));
+  }
+  return path;
+}
+
 int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spec,
                   const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out, cm_error_t *err) {
   if (!backend->available)
@@ -247,6 +265,7 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
       .n_pass_fds = n_pass,
       .cgroup_fds = cgroup_fds,
       .n_cgroup_fds = n_cgroup_fds,
+      .cgroup_joiner = n_cgroup_fds && cgroup_dir_fd < 0 ? cgroup_joiner() : NULL,
       .cgroup_dir_fd = cgroup_dir_fd,
   };
   run->start_us = cm_now_us();

@@ -286,6 +286,10 @@ typedef struct sbx_spawn_opts {
   size_t n_pass_fds;
   const int *cgroup_fds; /* open cgroup.procs files the child joins before exec */
   size_t n_cgroup_fds;
+  /* The drop helper, to join cgroup_fds after the exec (`--join-cgroup`) rather than in the
+   * child, which would keep the server suspended for an RCU grace period per cgroup v1;
+   * NULL = in the child */
+  const char *cgroup_joiner;
   int cgroup_dir_fd; /* a cgroup v2 directory to start the child in (clone3 with
                       * CLONE_INTO_CGROUP: no migration); 0 or -1 = none (never
                       * stdio).  When the kernel cannot, the child joins through

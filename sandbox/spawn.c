@@ -90,8 +90,8 @@ static void close_all_but(int *keep, size_t n) {
   }
 }
 
-static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, int errpipe,
-                       int out_w, int err_w, const sigset_t *oldmask) {
+static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, char *const *joiner_argv,
+                       pid_t parent, int errpipe, int out_w, int err_w, const sigset_t *oldmask) {
   /* Reset every signal disposition, then unblock. */
   for (int sig = 1; sig < NSIG; sig++) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
@@ -143,12 +143,20 @@ static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, 
   }
   fcntl(errpipe, F_SETFD, FD_CLOEXEC);
 
-  /* Into the run's cgroup before anything else runs: every descendant inherits it. */
+  /* Into the run's cgroup before anything else runs: every descendant inherits it.  A
+   * cgroup v1 join waits for an RCU grace period, which here would keep the server
+   * suspended: the joiner does it after our exec instead (sbx_spawn_opts_t.cgroup_joiner). */
   for (size_t i = 0; !in_cgroup && i < o->n_cgroup_fds; i++) {
-    if (write(o->cgroup_fds[i], "0", 1) != 1) child_fail(errpipe, "joining the run's cgroup");
+    if (joiner_argv ? fcntl(o->cgroup_fds[i], F_SETFD, 0) < 0
+                    : write(o->cgroup_fds[i], "0", 1) != 1)
+      child_fail(errpipe, "joining the run's cgroup");
   }
   if (o->limits && apply_rlimits(o->limits) < 0) child_fail(errpipe, "setrlimit");
   if (o->cwd && chdir(o->cwd) < 0) child_fail(errpipe, "chdir");
+  if (joiner_argv && !in_cgroup) {
+    execve(joiner_argv[0], joiner_argv, o->envp);
+    child_fail(errpipe, "exec the cgroup joiner");
+  }
   execve(o->argv[0], o->argv, o->envp);
   child_fail(errpipe, "exec");
 }
@@ -158,6 +166,7 @@ static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, pid_t parent, 
 typedef struct spawn_child_args {
   const sbx_spawn_opts_t *o;
   bool in_cgroup;
+  char *const *joiner_argv; /* NULL: the child joins its cgroups itself */
   pid_t parent;
   int failp[2], outp[2], errp[2];
   const sigset_t *oldmask;
@@ -168,7 +177,8 @@ static int spawn_child(void *data) {
   close(a->failp[0]);
   if (a->outp[0] >= 0) close(a->outp[0]);
   if (a->errp[0] >= 0) close(a->errp[0]);
-  child_main(a->o, a->in_cgroup, a->parent, a->failp[1], a->outp[1], a->errp[1], a->oldmask);
+  child_main(a->o, a->in_cgroup, a->joiner_argv, a->parent, a->failp[1], a->outp[1], a->errp[1],
+             a->oldmask);
   return 127; /* not reached */
 }
 
@@ -221,7 +231,23 @@ static char *spawn_stack_top(void) {
   return spawn_stack + SPAWN_STACK_BYTES; /* the stack grows down; mmap is page-aligned */
 }
 
+/* [joiner, --join-cgroup, FD, ..., --, argv...] for a child that joins cgroups v1, or NULL
+ * when it joins none or joins them itself.  Made here: the child may not allocate. */
+static char **joiner_argv_new(const sbx_spawn_opts_t *o) {
+  if (!o->cgroup_joiner || !o->n_cgroup_fds || o->cgroup_dir_fd > 2) return NULL;
+  cm_strv_builder_t b = {0};
+  cm_strv_add(&b, o->cgroup_joiner);
+  for (size_t i = 0; i < o->n_cgroup_fds; i++) {
+    cm_strv_add(&b, "--join-cgroup");
+    cm_strv_addf(&b, "%d", o->cgroup_fds[i]);
+  }
+  cm_strv_add(&b, "--");
+  for (char *const *a = o->argv; *a; a++) cm_strv_add(&b, *a);
+  return cm_strv_steal(&b);
+}
+
 int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
+  cleanup_strv char **joiner_argv = NULL; /* (before the first goto fail) */
   child->pid = -1;
   child->pidfd = child->stdout_fd = child->stderr_fd = -1;
   int outp[2] = {-1, -1}, errp[2] = {-1, -1}, failp[2] = {-1, -1};
@@ -242,7 +268,8 @@ int sbx_spawn(const sbx_spawn_opts_t *o, sbx_child_t *child, cm_error_t *err) {
   pid_t parent = getpid();
   bool in_cgroup = false;
   pid_t pid = -1;
-  spawn_child_args_t ca = {.o = o, .parent = parent, .oldmask = &old};
+  joiner_argv = joiner_argv_new(o);
+  spawn_child_args_t ca = {.o = o, .joiner_argv = joiner_argv, .parent = parent, .oldmask = &old};
   memcpy(ca.failp, failp, sizeof failp);
   memcpy(ca.outp, outp, sizeof outp);
   memcpy(ca.errp, errp, sizeof errp);
