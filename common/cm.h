@@ -184,6 +184,23 @@ void cm_log(cm_log_level_t level, const char *fmt, ...) __attribute__((format(pr
 /* A printable, shortened excerpt of untrusted input for a log line (heap string). */
 char *cm_log_excerpt(const char *buf, size_t len, size_t max);
 
+/* ---------------------------------------------------------------- background work */
+
+/* One worker thread for the slow system calls of cleaning up, whose result nobody waits
+ * for: removing a cgroup v1 directory, or unmounting and removing a run's tmpfs work
+ * directory, waits for RCU grace periods in the kernel (up to 10-20 ms each on our
+ * machines), which the event loop must not.  A job owns its data and touches nothing of the
+ * loop's; jobs run in order.  cm_bg_run returns false when CM_BG_MAX jobs wait already (or no
+ * thread can start): the caller then does the work itself, so a backlog stays bounded.
+ * Called from the loop's thread only. */
+#define CM_BG_MAX 256
+bool cm_bg_run(void (*fn)(void *), void *data);
+/* Waits until every job queued so far has run: before exit (no directory left behind), and
+ * before anything that needs them done (removing the directory they were in). */
+void cm_bg_flush(void);
+/* Jobs queued and not finished. */
+size_t cm_bg_pending(void);
+
 /* ---------------------------------------------------------------- event loop */
 
 typedef struct cm_loop cm_loop_t;

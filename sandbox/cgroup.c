@@ -608,6 +608,7 @@ static void on_retry(cm_loop_t *loop, cm_timer_t *t, void *data) {
 
 void sbx_cgroups_free(sbx_cgroups_t *cg) {
   if (!cg) return;
+  cm_bg_flush(); /* the runs' directories, removed in the background, go first */
   cm_timer_cancel(cg->retry);
   /* Processes killed at the end of their runs may take a moment to leave. */
   for (int i = 0; i < 100 && cg->n_pending; i++) {
@@ -759,12 +760,39 @@ void sbx_cgroup_run_events(const sbx_cgroup_run_t *r, sbx_run_events_t *ev) {
   if (pids && read_keyed(pids, "pids.events", "max", &v)) ev->forks_refused = v;
 }
 
+/* The background job that removes a finished run's directories (see cm_bg_run): a cgroup
+ * v1 rmdir waits for an RCU grace period.  Killed processes may take a moment to leave. */
+typedef struct cg_rmdir_job {
+  char *dirs[CG_MAX_HIER];
+  size_t n;
+} cg_rmdir_job_t;
+
+static void cg_rmdir_job(void *data) {
+  cg_rmdir_job_t *j = data;
+  for (size_t i = 0; i < j->n; i++) {
+    int tries = 0;
+    while (rmdir(j->dirs[i]) < 0 && errno == EBUSY && ++tries < 200) usleep(10000);
+    if (tries == 200) cm_warn("cgroup %s is still busy; leaving it", j->dirs[i]);
+    free(j->dirs[i]);
+  }
+  free(j);
+}
+
 void sbx_cgroup_run_free(sbx_cgroup_run_t *r) {
   if (!r) return;
   sbx_cgroup_run_kill(r);
   if (r->dir_fd >= 0) close(r->dir_fd);
-  for (size_t i = 0; i < r->n; i++) {
+  for (size_t i = 0; i < r->n; i++)
     if (r->join_fds[i] >= 0) close(r->join_fds[i]);
+  cg_rmdir_job_t *job = xcalloc(1, sizeof *job);
+  memcpy(job->dirs, r->dirs, r->n * sizeof *r->dirs);
+  job->n = r->n;
+  if (cm_bg_run(cg_rmdir_job, job)) {
+    free(r);
+    return;
+  }
+  free(job);
+  for (size_t i = 0; i < r->n; i++) {
     if (rmdir(r->dirs[i]) == 0 || errno == ENOENT) {
       free(r->dirs[i]);
       continue;

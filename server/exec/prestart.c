@@ -92,11 +92,7 @@ static char *ctl_dir_of(const char *workdir) {
 void exec_prestart_remove_ctl(const char *workdir, int go_fd) {
   if (go_fd >= 0) close(go_fd);
   cleanup_free char *ctl = ctl_dir_of(workdir);
-  cm_error_t err = CM_ERROR_INIT;
-  if (cm_rm_rf(ctl, &err) < 0) {
-    cm_warn("cleaning up: %s", cm_error_message(&err));
-    cm_error_release(&err);
-  }
+  exec_workdir_remove(ctl, false); /* (in the background, as the work directory) */
 }
 
 static void held_drop(prestart_held_t *h) {

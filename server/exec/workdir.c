@@ -51,11 +51,35 @@ char *exec_workdir_make(exec_state_t *x, bool *mounted, cm_error_t *err) {
   return tmpl;
 }
 
-void exec_workdir_remove(const char *workdir, bool mounted) {
+typedef struct workdir_rm_job {
+  char *dir;
+  bool mounted;
+} workdir_rm_job_t;
+
+static void workdir_rm(const char *dir, bool mounted) {
   cm_error_t err = CM_ERROR_INIT;
-  if (mounted) workdir_unmount(workdir);
-  if (cm_rm_rf(workdir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
+  if (mounted) workdir_unmount(dir);
+  if (cm_rm_rf(dir, &err) < 0) cm_warn("cleaning up: %s", cm_error_message(&err));
   cm_error_release(&err);
+}
+
+static void workdir_rm_job(void *data) {
+  workdir_rm_job_t *j = data;
+  workdir_rm(j->dir, j->mounted);
+  free(j->dir);
+  free(j);
+}
+
+void exec_workdir_remove(const char *workdir, bool mounted) {
+  /* In the background: unmounting a tmpfs and removing what was in it wait for RCU grace
+   * periods (milliseconds), and nothing waits for the directory to be gone (its name is
+   * never reused; the server's own directory goes after cm_bg_flush). */
+  workdir_rm_job_t *j = xmalloc(sizeof *j);
+  *j = (workdir_rm_job_t){xstrdup(workdir), mounted};
+  if (cm_bg_run(workdir_rm_job, j)) return;
+  free(j->dir);
+  free(j);
+  workdir_rm(workdir, mounted);
 }
 
 bool exec_workdir_capped(exec_state_t *x, uint64_t bytes) {
@@ -147,6 +171,7 @@ char *srv_workdir_claim(const char *work_root, int *lock_fd, cm_error_t *err) {
 }
 
 void srv_workdir_release(const char *dir, int lock_fd) {
+  cm_bg_flush(); /* the runs' directories in it, removed in the background, first */
   if (dir) remove_tree(dir);
   if (lock_fd >= 0) close(lock_fd);
 }
