@@ -160,6 +160,9 @@ static const opt_def_t options[] = {
     {"prestart", OPT_PRESTART, OFF(prestart), "{on,off,N}", "on",
      "keep N sandboxes per shape (on: 4) set up for the next calls, their interpreter already "
      "started where it can be held: the commonest shape and the last other one"},
+    {"prestart-max", OPT_INT, OFF(prestart_max), "N", "128",
+     "under bursts a shape's pool grows up to N (calls that found none ready), and shrinks back "
+     "after a minute without; N at or below --prestart: no growth"},
     {"cgroup", OPT_STRING, OFF(cgroup), "{auto,off,DIR}", "auto",
      "cgroups for runs: auto (a delegated cgroup v2, else cgroup v1), off, or a delegated cgroup "
      "v2 DIR"},
@@ -742,6 +745,9 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
     return cm_error_set(err, 0, CM_ERR_INVALID, "max_build_bytes must be >= 16M");
   if (c->max_concurrent < 1)
     return cm_error_set(err, 0, CM_ERR_INVALID, "max_concurrent must be >= 1");
+  if (c->prestart_max > SRV_PRESTART_BURST_MAX)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "prestart_max must be <= %d",
+                        SRV_PRESTART_BURST_MAX);
   if (c->artifact_ttl_ms < 1000)
     return cm_error_set(err, 0, CM_ERR_INVALID, "artifact_ttl must be >= 1");
   if (c->audit_log_keep < 1 || c->audit_log_keep > 100)

@@ -17,6 +17,10 @@ const char *srv_version(void);
  * in a few milliseconds, so four cover a burst while their replacements start. */
 #define SRV_PRESTART_DEFAULT 4
 #define SRV_PRESTART_MAX 64
+/* --prestart-max: how far a shape's pool grows under bursts (a held interpreter is about 4 MiB
+ * of memory: 128 of them half a GiB, and only after a burst of 128 calls), and its cap. */
+#define SRV_PRESTART_BURST_DEFAULT 128
+#define SRV_PRESTART_BURST_MAX 1024
 typedef struct srv_config {
   /* Seed flags (same names, defaults and validation messages). */
   char *python_version;      /* --python-version; NULL = the default interpreter */
@@ -62,6 +66,7 @@ typedef struct srv_config {
   char *cgroup;                           /* --cgroup auto|off|DIR */
   bool prestart;            /* --prestart on|off|N: keep sandboxes ready for the next calls */
   uint64_t prestart_count;  /* ... this many per shape (on: SRV_PRESTART_DEFAULT; off: 0) */
+  uint64_t prestart_max;    /* --prestart-max: up to this many per shape under bursts */
   uint64_t file_size_bytes; /* --max-file-size */
   uint64_t open_files;      /* --max-open-files */
   uint64_t tmp_bytes;       /* --tmp-size */

@@ -227,6 +227,17 @@ void exec_admission_started(exec_job_t *job) {
   admit_queued(job->exec);
 }
 
+bool exec_admission_busy(exec_state_t *x) {
+  if (x->n_starting >= exec_admission_max_starting(x)) return true;
+  for (const exec_tenant_t *t = x->tenants; t; t = t->next)
+    if (t->queued) return true;
+  return false;
+}
+
+size_t exec_admission_max_starting(exec_state_t *x) {
+  return max_starting(x, srv_server_config(x->server));
+}
+
 void exec_admission_release_slot(exec_job_t *job) {
   if (!job->holds_slot) return;
   job->holds_slot = false;

@@ -146,6 +146,11 @@ void exec_admission_dequeue(exec_job_t *job);
 void exec_admission_started(exec_job_t *job);
 /* Gives back the job's slot (if it holds one) and admits the next. */
 void exec_admission_release_slot(exec_job_t *job);
+/* Calls wait for a slot, or the start gate is full: a prestarted sandbox's set-up (CPU that
+ * only a later call gains from) waits too. */
+bool exec_admission_busy(exec_state_t *x);
+/* The start gate's width (--max-starting, or one per CPU). */
+size_t exec_admission_max_starting(exec_state_t *x);
 
 /* job.c */
 /* With a slot: the dependency environment first (cached or built), then the script. */

@@ -120,11 +120,12 @@ bool exec_sessions_available(exec_state_t *x, const char **why);
 void exec_prestart_start(srv_server_t *s);
 /* Whether sandboxes are being prestarted; *taken: calls that ran in one. */
 bool exec_prestart_describe(exec_state_t *x, uint64_t *taken);
-/* The pool's counters (check_environment, /metrics): how many are kept per shape, held and
+/* The pool's counters (check_environment, /metrics): how many are kept per shape (and how
+ * many a shape's pool may grow to under bursts), held and
  * waiting for a call (of those, with the interpreter up), the calls that took one (of those,
  * an interpreter), and the held ones that ended before use or failed to start. */
 typedef struct exec_prestart_counts {
-  size_t per_shape, ready, ready_interpreters;
+  size_t per_shape, max_per_shape, ready, ready_interpreters;
   uint64_t taken, taken_interpreter, failed;
 } exec_prestart_counts_t;
 void exec_prestart_counts(exec_state_t *x, exec_prestart_counts_t *out);

@@ -34,6 +34,14 @@
  * those, nothing of that shape is prestarted any more. */
 #define PRESTART_MAX_FAILURES 3
 #define PRESTART_RETRY_MS 1000
+/* While calls wait (exec_admission_busy), a refill looks again this much later. */
+#define PRESTART_BUSY_MS 10
+/* At most one set-up per start gate place (--max-starting) in this long: a pool grown by a
+ * burst refills at about the rate the machine sets them up, not all at once. */
+#define PRESTART_STAGGER_MS 25
+/* A pool grown by misses shrinks by half (to --prestart N at least) after this long without
+ * one. */
+#define PRESTART_SHRINK_MS 60000
 #define PRESTART_SLOTS 2
 /* The oldest CPython the runner's wait is written for (and tested on). */
 #define PRESTART_MIN_MAJOR 3
@@ -63,9 +71,10 @@ struct prestart_slot {
                       * from being evicted or rebuilt) */
   bool network;
   bool warm;             /* its interpreters can be held (and have not failed) */
-  prestart_held_t *held; /* [owner->per_shape] */
+  prestart_held_t *held; /* [owner->max_held] */
   size_t target;         /* how many of held to keep: per_shape, or 1 for a last other shape
-                          * no call has taken one of yet */
+                          * no call has taken one of yet; more after misses (up to max_held) */
+  uint64_t last_miss;    /* when a call of the shape last found none ready (ms) */
   unsigned failures;     /* held ones that died in a row */
   cm_timer_t *timer;     /* a fill is due */
 };
@@ -73,7 +82,10 @@ struct prestart_slot {
 struct exec_prestart {
   exec_state_t *exec;
   srv_server_t *server;
-  size_t per_shape;
+  size_t per_shape; /* --prestart N */
+  size_t max_held;  /* --prestart-max (at least N): what a shape's pool may grow to */
+  cm_timer_t *shrink; /* a grown pool is due to be looked at */
+  uint64_t shrink_ms; /* PRESTART_SHRINK_MS, but for tests */
   prestart_slot_t slots[PRESTART_SLOTS]; /* [0]: the commonest shape; [1]: the last other */
   void *py_wait;
   uint64_t taken;      /* calls that ran in a prestarted sandbox */
@@ -112,7 +124,7 @@ static void held_drop(prestart_held_t *h) {
 
 static size_t slot_ready(const prestart_slot_t *slot) {
   size_t n = 0;
-  for (size_t i = 0; slot->held && i < slot->owner->per_shape; i++) n += slot->held[i].run != NULL;
+  for (size_t i = 0; slot->held && i < slot->owner->max_held; i++) n += slot->held[i].run != NULL;
   return n;
 }
 
@@ -138,7 +150,7 @@ static bool can_hold_interpreter(exec_state_t *x, const py_interp_t *py) {
 static void slot_clear(prestart_slot_t *slot) {
   cm_timer_cancel(slot->timer);
   slot->timer = NULL;
-  for (size_t i = 0; slot->held && i < slot->owner->per_shape; i++) held_drop(&slot->held[i]);
+  for (size_t i = 0; slot->held && i < slot->owner->max_held; i++) held_drop(&slot->held[i]);
   env_release(slot->env);
   slot->env = NULL;
   slot->py = NULL;
@@ -180,10 +192,45 @@ static void slot_failed(prestart_slot_t *slot) {
     slot->warm = false;
     slot->failures = 0;
     /* The held ones still waiting are of the kind that fails: set up again without. */
-    for (size_t i = 0; i < slot->owner->per_shape; i++) held_drop(&slot->held[i]);
+    for (size_t i = 0; i < slot->owner->max_held; i++) held_drop(&slot->held[i]);
     return;
   }
   cm_warn("prestarted sandboxes keep ending before use; not prestarting this shape any more");
+}
+
+static void prestart_on_shrink(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  exec_prestart_t *p = data;
+  p->shrink = NULL;
+  uint64_t now = cm_now_ms();
+  bool again = false;
+  for (size_t i = 0; i < PRESTART_SLOTS; i++) {
+    prestart_slot_t *slot = &p->slots[i];
+    if (slot->used && slot->target > p->per_shape && now >= slot->last_miss + p->shrink_ms) {
+      slot->target = CM_MAX(p->per_shape, slot->target / 2);
+      /* Those beyond it go, the newest first (the oldest are the likeliest to be up). */
+      while (slot_ready(slot) > slot->target) {
+        prestart_held_t *newest = NULL;
+        for (size_t j = 0; j < p->max_held; j++)
+          if (slot->held[j].run && (!newest || slot->held[j].since > newest->since))
+            newest = &slot->held[j];
+        held_drop(newest);
+      }
+    }
+    again |= slot->used && slot->target > p->per_shape;
+  }
+  if (again) p->shrink = cm_loop_timer(loop, p->shrink_ms, prestart_on_shrink, p);
+}
+
+/* A call of the shape found none ready: the pool is smaller than the bursts of calls it
+ * gets.  It grows by one per such call, up to --prestart-max, and shrinks back by half after
+ * PRESTART_SHRINK_MS without one (prestart_on_shrink). */
+static void slot_missed(prestart_slot_t *slot) {
+  exec_prestart_t *p = slot->owner;
+  slot->last_miss = cm_now_ms();
+  if (slot->target >= p->max_held || slot->target < p->per_shape) return;
+  slot->target++;
+  if (!p->shrink)
+    p->shrink = cm_loop_timer(srv_server_loop(p->server), p->shrink_ms, prestart_on_shrink, p);
 }
 
 /* A held sandbox died before any call took it. */
@@ -253,9 +300,28 @@ static void prestart_fill_now(prestart_slot_t *slot) {
   if (!sbx_backend_can_hold(srv_server_backend(s))) return;
   if (slot->env && access(slot->env->host_dir, F_OK) < 0)
     return; /* evicted: the next call of this shape rebuilds it */
-  for (size_t i = 0; i < slot->owner->per_shape && !slot_given_up(slot); i++) {
+  /* Calls come first: one waits for a slot or the start gate is full, and a set-up now
+   * would take CPU from it for a later call's sake. */
+  exec_state_t *x = slot->owner->exec;
+  if (exec_admission_busy(x)) {
+    prestart_schedule(slot, PRESTART_BUSY_MS);
+    return;
+  }
+  /* And at most as many set-ups at once as calls may start at once (a pool grown by a burst
+   * refills a few at a time, not all in one go). */
+  uint64_t now = cm_now_ms();
+  size_t starting = 0;
+  for (size_t i = 0; i < slot->owner->max_held; i++)
+    starting += slot->held[i].run && now < slot->held[i].since + PRESTART_STAGGER_MS;
+  size_t room = exec_admission_max_starting(x);
+  for (size_t i = 0; i < slot->owner->max_held && !slot_given_up(slot); i++) {
     prestart_held_t *h = &slot->held[i];
     if (h->run || slot_ready(slot) >= slot->target) continue;
+    if (starting >= room) {
+      prestart_schedule(slot, PRESTART_STAGGER_MS);
+      return;
+    }
+    starting++;
     cm_error_t err = CM_ERROR_INIT;
     if (held_start(slot, h, &err) < 0) {
       cm_warn("prestarting a sandbox: %s", cm_error_message(&err));
@@ -277,10 +343,15 @@ void exec_prestart_start(srv_server_t *s) {
   p->exec = x;
   p->server = s;
   p->per_shape = (size_t)cfg->prestart_count;
+  p->max_held = CM_MAX(p->per_shape, (size_t)cfg->prestart_max);
+  /* (The tests' knob: they cannot wait a minute to see a pool shrink.) */
+  const char *shrink = getenv("MPS_PRESTART_SHRINK_MS");
+  p->shrink_ms = shrink && *shrink ? strtoull(shrink, NULL, 10) : 0;
+  if (!p->shrink_ms) p->shrink_ms = PRESTART_SHRINK_MS;
   for (size_t i = 0; i < PRESTART_SLOTS; i++) {
     p->slots[i].owner = p;
-    p->slots[i].held = xcalloc(p->per_shape, sizeof *p->slots[i].held);
-    for (size_t j = 0; j < p->per_shape; j++) p->slots[i].held[j].go_fd = -1;
+    p->slots[i].held = xcalloc(p->max_held, sizeof *p->slots[i].held);
+    for (size_t j = 0; j < p->max_held; j++) p->slots[i].held[j].go_fd = -1;
   }
   x->prestart = p;
   /* The commonest shape needs the default interpreter: once discovery is done. */
@@ -291,6 +362,7 @@ void exec_prestart_free(exec_state_t *x) {
   exec_prestart_t *p = x->prestart;
   if (!p) return;
   x->prestart = NULL;
+  cm_timer_cancel(p->shrink);
   if (p->py_wait) py_registry_cancel_wait(srv_server_pythons(x->server), p->py_wait);
   for (size_t i = 0; i < PRESTART_SLOTS; i++) {
     slot_clear(&p->slots[i]);
@@ -304,12 +376,13 @@ void exec_prestart_counts(exec_state_t *x, exec_prestart_counts_t *out) {
   memset(out, 0, sizeof *out);
   if (!p) return;
   out->per_shape = p->per_shape;
+  out->max_per_shape = p->max_held;
   out->taken = p->taken;
   out->taken_interpreter = p->taken_warm;
   out->failed = p->failed;
   for (size_t i = 0; i < PRESTART_SLOTS; i++) {
     const prestart_slot_t *slot = &p->slots[i];
-    for (size_t j = 0; j < p->per_shape; j++) {
+    for (size_t j = 0; j < p->max_held; j++) {
       if (!slot->held[j].run) continue;
       out->ready++;
       if (slot->held[j].warm) out->ready_interpreters++;
@@ -363,13 +436,14 @@ bool exec_prestart_take(exec_job_t *job) {
     prestart_slot_t *slot = &p->slots[i];
     if (!slot_matches(slot, job)) continue;
     prestart_held_t *h = NULL;
-    for (size_t j = 0; j < p->per_shape; j++) {
+    for (size_t j = 0; j < p->max_held; j++) {
       prestart_held_t *c = &slot->held[j];
       if (c->run && job->env && !same_dir(job->env->host_dir, c->env_dev, c->env_ino))
         held_drop(c); /* set up with an environment since evicted or rebuilt */
       if (c->run && (!h || c->since < h->since)) h = c;
     }
     if (!h) {
+      slot_missed(slot);
       prestart_schedule(slot, 0); /* (already due, or given up on) */
       return false;
     }
@@ -385,7 +459,7 @@ bool exec_prestart_take(exec_job_t *job) {
     h->warm = false;
     h->go_fd = -1;
     slot->failures = 0;
-    slot->target = p->per_shape;
+    slot->target = CM_MAX(slot->target, p->per_shape);
     p->taken++;
     if (job->prestarted == EXEC_PRESTARTED_INTERPRETER) p->taken_warm++;
     prestart_schedule(slot, 0); /* the next one, beside this call */

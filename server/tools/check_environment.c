@@ -303,10 +303,11 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
   exec_prestart_counts(srv_server_exec(s), &pc);
   if (prestarting)
     cm_buf_printf(&t,
-                  "Prestarted sandbox: on (%zu per shape for the commonest call and for the last "
-                  "other one; %zu ready, %zu of them with the interpreter up; %llu calls took "
-                  "one, %llu of them an interpreter)\n",
-                  pc.per_shape, pc.ready, pc.ready_interpreters, (unsigned long long)pc.taken,
+                  "Prestarted sandbox: on (%zu per shape, up to %zu under bursts, for the "
+                  "commonest call and for the last other one; %zu ready, %zu of them with the "
+                  "interpreter up; %llu calls took one, %llu of them an interpreter)\n",
+                  pc.per_shape, pc.max_per_shape, pc.ready, pc.ready_interpreters,
+                  (unsigned long long)pc.taken,
                   (unsigned long long)pc.taken_interpreter);
   else
     cm_buf_printf(&t, "Prestarted sandbox: %s\n",
@@ -314,8 +315,9 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
                       ? "off (--prestart off)"
                       : "off (the backend cannot hold a sandbox, or prestarting failed)");
   json_t *prestart_obj =
-      json_pack("{s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "on", prestarting, "per_shape",
-                (json_int_t)pc.per_shape, "ready", (json_int_t)pc.ready, "ready_interpreters",
+      json_pack("{s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "on", prestarting, "per_shape",
+                (json_int_t)pc.per_shape, "max_per_shape", (json_int_t)pc.max_per_shape, "ready",
+                (json_int_t)pc.ready, "ready_interpreters",
                 (json_int_t)pc.ready_interpreters, "taken", (json_int_t)pc.taken,
                 "taken_interpreter", (json_int_t)pc.taken_interpreter, "failed",
                 (json_int_t)pc.failed, "shapes", exec_prestart_shapes(srv_server_exec(s)));
