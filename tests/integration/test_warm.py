@@ -97,6 +97,86 @@ def test_a_burst_takes_the_whole_pool(make_server):
     wait_ready(s, 4)
 
 
+def burst(s, n, script, prefix="g"):
+    """n calls at once; their structuredContent in order, each answered exactly once."""
+    for i in range(n):
+        s.send({"jsonrpc": "2.0", "id": f"{prefix}{i}", "method": "tools/call",
+                "params": {"name": "execute_python", "arguments": {"script": script}}})
+    answers = {}
+    deadline = time.monotonic() + 120
+    while len(answers) < n and time.monotonic() < deadline:
+        msg = s.recv(timeout=max(0.1, deadline - time.monotonic()))
+        if isinstance(msg, dict) and str(msg.get("id", "")).startswith(prefix):
+            assert msg["id"] not in answers, msg
+            answers[msg["id"]] = msg["result"]["structuredContent"]
+    assert len(answers) == n, answers
+    return [answers[f"{prefix}{i}"] for i in range(n)]
+
+
+@bwrap_only
+def test_the_pool_grows_with_a_burst_and_shrinks_back(make_server):
+    # --prestart 2 --prestart-max 6: a burst of 8 finds 2 ready, and the 6 that found none
+    # grow the shape's pool to 6 (its cap); without a miss it halves back to 3, then 2.
+    s = start(make_server, "--prestart", "2", "--prestart-max", "6",
+              env={"MPS_PRESTART_SHRINK_MS": "2500"})
+    wait_ready(s, 2)
+    p = pool(s)
+    assert p["max_per_shape"] == 6 and p["shapes"][0]["target"] == 2, p
+    got = burst(s, 8, "import time; time.sleep(0.3)")
+    assert sum(g["prestarted"] == "interpreter" for g in got) >= 2, got
+    assert all(g["exit_code"] == 0 for g in got), got
+    assert pool(s)["shapes"][0]["target"] == 6, pool(s)
+    wait_ready(s, 6)
+    # The next burst of the same size finds them all ready.
+    got = burst(s, 6, "pass", prefix="h")
+    assert all(g["prestarted"] == "interpreter" for g in got), got
+    wait_ready(s, 6)
+    assert wait_until(lambda: pool(s)["shapes"][0]["target"] == 3, timeout=20, interval=0.2), pool(s)
+    assert wait_until(lambda: pool(s)["ready"] == 3, timeout=10, interval=0.1), pool(s)
+    assert wait_until(lambda: pool(s)["shapes"][0]["target"] == 2, timeout=20, interval=0.2), pool(s)
+    assert wait_until(lambda: pool(s)["ready"] == 2, timeout=10, interval=0.1), pool(s)
+    assert wait_until(lambda: len(held_interpreters()) == 2, timeout=10, interval=0.1), held_interpreters()
+
+
+@bwrap_only
+def test_no_growth_at_the_cap(make_server):
+    s = start(make_server, "--prestart", "2", "--prestart-max", "2")
+    wait_ready(s, 2)
+    burst(s, 5, "import time; time.sleep(0.2)")
+    p = pool(s)
+    assert p["max_per_shape"] == 2 and p["shapes"][0]["target"] == 2, p
+
+
+@bwrap_only
+def test_refills_wait_while_calls_wait(make_server):
+    # One call at a time: the first takes a held interpreter, three wait for the slot.  The
+    # refill would take CPU from them for a later call's sake: it waits until none waits.
+    s = start(make_server, "--prestart", "2", "--prestart-max", "2", "--max-concurrent", "1")
+    wait_ready(s, 2)
+    for i in range(4):
+        s.send({"jsonrpc": "2.0", "id": f"q{i}", "method": "tools/call",
+                "params": {"name": "execute_python", "arguments": {"script": "import time; time.sleep(1.5)"}}})
+    time.sleep(0.6)
+    p = pool(s)
+    assert p["taken"] == 1 and p["ready"] == 1, p
+    answers = set()
+    deadline = time.monotonic() + 60
+    while len(answers) < 4 and time.monotonic() < deadline:
+        msg = s.recv(timeout=max(0.1, deadline - time.monotonic()))
+        if isinstance(msg, dict) and str(msg.get("id", "")).startswith("q"):
+            assert msg["result"]["structuredContent"]["exit_code"] == 0, msg
+            answers.add(msg["id"])
+    assert len(answers) == 4
+    wait_ready(s, 2)  # and refilled once nothing waits
+
+
+def test_a_bad_prestart_max_is_refused():
+    from conftest import BINARY
+    r = subprocess.run([BINARY, "--prestart-max", "5000"], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=30)
+    assert r.returncode != 0 and "prestart_max must be <= 1024" in r.stderr, r
+
+
 def test_prestart_takes_a_number(make_server):
     s = start(make_server, "--prestart", "2")
     p = pool(s)
