@@ -1,7 +1,16 @@
 /* The life of one run: spawn through a backend, stream both pipes, enforce the wall
  * clock, kill the whole tree (SIGTERM, grace, SIGKILL), reap through the pidfd, and
- * report exactly once when the tree is gone and the pipes are drained. */
+ * report exactly once when the tree is gone and the pipes are drained.
+ *
+ * With a supervisor in the sandbox (bubblewrap), the report comes on its status record: it
+ * writes that once everything else in the sandbox has exited and been reaped (so all the
+ * output is in the pipes), as its last act before its own exit.  What is left then, the
+ * sandbox's teardown (the pid, mount and network namespaces go as the supervisor exits,
+ * milliseconds of RCU grace periods in the kernel), happens after the report: the run is
+ * reaped, and what it holds (its cgroup, the backend's reservation) released, when the
+ * launcher exits, even after sbx_run_free (a detached run). */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
@@ -14,6 +23,8 @@
 #define SBX_READ_CHUNK 65536
 /* Per readiness event, so one flooding stream cannot starve the loop. */
 #define SBX_READ_BUDGET (4 * SBX_READ_CHUNK)
+/* After the record, how long the sandbox's teardown may take before it is killed. */
+#define SBX_TEARDOWN_MS 10000
 
 struct sbx_run {
   cm_loop_t *loop;
@@ -22,16 +33,23 @@ struct sbx_run {
   sbx_cgroup_run_t *cgroup; /* NULL when runs get none */
   sbx_child_t child;
   sbx_limits_t limits;
-  cm_watch_t *w_pid, *w_out, *w_err;
-  cm_timer_t *t_deadline, *t_grace, *t_drain;
+  cm_watch_t *w_pid, *w_out, *w_err, *w_status;
+  cm_timer_t *t_deadline, *t_grace, *t_drain, *t_teardown;
   sbx_run_callbacks_t cbs;
   void *data;
   uint64_t start_us;
   bool reaped, finished, killing, freed;
   bool held;         /* started with spec.hold and not released yet */
   bool held_running; /* spec.hold_in_command: the command runs already, nothing to send */
+  bool early;        /* finished on the supervisor's record; the launcher has not exited yet */
+  bool detached;     /* freed while early: reaped and released when the launcher exits */
+  sbx_run_t *detached_next;
   sbx_result_t result;
 };
+
+/* Runs freed during their teardown (early and not reaped), reaped by on_pidfd, or at
+ * sbx_run_reap_detached. */
+static sbx_run_t *detached;
 
 static void run_maybe_finish(sbx_run_t *run);
 
@@ -44,6 +62,17 @@ static void close_stream(sbx_run_t *run, sbx_stream_t s) {
   *fd = -1;
 }
 
+static void deliver(sbx_run_t *run, sbx_stream_t s, const char *buf, size_t n) {
+  /* Nothing runs in a held sandbox but the set-up, whose complaints (a failed mount) end it
+   * anyway: they are logged, not given to a caller that has none. */
+  if (run->held) {
+    cleanup_free char *excerpt = cm_log_excerpt(buf, n, 200);
+    cm_debug("held sandbox: %s", excerpt);
+  } else if (run->cbs.on_output && !run->result.cancelled) {
+    run->cbs.on_output(run->data, s, buf, n);
+  }
+}
+
 static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   sbx_run_t *run = data;
   sbx_stream_t s = fd == run->child.stdout_fd ? SBX_STDOUT : SBX_STDERR;
@@ -52,13 +81,7 @@ static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   while (budget > 0) {
     ssize_t n = read(fd, buf, sizeof buf);
     if (n > 0) {
-      /* Nothing runs in a held sandbox but the set-up, whose complaints (a failed mount)
-       * end it anyway: they are logged, not given to a caller that has none. */
-      if (run->held) {
-        cleanup_free char *excerpt = cm_log_excerpt(buf, (size_t)n, 200);
-        cm_debug("held sandbox: %s", excerpt);
-      } else if (run->cbs.on_output && !run->result.cancelled)
-        run->cbs.on_output(run->data, s, buf, (size_t)n);
+      deliver(run, s, buf, (size_t)n);
       budget -= CM_MIN(budget, (size_t)n);
       continue;
     }
@@ -133,6 +156,31 @@ static void set_status(sbx_result_t *r, bool exited, int value) {
   r->term_signal = exited ? 0 : value;
 }
 
+static void judge_limits(sbx_run_t *run, uint64_t main_cpu_ms) {
+  sbx_result_t *r = &run->result;
+  if (r->term_signal == SIGXCPU ||
+      (r->term_signal == SIGKILL && !run->killing && run->limits.cpu_seconds &&
+       main_cpu_ms >= run->limits.cpu_seconds * 1000))
+    r->cpu_limit = true;
+  if (r->term_signal == SIGXFSZ) r->file_size_limit = true;
+}
+
+/* The supervisor's record: the command's real status and the tree's usage. */
+static void record_status(sbx_run_t *run, const sbx_status_record_t *rec) {
+  sbx_result_t *r = &run->result;
+  r->duration_ms = (cm_now_us() - run->start_us + 500) / 1000;
+  int ws = rec->wait_status;
+  set_status(r, WIFEXITED(ws),
+             WIFEXITED(ws)     ? WEXITSTATUS(ws)
+             : WIFSIGNALED(ws) ? WTERMSIG(ws)
+                               : 0);
+  r->cpu_user_ms = rec->tree_user_us / 1000;
+  r->cpu_system_ms = rec->tree_system_us / 1000;
+  r->max_rss_kib = rec->tree_max_rss_kib;
+  if (rec->flags & SBX_STATUS_OOM_KILL) r->memory_limit = true;
+  judge_limits(run, (rec->main_user_us + rec->main_system_us) / 1000);
+}
+
 static void record_exit(sbx_run_t *run, const siginfo_t *si, const struct rusage *ru) {
   sbx_result_t *r = &run->result;
   r->duration_ms = (cm_now_us() - run->start_us + 500) / 1000;
@@ -150,28 +198,18 @@ static void record_exit(sbx_run_t *run, const siginfo_t *si, const struct rusage
     /* The supervisor's report, trusted only when the supervisor itself exited 0 (bwrap
      * passes its exit code on): a supervisor that was killed wrote nothing, and anything
      * more than its one record means someone else wrote too. */
-    int ws = rec.wait_status;
-    set_status(r, WIFEXITED(ws),
-               WIFEXITED(ws)     ? WEXITSTATUS(ws)
-               : WIFSIGNALED(ws) ? WTERMSIG(ws)
-                                 : 0);
-    r->cpu_user_ms = rec.tree_user_us / 1000;
-    r->cpu_system_ms = rec.tree_system_us / 1000;
-    r->max_rss_kib = rec.tree_max_rss_kib;
-    main_cpu_ms = (rec.main_user_us + rec.main_system_us) / 1000;
-    if (rec.flags & SBX_STATUS_OOM_KILL) r->memory_limit = true;
+    record_status(run, &rec);
+    return;
   } else {
     set_status(r, si->si_code == CLD_EXITED, si->si_status);
     r->status_unknown = true;
     r->cpu_user_ms = r->cpu_system_ms = r->max_rss_kib = 0; /* the launcher's would mislead */
     main_cpu_ms = 0;
   }
-  if (r->term_signal == SIGXCPU ||
-      (r->term_signal == SIGKILL && !run->killing && run->limits.cpu_seconds &&
-       main_cpu_ms >= run->limits.cpu_seconds * 1000))
-    r->cpu_limit = true;
-  if (r->term_signal == SIGXFSZ) r->file_size_limit = true;
+  judge_limits(run, main_cpu_ms);
 }
+
+static void detached_release(sbx_run_t *run);
 
 static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   sbx_run_t *run = data;
@@ -179,7 +217,7 @@ static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   struct rusage ru;
   if (sbx_child_reap(&run->child, &si, &ru) == 0) return;
   run->reaped = true;
-  record_exit(run, &si, &ru);
+  if (!run->early) record_exit(run, &si, &ru); /* (else answered on the record already) */
   cm_watch_remove(run->w_pid);
   run->w_pid = NULL;
   /* The main process is gone: whatever it left behind in its group goes too. */
@@ -187,6 +225,12 @@ static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   sbx_cgroup_run_kill(run->cgroup);
   if (run->backend && run->backend->ops->kill && run->launch.kill_name)
     run->backend->ops->kill(run->backend, &run->launch, SIGKILL);
+  if (run->early) {
+    cm_timer_cancel(run->t_teardown);
+    run->t_teardown = NULL;
+    if (run->detached) detached_release(run);
+    return;
+  }
   cm_timer_cancel(run->t_deadline);
   run->t_deadline = NULL;
   if (run->w_out || run->w_err)
@@ -194,8 +238,7 @@ static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   run_maybe_finish(run);
 }
 
-static void run_maybe_finish(sbx_run_t *run) {
-  if (run->finished || !run->reaped || run->w_out || run->w_err) return;
+static void run_finish(sbx_run_t *run) {
   run->finished = true;
   cm_timer_cancel(run->t_deadline);
   cm_timer_cancel(run->t_grace);
@@ -203,6 +246,49 @@ static void run_maybe_finish(sbx_run_t *run) {
   run->t_deadline = run->t_grace = run->t_drain = NULL;
   sbx_cgroup_run_collect(run->cgroup, &run->result);
   if (run->cbs.on_exit) run->cbs.on_exit(run->data, &run->result);
+}
+
+static void run_maybe_finish(sbx_run_t *run) {
+  if (run->finished || !run->reaped || run->w_out || run->w_err) return;
+  run_finish(run);
+}
+
+static void drain_stream(sbx_run_t *run, sbx_stream_t s) {
+  int fd = s == SBX_STDOUT ? run->child.stdout_fd : run->child.stderr_fd;
+  char buf[SBX_READ_CHUNK];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) {
+      deliver(run, s, buf, (size_t)n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break; /* EAGAIN: what was written is read (nothing that writes is left), or EOF */
+  }
+  close_stream(run, s);
+}
+
+static void on_teardown_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
+  sbx_run_t *run = data;
+  run->t_teardown = NULL;
+  cm_warn("a sandbox's teardown took over %d ms after its record: killed", SBX_TEARDOWN_MS);
+  kill_tree(run, SIGKILL);
+}
+
+/* The supervisor's record arrived (once; see the top of this file).  A record that does not
+ * parse is left to the launcher's exit, which then finds none: the status is unknown. */
+static void on_status(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
+  sbx_run_t *run = data;
+  cm_watch_remove(run->w_status);
+  run->w_status = NULL;
+  sbx_status_record_t rec;
+  if (run->finished || run->reaped || sbx_status_read(fd, &rec) != 1) return;
+  run->early = true;
+  record_status(run, &rec);
+  if (run->w_out) drain_stream(run, SBX_STDOUT);
+  if (run->w_err) drain_stream(run, SBX_STDERR);
+  run->t_teardown = cm_loop_timer(loop, SBX_TEARDOWN_MS, on_teardown_timeout, run);
+  run_finish(run);
 }
 
 /* The drop helper, which joins a run's cgroups v1 after the spawn's exec (see
@@ -286,7 +372,14 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
       run->w_pid ? cm_loop_watch(loop, run->child.stdout_fd, EPOLLIN, on_readable, run, err) : NULL;
   run->w_err =
       run->w_out ? cm_loop_watch(loop, run->child.stderr_fd, EPOLLIN, on_readable, run, err) : NULL;
-  if (!run->w_err) {
+  /* The supervisor's record, as soon as it is written (a backend whose processes are the
+   * host's: bubblewrap's supervisor is pid 1 of the sandbox, and only it has the pipe). */
+  bool watch_status = run->w_err && run->launch.status_fd >= 0 && sbx_backend_host_processes(backend);
+  if (watch_status) {
+    cm_set_nonblock(run->launch.status_fd, true);
+    run->w_status = cm_loop_watch(loop, run->launch.status_fd, EPOLLIN, on_status, run, err);
+  }
+  if (!run->w_err || (watch_status && !run->w_status)) {
     run->finished = true;
     sbx_run_free(run);
     return -1;
@@ -341,7 +434,7 @@ void sbx_run_cancel(sbx_run_t *run) {
 
 void sbx_run_read_pending(sbx_run_t *run) {
   /* Once reaped, an EOF may finish (and free) the run: the loop takes it from there. */
-  if (!run || run->reaped) return;
+  if (!run || run->reaped || run->finished) return;
   if (run->w_out) on_readable(run->loop, run->child.stdout_fd, EPOLLIN, run);
   if (!run->reaped && run->w_err) on_readable(run->loop, run->child.stderr_fd, EPOLLIN, run);
 }
@@ -354,6 +447,7 @@ pid_t sbx_run_pid(const sbx_run_t *run) {
   return run->child.pid;
 }
 
+
 static void run_destroy(void *p) {
   sbx_run_t *run = p;
   sbx_launch_close_channel(&run->launch);
@@ -361,9 +455,65 @@ static void run_destroy(void *p) {
   free(run);
 }
 
+/* A freed run's last steps, once its launcher has exited (or was killed and waited for). */
+static void run_release(sbx_run_t *run) {
+  cm_timer_cancel(run->t_deadline);
+  cm_timer_cancel(run->t_grace);
+  cm_timer_cancel(run->t_drain);
+  cm_timer_cancel(run->t_teardown);
+  run->t_deadline = run->t_grace = run->t_drain = run->t_teardown = NULL;
+  cm_watch_remove(run->w_pid);
+  cm_watch_remove(run->w_out);
+  cm_watch_remove(run->w_err);
+  cm_watch_remove(run->w_status);
+  run->w_pid = run->w_out = run->w_err = run->w_status = NULL;
+  sbx_child_close(&run->child);
+  /* Everything of it is gone: what the backend reserved may be reused (after its margin). */
+  if (run->backend && run->backend->ops->reserve)
+    run->backend->ops->reserve(run->backend, &run->launch, cm_now_ms());
+  /* Now, not deferred: the cgroups may be freed before the loop runs again. */
+  sbx_cgroup_run_free(run->cgroup);
+  run->cgroup = NULL;
+  cm_loop_defer(run->loop, run_destroy, run);
+}
+
+static void detached_release(sbx_run_t *run) {
+  for (sbx_run_t **p = &detached; *p; p = &(*p)->detached_next)
+    if (*p == run) {
+      *p = run->detached_next;
+      break;
+    }
+  run->detached = false;
+  run_release(run);
+}
+
+void sbx_run_reap_detached(void) {
+  while (detached) {
+    sbx_run_t *run = detached;
+    kill_tree(run, SIGKILL);
+    siginfo_t si;
+    struct rusage ru;
+    while (sbx_child_reap(&run->child, &si, &ru) == 0) {
+      struct pollfd pfd = {run->child.pidfd, POLLIN, 0};
+      poll(&pfd, 1, 100);
+    }
+    run->reaped = true;
+    kill(-run->child.pid, SIGKILL);
+    detached_release(run);
+  }
+}
+
 void sbx_run_free(sbx_run_t *run) {
   if (!run || run->freed) return;
   run->freed = true;
+  if (run->early && !run->reaped) {
+    /* Answered on its record; its sandbox is still being torn down: on_pidfd releases it
+     * when the launcher exits (never a wait here). */
+    run->detached = true;
+    run->detached_next = detached;
+    detached = run;
+    return;
+  }
   if (!run->reaped && run->child.pid > 0) {
     kill_tree(run, SIGKILL);
     siginfo_t si;
@@ -374,18 +524,5 @@ void sbx_run_free(sbx_run_t *run) {
     kill(-run->child.pid, SIGKILL);
     run->reaped = true;
   }
-  cm_timer_cancel(run->t_deadline);
-  cm_timer_cancel(run->t_grace);
-  cm_timer_cancel(run->t_drain);
-  cm_watch_remove(run->w_pid);
-  cm_watch_remove(run->w_out);
-  cm_watch_remove(run->w_err);
-  sbx_child_close(&run->child);
-  /* Everything of it is gone: what the backend reserved may be reused (after its margin). */
-  if (run->backend && run->backend->ops->reserve)
-    run->backend->ops->reserve(run->backend, &run->launch, cm_now_ms());
-  /* Now, not deferred: the cgroups may be freed before the loop runs again. */
-  sbx_cgroup_run_free(run->cgroup);
-  run->cgroup = NULL;
-  cm_loop_defer(run->loop, run_destroy, run);
+  run_release(run);
 }

@@ -381,8 +381,13 @@ int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, 
 /* Kills the whole tree now (SIGTERM, grace, SIGKILL); on_exit follows with cancelled. */
 void sbx_run_cancel(sbx_run_t *run);
 /* Frees a finished run; a running one is killed with SIGKILL and reaped first (blocking,
- * bounded: for shutdown only). */
+ * bounded: for shutdown only).  One that finished on its supervisor's record while its
+ * sandbox is still being torn down is detached instead: reaped, and its cgroup and
+ * reservation released, when its launcher exits, by the loop. */
 void sbx_run_free(sbx_run_t *run);
+/* Kills and reaps every detached run now (blocking, bounded: at shutdown, before the
+ * backends and the cgroups are freed, which their teardown uses). */
+void sbx_run_reap_detached(void);
 pid_t sbx_run_pid(const sbx_run_t *run);
 /* Reads what the run's pipes hold now (one read budget each), through on_output: for a
  * run that told on another channel that it flushed its output (a session's kernel), before

@@ -229,6 +229,7 @@ void srv_server_free(srv_server_t *s) {
   srv_recent_free(s);
   exec_free(s->exec);
   s->exec = NULL;
+  sbx_run_reap_detached(); /* runs answered while their sandbox was torn down */
   art_store_free(s->artifacts);
   env_store_free(s->envs);
   srv_network_free(s->network); /* after the runs and builds: it closes what they left */

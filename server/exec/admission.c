@@ -89,7 +89,7 @@ void exec_usage(exec_state_t *x, const char *principal, exec_usage_t *out) {
   out->queued = t->queued;
 }
 
-void exec_metrics(exec_state_t *x, exec_metrics_t *out) {
+void exec_admission_metrics(exec_state_t *x, exec_metrics_t *out) {
   memset(out, 0, sizeof *out);
   for (const exec_tenant_t *t = x->tenants; t; t = t->next) {
     out->total.calls += t->jobs;
@@ -97,13 +97,6 @@ void exec_metrics(exec_state_t *x, exec_metrics_t *out) {
     out->total.queued += t->queued;
   }
   out->starting = x->n_starting;
-  exec_prestart_counts_t pc;
-  exec_prestart_counts(x, &pc);
-  out->prestart_ready = pc.ready;
-  out->prestart_ready_interpreters = pc.ready_interpreters;
-  out->prestart_taken = pc.taken;
-  out->prestart_taken_interpreter = pc.taken_interpreter;
-  out->prestart_failed = pc.failed;
   out->wait_buckets = x->wait_buckets;
   out->wait_ms_sum = x->wait_ms_sum;
   out->wait_count = x->wait_count;

@@ -149,6 +149,8 @@ void exec_admission_release_slot(exec_job_t *job);
 /* Calls wait for a slot, or the start gate is full: a prestarted sandbox's set-up (CPU that
  * only a later call gains from) waits too. */
 bool exec_admission_busy(exec_state_t *x);
+/* exec_metrics without the prestarted pool's part (prestart.c adds it). */
+void exec_admission_metrics(exec_state_t *x, exec_metrics_t *out);
 /* The start gate's width (--max-starting, or one per CPU). */
 size_t exec_admission_max_starting(exec_state_t *x);
 

@@ -390,6 +390,17 @@ void exec_prestart_counts(exec_state_t *x, exec_prestart_counts_t *out) {
   }
 }
 
+void exec_metrics(exec_state_t *x, exec_metrics_t *out) {
+  exec_admission_metrics(x, out);
+  exec_prestart_counts_t pc;
+  exec_prestart_counts(x, &pc);
+  out->prestart_ready = pc.ready;
+  out->prestart_ready_interpreters = pc.ready_interpreters;
+  out->prestart_taken = pc.taken;
+  out->prestart_taken_interpreter = pc.taken_interpreter;
+  out->prestart_failed = pc.failed;
+}
+
 json_t *exec_prestart_shapes(exec_state_t *x) {
   exec_prestart_t *p = x->prestart;
   json_t *a = json_array();

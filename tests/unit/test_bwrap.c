@@ -288,6 +288,7 @@ static void test_probe_bogus_bwrap(void **state UNUSED) {
   assert_int_equal(sbx_run_start(g.loop, b, &spec, &cbs, &c, &run, &err), -1);
   assert_int_equal(err.kind, CM_ERR_UNAVAILABLE);
   cm_error_release(&err);
+  sbx_run_reap_detached();
   sbx_backend_free(b);
 
   /* A bwrap that runs but cannot make namespaces (as under a userns-restricting LSM). */
@@ -305,6 +306,7 @@ static void test_probe_bogus_bwrap(void **state UNUSED) {
   print_message("no namespaces: %s\n", b->unavailable);
   assert_non_null(strstr(b->unavailable, "bwrap cannot create the sandbox"));
   assert_non_null(strstr(b->unavailable, "No permissions to create new namespace"));
+  sbx_run_reap_detached();
   sbx_backend_free(b);
 }
 
@@ -395,7 +397,8 @@ static void test_probe_is_asynchronous(void **state UNUSED) {
       for (int i = 0; i < 5; i++) assert_int_equal(cm_loop_run_once(g.loop, 0, &err), 0);
       assert_int_equal(seen.calls, 1);
     }
-    sbx_backend_free(b);
+    sbx_run_reap_detached();
+  sbx_backend_free(b);
   }
   unlink(gate);
 }
@@ -413,6 +416,7 @@ static void test_probe_failure_is_deferred(void **state UNUSED) {
   assert_int_equal(seen.calls, 1);
   assert_false(b->available);
   assert_non_null(strstr(b->unavailable, "/nonexistent/bin/bwrap"));
+  sbx_run_reap_detached();
   sbx_backend_free(b);
 }
 
@@ -1734,6 +1738,7 @@ static int unprivileged_child(void) {
   cm_buf_release(&k.out);
   cm_buf_release(&k.err);
   cm_rm_rf(wd, &err);
+  sbx_run_reap_detached();
   sbx_backend_free(b);
   cm_loop_free(loop);
   return rc;
@@ -1792,6 +1797,7 @@ static void test_setup_failure_is_reported(void **state UNUSED) {
   assert_false(c->result.status_unknown); /* the supervisor saw its child exit 127 */
   assert_has(&c->err, "cannot execute /opt/nowhere/python3");
   capture_release(c);
+  sbx_run_reap_detached();
   sbx_backend_free(b);
 }
 
@@ -1979,6 +1985,7 @@ static int group_teardown(void **state UNUSED) {
   free(g.state);
   free(g.pyenv_prefix);
   free(g.pyenv_python);
+  sbx_run_reap_detached();
   sbx_backend_free(g.backend);
   sbx_backend_free(g.none);
   cm_loop_free(g.loop);
