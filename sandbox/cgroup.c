@@ -715,6 +715,16 @@ size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds, int *
   return r->n;
 }
 
+void sbx_cgroup_run_spawned(sbx_cgroup_run_t *r) {
+  if (!r) return;
+  if (r->dir_fd >= 0) close(r->dir_fd);
+  r->dir_fd = -1;
+  for (size_t i = 0; i < r->n; i++) {
+    if (r->join_fds[i] >= 0) close(r->join_fds[i]);
+    r->join_fds[i] = -1;
+  }
+}
+
 void sbx_cgroup_run_kill(sbx_cgroup_run_t *r) {
   if (!r || r->killed) return;
   /* Every hierarchy holds every process of the run: one is enough. */

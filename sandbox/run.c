@@ -284,6 +284,9 @@ static void on_status(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   sbx_status_record_t rec;
   if (run->finished || run->reaped || sbx_status_read(fd, &rec) != 1) return;
   run->early = true;
+  /* Read: the channel has nothing more to say, and a run in its teardown holds its pidfd
+   * only (descriptors are a budget: --max-open-files of the server's own). */
+  sbx_launch_close_channel(&run->launch);
   record_status(run, &rec);
   if (run->w_out) drain_stream(run, SBX_STDOUT);
   if (run->w_err) drain_stream(run, SBX_STDERR);
@@ -367,6 +370,7 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
     close(run->launch.pass_fds[i]);
     run->launch.pass_fds[i] = -1;
   }
+  sbx_cgroup_run_spawned(run->cgroup);
   run->w_pid = cm_loop_watch(loop, run->child.pidfd, EPOLLIN, on_pidfd, run, err);
   run->w_out =
       run->w_pid ? cm_loop_watch(loop, run->child.stdout_fd, EPOLLIN, on_readable, run, err) : NULL;

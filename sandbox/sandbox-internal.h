@@ -71,6 +71,9 @@ int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup
 /* The open cgroup.procs files the spawned child writes "0" to, and (v2) the directory to
  * start it in with clone3 instead (-1 on v1). */
 size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds, int *dir_fd);
+/* The child is started (and in its cgroup, or on its way there with its own copies): those
+ * fds are closed, not kept for the run's whole life. */
+void sbx_cgroup_run_spawned(sbx_cgroup_run_t *r);
 /* SIGKILLs everything in the run's cgroup (cgroup.kill where the kernel has it). */
 void sbx_cgroup_run_kill(sbx_cgroup_run_t *r);
 /* Peak memory, OOM kills, refused forks and CPU time into res. */

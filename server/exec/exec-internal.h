@@ -219,6 +219,8 @@ void exec_prestart_remove_ctl(const char *workdir, int go_fd);
 /* "interpreter", "sandbox" or "no" (the results' prestarted). */
 const char *exec_prestarted_name(int prestarted);
 void exec_prestart_free(exec_state_t *x);
+/* A call was answered: the refills deferred until then start (if nothing waits). */
+void exec_prestart_call_done(exec_state_t *x);
 
 /* kframe.c: the session kernel's frames (profiles/kernel.py).  A frame is a 4-byte big-endian
  * length and that many bytes of one JSON object, at most EXEC_KFRAME_MAX. */

@@ -65,7 +65,9 @@ void exec_job_finish(exec_job_t *job, json_t *result) {
       exec_prestart_remove_ctl(job->workdir, job->go_fd);
     exec_workdir_remove(job->workdir, job->workdir_mounted);
   }
+  exec_state_t *x = job->exec;
   job_free(job);
+  exec_prestart_call_done(x); /* a refill deferred until a call was answered */
 }
 
 static void on_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {

@@ -42,6 +42,10 @@
 /* A pool grown by misses shrinks by half (to --prestart N at least) after this long without
  * one. */
 #define PRESTART_SHRINK_MS 60000
+/* A call that took one of several ready defers its replacement until a call was answered
+ * (exec_prestart_call_done), or this long: the loop's part of a set-up, beside a short call,
+ * would delay that call's answer. */
+#define PRESTART_DEFER_MS 200
 #define PRESTART_SLOTS 2
 /* The oldest CPython the runner's wait is written for (and tested on). */
 #define PRESTART_MIN_MAJOR 3
@@ -77,6 +81,7 @@ struct prestart_slot {
   uint64_t last_miss;    /* when a call of the shape last found none ready (ms) */
   unsigned failures;     /* held ones that died in a row */
   cm_timer_t *timer;     /* a fill is due */
+  bool deferred;         /* ... and it waits for a call to be answered (PRESTART_DEFER_MS) */
 };
 
 struct exec_prestart {
@@ -150,6 +155,7 @@ static bool can_hold_interpreter(exec_state_t *x, const py_interp_t *py) {
 static void slot_clear(prestart_slot_t *slot) {
   cm_timer_cancel(slot->timer);
   slot->timer = NULL;
+  slot->deferred = false;
   for (size_t i = 0; slot->held && i < slot->owner->max_held; i++) held_drop(&slot->held[i]);
   env_release(slot->env);
   slot->env = NULL;
@@ -173,6 +179,7 @@ static void slot_set_shape(prestart_slot_t *slot, py_interp_t *py, env_handle_t 
 static void prestart_on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
   prestart_slot_t *slot = data;
   slot->timer = NULL;
+  slot->deferred = false;
   prestart_fill_now(slot);
 }
 
@@ -358,6 +365,18 @@ void exec_prestart_start(srv_server_t *s) {
   p->py_wait = py_registry_when_ready(srv_server_pythons(s), prestart_on_python, p);
 }
 
+void exec_prestart_call_done(exec_state_t *x) {
+  exec_prestart_t *p = x->prestart;
+  for (size_t i = 0; p && i < PRESTART_SLOTS; i++) {
+    prestart_slot_t *slot = &p->slots[i];
+    if (!slot->timer || !slot->deferred) continue;
+    cm_timer_cancel(slot->timer);
+    slot->timer = NULL;
+    slot->deferred = false;
+    prestart_fill_now(slot);
+  }
+}
+
 void exec_prestart_free(exec_state_t *x) {
   exec_prestart_t *p = x->prestart;
   if (!p) return;
@@ -473,7 +492,11 @@ bool exec_prestart_take(exec_job_t *job) {
     slot->target = CM_MAX(slot->target, p->per_shape);
     p->taken++;
     if (job->prestarted == EXEC_PRESTARTED_INTERPRETER) p->taken_warm++;
-    prestart_schedule(slot, 0); /* the next one, beside this call */
+    /* The next one: at once when this was the last but one (a burst is on), else once a
+     * call was answered, or PRESTART_DEFER_MS from now. */
+    bool low = slot_ready(slot) <= 1;
+    prestart_schedule(slot, low ? 0 : PRESTART_DEFER_MS);
+    if (slot->timer && !low) slot->deferred = true;
     return true;
   }
   prestart_slot_t *other = &p->slots[1];
