@@ -20,7 +20,7 @@ typedef struct bg_job {
 
 static struct {
   pthread_once_t once;
-  int rfd, wfd; /* -1 until started; the write end is non-blocking */
+  int rfd, wfd;          /* -1 until started; the write end is non-blocking */
   uint64_t queued, done; /* queued: the loop's thread; done: the worker (atomic) */
   bool dead;             /* the worker stopped (atomic) */
 } bg = {.once = PTHREAD_ONCE_INIT, .rfd = -1, .wfd = -1};

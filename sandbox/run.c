@@ -305,9 +305,10 @@ static const char *cgroup_joiner(void) {
     cleanup_error cm_error_t err = CM_ERROR_INIT;
     path = sbx_helper_path(SBX_HELPER_DROP, &err);
     if (!path)
-      cm_warn("cgroup v1: runs join their cgroups in the server's spawn, which waits for each "
-              "join: %s",
-              cm_error_message(&err));
+      cm_warn(
+          "cgroup v1: runs join their cgroups in the server's spawn, which waits for each "
+          "join: %s",
+          cm_error_message(&err));
   }
   return path;
 }
@@ -378,7 +379,8 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
       run->w_out ? cm_loop_watch(loop, run->child.stderr_fd, EPOLLIN, on_readable, run, err) : NULL;
   /* The supervisor's record, as soon as it is written (a backend whose processes are the
    * host's: bubblewrap's supervisor is pid 1 of the sandbox, and only it has the pipe). */
-  bool watch_status = run->w_err && run->launch.status_fd >= 0 && sbx_backend_host_processes(backend);
+  bool watch_status =
+      run->w_err && run->launch.status_fd >= 0 && sbx_backend_host_processes(backend);
   if (watch_status) {
     cm_set_nonblock(run->launch.status_fd, true);
     run->w_status = cm_loop_watch(loop, run->launch.status_fd, EPOLLIN, on_status, run, err);
@@ -450,7 +452,6 @@ void sbx_run_events(const sbx_run_t *run, sbx_run_events_t *ev) {
 pid_t sbx_run_pid(const sbx_run_t *run) {
   return run->child.pid;
 }
-
 
 static void run_destroy(void *p) {
   sbx_run_t *run = p;

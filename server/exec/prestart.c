@@ -87,8 +87,8 @@ struct prestart_slot {
 struct exec_prestart {
   exec_state_t *exec;
   srv_server_t *server;
-  size_t per_shape; /* --prestart N */
-  size_t max_held;  /* --prestart-max (at least N): what a shape's pool may grow to */
+  size_t per_shape;   /* --prestart N */
+  size_t max_held;    /* --prestart-max (at least N): what a shape's pool may grow to */
   cm_timer_t *shrink; /* a grown pool is due to be looked at */
   uint64_t shrink_ms; /* PRESTART_SHRINK_MS, but for tests */
   prestart_slot_t slots[PRESTART_SLOTS]; /* [0]: the commonest shape; [1]: the last other */

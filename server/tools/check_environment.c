@@ -307,20 +307,18 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
                   "commonest call and for the last other one; %zu ready, %zu of them with the "
                   "interpreter up; %llu calls took one, %llu of them an interpreter)\n",
                   pc.per_shape, pc.max_per_shape, pc.ready, pc.ready_interpreters,
-                  (unsigned long long)pc.taken,
-                  (unsigned long long)pc.taken_interpreter);
+                  (unsigned long long)pc.taken, (unsigned long long)pc.taken_interpreter);
   else
     cm_buf_printf(&t, "Prestarted sandbox: %s\n",
                   !cfg->prestart
                       ? "off (--prestart off)"
                       : "off (the backend cannot hold a sandbox, or prestarting failed)");
-  json_t *prestart_obj =
-      json_pack("{s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "on", prestarting, "per_shape",
-                (json_int_t)pc.per_shape, "max_per_shape", (json_int_t)pc.max_per_shape, "ready",
-                (json_int_t)pc.ready, "ready_interpreters",
-                (json_int_t)pc.ready_interpreters, "taken", (json_int_t)pc.taken,
-                "taken_interpreter", (json_int_t)pc.taken_interpreter, "failed",
-                (json_int_t)pc.failed, "shapes", exec_prestart_shapes(srv_server_exec(s)));
+  json_t *prestart_obj = json_pack(
+      "{s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "on", prestarting, "per_shape",
+      (json_int_t)pc.per_shape, "max_per_shape", (json_int_t)pc.max_per_shape, "ready",
+      (json_int_t)pc.ready, "ready_interpreters", (json_int_t)pc.ready_interpreters, "taken",
+      (json_int_t)pc.taken, "taken_interpreter", (json_int_t)pc.taken_interpreter, "failed",
+      (json_int_t)pc.failed, "shapes", exec_prestart_shapes(srv_server_exec(s)));
   /* Sessions: the caller's own and the server's caps (never another principal's ids). */
   srv_session_t *rs = srv_request_session(r);
   const char *me = rs ? srv_session_principal(rs) : SRV_PRINCIPAL_STDIO;
