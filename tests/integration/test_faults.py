@@ -481,6 +481,8 @@ def test_a_stalled_sse_reader_costs_bounded_memory(tmp_path):
         # the server below is then the flood's, and its end is the end of the descendants.
         st, _, b = srv.post(call_msg(9, "pass"), other, version=LATEST)
         assert st == 200, b
+        # (A call is answered on its supervisor's record, and its sandbox torn down after.)
+        assert wait_until(lambda: not descendants(srv.proc.pid), timeout=30)
         before = rss_kib(srv.proc.pid)
         raw = socket.create_connection(("127.0.0.1", srv.port))
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -538,6 +540,7 @@ def test_a_stalled_stdio_reader_costs_bounded_memory(tmp_path):
         send({"jsonrpc": "2.0", "id": 0, "method": "tools/call",
               "params": {"name": "execute_python", "arguments": {"script": "pass"}}})
         assert json.loads(proc.stdout.readline())["id"] == 0
+        assert wait_until(lambda: not descendants(proc.pid), timeout=30)  # (torn down)
         before = rss_kib(proc.pid)
         send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
               "params": {"name": "execute_python", "arguments": {"script": FLOOD.format(n=2048)},
