@@ -148,7 +148,7 @@ typedef struct tr_http_addr {
 } tr_http_addr_t;
 
 /* A formatted address with its NUL (INET6_ADDRSTRLEN). */
-#define TR_HTTP_ADDR_MAX 46
+#define TR_HTTP_ADDR_MAX TR_ADDR_MAX
 
 typedef struct tr_http_cidr {
   tr_http_addr_t addr;
