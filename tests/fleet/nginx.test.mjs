@@ -7,6 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { request as httpsRequest } from "node:https";
+import { connect } from "node:net";
 import { mkdirSync, readFileSync, writeFileSync, chownSync, existsSync } from "node:fs";
 import { join } from "node:path";
 
@@ -256,6 +257,12 @@ test("nginx: the audit log has the client's address behind nginx; a client's own
   const tls = makeCA(dir);
   const instances = await startInstances(t, 3, tok.file, dir);
   const ngx = await startNginx(t, { instances, tls });
+  // nginx writes its pid file a moment before it listens.
+  const listening = () => new Promise((r) => {
+    const sock = connect(ngx.port, "127.0.0.1", () => { sock.destroy(); r(true); });
+    sock.on("error", () => r(false));
+  });
+  assert.ok(await waitUntil(listening, 10000), "nginx does not listen");
   const from = { ca: tls.ca, localAddress: CLIENT_SOURCE };
   const auth = { authorization: `Bearer ${tok.token}` };
   // A session (the handshake era) and a call in it, each request claiming another address.
