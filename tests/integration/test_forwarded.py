@@ -6,12 +6,13 @@ import http.client
 import json
 import os
 import socket
+import re
 import subprocess
 
 import pytest
 
 from conftest import BINARY, wait_until
-from test_http import ACCEPT_BOTH, LATEST, HttpServer, free_port
+from test_http import ACCEPT_BOTH, LATEST, HttpServer, free_port, sse_events
 
 VALIDATE = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
             "params": {"name": "validate_script", "arguments": {"script": "print(1)\n"}}}
@@ -33,12 +34,12 @@ def loopback_sources():
         pytest.skip("cannot bind 127.0.0.2/127.0.0.3 as a source address")
 
 
-def raw(srv, method, headers, body=None, source="127.0.0.2", host=None):
+def raw(srv, method, headers, body=None, source="127.0.0.2", host=None, path="/mcp"):
     """One request from `source`, headers a list of (name, value) pairs (a name may repeat)."""
     c = http.client.HTTPConnection(host or srv.host, srv.port, timeout=30,
                                    source_address=(source, 0))
     try:
-        c.putrequest(method, "/mcp", skip_accept_encoding=True)
+        c.putrequest(method, path, skip_accept_encoding=True)
         data = json.dumps(body).encode() if body is not None else b""
         for k, v in headers:
             c.putheader(k, v)
@@ -216,6 +217,34 @@ def test_stateless_requests_name_the_client(tmp_path):
         assert srv.close() == 0
     assert line["era"] == MODERN
     assert (line["remote"], line["client"], line["forwarded"]) == ("127.0.0.3", "203.0.113.70", "ok")
+
+
+def test_legacy_sse_messages_name_the_poster(tmp_path):
+    """HTTP+SSE (2024-11-05): answers go to the session's stream, but each POST /messages is
+    its own request, and its line names who sent that POST."""
+    srv, log = server(tmp_path, "--trusted-proxy", "127.0.0.2")
+    c = http.client.HTTPConnection(srv.host, srv.port, timeout=30, source_address=("127.0.0.3", 0))
+    try:
+        c.request("GET", "/sse", headers={"Accept": "text/event-stream"})
+        r = c.getresponse()
+        assert r.status == 200
+        ev = next(sse_events(r))
+        assert ev["event"] == "endpoint" and re.fullmatch(r"/messages\?sessionId=[0-9a-f-]{36}", ev["data"])
+        url = ev["data"]
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2024-11-05", "capabilities": {}}}
+        xff = [("X-Forwarded-For", "203.0.113.50")]
+        assert raw(srv, "POST", xff, init, source="127.0.0.3", path=url)[0] == 202
+        assert raw(srv, "POST", xff, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                   source="127.0.0.3", path=url)[0] == 202
+        assert raw(srv, "POST", xff, VALIDATE, source="127.0.0.2", path=url)[0] == 202
+        assert raw(srv, "POST", xff, {**VALIDATE, "id": 8}, source="127.0.0.3", path=url)[0] == 202
+        lines = audit_lines(log, "tool_call", 2)
+    finally:
+        c.close()
+        assert srv.close() == 0
+    assert sorted((l["remote"], l["client"], l.get("forwarded")) for l in lines) == [
+        ("127.0.0.2", "203.0.113.50", "ok"), ("127.0.0.3", "127.0.0.3", None)]
 
 
 def test_ipv6_peer_and_clients(tmp_path):
