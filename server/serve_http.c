@@ -45,11 +45,12 @@ static char *http_metrics(void *data) {
   return srv_metrics_render(data, NULL);
 }
 
-static void http_auth_failed(void *data, const char *remote, const char *reason) {
+static void http_auth_failed(void *data, const tr_remote_t *remote, const char *reason) {
   srv_server_t *s = data;
   if (!s->audit) return;
   json_t *line =
-      json_pack("{s:s, s:s, s:s}", "event", "auth_failure", "remote", remote, "reason", reason);
+      json_pack("{s:s, s:s, s:s, s:s*, s:s}", "event", "auth_failure", "remote", remote->peer,
+                "client", remote->client, "forwarded", remote->forwarded, "reason", reason);
   srv_audit_write(s->audit, line);
   json_decref(line);
 }
@@ -162,6 +163,8 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
                               ? TR_HTTP_LOOPBACK_ORIGINS_OFF
                               : TR_HTTP_LOOPBACK_ORIGINS_AUTO,
       .health_auth = cfg->health_auth,
+      .trusted_proxies = (const char *const *)cfg->trusted_proxies,
+      .trusted_proxy_header = cfg->trusted_proxy_header,
   };
   /* H6: what the tools mirror into Mcp-Param-* headers (pointers into `marked`). */
   cleanup_json json_t *marked = srv_server_param_headers(server);

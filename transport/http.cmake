@@ -7,7 +7,7 @@
 # libmicrohttpd (with GnuTLS behind it) and libcrypto are opened with dlopen when an HTTP
 # transport starts and when TLS material is made or checked, so that the stdio server never
 # maps them: only their headers are used at build time (common/ links libdl for cm_dl_symbols).
-target_sources(mps_transport PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http/parse.c ${CMAKE_CURRENT_LIST_DIR}/http/envelope.c
+target_sources(mps_transport PRIVATE ${CMAKE_CURRENT_LIST_DIR}/http/parse.c ${CMAKE_CURRENT_LIST_DIR}/http/envelope.c ${CMAKE_CURRENT_LIST_DIR}/http/forwarded.c
   ${CMAKE_CURRENT_LIST_DIR}/http/mhd.c ${CMAKE_CURRENT_LIST_DIR}/http/daemon.c ${CMAKE_CURRENT_LIST_DIR}/http/stream.c
   ${CMAKE_CURRENT_LIST_DIR}/http/session.c ${CMAKE_CURRENT_LIST_DIR}/http/mirror.c ${CMAKE_CURRENT_LIST_DIR}/http/respond.c ${CMAKE_CURRENT_LIST_DIR}/http/routes.c
   ${CMAKE_CURRENT_LIST_DIR}/http/http.c ${CMAKE_CURRENT_LIST_DIR}/tls.c)

@@ -58,6 +58,21 @@ typedef enum tr_send_flags {
   TR_SEND_RESPONSE = 2,
 } tr_send_flags_t;
 
+/* A formatted IP address with its NUL (INET6_ADDRSTRLEN). */
+#define TR_ADDR_MAX 46
+
+/* Who sent a text (HTTP; all empty on stdio).  peer: the TCP peer's address.  client: the
+ * client's, which is the peer's unless the peer is a trusted proxy (tr_http_options_t
+ * trusted_proxies), in which case it is the one the proxies' header names (see tr_http_new).
+ * forwarded: NULL when the peer is no trusted proxy (the header was not read), else how
+ * the client was found: "ok", "absent", "all-trusted", "unknown", "obfuscated",
+ * "malformed", "too-many-hops" or "too-long" (static strings). */
+typedef struct tr_remote {
+  char peer[TR_ADDR_MAX];
+  char client[TR_ADDR_MAX];
+  const char *forwarded;
+} tr_remote_t;
+
 typedef struct tr_sink_ops {
   void (*send)(tr_sink_t *s, const char *json, size_t len, tr_send_flags_t flags);
   /* Called when the last reference goes. */
@@ -73,6 +88,10 @@ struct tr_sink {
   /* See tr_sink_on_peer_gone. */
   void (*peer_gone)(void *data);
   void *peer_gone_data;
+  /* Who sent the text this sink answers (for the audit log): set by the transport before
+   * it hands the text over; a session's standalone sink (HTTP+SSE messages) has the latest
+   * message's, so read it during the hand-over. */
+  tr_remote_t remote;
 };
 
 void tr_sink_send(tr_sink_t *s, const char *json, size_t len, tr_send_flags_t flags);
@@ -140,6 +159,16 @@ void tr_stdio_free(tr_stdio_t *t);
  * host, or the bound address itself); or, with loopback_origins on, any http(s) origin on
  * a loopback name (local web clients on other ports).  "null" (sandboxed pages, files) is
  * never allowed.  CORS headers echo only an origin so accepted.
+ *
+ * Client addresses: a request's TCP peer is its client, unless the peer lies in
+ * trusted_proxies.  Then the header those proxies write (every line of it, in order) is
+ * walked from the right: trusted addresses are skipped and the first untrusted one is the
+ * client, so that a client cannot choose its address by sending the header itself (its
+ * entries end up left of what the proxies append).  An entry that names no address
+ * ("unknown", an obfuscated node, a malformed entry) ends the walk: the client is then the
+ * last address reached.  Bounds: 32 KiB of header, 32 hops (transport-internal.h).  The
+ * result reaches the server with each text (tr_sink_t.remote) and each authentication
+ * failure; nothing in the transport limits by address.
  *
  * Principals: a request's principal is the name of its bearer token, or "local" when
  * there are no tokens.  A session belongs to the principal that opened it; a request of
@@ -213,9 +242,9 @@ typedef struct tr_http_callbacks {
   /* Optional: GET <base>/metrics: the server's Prometheus text (heap), to which the
    * transport adds its own families (requests by status, sessions, connections). */
   char *(*metrics)(void *data);
-  /* Optional: a request was refused for want of a valid bearer token (remote: its address;
+  /* Optional: a request was refused for want of a valid bearer token (remote: who sent it;
    * reason: "missing" or "invalid"; both valid during the call). */
-  void (*auth_failed)(void *data, const char *remote, const char *reason);
+  void (*auth_failed)(void *data, const tr_remote_t *remote, const char *reason);
 } tr_http_callbacks_t;
 
 /* Whether http(s) origins on loopback names (any port) are accepted: AUTO = when the
@@ -267,6 +296,12 @@ typedef struct tr_http_options {
   const tr_http_param_header_t *param_headers; /* n_param_headers entries (may be NULL) */
   size_t n_param_headers;
   bool health_auth; /* /healthz and /readyz need a token too (they do not by default) */
+  /* --trusted-proxy values (NULL-terminated, may be NULL): comma-separated addresses and
+   * ADDRESS/PREFIX ranges, IPv4 and IPv6, at most 64 in all; a malformed one fails
+   * tr_http_new.  trusted_proxy_header: the header they write, "x-forwarded-for" (NULL) or
+   * "forwarded" (RFC 7239); the other one is never read. */
+  const char *const *trusted_proxies;
+  const char *trusted_proxy_header;
 } tr_http_options_t;
 
 /* What one principal holds right now (check_environment). */

@@ -5,6 +5,7 @@
 #define MPS_TRANSPORT_INTERNAL_H
 
 #include <jansson.h>
+#include <sys/socket.h>
 
 #include "transport/tr.h"
 
@@ -132,5 +133,96 @@ void tr_http_envelope_release(tr_http_envelope_t *env);
  * 404 for -32601 (method not found: the body tells it from a legacy server's 404), 200
  * for everything else, a result or a tool's error among it. */
 unsigned tr_http_modern_status(const char *buf, size_t len);
+
+/* ---------------------------------------------------------------- the client behind proxies
+ *
+ * forwarded.c: the client's address when the TCP peer is a trusted proxy (--trusted-proxy),
+ * from X-Forwarded-For or Forwarded (RFC 7239).  Pure, allocation-free, bounded. */
+
+/* An IP address; an IPv4-mapped IPv6 address (::ffff:a.b.c.d) is always kept as the IPv4
+ * address it carries, so that one client has one form (a dual-stack socket reports IPv4
+ * peers mapped). */
+typedef struct tr_http_addr {
+  int family;              /* AF_INET or AF_INET6 */
+  unsigned char bytes[16]; /* network order; the first 4 for AF_INET */
+} tr_http_addr_t;
+
+/* A formatted address with its NUL (INET6_ADDRSTRLEN). */
+#define TR_HTTP_ADDR_MAX TR_ADDR_MAX
+
+typedef struct tr_http_cidr {
+  tr_http_addr_t addr;
+  unsigned prefix; /* 0..32 or 0..128 */
+} tr_http_cidr_t;
+
+/* Trusted ranges in all, header bytes read (every line of the header together), and hops
+ * looked at, from the right. */
+#define TR_HTTP_MAX_TRUSTED_PROXIES 64
+#define TR_HTTP_FORWARDED_MAX_BYTES (32u << 10)
+#define TR_HTTP_FORWARDED_MAX_HOPS 32
+
+/* A literal address: dotted-quad IPv4 (exactly four decimal parts) or IPv6 (no brackets,
+ * no zone, no port).  Returns 0 or -1. */
+int tr_http_addr_parse(const char *buf, size_t len, tr_http_addr_t *out);
+/* From a socket address (AF_INET, AF_INET6); -1 for another family. */
+int tr_http_addr_from_sockaddr(const struct sockaddr *sa, tr_http_addr_t *out);
+/* The canonical text (inet_ntop: lower-case, compressed IPv6). */
+void tr_http_addr_format(const tr_http_addr_t *a, char out[TR_HTTP_ADDR_MAX]);
+
+/* One --trusted-proxy value: comma-separated ADDRESS or ADDRESS/PREFIX items (IPv4 or
+ * IPv6; surrounding blanks ignored; an IPv4-mapped prefix of /96 or longer is kept as the
+ * IPv4 prefix it covers), appended to v[*n..cap).  Fails (CM_ERR_INVALID) on a malformed
+ * item, a prefix too long for its family or with host bits set ("10.0.0.1/8"), and
+ * (CM_ERR_LIMIT) past cap items in all; *n is then unchanged. */
+int tr_http_parse_trusted(const char *buf, size_t len, tr_http_cidr_t *v, size_t cap, size_t *n,
+                          cm_error_t *err);
+/* Whether a lies in one of the n ranges. */
+bool tr_http_trusted(const tr_http_cidr_t *v, size_t n, const tr_http_addr_t *a);
+
+/* Which header a trusted proxy writes: only that one is read (a client could send the
+ * other, and the proxy would pass it on untouched). */
+typedef enum tr_http_forwarded_header {
+  TR_HTTP_FORWARDED_XFF = 0, /* X-Forwarded-For: addr, addr, ... */
+  TR_HTTP_FORWARDED_RFC7239, /* Forwarded: for=...;by=..., for=... */
+} tr_http_forwarded_header_t;
+
+/* How the client was found; after the first two, the peer was a trusted proxy. */
+typedef enum tr_http_forwarded_status {
+  TR_HTTP_FWD_NONE = 0,    /* no trusted proxies, or the peer is not one: the client is
+                              the peer, the header is not read */
+  TR_HTTP_FWD_ABSENT,      /* the peer is trusted but sent no entry: the peer */
+  TR_HTTP_FWD_OK,          /* the first untrusted address from the right */
+  TR_HTTP_FWD_ALL_TRUSTED, /* every hop is trusted: the leftmost */
+  /* The walk stopped at an entry that names no address; the client is the last address it
+   * reached (a trusted hop, or the peer): */
+  TR_HTTP_FWD_UNKNOWN,    /* "unknown", or a Forwarded element without for= */
+  TR_HTTP_FWD_OBFUSCATED, /* an obfuscated node ("_hidden", RFC 7239 section 6.3) */
+  TR_HTTP_FWD_MALFORMED,  /* not an address, or a syntax error in its element */
+  TR_HTTP_FWD_TOO_MANY,   /* more than TR_HTTP_FORWARDED_MAX_HOPS trusted hops */
+  TR_HTTP_FWD_TOO_LONG,   /* the header is over TR_HTTP_FORWARDED_MAX_BYTES: the peer */
+} tr_http_forwarded_status_t;
+
+/* "ok", "absent", "all-trusted", "unknown", "obfuscated", "malformed", "too-many-hops",
+ * "too-long"; NULL for TR_HTTP_FWD_NONE. */
+const char *tr_http_forwarded_status_name(tr_http_forwarded_status_t s);
+
+/* The client's address of a request from peer.  buf holds every line of the `header` the
+ * request carried, in order, each line's value ended or separated by '\n' (a quoted string
+ * never spans lines); NULL when it carried none.  Only when peer lies in trusted is buf
+ * read: its entries are walked from the right, each trusted address skipped, and the
+ * first untrusted one is the client (a client's own entries are to the left of what the
+ * proxies appended, so it cannot choose the result).  Empty list elements are ignored.
+ *
+ * X-Forwarded-For entries: an IPv4 or IPv6 address, "[v6]", "[v6]:port", "v4:port", or
+ * "unknown".  Forwarded (RFC 7239): forwarded-pairs separated by ';' (blanks around ';'
+ * tolerated), names case-insensitive, values tokens or quoted strings, no name twice in an
+ * element; a for= node is IPv4, "[IPv6]" (quoted, as the grammar requires), "unknown" or an
+ * obfuscated "_name", with an optional port (1-65535) or obfuscated port.  Returns the
+ * status; *client is always set. */
+tr_http_forwarded_status_t tr_http_forwarded_client(const tr_http_cidr_t *trusted, size_t n_trusted,
+                                                    const tr_http_addr_t *peer,
+                                                    tr_http_forwarded_header_t header,
+                                                    const char *buf, size_t len,
+                                                    tr_http_addr_t *client);
 
 #endif

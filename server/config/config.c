@@ -97,6 +97,13 @@ static const opt_def_t options[] = {
      "HTTP: extra Host header names to accept (comma-separated)"},
     {"allowed-origins", OPT_STRING, OFF(allowed_origins), "ORIGINS", NULL,
      "HTTP: extra Origins to accept (comma-separated)"},
+    {"trusted-proxy", OPT_LIST, OFF(trusted_proxies), "CIDR", NULL,
+     "HTTP: a reverse proxy (address or ADDRESS/PREFIX, comma-separated) whose header names the "
+     "client: the first untrusted address from the right is the client (repeatable)"},
+    {"trusted-proxy-header", OPT_STRING, OFF(trusted_proxy_header), "{x-forwarded-for,forwarded}",
+     "x-forwarded-for",
+     "HTTP: the header the trusted proxies write (X-Forwarded-For, or RFC 7239 Forwarded); the "
+     "other is never read"},
     {"auth-token-file", OPT_STRING, OFF(auth_token_file), "FILE", NULL,
      "HTTP: bearer tokens, one per line ([name:]token)"},
     {"allow-insecure-remote", OPT_BOOL_ON, OFF(allow_insecure_remote), NULL, NULL,
@@ -280,6 +287,8 @@ void srv_config_release(srv_config_t *c) {
   free(c->path);
   free(c->allowed_hosts);
   free(c->allowed_origins);
+  cm_strv_free(c->trusted_proxies);
+  free(c->trusted_proxy_header);
   free(c->auth_token_file);
   free(c->audit_log);
   free(c->tls_cert);
@@ -803,6 +812,12 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "Invalid loopback_origins '%s', must be one of ('auto', 'on', 'off')",
                         c->loopback_origins);
+  if (strcmp(c->trusted_proxy_header, "x-forwarded-for") &&
+      strcmp(c->trusted_proxy_header, "forwarded"))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "Invalid trusted_proxy_header '%s', must be one of ('x-forwarded-for', "
+                        "'forwarded')",
+                        c->trusted_proxy_header);
   if (c->max_replay_bytes_per_session < (64u << 10) || c->max_replay_bytes < (64u << 10))
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_replay_bytes_per_session and max_replay_bytes must be >= 64K");

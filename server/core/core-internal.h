@@ -222,8 +222,10 @@ srv_request_t *srv_request_find(srv_session_t *ss, json_t *id);
 /* Cancels r (its client calls fail first, then its cancel callback runs). */
 void srv_request_cancel_one(srv_request_t *r);
 /* r is a call of tool (the task's id, or NULL): its answer is counted for /metrics and, with
- * an audit log, writes a line (principal, tool, outcome, duration and what the tool added). */
-void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *task_id);
+ * an audit log, writes a line (principal, tool, outcome, duration and what the tool added;
+ * from: the sink of the text that asked for it, whose sender the line names). */
+void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *task_id,
+                             const tr_sink_t *from);
 /* A params._meta.progressToken makes r report progress. */
 void srv_request_set_progress_token(srv_request_t *r, json_t *params);
 /* A response from the client: to one of our requests, or ignored. */

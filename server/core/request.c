@@ -204,7 +204,8 @@ const char *const srv_metric_outcomes[SRV_M_OUTCOMES] = {"ok", "tool_error", "li
 const char *const srv_metric_limits[SRV_M_LIMITS] = {"timeout", "memory", "cpu", "file_size",
                                                      "processes"};
 
-void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *task_id) {
+void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *task_id,
+                             const tr_sink_t *from) {
   r->call_tool = SRV_M_TOOL_OTHER;
   for (int i = 0; i < SRV_M_TOOL_OTHER; i++)
     if (strcmp(tool, srv_metric_tools[i]) == 0) r->call_tool = i;
@@ -219,6 +220,13 @@ void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *tas
                 r->session && r->session->principal ? r->session->principal : "", "session",
                 (json_int_t)(r->session ? r->session->serial : 0), "tool", tool, "task", task_id);
   if (r->modern) json_object_set_new(r->audit, "era", json_string("2026-07-28"));
+  /* Over HTTP: the TCP peer, and the client behind the trusted proxies. */
+  if (from && from->remote.peer[0]) {
+    json_object_set_new(r->audit, "remote", json_string(from->remote.peer));
+    json_object_set_new(r->audit, "client", json_string(from->remote.client));
+    if (from->remote.forwarded)
+      json_object_set_new(r->audit, "forwarded", json_string(from->remote.forwarded));
+  }
 }
 
 void srv_request_audit(srv_request_t *r, const char *key, json_t *value) {

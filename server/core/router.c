@@ -304,7 +304,7 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
     if (s->ext && tool >= s->ext->tools && tool < s->ext->tools + s->ext->n_tools)
       r->params = json_incref(params);
     srv_request_set_progress_token(r, params);
-    srv_request_audit_begin(r, tool->name, NULL);
+    srv_request_audit_begin(r, tool->name, NULL, sink);
     tool->call(r, arguments);
   }
   json_decref(arguments);

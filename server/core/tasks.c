@@ -596,7 +596,7 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
   /* (srv_request_params: an extension's tool gets the whole params, as the router gives them) */
   if (s->ext && tool >= s->ext->tools && tool < s->ext->tools + s->ext->n_tools)
     r->params = json_incref(params);
-  srv_request_audit_begin(r, tool->name, t->id);
+  srv_request_audit_begin(r, tool->name, t->id, sink);
   cm_debug("task %s: %s for %s", t->id, tool->name, ss->principal);
   /* The answer before the run starts: a call may end (and settle the task) at once. */
   reply(sink, batch, id, created, mm);

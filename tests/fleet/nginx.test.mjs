@@ -6,6 +6,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
+import { request as httpsRequest } from "node:https";
+import { connect } from "node:net";
 import { mkdirSync, readFileSync, writeFileSync, chownSync, existsSync } from "node:fs";
 import { join } from "node:path";
 
@@ -14,6 +16,10 @@ import {
 } from "./lib.mjs";
 
 const ROUTES = ["i1", "i2", "i3"];
+// The address nginx connects to the instances from, and the one a test's own client uses
+// (the load connects from 127.0.0.1).
+const NGINX_SOURCE = "127.0.0.3";
+const CLIENT_SOURCE = "127.0.0.2";
 
 /** A CA and a server certificate for 127.0.0.1 and localhost, made with openssl. */
 function makeCA(dir) {
@@ -59,6 +65,9 @@ ${instances.map((inst, i) => `    "~(^|, )127\\.0\\.0\\.1:${inst.port}$" ${ROUTE
 }
 server {
     listen 127.0.0.1:${port} ssl http2;
+    # nginx reaches the instances from an address of its own, as it would from another
+    # host: the instances trust it (--trusted-proxy) and tell it from its clients.
+    proxy_bind ${NGINX_SOURCE};
     ssl_certificate ${tls.cert};
     ssl_certificate_key ${tls.key};
     ssl_protocols TLSv1.2 TLSv1.3;
@@ -117,7 +126,7 @@ async function startInstances(t, n, tokenFile, dir) {
     const audit = join(dir, `audit-${i}.log`);
     const inst = startInstance(t, {
       port, tokenFile,
-      args: ["--audit-log", audit, "--max-concurrent", "8", "--max-token-concurrent", "64", "--max-token-running", "8",
+      args: ["--audit-log", audit, "--trusted-proxy", NGINX_SOURCE, "--max-concurrent", "8", "--max-token-concurrent", "64", "--max-token-running", "8",
         "--max-sessions-per-token", "256", "--max-session-concurrent", "2", "--kill-grace-seconds", "1"],
     });
     inst.audit = audit;
@@ -144,6 +153,30 @@ function runLoad(t, { url, token, ca, dir, sessions, calls, workers, killAfter, 
       t.diagnostic(text.trim());
       resolve(JSON.parse(readFileSync(out, "utf8")));
     });
+  });
+}
+
+/** Every audit line of an instance of the given event. */
+function auditLines(inst, event) {
+  const text = existsSync(inst.audit) ? readFileSync(inst.audit, "utf8") : "";
+  return text.split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l)).filter((a) => a.event === event);
+}
+
+/** One POST through nginx from localAddress; resolves { status, headers, body }. */
+function postFrom(url, { ca, localAddress, headers = {}, body }) {
+  const data = Buffer.from(JSON.stringify(body));
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest(url, {
+      method: "POST", ca: readFileSync(ca), localAddress, agent: false,
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", "content-length": data.length, ...headers },
+    }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (c) => (text += c));
+      res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body: text }));
+    });
+    req.on("error", reject);
+    req.end(data);
   });
 }
 
@@ -200,6 +233,11 @@ test("nginx: 200 sessions x 20 calls over TLS to three instances, none lost, eac
     assert.equal(total, 1, `call s${c.session} c${c.call} ran ${total} times`);
     assert.equal(counts[i].get(c.sha256), 1, `call s${c.session} c${c.call} ran outside its session's instance ${c.route}`);
   }
+  // Behind nginx each line names both: nginx as the peer, the load's own address as the client.
+  for (const inst of instances) {
+    for (const a of auditLines(inst, "tool_call"))
+      assert.deepEqual([a.remote, a.client, a.forwarded], [NGINX_SOURCE, "127.0.0.1", "ok"], `instance ${inst.port}: ${JSON.stringify(a)}`);
+  }
   // Spread: every instance took a fair part of the sessions and of the calls (its /metrics too).
   const perRoute = ROUTES.map((r) => new Set(doc.calls.filter((c) => c.route === r).map((c) => c.sid)).size);
   t.diagnostic(`sessions per instance: ${perRoute.join(", ")}`);
@@ -211,6 +249,56 @@ test("nginx: 200 sessions x 20 calls over TLS to three instances, none lost, eac
     assert.ok(calls >= 4000 / 3 / 2, `instance ${inst.port}: ${calls} calls in /metrics`);
   }
   assert.doesNotMatch(ngx.log(), /\[(error|crit|alert|emerg)\]/, "nginx logged errors");
+});
+
+test("nginx: the audit log has the client's address behind nginx; a client's own X-Forwarded-For changes nothing", async (t) => {
+  const dir = tempDir(t);
+  const tok = makeToken(dir);
+  const tls = makeCA(dir);
+  const instances = await startInstances(t, 3, tok.file, dir);
+  const ngx = await startNginx(t, { instances, tls });
+  // nginx writes its pid file a moment before it listens.
+  const listening = () => new Promise((r) => {
+    const sock = connect(ngx.port, "127.0.0.1", () => { sock.destroy(); r(true); });
+    sock.on("error", () => r(false));
+  });
+  assert.ok(await waitUntil(listening, 10000), "nginx does not listen");
+  const from = { ca: tls.ca, localAddress: CLIENT_SOURCE };
+  const auth = { authorization: `Bearer ${tok.token}` };
+  // A session (the handshake era) and a call in it, each request claiming another address.
+  const spoof = { "x-forwarded-for": "6.6.6.6, 10.0.0.1", forwarded: "for=6.6.6.7" };
+  const init = await postFrom(ngx.url, {
+    ...from, headers: { ...auth, ...spoof },
+    body: { jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "xff", version: "0" } } },
+  });
+  assert.equal(init.status, 200, init.body);
+  const sid = init.headers["mcp-session-id"];
+  assert.match(sid, /^i[123]\./);
+  const session = { ...auth, ...spoof, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25" };
+  assert.equal((await postFrom(ngx.url, { ...from, headers: session, body: { jsonrpc: "2.0", method: "notifications/initialized" } })).status, 202);
+  const called = await postFrom(ngx.url, {
+    ...from, headers: session,
+    body: { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "validate_script", arguments: { script: "print(1)\n" } } },
+  });
+  assert.equal(called.status, 200, called.body);
+  // And a request without a token: its auth_failure line too.
+  const refused = await postFrom(ngx.url, { ...from, headers: spoof, body: { jsonrpc: "2.0", id: 2, method: "ping" } });
+  assert.equal(refused.status, 401);
+
+  const inst = instances[ROUTES.indexOf(sid.split(".")[0])];
+  assert.ok(await waitUntil(() => auditLines(inst, "tool_call").length === 1, 10000), "no tool_call line");
+  const [call] = auditLines(inst, "tool_call");
+  assert.deepEqual([call.remote, call.client, call.forwarded, call.tool], [NGINX_SOURCE, CLIENT_SOURCE, "ok", "validate_script"]);
+  assert.ok(await waitUntil(() => instances.some((i) => auditLines(i, "auth_failure").length > 0), 10000), "no auth_failure line");
+  const fails = instances.flatMap((i) => auditLines(i, "auth_failure"));
+  assert.equal(fails.length, 1);
+  assert.deepEqual([fails[0].remote, fails[0].client, fails[0].forwarded], [NGINX_SOURCE, CLIENT_SOURCE, "ok"]);
+  for (const i of instances) {
+    const text = existsSync(i.audit) ? readFileSync(i.audit, "utf8") : "";
+    assert.doesNotMatch(text, /6\.6\.6\.[67]/, "a client's own claim reached the audit log");
+  }
+  // nginx's own access log agrees on who the client was.
+  assert.match(readFileSync(join(ngx.dir, "access.log"), "utf8"), new RegExp(`^${CLIENT_SOURCE.replaceAll(".", "\\.")} `, "m"));
 });
 
 test("nginx: the stateless era (2026-07-28) routes every request freely over the pool", async (t) => {

@@ -39,6 +39,7 @@ dicts_for() {
     fuzz_cgroup) echo proc ;;
     fuzz_files) echo "" ;;
     fuzz_http_headers | fuzz_http_body) echo http ;;
+    fuzz_http_forwarded) echo forwarded ;;
     fuzz_jsonrpc) echo json ;;
     fuzz_pep440) echo pep440 ;;
     fuzz_pep508) echo "pep508 pep440" ;;
@@ -50,7 +51,7 @@ dicts_for() {
   esac
 }
 all="fuzz_cgroup fuzz_egress_http fuzz_egress_rules fuzz_files fuzz_http_body fuzz_http_headers
-     fuzz_jsonrpc fuzz_kframe fuzz_pep440 fuzz_pep508 fuzz_pep723 fuzz_profile fuzz_script fuzz_toml"
+     fuzz_http_forwarded fuzz_jsonrpc fuzz_kframe fuzz_pep440 fuzz_pep508 fuzz_pep723 fuzz_profile fuzz_script fuzz_toml"
 [ $# -gt 0 ] && all="$*"
 
 if [ "$report" = 1 ]; then

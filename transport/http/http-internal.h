@@ -161,6 +161,9 @@ struct hs_conn {
   cm_buf_t out;
   size_t out_off;
   uint64_t last_write;
+  /* Who sent it (tr_hs_conn_remote), once remote_known. */
+  tr_remote_t remote;
+  bool remote_known;
   char *origin; /* an allowed Origin to echo in CORS headers */
   hs_conn_t *prev, *next;
 };
@@ -196,6 +199,9 @@ struct tr_http {
   /* Answers by status class, for /metrics (index: status / 100 - 1, 1xx..5xx). */
   uint64_t status_counts[5];
   uint64_t auth_failures;
+  tr_http_cidr_t *trusted; /* --trusted-proxy ranges */
+  size_t n_trusted;
+  tr_http_forwarded_header_t forwarded_header;
   char **allowed_hosts;   /* normalised host names */
   char **allowed_origins; /* as given, lower-cased, without a trailing '/' */
   char **versions;
@@ -324,6 +330,8 @@ enum MHD_Result tr_hs_check_protocol_version(hs_conn_t *c, bool *ok);
 const char *tr_hs_header(hs_conn_t *c, const char *name);
 bool tr_hs_check_origin_host(hs_conn_t *c, const char **why);
 bool tr_hs_check_auth(hs_conn_t *c);
+/* Who sent c: its peer, and its client behind the trusted proxies (worked out once). */
+const tr_remote_t *tr_hs_conn_remote(hs_conn_t *c);
 bool tr_hs_version_supported(tr_http_t *h, const char *v);
 void tr_hs_parse_accept(hs_conn_t *c);
 

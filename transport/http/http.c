@@ -245,6 +245,7 @@ static void http_release(tr_http_t *h) {
   free(h->principals);
   free(h->token_principal);
   free(h->bound_host);
+  free(h->trusted);
   cm_strv_free(h->allowed_hosts);
   cm_strv_free(h->allowed_origins);
   cm_strv_free(h->versions);
@@ -302,6 +303,28 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   while (h->n_buckets < h->max_sessions * 2 && h->n_buckets < (1u << 16)) h->n_buckets *= 2;
   h->buckets = xcalloc(h->n_buckets, sizeof *h->buckets);
   h->tls = opts->tls_cert_pem && opts->tls_key_pem;
+  if (opts->trusted_proxy_header && strcmp(opts->trusted_proxy_header, "forwarded") == 0) {
+    h->forwarded_header = TR_HTTP_FORWARDED_RFC7239;
+  } else if (opts->trusted_proxy_header &&
+             strcmp(opts->trusted_proxy_header, "x-forwarded-for") != 0) {
+    cm_error_set(err, 0, CM_ERR_INVALID,
+                 "argument --trusted-proxy-header: invalid value: '%s' (x-forwarded-for or "
+                 "forwarded)",
+                 opts->trusted_proxy_header);
+    http_release(h);
+    free(h);
+    return NULL;
+  }
+  for (const char *const *t = opts->trusted_proxies; t && *t; t++) {
+    if (!h->trusted) h->trusted = xcalloc(TR_HTTP_MAX_TRUSTED_PROXIES, sizeof *h->trusted);
+    if (tr_http_parse_trusted(*t, strlen(*t), h->trusted, TR_HTTP_MAX_TRUSTED_PROXIES,
+                              &h->n_trusted, err) < 0) {
+      cm_error_wrap(err, "argument --trusted-proxy");
+      http_release(h);
+      free(h);
+      return NULL;
+    }
+  }
 
   if (opts->auth_token_file) {
     cleanup_free char *text = NULL;
@@ -347,6 +370,10 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
     if (tr_http_host_name(bracketed, strlen(bracketed), name, sizeof name) == 0)
       h->bound_host = xstrdup(name);
   }
+  if (h->n_trusted)
+    cm_info("http: behind %zu trusted proxy range(s): the client's address is read from %s",
+            h->n_trusted,
+            h->forwarded_header == TR_HTTP_FORWARDED_RFC7239 ? "Forwarded" : "X-Forwarded-For");
   if (!h->loopback && !h->tls)
     cm_warn(
         "http: listening on %s without TLS: bearer tokens and scripts cross the network in "

@@ -19,6 +19,7 @@
   X(create_response_from_fd64)     \
   X(destroy_response)              \
   X(get_connection_info)           \
+  X(get_connection_values)         \
   X(get_daemon_info)               \
   X(get_timeout)                   \
   X(lookup_connection_value)       \

@@ -290,24 +290,63 @@ bool tr_hs_check_origin_host(hs_conn_t *c, const char **why) {
   return true;
 }
 
-/* For the audit log: who was refused (the address, never what it sent). */
+/* Every line of the trusted proxies' header, in order, one per '\n'-ended line. */
+typedef struct forwarded_lines {
+  const char *name;
+  cm_buf_t text;
+  bool found, over;
+} forwarded_lines_t;
+
+static enum MHD_Result collect_forwarded(void *cls, enum MHD_ValueKind kind, const char *key,
+                                         const char *value) {
+  forwarded_lines_t *f = cls;
+  if (!key || strcasecmp(key, f->name) != 0) return MHD_YES;
+  f->found = true;
+  const char *v = value ? value : "";
+  if (cm_buf_append(&f->text, v, strlen(v)) < 0 || cm_buf_append(&f->text, "\n", 1) < 0) {
+    f->over = true;
+    return MHD_NO;
+  }
+  return MHD_YES;
+}
+
+const tr_remote_t *tr_hs_conn_remote(hs_conn_t *c) {
+  if (c->remote_known) return &c->remote;
+  tr_http_t *h = c->h;
+  c->remote_known = true;
+  snprintf(c->remote.peer, sizeof c->remote.peer, "%s", "unknown");
+  snprintf(c->remote.client, sizeof c->remote.client, "%s", "unknown");
+  const union MHD_ConnectionInfo *ci =
+      tr_mhd.get_connection_info(c->mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  tr_http_addr_t peer;
+  if (!ci || tr_http_addr_from_sockaddr(ci->client_addr, &peer) < 0) return &c->remote;
+  tr_http_addr_format(&peer, c->remote.peer);
+  tr_http_addr_t client = peer;
+  tr_http_forwarded_status_t st = TR_HTTP_FWD_NONE;
+  if (h->n_trusted && tr_http_trusted(h->trusted, h->n_trusted, &peer)) {
+    /* Only a trusted peer's header is read at all. */
+    forwarded_lines_t f = {
+        .name = h->forwarded_header == TR_HTTP_FORWARDED_RFC7239 ? "Forwarded" : "X-Forwarded-For"};
+    cm_buf_init(&f.text, TR_HTTP_FORWARDED_MAX_BYTES + 1);
+    tr_mhd.get_connection_values(c->mc, MHD_HEADER_KIND, collect_forwarded, &f);
+    if (f.over)
+      st = TR_HTTP_FWD_TOO_LONG;
+    else
+      st = tr_http_forwarded_client(h->trusted, h->n_trusted, &peer, h->forwarded_header,
+                                    f.found ? f.text.data : NULL, f.text.len, &client);
+    cm_buf_release(&f.text);
+  }
+  tr_http_addr_format(&client, c->remote.client);
+  c->remote.forwarded = tr_http_forwarded_status_name(st);
+  return &c->remote;
+}
+
+/* For the audit log: who was refused (the addresses, never what it sent). */
 static void auth_failed(hs_conn_t *c, const char *reason) {
   tr_http_t *h = c->h;
   h->auth_failures++;
   if (!h->cbs.auth_failed) return;
-  char addr[INET6_ADDRSTRLEN] = "unknown";
-  const union MHD_ConnectionInfo *ci =
-      tr_mhd.get_connection_info(c->mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-  if (ci && ci->client_addr) {
-    const struct sockaddr *sa = ci->client_addr;
-    if (sa->sa_family == AF_INET)
-      inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, addr,
-                sizeof addr);
-    else if (sa->sa_family == AF_INET6)
-      inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, addr,
-                sizeof addr);
-  }
-  h->cbs.auth_failed(h->data, addr, reason);
+  h->cbs.auth_failed(h->data, tr_hs_conn_remote(c), reason);
 }
 
 bool tr_hs_check_auth(hs_conn_t *c) {

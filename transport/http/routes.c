@@ -148,7 +148,10 @@ static enum MHD_Result legacy_post(hs_conn_t *c) {
                                env.why, NULL, NULL);
   if (env.requests && tr_hs_unread_over(c, &ret)) return ret;
   hs_stream_t *st = s->standalone;
-  if (st && s->app) h->cbs.on_message(h->data, s->app, c->body.data, c->body.len, &st->sink);
+  if (st && s->app) {
+    st->sink.remote = *tr_hs_conn_remote(c);
+    h->cbs.on_message(h->data, s->app, c->body.data, c->body.len, &st->sink);
+  }
   struct MHD_Response *r =
       tr_mhd.create_response_from_buffer(8, (void *)(uintptr_t) "Accepted", MHD_RESPMEM_PERSISTENT);
   if (!r) return MHD_NO;
@@ -190,6 +193,7 @@ static enum MHD_Result stateless_post(hs_conn_t *c, json_t *meta_version, json_t
   if (c->req_id) st->request_id = json_incref(c->req_id);
   tr_hs_conn_attach(c, st);
   c->dispatched = true;
+  st->sink.remote = *tr_hs_conn_remote(c);
   h->cbs.on_stateless(h->data, c->principal->name, c->body.data, c->body.len, &st->sink);
   cm_buf_release(&c->body);
   cm_buf_init(&c->body, 0);
@@ -285,6 +289,7 @@ static enum MHD_Result mcp_post(hs_conn_t *c) {
   }
   tr_hs_conn_attach(c, st);
   c->dispatched = true;
+  st->sink.remote = *tr_hs_conn_remote(c);
   h->cbs.on_message(h->data, s->app, c->body.data, c->body.len, &st->sink);
   cm_buf_release(&c->body);
   cm_buf_init(&c->body, 0);
