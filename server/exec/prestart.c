@@ -510,9 +510,10 @@ bool exec_prestart_take(exec_job_t *job) {
     if (job->prestarted == EXEC_PRESTARTED_INTERPRETER) p->taken_warm++;
     /* The next one: at once when this was the last but one (a burst is on), else once a
      * call was answered, or PRESTART_DEFER_MS from now. */
-    bool low = slot_ready(slot) <= 1;
+    bool low = slot_ready(slot) <= 1, had_timer = slot->timer != NULL;
     prestart_schedule(slot, low ? 0 : PRESTART_DEFER_MS);
-    if (slot->timer && !low) slot->deferred = true;
+    /* (Only a timer of this call's: one already due, a failure's retry say, keeps its time.) */
+    if (slot->timer && !had_timer && !low) slot->deferred = true;
     return true;
   }
   prestart_slot_t *other = &p->slots[1];

@@ -157,9 +157,11 @@ def test_refills_wait_while_calls_wait(make_server):
     for i in range(4):
         s.send({"jsonrpc": "2.0", "id": f"q{i}", "method": "tools/call",
                 "params": {"name": "execute_python", "arguments": {"script": "import time; time.sleep(1.5)"}}})
-    time.sleep(0.6)
-    p = pool(s)
-    assert p["taken"] == 1 and p["ready"] == 1, p
+    assert wait_until(lambda: pool(s)["taken"] == 1, timeout=20, interval=0.05), pool(s)
+    for _ in range(5):  # ...and no refill while the other three wait
+        p = pool(s)
+        assert p["taken"] == 1 and p["ready"] == 1, p
+        time.sleep(0.1)
     answers = set()
     deadline = time.monotonic() + 60
     while len(answers) < 4 and time.monotonic() < deadline:
