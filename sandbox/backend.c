@@ -117,6 +117,7 @@ char *sbx_backend_describe(sbx_backend_t *b) {
 
 void sbx_backend_free(sbx_backend_t *b) {
   if (!b) return;
+  if (b->end_detached) b->end_detached(b);
   if (b->ops->free) b->ops->free(b);
   free(b->unavailable);
   free(b);

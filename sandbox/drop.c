@@ -922,30 +922,54 @@ static void supervise(const drop_opts_t *o) {
   _exit(0);
 }
 
-/* mps-sandbox-drop --join-cgroup FD [--join-cgroup FD...] -- COMMAND [ARG...]
+/* mps-sandbox-drop --join-cgroup FD [--join-cgroup FD...] [--as BYTES] [--cpu SECONDS]
+ *                  [--nproc N] [--fsize BYTES] [--nofile N] -- COMMAND [ARG...]
  *
  * Not a sandbox step: the server spawns this on the host, in front of bwrap, where runs get a
  * cgroup v1 hierarchy.  Moving a process into a cgroup v1 (a write to its cgroup.procs) waits
  * for an RCU grace period in the kernel, 10-20 ms on our machines, and the server's spawn is
  * suspended until its child execs (vfork-style): in the child, that wait would stall the
  * server's whole event loop.  Here it stalls only this process.  Each FD (an open cgroup.procs
- * file, inherited) is joined and closed, then COMMAND is exec'd as it is, with this process's
- * environment, rlimits and everything else: nothing of the sandbox runs before the joins. */
+ * file, inherited) is joined and closed; then the rlimits given (the spawn's, which it leaves
+ * to this process: an interpreter under them would have to fit here too, and a sanitizer's
+ * runtime does not fit under an address-space limit), then COMMAND is exec'd as it is, with
+ * this process's environment and everything else: nothing of the sandbox runs before. */
 static void join_and_exec(int argc, char **argv) __attribute__((noreturn));
 static void join_and_exec(int argc, char **argv) {
+  drop_opts_t lim;
+  memset(&lim, 0, sizeof lim);
+  bool limits = false;
   int i = 1;
   for (; i < argc && strcmp(argv[i], "--") != 0; i += 2) {
-    if (strcmp(argv[i], "--join-cgroup") != 0 || i + 1 >= argc)
-      die_msg("--join-cgroup takes nothing but --join-cgroup FD options");
-    int fd = (int)parse_number(argv[i + 1], INT_MAX);
-    check_fd(fd, O_WRONLY, "--join-cgroup");
-    ssize_t n;
-    do n = write(fd, "0", 1);
-    while (n < 0 && errno == EINTR);
-    if (n != 1) die("joining the run's cgroup");
-    close(fd);
+    const char *a = argv[i];
+    if (i + 1 >= argc) die_msg("option without a value");
+    const char *v = argv[i + 1];
+    if (strcmp(a, "--join-cgroup") == 0) {
+      int fd = (int)parse_number(v, INT_MAX);
+      check_fd(fd, O_WRONLY, "--join-cgroup");
+      ssize_t n;
+      do n = write(fd, "0", 1);
+      while (n < 0 && errno == EINTR);
+      if (n != 1) die("joining the run's cgroup");
+      close(fd);
+      continue;
+    }
+    limits = true;
+    if (strcmp(a, "--as") == 0)
+      lim.as_bytes = parse_number(v, UINT64_MAX);
+    else if (strcmp(a, "--cpu") == 0)
+      lim.cpu_seconds = parse_number(v, UINT32_MAX);
+    else if (strcmp(a, "--nproc") == 0)
+      lim.nproc = parse_number(v, UINT32_MAX);
+    else if (strcmp(a, "--fsize") == 0)
+      lim.fsize_bytes = parse_number(v, UINT64_MAX);
+    else if (strcmp(a, "--nofile") == 0)
+      lim.nofile = parse_number(v, UINT32_MAX);
+    else
+      die_msg("--join-cgroup takes --join-cgroup FD and rlimit options only");
   }
   if (i + 1 >= argc || argv[i + 1][0] != '/') die_msg("expected -- and an absolute command path");
+  if (limits) apply_limits(&lim);
   execve(argv[i + 1], &argv[i + 1], environ);
   fprintf(stderr, "mps-sandbox-drop: exec %s: %s\n", argv[i + 1], strerror(errno));
   _exit(EXIT_EXEC);

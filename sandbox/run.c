@@ -217,7 +217,8 @@ static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   struct rusage ru;
   if (sbx_child_reap(&run->child, &si, &ru) == 0) return;
   run->reaped = true;
-  if (!run->early) record_exit(run, &si, &ru); /* (else answered on the record already) */
+  /* (Early: answered on the record already.  Detached: nobody to tell.) */
+  if (!run->early && !run->detached) record_exit(run, &si, &ru);
   cm_watch_remove(run->w_pid);
   run->w_pid = NULL;
   /* The main process is gone: whatever it left behind in its group goes too. */
@@ -225,7 +226,7 @@ static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   sbx_cgroup_run_kill(run->cgroup);
   if (run->backend && run->backend->ops->kill && run->launch.kill_name)
     run->backend->ops->kill(run->backend, &run->launch, SIGKILL);
-  if (run->early) {
+  if (run->early || run->detached) {
     cm_timer_cancel(run->t_teardown);
     run->t_teardown = NULL;
     if (run->detached) detached_release(run);
@@ -270,9 +271,9 @@ static void drain_stream(sbx_run_t *run, sbx_stream_t s) {
 
 static void on_teardown_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
   sbx_run_t *run = data;
-  run->t_teardown = NULL;
-  cm_warn("a sandbox's teardown took over %d ms after its record: killed", SBX_TEARDOWN_MS);
+  cm_warn("a sandbox's teardown took over %d ms: killed (again)", SBX_TEARDOWN_MS);
   kill_tree(run, SIGKILL);
+  run->t_teardown = cm_loop_timer(loop, SBX_TEARDOWN_MS, on_teardown_timeout, run);
 }
 
 /* The supervisor's record arrived (once; see the top of this file).  A record that does not
@@ -492,9 +493,15 @@ static void detached_release(sbx_run_t *run) {
   run_release(run);
 }
 
-void sbx_run_reap_detached(void) {
-  while (detached) {
-    sbx_run_t *run = detached;
+/* Kills and reaps the detached runs of backend b (NULL: all). */
+static void reap_detached(sbx_backend_t *b) {
+  sbx_run_t **p = &detached;
+  while (*p) {
+    sbx_run_t *run = *p;
+    if (b && run->backend != b) {
+      p = &run->detached_next;
+      continue;
+    }
     kill_tree(run, SIGKILL);
     siginfo_t si;
     struct rusage ru;
@@ -504,22 +511,46 @@ void sbx_run_reap_detached(void) {
     }
     run->reaped = true;
     kill(-run->child.pid, SIGKILL);
-    detached_release(run);
+    detached_release(run); /* (takes it out of the list: *p is the next one now) */
   }
+}
+
+static void end_detached_of(sbx_backend_t *b) {
+  reap_detached(b);
+}
+
+void sbx_run_reap_detached(void) {
+  reap_detached(NULL);
 }
 
 void sbx_run_free(sbx_run_t *run) {
   if (!run || run->freed) return;
   run->freed = true;
-  if (run->early && !run->reaped) {
-    /* Answered on its record; its sandbox is still being torn down: on_pidfd releases it
-     * when the launcher exits (never a wait here). */
+  if (!run->reaped && run->child.pid > 0 && run->w_pid) {
+    /* Answered on its record while its sandbox is being torn down, or still running (a held
+     * one no call took, a cancelled call): killed now, and reaped and released by on_pidfd
+     * when the launcher exits, never waited for here (a sandbox's teardown takes
+     * milliseconds of RCU grace periods).  Nothing of it reaches its callbacks any more. */
+    if (!run->early) kill_tree(run, SIGKILL);
+    if (run->w_out) close_stream(run, SBX_STDOUT);
+    if (run->w_err) close_stream(run, SBX_STDERR);
+    cm_watch_remove(run->w_status);
+    run->w_status = NULL;
+    sbx_launch_close_channel(&run->launch);
+    cm_timer_cancel(run->t_deadline);
+    cm_timer_cancel(run->t_grace);
+    cm_timer_cancel(run->t_drain);
+    run->t_deadline = run->t_grace = run->t_drain = NULL;
+    if (!run->t_teardown)
+      run->t_teardown = cm_loop_timer(run->loop, SBX_TEARDOWN_MS, on_teardown_timeout, run);
     run->detached = true;
     run->detached_next = detached;
     detached = run;
+    if (run->backend) run->backend->end_detached = end_detached_of;
     return;
   }
   if (!run->reaped && run->child.pid > 0) {
+    /* (No pidfd watch: a run whose start failed half-way.) */
     kill_tree(run, SIGKILL);
     siginfo_t si;
   syscall_waitid_blocking:;

@@ -162,6 +162,9 @@ struct sbx_backend {
   /* Borrowed: runs of this backend get a cgroup each (backends whose processes are our
    * descendants; docker's containers have the engine's).  NULL = none. */
   sbx_cgroups_t *cgroups;
+  /* Set by run.c once a run of this backend is detached (sbx_run_free): kills and reaps
+   * those before the backend goes (sbx_backend_free), since their teardown uses it. */
+  void (*end_detached)(sbx_backend_t *b);
 };
 
 /* Creates a backend by name: "none", "bwrap" (alias "native" on Linux), "docker", "podman".
@@ -380,10 +383,10 @@ int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, 
                     cm_error_t *err);
 /* Kills the whole tree now (SIGTERM, grace, SIGKILL); on_exit follows with cancelled. */
 void sbx_run_cancel(sbx_run_t *run);
-/* Frees a finished run; a running one is killed with SIGKILL and reaped first (blocking,
- * bounded: for shutdown only).  One that finished on its supervisor's record while its
- * sandbox is still being torn down is detached instead: reaped, and its cgroup and
- * reservation released, when its launcher exits, by the loop. */
+/* Frees a run.  One still running is killed with SIGKILL; it, and one that finished on its
+ * supervisor's record while its sandbox is still being torn down, is detached: its
+ * callbacks are never called again, and the loop reaps it and releases its cgroup and
+ * reservation when its launcher exits (never a wait here). */
 void sbx_run_free(sbx_run_t *run);
 /* Kills and reaps every detached run now (blocking, bounded: at shutdown, before the
  * backends and the cgroups are freed, which their teardown uses). */

@@ -151,9 +151,11 @@ static void child_main(const sbx_spawn_opts_t *o, bool in_cgroup, char *const *j
                     : write(o->cgroup_fds[i], "0", 1) != 1)
       child_fail(errpipe, "joining the run's cgroup");
   }
-  if (o->limits && apply_rlimits(o->limits) < 0) child_fail(errpipe, "setrlimit");
+  /* With a joiner, it applies them after its joins: it runs under them otherwise. */
+  bool joins = joiner_argv && !in_cgroup;
+  if (o->limits && !joins && apply_rlimits(o->limits) < 0) child_fail(errpipe, "setrlimit");
   if (o->cwd && chdir(o->cwd) < 0) child_fail(errpipe, "chdir");
-  if (joiner_argv && !in_cgroup) {
+  if (joins) {
     execve(joiner_argv[0], joiner_argv, o->envp);
     child_fail(errpipe, "exec the cgroup joiner");
   }
@@ -231,6 +233,12 @@ static char *spawn_stack_top(void) {
   return spawn_stack + SPAWN_STACK_BYTES; /* the stack grows down; mmap is page-aligned */
 }
 
+static void joiner_limit(cm_strv_builder_t *b, const char *flag, uint64_t value, bool always) {
+  if (!value && !always) return;
+  cm_strv_add(b, flag);
+  cm_strv_addf(b, "%llu", (unsigned long long)value);
+}
+
 /* [joiner, --join-cgroup, FD, ..., --, argv...] for a child that joins cgroups v1, or NULL
  * when it joins none or joins them itself.  Made here: the child may not allocate. */
 static char **joiner_argv_new(const sbx_spawn_opts_t *o) {
@@ -240,6 +248,16 @@ static char **joiner_argv_new(const sbx_spawn_opts_t *o) {
   for (size_t i = 0; i < o->n_cgroup_fds; i++) {
     cm_strv_add(&b, "--join-cgroup");
     cm_strv_addf(&b, "%d", o->cgroup_fds[i]);
+  }
+  /* The rlimits too, which the joiner applies after its joins (see child_main); --nofile
+   * always (0 = as it is), for the joiner applies the rest (a core size of 0) when given any. */
+  const sbx_limits_t *l = o->limits;
+  if (l) {
+    joiner_limit(&b, "--nofile", l->open_files, true);
+    joiner_limit(&b, "--as", l->memory_bytes, false);
+    joiner_limit(&b, "--cpu", l->cpu_seconds, false);
+    joiner_limit(&b, "--nproc", l->max_processes, false);
+    joiner_limit(&b, "--fsize", l->file_size_bytes, false);
   }
   cm_strv_add(&b, "--");
   for (char *const *a = o->argv; *a; a++) cm_strv_add(&b, *a);

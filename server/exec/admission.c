@@ -222,8 +222,12 @@ void exec_admission_started(exec_job_t *job) {
 
 bool exec_admission_busy(exec_state_t *x) {
   if (x->n_starting >= exec_admission_max_starting(x)) return true;
+  /* Only calls that wait for a slot or the gate: those queued behind their own token's
+   * --max-token-running wait for nothing a set-up takes, and one token could otherwise keep
+   * every other token's pool from refilling by keeping its queue full. */
+  const srv_config_t *cfg = srv_server_config(x->server);
   for (const exec_tenant_t *t = x->tenants; t; t = t->next)
-    if (t->queued) return true;
+    if (tenant_may_run(t, cfg)) return true;
   return false;
 }
 

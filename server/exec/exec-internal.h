@@ -146,8 +146,8 @@ void exec_admission_dequeue(exec_job_t *job);
 void exec_admission_started(exec_job_t *job);
 /* Gives back the job's slot (if it holds one) and admits the next. */
 void exec_admission_release_slot(exec_job_t *job);
-/* Calls wait for a slot, or the start gate is full: a prestarted sandbox's set-up (CPU that
- * only a later call gains from) waits too. */
+/* Calls wait for a slot (not for their own token's running cap), or the start gate is
+ * full: a prestarted sandbox's set-up (CPU that only a later call gains from) waits too. */
 bool exec_admission_busy(exec_state_t *x);
 /* exec_metrics without the prestarted pool's part (prestart.c adds it). */
 void exec_admission_metrics(exec_state_t *x, exec_metrics_t *out);

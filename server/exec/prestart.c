@@ -1,6 +1,7 @@
 /* The prestarted sandboxes and interpreters (--prestart). */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,6 +47,11 @@
  * (exec_prestart_call_done), or this long: the loop's part of a set-up, beside a short call,
  * would delay that call's answer. */
 #define PRESTART_DEFER_MS 200
+/* The server's descriptors a held sandbox keeps (pipes, pidfd, status and control channels,
+ * its FIFO, its egress socket: about 7), rounded up.  The pool grows only within a quarter of
+ * RLIMIT_NOFILE (both shapes together): the rest is for calls, connections and egress, and a
+ * pool that took them all would fail its own refills and refuse cold calls with EMFILE. */
+#define PRESTART_FDS_PER_HELD 8
 #define PRESTART_SLOTS 2
 /* The oldest CPython the runner's wait is written for (and tested on). */
 #define PRESTART_MIN_MAJOR 3
@@ -228,13 +234,23 @@ static void prestart_on_shrink(cm_loop_t *loop, cm_timer_t *t, void *data) {
   if (again) p->shrink = cm_loop_timer(loop, p->shrink_ms, prestart_on_shrink, p);
 }
 
+/* How far a shape's pool may grow: --prestart-max, within the descriptor budget (at least
+ * --prestart N).  Looked up each time: the soft limit may be raised after the start. */
+static size_t grow_cap(const exec_prestart_t *p) {
+  struct rlimit rl;
+  size_t cap = p->max_held;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    cap = CM_MIN(cap, (size_t)(rl.rlim_cur / 4 / PRESTART_FDS_PER_HELD / PRESTART_SLOTS));
+  return CM_MAX(p->per_shape, cap);
+}
+
 /* A call of the shape found none ready: the pool is smaller than the bursts of calls it
  * gets.  It grows by one per such call, up to --prestart-max, and shrinks back by half after
  * PRESTART_SHRINK_MS without one (prestart_on_shrink). */
 static void slot_missed(prestart_slot_t *slot) {
   exec_prestart_t *p = slot->owner;
   slot->last_miss = cm_now_ms();
-  if (slot->target >= p->max_held || slot->target < p->per_shape) return;
+  if (slot->target >= grow_cap(p) || slot->target < p->per_shape) return;
   slot->target++;
   if (!p->shrink)
     p->shrink = cm_loop_timer(srv_server_loop(p->server), p->shrink_ms, prestart_on_shrink, p);
@@ -395,7 +411,7 @@ void exec_prestart_counts(exec_state_t *x, exec_prestart_counts_t *out) {
   memset(out, 0, sizeof *out);
   if (!p) return;
   out->per_shape = p->per_shape;
-  out->max_per_shape = p->max_held;
+  out->max_per_shape = grow_cap(p);
   out->taken = p->taken;
   out->taken_interpreter = p->taken_warm;
   out->failed = p->failed;
@@ -494,9 +510,10 @@ bool exec_prestart_take(exec_job_t *job) {
     if (job->prestarted == EXEC_PRESTARTED_INTERPRETER) p->taken_warm++;
     /* The next one: at once when this was the last but one (a burst is on), else once a
      * call was answered, or PRESTART_DEFER_MS from now. */
-    bool low = slot_ready(slot) <= 1;
+    bool low = slot_ready(slot) <= 1, had_timer = slot->timer != NULL;
     prestart_schedule(slot, low ? 0 : PRESTART_DEFER_MS);
-    if (slot->timer && !low) slot->deferred = true;
+    /* (Only a timer of this call's: one already due, a failure's retry say, keeps its time.) */
+    if (slot->timer && !had_timer && !low) slot->deferred = true;
     return true;
   }
   prestart_slot_t *other = &p->slots[1];

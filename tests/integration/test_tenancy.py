@@ -1053,3 +1053,38 @@ def test_a_build_whose_builder_cancelled_is_charged_to_who_still_waits(make_tena
     for auth, sid in ((ALICE, alice), (BOB, bob)):
         envs[auth["Authorization"]] = share(s, sid, auth)["environments"]["count"]
     assert envs == {ALICE["Authorization"]: 1, BOB["Authorization"]: 0}, envs
+
+
+@pytest.mark.skipif(BACKEND == "none", reason="the none backend holds nothing")
+def test_a_token_at_its_running_cap_does_not_stop_the_pools_refills(make_tenants):
+    """Refills of the prestarted pool wait while calls wait (issue 20), but alice's calls
+    queued behind her own --max-token-running wait for nothing a refill takes: they must not
+    keep bob's pool from refilling, or every call of bob's runs cold for as long as alice
+    keeps her queue full."""
+    s = make_tenants("--prestart", "2", "--prestart-max", "2", "--max-token-running", "1",
+                     lan=False, backend="bwrap")
+    a_sid, b_sid = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+
+    def pool():
+        st, h, body = s.post({"jsonrpc": "2.0", "id": "ce", "method": "tools/call",
+                              "params": {"name": "check_environment", "arguments": {}}},
+                             b_sid, headers=BOB, version=LATEST)
+        return result_of(h, body, "ce")["result"]["structuredContent"]["prestart"]
+
+    assert wait_until(lambda: pool()["ready_interpreters"] >= 2, timeout=30), pool()
+    done = []
+
+    def alice(i):
+        done.append(execute(s, a_sid, ALICE, f"a{i}", "import time; time.sleep(3)"))
+    threads = [threading.Thread(target=alice, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    # One of alice's runs (in a held interpreter), three wait for her own cap: refilled anyway.
+    assert wait_until(lambda: pool()["taken"] >= 1, timeout=10), pool()
+    assert wait_until(lambda: pool()["ready_interpreters"] >= 2, timeout=8), pool()
+    assert len(done) < 4  # (alice's queue was still there)
+    got = execute(s, b_sid, BOB, "b1", "print('bob')")["structuredContent"]
+    assert got["stdout"] == "bob\n" and got["prestarted"] == "interpreter", got
+    for t in threads:
+        t.join(60)
+    assert len(done) == 4 and all(r["structuredContent"]["exit_code"] == 0 for r in done), done

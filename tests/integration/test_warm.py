@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -97,11 +98,11 @@ def test_a_burst_takes_the_whole_pool(make_server):
     wait_ready(s, 4)
 
 
-def burst(s, n, script, prefix="g"):
+def burst(s, n, script, prefix="g", **args):
     """n calls at once; their structuredContent in order, each answered exactly once."""
     for i in range(n):
         s.send({"jsonrpc": "2.0", "id": f"{prefix}{i}", "method": "tools/call",
-                "params": {"name": "execute_python", "arguments": {"script": script}}})
+                "params": {"name": "execute_python", "arguments": {"script": script, **args}}})
     answers = {}
     deadline = time.monotonic() + 120
     while len(answers) < n and time.monotonic() < deadline:
@@ -156,9 +157,11 @@ def test_refills_wait_while_calls_wait(make_server):
     for i in range(4):
         s.send({"jsonrpc": "2.0", "id": f"q{i}", "method": "tools/call",
                 "params": {"name": "execute_python", "arguments": {"script": "import time; time.sleep(1.5)"}}})
-    time.sleep(0.6)
-    p = pool(s)
-    assert p["taken"] == 1 and p["ready"] == 1, p
+    assert wait_until(lambda: pool(s)["taken"] == 1, timeout=20, interval=0.05), pool(s)
+    for _ in range(5):  # ...and no refill while the other three wait
+        p = pool(s)
+        assert p["taken"] == 1 and p["ready"] == 1, p
+        time.sleep(0.1)
     answers = set()
     deadline = time.monotonic() + 60
     while len(answers) < 4 and time.monotonic() < deadline:
@@ -168,6 +171,31 @@ def test_refills_wait_while_calls_wait(make_server):
             answers.add(msg["id"])
     assert len(answers) == 4
     wait_ready(s, 2)  # and refilled once nothing waits
+
+
+@bwrap_only
+def test_the_pool_grows_only_within_the_servers_descriptors(make_server):
+    # Each held sandbox keeps several of the server's descriptors (pipes, pidfd, channels, FIFO,
+    # egress).  With RLIMIT_NOFILE 160, a pool grown to --prestart-max (128) by a burst would
+    # take them all: the refills fail with EMFILE (and the shape is given up), and calls that
+    # need descriptors of their own (another shape's, cold) are refused.  The growth stops
+    # within the budget instead, and check_environment says how far it may go.
+    def low_fds():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
+
+    s = start(make_server, "--prestart", "2", "--max-concurrent", "8", preexec_fn=low_fds)
+    wait_ready(s, 2)
+    got = burst(s, 40, "pass")
+    assert all(g["exit_code"] == 0 for g in got), got
+    p = pool(s)
+    assert p["max_per_shape"] < 128, p  # the truth: this server cannot hold 128 per shape
+    assert p["shapes"][0]["target"] <= p["max_per_shape"], p
+    time.sleep(3)  # the refills beside nothing
+    got = burst(s, 8, "print('cold')", prefix="o", python_version="3.12")  # another shape: cold, its own descriptors
+    assert all(g["stdout"] == "cold\n" for g in got), got
+    p = pool(s)
+    assert p["shapes"][0]["holds"] == "interpreter", p
+    assert "Too many open files" not in s.stderr_text(), s.stderr_text()[-2000:]
 
 
 def test_a_bad_prestart_max_is_refused():
