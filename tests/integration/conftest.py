@@ -211,6 +211,23 @@ def make_server():
         s.close()
 
 
+# The 2026 era's protocol version: its requests carry it in _meta and in headers.
+MODERN = "2026-07-28"
+
+
+def modern_call(s, token, name, arguments):
+    """A tools/call of the 2026 era over an HttpServer s (test_http.py), as the principal of
+    the bearer token: its result (the HTTP status must be 200)."""
+    p = {"name": name, "arguments": arguments,
+         "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                   "io.modelcontextprotocol/clientCapabilities": {}}}
+    st, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": p},
+                         headers={"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call",
+                                  "Mcp-Name": name, "Authorization": "Bearer " + token,
+                                  "Accept": "application/json"})
+    assert st == 200, body
+    return json.loads(body)["result"]
+
 def _cmdline(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
