@@ -3,13 +3,14 @@
 // (no background traffic, no GPU, a fresh profile), never a browser playwright downloads.
 import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import assert from "node:assert/strict";
 
 import { chromium } from "playwright-core";
+
+import { canConnect, freePort, sleep, waitUntil } from "../lib/net.mjs";
 
 export const HERE = dirname(fileURLToPath(import.meta.url));
 export const ROOT = resolve(HERE, "..", "..");
@@ -19,39 +20,7 @@ export const CHROMIUM = process.env.MPS_CHROMIUM || "/usr/bin/chromium";
 // Screenshots, kept as CI artifacts: <build>/browser-screenshots/ beside the binary.
 export const SHOTS = process.env.MPS_SCREENSHOT_DIR || join(dirname(BINARY), "browser-screenshots");
 
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-export async function waitUntil(pred, timeoutMs = 10000, intervalMs = 100) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await pred()) return true;
-    await sleep(intervalMs);
-  }
-  return pred();
-}
-
-function freePort() {
-  return new Promise((ok, fail) => {
-    const s = createServer();
-    s.unref();
-    s.on("error", fail);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-  });
-}
-
-function canConnect(port) {
-  return new Promise((done) => {
-    const sock = connect({ host: "127.0.0.1", port });
-    sock.once("connect", () => {
-      sock.destroy();
-      done(true);
-    });
-    sock.once("error", () => done(false));
-  });
-}
+export { sleep, waitUntil };
 
 export const TOKEN = "browser-test-token-0123456789abcdef";
 

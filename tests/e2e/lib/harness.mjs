@@ -3,7 +3,6 @@
 // process is left behind.
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, existsSync } from "node:fs";
-import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -12,6 +11,8 @@ import assert from "node:assert/strict";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+
+import { canConnect, freePort, sleep, waitUntil as waitUntilEvery } from "../../lib/net.mjs";
 
 export const E2E_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const ROOT = resolve(E2E_DIR, "..", "..");
@@ -120,17 +121,10 @@ export function descendants(pid) {
   return out;
 }
 
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export { freePort, sleep };
 
 /** Polls pred until it is true or timeoutMs passes; returns its last value. */
-export async function waitUntil(pred, timeoutMs = 10000, intervalMs = 50) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await pred()) return true;
-    await sleep(intervalMs);
-  }
-  return pred();
-}
+export const waitUntil = (pred, timeoutMs = 10000, intervalMs = 50) => waitUntilEvery(pred, timeoutMs, intervalMs);
 
 // ------------------------------------------------------------------ logs
 
@@ -201,30 +195,6 @@ export function resultText(result) {
 }
 
 // ------------------------------------------------------------------ HTTP
-
-/** A TCP port that was free a moment ago on 127.0.0.1. */
-export function freePort() {
-  return new Promise((resolvePort, reject) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolvePort(port));
-    });
-  });
-}
-
-function canConnect(port) {
-  return new Promise((done) => {
-    const sock = connect({ host: "127.0.0.1", port });
-    sock.once("connect", () => {
-      sock.destroy();
-      done(true);
-    });
-    sock.once("error", () => done(false));
-  });
-}
 
 /**
  * Starts the binary as a Streamable HTTP server on a free loopback port.
