@@ -23,6 +23,16 @@ BACKEND = os.environ.get("MPS_TEST_BACKEND", "none")
 # with a loopback index).  Set here, every server inherits it, however it is started.
 os.environ.setdefault("MCP_PY_SANDBOX_WARM_CACHE", "0")
 
+def pytest_configure(config):
+    # test.sh runs the suite under pytest-xdist (several tests at once), then the tests marked
+    # serial alone (-m serial -n 0): those bound how long the server takes to end a run or to
+    # stop (a timeout's kill, SIGTERM), or judge scheduling from the order of starts, and a
+    # loaded machine stretches what they measure.  Run by hand without -m, everything runs.
+    config.addinivalue_line("markers", "serial: run apart from the parallel pass (see test.sh)")
+    # pytest-xdist's own marker (--dist loadgroup), known even where xdist is not loaded.
+    config.addinivalue_line("markers", "xdist_group(name): run every test of the group in one xdist worker")
+
+
 # The pids of every server this test run started (cgroup directories are named after them;
 # other sessions on the machine run servers too).
 STARTED_SERVERS = set()
