@@ -63,10 +63,12 @@ if [ "$(id -u)" = 0 ]; then
       engine_reason+="$e: $(tail -n 3 "build/engine-setup-$e.log" | tr '\n' ' ') "
     fi
   done
-  # (a fleet still running beside a failed ASan suite goes first: fleet_start)
-  trap 'fleet_stop; ./deploy/container-engine.sh stop all >/dev/null 2>&1 || true' EXIT
+  # (a fleet still running beside a failed ASan suite goes first: fleet_start; and an ASan
+  # build still compiling beside a failed normal suite: asan_build_start)
+  trap 'asan_stop; fleet_stop; ./deploy/container-engine.sh stop all >/dev/null 2>&1 || true' EXIT
 else
   engine_reason="not root (the engine setup starts dockerd and runs debootstrap)"
+  trap 'asan_stop' EXIT
 fi
 export MPS_TEST_CONTAINER_ENGINES="${engines[*]}"
 if [ ${#engines[@]} -eq 0 ]; then
@@ -80,11 +82,39 @@ build() {
   cmake --build "$dir" -j"$jobs" >/dev/null
 }
 
+# The ASan build compiles in the background from the end of the normal build on, at the
+# lowest priority: it takes the CPU the normal build's suites leave idle (they wait on
+# processes, engines and browsers far more than they compute), and is ready, or nearly, when
+# its own suites start (asan_build_wait).
+asan_pid=""
+asan_build_start() {
+  export -f build
+  export jobs
+  # A session of its own, so that asan_stop ends the whole compile (make, the compilers).
+  setsid nice -n 19 bash -c 'set -e; start=$(date +%s); build build-asan -DCMAKE_BUILD_TYPE=Debug -DMPS_SANITIZE=ON
+    echo $(($(date +%s) - start)) >build/asan-build.secs' >build/asan-build.log 2>&1 &
+  asan_pid=$!
+}
+asan_stop() {
+  [ -n "${asan_pid:-}" ] || return 0
+  kill -- -"$asan_pid" 2>/dev/null || true
+  wait "$asan_pid" 2>/dev/null || true
+}
+asan_build_wait() {
+  local rc=0
+  wait "$asan_pid" || rc=$?
+  asan_pid=""
+  stage "the ASan+UBSan build (compiled in the background beside the normal build's suites)"
+  cat build/asan-build.log
+  [ "$rc" = 0 ] || return "$rc"
+  note_time "the ASan+UBSan build (in the background, niced)" "$(cat build/asan-build.secs)"
+}
+
 # The fleet (issue 22: the server's image, nginx x3, a swarm stack, the Kubernetes manifests)
 # is about deployment, not sanitizers: the normal build's binary only.  Its suites wait on
-# containers and servers far more than they compute, so they run beside the ASan build
-# (fleet_start), and the ASan build's container suite waits for them before it uses the
-# engine (fleet_wait).  The suites that need docker run where the engine came up; nginx
+# containers and servers far more than they compute, so they run beside the ASan build's
+# suites (fleet_start), and the ASan build's container suite waits for them before it uses
+# the engine (fleet_wait).  The suites that need docker run where the engine came up; nginx
 # and the Kubernetes schemas run everywhere.
 fleet_pid=""
 fleet_start() {
@@ -111,7 +141,7 @@ fleet_wait() {
   wait "$fleet_pid" || rc=$?
   fleet_pid=""
   # (its length is from its start to its end, not to this wait)
-  note_time "normal build: the fleet (beside the ASan build)" $(($(stat -c %Y build/fleet.log) - fleet_t0))
+  note_time "normal build: the fleet (beside the ASan build's suites)" $(($(stat -c %Y build/fleet.log) - fleet_t0))
   stage "normal build: $fleet_title"
   cat build/fleet.log
   return "$rc"
@@ -214,6 +244,7 @@ stage "layers: every #include follows the layer table, no include cycles (and th
 
 stage "the normal build (RelWithDebInfo)"
 timed "the normal build" build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+[ "$quick" = 1 ] || asan_build_start
 # The playground's editor bundle (CodeMirror, from npm), before the package test packs it.
 stage "the playground's editor bundle (ui/build.sh)"
 timed "the editor bundle" ui/build.sh build
@@ -222,8 +253,7 @@ fleet_start
 [ "$quick" = 0 ] || fleet_wait
 
 if [ "$quick" = 0 ]; then
-  stage "the ASan+UBSan build (Debug, -DMPS_SANITIZE=ON)"
-  timed "the ASan+UBSan build" build build-asan -DCMAKE_BUILD_TYPE=Debug -DMPS_SANITIZE=ON
+  asan_build_wait
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   suite build-asan "ASan+UBSan build"
