@@ -100,7 +100,10 @@ def test_detached_run_does_not_count_against_a_stateless_request(two_tokens):
 def test_result_waiter_when_the_ttl_ends(tasks_server):
     s = tasks_server()
     marker = f"mps-task-wexp-{time.monotonic_ns()}"
-    task = task_call(s, sleeper(marker), ttl=3000)["result"]["task"]
+    # The TTL counts from the task's creation, its run's start-up included: 3 s was shorter than
+    # that start on a loaded machine (the task expired, and its run with it, before the
+    # script's child appeared); with 10 s the waiter below still waits when the TTL ends.
+    task = task_call(s, sleeper(marker), ttl=10000)["result"]["task"]
     assert wait_until(lambda: processes_with_marker(marker), 30)
     s.send({"jsonrpc": "2.0", "id": "w", "method": "tasks/result", "params": {"taskId": task["taskId"]}})
     e = s.recv_response("w", timeout=30)["error"]
