@@ -149,9 +149,10 @@ fleet_wait() {
 
 # The integration suites run under pytest-xdist: $workers workers for each backend, and the
 # two backends side by side (each test waits on the processes it starts far more than it
-# computes).  Four a backend, eight in all on two cores, was the fastest measured: the two
-# suites then keep both cores busy, and more workers only stretched every test's start-ups
-# (see the ci branch's report).  MPS_TEST_WORKERS sets another count.
+# computes).  Measured on two shared cores: one process a backend left half the CPU idle;
+# four a backend (eight in all) kept both cores busy (about 3.9 tests at once in each suite);
+# eight a backend thrashed (progress 3x slower, and tests bounding a build's or a kill's time
+# failed).  MPS_TEST_WORKERS sets another count.
 #
 # What must not run beside other tests of the same run:
 # - test_network.py's network namespace has fixed addresses and host routes to them: the
