@@ -149,10 +149,11 @@ fleet_wait() {
 
 # The integration suites run under pytest-xdist: $workers workers for each backend, and the
 # two backends side by side (each test waits on the processes it starts far more than it
-# computes).  Measured on two shared cores: one process a backend left half the CPU idle;
-# four a backend (eight in all) kept both cores busy (about 3.9 tests at once in each suite);
-# eight a backend thrashed (progress 3x slower, and tests bounding a build's or a kill's time
-# failed).  MPS_TEST_WORKERS sets another count.
+# computes).  Measured on two shared cores: two a backend (four tests at once in all)
+# already keep the CPU busy: four a backend took the same time (11:51 against 12:27 for both
+# suites; 35 s against 34 s for four files on one backend alone) with every test twice as
+# long, and eight a backend thrashed (tests bounding a build's or a kill's time failed).
+# MPS_TEST_WORKERS sets another count.
 #
 # What must not run beside other tests of the same run:
 # - test_network.py's network namespace has fixed addresses and host routes to them: the
@@ -164,7 +165,7 @@ fleet_wait() {
 # Everything else asserts about its own server only: its own pids and descendants, cgroups
 # named after its server's pid, markers carrying the test process's pid, its own state and
 # temporary directories, ports the kernel picked.
-workers=${MPS_TEST_WORKERS:-4}
+workers=${MPS_TEST_WORKERS:-2}
 integration() {
   local dir=$1 name=$2 backend pids=() failed=0 start
   start=$(date +%s)
