@@ -29,6 +29,26 @@ export MCP_PY_SANDBOX_WARM_CACHE=0
 # pytest comes from Debian's python3-pytest: use the system interpreter, whatever PATH says.
 PYTEST=(/usr/bin/python3 -m pytest -q -p no:cacheprovider)
 
+# Every stage's header carries the time (UTC) and how long the run has taken so far, and the
+# end lists each stage's own length, so that a CI log shows where the minutes go.
+t0=$(date +%s)
+stage_times=()
+stage() {
+  local now
+  now=$(date +%s)
+  printf '== [%s +%d:%02d] %s\n' "$(date -u -d "@$now" +%T)" $(((now - t0) / 60)) $(((now - t0) % 60)) "$*"
+}
+# note_time NAME SECONDS: a line of the summary at the end.
+note_time() { stage_times+=("$(printf '%5ds  %s' "$2" "$1")"); }
+# timed NAME CMD...: runs CMD and notes how long it took (a failure ends the run as before).
+timed() {
+  local name=$1 start
+  shift
+  start=$(date +%s)
+  "$@"
+  note_time "$name" $(($(date +%s) - start))
+}
+
 # The docker and podman backends on real engines: deploy/container-engine.sh starts them by
 # hand and builds the image (registry-free); the engines that came up are tested, and the
 # ones it started are stopped at the end.  A machine where neither can run says so loudly.
@@ -43,10 +63,12 @@ if [ "$(id -u)" = 0 ]; then
       engine_reason+="$e: $(tail -n 3 "build/engine-setup-$e.log" | tr '\n' ' ') "
     fi
   done
-  # (a fleet still running beside a failed ASan suite goes first: fleet_start)
-  trap 'fleet_stop; ./deploy/container-engine.sh stop all >/dev/null 2>&1 || true' EXIT
+  # (a fleet still running beside a failed ASan suite goes first: fleet_start; and an ASan
+  # build still compiling beside a failed normal suite: asan_build_start)
+  trap 'asan_stop; fleet_stop; ./deploy/container-engine.sh stop all >/dev/null 2>&1 || true' EXIT
 else
   engine_reason="not root (the engine setup starts dockerd and runs debootstrap)"
+  trap 'asan_stop' EXIT
 fi
 export MPS_TEST_CONTAINER_ENGINES="${engines[*]}"
 if [ ${#engines[@]} -eq 0 ]; then
@@ -60,12 +82,40 @@ build() {
   cmake --build "$dir" -j"$jobs" >/dev/null
 }
 
+# The ASan build compiles in the background from the end of the normal build on, at the
+# lowest priority: it takes the CPU the normal build's suites leave idle (they wait on
+# processes, engines and browsers far more than they compute), and is ready, or nearly, when
+# its own suites start (asan_build_wait).
+asan_pid=""
+asan_build_start() {
+  export -f build
+  export jobs
+  # A session of its own, so that asan_stop ends the whole compile (make, the compilers).
+  setsid nice -n 19 bash -c 'set -e; start=$(date +%s); build build-asan -DCMAKE_BUILD_TYPE=Debug -DMPS_SANITIZE=ON
+    echo $(($(date +%s) - start)) >build/asan-build.secs' >build/asan-build.log 2>&1 &
+  asan_pid=$!
+}
+asan_stop() {
+  [ -n "${asan_pid:-}" ] || return 0
+  kill -- -"$asan_pid" 2>/dev/null || true
+  wait "$asan_pid" 2>/dev/null || true
+}
+asan_build_wait() {
+  local rc=0
+  wait "$asan_pid" || rc=$?
+  asan_pid=""
+  stage "the ASan+UBSan build (compiled in the background beside the normal build's suites)"
+  cat build/asan-build.log
+  [ "$rc" = 0 ] || return "$rc"
+  note_time "the ASan+UBSan build (in the background, niced)" "$(cat build/asan-build.secs)"
+}
+
 # The fleet (issue 22: the server's image, nginx x3, a swarm stack, the Kubernetes manifests)
 # is about deployment, not sanitizers: the normal build's binary only.  Its suites wait on
-# containers and servers far more than they compute, so they run beside the ASan build
-# (fleet_start), and the ASan suite waits for them before it uses the engine (fleet_wait).
-# The suites that need docker run where the engine came up; nginx and the Kubernetes
-# schemas run everywhere.
+# containers and servers far more than they compute, so they run beside the ASan build's
+# suites (fleet_start), and the ASan build's container suite waits for them before it uses
+# the engine (fleet_wait).  The suites that need docker run where the engine came up; nginx
+# and the Kubernetes schemas run everywhere.
 fleet_pid=""
 fleet_start() {
   local fleet=(kubernetes nginx)
@@ -75,6 +125,7 @@ fleet_start() {
     echo "== SKIPPED: the fleet's image and swarm suites (no docker engine: $engine_reason)" >&2
   fi
   fleet_title="the fleet: ${fleet[*]} (tests/fleet: the server's image, nginx x3, a swarm stack, the Kubernetes manifests)"
+  fleet_t0=$(date +%s)
   MPS_BINARY="$PWD/build/mcp-python-exec-sandbox" tests/fleet/run.sh "${fleet[@]}" >build/fleet.log 2>&1 &
   fleet_pid=$!
 }
@@ -89,80 +140,125 @@ fleet_wait() {
   local rc=0
   wait "$fleet_pid" || rc=$?
   fleet_pid=""
-  echo "== normal build: $fleet_title"
+  # (its length is from its start to its end, not to this wait)
+  note_time "normal build: the fleet (beside the ASan build's suites)" $(($(stat -c %Y build/fleet.log) - fleet_t0))
+  stage "normal build: $fleet_title"
   cat build/fleet.log
   return "$rc"
 }
 
-suite() {
-  local dir=$1 name=$2
-  echo "== $name: unit tests, sandbox tests and fuzz-corpus replays (ctest)"
-  ctest --test-dir "$dir" --output-on-failure -j"$jobs" # check_layers_symbols: no call cycles
-  # The two backends' integration suites run side by side (each test waits on processes far
-  # more than it computes); each has its own pytest base directory and log, shown in turn.
-  local backend pids=() failed=0
+# The integration suites run under pytest-xdist: $workers workers for each backend, and the
+# two backends side by side (each test waits on the processes it starts far more than it
+# computes).  Measured on two shared cores: two a backend (four tests at once in all)
+# already keep the CPU busy: four a backend took the same time (11:51 against 12:27 for both
+# suites; 35 s against 34 s for four files on one backend alone) with every test twice as
+# long, and eight a backend thrashed (tests bounding a build's or a kill's time failed).
+# MPS_TEST_WORKERS sets another count.
+#
+# What must not run beside other tests of the same run:
+# - test_network.py's network namespace has fixed addresses and host routes to them: the
+#   module is one xdist group (--dist loadgroup), so one worker makes the namespace once.
+# - The tests marked serial (conftest.py; test_scheduling.py, and the tests that bound how
+#   long a timeout's kill or a SIGTERM'd server's exit takes) judge time against the script's
+#   own sleeps: they run after the parallel pass, one at a time (-n 0), the two backends side
+#   by side as before.
+# Everything else asserts about its own server only: its own pids and descendants, cgroups
+# named after its server's pid, markers carrying the test process's pid, its own state and
+# temporary directories, ports the kernel picked.
+workers=${MPS_TEST_WORKERS:-2}
+integration() {
+  local dir=$1 name=$2 backend pids=() failed=0 start
+  start=$(date +%s)
   for backend in bwrap none; do
-    local base="/tmp/mps-it-$backend.$$"
-    rm -rf "$base"
+    rm -rf "/tmp/mps-it-$backend.$$"
     MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration \
-      --ignore=tests/integration/test_container_real.py --basetemp="$base" >"$dir/integration-$backend.log" 2>&1 &
+      --ignore=tests/integration/test_container_real.py --basetemp="/tmp/mps-it-$backend.$$" \
+      -n "$workers" --dist loadgroup -m "not serial" >"$dir/integration-$backend.log" 2>&1 &
     pids+=($!)
   done
-  local i=0
+  local i=0 rcs=()
   for backend in bwrap none; do
     local rc=0
     wait "${pids[$i]}" || rc=$?
-    echo "== $name: integration tests (the real binary over stdio, sandbox backend $backend)"
-    cat "$dir/integration-$backend.log"
-    rm -rf "/tmp/mps-it-$backend.$$"
-    [ "$rc" = 0 ] || failed=1
+    rcs+=("$rc")
     i=$((i + 1))
   done
-  [ "$failed" = 0 ] || return 1
+  note_time "$name: integration tests, parallel pass (both backends side by side)" $(($(date +%s) - start))
+  start=$(date +%s)
+  pids=()
+  for backend in bwrap none; do
+    echo "-- the tests marked serial, one at a time" >>"$dir/integration-$backend.log"
+    MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration \
+      --ignore=tests/integration/test_container_real.py --basetemp="/tmp/mps-it-$backend.$$/serial" \
+      -n 0 -m serial >>"$dir/integration-$backend.log" 2>&1 &
+    pids+=($!)
+  done
+  i=0
+  for backend in bwrap none; do
+    local rc=0
+    wait "${pids[$i]}" || rc=$?
+    stage "$name: integration tests (the real binary over stdio, sandbox backend $backend; $workers xdist workers, then the serial tests)"
+    cat "$dir/integration-$backend.log"
+    rm -rf "/tmp/mps-it-$backend.$$"
+    [ "$rc" = 0 ] && [ "${rcs[$i]}" = 0 ] || failed=1
+    i=$((i + 1))
+  done
+  note_time "$name: integration tests, serial pass (both backends side by side)" $(($(date +%s) - start))
+  [ "$failed" = 0 ]
+}
+
+suite() {
+  local dir=$1 name=$2
+  stage "$name: unit tests, sandbox tests and fuzz-corpus replays (ctest)"
+  timed "$name: ctest" ctest --test-dir "$dir" --output-on-failure -j"$jobs" # check_layers_symbols: no call cycles
+  integration "$dir" "$name" || return 1
   # The ASan build's container suite asserts the engine holds no container but its own: the
   # fleet, which runs beside this build (fleet_start), must be over first.
   if [ "$dir" != build ]; then fleet_wait || return 1; fi
   if [ -n "$MPS_TEST_CONTAINER_ENGINES" ]; then
-    echo "== $name: the container backends on real engines ($MPS_TEST_CONTAINER_ENGINES)"
-    MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration/test_container_real.py
+    stage "$name: the container backends on real engines ($MPS_TEST_CONTAINER_ENGINES)"
+    MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: container backends" "${PYTEST[@]}" tests/integration/test_container_real.py
   fi
   if [ "$dir" = build ] && [ "$(id -u)" = 0 ]; then
     # Packaging is not about sanitizers: the normal build's .deb only.
-    echo "== $name: the Debian package (built, installed into a fresh bookworm root, run, purged)"
-    tests/package/test-deb.sh "$dir"
+    stage "$name: the Debian package (built, installed into a fresh bookworm root, run, purged)"
+    timed "$name: the Debian package" tests/package/test-deb.sh "$dir"
   elif [ "$dir" = build ]; then
     echo "== SKIPPED: the Debian package test (needs root: chroot and mounts)" >&2
   fi
-  echo "== $name: MCP conformance suites (0.1.16, and 0.2.0-alpha.12 for both eras) over Streamable HTTP"
-  MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/conformance/run.sh
-  echo "== $name: end-to-end tests with real MCP clients (TypeScript SDK v1 and v2, Inspector CLI v1 and v2)"
-  MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/e2e/run.sh
+  stage "$name: MCP conformance suites (0.1.16, and 0.2.0-alpha.12 for both eras) over Streamable HTTP"
+  MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: conformance" tests/conformance/run.sh
+  stage "$name: end-to-end tests with real MCP clients (TypeScript SDK v1 and v2, Inspector CLI v1 and v2)"
+  MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: e2e" tests/e2e/run.sh
   if [ "$dir" = build ]; then
     # The page is the same in both builds (what it drives is tested above): the normal one only.
-    echo "== $name: browser tests of the playground page and the MCP App (chromium, playwright-core; screenshots in $dir/browser-screenshots/)"
-    MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/browser/run.sh
+    stage "$name: browser tests of the playground page and the MCP App (chromium, playwright-core; screenshots in $dir/browser-screenshots/)"
+    MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: browser" tests/browser/run.sh
   fi
 }
 
-echo "== format: every .c and .h file as .clang-format has it (clang-format 14)"
+stage "format: every .c and .h file as .clang-format has it (clang-format 14)"
 git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
 
-echo "== layers: every #include follows the layer table, no include cycles (and the check's self-test)"
+stage "layers: every #include follows the layer table, no include cycles (and the check's self-test)"
 /usr/bin/python3 scripts/check-layers.py
 /usr/bin/python3 scripts/check-layers.py --self-test
 
-build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+stage "the normal build (RelWithDebInfo)"
+timed "the normal build" build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+[ "$quick" = 1 ] || asan_build_start
 # The playground's editor bundle (CodeMirror, from npm), before the package test packs it.
-echo "== the playground's editor bundle (ui/build.sh)"
-ui/build.sh build
+stage "the playground's editor bundle (ui/build.sh)"
+timed "the editor bundle" ui/build.sh build
 suite build "normal build"
 fleet_start
 [ "$quick" = 0 ] || fleet_wait
 
 if [ "$quick" = 0 ]; then
-  build build-asan -DCMAKE_BUILD_TYPE=Debug -DMPS_SANITIZE=ON
+  asan_build_wait
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   suite build-asan "ASan+UBSan build"
 fi
-echo "== all tests passed"
+stage "all tests passed; each stage's length (some ran side by side):"
+printf '%s\n' "${stage_times[@]}"

@@ -1,15 +1,16 @@
 // Helpers of the browser tests: the server binary on a free loopback port (with a token file),
 // and Debian's chromium under playwright-core, started with the flags of the closed network
 // (no background traffic, no GPU, a fresh profile), never a browser playwright downloads.
-import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import assert from "node:assert/strict";
 
 import { chromium } from "playwright-core";
+
+import { canConnect, freePort, sleep, waitUntil } from "../lib/net.mjs";
+import { assertNoSanitizerReport, spawnServer } from "../lib/server.mjs";
 
 export const HERE = dirname(fileURLToPath(import.meta.url));
 export const ROOT = resolve(HERE, "..", "..");
@@ -19,39 +20,7 @@ export const CHROMIUM = process.env.MPS_CHROMIUM || "/usr/bin/chromium";
 // Screenshots, kept as CI artifacts: <build>/browser-screenshots/ beside the binary.
 export const SHOTS = process.env.MPS_SCREENSHOT_DIR || join(dirname(BINARY), "browser-screenshots");
 
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-export async function waitUntil(pred, timeoutMs = 10000, intervalMs = 100) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await pred()) return true;
-    await sleep(intervalMs);
-  }
-  return pred();
-}
-
-function freePort() {
-  return new Promise((ok, fail) => {
-    const s = createServer();
-    s.unref();
-    s.on("error", fail);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-  });
-}
-
-function canConnect(port) {
-  return new Promise((done) => {
-    const sock = connect({ host: "127.0.0.1", port });
-    sock.once("connect", () => {
-      sock.destroy();
-      done(true);
-    });
-    sock.once("error", () => done(false));
-  });
-}
+export { sleep, waitUntil };
 
 export const TOKEN = "browser-test-token-0123456789abcdef";
 
@@ -63,27 +32,17 @@ export async function startServer(t, extra = []) {
   const port = await freePort();
   const argv = ["--sandbox-backend", BACKEND, "--state-dir", join(dir, "state"), "--transport", "http",
     "--host", "127.0.0.1", "--port", String(port), "--auth-token-file", tokens, ...extra];
-  const proc = spawn(BINARY, argv, { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  proc.stderr.on("data", (c) => (log += c.toString()));
-  let exit = null;
-  const exited = new Promise((r) => proc.once("exit", (code, signal) => r((exit = { code, signal }))));
+  const server = spawnServer(BINARY, argv);
   const stop = async () => {
-    if (exit === null) {
-      proc.kill("SIGTERM");
-      const killer = setTimeout(() => proc.kill("SIGKILL"), 10000);
-      await exited;
-      clearTimeout(killer);
-    }
+    await server.stop();
     rmSync(dir, { recursive: true, force: true });
-    for (const bad of ["ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"])
-      assert.ok(!log.includes(bad), `sanitizer report in the server's log:\n${log.slice(-4000)}`);
+    assertNoSanitizerReport(server.log());
   };
   t.after(stop);
-  const ready = await waitUntil(async () => exit !== null || (await canConnect(port)), 15000, 50);
-  assert.ok(ready && exit === null, `the server did not listen on ${port}:\n${log.slice(-3000)}`);
+  const ready = await waitUntil(async () => server.exit() !== null || (await canConnect(port)), 15000, 50);
+  assert.ok(ready && server.exit() === null, `the server did not listen on ${port}:\n${server.log().slice(-3000)}`);
   const origin = `http://127.0.0.1:${port}`;
-  return { origin, url: origin + "/mcp", port, proc, log: () => log, stop };
+  return { origin, url: origin + "/mcp", port, proc: server.proc, log: server.log, stop };
 }
 
 /** Chromium, headless, with a fresh profile; closed at test end. */

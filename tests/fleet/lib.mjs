@@ -4,7 +4,6 @@
 // io.github.mcp-python-exec-sandbox.fleet, so run.sh can sweep what a crashed test left.
 import { execFile, execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -14,6 +13,8 @@ import assert from "node:assert/strict";
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+import { freePort, sleep, waitUntil } from "../lib/net.mjs";
 
 export const FLEET_DIR = dirname(fileURLToPath(import.meta.url));
 export const ROOT = resolve(FLEET_DIR, "..", "..");
@@ -30,7 +31,7 @@ export const BWRAP_OPTS = [
 ];
 
 const execFileAsync = promisify(execFile);
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export { freePort, sleep, waitUntil };
 
 /** Runs the engine's CLI; resolves its stdout (trimmed), rejects with its stderr. */
 export async function engine(args, { timeout = 120000 } = {}) {
@@ -68,16 +69,6 @@ export async function engineLogs(name) {
   }
 }
 
-/** Polls pred until it is true or timeoutMs passes; returns its last value. */
-export async function waitUntil(pred, timeoutMs = 10000, intervalMs = 100) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await pred()) return true;
-    await sleep(intervalMs);
-  }
-  return pred();
-}
-
 /** A fresh temporary directory, removed when the test ends. */
 export function tempDir(t, tag = "fleet") {
   const dir = mkdtempSync(join(tmpdir(), `mps-${tag}-`));
@@ -91,19 +82,6 @@ export function makeToken(dir, name = "tester") {
   const file = join(dir, "tokens");
   writeFileSync(file, `${name}:${token}\n`, { mode: 0o644 });
   return { token, file, name };
-}
-
-/** A TCP port that was free a moment ago on 127.0.0.1. */
-export function freePort() {
-  return new Promise((done, reject) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => done(port));
-    });
-  });
 }
 
 /** GET url; resolves { status, body } (never throws on a refused connection: status 0). */

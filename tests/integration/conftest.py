@@ -23,6 +23,16 @@ BACKEND = os.environ.get("MPS_TEST_BACKEND", "none")
 # with a loopback index).  Set here, every server inherits it, however it is started.
 os.environ.setdefault("MCP_PY_SANDBOX_WARM_CACHE", "0")
 
+def pytest_configure(config):
+    # test.sh runs the suite under pytest-xdist (several tests at once), then the tests marked
+    # serial alone (-m serial -n 0): those bound how long the server takes to end a run or to
+    # stop (a timeout's kill, SIGTERM), or judge scheduling from the order of starts, and a
+    # loaded machine stretches what they measure.  Run by hand without -m, everything runs.
+    config.addinivalue_line("markers", "serial: run apart from the parallel pass (see test.sh)")
+    # pytest-xdist's own marker (--dist loadgroup), known even where xdist is not loaded.
+    config.addinivalue_line("markers", "xdist_group(name): run every test of the group in one xdist worker")
+
+
 # The pids of every server this test run started (cgroup directories are named after them;
 # other sessions on the machine run servers too).
 STARTED_SERVERS = set()
@@ -210,6 +220,23 @@ def make_server():
     for s in made:
         s.close()
 
+
+# The 2026 era's protocol version: its requests carry it in _meta and in headers.
+MODERN = "2026-07-28"
+
+
+def modern_call(s, token, name, arguments):
+    """A tools/call of the 2026 era over an HttpServer s (test_http.py), as the principal of
+    the bearer token: its result (the HTTP status must be 200)."""
+    p = {"name": name, "arguments": arguments,
+         "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                   "io.modelcontextprotocol/clientCapabilities": {}}}
+    st, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": p},
+                         headers={"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call",
+                                  "Mcp-Name": name, "Authorization": "Bearer " + token,
+                                  "Accept": "application/json"})
+    assert st == 200, body
+    return json.loads(body)["result"]
 
 def _cmdline(pid):
     try:

@@ -212,6 +212,7 @@ def test_execute_end_to_end(standin):
         s.close()
 
 
+@pytest.mark.serial  # bounds the time to the kill
 def test_timeout_kills_the_container_by_name(standin):
     s = start(standin)
     try:

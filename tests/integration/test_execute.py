@@ -99,6 +99,7 @@ def test_fresh_workdir_removed_afterwards(server):
     assert wait_until(lambda: work_left(server.state_dir) == [], timeout=5)
 
 
+@pytest.mark.serial  # bounds the time to the kill
 def test_timeout_busy_loop(server):
     t0 = time.monotonic()
     res = server.execute("while True: pass", timeout_seconds=1)
@@ -112,6 +113,7 @@ def test_timeout_busy_loop(server):
     assert wait_until(lambda: descendants(server.proc.pid) == [], timeout=5)
 
 
+@pytest.mark.serial  # bounds the time to the kill
 def test_timeout_kills_sigterm_ignoring_tree(server):
     marker = "mps-marker-%d" % os.getpid()
     script = f"""
@@ -133,6 +135,7 @@ while True:
     assert wait_until(lambda: descendants(server.proc.pid) == [], timeout=5)
 
 
+@pytest.mark.serial  # bounds the time to the kill
 def test_sleep_timeout_returns_promptly(server):
     t0 = time.monotonic()
     res = server.execute("import time\ntime.sleep(60)", timeout_seconds=2)

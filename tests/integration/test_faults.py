@@ -486,8 +486,11 @@ def test_a_stalled_sse_reader_costs_bounded_memory(tmp_path):
         before = rss_kib(srv.proc.pid)
         raw = socket.create_connection(("127.0.0.1", srv.port))
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        # The run stays a few seconds after its flood: a machine loaded by other tests could
+        # otherwise see the whole flood between two of the loop's looks (nothing served).
+        flood = FLOOD.format(n=2048) + "import time\ntime.sleep(5)\n"
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                           "params": {"name": "execute_python", "arguments": {"script": FLOOD.format(n=2048)},
+                           "params": {"name": "execute_python", "arguments": {"script": flood},
                                       "_meta": {"progressToken": "stall"}}}).encode()
         raw.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                     b"Accept: application/json, text/event-stream\r\nMcp-Session-Id: " + sid.encode() +

@@ -751,6 +751,7 @@ def test_ipv6_loopback(make_http):
     assert s.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, sid)[0] == 200
 
 
+@pytest.mark.serial  # bounds the time to the exit
 def test_sigterm_with_open_streams(make_http):
     # Without a drain (test_service.py has the drain): SIGTERM ends everything at once.
     s = make_http("--drain-seconds", "0")

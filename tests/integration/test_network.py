@@ -33,8 +33,12 @@ import wheelhouse  # noqa: E402
 
 from conftest import BACKEND, Server, wait_until  # noqa: E402
 
-pytestmark = pytest.mark.skipif(BACKEND != "bwrap", reason="only the bwrap backend gives runs a network namespace "
-                                                         "of their own and the egress proxy")
+# One worker for the whole module (pytest-xdist, --dist loadgroup): the namespace's addresses
+# and the host's routes to them are the machine's, so a second world beside it would collide
+# (and the module's fixtures start it once for all of its tests).
+pytestmark = [pytest.mark.skipif(BACKEND != "bwrap", reason="only the bwrap backend gives runs a network namespace "
+                                                          "of their own and the egress proxy"),
+              pytest.mark.xdist_group("netns")]
 
 SECRET = "s3cr3t-index-token-9f2c7"
 SECRET2 = "s3cr3t-other-pip-var-41d0"

@@ -273,7 +273,7 @@ def test_check_environment_shows_sessions(make_server):
 
 def test_close_leaves_nothing_behind(make_server):
     s = start(make_server)
-    marker = "mps-session-marker-7b1"
+    marker = "mps-session-marker-%d" % os.getpid()  # not another test run's
     _, sid = new_session(s, f"import subprocess, sys\n"
                             f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])")
     assert wait_until(lambda: processes_with_marker(marker), timeout=10)

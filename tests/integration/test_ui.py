@@ -6,13 +6,13 @@ import re
 
 import pytest
 
+from conftest import MODERN, modern_call
 from test_http import ACCEPT_BOTH, HttpServer  # noqa: F401  (make_http's class)
 from test_http import make_http  # noqa: F401  (the fixture)
 
 APP_URI = "ui://mcp-python-exec-sandbox/run.html"
 APP_MIME = "text/html;profile=mcp-app"
 UI_CAPS = {"extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": [APP_MIME]}}}
-MODERN = "2026-07-28"
 
 
 # ------------------------------------------------------------------ the page
@@ -169,25 +169,14 @@ def test_recent_calls_are_the_principals_own_and_bounded(make_http, tmp_path):
     tokens.write_text("alice:recent-alice-0123456789\nbob:recent-bob-0123456789\n")
     s = make_http("--auth-token-file", str(tokens))
 
-    def call(token, name, arguments):
-        p = {"name": name, "arguments": arguments,
-             "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                       "io.modelcontextprotocol/clientCapabilities": {}}}
-        st, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": p},
-                             headers={"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call",
-                                      "Mcp-Name": name, "Authorization": "Bearer " + token,
-                                      "Accept": "application/json"})
-        assert st == 200, body
-        return json.loads(body)["result"]
-
     def recent(token):
-        return call(token, "check_environment", {})["structuredContent"]["recent_calls"]
+        return modern_call(s, token, "check_environment", {})["structuredContent"]["recent_calls"]
 
     alice, bob = "recent-alice-0123456789", "recent-bob-0123456789"
     assert recent(alice) == []
-    call(alice, "execute_python", {"script": "print(1)"})
-    call(alice, "execute_python", {"script": "raise SystemExit(3)"})
-    call(alice, "validate_script", {"script": "print(1)\n"})
+    modern_call(s, alice, "execute_python", {"script": "print(1)"})
+    modern_call(s, alice, "execute_python", {"script": "raise SystemExit(3)"})
+    modern_call(s, alice, "validate_script", {"script": "print(1)\n"})
     got = recent(alice)
     # Newest first; check_environment itself (and list_sessions) is not among them.
     assert [(c["tool"], c["outcome"]) for c in got] == [
@@ -197,7 +186,7 @@ def test_recent_calls_are_the_principals_own_and_bounded(make_http, tmp_path):
         assert isinstance(c["duration_ms"], int) and c["duration_ms"] >= 0
     assert recent(bob) == []  # never another principal's
     for i in range(25):
-        call(bob, "validate_script", {"script": f"x = {i}\n"})
+        modern_call(s, bob, "validate_script", {"script": f"x = {i}\n"})
     assert len(recent(bob)) == 20  # SRV_RECENT_PER_PRINCIPAL
     assert len(recent(alice)) == 3
 

@@ -2,27 +2,12 @@
 23) found: a task's call that lost its session is still its principal's (not "stdio"'s), the
 page under --path / uses no protocol-relative URL (which would send the token elsewhere but
 for the CSP), and the environment list tells a builder nothing of another tenant's use."""
-import json
 import re
 import time
 
-from conftest import wait_until
+from conftest import modern_call, wait_until
 from test_http import HttpServer, make_http  # noqa: F401  (the fixture)
 from test_tasks import TASKS_VERSION, http_rpc
-
-MODERN = "2026-07-28"
-
-
-def modern_call(s, token, name, arguments):
-    p = {"name": name, "arguments": arguments,
-         "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                   "io.modelcontextprotocol/clientCapabilities": {}}}
-    st, _, body = s.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": p},
-                         headers={"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call",
-                                  "Mcp-Name": name, "Authorization": "Bearer " + token,
-                                  "Accept": "application/json"})
-    assert st == 200, body
-    return json.loads(body)["result"]
 
 
 def test_page_at_root_path_uses_no_protocol_relative_urls(make_http):

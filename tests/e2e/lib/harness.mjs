@@ -1,9 +1,7 @@
 // Shared helpers for the e2e tests: where the binary is, how to start it under a real MCP
 // client (stdio) or as an HTTP server, JSON-schema checks, and /proc scans that prove no
 // process is left behind.
-import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, existsSync } from "node:fs";
-import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -12,6 +10,9 @@ import assert from "node:assert/strict";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+
+import { canConnect, freePort, sleep, waitUntil as waitUntilEvery } from "../../lib/net.mjs";
+import { assertNoSanitizerReport, spawnServer } from "../../lib/server.mjs";
 
 export const E2E_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const ROOT = resolve(E2E_DIR, "..", "..");
@@ -120,28 +121,15 @@ export function descendants(pid) {
   return out;
 }
 
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export { freePort, sleep };
 
 /** Polls pred until it is true or timeoutMs passes; returns its last value. */
-export async function waitUntil(pred, timeoutMs = 10000, intervalMs = 50) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await pred()) return true;
-    await sleep(intervalMs);
-  }
-  return pred();
-}
+export const waitUntil = (pred, timeoutMs = 10000, intervalMs = 50) => waitUntilEvery(pred, timeoutMs, intervalMs);
 
 // ------------------------------------------------------------------ logs
 
-const SANITIZER_REPORTS = ["ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"];
-
 /** Fails if the server's stderr holds a sanitizer report (the ASan+UBSan build). */
-export function assertNoSanitizerReport(log) {
-  for (const needle of SANITIZER_REPORTS) {
-    assert.ok(!log.includes(needle), `sanitizer report in the server's log:\n${log.slice(-4000)}`);
-  }
-}
+export { assertNoSanitizerReport };
 
 // ------------------------------------------------------------------ stdio
 
@@ -202,30 +190,6 @@ export function resultText(result) {
 
 // ------------------------------------------------------------------ HTTP
 
-/** A TCP port that was free a moment ago on 127.0.0.1. */
-export function freePort() {
-  return new Promise((resolvePort, reject) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolvePort(port));
-    });
-  });
-}
-
-function canConnect(port) {
-  return new Promise((done) => {
-    const sock = connect({ host: "127.0.0.1", port });
-    sock.once("connect", () => {
-      sock.destroy();
-      done(true);
-    });
-    sock.once("error", () => done(false));
-  });
-}
-
 /**
  * Starts the binary as a Streamable HTTP server on a free loopback port.
  *
@@ -245,29 +209,18 @@ export async function startHttpServer(t, { args = [], tls = false, path = "/mcp"
     ...(tls ? ["--tls-self-signed"] : []),
     ...args,
   ]);
-  // An HTTP server has no business with stdin: /dev/null makes a binary that still serves
-  // stdio exit at once instead of hanging.
-  const proc = spawn(BINARY, argv, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env } });
-  let log = "";
-  let stdout = "";
-  proc.stderr.on("data", (c) => (log += c.toString()));
-  proc.stdout.on("data", (c) => (stdout += c.toString()));
-  let exit = null;
-  const exited = new Promise((r) => proc.once("exit", (code, signal) => r((exit = { code, signal }))));
-
+  const server = spawnServer(BINARY, argv);
+  const { proc } = server;
   const stop = async () => {
-    if (exit === null) {
-      proc.kill("SIGTERM");
-      const killer = setTimeout(() => proc.kill("SIGKILL"), 10000);
-      await exited;
-      clearTimeout(killer);
-    }
+    await server.stop();
     rmSync(stateDir, { recursive: true, force: true });
-    assertNoSanitizerReport(log);
+    assertNoSanitizerReport(server.log());
   };
   t.after(stop);
 
-  const ready = await waitUntil(async () => exit !== null || (await canConnect(port)), 15000, 50);
+  const ready = await waitUntil(async () => server.exit() !== null || (await canConnect(port)), 15000, 50);
+  const log = server.log();
+  const exit = server.exit();
   if (exit !== null) {
     let why = null;
     if (exit.code === 2 && /Invalid transport/.test(log)) {
@@ -285,9 +238,9 @@ export async function startHttpServer(t, { args = [], tls = false, path = "/mcp"
     assert.fail(`HTTP server exited before listening (code ${exit.code}, signal ${exit.signal}):\n${log.slice(-4000)}`);
   }
   assert.ok(ready, `HTTP server did not listen on 127.0.0.1:${port} within 15 s:\n${log.slice(-4000)}`);
-  assert.equal(stdout, "", "the HTTP server wrote to stdout");
+  assert.equal(server.stdout(), "", "the HTTP server wrote to stdout");
   const origin = `${tls ? "https" : "http"}://127.0.0.1:${port}`;
-  return { url: new URL(origin + path), origin, port, stateDir, proc, log: () => log, stop };
+  return { url: new URL(origin + path), origin, port, stateDir, proc, log: server.log, stop };
 }
 
 /** The PEM certificate --tls-self-signed left under <state dir>/tls/. */
