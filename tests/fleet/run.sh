@@ -60,9 +60,24 @@ trap cleanup EXIT
 
 rc=0
 run() {
-  echo "== fleet: $1"
+  local name=$1 out st=0
+  echo "== fleet: $name"
   shift
-  node --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec "$@" || rc=1
+  out=$(mktemp)
+  node --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec "$@" 2>&1 | tee "$out" || st=$?
+  # node:test cancels a whole file when its event loop empties while a test's promise is
+  # pending ("Promise resolution is still pending but the event loop has already resolved"):
+  # then no test of it reached an assertion (seen once in CI, at the image suite's first test,
+  # not explained yet).  Such a file, with no test failed, runs once more, and that run's
+  # result stands.
+  if [ "$st" != 0 ] && grep -q "Promise resolution is still pending but the event loop has already resolved" "$out" &&
+    grep -q "fail 0$" "$out"; then
+    echo "== fleet: $name: cancelled with a test pending, none failed: once more"
+    st=0
+    node --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec "$@" || st=$?
+  fi
+  rm -f "$out"
+  [ "$st" = 0 ] || rc=1
 }
 
 if want kubernetes; then
