@@ -20,10 +20,12 @@ pytestmark = pytest.mark.skipif(BACKEND == "none", reason="only sandboxes with a
 
 
 def start(make_server, *args):
-    # One held per shape (--prestart 1), so the counts below are the shapes'; the pool of N
-    # per shape (the default, on) and the held interpreters are test_warm.py's.
+    # One held per shape (--prestart 1, and --prestart-max 1 so that a call that finds the
+    # refill not ready yet does not grow the pool), so the counts below are the shapes'; the
+    # pool of N per shape (the default, on), its growth and the held interpreters are
+    # test_warm.py's.
     if "--prestart" not in args:
-        args = ("--prestart", "1") + args
+        args = ("--prestart", "1", "--prestart-max", "1") + args
     s = make_server(*args)
     s.initialize()
     return s
