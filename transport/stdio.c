@@ -9,6 +9,12 @@
 #define TR_STDIO_READ_CHUNK 65536
 /* Progress and log notifications are dropped while this much output waits for the client. */
 #define TR_STDIO_MAX_PENDING (4u << 20)
+/* Back-pressure: past this much output waiting for the client, stdin is not read (nor its
+ * lines already read handled) until the backlog is down to TR_STDIO_RESUME_BACKLOG.  A
+ * client that writes requests and never reads their answers cannot grow the server's
+ * memory: its requests wait in the pipe. */
+#define TR_STDIO_MAX_BACKLOG (8u << 20)
+#define TR_STDIO_RESUME_BACKLOG (4u << 20)
 
 struct tr_stdio {
   cm_loop_t *loop;
@@ -18,6 +24,9 @@ struct tr_stdio {
   void *data;
   cm_watch_t *w_in, *w_out;
   cm_timer_t *t_poll; /* stdin is a regular file: poll it instead of epoll */
+  bool polled;        /* (so t_poll, not w_in, reads it) */
+  bool paused;        /* back-pressure: stdin is not read (TR_STDIO_MAX_BACKLOG) */
+  cm_timer_t *t_resume;
   cm_buf_t in;
   bool discarding;
   size_t discarded;
@@ -32,6 +41,7 @@ static void sink_release(tr_sink_t *s) {}
 static const tr_sink_ops_t stdio_sink_ops = {.send = sink_send, .release = sink_release};
 
 static void try_write(tr_stdio_t *t);
+static void pressure(tr_stdio_t *t);
 
 static void on_writable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   tr_stdio_t *t = data;
@@ -69,6 +79,7 @@ static void try_write(tr_stdio_t *t) {
     cm_buf_consume(&t->out, t->out_off);
     t->out_off = 0;
   }
+  pressure(t);
   bool want = t->out.len > t->out_off && !t->out_broken;
   if (want && !t->w_out) {
     cm_error_t err = CM_ERROR_INIT;
@@ -98,9 +109,13 @@ static bool blank(const char *p, size_t n) {
 /* Hands every complete line in the input buffer to the router. */
 static void process_lines(tr_stdio_t *t) {
   size_t start = 0;
-  while (!t->stopped) {
+  bool partial = false; /* (what is left is the start of a line, not lines held back) */
+  while (!t->stopped && !t->paused) {
     char *nl = memchr(t->in.data + start, '\n', t->in.len - start);
-    if (!nl) break;
+    if (!nl) {
+      partial = true;
+      break;
+    }
     size_t len = (size_t)(nl - (t->in.data + start));
     const char *line = t->in.data + start;
     if (t->discarding) {
@@ -120,7 +135,7 @@ static void process_lines(tr_stdio_t *t) {
     start += len + 1;
   }
   cm_buf_consume(&t->in, start);
-  if (t->in.len > t->max_message + 1) {
+  if (partial && t->in.len > t->max_message + 1) {
     /* A line longer than the limit: drop what we have and skip to its end. */
     t->discarding = true;
     t->discarded += t->in.len;
@@ -146,7 +161,7 @@ static void handle_eof(tr_stdio_t *t) {
 /* Returns true if more may be readable right away. */
 static bool read_some(tr_stdio_t *t) {
   char chunk[TR_STDIO_READ_CHUNK];
-  for (int i = 0; i < 16 && !t->stopped; i++) {
+  for (int i = 0; i < 16 && !t->stopped && !t->paused; i++) {
     ssize_t n = read(t->in_fd, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return false;
@@ -164,7 +179,7 @@ static bool read_some(tr_stdio_t *t) {
     cm_buf_append(&t->in, chunk, (size_t)n);
     process_lines(t);
   }
-  return !t->stopped && !t->eof;
+  return !t->stopped && !t->eof && !t->paused;
 }
 
 static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
@@ -175,6 +190,46 @@ static void on_poll(cm_loop_t *loop, cm_timer_t *timer, void *data) {
   tr_stdio_t *t = data;
   t->t_poll = NULL;
   if (read_some(t)) t->t_poll = cm_loop_timer(loop, 1, on_poll, t);
+}
+
+/* The backlog is down again: the lines held back first, then stdin (from the loop, never
+ * from inside a send). */
+static void on_resume(cm_loop_t *loop, cm_timer_t *timer, void *data) {
+  tr_stdio_t *t = data;
+  t->t_resume = NULL;
+  if (t->paused || t->stopped || t->eof) return;
+  process_lines(t);
+  if (t->paused || t->stopped) return;
+  if (t->polled) {
+    if (!t->t_poll) t->t_poll = cm_loop_timer(loop, 1, on_poll, t);
+  } else if (!t->w_in) {
+    cm_error_t err = CM_ERROR_INIT;
+    t->w_in = cm_loop_watch(loop, t->in_fd, EPOLLIN, on_readable, t, &err);
+    if (!t->w_in) {
+      /* (It was watched before: only out of memory gets here.) */
+      cm_err("stdio: watching stdin again: %s", err.msg ? err.msg : "?");
+      cm_error_release(&err);
+      handle_eof(t);
+    }
+  }
+}
+
+/* Stops reading stdin while too much output waits for the client, and starts again once
+ * it has read enough of it. */
+static void pressure(tr_stdio_t *t) {
+  size_t backlog = t->out_broken ? 0 : t->out.len - t->out_off;
+  if (!t->paused && backlog > TR_STDIO_MAX_BACKLOG && !t->stopped && !t->eof) {
+    t->paused = true;
+    cm_watch_remove(t->w_in);
+    t->w_in = NULL;
+    cm_timer_cancel(t->t_poll);
+    t->t_poll = NULL;
+    cm_timer_cancel(t->t_resume);
+    t->t_resume = NULL;
+  } else if (t->paused && backlog <= TR_STDIO_RESUME_BACKLOG) {
+    t->paused = false;
+    if (!t->t_resume) t->t_resume = cm_loop_timer(t->loop, 0, on_resume, t);
+  }
 }
 
 tr_stdio_t *tr_stdio_new(cm_loop_t *loop, int in_fd, int out_fd, size_t max_message_bytes,
@@ -203,6 +258,7 @@ tr_stdio_t *tr_stdio_new(cm_loop_t *loop, int in_fd, int out_fd, size_t max_mess
     }
     /* A regular file or /dev/null: epoll refuses it, so read it on a timer. */
     cm_error_release(&werr);
+    t->polled = true;
     t->t_poll = cm_loop_timer(loop, 1, on_poll, t);
   }
   return t;
@@ -218,6 +274,8 @@ void tr_stdio_stop_reading(tr_stdio_t *t) {
   t->w_in = NULL;
   cm_timer_cancel(t->t_poll);
   t->t_poll = NULL;
+  cm_timer_cancel(t->t_resume);
+  t->t_resume = NULL;
 }
 
 size_t tr_stdio_pending(const tr_stdio_t *t) {
@@ -245,6 +303,7 @@ void tr_stdio_free(tr_stdio_t *t) {
   cm_watch_remove(t->w_in);
   cm_watch_remove(t->w_out);
   cm_timer_cancel(t->t_poll);
+  cm_timer_cancel(t->t_resume);
   cm_buf_release(&t->in);
   cm_buf_release(&t->out);
   cm_set_nonblock(t->in_fd, false);

@@ -579,6 +579,68 @@ def test_a_stalled_stdio_reader_costs_bounded_memory(tmp_path):
             proc.wait()
 
 
+def test_a_stdio_client_that_writes_and_never_reads_costs_bounded_memory(tmp_path):
+    """A client writes 5000 tools/list requests (70 MB of answers) and reads nothing: past
+    8 MiB of answers waiting, the server stops reading stdin (its requests wait in the pipe)
+    instead of queueing them all; once the client reads, every answer comes, once, in order."""
+    state = str(tmp_path / "state")
+    env = dict(os.environ, MCP_PY_SANDBOX_WARM_CACHE="0")
+    proc = subprocess.Popen([BINARY, "--sandbox-backend", BACKEND, "--prestart", "off", "--state-dir", state],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    n = 5000
+    try:
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 0
+        proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+                         b'{"jsonrpc":"2.0","id":"warm","method":"tools/list"}\n')
+        proc.stdin.flush()
+        answer_len = len(proc.stdout.readline())
+        assert answer_len > 10000, answer_len  # (so that n answers are tens of MB)
+        before = rss_kib(proc.pid)
+        written = threading.Event()
+
+        def writer():
+            try:
+                for i in range(1, n + 1):
+                    proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"tools/list"}\n' % i)
+                proc.stdin.flush()
+                written.set()
+            except (BrokenPipeError, ValueError):
+                pass
+        w = threading.Thread(target=writer, daemon=True)
+        w.start()
+        # The writer blocks: the server stopped reading (without back-pressure it would take
+        # every request and queue 70 MB of answers).
+        time.sleep(3)
+        assert not written.is_set(), "the server read every request while its answers waited"
+        peak = rss_kib(proc.pid)
+        for _ in range(10):
+            time.sleep(0.1)
+            peak = max(peak, rss_kib(proc.pid))
+        if not sanitized(proc.pid):
+            print("stdio writer that never reads: rss before", before, "peak", peak)
+            assert peak - before < 24 * 1024, (before, peak)
+        # Reading: every answer, once, in order; the writer gets through.
+        got = []
+        for _ in range(n):
+            m = json.loads(proc.stdout.readline())
+            got.append(m["id"])
+            assert "tools" in m["result"], m
+        assert got == list(range(1, n + 1))
+        assert written.wait(timeout=30)
+        w.join(timeout=30)
+        proc.stdin.close()
+        assert proc.stdout.read() == b""
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # ------------------------------------------------------------------ load
 
 @pytest.mark.skipif(BACKEND != "none", reason="the load test runs once, with the none backend")
