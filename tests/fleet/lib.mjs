@@ -2,7 +2,7 @@
 // a bearer token (the SDK v1 client of the handshake era, the v2 client of 2026-07-28),
 // /readyz polling and /metrics parsing.  Everything a test starts carries the label
 // io.github.mcp-python-exec-sandbox.fleet, so run.sh can sweep what a crashed test left.
-import { execFile, execFileSync, spawn } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -15,6 +15,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 import { freePort, sleep, waitUntil } from "../lib/net.mjs";
+import { spawnOrphanProof } from "../lib/server.mjs";
 
 export const FLEET_DIR = dirname(fileURLToPath(import.meta.url));
 export const ROOT = resolve(FLEET_DIR, "..", "..");
@@ -201,7 +202,7 @@ export function startInstance(t, { port, tokenFile, args = [], backend = process
     "--transport", "http", "--host", "127.0.0.1", "--port", String(port), "--state-dir", stateDir,
     "--sandbox-backend", backend, "--auth-token-file", tokenFile, "--prestart", prestart, ...args,
   ];
-  const proc = spawn(BINARY, argv, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env } });
+  const proc = spawnOrphanProof(BINARY, argv, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env } });
   let log = "";
   proc.stderr.on("data", (c) => {
     log += c.toString();

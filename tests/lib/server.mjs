@@ -2,6 +2,7 @@
 // start it for HTTP: its logs collected, stopped with SIGTERM (SIGKILL 10 s later), and its
 // log free of sanitizer reports.  Node's built-in modules only (see net.mjs).
 import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
 import assert from "node:assert/strict";
 
 // What the ASan+UBSan build prints when it finds a bug.
@@ -13,6 +14,18 @@ export function assertNoSanitizerReport(log) {
   }
 }
 
+const SETPRIV = "/usr/bin/setpriv";
+
+/**
+ * spawn(binary, argv, options), the child getting SIGTERM if this process dies first
+ * (setpriv --pdeathsig, then exec: the same pid): a harness that node's test runner kills
+ * on its timeout leaves no HTTP server behind (stdio servers end on their stdin's EOF).
+ */
+export function spawnOrphanProof(binary, argv, options = {}) {
+  if (!existsSync(SETPRIV)) return spawn(binary, argv, options);
+  return spawn(SETPRIV, ["--pdeathsig", "TERM", "--", binary, ...argv], options);
+}
+
 /**
  * Spawns binary with argv, stdin closed (an HTTP server has no business with it: a binary that
  * still serves stdio exits at once instead of hanging).  Returns { proc, log(), stdout(),
@@ -20,7 +33,7 @@ export function assertNoSanitizerReport(log) {
  * it still runs) and resolves once it is gone.
  */
 export function spawnServer(binary, argv, options = {}) {
-  const proc = spawn(binary, argv, { stdio: ["ignore", "pipe", "pipe"], ...options });
+  const proc = spawnOrphanProof(binary, argv, { stdio: ["ignore", "pipe", "pipe"], ...options });
   let log = "";
   let stdout = "";
   proc.stderr.on("data", (c) => (log += c.toString()));
