@@ -181,6 +181,9 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
  * tasks/get, tasks/cancel, tasks/update); false (nothing sent) for another method. */
 bool srv_tasks_handle(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, srv_batch_t *batch,
                       const srv_modern_t *mm);
+/* The modern era's DetailedTask of principal's task id (what tasks/get answers), or NULL
+ * when principal has no such task (another's answers the same as an unknown one). */
+json_t *srv_tasks_detailed(srv_server_t *s, const char *principal, const char *id);
 /* (request.c and session.c reach tasks.c through srv_request_t.task_ended and
  * srv_server_t.tasks_session_gone: hooks, so that tasks.c, which uses both, is no part of
  * a call cycle.) */

@@ -119,6 +119,11 @@ struct srv_server {
                   cm_error_t *err);
   /* And when such a run is cancelled: its questions' callbacks get an error first. */
   void (*task_asks_fail)(srv_request_t *r);
+  /* Set with the first listen stream that watches tasks (listen.c): a task of principal
+   * changed its status (or its questions); detailed is its DetailedTask (borrowed), sent as
+   * notifications/tasks on the streams of that principal that watch task_id. */
+  void (*listen_task_changed)(srv_server_t *s, const char *principal, const char *task_id,
+                              json_t *detailed);
 };
 
 static inline cm_loop_t *srv_server_loop(srv_server_t *s) {

@@ -9,7 +9,13 @@
  * notification on it names the subscription (the listen request's id) in
  * _meta["io.modelcontextprotocol/subscriptionId"].  A listener belongs to its principal:
  * what concerns one principal's resources (its artifacts) reaches that principal's
- * listeners only.  Listeners are bounded per principal and in all. */
+ * listeners only.  Listeners are bounded per principal and in all.
+ *
+ * The tasks extension's taskIds (a client that declares the extension on the listen
+ * request): the stream watches those of the named tasks that are the principal's (another
+ * principal's task is not agreed, exactly as an unknown id), hears their current state
+ * first, then a notifications/tasks with the DetailedTask (what tasks/get would answer) on
+ * every change of status or of the questions waiting for the client. */
 #include "server/core/core-internal.h"
 
 #define MCP_META_SUBSCRIPTION "io.modelcontextprotocol/subscriptionId"
@@ -21,12 +27,16 @@
 /* resourceSubscriptions: URIs per stream, and bytes per URI. */
 #define SRV_MAX_LISTEN_URIS 64
 #define SRV_MAX_LISTEN_URI_BYTES 2048
+/* taskIds per stream, and bytes per id (ours are 32). */
+#define SRV_MAX_LISTEN_TASKS 64
+#define SRV_MAX_LISTEN_TASK_ID_BYTES 128
 
 struct srv_listener {
   srv_request_t *r;
   char *principal;
   unsigned kinds; /* SRV_LISTEN_* agreed */
   json_t *uris;   /* resourceSubscriptions agreed (array of strings), or NULL */
+  json_t *tasks;  /* taskIds agreed (array of strings), or NULL */
   srv_listener_t *next;
 };
 
@@ -57,6 +67,7 @@ static void listener_end(srv_listener_t *l);
 static void listener_free(srv_listener_t *l) {
   free(l->principal);
   json_decref(l->uris);
+  json_decref(l->tasks);
   free(l);
 }
 
@@ -98,6 +109,20 @@ static const char *filter_problem(json_t *filter) {
     json_t *v = json_object_get(filter, list_kinds[i].member);
     if (v && !json_is_boolean(v)) return "the filter's list-changed members must be booleans";
   }
+  json_t *tasks = json_object_get(filter, "taskIds");
+  if (tasks) {
+    if (!json_is_array(tasks)) return "\"taskIds\" must be an array of task ids";
+    if (json_array_size(tasks) > SRV_MAX_LISTEN_TASKS)
+      return "\"taskIds\" names more than 64 tasks";
+    size_t i;
+    json_t *t;
+    json_array_foreach(tasks, i, t) {
+      if (!json_is_string(t) || json_string_length(t) == 0 ||
+          json_string_length(t) > SRV_MAX_LISTEN_TASK_ID_BYTES ||
+          strlen(json_string_value(t)) != json_string_length(t))
+        return "\"taskIds\" must hold task ids (strings of 1 to 128 bytes)";
+    }
+  }
   json_t *uris = json_object_get(filter, "resourceSubscriptions");
   if (!uris) return NULL;
   if (!json_is_array(uris)) return "\"resourceSubscriptions\" must be an array of URIs";
@@ -114,6 +139,25 @@ static const char *filter_problem(json_t *filter) {
   return NULL;
 }
 
+static bool has_string(json_t *array, const char *value) {
+  size_t i;
+  json_t *v;
+  json_array_foreach(array, i, v) if (strcmp(json_string_value(v), value) == 0) return true;
+  return false;
+}
+
+/* srv_server_t.listen_task_changed. */
+static void listen_task_changed(srv_server_t *s, const char *principal, const char *task_id,
+                                json_t *detailed) {
+  srv_listener_t *next;
+  for (srv_listener_t *l = s->listeners; l; l = next) {
+    next = l->next;
+    if (!l->tasks || strcmp(principal, l->principal) != 0 || !has_string(l->tasks, task_id))
+      continue;
+    listener_send(l, "notifications/tasks", json_copy(detailed));
+  }
+}
+
 void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
                       const srv_modern_t *mm, json_t *capabilities) {
   srv_server_t *s = ss->server;
@@ -122,6 +166,11 @@ void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *
   if (why) {
     cleanup_free char *msg = xasprintf("Invalid params: %s", why);
     srv_reply_error(sink, NULL, id, JSONRPC_INVALID_PARAMS, msg);
+    return;
+  }
+  json_t *task_ids = json_object_get(filter, "taskIds");
+  if (json_array_size(task_ids) > 0 && !srv_tasks_declared(mm)) {
+    srv_tasks_reply_missing(sink, id, "subscriptions/listen's \"taskIds\"");
     return;
   }
   if (principal_listeners(s, ss->principal) >= SRV_MAX_LISTENS_PER_PRINCIPAL ||
@@ -151,6 +200,25 @@ void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *
     l->uris = json_deep_copy(uris);
     json_object_set(agreed, "resourceSubscriptions", l->uris);
   }
+  /* The tasks that are the principal's, each once, with their state now (sent after the
+   * acknowledgement). */
+  json_t *snapshots = NULL;
+  if (task_ids) {
+    l->tasks = json_array();
+    snapshots = json_array();
+    size_t i;
+    json_t *t;
+    json_array_foreach(task_ids, i, t) {
+      const char *tid = json_string_value(t);
+      if (has_string(l->tasks, tid)) continue;
+      json_t *d = srv_tasks_detailed(s, ss->principal, tid);
+      if (!d) continue;
+      json_array_append(l->tasks, t);
+      json_array_append_new(snapshots, d);
+    }
+    json_object_set(agreed, "taskIds", l->tasks);
+    s->listen_task_changed = listen_task_changed;
+  }
   srv_request_t *r = srv_request_new(ss, id, sink, NULL, mm);
   r->method = xstrdup("subscriptions/listen");
   l->r = r;
@@ -160,6 +228,10 @@ void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *
   srv_request_on_cancel(r, listener_cancelled, l);
   listener_send(l, "notifications/subscriptions/acknowledged",
                 json_pack("{s:o}", "notifications", agreed));
+  size_t i;
+  json_t *d;
+  json_array_foreach(snapshots, i, d) listener_send(l, "notifications/tasks", json_incref(d));
+  json_decref(snapshots);
   /* A stream opened while the server drains ends at once, as those open when it began did
    * (srv_listen_end_all): nothing would end it gracefully later. */
   if (s->draining) listener_end(l);

@@ -322,6 +322,22 @@ static void notify_status(const srv_task_t *t) {
   json_decref(n);
 }
 
+/* t's status (or its questions) changed: the listen streams that watch it hear of it. */
+static void notify_listeners(const srv_task_t *t) {
+  srv_server_t *s = t->store->server;
+  if (!s->listen_task_changed || !s->listeners) return;
+  json_t *d = detailed_task(t);
+  s->listen_task_changed(s, t->principal, t->id, d);
+  json_decref(d);
+}
+
+json_t *srv_tasks_detailed(srv_server_t *s, const char *principal, const char *id) {
+  json_t *jid = json_string(id);
+  srv_task_t *t = jid ? task_find(s, principal, jid) : NULL;
+  json_decref(jid);
+  return t ? detailed_task(t) : NULL;
+}
+
 /* t becomes terminal: its waiters get their answers. */
 static void task_settle(srv_task_t *t, task_status_t status, const char *message) {
   t->status = status;
@@ -329,6 +345,7 @@ static void task_settle(srv_task_t *t, task_status_t status, const char *message
   t->status_message = message ? xstrdup(message) : NULL;
   t->updated_wall_ms = wall_ms();
   notify_status(t);
+  notify_listeners(t);
   task_waiter_t *w = t->waiters;
   t->waiters = NULL;
   while (w) {
@@ -740,6 +757,7 @@ static void task_answer(srv_task_t *t, json_t *responses) {
       if (!t->asks && t->status == TASK_INPUT_REQUIRED) {
         t->status = TASK_WORKING;
         t->updated_wall_ms = wall_ms();
+        notify_listeners(t);
       }
       /* May finish the run, settle the task, or ask again. */
       a->cb(a->data, value, NULL);
@@ -795,6 +813,7 @@ static int task_ask(srv_request_t *r, const char *method, json_t *params, srv_cl
   json_object_set_new(t->inputs, a->key, q);
   t->status = TASK_INPUT_REQUIRED;
   t->updated_wall_ms = wall_ms();
+  notify_listeners(t);
   return 0;
 }
 

@@ -409,3 +409,139 @@ def test_kept_results_are_bounded_per_principal(tasks_server):
     assert task["status"] == "failed" and "--max-task-result-bytes-per-principal" in task["statusMessage"], task
     r = s.request("tasks/result", {"taskId": big})
     assert "error" in r and "larger than" in r["error"]["message"], r
+
+
+# ================================================================ 2026-07-28: tasks on subscriptions/listen
+
+SUB = "io.modelcontextprotocol/subscriptionId"
+
+
+def modern_params(params, declare=True):
+    p = dict(params)
+    p["_meta"] = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                  "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXT: {}}} if declare else {}}
+    return p
+
+
+def next_task_note(s, sub, timeout=60):
+    """The next notifications/tasks of stream sub on stdio (others are kept aside)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = s.recv(timeout=max(0.1, deadline - time.monotonic()))
+        if m.get("method") == "notifications/tasks" and m["params"]["_meta"][SUB] == sub:
+            return m["params"]
+        s.stray.append(m)
+
+
+def test_modern_listen_watches_the_principals_tasks(make_server):
+    """taskIds on subscriptions/listen (the tasks extension): only for a client that declares
+    it; the ack names the tasks that are the caller's; their state now, then every change, as
+    the DetailedTask that tasks/get answers, tagged with the subscription."""
+    s = make_server("--kill-grace-seconds", "1")
+    # Without the extension: -32021 naming it.
+    e = modern_req(s, 1, "subscriptions/listen", {"notifications": {"taskIds": ["0" * 32]}}, declare=False)["error"]
+    assert e["code"] == -32021 and e["data"]["requiredCapabilities"] == {"extensions": {EXT: {}}}, e
+    for i, bad in enumerate(["x", [1], ["a"] * 65, ["x" * 129], [""]]):
+        r = modern_req(s, f"bad{i}", "subscriptions/listen", {"notifications": {"taskIds": bad}})
+        assert r["error"]["code"] == -32602 and "taskIds" in r["error"]["message"], (bad, r)
+    # A task that runs a while and then prints.
+    created = modern_req(s, 2, "tools/call", {"name": "execute_python", "arguments": {
+        "script": "import time\ntime.sleep(1.5)\nprint('done')", "timeout_seconds": 120}})["result"]
+    assert created["resultType"] == "task", created
+    tid = created["taskId"]
+    unknown = "0" * 32
+    s.send({"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen",
+            "params": modern_params({"notifications": {"taskIds": [tid, unknown, tid]}})})
+    ack = s.recv(timeout=30)
+    assert ack["method"] == "notifications/subscriptions/acknowledged", ack
+    assert ack["params"]["notifications"] == {"taskIds": [tid]}, ack
+    now = next_task_note(s, "L")
+    assert now["taskId"] == tid and now["status"] == "working" and now["ttlMs"] > 0, now
+    done = next_task_note(s, "L")
+    assert done["taskId"] == tid and done["status"] == "completed", done
+    assert done["result"]["structuredContent"]["stdout"] == "done\n", done
+    got = modern_req(s, 3, "tasks/get", {"taskId": tid})["result"]
+    assert {k: v for k, v in got.items() if k not in ("_meta", "resultType")} == \
+        {k: v for k, v in done.items() if k != "_meta"}
+    # A stream opened on a finished task hears its final state at once.
+    s.send({"jsonrpc": "2.0", "id": "L2", "method": "subscriptions/listen",
+            "params": modern_params({"notifications": {"taskIds": [tid]}})})
+    assert s.recv(timeout=30)["params"]["notifications"] == {"taskIds": [tid]}
+    assert next_task_note(s, "L2")["status"] == "completed"
+    # A cancelled task: the stream hears "cancelled" (and the first one too).
+    marker = f"mps-task-listen-{time.monotonic_ns()}"
+    t2 = modern_req(s, 4, "tools/call", {"name": "execute_python", "arguments": {
+        "script": sleeper(marker), "timeout_seconds": 120}})["result"]["taskId"]
+    s.send({"jsonrpc": "2.0", "id": "L3", "method": "subscriptions/listen",
+            "params": modern_params({"notifications": {"taskIds": [t2]}})})
+    assert s.recv(timeout=30)["params"]["notifications"] == {"taskIds": [t2]}
+    assert next_task_note(s, "L3")["status"] == "working"
+    assert wait_until(lambda: processes_with_marker(marker), 30)
+    s.send({"jsonrpc": "2.0", "id": 5, "method": "tasks/cancel", "params": modern_params({"taskId": t2})})
+    assert next_task_note(s, "L3")["status"] == "cancelled"
+    assert wait_until(lambda: not processes_with_marker(marker), 15)
+
+
+def test_modern_http_listen_hears_only_its_principals_tasks(make_http_tasks):
+    """Bob names alice's task on his stream: it is not agreed (as an unknown id) and he hears
+    nothing of it, while alice's stream hears it end."""
+    h = make_http_tasks
+
+    def post(req_id, method, params, auth):
+        p = modern_params(params)
+        extra = {"Mcp-Method": method, "Mcp-Name": p.get("name") or p.get("taskId") or ""}
+        if not extra["Mcp-Name"]:
+            del extra["Mcp-Name"]
+        st, hd, body = h.post({"jsonrpc": "2.0", "id": req_id, "method": method, "params": p},
+                              headers={**auth, **extra}, version=MODERN)
+        assert st == 200, body
+        if hd.get("content-type", "").startswith("text/event-stream"):
+            return [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == req_id][0]
+        return json.loads(body)
+
+    def listen(req_id, auth, task_ids):
+        msg = {"jsonrpc": "2.0", "id": req_id, "method": "subscriptions/listen",
+               "params": modern_params({"notifications": {"taskIds": task_ids}})}
+        c = h.connect()
+        c.request("POST", "/mcp", json.dumps(msg).encode(),
+                  {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+                   "MCP-Protocol-Version": MODERN, "Mcp-Method": "subscriptions/listen", **auth})
+        r = c.getresponse()
+        assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream", r.read()[:500]
+        return c, r
+
+    def next_message(r):
+        data = []
+        while True:
+            line = r.fp.readline()
+            assert line, "the stream ended"
+            line = line.decode().rstrip("\r\n")
+            if line.startswith("data:"):
+                data.append(line[5:].strip())
+            elif line == "" and data and data != [""]:
+                return json.loads("\n".join(data))
+            elif line == "":
+                data = []
+
+    created = post(1, "tools/call", {"name": "execute_python", "arguments": {
+        "script": "import time\ntime.sleep(2)\nprint('alice')", "timeout_seconds": 120}}, ALICE)["result"]
+    assert created["resultType"] == "task", created
+    tid = created["taskId"]
+    cb, rb = listen("lb", BOB, [tid])
+    ack = next_message(rb)
+    assert ack["params"]["notifications"] == {"taskIds": []}, ack
+    ca, ra = listen("la", ALICE, [tid])
+    assert next_message(ra)["params"]["notifications"] == {"taskIds": [tid]}
+    assert next_message(ra)["params"]["status"] == "working"
+    end = next_message(ra)
+    assert end["method"] == "notifications/tasks" and end["params"]["status"] == "completed", end
+    assert end["params"]["result"]["structuredContent"]["stdout"] == "alice\n"
+    # Bob's stream: nothing came (a short read finds no event).
+    cb.sock.settimeout(1.0)
+    try:
+        line = rb.fp.readline()
+        assert not line.startswith(b"data:") or b"notifications/tasks" not in line, line
+    except (TimeoutError, OSError):
+        pass
+    ca.close()
+    cb.close()
