@@ -58,28 +58,7 @@ test("the MCP App renders a recorded result headless", async (t) => {
   page.on("request", (r) => {
     if (!r.url().startsWith("data:") && r.url() !== "about:blank" && !r.url().startsWith("about:")) errors.push("request to " + r.url());
   });
-  // The host: the app in a sandboxed frame of an opaque origin; the host's side of the protocol here.
-  await page.setContent(`<!doctype html><body style="margin:0;font-family:sans-serif">
-    <iframe id="app" sandbox="allow-scripts" style="width:100%;height:760px;border:1px solid #ccc"></iframe></body>`);
-  await page.evaluate(({ html, args, result }) => {
-    window.seen = [];
-    const frame = document.getElementById("app");
-    window.addEventListener("message", (ev) => {
-      if (ev.source !== frame.contentWindow) return;
-      const m = ev.data;
-      window.seen.push(m.method || "response");
-      const reply = (x) => frame.contentWindow.postMessage(Object.assign({ jsonrpc: "2.0" }, x), "*");
-      if (m.method === "ui/initialize") {
-        reply({ id: m.id, result: { protocolVersion: "2026-01-26", hostInfo: { name: "test-host", version: "0" },
-          hostCapabilities: {}, hostContext: { theme: "light", displayMode: "inline" } } });
-      } else if (m.method === "ui/notifications/initialized") {
-        reply({ method: "ui/notifications/tool-input", params: { arguments: args } });
-        reply({ method: "ui/notifications/tool-result", params: result });
-      }
-    });
-    frame.srcdoc = html;
-  }, { html, args, result });
-  const app = page.frameLocator("#app");
+  const app = await frameApp(page, { html, args, result, hostCapabilities: {} });
   await app.locator("#state", { hasText: "finished" }).waitFor({ timeout: 15000 });
   assert.match(await app.locator("#console").textContent(), /hello from the app[\s\S]*a warning/);
   assert.equal(await app.locator('[data-fact="exit code"]').textContent(), "0");
@@ -91,6 +70,77 @@ test("the MCP App renders a recorded result headless", async (t) => {
   const seen = await page.evaluate(() => window.seen);
   for (const m of ["ui/initialize", "ui/notifications/initialized", "ui/notifications/size-changed"])
     assert.ok(seen.includes(m), `the app did not send ${m}: ${seen}`);
+  // A host without downloadFile: the files are listed, with no download button.
+  assert.equal(await app.locator("button[data-download]").count(), 0);
   await shot(page, "app");
   assert.deepEqual(errors, []);
 });
+
+test("the MCP App downloads a stored file through a host that offers it (ui/download-file)", async (t) => {
+  const server = await startServer(t);
+  const html = (await modern(server, "resources/read", { uri: APP_URI })).contents[0].text;
+  const args = { script: SCRIPT };
+  const result = await modern(server, "tools/call", { name: "execute_python", arguments: args });
+  const csv = result.structuredContent.files.find((f) => f.path === "outputs/table.csv");
+  assert.ok(csv?.uri, `table.csv has no URI: ${JSON.stringify(result.structuredContent.files)}`);
+
+  const browser = await startBrowser(t);
+  const page = await browser.newPage({ viewport: { width: 720, height: 800 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  const app = await frameApp(page, { html, args, result, hostCapabilities: { downloadFile: {} } });
+  await app.locator("#state", { hasText: "finished" }).waitFor({ timeout: 15000 });
+  const stored = result.structuredContent.files.filter((f) => f.uri).map((f) => f.path).sort();
+  const buttons = await app.locator("button[data-download]").evaluateAll((bs) => bs.map((b) => b.dataset.download).sort());
+  assert.deepEqual(buttons, stored, "one button per stored file");
+  // The first download is accepted, the second refused (a host's confirmation said no).
+  const button = app.locator('button[data-download="outputs/table.csv"]');
+  await button.click();
+  await app.locator('button[data-download="outputs/table.csv"]', { hasText: "Downloaded" }).waitFor({ timeout: 10000 });
+  await page.evaluate(() => { window.refuseDownloads = true; });
+  await button.click();
+  await app.locator('button[data-download="outputs/table.csv"]', { hasText: "Download refused" }).waitFor({ timeout: 10000 });
+  const asked = await page.evaluate(() => window.downloads);
+  assert.equal(asked.length, 2);
+  assert.deepEqual(asked[0], { contents: [{ type: "resource_link", uri: csv.uri, name: "table.csv", mimeType: csv.mime_type, size: csv.size }] });
+  // What the host then does with the link: resources/read, which gives the file.
+  const read = await modern(server, "resources/read", { uri: asked[0].contents[0].uri });
+  const c = read.contents[0];
+  assert.equal(c.text ?? Buffer.from(c.blob, "base64").toString(), "a,b\n1,2\n");
+  await shot(page, "app-download");
+  assert.deepEqual(errors, []);
+});
+
+/**
+ * The host: the app in a sandboxed frame of an opaque origin, and the host's side of the
+ * protocol (ui/initialize with hostCapabilities, then the call's input and result; a
+ * ui/download-file is recorded in window.downloads and accepted unless
+ * window.refuseDownloads).  Returns the frame's locator.
+ */
+async function frameApp(page, { html, args, result, hostCapabilities }) {
+  await page.setContent(`<!doctype html><body style="margin:0;font-family:sans-serif">
+    <iframe id="app" sandbox="allow-scripts" style="width:100%;height:760px;border:1px solid #ccc"></iframe></body>`);
+  await page.evaluate(({ html, args, result, hostCapabilities }) => {
+    window.seen = [];
+    window.downloads = [];
+    const frame = document.getElementById("app");
+    window.addEventListener("message", (ev) => {
+      if (ev.source !== frame.contentWindow) return;
+      const m = ev.data;
+      window.seen.push(m.method || "response");
+      const reply = (x) => frame.contentWindow.postMessage(Object.assign({ jsonrpc: "2.0" }, x), "*");
+      if (m.method === "ui/initialize") {
+        reply({ id: m.id, result: { protocolVersion: "2026-01-26", hostInfo: { name: "test-host", version: "0" },
+          hostCapabilities, hostContext: { theme: "light", displayMode: "inline" } } });
+      } else if (m.method === "ui/notifications/initialized") {
+        reply({ method: "ui/notifications/tool-input", params: { arguments: args } });
+        reply({ method: "ui/notifications/tool-result", params: result });
+      } else if (m.method === "ui/download-file") {
+        window.downloads.push(m.params);
+        reply({ id: m.id, result: window.refuseDownloads ? { isError: true } : {} });
+      }
+    });
+    frame.srcdoc = html;
+  }, { html, args, result, hostCapabilities });
+  return page.frameLocator("#app");
+}
