@@ -186,6 +186,16 @@ static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   read_some(data);
 }
 
+/* Nothing reads stdin any more (until on_resume, for a pause). */
+static void unwatch_stdin(tr_stdio_t *t) {
+  cm_watch_remove(t->w_in);
+  t->w_in = NULL;
+  cm_timer_cancel(t->t_poll);
+  t->t_poll = NULL;
+  cm_timer_cancel(t->t_resume);
+  t->t_resume = NULL;
+}
+
 static void on_poll(cm_loop_t *loop, cm_timer_t *timer, void *data) {
   tr_stdio_t *t = data;
   t->t_poll = NULL;
@@ -220,12 +230,7 @@ static void pressure(tr_stdio_t *t) {
   size_t backlog = t->out_broken ? 0 : t->out.len - t->out_off;
   if (!t->paused && backlog > TR_STDIO_MAX_BACKLOG && !t->stopped && !t->eof) {
     t->paused = true;
-    cm_watch_remove(t->w_in);
-    t->w_in = NULL;
-    cm_timer_cancel(t->t_poll);
-    t->t_poll = NULL;
-    cm_timer_cancel(t->t_resume);
-    t->t_resume = NULL;
+    unwatch_stdin(t);
   } else if (t->paused && backlog <= TR_STDIO_RESUME_BACKLOG) {
     t->paused = false;
     if (!t->t_resume) t->t_resume = cm_loop_timer(t->loop, 0, on_resume, t);
@@ -270,12 +275,7 @@ tr_sink_t *tr_stdio_sink(tr_stdio_t *t) {
 
 void tr_stdio_stop_reading(tr_stdio_t *t) {
   t->stopped = true;
-  cm_watch_remove(t->w_in);
-  t->w_in = NULL;
-  cm_timer_cancel(t->t_poll);
-  t->t_poll = NULL;
-  cm_timer_cancel(t->t_resume);
-  t->t_resume = NULL;
+  unwatch_stdin(t);
 }
 
 size_t tr_stdio_pending(const tr_stdio_t *t) {
