@@ -52,6 +52,7 @@ static void on_writable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
     t->w_out = NULL;
     cm_buf_reset(&t->out);
     t->out_off = 0;
+    pressure(t); /* (nothing waits now: stdin is read again, to its EOF) */
     return;
   }
   try_write(t);

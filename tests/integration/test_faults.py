@@ -641,6 +641,47 @@ def test_a_stdio_client_that_writes_and_never_reads_costs_bounded_memory(tmp_pat
             proc.wait()
 
 
+def test_a_stdio_client_that_hangs_up_while_the_server_waits_for_it(tmp_path):
+    """The server stopped reading stdin because its answers wait (back-pressure), and then the
+    client closes its end of stdout: the server reads stdin again (its answers go nowhere),
+    to its end, and exits."""
+    state = str(tmp_path / "state")
+    env = dict(os.environ, MCP_PY_SANDBOX_WARM_CACHE="0")
+    proc = subprocess.Popen([BINARY, "--sandbox-backend", BACKEND, "--prestart", "off", "--state-dir", state],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    n = 5000
+    try:
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 0
+        written = threading.Event()
+
+        def writer():
+            try:
+                proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+                for i in range(1, n + 1):
+                    proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"tools/list"}\n' % i)
+                proc.stdin.flush()
+                written.set()
+            except (BrokenPipeError, ValueError):
+                pass
+        w = threading.Thread(target=writer, daemon=True)
+        w.start()
+        time.sleep(3)
+        assert not written.is_set(), "the server read every request while its answers waited"
+        proc.stdout.close()  # the client hangs up on the answers
+        assert written.wait(timeout=60), "the server never read its stdin again"
+        w.join(timeout=30)
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # ------------------------------------------------------------------ load
 
 @pytest.mark.skipif(BACKEND != "none", reason="the load test runs once, with the none backend")
