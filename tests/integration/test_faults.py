@@ -641,6 +641,51 @@ def test_a_stdio_client_that_writes_and_never_reads_costs_bounded_memory(tmp_pat
             proc.wait()
 
 
+def _stdio_flood_until_paused(tmp_path, stdout=subprocess.PIPE):
+    """A server on stdio whose client sends tools/list requests
+    without reading their answers until the server stops reading (back-pressure): returns
+    the process and the write end of stdin (non-blocking)."""
+    in_r, in_w = os.pipe()
+    proc = subprocess.Popen([BINARY, "--sandbox-backend", BACKEND, "--prestart", "off", "--state-dir",
+                             str(tmp_path / "state")], stdin=in_r, stdout=stdout,
+                            stderr=subprocess.DEVNULL, env=dict(os.environ, MCP_PY_SANDBOX_WARM_CACHE="0"))
+    os.close(in_r)
+    os.write(in_w, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"}}}).encode() + b"\n"
+        + b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    os.set_blocking(in_w, False)
+    i, stuck_since = 1, None
+    while True:
+        try:
+            os.write(in_w, b'{"jsonrpc":"2.0","id":%d,"method":"tools/list"}\n' % i)
+            i, stuck_since = i + 1, None
+        except BlockingIOError:
+            stuck_since = stuck_since or time.monotonic()
+            if time.monotonic() - stuck_since > 3:
+                return proc, in_w
+            time.sleep(0.05)
+        assert i < 100000, "the server never stopped reading"
+
+
+def test_a_stdio_client_that_dies_while_the_server_holds_back_does_not_leave_it_running(tmp_path):
+    """A client writes requests and never reads until the server stops reading stdin (its
+    answers fill the stdout pipe), then dies: both pipes close.  The write side's error comes
+    with a pipe that is full (EPOLLERR without EPOLLOUT): the server must read stdin again, see
+    its end and exit, not wait forever for a reader that is gone."""
+    out_r, out_w = os.pipe()
+    proc, in_w = _stdio_flood_until_paused(tmp_path, stdout=out_w)
+    os.close(out_w)
+    try:
+        os.close(out_r)
+        os.close(in_w)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # ------------------------------------------------------------------ load
 
 @pytest.mark.skipif(BACKEND != "none", reason="the load test runs once, with the none backend")
