@@ -754,11 +754,11 @@ static void task_answer(srv_task_t *t, json_t *responses) {
       if (strcmp(a->key, key) != 0) continue;
       *p = a->next;
       json_object_del(t->inputs, key);
-      if (!t->asks && t->status == TASK_INPUT_REQUIRED) {
-        t->status = TASK_WORKING;
-        t->updated_wall_ms = wall_ms();
-        notify_listeners(t);
-      }
+      /* The questions changed (and with the last one answered, the status): the listen
+       * streams that watch t hear it either way, as they hear each new question. */
+      if (!t->asks && t->status == TASK_INPUT_REQUIRED) t->status = TASK_WORKING;
+      t->updated_wall_ms = wall_ms();
+      notify_listeners(t);
       /* May finish the run, settle the task, or ask again. */
       a->cb(a->data, value, NULL);
       free(a);
