@@ -704,3 +704,18 @@ def test_http_listen_hears_each_answered_question_of_a_watched_task(fixture_http
         heard.append((n["params"]["status"], sorted(n["params"].get("inputRequests") or {})))
     assert heard == [("input_required", [other]), ("working", []), ("completed", [])], heard
     c.close()
+    # Both answered in one update: no state in between (the one left was answered too).
+    tid = post(modern_msg(2, "tools/call", {"name": "multi_input", "arguments": {}}, **declared))["result"]["taskId"]
+    msg = modern_msg("lt2", "subscriptions/listen", {"notifications": {"taskIds": [tid]}}, **declared)
+    c = s.connect()
+    c.request("POST", "/mcp", json.dumps(msg).encode(),
+              {"Accept": ACCEPT_BOTH, "Content-Type": "application/json", "MCP-Protocol-Version": MODERN,
+               **mirrored(msg)})
+    events = sse_events(c.getresponse())
+    assert _next_message(events)["params"]["notifications"] == {"taskIds": [tid]}
+    keys = sorted(_next_message(events)["params"]["inputRequests"])
+    res = post(modern_msg(20, "tasks/update", {"taskId": tid, "inputResponses": {k: yes for k in keys}}, **declared))
+    assert "result" in res, res
+    heard = [_next_message(events)["params"]["status"] for _ in range(2)]
+    assert heard == ["working", "completed"], heard
+    c.close()
