@@ -43,16 +43,23 @@ static const tr_sink_ops_t stdio_sink_ops = {.send = sink_send, .release = sink_
 static void try_write(tr_stdio_t *t);
 static void pressure(tr_stdio_t *t);
 
+/* The client is gone (EPIPE, or its end of stdout closed): nothing more is written, and
+ * stdin is read again if the backlog had paused it, so that its EOF is seen. */
+static void out_gone(tr_stdio_t *t) {
+  t->out_broken = true;
+  t->sink.closed = true;
+  cm_buf_reset(&t->out);
+  t->out_off = 0;
+  pressure(t);
+}
+
 static void on_writable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   tr_stdio_t *t = data;
   if (revents & (EPOLLERR | EPOLLHUP) && !(revents & EPOLLOUT)) {
-    t->out_broken = true;
-    t->sink.closed = true;
+    /* (A full pipe whose reader closed: EPOLLERR without EPOLLOUT.) */
     cm_watch_remove(t->w_out);
     t->w_out = NULL;
-    cm_buf_reset(&t->out);
-    t->out_off = 0;
-    pressure(t); /* (nothing waits now: stdin is read again, to its EOF) */
+    out_gone(t);
     return;
   }
   try_write(t);
@@ -65,10 +72,7 @@ static void try_write(tr_stdio_t *t) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) break;
       /* EPIPE: the client is gone.  Keep running so children get cleaned up on EOF. */
-      t->out_broken = true;
-      t->sink.closed = true;
-      cm_buf_reset(&t->out);
-      t->out_off = 0;
+      out_gone(t);
       break;
     }
     t->out_off += (size_t)n;

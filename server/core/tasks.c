@@ -71,6 +71,7 @@ typedef struct srv_task {
   json_t *inputs;
   task_ask_t *asks;
   uint64_t next_ask;
+  uint64_t told; /* changes its listen streams were told of (notify_listeners) */
   json_t *client_caps;
   struct srv_task *prev, *next; /* creation order */
   struct srv_task *exp_next;    /* expiry order */
@@ -323,8 +324,9 @@ static void notify_status(const srv_task_t *t) {
 }
 
 /* t's status (or its questions) changed: the listen streams that watch it hear of it. */
-static void notify_listeners(const srv_task_t *t) {
+static void notify_listeners(srv_task_t *t) {
   srv_server_t *s = t->store->server;
+  t->told++;
   if (!s->listen_task_changed || !s->listeners) return;
   json_t *d = detailed_task(t);
   s->listen_task_changed(s, t->principal, t->id, d);
@@ -744,28 +746,36 @@ void srv_tasks_reply_missing(tr_sink_t *sink, json_t *id, const char *what) {
 
 /* tasks/update's inputResponses (borrowed; NULL for none): each answer to an outstanding
  * question goes to its callback; keys that are not outstanding are ignored, as the extension
- * says.  With none left, the task works again. */
+ * says.  With none left, the task works again.  The listen streams that watch t hear the
+ * change of status at once, and questions answered while others still wait once the update
+ * is done (unless what the answers did, a new question or the end, told them already). */
 static void task_answer(srv_task_t *t, json_t *responses) {
   const char *key;
   json_t *value;
+  bool untold = false;
   json_object_foreach(responses, key, value) {
     for (task_ask_t **p = &t->asks; *p; p = &(*p)->next) {
       task_ask_t *a = *p;
       if (strcmp(a->key, key) != 0) continue;
       *p = a->next;
       json_object_del(t->inputs, key);
+      t->updated_wall_ms = wall_ms();
+      untold = true;
       if (!t->asks && t->status == TASK_INPUT_REQUIRED) {
         t->status = TASK_WORKING;
-        t->updated_wall_ms = wall_ms();
         notify_listeners(t);
+        untold = false;
       }
       /* May finish the run, settle the task, or ask again. */
+      uint64_t told = t->told;
       a->cb(a->data, value, NULL);
+      if (t->told != told) untold = false;
       free(a);
       break;
     }
     if (terminal(t) || !t->run) return;
   }
+  if (untold) notify_listeners(t);
 }
 
 static void task_asks_fail(srv_request_t *r) {

@@ -641,40 +641,47 @@ def test_a_stdio_client_that_writes_and_never_reads_costs_bounded_memory(tmp_pat
             proc.wait()
 
 
-def test_a_stdio_client_that_hangs_up_while_the_server_waits_for_it(tmp_path):
-    """The server stopped reading stdin because its answers wait (back-pressure), and then the
-    client closes its end of stdout: the server reads stdin again (its answers go nowhere),
-    to its end, and exits."""
-    state = str(tmp_path / "state")
-    env = dict(os.environ, MCP_PY_SANDBOX_WARM_CACHE="0")
-    proc = subprocess.Popen([BINARY, "--sandbox-backend", BACKEND, "--prestart", "off", "--state-dir", state],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    n = 5000
-    try:
-        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"}}}).encode() + b"\n")
-        proc.stdin.flush()
-        assert json.loads(proc.stdout.readline())["id"] == 0
-        written = threading.Event()
+def _stdio_flood_until_paused(tmp_path, stdout=subprocess.PIPE):
+    """A server on stdio whose client sends tools/list requests
+    without reading their answers until the server stops reading (back-pressure): returns
+    the process and the write end of stdin (non-blocking)."""
+    in_r, in_w = os.pipe()
+    proc = subprocess.Popen([BINARY, "--sandbox-backend", BACKEND, "--prestart", "off", "--state-dir",
+                             str(tmp_path / "state")], stdin=in_r, stdout=stdout,
+                            stderr=subprocess.DEVNULL, env=dict(os.environ, MCP_PY_SANDBOX_WARM_CACHE="0"))
+    os.close(in_r)
+    os.write(in_w, json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"}}}).encode() + b"\n"
+        + b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    os.set_blocking(in_w, False)
+    i, stuck_since = 1, None
+    while True:
+        try:
+            os.write(in_w, b'{"jsonrpc":"2.0","id":%d,"method":"tools/list"}\n' % i)
+            i, stuck_since = i + 1, None
+        except BlockingIOError:
+            stuck_since = stuck_since or time.monotonic()
+            # Held back, not merely slow: 2100 requests are more than the pipe holds (about
+            # 1400) and the 600 whose 14 KB answers make 8 MiB.
+            if time.monotonic() - stuck_since > 3 and i > 2100:
+                return proc, in_w
+            assert time.monotonic() - stuck_since < 120, f"the server stopped reading after {i} requests"
+            time.sleep(0.05)
+        assert i < 100000, "the server never stopped reading"
 
-        def writer():
-            try:
-                proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-                for i in range(1, n + 1):
-                    proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"tools/list"}\n' % i)
-                proc.stdin.flush()
-                written.set()
-            except (BrokenPipeError, ValueError):
-                pass
-        w = threading.Thread(target=writer, daemon=True)
-        w.start()
-        time.sleep(3)
-        assert not written.is_set(), "the server read every request while its answers waited"
-        proc.stdout.close()  # the client hangs up on the answers
-        assert written.wait(timeout=60), "the server never read its stdin again"
-        w.join(timeout=30)
-        proc.stdin.close()
+
+def test_a_stdio_client_that_dies_while_the_server_holds_back_does_not_leave_it_running(tmp_path):
+    """A client writes requests and never reads until the server stops reading stdin (its
+    answers fill the stdout pipe), then dies: both pipes close.  The write side's error comes
+    with a pipe that is full (EPOLLERR without EPOLLOUT): the server must read stdin again, see
+    its end and exit, not wait forever for a reader that is gone."""
+    out_r, out_w = os.pipe()
+    proc, in_w = _stdio_flood_until_paused(tmp_path, stdout=out_w)
+    os.close(out_w)
+    try:
+        os.close(out_r)
+        os.close(in_w)
         assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:

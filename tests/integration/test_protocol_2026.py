@@ -662,3 +662,60 @@ def test_http_listen_needs_a_stream(make_http):
     st, _, body = mpost(s, msg, headers={"Accept": "application/json"})
     j = json.loads(body)
     assert st == 406 and j["id"] == "lj", (st, body)
+
+
+def test_http_listen_hears_each_answered_question_of_a_watched_task(fixture_http):
+    """The tasks extension's taskIds: a change of the questions waiting in a task's
+    inputRequests is a change the stream hears, not only a change of status.  The fixture's
+    multi_input asks two questions at once; the client answers one, then the other: the
+    stream hears both questions, then the one left, then the task working and completed."""
+    s = fixture_http
+    ext = "io.modelcontextprotocol/tasks"
+    declared = {CAPS: {"extensions": {ext: {}}, "elicitation": {}}}
+
+    def post(msg):
+        st, h, body = mpost(s, msg)
+        assert st == 200, body
+        return answer(h, body, msg["id"])
+
+    created = post(modern_msg(1, "tools/call", {"name": "multi_input", "arguments": {}}, **declared))["result"]
+    assert created["resultType"] == "task", created
+    tid = created["taskId"]
+    msg = modern_msg("lt", "subscriptions/listen", {"notifications": {"taskIds": [tid]}}, **declared)
+    c = s.connect()
+    c.request("POST", "/mcp", json.dumps(msg).encode(),
+              {"Accept": ACCEPT_BOTH, "Content-Type": "application/json", "MCP-Protocol-Version": MODERN,
+               **mirrored(msg)})
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream", r.read()[:500]
+    events = sse_events(r)
+    assert _next_message(events)["params"]["notifications"] == {"taskIds": [tid]}
+    first = _next_message(events)["params"]
+    assert first["status"] == "input_required" and len(first["inputRequests"]) == 2, first
+    one, other = sorted(first["inputRequests"])
+    yes = {"action": "accept", "content": {"confirm": True}}
+    for i, key in enumerate((one, other)):
+        res = post(modern_msg(10 + i, "tasks/update", {"taskId": tid, "inputResponses": {key: yes}}, **declared))
+        assert "result" in res, res
+    heard = []
+    while not heard or heard[-1][0] not in ("completed", "failed", "cancelled"):
+        n = _next_message(events)
+        assert n and n["method"] == "notifications/tasks", n
+        heard.append((n["params"]["status"], sorted(n["params"].get("inputRequests") or {})))
+    assert heard == [("input_required", [other]), ("working", []), ("completed", [])], heard
+    c.close()
+    # Both answered in one update: no state in between (the one left was answered too).
+    tid = post(modern_msg(2, "tools/call", {"name": "multi_input", "arguments": {}}, **declared))["result"]["taskId"]
+    msg = modern_msg("lt2", "subscriptions/listen", {"notifications": {"taskIds": [tid]}}, **declared)
+    c = s.connect()
+    c.request("POST", "/mcp", json.dumps(msg).encode(),
+              {"Accept": ACCEPT_BOTH, "Content-Type": "application/json", "MCP-Protocol-Version": MODERN,
+               **mirrored(msg)})
+    events = sse_events(c.getresponse())
+    assert _next_message(events)["params"]["notifications"] == {"taskIds": [tid]}
+    keys = sorted(_next_message(events)["params"]["inputRequests"])
+    res = post(modern_msg(20, "tasks/update", {"taskId": tid, "inputResponses": {k: yes for k in keys}}, **declared))
+    assert "result" in res, res
+    heard = [_next_message(events)["params"]["status"] for _ in range(2)]
+    assert heard == ["working", "completed"], heard
+    c.close()

@@ -4,6 +4,7 @@ tasks/cancel reach it, only for its own principal; the store's TTL and per-princ
 bound it.  Over stdio and Streamable HTTP (two bearer tokens)."""
 import json
 import re
+import signal
 import time
 
 import pytest
@@ -545,3 +546,87 @@ def test_modern_http_listen_hears_only_its_principals_tasks(make_http_tasks):
         pass
     ca.close()
     cb.close()
+
+
+def _listen_tasks(s, sub, task_ids):
+    """Opens stream sub on stdio watching task_ids; its acknowledgement's notifications (what
+    came before it is kept aside, in s.stray)."""
+    s.send({"jsonrpc": "2.0", "id": sub, "method": "subscriptions/listen",
+            "params": modern_params({"notifications": {"taskIds": task_ids}})})
+    while True:
+        m = s.recv(timeout=30)
+        if m.get("method") == "notifications/subscriptions/acknowledged" and m["params"]["_meta"][SUB] == sub:
+            return m["params"]["notifications"]
+        s.stray.append(m)
+
+
+def test_modern_listen_eight_streams_naming_a_task_64_times_hear_each_change_once(make_server):
+    """The principal's 8 streams each name one task 64 times: each agrees to it once, and hears
+    its state at once and its end, once each; a ninth stream is refused."""
+    s = make_server("--kill-grace-seconds", "1")
+    tid = modern_req(s, 1, "tools/call", {"name": "execute_python", "arguments": {
+        "script": "import time\ntime.sleep(2)\nprint('x' * 50000)", "timeout_seconds": 120}})["result"]["taskId"]
+    heard = {}
+
+    def note(m):
+        if m.get("method") == "notifications/tasks":
+            assert m["params"]["taskId"] == tid, m
+            heard.setdefault(m["params"]["_meta"][SUB], []).append(m["params"]["status"])
+            return True
+        return False
+    for i in range(8):
+        assert _listen_tasks(s, f"L{i}", [tid] * 64) == {"taskIds": [tid]}
+    s.send({"jsonrpc": "2.0", "id": "L8", "method": "subscriptions/listen",
+            "params": modern_params({"notifications": {"taskIds": [tid]}})})
+    refused = None
+    for m in s.stray:
+        note(m)
+    s.stray.clear()
+    deadline = time.monotonic() + 60
+    while sum(len(v) for v in heard.values()) < 16 or refused is None:
+        m = s.recv(timeout=max(0.1, deadline - time.monotonic()))
+        if m.get("id") == "L8":
+            refused = m
+        elif not note(m):
+            s.stray.append(m)
+    assert refused["error"]["code"] == -32600, refused
+    assert heard == {f"L{i}": ["working", "completed"] for i in range(8)}, heard
+    assert modern_req(s, 2, "tasks/get", {"taskId": tid})["result"]["status"] == "completed"
+    assert not [m for m in s.stray if m.get("method") == "notifications/tasks"], s.stray
+
+
+def test_modern_listen_hears_a_watched_task_expire(make_server):
+    """A watched task still working at its TTL is cancelled: the stream hears that; the task is
+    gone after, and a new stream does not agree to its id."""
+    s = make_server("--kill-grace-seconds", "1", "--max-task-ttl", "3")
+    marker = f"mps-task-listen-ttl-{time.monotonic_ns()}"
+    tid = modern_req(s, 1, "tools/call", {"name": "execute_python", "arguments": {
+        "script": sleeper(marker), "timeout_seconds": 120}})["result"]["taskId"]
+    assert _listen_tasks(s, "L", [tid]) == {"taskIds": [tid]}
+    assert next_task_note(s, "L")["status"] == "working"
+    end = next_task_note(s, "L", timeout=60)
+    assert end["status"] == "cancelled" and "TTL" in end["statusMessage"], end
+    assert wait_until(lambda: not processes_with_marker(marker), 15)
+    assert _listen_tasks(s, "L2", [tid]) == {"taskIds": []}
+    assert "error" in modern_req(s, 2, "tasks/get", {"taskId": tid})
+
+
+def test_modern_listen_drain_ends_a_stream_that_watches_a_running_task(make_server):
+    """SIGTERM with a drain: the stream ends with its result at once, the watched task runs to
+    its end, nothing more is said on the stream, and the server exits 0."""
+    s = make_server("--kill-grace-seconds", "1", "--drain-seconds", "20")
+    tid = modern_req(s, 1, "tools/call", {"name": "execute_python", "arguments": {
+        "script": "import time\ntime.sleep(3)\nprint('ok')", "timeout_seconds": 120}})["result"]["taskId"]
+    assert _listen_tasks(s, "L", [tid]) == {"taskIds": [tid]}
+    assert next_task_note(s, "L")["status"] == "working"
+    s.proc.send_signal(signal.SIGTERM)
+    end = s.recv_response("L", timeout=30)
+    assert end["result"]["_meta"][SUB] == "L", end
+    after = []
+    try:
+        while True:
+            after.append(s.recv(timeout=30))
+    except EOFError:
+        pass
+    assert not [m for m in after if m.get("method") == "notifications/tasks"], after
+    assert s.proc.wait(timeout=30) == 0
