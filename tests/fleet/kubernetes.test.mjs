@@ -154,19 +154,25 @@ test("kubernetes: the ConfigMap's config.toml is one the server starts with", as
   const cm = manifests().find((m) => m.doc.kind === "ConfigMap").doc;
   const dir = mkdtempSync(join(tmpdir(), "mps-fleet-k8s-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  writeFileSync(join(dir, "config.toml"), cm.data["config.toml"]);
   writeFileSync(join(dir, "tokens"), "alice:0123456789abcdef0123456789abcdef\n", { mode: 0o600 });
-  // A bad key or value stops the server at start-up naming the line; a good file serves.
-  const proc = spawn(binary, ["--profile", join(dir, "config.toml"), "--state-dir", join(dir, "state"), "--port", String(await freePort()),
-    "--host", "127.0.0.1", "--sandbox-backend", "none", "--auth-token-file", join(dir, "tokens")], { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  proc.stderr.on("data", (c) => (log += c));
-  const exited = new Promise((r) => proc.once("exit", (code) => r(code)));
-  const listening = await Promise.race([
-    new Promise((r) => { const i = setInterval(() => { if (/listening on/.test(log)) { clearInterval(i); r(true); } }, 50); }),
-    exited.then(() => false),
-  ]);
-  proc.kill("SIGTERM");
-  await exited;
-  assert.ok(listening, `the server did not start with the ConfigMap's config.toml:\n${log}`);
+  // As shipped, and with the commented example settings (trusted-proxy) switched on.
+  const asShipped = cm.data["config.toml"];
+  const examples = asShipped.replace(/^# (trusted-proxy = .*)$/m, "$1");
+  assert.notEqual(examples, asShipped, "the ConfigMap's commented trusted-proxy example is gone");
+  for (const [what, text] of [["as shipped", asShipped], ["with its trusted-proxy example", examples]]) {
+    writeFileSync(join(dir, "config.toml"), text);
+    // A bad key or value stops the server at start-up naming the line; a good file serves.
+    const proc = spawn(binary, ["--profile", join(dir, "config.toml"), "--state-dir", join(dir, "state"), "--port", String(await freePort()),
+      "--host", "127.0.0.1", "--sandbox-backend", "none", "--auth-token-file", join(dir, "tokens")], { stdio: ["ignore", "ignore", "pipe"] });
+    let log = "";
+    proc.stderr.on("data", (c) => (log += c));
+    const exited = new Promise((r) => proc.once("exit", (code) => r(code)));
+    const listening = await Promise.race([
+      new Promise((r) => { const i = setInterval(() => { if (/listening on/.test(log)) { clearInterval(i); r(true); } }, 50); }),
+      exited.then(() => false),
+    ]);
+    proc.kill("SIGTERM");
+    await exited;
+    assert.ok(listening, `the server did not start with the ConfigMap's config.toml ${what}:\n${log}`);
+  }
 });

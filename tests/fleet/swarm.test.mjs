@@ -6,6 +6,7 @@
 // MPS_SERVER_IMAGE, MPS_NGINX_IMAGE: the images (run.sh builds them).
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { existsSync, writeFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 
@@ -97,6 +98,17 @@ test("swarm: the stack deploys, serves through nginx, scales 2 -> 4 -> 2, update
     const r = await client.callTool({ name: "execute_python", arguments: { script: "print(6 * 7)" } });
     assert.equal(r.structuredContent?.stdout, "42\n");
     await client.close();
+    // The replicas trust nginx (127.0.0.3, stack.yml's --trusted-proxy): their audit log
+    // names this client (127.0.0.1, from nginx's X-Forwarded-For) beside nginx.
+    let audit = [];
+    const found = await waitUntil(() => {
+      const out = spawnSync("docker", ["service", "logs", "--raw", `${STACK}_server`], { encoding: "utf8", timeout: 30000 });
+      audit = `${out.stdout}\n${out.stderr}`.split("\n").filter((l) => l.startsWith("{")).map((l) => {
+        try { return JSON.parse(l); } catch { return null; }
+      }).filter((a) => a?.tool === "execute_python");
+      return audit.some((a) => a.remote === "127.0.0.3" && a.client === "127.0.0.1" && a.forwarded === "ok");
+    }, 30000, 1000);
+    assert.ok(found, `no audit line naming the client behind nginx: ${JSON.stringify(audit.slice(-3))}`);
   });
 
   await t.test("scaled to 4: new sessions reach the new replicas", async () => {
