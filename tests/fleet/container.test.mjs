@@ -7,8 +7,10 @@ import assert from "node:assert/strict";
 
 import {
   BWRAP_OPTS, connectModern, connectV1, engine, get, makeToken, metricValue, processesWithMarker, resultText,
-  runServerContainer, sleep, tempDir, waitUntil,
+  holdTheLoop, runServerContainer, sleep, tempDir, waitUntil,
 } from "./lib.mjs";
+
+holdTheLoop();
 
 const IMAGE = process.env.MPS_SERVER_IMAGE;
 const SLOW_PRINT = ["import time", "for i in range(6):", "    print(f'line {i}', flush=True)", "    time.sleep(0.3)"].join("\n");

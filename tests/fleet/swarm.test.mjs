@@ -10,7 +10,9 @@ import { spawnSync } from "node:child_process";
 import { existsSync, writeFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 
-import { ROOT, connectModern, connectV1, engine, get, makeToken, tempDir, waitUntil } from "./lib.mjs";
+import { ROOT, connectModern, connectV1, engine, get, holdTheLoop, makeToken, tempDir, waitUntil } from "./lib.mjs";
+
+holdTheLoop();
 
 const STACK = "mps-fleet";
 const FRONT = "http://127.0.0.1:18200";
