@@ -26,6 +26,7 @@ struct tr_stdio {
   cm_timer_t *t_poll; /* stdin is a regular file: poll it instead of epoll */
   bool polled;        /* (so t_poll, not w_in, reads it) */
   bool paused;        /* back-pressure: stdin is not read (TR_STDIO_MAX_BACKLOG) */
+  bool hung_up;       /* the client closed stdin during a pause: read on, to its end */
   cm_timer_t *t_resume;
   cm_buf_t in;
   bool discarding;
@@ -188,10 +189,23 @@ static bool read_some(tr_stdio_t *t) {
 }
 
 static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
-  read_some(data);
+  tr_stdio_t *t = data;
+  if (t->paused) {
+    /* Paused, stdin is watched for its hang-up only (epoll reports EPOLLHUP whatever the
+     * events).  The client closed it while its answers wait: what it wrote is all there
+     * will be (a pipe's worth at most), so it is read to its end, and its EOF ends the
+     * server as it would have without the pause. */
+    if (!(revents & (EPOLLHUP | EPOLLERR))) return;
+    t->paused = false;
+    t->hung_up = true;
+    cm_error_t err = CM_ERROR_INIT;
+    if (cm_watch_set_events(t->w_in, EPOLLIN, &err) < 0) cm_error_release(&err);
+    process_lines(t);
+  }
+  read_some(t);
 }
 
-/* Nothing reads stdin any more (until on_resume, for a pause). */
+/* Nothing reads stdin any more. */
 static void unwatch_stdin(tr_stdio_t *t) {
   cm_watch_remove(t->w_in);
   t->w_in = NULL;
@@ -215,9 +229,14 @@ static void on_resume(cm_loop_t *loop, cm_timer_t *timer, void *data) {
   if (t->paused || t->stopped || t->eof) return;
   process_lines(t);
   if (t->paused || t->stopped) return;
+  cm_error_t serr = CM_ERROR_INIT;
   if (t->polled) {
     if (!t->t_poll) t->t_poll = cm_loop_timer(loop, 1, on_poll, t);
-  } else if (!t->w_in) {
+  } else if (t->w_in && cm_watch_set_events(t->w_in, EPOLLIN, &serr) == 0) {
+    return;
+  } else {
+    cm_error_release(&serr);
+    cm_watch_remove(t->w_in);
     cm_error_t err = CM_ERROR_INIT;
     t->w_in = cm_loop_watch(loop, t->in_fd, EPOLLIN, on_readable, t, &err);
     if (!t->w_in) {
@@ -233,9 +252,19 @@ static void on_resume(cm_loop_t *loop, cm_timer_t *timer, void *data) {
  * it has read enough of it. */
 static void pressure(tr_stdio_t *t) {
   size_t backlog = t->out_broken ? 0 : t->out.len - t->out_off;
-  if (!t->paused && backlog > TR_STDIO_MAX_BACKLOG && !t->stopped && !t->eof) {
+  if (!t->paused && backlog > TR_STDIO_MAX_BACKLOG && !t->stopped && !t->eof && !t->hung_up) {
     t->paused = true;
-    unwatch_stdin(t);
+    cm_timer_cancel(t->t_poll);
+    t->t_poll = NULL;
+    cm_timer_cancel(t->t_resume);
+    t->t_resume = NULL;
+    /* Watched still, for a hang-up (on_readable). */
+    cm_error_t err = CM_ERROR_INIT;
+    if (t->w_in && cm_watch_set_events(t->w_in, 0, &err) < 0) {
+      cm_error_release(&err);
+      cm_watch_remove(t->w_in);
+      t->w_in = NULL;
+    }
   } else if (t->paused && backlog <= TR_STDIO_RESUME_BACKLOG) {
     t->paused = false;
     if (!t->t_resume) t->t_resume = cm_loop_timer(t->loop, 0, on_resume, t);

@@ -689,6 +689,37 @@ def test_a_stdio_client_that_dies_while_the_server_holds_back_does_not_leave_it_
             proc.wait()
 
 
+def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back(tmp_path):
+    """A client floods requests without reading until the server stops reading stdin, then
+    closes stdin (and still does not read): the server sees the hang-up during the pause,
+    reads what is left in the pipe, and ends at its EOF (as without the pause: the answers
+    it cannot flush within the drain are lost), instead of waiting forever."""
+    out_r, out_w = os.pipe()
+    proc, in_w = _stdio_flood_until_paused(tmp_path, stdout=out_w)
+    os.close(out_w)
+    try:
+        os.close(in_w)
+        assert proc.wait(timeout=30) == 0
+        # What came is in order and once each.
+        os.set_blocking(out_r, False)
+        data = b""
+        while True:
+            try:
+                chunk = os.read(out_r, 1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        ids = [json.loads(line)["id"] for line in data.split(b"\n")[:-1]]
+        assert ids == list(range(len(ids))), ids[:20]
+    finally:
+        os.close(out_r)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # ------------------------------------------------------------------ load
 
 @pytest.mark.skipif(BACKEND != "none", reason="the load test runs once, with the none backend")
