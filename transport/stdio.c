@@ -191,11 +191,12 @@ static bool read_some(tr_stdio_t *t) {
 static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   tr_stdio_t *t = data;
   if (t->paused) {
-    /* Paused, stdin is watched for its hang-up only (epoll reports EPOLLHUP whatever the
-     * events).  The client closed it while its answers wait: what it wrote is all there
-     * will be (a pipe's worth at most), so it is read to its end, and its EOF ends the
-     * server as it would have without the pause. */
-    if (!(revents & (EPOLLHUP | EPOLLERR))) return;
+    /* Paused, stdin is watched for its hang-up only (EPOLLHUP, which epoll reports whatever
+     * the events, for a pipe; EPOLLRDHUP for a socket's half-close).  The client closed it
+     * while its answers wait: what it wrote is all there will be (a pipe's worth at most),
+     * so it is read to its end, and its EOF ends the server as it would have without the
+     * pause. */
+    if (!(revents & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
     t->paused = false;
     t->hung_up = true;
     cm_error_t err = CM_ERROR_INIT;
@@ -260,7 +261,7 @@ static void pressure(tr_stdio_t *t) {
     t->t_resume = NULL;
     /* Watched still, for a hang-up (on_readable). */
     cm_error_t err = CM_ERROR_INIT;
-    if (t->w_in && cm_watch_set_events(t->w_in, 0, &err) < 0) {
+    if (t->w_in && cm_watch_set_events(t->w_in, EPOLLRDHUP, &err) < 0) {
       cm_error_release(&err);
       cm_watch_remove(t->w_in);
       t->w_in = NULL;

@@ -641,11 +641,15 @@ def test_a_stdio_client_that_writes_and_never_reads_costs_bounded_memory(tmp_pat
             proc.wait()
 
 
-def _stdio_flood_until_paused(tmp_path, stdout=subprocess.PIPE):
+def _stdio_flood_until_paused(tmp_path, stdout=subprocess.PIPE, stdin_socket=False):
     """A server on stdio whose client sends tools/list requests
     without reading their answers until the server stops reading (back-pressure): returns
-    the process and the write end of stdin (non-blocking)."""
-    in_r, in_w = os.pipe()
+    the process and the write end of stdin (non-blocking; a pipe, or a socket's end)."""
+    if stdin_socket:
+        a, b = socket.socketpair()
+        in_r, in_w = a.detach(), b.detach()
+    else:
+        in_r, in_w = os.pipe()
     proc = subprocess.Popen([BINARY, "--sandbox-backend", BACKEND, "--prestart", "off", "--state-dir",
                              str(tmp_path / "state")], stdin=in_r, stdout=stdout,
                             stderr=subprocess.DEVNULL, env=dict(os.environ, MCP_PY_SANDBOX_WARM_CACHE="0"))
@@ -663,8 +667,9 @@ def _stdio_flood_until_paused(tmp_path, stdout=subprocess.PIPE):
         except BlockingIOError:
             stuck_since = stuck_since or time.monotonic()
             # Held back, not merely slow: 2100 requests are more than the pipe holds (about
-            # 1400) and the 600 whose 14 KB answers make 8 MiB.
-            if time.monotonic() - stuck_since > 3 and i > 2100:
+            # 1400) and the 600 whose 14 KB answers make 8 MiB (a socket pair holds about
+            # 500 of them).
+            if time.monotonic() - stuck_since > 3 and i > (1000 if stdin_socket else 2100):
                 return proc, in_w
             assert time.monotonic() - stuck_since < 120, f"the server stopped reading after {i} requests"
             time.sleep(0.05)
@@ -689,16 +694,22 @@ def test_a_stdio_client_that_dies_while_the_server_holds_back_does_not_leave_it_
             proc.wait()
 
 
-def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back(tmp_path):
+@pytest.mark.parametrize("stdin_kind", ["pipe", "socket"])
+def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back(tmp_path, stdin_kind):
     """A client floods requests without reading until the server stops reading stdin, then
     closes stdin (and still does not read): the server sees the hang-up during the pause,
     reads what is left in the pipe, and ends at its EOF (as without the pause: the answers
-    it cannot flush within the drain are lost), instead of waiting forever."""
+    it cannot flush within the drain are lost), instead of waiting forever.  stdin a socket:
+    the client's half-close (shutdown SHUT_WR) is its end."""
     out_r, out_w = os.pipe()
-    proc, in_w = _stdio_flood_until_paused(tmp_path, stdout=out_w)
+    proc, in_w = _stdio_flood_until_paused(tmp_path, stdout=out_w, stdin_socket=stdin_kind == "socket")
     os.close(out_w)
     try:
-        os.close(in_w)
+        if stdin_kind == "socket":
+            sock = socket.socket(fileno=in_w)
+            sock.shutdown(socket.SHUT_WR)
+        else:
+            os.close(in_w)
         assert proc.wait(timeout=30) == 0
         # What came is in order and once each.
         os.set_blocking(out_r, False)
@@ -715,6 +726,8 @@ def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back(tmp_path):
         assert ids == list(range(len(ids))), ids[:20]
     finally:
         os.close(out_r)
+        if stdin_kind == "socket":
+            sock.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
