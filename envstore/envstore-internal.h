@@ -139,6 +139,12 @@ struct env_store {
    * every eviction or check_environment. */
   struct env_known *known;
   size_t n_known;
+  /* The last listing of envs/ for the readers a client may call in a loop (the usage and
+   * stats of check_environment, list_environments, /metrics): listed again at most every
+   * ENV_LISTING_MS, or when this process changed envs/ (listing_at_ms = 0 then). */
+  struct entry_list *listing;
+  uint64_t listing_at_ms;
+  bool listing_wheels; /* (with the wheelhouse's wheels) */
 };
 
 /* ---------------------------------------------------------------- the copy (in a child) */
@@ -200,6 +206,8 @@ void env_build_free(env_build_t *b);
 
 /* evict.c */
 void env_known_release(struct env_known *v, size_t n);
+/* Frees the kept listing (env_store_free). */
+void env_listing_free(env_store_t *s);
 void env_evict(env_store_t *s);
 
 /* warm.c */

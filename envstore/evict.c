@@ -137,6 +137,33 @@ static void entries_release(entry_list_t *l) {
   free(l->v);
 }
 
+/* How long a listing serves the readers (envstore-internal.h): a tenant that calls
+ * check_environment in a loop costs one listing of envs/ (a directory read and an fstatat
+ * per environment, on the event loop) per this, not one per call. */
+#define ENV_LISTING_MS 2000
+
+void env_listing_free(env_store_t *s) {
+  if (!s->listing) return;
+  entries_release(s->listing);
+  free(s->listing);
+  s->listing = NULL;
+  s->listing_at_ms = 0;
+}
+
+/* The kept listing when it is recent enough (and has the wheels if asked), else a new one. */
+static const entry_list_t *listing(env_store_t *s, bool wheels) {
+  uint64_t now = cm_now_ms();
+  if (s->listing && s->listing_at_ms && now - s->listing_at_ms < ENV_LISTING_MS &&
+      (s->listing_wheels || !wheels))
+    return s->listing;
+  env_listing_free(s);
+  s->listing = xcalloc(1, sizeof *s->listing);
+  list_entries(s, s->listing, wheels);
+  s->listing_at_ms = now;
+  s->listing_wheels = wheels;
+  return s->listing;
+}
+
 static bool same_owner(const char *a, const char *b) {
   return a == b || (a && b && strcmp(a, b) == 0);
 }
@@ -214,6 +241,7 @@ static bool evict_one(env_store_t *s, env_entry_t *en, bool wheels_ok) {
  * holding the most, and only of that one).  An environment in use or being built is never touched,
  * and no wheel goes while an installer of ours may be reading the wheelhouse. */
 void env_evict(env_store_t *s) {
+  s->listing_at_ms = 0; /* (a build was published, and environments may go) */
   bool installing = s->resolving > 0;
   for (env_build_t *b = s->builds; b; b = b->next) installing |= b->run != NULL;
   entry_list_t l = {0};
@@ -254,14 +282,12 @@ void env_store_usage(env_store_t *s, const char *owner, size_t *count, uint64_t 
   *count = 0;
   *bytes = 0;
   if (s->envs_fd < 0) return;
-  entry_list_t l = {0};
-  list_entries(s, &l, false);
-  for (size_t i = 0; i < l.n; i++)
-    if (same_owner(l.v[i].owner, owner)) {
+  const entry_list_t *l = listing(s, false);
+  for (size_t i = 0; i < l->n; i++)
+    if (!l->v[i].wheel && same_owner(l->v[i].owner, owner)) {
       (*count)++;
-      *bytes += l.v[i].size;
+      *bytes += l->v[i].size;
     }
-  entries_release(&l);
 }
 
 void env_store_counters(env_store_t *s, env_counters_t *out) {
@@ -272,11 +298,9 @@ void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes) {
   *count = 0;
   *bytes = 0;
   if (s->envs_fd < 0) return;
-  entry_list_t l = {0};
-  list_entries(s, &l, true);
-  for (size_t i = 0; i < l.n; i++) *count += !l.v[i].wheel;
-  *bytes = l.total;
-  entries_release(&l);
+  const entry_list_t *l = listing(s, true);
+  for (size_t i = 0; i < l->n; i++) *count += !l->v[i].wheel;
+  *bytes = l->total;
 }
 
 /* ---------------------------------------------------------------- one principal's */
@@ -284,14 +308,13 @@ void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes) {
 json_t *env_store_list(env_store_t *s, const char *owner) {
   json_t *out = json_array();
   if (s->envs_fd < 0) return out;
-  entry_list_t l = {0};
-  list_entries(s, &l, false);
+  const entry_list_t *l = listing(s, false);
   /* No time of use, and no order by it: an environment is shared by whoever needs the same
    * requirements, so its last use may be another principal's (and tell its builder so).
    * When it was built is the builder's own. */
-  for (size_t k = 0; k < l.n; k++) {
-    const env_entry_t *en = &l.v[k];
-    if (!same_owner(en->owner, owner)) continue;
+  for (size_t k = 0; k < l->n; k++) {
+    const env_entry_t *en = &l->v[k];
+    if (en->wheel || !same_owner(en->owner, owner)) continue;
     json_t *o = json_pack("{s:s, s:I}", "key", en->name, "bytes", (json_int_t)en->size);
     json_t *m = env_load_manifest(s, en->name, true, false, NULL);
     json_t *created = m ? json_object_get(m, "created") : NULL;
@@ -303,7 +326,6 @@ json_t *env_store_list(env_store_t *s, const char *owner) {
     json_decref(m);
     json_array_append_new(out, o);
   }
-  entries_release(&l);
   return out;
 }
 
@@ -318,6 +340,7 @@ int env_store_evict_owned(env_store_t *s, const char *owner, const char *key, cm
     rc = cm_error_set(err, 0, CM_ERR_NOT_FOUND, "no such environment of yours");
   else if (!evict_one(s, en, false))
     rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the environment is in use or being built");
+  s->listing_at_ms = 0;
   entries_release(&l);
   return rc;
 }

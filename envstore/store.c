@@ -169,6 +169,7 @@ void env_store_free(env_store_t *s) {
   free(s->uv);
   free(s->installer_desc);
   env_known_release(s->known, s->n_known);
+  env_listing_free(s);
   env_installer_release(s);
   free(s);
 }

@@ -5,6 +5,7 @@ import glob
 import http.server
 import json
 import os
+import re
 import shutil
 import signal
 import socketserver
@@ -428,3 +429,25 @@ def test_unpinned_environment_re_resolved_after_its_age(dep_server):
     json.dump(p, open(pm, "w"))
     assert s.execute("import mps_gamma", dependencies=["mps-gamma==1.0"],
                      timeout=120)["structuredContent"]["environment"]["cached"] is True
+
+
+def test_check_environment_reads_a_listing_of_the_store_at_most_every_two_seconds(dep_server):
+    """check_environment (which a client may call in a loop) counts the environments from a
+    listing of envs/ made at most every 2 s, not from one per call (a directory read and a
+    stat per environment, on the event loop): an environment another server removed counts
+    until the listing is 2 s old, and one this server builds counts at once."""
+    s = dep_server()
+    s.execute("import mps_gamma", dependencies=["mps-gamma"], timeout=120)
+
+    def cached():
+        return int(re.search(r"(\d+) cached environments", text(s.call("check_environment"))).group(1))
+    listed_at = time.monotonic()
+    assert cached() == 1  # the build made the kept listing stale: listed again
+    key = envs_of(s)[0]
+    os.rename(os.path.join(s.state_dir, "envs", key), os.path.join(s.state_dir, "envs", ".elsewhere-" + key))
+    n = cached()
+    if time.monotonic() - listed_at < 1.8:  # (a machine too slow to tell proves nothing here)
+        assert n == 1, "check_environment listed the store again within 2 s"
+    assert wait_until(lambda: cached() == 0, timeout=10)
+    s.execute("import mps_alpha", dependencies=["mps-alpha==1.0"], timeout=120)
+    assert cached() == 1
