@@ -703,8 +703,9 @@ def test_a_stdio_client_that_dies_while_the_server_holds_back_does_not_leave_it_
 def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back(tmp_path, stdin_kind):
     """A client floods requests without reading until the server stops reading stdin, then
     closes stdin (and still does not read): the server sees the hang-up during the pause,
-    reads what is left in the pipe, and ends at its EOF (as without the pause: the answers
-    it cannot flush within the drain are lost), instead of waiting forever.  stdin a socket:
+    and once 10 s pass without a read it ends as at an EOF (the requests held back are not
+    handled, the answers it cannot flush within the drain are lost), instead of waiting
+    forever.  stdin a socket:
     the client's half-close (shutdown SHUT_WR) is its end."""
     out_r, out_w = os.pipe()
     proc, in_w = _stdio_flood_until_paused(tmp_path, stdout=out_w, stdin_socket=stdin_kind == "socket")
