@@ -739,19 +739,27 @@ def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back(tmp_path, 
             proc.wait()
 
 
-def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back_and_reads_later(tmp_path):
+@pytest.mark.parametrize("stdin_kind", ["pipe", "socket"])
+def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back_and_reads_later(tmp_path, stdin_kind):
     """`producer | server | consumer`: the producer writes its requests and exits while the
     server holds back, its answers waiting for a consumer that is slow, not gone (it pauses
     4 s, then reads).  The hang-up must not lift the back-pressure: the server neither takes
     in and answers the rest of the pipe at once (256 KiB of requests: 75 MB of answers) nor
     ends meanwhile (its 2 s flush at the end would drop what the consumer has not read);
-    once the consumer reads, every answer comes, once, in order, and the server ends."""
+    once the consumer reads, every answer comes, once, in order, and the server ends.  stdin
+    a socket: the producer's half-close (shutdown SHUT_WR) is its end."""
     out_r, out_w = os.pipe()
-    proc, in_w = _stdio_flood_until_paused(tmp_path, stdout=out_w, pipe_size=256 << 10)
+    sock = None
+    proc, in_w = _stdio_flood_until_paused(tmp_path, stdout=out_w, stdin_socket=stdin_kind == "socket",
+                                           pipe_size=256 << 10)
     os.close(out_w)
     try:
         before = rss_kib(proc.pid)
-        os.close(in_w)
+        if stdin_kind == "socket":
+            sock = socket.socket(fileno=in_w)
+            sock.shutdown(socket.SHUT_WR)
+        else:
+            os.close(in_w)
         peak, deadline = before, time.monotonic() + 4
         while time.monotonic() < deadline and proc.poll() is None:
             peak = max(peak, rss_kib(proc.pid))
@@ -768,6 +776,8 @@ def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back_and_reads_
         assert proc.wait(timeout=30) == 0
     finally:
         os.close(out_r)
+        if sock:
+            sock.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
