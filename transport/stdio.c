@@ -15,6 +15,9 @@
  * memory: its requests wait in the pipe. */
 #define TR_STDIO_MAX_BACKLOG (8u << 20)
 #define TR_STDIO_RESUME_BACKLOG (4u << 20)
+/* A client that has closed stdin and reads none of the answers held back for this long is
+ * taken for gone: the server ends as at its EOF (the lines held back are not handled). */
+#define TR_STDIO_HANGUP_STALL_MS 10000
 
 struct tr_stdio {
   cm_loop_t *loop;
@@ -26,7 +29,9 @@ struct tr_stdio {
   cm_timer_t *t_poll; /* stdin is a regular file: poll it instead of epoll */
   bool polled;        /* (so t_poll, not w_in, reads it) */
   bool paused;        /* back-pressure: stdin is not read (TR_STDIO_MAX_BACKLOG) */
-  bool hung_up;       /* the client closed stdin during a pause: read on, to its end */
+  bool hung_up;       /* the client closed stdin during a pause (so it is not watched then) */
+  cm_timer_t *t_stall; /* hung up and paused: is the client still reading? */
+  uint64_t written, stall_mark;
   cm_timer_t *t_resume;
   cm_buf_t in;
   bool discarding;
@@ -77,6 +82,7 @@ static void try_write(tr_stdio_t *t) {
       break;
     }
     t->out_off += (size_t)n;
+    t->written += (uint64_t)n;
   }
   if (t->out_off == t->out.len) {
     cm_buf_reset(&t->out);
@@ -156,7 +162,9 @@ static void handle_eof(tr_stdio_t *t) {
   t->w_in = NULL;
   cm_timer_cancel(t->t_poll);
   t->t_poll = NULL;
-  /* A last line without a newline still counts. */
+  cm_timer_cancel(t->t_stall);
+  t->t_stall = NULL;
+  /* A last line without a newline still counts (unless lines are held back). */
   if (t->in.len && !t->discarding && !t->stopped) {
     cm_buf_append(&t->in, "\n", 1);
     process_lines(t);
@@ -188,20 +196,41 @@ static bool read_some(tr_stdio_t *t) {
   return !t->stopped && !t->eof && !t->paused;
 }
 
+static void on_stall(cm_loop_t *loop, cm_timer_t *timer, void *data) {
+  tr_stdio_t *t = data;
+  t->t_stall = NULL;
+  if (!t->paused || t->stopped || t->eof) return;
+  if (t->written != t->stall_mark) {
+    t->stall_mark = t->written;
+    t->t_stall = cm_loop_timer(loop, TR_STDIO_HANGUP_STALL_MS, on_stall, t);
+    return;
+  }
+  cm_info("stdio: stdin closed and no answer read for %d s: taken for its end",
+          TR_STDIO_HANGUP_STALL_MS / 1000);
+  handle_eof(t);
+}
+
+/* The client closed stdin during a pause.  The pause holds (the client may be slow, not
+ * gone: `producer | server | consumer`, the producer done), so stdin is not watched (its
+ * hang-up would wake the loop at once, again and again) until the backlog is down; only a
+ * client that reads none of its answers for TR_STDIO_HANGUP_STALL_MS is taken for gone. */
+static void hang_up(tr_stdio_t *t) {
+  t->hung_up = true;
+  cm_watch_remove(t->w_in);
+  t->w_in = NULL;
+  if (!t->t_stall) {
+    t->stall_mark = t->written;
+    t->t_stall = cm_loop_timer(t->loop, TR_STDIO_HANGUP_STALL_MS, on_stall, t);
+  }
+}
+
 static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   tr_stdio_t *t = data;
   if (t->paused) {
     /* Paused, stdin is watched for its hang-up only (EPOLLHUP, which epoll reports whatever
-     * the events, for a pipe; EPOLLRDHUP for a socket's half-close).  The client closed it
-     * while its answers wait: what it wrote is all there will be (a pipe's worth at most),
-     * so it is read to its end, and its EOF ends the server as it would have without the
-     * pause. */
-    if (!(revents & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))) return;
-    t->paused = false;
-    t->hung_up = true;
-    cm_error_t err = CM_ERROR_INIT;
-    if (cm_watch_set_events(t->w_in, EPOLLIN, &err) < 0) cm_error_release(&err);
-    process_lines(t);
+     * the events, for a pipe; EPOLLRDHUP for a socket's half-close). */
+    if (revents & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) hang_up(t);
+    return;
   }
   read_some(t);
 }
@@ -214,6 +243,8 @@ static void unwatch_stdin(tr_stdio_t *t) {
   t->t_poll = NULL;
   cm_timer_cancel(t->t_resume);
   t->t_resume = NULL;
+  cm_timer_cancel(t->t_stall);
+  t->t_stall = NULL;
 }
 
 static void on_poll(cm_loop_t *loop, cm_timer_t *timer, void *data) {
@@ -253,15 +284,17 @@ static void on_resume(cm_loop_t *loop, cm_timer_t *timer, void *data) {
  * it has read enough of it. */
 static void pressure(tr_stdio_t *t) {
   size_t backlog = t->out_broken ? 0 : t->out.len - t->out_off;
-  if (!t->paused && backlog > TR_STDIO_MAX_BACKLOG && !t->stopped && !t->eof && !t->hung_up) {
+  if (!t->paused && backlog > TR_STDIO_MAX_BACKLOG && !t->stopped && !t->eof) {
     t->paused = true;
     cm_timer_cancel(t->t_poll);
     t->t_poll = NULL;
     cm_timer_cancel(t->t_resume);
     t->t_resume = NULL;
-    /* Watched still, for a hang-up (on_readable). */
+    /* Watched still, for a hang-up (on_readable), unless it was seen already. */
     cm_error_t err = CM_ERROR_INIT;
-    if (t->w_in && cm_watch_set_events(t->w_in, EPOLLRDHUP, &err) < 0) {
+    if (t->hung_up) {
+      if (!t->polled) hang_up(t);
+    } else if (t->w_in && cm_watch_set_events(t->w_in, EPOLLRDHUP, &err) < 0) {
       cm_error_release(&err);
       cm_watch_remove(t->w_in);
       t->w_in = NULL;
@@ -339,6 +372,7 @@ void tr_stdio_free(tr_stdio_t *t) {
   cm_watch_remove(t->w_out);
   cm_timer_cancel(t->t_poll);
   cm_timer_cancel(t->t_resume);
+  cm_timer_cancel(t->t_stall);
   cm_buf_release(&t->in);
   cm_buf_release(&t->out);
   cm_set_nonblock(t->in_fd, false);

@@ -111,6 +111,36 @@ test("the MCP App downloads a stored file through a host that offers it (ui/down
   assert.deepEqual(errors, []);
 });
 
+test("the MCP App gives the host a file name a script chose as a plain name only", async (t) => {
+  const server = await startServer(t);
+  const html = (await modern(server, "resources/read", { uri: APP_URI })).contents[0].text;
+  // Backslashes (a separator on Windows), markup, a bidi override (RLO: "gnp.exe" reads
+  // "exe.png"), a C1 control (NEL), a leading dot and a trailing space: all valid on Linux.
+  const nasty = "..\\..\\<img src=x onerror=alert(1)>\u202egnp.exe\u0085 ";
+  const args = { script: `import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/' + ${JSON.stringify(nasty)}, 'w').write('x')\n` };
+  const result = await modern(server, "tools/call", { name: "execute_python", arguments: args });
+  const file = result.structuredContent.files.find((f) => f.path === "outputs/" + nasty);
+  assert.ok(file?.uri, `the file was not stored: ${JSON.stringify(result.structuredContent.files)}`);
+
+  const browser = await startBrowser(t);
+  const page = await browser.newPage({ viewport: { width: 720, height: 800 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("dialog", (d) => { errors.push("dialog " + d.message()); d.dismiss(); });
+  const app = await frameApp(page, { html, args, result, hostCapabilities: { downloadFile: {} } });
+  await app.locator("#state", { hasText: "finished" }).waitFor({ timeout: 15000 });
+  // Shown as text, never as markup.
+  assert.equal(await app.locator("#files img").count(), 0);
+  assert.ok((await app.locator("#files").textContent()).includes(nasty));
+  await app.locator("button[data-download]").click();
+  await app.locator("button[data-download]", { hasText: "Downloaded" }).waitFor({ timeout: 10000 });
+  const asked = await page.evaluate(() => window.downloads);
+  assert.equal(asked.length, 1);
+  assert.equal(asked[0].contents[0].uri, file.uri);
+  assert.equal(asked[0].contents[0].name, "_..__img src=x onerror=alert(1)_gnp.exe");
+  assert.deepEqual(errors, []);
+});
+
 /**
  * The host: the app in a sandboxed frame of an opaque origin, and the host's side of the
  * protocol (ui/initialize with hostCapabilities, then the call's input and result; a

@@ -16,6 +16,7 @@ on loopback only.
 Processes are found by the state directory (every sandbox of a server carries it in its
 command line) or a marker; cgroups are the mps-<pid> directories under /sys/fs/cgroup (see
 sandbox/cgroup.c)."""
+import fcntl
 import glob
 import http.client
 import json
@@ -641,15 +642,18 @@ def test_a_stdio_client_that_writes_and_never_reads_costs_bounded_memory(tmp_pat
             proc.wait()
 
 
-def _stdio_flood_until_paused(tmp_path, stdout=subprocess.PIPE, stdin_socket=False):
+def _stdio_flood_until_paused(tmp_path, stdout=subprocess.PIPE, stdin_socket=False, pipe_size=None):
     """A server on stdio whose client sends tools/list requests
     without reading their answers until the server stops reading (back-pressure): returns
-    the process and the write end of stdin (non-blocking; a pipe, or a socket's end)."""
+    the process and the write end of stdin (non-blocking; a pipe, or a socket's end);
+    proc.last_id is the id of the last request written (ids 0 to last_id)."""
     if stdin_socket:
         a, b = socket.socketpair()
         in_r, in_w = a.detach(), b.detach()
     else:
         in_r, in_w = os.pipe()
+        if pipe_size:
+            fcntl.fcntl(in_w, fcntl.F_SETPIPE_SZ, pipe_size)
     proc = subprocess.Popen([BINARY, "--sandbox-backend", BACKEND, "--prestart", "off", "--state-dir",
                              str(tmp_path / "state")], stdin=in_r, stdout=stdout,
                             stderr=subprocess.DEVNULL, env=dict(os.environ, MCP_PY_SANDBOX_WARM_CACHE="0"))
@@ -670,6 +674,7 @@ def _stdio_flood_until_paused(tmp_path, stdout=subprocess.PIPE, stdin_socket=Fal
             # 1400) and the 600 whose 14 KB answers make 8 MiB (a socket pair holds about
             # 500 of them).
             if time.monotonic() - stuck_since > 3 and i > (1000 if stdin_socket else 2100):
+                proc.last_id = i - 1
                 return proc, in_w
             assert time.monotonic() - stuck_since < 120, f"the server stopped reading after {i} requests"
             time.sleep(0.05)
@@ -698,8 +703,9 @@ def test_a_stdio_client_that_dies_while_the_server_holds_back_does_not_leave_it_
 def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back(tmp_path, stdin_kind):
     """A client floods requests without reading until the server stops reading stdin, then
     closes stdin (and still does not read): the server sees the hang-up during the pause,
-    reads what is left in the pipe, and ends at its EOF (as without the pause: the answers
-    it cannot flush within the drain are lost), instead of waiting forever.  stdin a socket:
+    and once 10 s pass without a read it ends as at an EOF (the requests held back are not
+    handled, the answers it cannot flush within the drain are lost), instead of waiting
+    forever.  stdin a socket:
     the client's half-close (shutdown SHUT_WR) is its end."""
     out_r, out_w = os.pipe()
     proc, in_w = _stdio_flood_until_paused(tmp_path, stdout=out_w, stdin_socket=stdin_kind == "socket")
@@ -727,6 +733,50 @@ def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back(tmp_path, 
     finally:
         os.close(out_r)
         if stdin_kind == "socket":
+            sock.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("stdin_kind", ["pipe", "socket"])
+def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back_and_reads_later(tmp_path, stdin_kind):
+    """`producer | server | consumer`: the producer writes its requests and exits while the
+    server holds back, its answers waiting for a consumer that is slow, not gone (it pauses
+    4 s, then reads).  The hang-up must not lift the back-pressure: the server neither takes
+    in and answers the rest of the pipe at once (256 KiB of requests: 75 MB of answers) nor
+    ends meanwhile (its 2 s flush at the end would drop what the consumer has not read);
+    once the consumer reads, every answer comes, once, in order, and the server ends.  stdin
+    a socket: the producer's half-close (shutdown SHUT_WR) is its end."""
+    out_r, out_w = os.pipe()
+    sock = None
+    proc, in_w = _stdio_flood_until_paused(tmp_path, stdout=out_w, stdin_socket=stdin_kind == "socket",
+                                           pipe_size=256 << 10)
+    os.close(out_w)
+    try:
+        before = rss_kib(proc.pid)
+        if stdin_kind == "socket":
+            sock = socket.socket(fileno=in_w)
+            sock.shutdown(socket.SHUT_WR)
+        else:
+            os.close(in_w)
+        peak, deadline = before, time.monotonic() + 4
+        while time.monotonic() < deadline and proc.poll() is None:
+            peak = max(peak, rss_kib(proc.pid))
+            time.sleep(0.1)
+        assert proc.poll() is None, "the server ended while its answers waited for the consumer"
+        if not sanitized(proc.pid):
+            print("stdio hang-up during the pause: rss before", before, "peak", peak)
+            assert peak - before < 24 * 1024, (before, peak)
+        ids = []
+        with os.fdopen(os.dup(out_r), "rb") as f:
+            for line in f:
+                ids.append(json.loads(line)["id"])
+        assert ids == list(range(proc.last_id + 1)), (len(ids), proc.last_id)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        os.close(out_r)
+        if sock:
             sock.close()
         if proc.poll() is None:
             proc.kill()
