@@ -26,10 +26,10 @@ struct tr_stdio {
   tr_stdio_callbacks_t cbs;
   void *data;
   cm_watch_t *w_in, *w_out;
-  cm_timer_t *t_poll; /* stdin is a regular file: poll it instead of epoll */
-  bool polled;        /* (so t_poll, not w_in, reads it) */
-  bool paused;        /* back-pressure: stdin is not read (TR_STDIO_MAX_BACKLOG) */
-  bool hung_up;       /* the client closed stdin during a pause (so it is not watched then) */
+  cm_timer_t *t_poll;  /* stdin is a regular file: poll it instead of epoll */
+  bool polled;         /* (so t_poll, not w_in, reads it) */
+  bool paused;         /* back-pressure: stdin is not read (TR_STDIO_MAX_BACKLOG) */
+  bool hung_up;        /* the client closed stdin during a pause (so it is not watched then) */
   cm_timer_t *t_stall; /* hung up and paused: is the client still reading? */
   uint64_t written, stall_mark;
   cm_timer_t *t_resume;
