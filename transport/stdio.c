@@ -155,15 +155,22 @@ static void process_lines(tr_stdio_t *t) {
   }
 }
 
-static void handle_eof(tr_stdio_t *t) {
-  if (t->eof) return;
-  t->eof = true;
+/* Nothing reads stdin any more. */
+static void unwatch_stdin(tr_stdio_t *t) {
   cm_watch_remove(t->w_in);
   t->w_in = NULL;
   cm_timer_cancel(t->t_poll);
   t->t_poll = NULL;
+  cm_timer_cancel(t->t_resume);
+  t->t_resume = NULL;
   cm_timer_cancel(t->t_stall);
   t->t_stall = NULL;
+}
+
+static void handle_eof(tr_stdio_t *t) {
+  if (t->eof) return;
+  t->eof = true;
+  unwatch_stdin(t);
   /* A last line without a newline still counts (unless lines are held back). */
   if (t->in.len && !t->discarding && !t->stopped) {
     cm_buf_append(&t->in, "\n", 1);
@@ -233,18 +240,6 @@ static void on_readable(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
     return;
   }
   read_some(t);
-}
-
-/* Nothing reads stdin any more. */
-static void unwatch_stdin(tr_stdio_t *t) {
-  cm_watch_remove(t->w_in);
-  t->w_in = NULL;
-  cm_timer_cancel(t->t_poll);
-  t->t_poll = NULL;
-  cm_timer_cancel(t->t_resume);
-  t->t_resume = NULL;
-  cm_timer_cancel(t->t_stall);
-  t->t_stall = NULL;
 }
 
 static void on_poll(cm_loop_t *loop, cm_timer_t *timer, void *data) {
