@@ -580,6 +580,12 @@ def test_a_stalled_stdio_reader_costs_bounded_memory(tmp_path):
             proc.wait()
 
 
+# stdio's back-pressure is the transport's alone (tools/list, no sandbox): once, with the none
+# backend, as the load test below.
+transport_only = pytest.mark.skipif(BACKEND != "none", reason="the transport's back-pressure: once, with the none backend")
+
+
+@transport_only
 def test_a_stdio_client_that_writes_and_never_reads_costs_bounded_memory(tmp_path):
     """A client writes 5000 tools/list requests (70 MB of answers) and reads nothing: past
     8 MiB of answers waiting, the server stops reading stdin (its requests wait in the pipe)
@@ -681,6 +687,7 @@ def _stdio_flood_until_paused(tmp_path, stdout=subprocess.PIPE, stdin_socket=Fal
         assert i < 100000, "the server never stopped reading"
 
 
+@transport_only
 def test_a_stdio_client_that_dies_while_the_server_holds_back_does_not_leave_it_running(tmp_path):
     """A client writes requests and never reads until the server stops reading stdin (its
     answers fill the stdout pipe), then dies: both pipes close.  The write side's error comes
@@ -699,6 +706,7 @@ def test_a_stdio_client_that_dies_while_the_server_holds_back_does_not_leave_it_
             proc.wait()
 
 
+@transport_only
 @pytest.mark.parametrize("stdin_kind", ["pipe", "socket"])
 def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back(tmp_path, stdin_kind):
     """A client floods requests without reading until the server stops reading stdin, then
@@ -739,6 +747,7 @@ def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back(tmp_path, 
             proc.wait()
 
 
+@transport_only
 @pytest.mark.parametrize("stdin_kind", ["pipe", "socket"])
 def test_a_stdio_client_that_closes_stdin_while_the_server_holds_back_and_reads_later(tmp_path, stdin_kind):
     """`producer | server | consumer`: the producer writes its requests and exits while the
