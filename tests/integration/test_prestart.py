@@ -167,8 +167,12 @@ def test_nothing_is_left_behind(make_server):
     for _ in range(3):
         s.execute("pass")
     wait_held(s)
+    # One shape was used: one sandbox held, no more, once the last call's sandbox is torn down
+    # (after its answer, beside the loop: meanwhile its processes may still look held).
+    assert wait_until(lambda: len({w for w in held_sandboxes().values() if w}) == 1, timeout=10), \
+        held_sandboxes()
     held_dirs = {w for w in held_sandboxes().values() if w}
-    assert len(held_dirs) == 1, held_dirs  # one shape was used: one sandbox held, no more
+    assert len(held_dirs) == 1, held_dirs
     assert wait_until(lambda: work_left(s.state_dir) == [], timeout=5)
     s.proc.stdin.close()
     assert s.proc.wait(timeout=10) == 0
