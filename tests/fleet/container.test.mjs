@@ -7,10 +7,8 @@ import assert from "node:assert/strict";
 
 import {
   BWRAP_OPTS, connectModern, connectV1, engine, get, makeToken, metricValue, processesWithMarker, resultText,
-  holdTheLoop, runServerContainer, sleep, tempDir, waitUntil,
+  runServerContainer, sleep, tempDir, waitUntil,
 } from "./lib.mjs";
-
-holdTheLoop();
 
 const IMAGE = process.env.MPS_SERVER_IMAGE;
 const SLOW_PRINT = ["import time", "for i in range(6):", "    print(f'line {i}', flush=True)", "    time.sleep(0.3)"].join("\n");

@@ -10,7 +10,6 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { randomBytes } from "node:crypto";
 import assert from "node:assert/strict";
-import { after } from "node:test";
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -34,20 +33,6 @@ export const BWRAP_OPTS = [
 
 const execFileAsync = promisify(execFile);
 export { freePort, sleep, waitUntil };
-
-/**
- * Keeps the file's event loop alive until its tests are over (a root after hook clears it).
- * Seen in CI, twice in a dozen runs: node:test cancelled the image suite at its first test,
- * ~300-500 ms in ("Promise resolution is still pending but the event loop has already
- * resolved"), that is, while the container started and /readyz was first asked, with
- * nothing of ours unreferenced; the handle that let the loop go was not found.  A referenced
- * interval makes the loop wait for whatever was in flight; a test that really hangs meets
- * the test timeout instead.
- */
-export function holdTheLoop() {
-  const timer = setInterval(() => {}, 1 << 30);
-  after(() => clearInterval(timer));
-}
 
 /** Runs the engine's CLI; resolves its stdout (trimmed), rejects with its stderr. */
 export async function engine(args, { timeout = 120000 } = {}) {

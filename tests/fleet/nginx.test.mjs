@@ -12,10 +12,8 @@ import { mkdirSync, readFileSync, writeFileSync, chownSync, existsSync } from "n
 import { join } from "node:path";
 
 import {
-  FLEET_DIR, ROOT, freePort, get, holdTheLoop, makeToken, metricValue, startInstance, tempDir, waitReady, waitUntil,
+  FLEET_DIR, ROOT, freePort, get, makeToken, metricValue, startInstance, tempDir, waitReady, waitUntil,
 } from "./lib.mjs";
-
-holdTheLoop();
 
 const ROUTES = ["i1", "i2", "i3"];
 // The address nginx connects to the instances from, and the one a test's own client uses

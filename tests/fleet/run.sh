@@ -68,9 +68,8 @@ run() {
   # node:test cancels a whole file when its event loop empties while a test's promise is
   # pending ("Promise resolution is still pending but the event loop has already resolved"):
   # then no test of it reached an assertion (seen once in CI, at the image suite's first test,
-  # not explained yet; lib.mjs's holdTheLoop now keeps the loop alive in the suites that use
-  # the engine).  Such a file, with no test failed, runs once more, and that run's result
-  # stands.
+  # not explained yet).  Such a file, with no test failed, runs once more, and that run's
+  # result stands.
   if [ "$st" != 0 ] && grep -q "Promise resolution is still pending but the event loop has already resolved" "$out" &&
     grep -q "fail 0$" "$out"; then
     echo "== fleet: $name: cancelled with a test pending, none failed: once more"

@@ -10,9 +10,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, writeFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 
-import { ROOT, connectModern, connectV1, engine, get, holdTheLoop, makeToken, tempDir, waitUntil } from "./lib.mjs";
-
-holdTheLoop();
+import { ROOT, connectModern, connectV1, engine, get, makeToken, tempDir, waitUntil } from "./lib.mjs";
 
 const STACK = "mps-fleet";
 const FRONT = "http://127.0.0.1:18200";
