@@ -21,8 +21,8 @@
 #define CGROUP2_SUPER_MAGIC 0x63677270
 #endif
 
-enum { CG_MEMORY = 1u, CG_PIDS = 2u, CG_CPU = 4u, CG_CPUACCT = 8u };
-#define CG_MAX_HIER 4
+enum { CG_MEMORY = 1u, CG_PIDS = 2u, CG_CPU = 4u, CG_CPUACCT = 8u, CG_FREEZER = 16u };
+#define CG_MAX_HIER 6
 #define CG_CPU_PERIOD_US 100000ull
 #define CG_PROC_FILE_MAX (1u << 20)
 
@@ -58,12 +58,19 @@ struct sbx_cgroup_run {
   int dir_fd; /* v2: the run's directory, for clone3(CLONE_INTO_CGROUP); else -1 */
   size_t n;
   bool killed; /* everything in it got SIGKILL after the run ended: nothing can fork since */
+  bool frozen; /* sbx_cgroup_run_freeze(r, true) last */
 };
 
 static const struct {
   const char *name;
   unsigned bit;
-} cg_names[] = {{"memory", CG_MEMORY}, {"pids", CG_PIDS}, {"cpu", CG_CPU}, {"cpuacct", CG_CPUACCT}};
+} cg_names[] = {{"memory", CG_MEMORY},
+                {"pids", CG_PIDS},
+                {"cpu", CG_CPU},
+                {"cpuacct", CG_CPUACCT},
+                /* v1 only (v2 has cgroup.freeze in every cgroup): for runs that are frozen
+                 * between uses (limits.freezable), not a directory for every run */
+                {"freezer", CG_FREEZER}};
 
 /* ---------------------------------------------------------------- parsing /proc */
 
@@ -675,7 +682,7 @@ int sbx_cgroup_run_new(sbx_cgroups_t *cg, const sbx_limits_t *limits, sbx_cgroup
     /* v1: a CPU hierarchy with no CPU limit to set would only cost a directory and a
      * migration per run. */
     if (cg->version == 1 && !(ctl & (CG_MEMORY | CG_PIDS)) &&
-        !((ctl & CG_CPU) && limits->cpu_millis))
+        !((ctl & CG_CPU) && limits->cpu_millis) && !((ctl & CG_FREEZER) && limits->freezable))
       continue;
     size_t k = r->n++;
     r->controllers[k] = ctl;
@@ -725,18 +732,36 @@ void sbx_cgroup_run_spawned(sbx_cgroup_run_t *r) {
   }
 }
 
-void sbx_cgroup_run_kill(sbx_cgroup_run_t *r) {
-  if (!r || r->killed) return;
-  /* Every hierarchy holds every process of the run: one is enough. */
-  if (r->n) kill_members(r->dirs[0], r->cg->version);
-  r->killed = true;
-}
-
 static const char *dir_with(const sbx_cgroup_run_t *r, unsigned bit) {
   for (size_t i = 0; i < r->n; i++) {
     if (r->controllers[i] & bit) return r->dirs[i];
   }
   return NULL;
+}
+
+void sbx_cgroup_run_kill(sbx_cgroup_run_t *r) {
+  if (!r || r->killed) return;
+  /* Every hierarchy holds every process of the run: one is enough. */
+  if (r->n) kill_members(r->dirs[0], r->cg->version);
+  r->killed = true;
+  /* A v1 frozen task takes its SIGKILL only once thawed. */
+  if (r->frozen) sbx_cgroup_run_freeze(r, false, NULL);
+}
+
+int sbx_cgroup_run_freeze(sbx_cgroup_run_t *r, bool frozen, cm_error_t *err) {
+  if (!r || !r->n) return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the run has no cgroup of ours");
+  int rc;
+  if (r->cg->version == 2) {
+    rc = cg_write(r->dirs[0], "cgroup.freeze", frozen ? "1" : "0", err);
+  } else {
+    const char *dir = dir_with(r, CG_FREEZER);
+    if (!dir)
+      return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                          "no cgroup v1 freezer hierarchy the server can write");
+    rc = cg_write(dir, "freezer.state", frozen ? "FROZEN" : "THAWED", err);
+  }
+  if (rc == 0) r->frozen = frozen;
+  return rc;
 }
 
 void sbx_cgroup_run_collect(const sbx_cgroup_run_t *r, sbx_result_t *res) {

@@ -45,6 +45,8 @@ struct sbx_run {
   bool detached;     /* freed while early: reaped and released when the launcher exits */
   sbx_run_t *detached_next;
   sbx_result_t result;
+  /* How sbx_run_freeze froze it last (nothing while it runs). */
+  enum { RUN_THAWED, RUN_FROZEN_CGROUP, RUN_STOPPED } frozen;
 };
 
 /* Runs freed during their teardown (early and not reaped), reaped by on_pidfd, or at
@@ -426,8 +428,54 @@ int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, 
   return 0;
 }
 
+int sbx_run_freeze(sbx_run_t *run, bool frozen, const char **how, cm_error_t *err) {
+  if (how) *how = NULL;
+  if (!run || run->reaped || run->finished)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the run is over");
+  if (!frozen && run->frozen == RUN_THAWED) return 0;
+  if (frozen && !run->cgroup && !sbx_backend_host_processes(run->backend))
+    return cm_error_set(err, 0, CM_ERR_UNSUPPORTED,
+                        "the engine owns the run's processes: they are not frozen");
+  if (run->frozen == RUN_STOPPED || (frozen && !run->cgroup)) {
+    if (run->child.pid <= 0 || kill(-run->child.pid, frozen ? SIGSTOP : SIGCONT) < 0)
+      return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "signalling the run's process group");
+    run->frozen = frozen ? RUN_STOPPED : RUN_THAWED;
+    if (how) *how = "signal";
+    return 0;
+  }
+  if (!frozen) {
+    if (sbx_cgroup_run_freeze(run->cgroup, false, err) < 0) return -1;
+    run->frozen = RUN_THAWED;
+    if (how) *how = "cgroup";
+    return 0;
+  }
+  cm_error_t e = CM_ERROR_INIT;
+  if (sbx_cgroup_run_freeze(run->cgroup, true, &e) == 0) {
+    run->frozen = RUN_FROZEN_CGROUP;
+    if (how) *how = "cgroup";
+    return 0;
+  }
+  /* No freezer of ours (cgroup v1 without a writable freezer): the process group. */
+  cm_debug("freezing a run: %s; stopping its process group instead", cm_error_message(&e));
+  cm_error_release(&e);
+  if (run->child.pid <= 0 || kill(-run->child.pid, SIGSTOP) < 0)
+    return cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "signalling the run's process group");
+  run->frozen = RUN_STOPPED;
+  if (how) *how = "signal";
+  return 0;
+}
+
+/* A frozen run takes no SIGTERM and gives no grace: thawed before it is killed. */
+static void thaw_for_kill(sbx_run_t *run) {
+  if (run->frozen == RUN_THAWED) return;
+  if (sbx_run_freeze(run, false, NULL, NULL) < 0 && run->child.pid > 0)
+    kill(-run->child.pid, SIGCONT);
+  run->frozen = RUN_THAWED;
+}
+
 void sbx_run_cancel(sbx_run_t *run) {
   if (!run || run->finished) return;
+  thaw_for_kill(run);
   run->result.cancelled = true;
   if (run->reaped) {
     /* Only the drain is left: stop it now. */
@@ -526,6 +574,7 @@ void sbx_run_reap_detached(void) {
 void sbx_run_free(sbx_run_t *run) {
   if (!run || run->freed) return;
   run->freed = true;
+  thaw_for_kill(run);
   if (!run->reaped && run->child.pid > 0 && run->w_pid) {
     /* Answered on its record while its sandbox is being torn down, or still running (a held
      * one no call took, a cancelled call): killed now, and reaped and released by on_pidfd

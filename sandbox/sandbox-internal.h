@@ -76,6 +76,10 @@ size_t sbx_cgroup_run_join_fds(const sbx_cgroup_run_t *r, const int **fds, int *
 void sbx_cgroup_run_spawned(sbx_cgroup_run_t *r);
 /* SIGKILLs everything in the run's cgroup (cgroup.kill where the kernel has it). */
 void sbx_cgroup_run_kill(sbx_cgroup_run_t *r);
+/* Freezes (or thaws) every process of the run: cgroup v2's cgroup.freeze, or the v1 freezer
+ * hierarchy (the run made with limits.freezable).  CM_ERR_UNAVAILABLE where there is none.
+ * A kill thaws a frozen run, so that its processes take the SIGKILL. */
+int sbx_cgroup_run_freeze(sbx_cgroup_run_t *r, bool frozen, cm_error_t *err);
 /* Peak memory, OOM kills, refused forks and CPU time into res. */
 void sbx_cgroup_run_collect(const sbx_cgroup_run_t *r, sbx_result_t *res);
 /* The run's counters now (sbx_run_events). */

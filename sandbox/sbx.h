@@ -21,6 +21,8 @@ typedef struct sbx_limits {
   uint64_t tmp_bytes;       /* size of the sandbox's /tmp (backends with a private /tmp) */
   uint64_t cpu_millis;      /* CPU bandwidth in thousandths of a CPU (cgroup cpu.max, docker
                              * --cpus); 0 = none */
+  bool freezable;           /* the run is frozen between uses (sbx_run_freeze): a session's
+                             * kernel; cgroup v1 then puts it in the freezer hierarchy too */
 } sbx_limits_t;
 
 /* A host directory made visible at another path inside the sandbox (backends that map
@@ -392,6 +394,12 @@ void sbx_run_free(sbx_run_t *run);
  * backends and the cgroups are freed, which their teardown uses). */
 void sbx_run_reap_detached(void);
 pid_t sbx_run_pid(const sbx_run_t *run);
+/* Freezes (frozen) or thaws every process of a run that lives across uses (a session's
+ * kernel between calls), so that nothing it left running uses CPU meanwhile: its cgroup's
+ * freezer (cgroup v2 cgroup.freeze, the v1 freezer for a run with limits.freezable), else
+ * SIGSTOP/SIGCONT to its process group (a process that left the group escapes that).  Sets
+ * *how ("cgroup" or "signal") when given.  Cancelling or freeing a frozen run thaws it. */
+int sbx_run_freeze(sbx_run_t *run, bool frozen, const char **how, cm_error_t *err);
 /* Reads what the run's pipes hold now (one read budget each), through on_output: for a
  * run that told on another channel that it flushed its output (a session's kernel), before
  * that news is acted on.  Never finishes the run. */

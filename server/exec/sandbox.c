@@ -126,6 +126,8 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
               .open_files = cfg->open_files,
               .tmp_bytes = cfg->tmp_bytes,
               .cpu_millis = cfg->cpu_millis,
+              /* A kernel is frozen between its calls (session.c). */
+              .freezable = ctl_dir != NULL,
           },
   };
   int rc = sbx_run_start(srv_server_loop(s), backend, &spec, cbs, data, out, err);
