@@ -57,6 +57,7 @@ struct exec_state {
    * being killed */
   exec_session_t *sessions, *dying;
   size_t n_sessions;
+  struct exec_session_reap *reap; /* the deferred pass that frees DEAD sessions, when queued */
 };
 
 struct exec_job {

@@ -39,8 +39,18 @@ struct session_finish {
   exec_session_t *ks; /* NULL once detached */
 };
 
+/* A session's life (session_settle moves a closed one on; see docs/architecture.md):
+ *   OPEN     made for its first call, which holds it; no kernel yet
+ *   BUSY     a call holds it (its kernel, if it has one, thawed)
+ *   IDLE     between calls: its kernel frozen, the idle timer running
+ *   CLOSING  out of the table: waiting for its call's answer and its kernel's exit
+ *   DEAD     nothing refers to it: freed by the loop's deferred pass (reap_dead), never
+ *            under a caller that still uses it */
+typedef enum { KS_OPEN, KS_BUSY, KS_IDLE, KS_CLOSING, KS_DEAD } ks_stage_t;
+
 struct exec_session {
   exec_state_t *exec;
+  ks_stage_t stage;
   exec_session_t *next;
   char id[2 + 2 * SESSION_ID_BYTES + 1];
   char *principal;
@@ -68,7 +78,10 @@ struct exec_session {
   char *why_killed;      /* why the server killed the kernel, once it did */
   char *lost;            /* what ended the last kernel, for the next call's result */
   /* the call */
-  bool busy;       /* a call holds the session, from submission to its answer */
+  /* A call holds the session, from its claim to its answer (OPEN and BUSY; a CLOSING one
+   * may still be held by the call that closed it, or that was running then). */
+  bool held;
+  bool frozen;     /* the kernel is frozen (IDLE) */
   exec_job_t *job; /* the call in the session (from exec_session_run) */
   uint64_t call_id;
   bool sent, timed_out, interrupt_sent, restarting, have_done;
@@ -86,11 +99,8 @@ struct exec_session {
   /* A result came: the call finishes after this loop iteration (a deferral that
    * stop_call_timers and session_free detach, so it never reaches a stale session). */
   struct session_finish *finish;
-  bool closing, expire_after_call;
+  bool expire_after_call;
   bool exported; /* the last call's export was written (the kernel said so) */
-  /* Entry points in progress (callbacks, calls from job.c): the session is freed when the
-   * last one returns, never under one that still uses it. */
-  unsigned pins;
 };
 
 static const srv_config_t *cfg_of(exec_session_t *ks) {
@@ -117,7 +127,7 @@ static void unlink_from(exec_session_t **head, exec_session_t *ks) {
 /* The oldest session of principal that no call holds, or NULL. */
 static exec_session_t *oldest_idle(exec_state_t *x, const char *principal) {
   for (exec_session_t *ks = x->sessions; ks; ks = ks->next)
-    if (!ks->busy && strcmp(ks->principal, principal) == 0) return ks;
+    if (!ks->held && strcmp(ks->principal, principal) == 0) return ks;
   return NULL;
 }
 
@@ -219,19 +229,54 @@ static void session_free(exec_session_t *ks) {
   free(ks);
 }
 
-/* Frees a closed session once nothing holds it: no call, no kernel, no entry point. */
-static void maybe_finalize(exec_session_t *ks) {
-  if (!ks->closing || ks->busy || ks->run || ks->pins) return;
-  session_free(ks);
+/* The loop's deferred pass: frees every DEAD session (queued by session_settle).  The
+ * handle is detached by exec_sessions_free when the server goes first. */
+struct exec_session_reap {
+  exec_state_t *x; /* NULL once detached */
+};
+
+static void reap_dead(void *data) {
+  struct exec_session_reap *r = data;
+  exec_state_t *x = r->x;
+  free(r);
+  if (!x) return;
+  x->reap = NULL;
+  for (exec_session_t **p = &x->dying; *p;) {
+    exec_session_t *ks = *p;
+    if (ks->stage != KS_DEAD) {
+      p = &ks->next;
+      continue;
+    }
+    *p = ks->next;
+    session_free(ks);
+  }
 }
 
-static void pin(exec_session_t *ks) {
-  ks->pins++;
+/* A closed session whose call answered and whose kernel exited becomes DEAD and is freed
+ * after this loop iteration: whoever is on the stack may still use it until then. */
+static void session_settle(exec_session_t *ks) {
+  if (ks->stage != KS_CLOSING || ks->held || ks->run) return;
+  ks->stage = KS_DEAD;
+  exec_state_t *x = ks->exec;
+  if (x->reap) return;
+  x->reap = xcalloc(1, sizeof *x->reap);
+  x->reap->x = x;
+  cm_loop_defer(srv_server_loop(x->server), reap_dead, x->reap);
 }
 
-static void unpin(exec_session_t *ks) {
-  ks->pins--;
-  maybe_finalize(ks);
+/* The kernel frozen between calls (IDLE), thawed for the next one: a thread or process the
+ * user's code left running uses no CPU outside the calls the scheduler admitted. */
+static void kernel_freeze(exec_session_t *ks, bool frozen) {
+  if (!ks->run || ks->frozen == frozen) return;
+  cm_error_t err = CM_ERROR_INIT;
+  if (sbx_run_freeze(ks->run, frozen, NULL, &err) < 0) {
+    cm_log(err.kind == CM_ERR_UNSUPPORTED ? CM_LOG_DEBUG : CM_LOG_WARNING,
+           "session %s: %s the kernel: %s", ks->id, frozen ? "freezing" : "thawing",
+           cm_error_message(&err));
+    cm_error_release(&err);
+    return;
+  }
+  ks->frozen = frozen;
 }
 
 static void kill_kernel(exec_session_t *ks, const char *why) {
@@ -241,11 +286,10 @@ static void kill_kernel(exec_session_t *ks, const char *why) {
 }
 
 static void session_close(exec_session_t *ks, const char *why) {
-  if (ks->closing) return;
-  pin(ks);
+  if (ks->stage >= KS_CLOSING) return;
   exec_state_t *x = ks->exec;
   cm_debug("session %s closed: %s", ks->id, why);
-  ks->closing = true;
+  ks->stage = KS_CLOSING;
   unlink_from(&x->sessions, ks);
   x->n_sessions--;
   ks->next = x->dying;
@@ -254,7 +298,7 @@ static void session_close(exec_session_t *ks, const char *why) {
   cm_timer_cancel(ks->t_life);
   ks->t_idle = ks->t_life = NULL;
   kill_kernel(ks, why);
-  unpin(ks);
+  session_settle(ks);
 }
 
 bool exec_session_close(exec_state_t *x, const char *principal, const char *id) {
@@ -266,6 +310,8 @@ bool exec_session_close(exec_state_t *x, const char *principal, const char *id) 
 
 void exec_sessions_free(exec_state_t *x) {
   while (x->sessions) session_close(x->sessions, "the server stops");
+  if (x->reap) x->reap->x = NULL; /* (the loop frees the handle) */
+  x->reap = NULL;
   while (x->dying) {
     exec_session_t *ks = x->dying;
     if (ks->run) sbx_run_free(ks->run); /* kills and reaps, now */
@@ -277,19 +323,15 @@ void exec_sessions_free(exec_state_t *x) {
 static void on_idle(cm_loop_t *loop, cm_timer_t *t, void *data) {
   exec_session_t *ks = data;
   ks->t_idle = NULL;
-  pin(ks);
-  if (!ks->busy)
+  if (!ks->held)
     session_close(ks, ks->expire_after_call ? "its maximum lifetime is over" : "idle too long");
-  unpin(ks);
 }
 
 static void on_life(cm_loop_t *loop, cm_timer_t *t, void *data) {
   exec_session_t *ks = data;
   ks->t_life = NULL;
   ks->expire_after_call = true;
-  pin(ks);
-  if (!ks->busy) session_close(ks, "its maximum lifetime is over");
-  unpin(ks);
+  if (!ks->held) session_close(ks, "its maximum lifetime is over");
 }
 
 /* ---------------------------------------------------------------- claiming */
@@ -333,7 +375,7 @@ static exec_session_t *session_new(exec_state_t *x, const char *principal, cm_er
   x->n_sessions++;
   return ks;
 fail:
-  ks->closing = true;
+  ks->stage = KS_DEAD; /* never in the table: nobody saw it */
   ks->next = x->dying;
   x->dying = ks;
   session_free(ks);
@@ -360,12 +402,14 @@ json_t *exec_session_claim(exec_state_t *x, exec_spec_t *spec, exec_session_t **
           shown, (unsigned long long)(cfg->exec_session_idle_ms / 1000),
           (unsigned long long)(cfg->exec_session_max_ms / 1000));
     }
-    if (ks->busy)
+    if (ks->held)
       return srv_tool_error_result(
           "Session %s is running another call: a session runs one call at a time. Wait for "
           "that call's answer (or cancel it), then call again.",
           ks->id);
-    ks->busy = true;
+    ks->held = true;
+    ks->stage = KS_BUSY;
+    kernel_freeze(ks, false);
     cm_timer_cancel(ks->t_idle);
     ks->t_idle = NULL;
     *out = ks;
@@ -419,7 +463,7 @@ json_t *exec_session_claim(exec_state_t *x, exec_spec_t *spec, exec_session_t **
     cm_error_release(&err);
     return r;
   }
-  ks->busy = true;
+  ks->held = true; /* (KS_OPEN) */
   *out = ks;
   return NULL;
 }
@@ -504,7 +548,6 @@ static char *death_text(exec_session_t *ks, const sbx_result_t *res) {
 
 static void kernel_exit(void *data, const sbx_result_t *exit_res) {
   exec_session_t *ks = data;
-  pin(ks);
   /* The run's own result says whether the memory or process limit struck in the kernel's
    * whole life; what counts is since the call began (or the last one ended). */
   sbx_run_events(ks->run, &ks->exit_events);
@@ -516,6 +559,7 @@ static void kernel_exit(void *data, const sbx_result_t *exit_res) {
   }
   sbx_run_free(ks->run);
   ks->run = NULL;
+  ks->frozen = false;
   kernel_close_channel(ks);
   cleanup_free char *how = death_text(ks, res);
   free(ks->why_killed);
@@ -532,7 +576,7 @@ static void kernel_exit(void *data, const sbx_result_t *exit_res) {
                how);
       call_finish(ks, res);
     }
-  } else if (!ks->restarting && !ks->closing) {
+  } else if (!ks->restarting && ks->stage != KS_CLOSING) {
     free(ks->lost);
     ks->lost = xasprintf("the previous kernel %s between calls", how);
   }
@@ -544,7 +588,7 @@ static void kernel_exit(void *data, const sbx_result_t *exit_res) {
     ks->restarting = false;
     if (ks->job) call_send(ks); /* on the new environment */
   }
-  unpin(ks);
+  session_settle(ks);
 }
 
 /* Deferred (after the loop iteration in which the result arrived): what the kernel wrote to
@@ -555,10 +599,8 @@ static void on_finish(void *data) {
   free(f);
   if (!ks) return;
   ks->finish = NULL;
-  pin(ks);
   sbx_run_read_pending(ks->run);
   call_finish(ks, NULL);
-  unpin(ks);
 }
 
 static void kernel_broken(exec_session_t *ks, const char *why) {
@@ -598,10 +640,7 @@ static void handle_frame(exec_session_t *ks, json_t *frame) {
 }
 
 static void on_res(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
-  exec_session_t *ks = data;
-  pin(ks);
-  read_results(ks, fd);
-  unpin(ks);
+  read_results(data, fd);
 }
 
 static void read_results(exec_session_t *ks, int fd) {
@@ -682,12 +721,10 @@ static int kernel_start(exec_session_t *ks, cm_error_t *err) {
 static void on_grace(cm_loop_t *loop, cm_timer_t *t, void *data) {
   exec_session_t *ks = data;
   ks->t_grace = NULL;
-  pin(ks);
   cleanup_free char *why = xasprintf(
       "the call did not stop within %llu ms of its KeyboardInterrupt",
       (unsigned long long)CM_MAX(cfg_of(ks)->kill_grace_ms, (uint64_t)SESSION_MIN_GRACE_MS));
   kill_kernel(ks, why);
-  unpin(ks);
 }
 
 /* KeyboardInterrupt in the running call, and the kernel killed if it does not come back. */
@@ -711,9 +748,7 @@ static void on_deadline(cm_loop_t *loop, cm_timer_t *t, void *data) {
   exec_session_t *ks = data;
   ks->t_deadline = NULL;
   ks->timed_out = true;
-  pin(ks);
   interrupt_call(ks);
-  unpin(ks);
 }
 
 static int write_inputs(exec_session_t *ks, exec_job_t *job, cm_error_t *err) {
@@ -772,18 +807,9 @@ static void call_send(exec_session_t *ks) {
       cm_loop_timer(srv_server_loop(ks->exec->server), job->spec.timeout_ms, on_deadline, ks);
 }
 
-static void session_run(exec_job_t *job);
-
 void exec_session_run(exec_job_t *job) {
   exec_session_t *ks = job->ksession;
-  pin(ks);
-  session_run(job);
-  unpin(ks);
-}
-
-static void session_run(exec_job_t *job) {
-  exec_session_t *ks = job->ksession;
-  if (ks->closing) {
+  if (ks->stage == KS_CLOSING) {
     ks->exec->finish_job(
         job, srv_tool_error_result("Session %s was closed before the call could run.", ks->id));
     return;
@@ -831,9 +857,7 @@ static void session_run(exec_job_t *job) {
 bool exec_session_cancel(exec_job_t *job) {
   exec_session_t *ks = job->ksession;
   if (ks->job != job || !ks->sent) return false;
-  pin(ks);
   interrupt_call(ks); /* its answer (or the kernel's death) ends the job */
-  unpin(ks);
   return true;
 }
 
@@ -898,14 +922,12 @@ static void call_finish(exec_session_t *ks, const sbx_result_t *death) {
 
 static json_t *session_json(exec_session_t *ks) {
   uint64_t now = cm_now_ms();
-  json_t *o = json_pack("{s:s, s:s, s:b, s:I, s:I, s:I, s:I}", "id", ks->id, "state",
-                        ks->closing ? "closed"
-                        : ks->busy  ? "busy"
-                                    : "idle",
-                        "kernel_running", ks->run != NULL, "calls", (json_int_t)ks->calls,
-                        "kernels_started", (json_int_t)ks->kernels, "age_seconds",
-                        (json_int_t)((now - ks->created_ms) / 1000), "idle_seconds",
-                        (json_int_t)(ks->busy ? 0 : (now - ks->last_used_ms) / 1000));
+  const char *state = ks->stage >= KS_CLOSING ? "closed" : ks->held ? "busy" : "idle";
+  json_t *o = json_pack("{s:s, s:s, s:b, s:b, s:I, s:I, s:I, s:I}", "id", ks->id, "state", state,
+                        "kernel_running", ks->run != NULL, "kernel_frozen", ks->frozen, "calls",
+                        (json_int_t)ks->calls, "kernels_started", (json_int_t)ks->kernels,
+                        "age_seconds", (json_int_t)((now - ks->created_ms) / 1000), "idle_seconds",
+                        (json_int_t)(ks->held ? 0 : (now - ks->last_used_ms) / 1000));
   json_object_set_new(o, "python", ks->py ? json_string(ks->py->version) : json_null());
   json_object_set_new(
       o, "environment",
@@ -939,7 +961,7 @@ void exec_session_job_done(exec_job_t *job, json_t *result) {
     ks->sent = ks->restarting = false;
     stop_call_timers(ks);
   }
-  ks->busy = false;
+  ks->held = false;
   ks->calls++;
   ks->last_used_ms = cm_now_ms();
   /* A session whose first call never reached a kernel (no interpreter, a failed build) has
@@ -955,6 +977,11 @@ void exec_session_job_done(exec_job_t *job, json_t *result) {
     json_object_set_new(result, "isError", json_true());
   }
   bool close_now = never_started || (job->spec.close_session && !export_failed);
+  if (!close_now && ks->stage != KS_CLOSING) {
+    /* Frozen before the answer is written, which says so. */
+    ks->stage = KS_IDLE;
+    kernel_freeze(ks, true);
+  }
   json_t *content = json_object_get(result, "content");
   json_t *first = json_array_get(content, 0);
   if (json_is_object(first) && json_is_string(json_object_get(first, "text"))) {
@@ -985,14 +1012,16 @@ void exec_session_job_done(exec_job_t *job, json_t *result) {
   }
   if (close_now) {
     session_close(ks, job->spec.close_session ? "closed by close_session" : "never started");
+  } else if (ks->stage == KS_CLOSING) {
+    /* closed while the call ran: session_settle below */
   } else if (ks->expire_after_call) {
     ks->t_idle = cm_loop_timer(srv_server_loop(ks->exec->server), 0, on_idle, ks);
-  } else if (!ks->closing) {
+  } else {
     cm_timer_cancel(ks->t_idle);
     ks->t_idle = cfg_of(ks)->exec_session_idle_ms
                      ? cm_loop_timer(srv_server_loop(ks->exec->server),
                                      cfg_of(ks)->exec_session_idle_ms, on_idle, ks)
                      : NULL;
   }
-  maybe_finalize(ks);
+  session_settle(ks);
 }

@@ -326,22 +326,26 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
   exec_sessions_count(srv_server_exec(s), me, &my_sessions, &all_sessions);
   const char *no_sessions;
   bool sessions_on = exec_sessions_available(srv_server_exec(s), &no_sessions);
+  json_t *my_list = exec_sessions_list(srv_server_exec(s), me);
+  size_t frozen = 0, k;
+  json_t *one;
+  json_array_foreach(my_list, k, one) frozen += json_is_true(json_object_get(one, "kernel_frozen"));
   if (sessions_on)
     cm_buf_printf(&t,
-                  "Sessions: %zu of yours (at most %llu per principal, %llu in all; closed after "
-                  "%llu s idle, %llu s after start)\n",
-                  my_sessions, (unsigned long long)cfg->max_exec_sessions_per_token,
+                  "Sessions: %zu of yours, %zu frozen between calls (at most %llu per principal, "
+                  "%llu in all; closed after %llu s idle, %llu s after start)\n",
+                  my_sessions, frozen, (unsigned long long)cfg->max_exec_sessions_per_token,
                   (unsigned long long)cfg->max_exec_sessions,
                   (unsigned long long)(cfg->exec_session_idle_ms / 1000),
                   (unsigned long long)(cfg->exec_session_max_ms / 1000));
   else
     cm_buf_printf(&t, "Sessions: off (%s)\n", no_sessions);
-  json_t *sessions_obj = json_pack(
-      "{s:b, s:o, s:I, s:I, s:I, s:I}", "available", sessions_on, "yours",
-      exec_sessions_list(srv_server_exec(s), me), "max_per_principal",
-      (json_int_t)cfg->max_exec_sessions_per_token, "max", (json_int_t)cfg->max_exec_sessions,
-      "idle_seconds", (json_int_t)(cfg->exec_session_idle_ms / 1000), "max_seconds",
-      (json_int_t)(cfg->exec_session_max_ms / 1000));
+  json_t *sessions_obj =
+      json_pack("{s:b, s:o, s:I, s:I, s:I, s:I}", "available", sessions_on, "yours", my_list,
+                "max_per_principal", (json_int_t)cfg->max_exec_sessions_per_token, "max",
+                (json_int_t)cfg->max_exec_sessions, "idle_seconds",
+                (json_int_t)(cfg->exec_session_idle_ms / 1000), "max_seconds",
+                (json_int_t)(cfg->exec_session_max_ms / 1000));
   cm_buf_t files;
   cm_buf_init(&files, 0);
   json_t *files_obj = NULL;

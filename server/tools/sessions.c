@@ -40,6 +40,8 @@ void srv_tool_list_sessions(srv_request_t *r, json_t *args) {
       cm_buf_appends(&t, ", memory unknown (no kernel running)");
     if (json_is_integer(bytes))
       cm_buf_printf(&t, ", work directory %lld bytes", (long long)json_integer_value(bytes));
+    if (json_is_true(json_object_get(o, "kernel_frozen")))
+      cm_buf_appends(&t, ", kernel frozen until the next call");
   }
   cleanup_free char *text = cm_buf_steal(&t);
   json_t *result = srv_tool_text_result(text, false);

@@ -152,14 +152,119 @@ def test_a_dead_kernel_is_reported_and_the_next_call_works(make_server, death):
     assert sc["stdout"] == "file False\n" and sc["session"]["kernels_started"] == 2, text(res)
 
 
+def kernel_pids(server_pid):
+    """The processes of the server's session kernels (descendants running kernel.py)."""
+    found = []
+    for pid in descendants(server_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"kernel.py" in f.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def descendants(root):
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def thaw_from_outside(pid):
+    """What an operator's SIGKILL needs to land on a frozen cgroup v1 task: its freezer thawed."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                _, ctl, path = line.rstrip("\n").split(":", 2)
+                if "freezer" in ctl.split(","):
+                    with open(f"/sys/fs/cgroup/freezer{path}/freezer.state", "w") as st:
+                        st.write("THAWED")
+    except OSError:
+        pass
+
+
 def test_a_kernel_dead_between_calls_is_said_at_the_next_call(make_server):
+    # Between calls the kernel is frozen, so nothing of its own can end it then: the OOM
+    # killer or an operator can.  Its processes are killed from outside here.
     s = start(make_server)
-    _, sid = new_session(s, "import os, threading, time\n"
-                            "threading.Thread(target=lambda: (time.sleep(0.5), os._exit(0))).start()")
-    time.sleep(1.5)
+    _, sid = new_session(s, "x = 1")
+    pids = kernel_pids(s.proc.pid)
+    assert pids
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+        thaw_from_outside(pid)
+    assert wait_until(lambda: not kernel_pids(s.proc.pid), 10)
+    assert wait_until(lambda: s.call("list_sessions")
+                      ["structuredContent"]["sessions"][0]["kernel_running"] is False, 10)
     res = s.execute("print('again')", session=sid)
     sc = res["structuredContent"]
     assert sc["stdout"] == "again\n" and "a fresh kernel was started" in sc["session"]["note"], text(res)
+
+
+def test_an_idle_kernel_uses_no_cpu_between_calls(make_server):
+    """A thread the user's code leaves spinning computes during calls only: between them the
+    kernel is frozen (issue 28: idle sessions computed outside the scheduler)."""
+    s = start(make_server)
+    res, sid = new_session(
+        s, "import threading, time\n"
+           "n = 0\n"
+           "def spin():\n    global n\n    while True: n += 1\n"
+           "threading.Thread(target=spin, daemon=True).start()\n"
+           "time.sleep(0.3)\n"
+           "print(time.process_time())")
+    sc = res["structuredContent"]
+    assert sc["session"]["kernel_frozen"] is True, text(res)
+    cpu_before = float(sc["stdout"])
+    listed = s.call("check_environment")["structuredContent"]
+    assert [x["kernel_frozen"] for x in listed["sessions"]["yours"]] == [True]
+    time.sleep(3)  # a spinning, unfrozen thread would use ~3 s of CPU meanwhile
+    res = s.execute("import time\nprint(time.process_time())", session=sid)
+    spent = float(res["structuredContent"]["stdout"]) - cpu_before
+    assert spent < 1.0, f"the idle kernel used {spent:.2f} s of CPU between calls"
+    # During a call it runs again: the thread is alive, not lost.
+    res = s.execute("import threading, time\nn0 = n\ntime.sleep(0.5)\n"
+                    "print(threading.active_count(), n > n0)", session=sid)
+    assert res["structuredContent"]["stdout"] == "2 True\n", text(res)
+    # Closing a frozen session kills it (a frozen task takes its SIGKILL once thawed).
+    s.call("close_session", {"session": sid})
+    assert wait_until(lambda: not kernel_pids(s.proc.pid), 10)
+
+
+@pytest.mark.parametrize("why", ["python_version", "dependency"])
+def test_a_new_session_whose_first_call_fails_is_a_tool_error(make_server, why):
+    """issue 28: a new session whose first call failed before its kernel started freed the
+    session twice (SIGSEGV): one request took every tenant's runs down."""
+    s = start(make_server, env=NO_PIP_ENV)
+    for _ in range(3):
+        if why == "python_version":
+            res = s.execute("print(1)", session="new", python_version="9.99")
+        else:
+            res = s.execute("print(1)", session="new", dependencies=["no-such-package-mps==1.0"],
+                            timeout_seconds=30)
+        assert res["isError"] is True, res
+        assert s.proc.poll() is None, "the server died"
+    # The server goes on: a plain call and a session both work.
+    assert s.execute("print(2)")["structuredContent"]["stdout"] == "2\n"
+    _, sid = new_session(s, "y = 3")
+    assert s.execute("print(y)", session=sid)["structuredContent"]["stdout"] == "3\n"
+    listed = s.call("list_sessions")["structuredContent"]
+    assert [x["id"] for x in listed["sessions"]] == [sid]
 
 
 def test_memory_limit_reported_and_session_goes_on(make_server):
