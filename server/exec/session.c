@@ -382,6 +382,32 @@ fail:
   return NULL;
 }
 
+/* Whether two calls' network lists name the same destinations (as sets of canonical rules). */
+static bool rules_within(const srv_net_call_t *a, const srv_net_call_t *b) {
+  for (size_t i = 0; i < a->n_rules; i++) {
+    bool found = false;
+    for (size_t j = 0; j < b->n_rules && !found; j++)
+      found = strcmp(a->rules[i].text, b->rules[j].text) == 0;
+    if (!found) return false;
+  }
+  return true;
+}
+
+static bool same_rules(const srv_net_call_t *a, const srv_net_call_t *b) {
+  return a->on == b->on && rules_within(a, b) && rules_within(b, a);
+}
+
+static char *rules_text(const srv_net_call_t *c) {
+  if (!c->on) return xstrdup("no network");
+  if (!c->rules) return xstrdup("the server's policy");
+  cm_buf_t t;
+  cm_buf_init(&t, 0);
+  cm_buf_appends(&t, "only ");
+  for (size_t i = 0; i < c->n_rules; i++)
+    cm_buf_printf(&t, "%s%s", i ? ", " : "", c->rules[i].text);
+  return cm_buf_steal(&t);
+}
+
 json_t *exec_session_claim(exec_state_t *x, exec_spec_t *spec, exec_session_t **out, char **note) {
   const srv_config_t *cfg = srv_server_config(x->server);
   *out = NULL;
@@ -401,6 +427,14 @@ json_t *exec_session_claim(exec_state_t *x, exec_spec_t *spec, exec_session_t **
           "one with session: \"new\" (files written in the old one are gone).",
           shown, (unsigned long long)(cfg->exec_session_idle_ms / 1000),
           (unsigned long long)(cfg->exec_session_max_ms / 1000));
+    }
+    if (spec->net.rules && ks->network_set && !same_rules(&spec->net, &ks->net)) {
+      cleanup_free char *mine = rules_text(&ks->net);
+      return srv_tool_error_result(
+          "Session %s: its network was set by its first call (%s) and stays for its life; this "
+          "call's network list was not applied, and the call did not run. Call again without "
+          "`network` (or with the same list), or start a new session with this list.",
+          ks->id, mine);
     }
     if (ks->held)
       return srv_tool_error_result(

@@ -570,3 +570,20 @@ def tokens(tmp_path):
     path = tmp_path / "tokens"
     path.write_text("alice: tok-alice-0123456789\nbob: tok-bob-9876543210\n")
     return str(path)
+
+
+def test_a_later_calls_network_list_is_refused_not_ignored(make_server):
+    """issue 30 (5): a session's network is its first call's; a later call's different list
+    was silently ignored.  Now it is a tool error and the call does not run; the same list, or
+    none, runs."""
+    s = start(make_server)
+    res = s.execute("x = 1", session="new", network=["example.com:443"])
+    if res.get("isError"):
+        pytest.skip("this backend takes no network list: " + text(res)[:200])
+    sid = res["structuredContent"]["session"]["id"]
+    res = s.execute("x = 2", session=sid, network=["example.org:443"])
+    assert res["isError"] is True and "network was set by its first call" in text(res), text(res)
+    assert "only example.com:443" in text(res), text(res)
+    assert s.execute("print(x)", session=sid)["structuredContent"]["stdout"] == "1\n"
+    res = s.execute("x = 4\nprint(x)", session=sid, network=["example.com:443"])
+    assert res["structuredContent"]["stdout"] == "4\n", text(res)
