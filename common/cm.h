@@ -324,6 +324,11 @@ bool cm_utf8_valid(const char *buf, size_t len);
 size_t cm_utf8_clip(const char *buf, size_t len);
 /* Copies buf, replacing each invalid UTF-8 sequence with U+FFFD.  Heap string. */
 char *cm_utf8_sanitize(const char *buf, size_t len, size_t *out_len);
+/* A name made safe to show (a file name a script chose, in a result or a log): invalid UTF-8
+ * as U+FFFD, and every control character (C0, DEL, C1), bidirectional override or isolate
+ * and the backslash itself written as an escape (\xNN, \u{NNNN}, \\), so that no terminal
+ * sequence or reordering reaches the reader and distinct names stay distinct.  Heap string. */
+char *cm_utf8_display(const char *buf, size_t len, size_t *out_len);
 /* Parses a non-negative decimal integer that fits in max; -1 if malformed. */
 int cm_parse_u64(const char *s, uint64_t max, uint64_t *out);
 

@@ -213,6 +213,43 @@ char *cm_utf8_sanitize(const char *buf, size_t len, size_t *out_len) {
   return out;
 }
 
+/* The code point of a valid sequence of n bytes. */
+static uint32_t utf8_code_point(const unsigned char *s, size_t n) {
+  if (n == 1) return s[0];
+  uint32_t cp = s[0] & (0xff >> (n + 1));
+  for (size_t i = 1; i < n; i++) cp = (cp << 6) | (s[i] & 0x3f);
+  return cp;
+}
+
+static bool display_escapes(uint32_t cp) {
+  return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0) || cp == 0x200e || cp == 0x200f ||
+         (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == '\\';
+}
+
+char *cm_utf8_display(const char *buf, size_t len, size_t *out_len) {
+  size_t clean_len;
+  cleanup_free char *clean = cm_utf8_sanitize(buf, len, &clean_len);
+  const unsigned char *s = (const unsigned char *)clean;
+  cm_buf_t b;
+  cm_buf_init(&b, 0);
+  for (size_t i = 0; i < clean_len;) {
+    size_t n = utf8_seq(s + i, clean_len - i);
+    if (n == 0) n = 1; /* (never, after cm_utf8_sanitize) */
+    uint32_t cp = utf8_code_point(s + i, n);
+    if (cp == '\\')
+      cm_buf_appends(&b, "\\\\");
+    else if (display_escapes(cp) && cp < 0x80)
+      cm_buf_printf(&b, "\\x%02x", (unsigned)cp);
+    else if (display_escapes(cp))
+      cm_buf_printf(&b, "\\u{%04x}", (unsigned)cp);
+    else
+      cm_buf_append(&b, clean + i, n);
+    i += n;
+  }
+  if (out_len) *out_len = b.len;
+  return cm_buf_steal(&b);
+}
+
 int cm_parse_u64(const char *s, uint64_t max, uint64_t *out) {
   if (!s || !*s) return -1;
   uint64_t v = 0;

@@ -36,7 +36,8 @@ static files_output_t *add_entry(walk_t *w, const char *rel) {
   files_output_t *e = &c->v[c->n++];
   memset(e, 0, sizeof *e);
   size_t len;
-  e->path = cm_utf8_sanitize(rel, strlen(rel), &len);
+  /* A name the script chose: shown in results, link names and the MCP App, never raw. */
+  e->path = cm_utf8_display(rel, strlen(rel), &len);
   return e;
 }
 
@@ -49,8 +50,9 @@ static void skip_entry(walk_t *w, const char *rel, uint64_t size, const char *fm
   e->size = size;
   va_list ap;
   va_start(ap, fmt);
-  e->reason = xvasprintf(fmt, ap);
+  cleanup_free char *reason = xvasprintf(fmt, ap);
   va_end(ap);
+  e->reason = cm_utf8_display(reason, strlen(reason), NULL); /* (it may quote a name) */
 }
 
 static void set_note(walk_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -5,6 +5,7 @@ declared outputSchema.  Stdlib only; runs on both backends (MPS_TEST_BACKEND).""
 import base64
 import hashlib
 import io
+import json
 import os
 import socket
 import struct
@@ -374,6 +375,28 @@ open("outputs/ok.txt", "w").write("fine")
     assert len(deep) == 1 and "levels" in f[deep[0]]["reason"]
     assert "root:" not in str(res)
     assert "--- skipped: outputs/shadow: a symbolic link" in text_of(res)
+
+
+def test_control_characters_in_output_names_are_escaped(files_server):
+    """issue 31 (6): an ESC sequence or a bidi override in a name a script chose came back raw
+    in structuredContent.files[].path and the text.  Now every reported name is escaped."""
+    res = files_server.execute(r'''
+import os
+os.makedirs("outputs")
+os.mkfifo("outputs/fifo\x1b[31mred")
+os.symlink("/etc", "outputs/link\u202etxt.exe")
+open("outputs/ok\x07bell.txt", "w").write("fine")
+open("outputs/caf\u00e9.txt", "w").write("accents stay")
+''', timeout=30)
+    assert res["isError"] is False, text_of(res)
+    f = files_of(res)
+    assert f["outputs/fifo\\x1b[31mred"]["returned"] == "skipped", list(f)
+    assert f["outputs/link\\u{202e}txt.exe"]["returned"] == "skipped", list(f)
+    assert f["outputs/ok\\x07bell.txt"]["returned"] == "skipped", list(f)  # (never returned)
+    assert f["outputs/caf\u00e9.txt"]["returned"] == "resource", list(f)
+    everything = json.dumps(res, ensure_ascii=False)
+    for raw in ("\x1b", "\x07", "\u202e"):
+        assert raw not in everything and raw not in text_of(res)
 
 
 def test_outputs_itself_a_symlink_is_not_followed(files_server):

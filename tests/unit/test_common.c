@@ -127,6 +127,23 @@ static void test_utf8(void **state) {
   free(s);
 }
 
+static void test_utf8_display(void **state) {
+  size_t n;
+  /* ESC, a bidi override (U+202E), C1 (U+009B), DEL, NUL and a backslash are escaped;
+   * accented letters and CJK stay; invalid bytes become U+FFFD. */
+  const char in[] = "a\x1b[31m\xe2\x80\xae\xc2\x9b\x7f\\b\xc3\xa9\xe4\xb8\x96\xff\0z";
+  char *s = cm_utf8_display(in, sizeof in - 1, &n);
+  assert_string_equal(
+      s, "a\\x1b[31m\\u{202e}\\u{009b}\\x7f\\\\b\xc3\xa9\xe4\xb8\x96\xef\xbf\xbd\\x00z");
+  assert_int_equal(n, strlen(s));
+  free(s);
+  /* Distinct names stay distinct: a literal "\x1b" is not ESC. */
+  char *lit = cm_utf8_display("\\x1b", 4, NULL), *esc = cm_utf8_display("\x1b", 1, NULL);
+  assert_string_not_equal(lit, esc);
+  free(lit);
+  free(esc);
+}
+
 static void test_parse_u64(void **state) {
   uint64_t v;
   assert_int_equal(cm_parse_u64("123", 1000, &v), 0);
@@ -634,6 +651,7 @@ int main(void) {
       cmocka_unit_test(test_headtail),
       cmocka_unit_test(test_headtail_allocates_what_is_written),
       cmocka_unit_test(test_utf8),
+      cmocka_unit_test(test_utf8_display),
       cmocka_unit_test(test_parse_u64),
       cmocka_unit_test(test_sha256),
       cmocka_unit_test(test_sha256_vectors),
