@@ -254,7 +254,7 @@ static void on_downloaded(void *data, const cm_error_t *error) {
 static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error) {
   exec_job_t *job = data;
   job->py_wait = NULL;
-  cleanup_free char *why = NULL;
+  cleanup_error cm_error_t why = CM_ERROR_INIT;
   py_registry_t *reg = srv_server_pythons(job->server);
   py_interp_t *session_py = job->ksession ? exec_session_python(job->ksession) : NULL;
   py_interp_t *py =
@@ -268,9 +268,8 @@ static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error)
                              session_py->version, job->spec.python_request));
     return;
   }
-  if (!py && !job->download_tried && py_registry_can_download(reg) &&
-      (job->spec.python_request || job->spec.requires_python) && why &&
-      strncmp(why, "No Python interpreter", 21) == 0) {
+  if (!py && why.kind == CM_ERR_NOT_FOUND && !job->download_tried &&
+      py_registry_can_download(reg) && (job->spec.python_request || job->spec.requires_python)) {
     /* --allow-python-downloads: uv installs what was asked for, then we choose again. */
     const char *want =
         job->spec.python_request ? job->spec.python_request : job->spec.requires_python;
@@ -283,14 +282,14 @@ static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error)
       job->downloading = true;
       return;
     }
-    exec_job_finish(job, srv_tool_error_result("%s (and it could not be downloaded: %s)", why,
-                                               cm_error_message(&err)));
+    exec_job_finish(job, srv_tool_error_result("%s (and it could not be downloaded: %s)",
+                                               cm_error_message(&why), cm_error_message(&err)));
     cm_error_release(&err);
     return;
   }
   if (!py) {
-    exec_job_finish(job,
-                    srv_tool_error_result("%s", why ? why : "No Python interpreter is available."));
+    exec_job_finish(job, srv_tool_error_result(
+                             "%s", why.msg ? why.msg : "No Python interpreter is available."));
     return;
   }
   job->py = py;
