@@ -203,7 +203,7 @@ static void admit_queued(exec_state_t *x) {
     t->running++;
     x->n_starting++;
     if (!oldest) oldest = next->starting_since;
-    x->start_job(next); /* may finish the job, and come back here */
+    exec_job_start(next); /* may finish the job, and come back here */
   }
   if (x->slots_used < cfg->max_concurrent && !x->start_gate_timer && oldest &&
       tenant_next(x, cfg)) {

@@ -28,11 +28,8 @@ typedef struct exec_session exec_session_t;
 
 struct exec_state {
   srv_server_t *server;
-  /* What an admitted job does next (job.c's exec_job_start): a hook, so that admission.c
-   * knows the queue and not the job's course. */
-  void (*start_job)(exec_job_t *job);
-  /* How a job ends (job.c's exec_job_finish): a hook too, so that session.c, which job.c
-   * calls, does not call job.c back. */
+  /* exec_job_finish, for session.c until its rewrite calls it directly (then this goes: no
+   * hook is needed inside a room). */
   void (*finish_job)(exec_job_t *job, json_t *result);
   /* admission.c: how long calls waited for a slot (/metrics) */
   uint64_t wait_buckets[SRV_M_BUCKETS + 1];
@@ -166,7 +163,8 @@ void exec_admission_metrics(exec_state_t *x, exec_metrics_t *out);
 size_t exec_admission_max_starting(exec_state_t *x);
 
 /* job.c */
-/* With a slot: the dependency environment first (cached or built), then the script. */
+/* Admitted (admission.c): with a slot, the dependency environment first (cached or built),
+ * then the script.  May finish the job. */
 void exec_job_start(exec_job_t *job);
 /* Ends the request with result (stolen) and frees the job. */
 void exec_job_finish(exec_job_t *job, json_t *result);

@@ -12,7 +12,6 @@
 exec_state_t *exec_new(srv_server_t *s) {
   exec_state_t *x = xcalloc(1, sizeof *x);
   x->server = s;
-  x->start_job = exec_job_start;
   x->finish_job = exec_job_finish;
   x->mount_state = -1;
   return x;
