@@ -210,7 +210,7 @@ integration() {
 suite() {
   local dir=$1 name=$2
   stage "$name: unit tests, sandbox tests and fuzz-corpus replays (ctest)"
-  timed "$name: ctest" ctest --test-dir "$dir" --output-on-failure -j"$jobs" # check_layers_symbols: no call cycles
+  timed "$name: ctest" ctest --test-dir "$dir" --output-on-failure -j"$jobs"
   integration "$dir" "$name" || return 1
   # The ASan build's container suite asserts the engine holds no container but its own: the
   # fleet, which runs beside this build (fleet_start), must be over first.

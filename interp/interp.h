@@ -60,10 +60,13 @@ py_interp_t *const *py_registry_list(py_registry_t *r, size_t *count);
 /* Chooses the interpreter for a call: `request` (the call's python_version: "3.12",
  * "3.12.1", "3.13t", "pypy3.10", ">=3.11,<3.13" or a discovered path) first, else the
  * script's `requires_python`, else the default; the newest match wins; a request must
- * also satisfy requires_python.  On failure returns NULL and a heap message in *error
- * that lists what is available. */
+ * also satisfy requires_python.  On failure returns NULL with err set, its message listing
+ * what is available, its kind: CM_ERR_NOT_FOUND when no interpreter installed here matches
+ * (one might be downloaded), CM_ERR_INVALID for a malformed request or requires-python, or
+ * a request whose match does not satisfy requires-python, and for no default the default's
+ * own error (CM_ERR_NOT_FOUND, CM_ERR_UNAVAILABLE). */
 py_interp_t *py_registry_select(py_registry_t *r, const char *request, const char *requires_python,
-                                char **error);
+                                cm_error_t *err);
 /* Downloads (--allow-python-downloads with uv): `uv python install <request>`, then the new
  * interpreters are identified and join the list.  cb gets NULL, or an error (valid only
  * during the call; CM_ERR_UNAVAILABLE: uv failed, with its words).  One at a time. */

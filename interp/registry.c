@@ -102,12 +102,11 @@ static void finish_discovery(py_registry_t *r) {
       cm_error_set(&r->def_error, 0, CM_ERR_NOT_FOUND, "no interpreter found at %s (--python)",
                    r->opts.python);
   } else if (r->opts.python_version) {
-    char *why = NULL;
+    cleanup_error cm_error_t why = CM_ERROR_INIT;
     r->def = py_registry_select(r, r->opts.python_version, NULL, &why);
     if (!r->def)
       cm_error_set(&r->def_error, 0, CM_ERR_NOT_FOUND, "--python-version %s: %s",
-                   r->opts.python_version, why);
-    free(why);
+                   r->opts.python_version, cm_error_message(&why));
   } else {
     /* The newest stable CPython with the GIL; else anything that works. */
     for (size_t i = 0; i < r->n_list && !r->def; i++) {

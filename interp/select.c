@@ -30,7 +30,7 @@ static bool version_has_prefix(const char *version, const char *prefix) {
   return strncmp(version, prefix, n) == 0 && (version[n] == '\0' || version[n] == '.');
 }
 
-static int parse_request(const char *req, py_request_t *out, char **error) {
+static int parse_request(const char *req, py_request_t *out, cm_error_t *err) {
   memset(out, 0, sizeof *out);
   out->free_threaded = -1;
   while (*req == ' ') req++;
@@ -57,19 +57,17 @@ static int parse_request(const char *req, py_request_t *out, char **error) {
     if (*p == 't' && p[1] == '\0') {
       out->free_threaded = 1;
     } else if (*p != '\0' || dots > 2 || p[-1] == '.') {
-      *error = xasprintf(
+      return cm_error_set(
+          err, 0, CM_ERR_INVALID,
           "'%s' is not a Python version request (e.g. 3.12, 3.12.1, 3.13t, >=3.11,<3.13)", req);
-      return -1;
     }
     out->exact_prefix = v;
     return 0;
   }
-  cm_error_t err = CM_ERROR_INIT;
-  if (pep440_specifier_set_parse(v, strlen(v), &out->spec, &err) < 0) {
-    *error = xasprintf("'%s' is not a Python version request: %s", req, cm_error_message(&err));
-    cm_error_release(&err);
-    return -1;
-  }
+  cleanup_error cm_error_t why = CM_ERROR_INIT;
+  if (pep440_specifier_set_parse(v, strlen(v), &out->spec, &why) < 0)
+    return cm_error_set(err, 0, CM_ERR_INVALID, "'%s' is not a Python version request: %s", req,
+                        cm_error_message(&why));
   return 0;
 }
 
@@ -105,26 +103,29 @@ static bool satisfies_requires(const char *requires_python, const py_interp_t *p
 }
 
 py_interp_t *py_registry_select(py_registry_t *r, const char *request, const char *requires_python,
-                                char **error) {
-  *error = NULL;
+                                cm_error_t *err) {
   if (requires_python) {
     pep440_specifier_set_t *set = NULL;
-    cm_error_t err = CM_ERROR_INIT;
-    if (pep440_specifier_set_parse(requires_python, strlen(requires_python), &set, &err) < 0) {
-      *error = xasprintf("requires-python: %s", cm_error_message(&err));
-      cm_error_release(&err);
+    cleanup_error cm_error_t why = CM_ERROR_INIT;
+    if (pep440_specifier_set_parse(requires_python, strlen(requires_python), &set, &why) < 0) {
+      cm_error_set(err, 0, CM_ERR_INVALID, "requires-python: %s", cm_error_message(&why));
       return NULL;
     }
     pep440_specifier_set_free(set);
   }
   if (!request && !requires_python) {
-    if (!r->def) *error = xstrdup(r->def_error.msg ? r->def_error.msg : "no default interpreter");
+    if (!r->def) {
+      if (r->def_error.msg)
+        cm_error_set(err, 0, r->def_error.kind, "%s", r->def_error.msg);
+      else
+        cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "no default interpreter");
+    }
     return r->def;
   }
   py_interp_t *best = NULL;
   if (request) {
     py_request_t q;
-    if (parse_request(request, &q, error) < 0) return NULL;
+    if (parse_request(request, &q, err) < 0) return NULL;
     size_t prefix_len = 0;
     if (q.exact_prefix) {
       prefix_len = strlen(q.exact_prefix);
@@ -145,14 +146,15 @@ py_interp_t *py_registry_select(py_registry_t *r, const char *request, const cha
     pep440_specifier_set_free(q.spec);
     if (!best) {
       cleanup_free char *avail = py_registry_describe_available(r);
-      *error = xasprintf("No Python interpreter matches '%s'. Available: %s.", request, avail);
+      cm_error_set(err, 0, CM_ERR_NOT_FOUND, "No Python interpreter matches '%s'. Available: %s.",
+                   request, avail);
       return NULL;
     }
     if (!satisfies_requires(requires_python, best)) {
-      *error = xasprintf(
-          "Python %s (chosen by python_version '%s') does not satisfy the script's requires-python "
-          "'%s'.",
-          best->version, request, requires_python);
+      cm_error_set(err, 0, CM_ERR_INVALID,
+                   "Python %s (chosen by python_version '%s') does not satisfy the script's "
+                   "requires-python '%s'.",
+                   best->version, request, requires_python);
       return NULL;
     }
     return best;
@@ -169,7 +171,8 @@ py_interp_t *py_registry_select(py_registry_t *r, const char *request, const cha
   }
   if (!best) {
     cleanup_free char *avail = py_registry_describe_available(r);
-    *error = xasprintf(
+    cm_error_set(
+        err, 0, CM_ERR_NOT_FOUND,
         "No Python interpreter satisfies the script's requires-python '%s'. Available: %s.",
         requires_python, avail);
   }

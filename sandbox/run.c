@@ -26,6 +26,35 @@
 /* After the record, how long the sandbox's teardown may take before it is killed. */
 #define SBX_TEARDOWN_MS 10000
 
+/* A run's stage.  Two things end a run, in either order: the launcher's exit (reaped through
+ * its pidfd) and the end of its output (both pipes at EOF); with a supervisor its status
+ * record (the report) may come before the launcher's exit, which then follows the sandbox's
+ * teardown.  The stage moves on only forward:
+ *
+ *   SPAWNED -> RUNNING -> KILLING -> EXITED -> REAPED    (reaped first, then drained)
+ *                                 \-> DRAINED -> REAPED   (the record first, then reaped)
+ *
+ * (RUNNING or SPAWNED may skip KILLING.)  docs/architecture.md has the table. */
+enum run_stage {
+  RUN_SPAWNED, /* held (spec.hold): set up, the command waits for sbx_run_release */
+  RUN_RUNNING, /* the command runs, under its deadline */
+  RUN_KILLING, /* the tree is being killed: SIGTERM (or the control fd closed), SIGKILL after
+                * the grace */
+  RUN_EXITED,  /* the launcher is reaped: the pipes' drain is left (SBX_DRAIN_MS at most) */
+  RUN_DRAINED, /* reported on the supervisor's record (the pipes read to their end): the
+                * sandbox's teardown is left, the launcher not reaped yet */
+  RUN_REAPED,  /* reported (unless freed first) and reaped: nothing is left but the memory */
+};
+
+/* What the stage does not say (struct sbx_run's flags). */
+enum {
+  RUN_HELD = 1u << 0,            /* not released: output is the set-up's (logged), also
+                                  * when the held sandbox dies */
+  RUN_HOLD_IN_COMMAND = 1u << 1, /* spec.hold_in_command: the release sends nothing */
+  RUN_FREED = 1u << 2,           /* sbx_run_free was called: no callback any more; a launcher
+                                  * still running is in `detached` until it is reaped */
+};
+
 struct sbx_run {
   cm_loop_t *loop;
   sbx_backend_t *backend;
@@ -38,22 +67,24 @@ struct sbx_run {
   sbx_run_callbacks_t cbs;
   void *data;
   uint64_t start_us;
-  bool reaped, finished, killing, freed;
-  bool held;         /* started with spec.hold and not released yet */
-  bool held_running; /* spec.hold_in_command: the command runs already, nothing to send */
-  bool early;        /* finished on the supervisor's record; the launcher has not exited yet */
-  bool detached;     /* freed while early: reaped and released when the launcher exits */
-  sbx_run_t *detached_next;
+  enum run_stage stage;
+  unsigned flags;           /* RUN_HELD, RUN_HOLD_IN_COMMAND, RUN_FREED */
+  sbx_run_t *detached_next; /* freed before its launcher exited: in `detached` */
   sbx_result_t result;
   /* How sbx_run_freeze froze it last (nothing while it runs). */
   enum { RUN_THAWED, RUN_FROZEN_CGROUP, RUN_STOPPED } frozen;
 };
 
-/* Runs freed during their teardown (early and not reaped), reaped by on_pidfd, or at
- * sbx_run_reap_detached. */
+/* Runs freed before their launcher was reaped (RUN_FREED: still running, or DRAINED and in
+ * their teardown), reaped by on_pidfd, or at sbx_run_reap_detached. */
 static sbx_run_t *detached;
 
 static void run_maybe_finish(sbx_run_t *run);
+
+/* The launcher has exited and was waited for. */
+static bool launcher_reaped(const sbx_run_t *run) {
+  return run->stage == RUN_EXITED || run->stage == RUN_REAPED;
+}
 
 static void close_stream(sbx_run_t *run, sbx_stream_t s) {
   cm_watch_t **w = s == SBX_STDOUT ? &run->w_out : &run->w_err;
@@ -67,7 +98,7 @@ static void close_stream(sbx_run_t *run, sbx_stream_t s) {
 static void deliver(sbx_run_t *run, sbx_stream_t s, const char *buf, size_t n) {
   /* Nothing runs in a held sandbox but the set-up, whose complaints (a failed mount) end it
    * anyway: they are logged, not given to a caller that has none. */
-  if (run->held) {
+  if (run->flags & RUN_HELD) {
     cleanup_free char *excerpt = cm_log_excerpt(buf, n, 200);
     cm_debug("held sandbox: %s", excerpt);
   } else if (run->cbs.on_output && !run->result.cancelled) {
@@ -100,7 +131,7 @@ static void kill_tree(sbx_run_t *run, int sig) {
     run->backend->ops->kill(run->backend, &run->launch, sig);
   /* Also what left the process group (setsid): the cgroup holds the whole tree. */
   if (sig == SIGKILL) sbx_cgroup_run_kill(run->cgroup);
-  if (!run->reaped) {
+  if (!launcher_reaped(run)) {
     sbx_child_kill_tree(&run->child, sig);
   } else if (run->child.pid > 0) {
     kill(-run->child.pid, sig);
@@ -114,9 +145,9 @@ static void on_grace(cm_loop_t *loop, cm_timer_t *t, void *data) {
 }
 
 static void begin_kill(sbx_run_t *run) {
-  if (run->killing || run->finished) return;
-  run->killing = true;
-  if (run->launch.control_fd >= 0 && !run->reaped) {
+  if (run->stage != RUN_SPAWNED && run->stage != RUN_RUNNING) return;
+  run->stage = RUN_KILLING;
+  if (run->launch.control_fd >= 0) {
     /* A supervisor inside the sandbox SIGTERMs the script's processes when the control fd
      * closes.  A SIGTERM to the launcher instead would tear the sandbox down at once
      * (bwrap dies, and the pid namespace with it): no grace at all. */
@@ -132,7 +163,7 @@ static void begin_kill(sbx_run_t *run) {
 static void on_deadline(cm_loop_t *loop, cm_timer_t *t, void *data) {
   sbx_run_t *run = data;
   run->t_deadline = NULL;
-  if (run->reaped) return;
+  if (launcher_reaped(run)) return;
   run->result.timed_out = true;
   begin_kill(run);
 }
@@ -158,10 +189,11 @@ static void set_status(sbx_result_t *r, bool exited, int value) {
   r->term_signal = exited ? 0 : value;
 }
 
+/* (Before the stage moves on from KILLING: a kill of ours is no limit's.) */
 static void judge_limits(sbx_run_t *run, uint64_t main_cpu_ms) {
   sbx_result_t *r = &run->result;
   if (r->term_signal == SIGXCPU ||
-      (r->term_signal == SIGKILL && !run->killing && run->limits.cpu_seconds &&
+      (r->term_signal == SIGKILL && run->stage != RUN_KILLING && run->limits.cpu_seconds &&
        main_cpu_ms >= run->limits.cpu_seconds * 1000))
     r->cpu_limit = true;
   if (r->term_signal == SIGXFSZ) r->file_size_limit = true;
@@ -218,9 +250,10 @@ static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   siginfo_t si;
   struct rusage ru;
   if (sbx_child_reap(&run->child, &si, &ru) == 0) return;
-  run->reaped = true;
-  /* (Early: answered on the record already.  Detached: nobody to tell.) */
-  if (!run->early && !run->detached) record_exit(run, &si, &ru);
+  /* (Drained: answered on the record already.  Freed: nobody to tell.) */
+  bool told = run->stage == RUN_DRAINED || (run->flags & RUN_FREED);
+  if (!told) record_exit(run, &si, &ru);
+  run->stage = told ? RUN_REAPED : RUN_EXITED;
   cm_watch_remove(run->w_pid);
   run->w_pid = NULL;
   /* The main process is gone: whatever it left behind in its group goes too. */
@@ -228,10 +261,10 @@ static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   sbx_cgroup_run_kill(run->cgroup);
   if (run->backend && run->backend->ops->kill && run->launch.kill_name)
     run->backend->ops->kill(run->backend, &run->launch, SIGKILL);
-  if (run->early || run->detached) {
+  if (told) {
     cm_timer_cancel(run->t_teardown);
     run->t_teardown = NULL;
-    if (run->detached) detached_release(run);
+    if (run->flags & RUN_FREED) detached_release(run);
     return;
   }
   cm_timer_cancel(run->t_deadline);
@@ -241,8 +274,9 @@ static void on_pidfd(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   run_maybe_finish(run);
 }
 
+/* The report: from EXITED once drained (-> REAPED), or on the record (-> DRAINED). */
 static void run_finish(sbx_run_t *run) {
-  run->finished = true;
+  run->stage = launcher_reaped(run) ? RUN_REAPED : RUN_DRAINED;
   cm_timer_cancel(run->t_deadline);
   cm_timer_cancel(run->t_grace);
   cm_timer_cancel(run->t_drain);
@@ -252,7 +286,7 @@ static void run_finish(sbx_run_t *run) {
 }
 
 static void run_maybe_finish(sbx_run_t *run) {
-  if (run->finished || !run->reaped || run->w_out || run->w_err) return;
+  if (run->stage != RUN_EXITED || run->w_out || run->w_err) return;
   run_finish(run);
 }
 
@@ -285,8 +319,7 @@ static void on_status(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   cm_watch_remove(run->w_status);
   run->w_status = NULL;
   sbx_status_record_t rec;
-  if (run->finished || run->reaped || sbx_status_read(fd, &rec) != 1) return;
-  run->early = true;
+  if (run->stage >= RUN_EXITED || sbx_status_read(fd, &rec) != 1) return;
   /* Read: the channel has nothing more to say, and a run in its teardown holds its pidfd
    * only (descriptors are a budget: --max-open-files of the server's own). */
   sbx_launch_close_channel(&run->launch);
@@ -388,14 +421,14 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
     cm_set_nonblock(run->launch.status_fd, true);
     run->w_status = cm_loop_watch(loop, run->launch.status_fd, EPOLLIN, on_status, run, err);
   }
+  run->stage = spec->hold ? RUN_SPAWNED : RUN_RUNNING;
+  if (spec->hold) run->flags |= RUN_HELD;
+  if (spec->hold && spec->hold_in_command) run->flags |= RUN_HOLD_IN_COMMAND;
   if (!run->w_err || (watch_status && !run->w_status)) {
-    run->finished = true;
     sbx_run_free(run);
     return -1;
   }
-  run->held = spec->hold;
-  run->held_running = spec->hold && spec->hold_in_command;
-  if (spec->limits.timeout_ms && !run->held)
+  if (spec->limits.timeout_ms && !spec->hold)
     run->t_deadline = cm_loop_timer(loop, spec->limits.timeout_ms, on_deadline, run);
   *out = run;
   return 0;
@@ -403,10 +436,10 @@ int sbx_run_start(cm_loop_t *loop, sbx_backend_t *backend, const sbx_spec_t *spe
 
 int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, uint64_t timeout_ms,
                     cm_error_t *err) {
-  if (!run->held || run->reaped || run->finished || run->killing ||
-      (run->launch.control_fd < 0 && !run->held_running))
+  if (run->stage != RUN_SPAWNED ||
+      (run->launch.control_fd < 0 && !(run->flags & RUN_HOLD_IN_COMMAND)))
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the prestarted sandbox is gone");
-  if (!run->held_running) {
+  if (!(run->flags & RUN_HOLD_IN_COMMAND)) {
     /* One byte into an empty pipe: never blocks. */
     ssize_t n;
     do n = write(run->launch.control_fd, "G", 1);
@@ -415,7 +448,8 @@ int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, 
       return cm_error_set(err, n < 0 ? errno : EIO, CM_ERR_UNAVAILABLE,
                           "releasing the prestarted sandbox");
   }
-  run->held = false;
+  run->stage = RUN_RUNNING;
+  run->flags &= ~RUN_HELD;
   if (run->backend->ops->reserve)
     run->backend->ops->reserve(
         run->backend, &run->launch,
@@ -430,9 +464,11 @@ int sbx_run_release(sbx_run_t *run, const sbx_run_callbacks_t *cbs, void *data, 
 
 int sbx_run_freeze(sbx_run_t *run, bool frozen, const char **how, cm_error_t *err) {
   if (how) *how = NULL;
-  if (!run || run->reaped || run->finished)
-    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the run is over");
+  if (!run) return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "no run");
   if (!frozen && run->frozen == RUN_THAWED) return 0;
+  /* (A thaw is always let through: a kill needs it.) */
+  if (frozen && run->stage != RUN_SPAWNED && run->stage != RUN_RUNNING)
+    return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the run is over or being killed");
   if (frozen && !run->cgroup && !sbx_backend_host_processes(run->backend))
     return cm_error_set(err, 0, CM_ERR_UNSUPPORTED,
                         "the engine owns the run's processes: they are not frozen");
@@ -474,24 +510,34 @@ static void thaw_for_kill(sbx_run_t *run) {
 }
 
 void sbx_run_cancel(sbx_run_t *run) {
-  if (!run || run->finished) return;
+  if (!run) return;
   thaw_for_kill(run);
-  run->result.cancelled = true;
-  if (run->reaped) {
-    /* Only the drain is left: stop it now. */
-    if (run->w_out) close_stream(run, SBX_STDOUT);
-    if (run->w_err) close_stream(run, SBX_STDERR);
-    run_maybe_finish(run);
-    return;
+  switch (run->stage) {
+    case RUN_SPAWNED:
+    case RUN_RUNNING:
+    case RUN_KILLING: /* (already: the kill goes on) */
+      run->result.cancelled = true;
+      begin_kill(run);
+      return;
+    case RUN_EXITED:
+      /* Only the drain is left: stop it now. */
+      run->result.cancelled = true;
+      if (run->w_out) close_stream(run, SBX_STDOUT);
+      if (run->w_err) close_stream(run, SBX_STDERR);
+      run_maybe_finish(run);
+      return;
+    case RUN_DRAINED:
+    case RUN_REAPED: /* reported already */
+      return;
   }
-  begin_kill(run);
 }
 
 void sbx_run_read_pending(sbx_run_t *run) {
   /* Once reaped, an EOF may finish (and free) the run: the loop takes it from there. */
-  if (!run || run->reaped || run->finished) return;
+  if (!run || run->stage >= RUN_EXITED) return;
   if (run->w_out) on_readable(run->loop, run->child.stdout_fd, EPOLLIN, run);
-  if (!run->reaped && run->w_err) on_readable(run->loop, run->child.stderr_fd, EPOLLIN, run);
+  if (!launcher_reaped(run) && run->w_err)
+    on_readable(run->loop, run->child.stderr_fd, EPOLLIN, run);
 }
 
 void sbx_run_events(const sbx_run_t *run, sbx_run_events_t *ev) {
@@ -537,7 +583,6 @@ static void detached_release(sbx_run_t *run) {
       *p = run->detached_next;
       break;
     }
-  run->detached = false;
   run_release(run);
 }
 
@@ -557,7 +602,7 @@ static void reap_detached(sbx_backend_t *b) {
       struct pollfd pfd = {run->child.pidfd, POLLIN, 0};
       poll(&pfd, 1, 100);
     }
-    run->reaped = true;
+    run->stage = RUN_REAPED;
     kill(-run->child.pid, SIGKILL);
     detached_release(run); /* (takes it out of the list: *p is the next one now) */
   }
@@ -572,15 +617,15 @@ void sbx_run_reap_detached(void) {
 }
 
 void sbx_run_free(sbx_run_t *run) {
-  if (!run || run->freed) return;
-  run->freed = true;
+  if (!run || (run->flags & RUN_FREED)) return;
+  run->flags |= RUN_FREED;
   thaw_for_kill(run);
-  if (!run->reaped && run->child.pid > 0 && run->w_pid) {
+  if (!launcher_reaped(run) && run->child.pid > 0 && run->w_pid) {
     /* Answered on its record while its sandbox is being torn down, or still running (a held
      * one no call took, a cancelled call): killed now, and reaped and released by on_pidfd
      * when the launcher exits, never waited for here (a sandbox's teardown takes
      * milliseconds of RCU grace periods).  Nothing of it reaches its callbacks any more. */
-    if (!run->early) kill_tree(run, SIGKILL);
+    if (run->stage != RUN_DRAINED) kill_tree(run, SIGKILL);
     if (run->w_out) close_stream(run, SBX_STDOUT);
     if (run->w_err) close_stream(run, SBX_STDERR);
     cm_watch_remove(run->w_status);
@@ -592,13 +637,12 @@ void sbx_run_free(sbx_run_t *run) {
     run->t_deadline = run->t_grace = run->t_drain = NULL;
     if (!run->t_teardown)
       run->t_teardown = cm_loop_timer(run->loop, SBX_TEARDOWN_MS, on_teardown_timeout, run);
-    run->detached = true;
     run->detached_next = detached;
     detached = run;
     if (run->backend) run->backend->end_detached = end_detached_of;
     return;
   }
-  if (!run->reaped && run->child.pid > 0) {
+  if (!launcher_reaped(run) && run->child.pid > 0) {
     /* (No pidfd watch: a run whose start failed half-way.) */
     kill_tree(run, SIGKILL);
     siginfo_t si;
@@ -607,7 +651,7 @@ void sbx_run_free(sbx_run_t *run) {
     if (waitid(P_PID, (id_t)run->child.pid, &si, WEXITED) < 0 && errno == EINTR)
       goto syscall_waitid_blocking;
     kill(-run->child.pid, SIGKILL);
-    run->reaped = true;
+    run->stage = RUN_REAPED;
   }
   run_release(run);
 }

@@ -7,17 +7,13 @@ through others.
   scripts/check-layers.py --self-test
                                      prove that a wrong include, an internal header used
                                      from another room and an include cycle are refused
-  scripts/check-layers.py --symbols BUILD_DIR
-                                     refuse call cycles between files: from the object
-                                     files of a build, file A -> file B when A uses a symbol
-                                     B defines (library:file in the libmps_*.a archives); every
-                                     circle of such edges is refused
 
 Rules, for a file in room R including a file in room S:
   - S == R: always allowed (a room's own files and its *-internal.h);
   - S must be in R's row of LAYERS (the direction: only down);
   - and the file must be S's public header (PUBLIC), never an internal one.
 Files outside every room (tests/, bench/) are not checked: tests may look inside.
+Inside a room, files call each other freely (a direct call, never a hook to avoid one).
 Exit status 1 with one line per refused edge or cycle.
 """
 import os
@@ -71,7 +67,6 @@ PUBLIC = {
 }
 
 
-NM_LINE = re.compile(r"^.*?\.a:([^:]+\.o):\s*(.*)$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -187,94 +182,16 @@ def self_test():
         mutate("server/tools/table.c", '#include "server/exec/exec-internal.h"', "not server/exec/'s public header")
         # A cycle between headers.
         mutate("server/exec/exec.h", '#include "server/exec/exec-internal.h"', "include cycle")
-    # A call cycle between two files of a library is refused by --symbols.
-    with tempfile.TemporaryDirectory(prefix="mps-layers-") as tmp:
-        for name, body in (("a", "int b(void); int a(void) { return b(); }"),
-                           ("b", "int a(void); int b(void) { return 0; } int c(void) { return a(); }")):
-            with open(os.path.join(tmp, name + ".c"), "w") as f:
-                f.write(body + "\n")
-            subprocess.run(["cc", "-c", "-o", os.path.join(tmp, name + ".c.o"), os.path.join(tmp, name + ".c")],
-                           check=True)
-        subprocess.run(["ar", "rc", os.path.join(tmp, "libmps_x.a"), os.path.join(tmp, "a.c.o"),
-                        os.path.join(tmp, "b.c.o")], check=True)
-        p = subprocess.run([sys.executable, me, "--symbols", tmp], capture_output=True, text=True)
-        if p.returncode == 0 or "mps_x:a.c <-> mps_x:b.c" not in p.stdout:
-            failures.append(f"a call cycle between two files was not refused (exit {p.returncode}):\n{p.stdout}")
     if failures:
         print("check-layers self-test FAILED:\n" + "\n".join(failures))
         return 1
-    print("check-layers self-test: a wrong include, an internal header, an include cycle and a call cycle are refused")
+    print("check-layers self-test: a wrong include, an internal header and an include cycle are refused")
     return 0
-
-
-def symbol_cycles(build):
-    """Strongly connected groups of more than one object file of the build's libraries."""
-    defined, used = {}, {}
-    for lib in sorted(os.listdir(build)):
-        if not (lib.startswith("libmps_") and lib.endswith(".a")):
-            continue
-        room = lib[len("lib"): -len(".a")]
-        out = subprocess.run(["nm", "-g", "-A", os.path.join(build, lib)], capture_output=True, text=True,
-                             check=True).stdout
-        for line in out.splitlines():
-            m = NM_LINE.match(line)
-            if not m:
-                continue
-            member, rest = m.group(1), m.group(2)
-            name = f"{room}:{member[:-len('.o')]}"
-            d, u = defined.setdefault(name, set()), used.setdefault(name, set())
-            parts = rest.split()
-            if len(parts) == 2 and parts[0] == "U":
-                u.add(parts[1])
-            elif len(parts) == 3 and parts[1] in "TDBRVWC":
-                d.add(parts[2])
-    owner = {sym: n for n, d in defined.items() for sym in d}
-    graph = {n: sorted({owner[sym] for sym in u if sym in owner and owner[sym] != n}) for n, u in used.items()}
-    # Tarjan's strongly connected components, iteratively.
-    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            v, i = work.pop()
-            if i == 0:
-                index[v] = low[v] = counter[0]
-                counter[0] += 1
-                stack.append(v)
-                on.add(v)
-            if i < len(graph[v]):
-                work.append((v, i + 1))
-                w = graph[v][i]
-                if w not in index:
-                    work.append((w, 0))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1:
-                    out.append(sorted(comp))
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[v])
-    return sorted(out)
 
 
 def main(argv):
     if argv[1:2] == ["--self-test"]:
         return self_test()
-    if argv[1:2] == ["--symbols"] and len(argv) == 3:
-        bad = symbol_cycles(argv[2])
-        for c in bad:
-            print("call cycle between files: " + " <-> ".join(c))
-        return 1 if bad else 0
     root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     problems = check(root)
     for p in problems:

@@ -121,8 +121,6 @@ struct srv_request {
   /* The run of a task (tasks.c): its answer goes to the task, not to a client, it is no
    * request of its session's that an id names, and its session's end does not cancel it. */
   struct srv_task *task;
-  /* Set with task: takes the run's response (borrowed; NULL when cancelled). */
-  void (*task_ended)(srv_request_t *r, json_t *response);
   int busy; /* callbacks running on it: srv_request_finish then only marks it done */
   /* A tool call (srv_request_audit_begin): counted in /metrics and, with an audit log,
    * written as a line (audit) when it is answered. */
@@ -184,9 +182,17 @@ bool srv_tasks_handle(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, sr
 /* The modern era's DetailedTask of principal's task id (what tasks/get answers), or NULL
  * when principal has no such task (another's answers the same as an unknown one). */
 json_t *srv_tasks_detailed(srv_server_t *s, const char *principal, const char *id);
-/* (request.c and session.c reach tasks.c through srv_request_t.task_ended and
- * srv_server_t.tasks_session_gone: hooks, so that tasks.c, which uses both, is no part of
- * a call cycle.) */
+/* A task's run (r->task) ended: its response (borrowed; NULL when cancelled) goes to the
+ * task, not to a client (srv_request_complete). */
+void srv_task_run_ended(srv_request_t *r, json_t *response);
+/* ss ends (srv_session_free): its tasks go on without it, their runs detached first. */
+void srv_tasks_session_gone(srv_session_t *ss);
+/* srv_request_call_client of a task's run (r->task) in the modern era: the question waits in
+ * the task's inputRequests for tasks/update. */
+int srv_task_ask(srv_request_t *r, const char *method, json_t *params, srv_client_cb cb, void *data,
+                 cm_error_t *err);
+/* Such a run is cancelled: its questions' callbacks get an error first. */
+void srv_task_asks_fail(srv_request_t *r);
 
 /* ---------------------------------------------------------------- listen.c */
 
@@ -196,6 +202,11 @@ json_t *srv_tasks_detailed(srv_server_t *s, const char *principal, const char *i
  * malformed filter or a principal at its cap is answered with an error. */
 void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *sink,
                       const srv_modern_t *mm, json_t *capabilities);
+/* A task of principal changed its status (or its questions): detailed, its DetailedTask
+ * (borrowed), goes as notifications/tasks to the listen streams of that principal that
+ * watch task_id. */
+void srv_listen_task_changed(srv_server_t *s, const char *principal, const char *task_id,
+                             json_t *detailed);
 
 /* ---------------------------------------------------------------- request.c */
 

@@ -96,12 +96,14 @@ struct srv_server {
   const struct srv_extension *ext; /* NULL in the product */
   const struct srv_tool *tools;    /* the built-in tool table (server/tools/) */
   size_t n_tools;
-  const struct srv_app *app;          /* the MCP App of a tool (server/tools/app.c), or NULL */
-  struct srv_recent *recent;          /* recent calls by principal (recent.c) */
-  void (*on_probed)(srv_server_t *s); /* after a probe that found the backend available */
-  struct srv_client_call *calls;      /* server -> client requests awaiting a response */
-  struct srv_tasks *tasks;            /* core/tasks.c: made with the first task */
-  struct srv_listener *listeners;     /* core/listen.c: subscriptions/listen streams */
+  const struct srv_app *app; /* the MCP App of a tool (server/tools/app.c), or NULL */
+  struct srv_recent *recent; /* recent calls by principal (recent.c) */
+  /* After a probe that found the backend available (server.c: the environment store and the
+   * prestarted sandboxes start): a hook, since what it starts is in rooms above this one. */
+  void (*on_probed)(srv_server_t *s);
+  struct srv_client_call *calls;  /* server -> client requests awaiting a response */
+  struct srv_tasks *tasks;        /* core/tasks.c: made with the first task */
+  struct srv_listener *listeners; /* core/listen.c: subscriptions/listen streams */
   size_t n_listeners;
   srv_audit_t *audit;      /* --audit-log, or NULL */
   srv_counters_t counters; /* for /metrics */
@@ -110,20 +112,6 @@ struct srv_server {
   uint64_t metrics_env_at; /* when /metrics last listed the environments */
   size_t metrics_envs;
   uint64_t metrics_env_bytes;
-  /* Set with the store: a session ends (srv_session_free), its tasks go on without it. */
-  void (*tasks_session_gone)(srv_session_t *ss);
-  /* Set with the store: srv_request_call_client of a task's run in the modern era (its
-   * question waits in the task's inputRequests). */
-  int (*task_ask)(srv_request_t *r, const char *method, json_t *params,
-                  void (*cb)(void *data, json_t *result, json_t *error), void *data,
-                  cm_error_t *err);
-  /* And when such a run is cancelled: its questions' callbacks get an error first. */
-  void (*task_asks_fail)(srv_request_t *r);
-  /* Set with the first listen stream that watches tasks (listen.c): a task of principal
-   * changed its status (or its questions); detailed is its DetailedTask (borrowed), sent as
-   * notifications/tasks on the streams of that principal that watch task_id. */
-  void (*listen_task_changed)(srv_server_t *s, const char *principal, const char *task_id,
-                              json_t *detailed);
 };
 
 static inline cm_loop_t *srv_server_loop(srv_server_t *s) {

@@ -146,9 +146,8 @@ static bool has_string(json_t *array, const char *value) {
   return false;
 }
 
-/* srv_server_t.listen_task_changed. */
-static void listen_task_changed(srv_server_t *s, const char *principal, const char *task_id,
-                                json_t *detailed) {
+void srv_listen_task_changed(srv_server_t *s, const char *principal, const char *task_id,
+                             json_t *detailed) {
   srv_listener_t *next;
   for (srv_listener_t *l = s->listeners; l; l = next) {
     next = l->next;
@@ -217,7 +216,6 @@ void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *
       json_array_append_new(snapshots, d);
     }
     json_object_set(agreed, "taskIds", l->tasks);
-    s->listen_task_changed = listen_task_changed;
   }
   srv_request_t *r = srv_request_new(ss, id, sink, NULL, mm);
   r->method = xstrdup("subscriptions/listen");

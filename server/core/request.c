@@ -292,9 +292,9 @@ void srv_request_complete(srv_request_t *r, json_t *response) {
   srv_server_t *s = r->server;
   abandon_client_calls(r);
   if (r->call_tool >= 0) call_finish(r, response);
-  if (r->task_ended) {
+  if (r->task) {
     /* A task's run answers its task; no client waits for it here. */
-    r->task_ended(r, r->cancelled ? NULL : response);
+    srv_task_run_ended(r, r->cancelled ? NULL : response);
     json_decref(response);
   } else if (r->cancelled) {
     json_decref(response);
@@ -408,7 +408,7 @@ static void send_client_cancel(srv_request_t *r, const srv_client_call_t *c, con
 
 static void fail_client_calls(srv_request_t *r, const char *why) {
   /* A task's run in the modern era asks through its task: those questions fail too. */
-  if (r->task && r->server->task_asks_fail) r->server->task_asks_fail(r);
+  if (r->task) srv_task_asks_fail(r);
   srv_client_call_t *c = take_client_calls(r);
   if (!c) return;
   json_t *error = json_pack("{s:i, s:s}", "code", JSONRPC_INTERNAL_ERROR, "message", why);
@@ -448,10 +448,10 @@ int srv_request_call_client(srv_request_t *r, const char *method, json_t *params
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "%s: the request is no longer in flight",
                         method);
   }
-  if (r->modern && r->task && r->server->task_ask) {
+  if (r->modern && r->task) {
     /* A task's run asks through its task: tasks/get shows the question, tasks/update
      * brings the answer (the tasks extension's input_required). */
-    return r->server->task_ask(r, method, params, cb, data, err);
+    return srv_task_ask(r, method, params, cb, data, err);
   }
   if (r->modern) {
     /* The stateless revision has no server -> client requests: a handler that needs input

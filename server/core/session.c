@@ -31,7 +31,7 @@ void srv_session_free(srv_session_t *ss) {
   if (!ss) return;
   /* Its tasks go on without it (they belong to the principal): their runs are detached
    * first, so the loop below does not see them. */
-  if (ss->server->tasks_session_gone) ss->server->tasks_session_gone(ss);
+  srv_tasks_session_gone(ss);
   /* Requests of this session lose their session pointer and are cancelled (which may
    * finish and free them). */
   srv_request_t *next;

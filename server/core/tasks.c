@@ -115,18 +115,10 @@ static bool terminal(const srv_task_t *t) {
   return t->status != TASK_WORKING && t->status != TASK_INPUT_REQUIRED;
 }
 
-static void tasks_session_gone(srv_session_t *ss);
-static int task_ask(srv_request_t *r, const char *method, json_t *params, srv_client_cb cb,
-                    void *data, cm_error_t *err);
-static void task_asks_fail(srv_request_t *r);
-
 static srv_tasks_t *store_of(srv_server_t *s) {
   if (!s->tasks) {
     s->tasks = xcalloc(1, sizeof *s->tasks);
     s->tasks->server = s;
-    s->tasks_session_gone = tasks_session_gone;
-    s->task_ask = task_ask;
-    s->task_asks_fail = task_asks_fail;
   }
   return s->tasks;
 }
@@ -327,9 +319,9 @@ static void notify_status(const srv_task_t *t) {
 static void notify_listeners(srv_task_t *t) {
   srv_server_t *s = t->store->server;
   t->told++;
-  if (!s->listen_task_changed || !s->listeners) return;
+  if (!s->listeners) return;
   json_t *d = detailed_task(t);
-  s->listen_task_changed(s, t->principal, t->id, d);
+  srv_listen_task_changed(s, t->principal, t->id, d);
   json_decref(d);
 }
 
@@ -367,7 +359,6 @@ static void task_stop_run(srv_task_t *t) {
   if (t->run != run) return; /* (a callback finished it) */
   t->run = NULL;
   run->task = NULL;
-  run->task_ended = NULL;
   srv_request_cancel_one(run); /* kills the script's process tree (the tool's cancel) */
 }
 
@@ -431,11 +422,9 @@ static void task_keep(srv_task_t *t, json_t *value) {
   }
 }
 
-/* A run's response (borrowed; NULL when cancelled): srv_request_t.task_ended. */
-static void task_run_ended(srv_request_t *r, json_t *response) {
+void srv_task_run_ended(srv_request_t *r, json_t *response) {
   srv_task_t *t = r->task;
   r->task = NULL;
-  r->task_ended = NULL;
   t->run = NULL;
   asks_drop(t, false);
   if (terminal(t)) return; /* cancelled meanwhile */
@@ -503,14 +492,11 @@ void srv_tasks_free(srv_server_t *s) {
   srv_task_t *next;
   for (srv_task_t *t = ts->head; t; t = next) {
     next = t->next;
-    if (t->run) t->run->task = NULL, t->run->task_ended = NULL;
+    if (t->run) t->run->task = NULL;
     task_free(t);
   }
   free(ts);
   s->tasks = NULL;
-  s->tasks_session_gone = NULL;
-  s->task_ask = NULL;
-  s->task_asks_fail = NULL;
 }
 
 /* ---------------------------------------------------------------- sessions */
@@ -531,7 +517,7 @@ static void task_run_detach(srv_request_t *r) {
 }
 
 /* ss ends (srv_session_free): its tasks' runs are detached, and no notification goes to it. */
-static void tasks_session_gone(srv_session_t *ss) {
+void srv_tasks_session_gone(srv_session_t *ss) {
   srv_tasks_t *ts = ss->server->tasks;
   if (!ts) return;
   for (srv_task_t *t = ts->head; t; t = t->next) {
@@ -610,7 +596,6 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
     t->client_caps = json_deep_copy(mm->client_caps);
   }
   r->task = t;
-  r->task_ended = task_run_ended;
   t->run = r;
   /* (srv_request_params: an extension's tool gets the whole params, as the router gives them) */
   if (s->ext && tool >= s->ext->tools && tool < s->ext->tools + s->ext->n_tools)
@@ -652,7 +637,6 @@ bool srv_request_promote_task(srv_request_t *r) {
   r->session = own;
   r->own_session = true;
   r->task = t;
-  r->task_ended = task_run_ended;
   t->run = r;
   cm_debug("task %s: a call of %s goes on as a task", t->id, ss->principal);
   return true;
@@ -778,14 +762,12 @@ static void task_answer(srv_task_t *t, json_t *responses) {
   if (untold) notify_listeners(t);
 }
 
-static void task_asks_fail(srv_request_t *r) {
+void srv_task_asks_fail(srv_request_t *r) {
   asks_drop(r->task, true);
 }
 
-/* srv_request_call_client for a task's run in the modern era (srv_server_t.task_ask): the
- * question waits in the task's inputRequests for tasks/update. */
-static int task_ask(srv_request_t *r, const char *method, json_t *params, srv_client_cb cb,
-                    void *data, cm_error_t *err) {
+int srv_task_ask(srv_request_t *r, const char *method, json_t *params, srv_client_cb cb, void *data,
+                 cm_error_t *err) {
   srv_task_t *t = r->task;
   static const struct {
     const char *method, *capability;

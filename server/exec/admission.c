@@ -190,7 +190,6 @@ static void admit_queued(exec_state_t *x) {
     next->queue_next = NULL;
     t->queued--;
     x->last_served = t;
-    next->queued = false;
     /* How long it waited for its slot (/metrics). */
     uint64_t waited = now - next->queued_at;
     size_t b = 0;
@@ -204,7 +203,7 @@ static void admit_queued(exec_state_t *x) {
     t->running++;
     x->n_starting++;
     if (!oldest) oldest = next->starting_since;
-    x->start_job(next); /* may finish the job, and come back here */
+    exec_job_start(next); /* may finish the job, and come back here */
   }
   if (x->slots_used < cfg->max_concurrent && !x->start_gate_timer && oldest &&
       tenant_next(x, cfg)) {
@@ -245,7 +244,7 @@ void exec_admission_release_slot(exec_job_t *job) {
 }
 
 void exec_admission_dequeue(exec_job_t *job) {
-  if (!job->queued) return;
+  if (job->stage != JOB_QUEUED) return;
   exec_tenant_t *t = job->tenant;
   exec_job_t *prev = NULL;
   for (exec_job_t *j = t->queue_head; j; prev = j, j = j->queue_next) {
@@ -256,7 +255,6 @@ void exec_admission_dequeue(exec_job_t *job) {
       t->queue_head = j->queue_next;
     if (t->queue_tail == j) t->queue_tail = prev;
     t->queued--;
-    job->queued = false;
     return;
   }
 }
@@ -285,7 +283,6 @@ void exec_admission_enqueue(exec_job_t *job) {
     job->setup_progress += 1;
     srv_request_progress(job->req, job->setup_progress, wait_note, strlen(wait_note));
   }
-  job->queued = true;
   job->queued_at = cm_now_ms();
   if (t->queue_tail)
     t->queue_tail->queue_next = job;

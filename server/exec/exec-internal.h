@@ -28,12 +28,6 @@ typedef struct exec_session exec_session_t;
 
 struct exec_state {
   srv_server_t *server;
-  /* What an admitted job does next (job.c's exec_job_start): a hook, so that admission.c
-   * knows the queue and not the job's course. */
-  void (*start_job)(exec_job_t *job);
-  /* How a job ends (job.c's exec_job_finish): a hook too, so that session.c, which job.c
-   * calls, does not call job.c back. */
-  void (*finish_job)(exec_job_t *job, json_t *result);
   /* admission.c: how long calls waited for a slot (/metrics) */
   uint64_t wait_buckets[SRV_M_BUCKETS + 1];
   uint64_t wait_ms_sum, wait_count;
@@ -60,21 +54,32 @@ struct exec_state {
   struct exec_session_reap *reap; /* the deferred pass that frees DEAD sessions, when queued */
 };
 
+/* A job's stage (job.c's job_advance moves it on; docs/architecture.md has the table).  In
+ * the stages that wait, the job's `wait` is the handle of what it waits for. */
+enum job_stage {
+  JOB_PYTHON,   /* the interpreters' discovery (wait: py_registry_when_ready), then the choice */
+  JOB_DOWNLOAD, /* --allow-python-downloads: uv installs the Python asked for (one at a time) */
+  JOB_PROBE,    /* the sandbox's probe (wait: srv_server_when_probed) */
+  JOB_QUEUED,   /* a slot (admission.c's queue) */
+  JOB_ENV,      /* with a slot: the dependency environment (wait: env_store_ensure) */
+  JOB_WORKDIR,  /* the work directory, its files and the sandbox's start (no wait) */
+  JOB_RUNNING,  /* the script runs: in its sandbox (run), or in its session's kernel */
+  JOB_DONE,     /* answered: the job is freed */
+};
+
 struct exec_job {
   srv_request_t *req;
   srv_server_t *server;
   exec_state_t *exec;
   const srv_config_t *cfg;
   exec_spec_t spec;
-  void *env_wait;
+  enum job_stage stage;
+  void *wait; /* what the stage waits for (see enum job_stage), or NULL */
   env_handle_t *env;
-  bool download_tried, downloading;
+  bool download_tried; /* once per call: a Python asked for and not found may be downloaded */
   bool workdir_mounted;
   double setup_progress; /* progress counter while the environment is prepared */
-  void *py_wait;
-  void *probe_wait; /* waiting for the sandbox's probe (srv_server_when_probed) */
   py_interp_t *py;
-  bool queued; /* waiting for a slot */
   exec_job_t *queue_next;
   exec_job_t *all_prev, *all_next; /* every job, for per-session counts */
   exec_tenant_t *tenant;           /* whose call it is (the spec's principal) */
@@ -156,7 +161,8 @@ void exec_admission_metrics(exec_state_t *x, exec_metrics_t *out);
 size_t exec_admission_max_starting(exec_state_t *x);
 
 /* job.c */
-/* With a slot: the dependency environment first (cached or built), then the script. */
+/* Admitted (admission.c): with a slot, the dependency environment first (cached or built),
+ * then the script.  May finish the job. */
 void exec_job_start(exec_job_t *job);
 /* Ends the request with result (stolen) and frees the job. */
 void exec_job_finish(exec_job_t *job, json_t *result);

@@ -12,8 +12,6 @@
 exec_state_t *exec_new(srv_server_t *s) {
   exec_state_t *x = xcalloc(1, sizeof *x);
   x->server = s;
-  x->start_job = exec_job_start;
-  x->finish_job = exec_job_finish;
   x->mount_state = -1;
   return x;
 }
@@ -47,6 +45,8 @@ static void job_free(exec_job_t *job) {
 void exec_job_finish(exec_job_t *job, json_t *result) {
   exec_progress_stop(job);
   exec_admission_dequeue(job);
+  job->stage = JOB_DONE;
+  job->wait = NULL;
   srv_request_t *req = job->req;
   bool had_slot = job->holds_slot;
   job->holds_slot = false;
@@ -68,6 +68,55 @@ void exec_job_finish(exec_job_t *job, json_t *result) {
   exec_state_t *x = job->exec;
   job_free(job);
   exec_prestart_call_done(x); /* a refill deferred until a call was answered */
+}
+
+static void job_advance(exec_job_t *job);
+
+/* ---------------------------------------------------------------- completions */
+
+/* Each completion forgets what it waited for and hands over to job_advance, or ends the job
+ * on an error. */
+
+static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error) {
+  exec_job_t *job = data;
+  job->wait = NULL;
+  job_advance(job);
+}
+
+static void on_downloaded(void *data, const cm_error_t *error) {
+  exec_job_t *job = data;
+  if (error) {
+    exec_job_finish(job, srv_tool_error_result("%s", cm_error_message(error)));
+    return;
+  }
+  job_advance(job);
+}
+
+/* The sandbox must be probed before anything runs in it (environment builds included):
+ * until then the job waits, and the loop serves others. */
+static void on_probed(void *data) {
+  exec_job_t *job = data;
+  job->wait = NULL;
+  job_advance(job);
+}
+
+static void on_env_progress(void *data, const char *message, size_t len) {
+  exec_job_t *job = data;
+  job->setup_progress += 1;
+  srv_request_progress(job->req, job->setup_progress, message, len);
+}
+
+static void on_env(void *data, env_handle_t *env, const cm_error_t *error) {
+  exec_job_t *job = data;
+  job->wait = NULL;
+  if (!env) {
+    exec_job_finish(
+        job, srv_tool_error_result(
+                 "%s", error ? cm_error_message(error) : "The environment could not be built."));
+    return;
+  }
+  job->env = env;
+  job_advance(job);
 }
 
 static void on_output(void *data, sbx_stream_t stream, const char *buf, size_t len) {
@@ -102,44 +151,82 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   exec_job_finish(job, result);
 }
 
-static void job_run(exec_job_t *job);
+/* ---------------------------------------------------------------- the stages' work */
 
-static void on_env_progress(void *data, const char *message, size_t len) {
-  exec_job_t *job = data;
-  job->setup_progress += 1;
-  srv_request_progress(job->req, job->setup_progress, message, len);
+/* JOB_PYTHON: the interpreter of the call (the session's, the one asked for, the default).
+ * Returns false when the job moved elsewhere: to JOB_DOWNLOAD, or finished. */
+static bool choose_python(exec_job_t *job) {
+  py_registry_t *reg = srv_server_pythons(job->server);
+  py_interp_t *session_py = job->ksession ? exec_session_python(job->ksession) : NULL;
+  cleanup_error cm_error_t why = CM_ERROR_INIT;
+  py_interp_t *py =
+      session_py && !job->spec.python_request
+          ? session_py
+          : py_registry_select(reg, job->spec.python_request, job->spec.requires_python, &why);
+  if (session_py && py && py != session_py) {
+    exec_job_finish(job, srv_tool_error_result(
+                             "This session runs Python %s; python_version %s would need a kernel "
+                             "of another interpreter. Start a new session for it.",
+                             session_py->version, job->spec.python_request));
+    return false;
+  }
+  if (!py && why.kind == CM_ERR_NOT_FOUND && !job->download_tried &&
+      py_registry_can_download(reg) && (job->spec.python_request || job->spec.requires_python)) {
+    /* --allow-python-downloads: uv installs what was asked for, then we choose again. */
+    const char *want =
+        job->spec.python_request ? job->spec.python_request : job->spec.requires_python;
+    job->download_tried = true;
+    cm_error_t err = CM_ERROR_INIT;
+    cleanup_free char *msg = xasprintf("downloading Python %s with uv", want);
+    job->setup_progress += 1;
+    srv_request_progress(job->req, job->setup_progress, msg, strlen(msg));
+    job->stage = JOB_DOWNLOAD;
+    if (py_registry_download(reg, want, on_downloaded, job, &err) == 0) return false;
+    exec_job_finish(job, srv_tool_error_result("%s (and it could not be downloaded: %s)",
+                                               cm_error_message(&why), cm_error_message(&err)));
+    cm_error_release(&err);
+    return false;
+  }
+  if (!py) {
+    exec_job_finish(job, srv_tool_error_result(
+                             "%s", why.msg ? why.msg : "No Python interpreter is available."));
+    return false;
+  }
+  job->py = py;
+  return true;
 }
 
-static void on_env(void *data, env_handle_t *env, const cm_error_t *error) {
-  exec_job_t *job = data;
-  job->env_wait = NULL;
-  if (!env) {
-    exec_job_finish(
-        job, srv_tool_error_result(
-                 "%s", error ? cm_error_message(error) : "The environment could not be built."));
-    return;
+/* JOB_PROBE: true once the backend is probed and available; false while the job waits for
+ * the probe, or when it finished (no sandbox: the server never runs without one). */
+static bool sandbox_ready(exec_job_t *job) {
+  if (!srv_server_probed(job->server)) {
+    job->wait = srv_server_when_probed(job->server, on_probed, job);
+    return false;
   }
-  job->env = env;
-  job_run(job);
+  sbx_backend_t *b = srv_server_backend(job->server);
+  if (!b->available) {
+    exec_job_finish(job,
+                    srv_tool_error_result(
+                        "The %s sandbox is not available on this server, so the script was not run "
+                        "(the server never falls back to running without a sandbox): %s",
+                        sbx_backend_name(b), b->unavailable ? b->unavailable : "unknown reason"));
+    return false;
+  }
+  return true;
 }
 
-void exec_job_start(exec_job_t *job) {
-  if (job->ksession && exec_session_prepare(job)) {
-    job_run(job);
-    return;
-  }
-  if (job->spec.n_requirements == 0) {
-    job_run(job);
-    return;
-  }
-  /* The answer comes from the loop, never from inside this call (envcache.h), so job is
+/* JOB_ENV: true when the environment is ready (the session's, or none is needed); false
+ * while the job waits for env_store_ensure's answer (cached or built). */
+static bool env_ready(exec_job_t *job) {
+  if (job->ksession && exec_session_prepare(job)) return true;
+  if (job->spec.n_requirements == 0) return true;
+  /* The answer comes from the loop, never from inside this call (envstore.h), so job is
    * still alive to hold the handle. */
-  job->env_wait = env_store_ensure(srv_server_envs(job->server), job->py, job->spec.requirements,
-                                   job->spec.n_requirements, job->spec.uv_config,
-                                   job->spec.principal, on_env, on_env_progress, job);
+  job->wait = env_store_ensure(srv_server_envs(job->server), job->py, job->spec.requirements,
+                               job->spec.n_requirements, job->spec.uv_config, job->spec.principal,
+                               on_env, on_env_progress, job);
+  return false;
 }
-
-/* ---------------------------------------------------------------- starting the script */
 
 static int write_job_files(exec_job_t *job, cm_error_t *err) {
   cleanup_free char *script_path = xasprintf("%s/script.py", job->workdir);
@@ -157,13 +244,9 @@ static int write_job_files(exec_job_t *job, cm_error_t *err) {
   return 0;
 }
 
-static void job_run(exec_job_t *job) {
-  /* Script output progress continues from where environment progress stopped. */
-  job->streamed = (uint64_t)job->setup_progress;
-  if (job->ksession) {
-    exec_session_run(job);
-    return;
-  }
+/* JOB_WORKDIR -> JOB_RUNNING: the work directory and its files, then the run (a prestarted
+ * one when there is one of the job's shape).  Ends the job when that fails. */
+static void start_run(exec_job_t *job) {
   cm_error_t err = CM_ERROR_INIT;
   sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
   if (exec_prestart_take(job)) {
@@ -176,6 +259,7 @@ static void job_run(exec_job_t *job) {
     if (write_job_files(job, &err) == 0 &&
         sbx_run_release(job->run, &cbs, job, job->spec.timeout_ms, &err) == 0 &&
         (!warm || exec_prestart_go(job, &err) == 0)) {
+      job->stage = JOB_RUNNING;
       /* Nothing CPU-heavy is left of its start: the next call need not wait for it. */
       if (warm) exec_admission_started(job);
       return;
@@ -210,112 +294,93 @@ static void job_run(exec_job_t *job) {
     cm_error_release(&err);
     return;
   }
+  job->stage = JOB_RUNNING;
   /* Before the loop runs again, so before any connection of the script reaches the proxy. */
   if (job->egress && job->spec.net.rules)
     eg_session_narrow(job->egress, job->spec.net.rules, job->spec.net.n_rules);
 }
 
+/* ---------------------------------------------------------------- the driver */
+
+/* The job's one driver: the current stage's work is done (its completion called this), so
+ * the job moves on, doing each next stage's work until one has to wait (its completion
+ * calls this again) or the job is finished (it is freed then: nothing of it may be used
+ * after a stage's work that may finish it). */
+static void job_advance(exec_job_t *job) {
+  switch (job->stage) {
+    case JOB_DOWNLOAD: /* the download is done: choose again */
+      job->stage = JOB_PYTHON;
+      /* fall through */
+    case JOB_PYTHON: /* the interpreters are known */
+      if (!choose_python(job)) return;
+      job->stage = JOB_PROBE;
+      /* fall through */
+    case JOB_PROBE:
+      if (!sandbox_ready(job)) return;
+      job->stage = JOB_QUEUED;
+      exec_admission_enqueue(job); /* may start (exec_job_start) and even finish the job */
+      return;
+    case JOB_QUEUED: /* admitted: it holds a slot */
+      job->stage = JOB_ENV;
+      if (!env_ready(job)) return;
+      /* fall through */
+    case JOB_ENV: /* the environment is ready (or none is needed) */
+      job->stage = JOB_WORKDIR;
+      /* Script output progress continues from where environment progress stopped. */
+      job->streamed = (uint64_t)job->setup_progress;
+      if (job->ksession) {
+        /* The session's kernel runs it (its work directory is the session's). */
+        job->stage = JOB_RUNNING;
+        exec_session_run(job); /* may finish the job */
+        return;
+      }
+      start_run(job); /* may finish the job */
+      return;
+    case JOB_WORKDIR:
+    case JOB_RUNNING:
+    case JOB_DONE:
+      /* (Not reached: the run's end finishes the job, and a finished job is freed.) */
+      return;
+  }
+}
+
+void exec_job_start(exec_job_t *job) {
+  job_advance(job);
+}
+
+/* notifications/cancelled: what the job stops depends on where it is. */
 static void on_cancel(void *data) {
   exec_job_t *job = data;
-  if (job->run) {
-    sbx_run_cancel(job->run); /* on_exit_cb follows and finishes */
-    return;
-  }
-  if (job->ksession && exec_session_cancel(job)) return;
-  if (job->py_wait) {
-    py_registry_cancel_wait(srv_server_pythons(job->server), job->py_wait);
-    job->py_wait = NULL;
-  }
-  if (job->probe_wait) {
-    srv_server_cancel_probe_wait(job->server, job->probe_wait);
-    job->probe_wait = NULL;
-  }
-  if (job->env_wait) {
-    env_store_cancel(srv_server_envs(job->server), job->env_wait);
-    job->env_wait = NULL;
-  }
-  if (job->downloading) py_registry_cancel_download(srv_server_pythons(job->server));
-  exec_job_finish(job, json_object());
-}
-
-static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error);
-static void on_probed(void *data);
-
-static void on_downloaded(void *data, const cm_error_t *error) {
-  exec_job_t *job = data;
-  job->downloading = false;
-  if (error) {
-    exec_job_finish(job, srv_tool_error_result("%s", cm_error_message(error)));
-    return;
-  }
-  on_python(job, NULL, NULL);
-}
-
-static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error) {
-  exec_job_t *job = data;
-  job->py_wait = NULL;
-  cleanup_free char *why = NULL;
   py_registry_t *reg = srv_server_pythons(job->server);
-  py_interp_t *session_py = job->ksession ? exec_session_python(job->ksession) : NULL;
-  py_interp_t *py =
-      session_py && !job->spec.python_request
-          ? session_py
-          : py_registry_select(reg, job->spec.python_request, job->spec.requires_python, &why);
-  if (session_py && py && py != session_py) {
-    exec_job_finish(job, srv_tool_error_result(
-                             "This session runs Python %s; python_version %s would need a kernel "
-                             "of another interpreter. Start a new session for it.",
-                             session_py->version, job->spec.python_request));
-    return;
-  }
-  if (!py && !job->download_tried && py_registry_can_download(reg) &&
-      (job->spec.python_request || job->spec.requires_python) && why &&
-      strncmp(why, "No Python interpreter", 21) == 0) {
-    /* --allow-python-downloads: uv installs what was asked for, then we choose again. */
-    const char *want =
-        job->spec.python_request ? job->spec.python_request : job->spec.requires_python;
-    job->download_tried = true;
-    cm_error_t err = CM_ERROR_INIT;
-    cleanup_free char *msg = xasprintf("downloading Python %s with uv", want);
-    job->setup_progress += 1;
-    srv_request_progress(job->req, job->setup_progress, msg, strlen(msg));
-    if (py_registry_download(reg, want, on_downloaded, job, &err) == 0) {
-      job->downloading = true;
+  switch (job->stage) {
+    case JOB_PYTHON:
+      if (job->wait) py_registry_cancel_wait(reg, job->wait);
+      break;
+    case JOB_DOWNLOAD:
+      py_registry_cancel_download(reg);
+      break;
+    case JOB_PROBE:
+      if (job->wait) srv_server_cancel_probe_wait(job->server, job->wait);
+      break;
+    case JOB_QUEUED: /* exec_job_finish takes it out of the queue */
+      break;
+    case JOB_ENV:
+      if (job->wait) env_store_cancel(srv_server_envs(job->server), job->wait);
+      break;
+    case JOB_WORKDIR: /* (its work never waits: not reached) */
+      break;
+    case JOB_RUNNING:
+      if (job->run) {
+        sbx_run_cancel(job->run); /* on_exit_cb follows and finishes */
+        return;
+      }
+      if (job->ksession && exec_session_cancel(job)) return; /* the session ends the job */
+      break;
+    case JOB_DONE:
       return;
-    }
-    exec_job_finish(job, srv_tool_error_result("%s (and it could not be downloaded: %s)", why,
-                                               cm_error_message(&err)));
-    cm_error_release(&err);
-    return;
   }
-  if (!py) {
-    exec_job_finish(job,
-                    srv_tool_error_result("%s", why ? why : "No Python interpreter is available."));
-    return;
-  }
-  job->py = py;
-  on_probed(job);
-}
-
-/* The sandbox must be probed before anything runs in it (environment builds included):
- * until then the job waits, and the loop serves others. */
-static void on_probed(void *data) {
-  exec_job_t *job = data;
-  job->probe_wait = NULL;
-  if (!srv_server_probed(job->server)) {
-    job->probe_wait = srv_server_when_probed(job->server, on_probed, job);
-    return;
-  }
-  sbx_backend_t *b = srv_server_backend(job->server);
-  if (!b->available) {
-    exec_job_finish(job,
-                    srv_tool_error_result(
-                        "The %s sandbox is not available on this server, so the script was not run "
-                        "(the server never falls back to running without a sandbox): %s",
-                        sbx_backend_name(b), b->unavailable ? b->unavailable : "unknown reason"));
-    return;
-  }
-  exec_admission_enqueue(job); /* may start and even finish the job */
+  job->wait = NULL;
+  exec_job_finish(job, json_object());
 }
 
 /* ---------------------------------------------------------------- submitting a spec */
@@ -396,5 +461,6 @@ void exec_submit(srv_request_t *r, exec_spec_t *spec) {
   cm_buf_init(&job->pending, EXEC_PROGRESS_MAX_TEXT + 16);
   cm_buf_init(&job->pending_err, EXEC_PROGRESS_MAX_TEXT + 16);
   srv_request_on_cancel(r, on_cancel, job);
-  job->py_wait = py_registry_when_ready(srv_server_pythons(s), on_python, job);
+  job->stage = JOB_PYTHON;
+  job->wait = py_registry_when_ready(srv_server_pythons(s), on_python, job);
 }

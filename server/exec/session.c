@@ -803,8 +803,8 @@ static void call_send(exec_session_t *ks) {
   cm_error_t err = CM_ERROR_INIT;
   if (!ks->run && kernel_start(ks, &err) < 0) {
     ks->job = NULL;
-    ks->exec->finish_job(job, srv_tool_error_result("The session's kernel could not start: %s",
-                                                    cm_error_message(&err)));
+    exec_job_finish(job, srv_tool_error_result("The session's kernel could not start: %s",
+                                               cm_error_message(&err)));
     cm_error_release(&err);
     return;
   }
@@ -814,7 +814,7 @@ static void call_send(exec_session_t *ks) {
   if (cm_write_file(code_path, job->spec.script, job->spec.script_len, 0644, &err) < 0 ||
       write_inputs(ks, job, &err) < 0) {
     ks->job = NULL;
-    ks->exec->finish_job(job, srv_tool_error_result("%s", cm_error_message(&err)));
+    exec_job_finish(job, srv_tool_error_result("%s", cm_error_message(&err)));
     cm_error_release(&err);
     return;
   }
@@ -844,7 +844,7 @@ static void call_send(exec_session_t *ks) {
 void exec_session_run(exec_job_t *job) {
   exec_session_t *ks = job->ksession;
   if (ks->stage == KS_CLOSING) {
-    ks->exec->finish_job(
+    exec_job_finish(
         job, srv_tool_error_result("Session %s was closed before the call could run.", ks->id));
     return;
   }
@@ -934,7 +934,7 @@ static void call_finish(exec_session_t *ks, const sbx_result_t *death) {
   ks->sent = ks->have_done = false;
   exec_kresult_release(&ks->done);
   if (srv_request_cancelled(job->req)) {
-    ks->exec->finish_job(job, json_object());
+    exec_job_finish(job, json_object());
     return;
   }
   if (job->pending.len || job->skipped) exec_progress_flush(job);
@@ -951,7 +951,7 @@ static void call_finish(exec_session_t *ks, const sbx_result_t *death) {
     json_object_set_new(sc, "display", display ? json_string(display) : json_null());
     json_object_set_new(sc, "call_status", json_string(status));
   }
-  ks->exec->finish_job(job, result);
+  exec_job_finish(job, result);
 }
 
 static json_t *session_json(exec_session_t *ks) {

@@ -252,11 +252,11 @@ static void on_cancel(void *data) {
 static void on_python(void *data, py_interp_t *def, const cm_error_t *def_error) {
   validate_call_t *c = data;
   c->py_wait = NULL;
-  cleanup_free char *why = NULL;
+  cleanup_error cm_error_t why = CM_ERROR_INIT;
   c->py = py_registry_select(srv_server_pythons(c->server), c->python_request,
                              c->script.meta.requires_python, &why);
   if (!c->py) {
-    finish(c, invalid_result(why ? why : "no interpreter", NULL));
+    finish(c, invalid_result(why.msg ? why.msg : "no interpreter", NULL));
     return;
   }
   cm_error_t err = CM_ERROR_INIT;

@@ -370,6 +370,22 @@ static void test_python_error_kind(void **state) {
   assert_int_equal(a.kind, CM_ERR_NOT_FOUND);
   assert_string_equal(a.message, "no interpreter found at /nonexistent/mps-python (--python)");
   free(a.message);
+  /* The choice of a call's interpreter says why it failed with a kind too: what nothing
+   * installed matches is CM_ERR_NOT_FOUND (a download may help), a malformed request
+   * CM_ERR_INVALID, and no default the default's own kind. */
+  cm_error_t why = CM_ERROR_INIT;
+  assert_null(py_registry_select(r, "3.99", NULL, &why));
+  assert_int_equal(why.kind, CM_ERR_NOT_FOUND);
+  assert_non_null(strstr(cm_error_message(&why), "No Python interpreter matches '3.99'"));
+  assert_null(py_registry_select(r, NULL, ">=3.99", &why));
+  assert_int_equal(why.kind, CM_ERR_NOT_FOUND);
+  assert_null(py_registry_select(r, "3.x.y", NULL, &why));
+  assert_int_equal(why.kind, CM_ERR_INVALID);
+  assert_null(py_registry_select(r, NULL, "not a specifier", &why));
+  assert_int_equal(why.kind, CM_ERR_INVALID);
+  assert_null(py_registry_select(r, NULL, NULL, &why));
+  assert_int_equal(why.kind, CM_ERR_NOT_FOUND);
+  cm_error_release(&why);
   py_registry_free(r);
   cm_loop_free(loop);
 }

@@ -1,8 +1,8 @@
 /* libmicrohttpd in our loop (http-internal.h): MHD_USE_EPOLL without an internal thread,
  * its epoll fd watched by cm_loop, MHD_run on readiness, on MHD's own timeout and soon
- * after we resume a connection; and the transport's periodic tick.  What the transport
- * does at those moments it gives as tr_http's soon_work and tick_work, so this file knows
- * nothing of sessions and streams. */
+ * after we resume a connection; and the transport's periodic tick.  Before a deferred run
+ * the replay bounds are enforced (stream.c), and each tick expires idle sessions
+ * (session.c) and keep-alive connections (respond.c). */
 #include <sys/epoll.h>
 
 #include "transport/http/http-internal.h"
@@ -16,7 +16,8 @@ static void on_soon(void *data) {
     free(h);
     return;
   }
-  h->soon_work(h);
+  /* Replay memory over a bound is enforced here, once nothing on the stack uses streams. */
+  if (h->replay_over) tr_hs_replay_enforce(h);
   mhd_run(h, true);
 }
 
@@ -84,7 +85,9 @@ int tr_hs_daemon_watch(tr_http_t *h, int epoll_fd, cm_error_t *err) {
 static void on_tick(cm_loop_t *loop, cm_timer_t *t, void *data) {
   tr_http_t *h = data;
   h->t_tick = NULL;
-  h->tick_work(h, cm_now_ms());
+  uint64_t now = cm_now_ms();
+  tr_hs_sessions_expire(h, now);
+  tr_hs_conns_keepalive(h, now);
   tr_hs_tick_arm(h);
 }
 

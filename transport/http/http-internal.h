@@ -1,9 +1,7 @@
 /* transport/http/ internals: the objects of the Streamable HTTP transport and the calls
- * between its files.  The files form layers, each calling only the ones below it (the
- * symbol check in scripts/check-layers.py refuses a call cycle between files):
+ * between its files, which call each other directly:
  *
- *   http.c     the transport's life: options, binding, tr_http_new/shutdown/free, and the
- *              work the daemon glue runs for it (replay bounds, expiry, keep-alives)
+ *   http.c     the transport's life: options, binding, tr_http_new/shutdown/free
  *   routes.c   request routing: the endpoints (POST/GET/DELETE on the MCP path, the
  *              2024-11-05 HTTP+SSE pair, downloads), MHD's request and completion callbacks
  *   mirror.c   the 2026-07-28 headers that mirror a POST's body (Mcp-Method, Mcp-Name,
@@ -15,8 +13,8 @@
  *   stream.c   streams (the reply sinks), their events and replay memory with its bounds,
  *              and the request context attached to a stream (suspend, wake, fill, count)
  *   daemon.c   libmicrohttpd in our loop: runs it on readiness, on its timeout and soon
- *              after a resume; the tick timer.  Knows no session or stream: it calls back
- *              through tr_http's soon_work and tick_work.
+ *              after a resume (replay bounds first); the tick timer (idle expiry,
+ *              keep-alives).
  *
  * Below them the pure parts (parse.c, envelope.c: transport-internal.h) and mhd.c. */
 #ifndef MPS_TRANSPORT_HTTP_INTERNAL_H
@@ -170,10 +168,6 @@ struct hs_conn {
 
 struct tr_http {
   cm_loop_t *loop;
-  /* What the daemon glue (daemon.c) runs for the transport, set by tr_http_new: before each
-   * deferred MHD run (soon), and on each periodic tick (expiry, keep-alives). */
-  void (*soon_work)(tr_http_t *h);
-  void (*tick_work)(tr_http_t *h, uint64_t now);
   tr_http_callbacks_t cbs;
   void *data;
   struct MHD_Daemon *daemon;
@@ -238,14 +232,15 @@ struct tr_http {
 
 /* ================================================================ daemon.c */
 
-/* Runs MHD after the current callbacks (a resumed connection, a queued response), with
- * soon_work first. */
+/* Runs MHD after the current callbacks (a resumed connection, a queued response), with the
+ * replay bounds enforced first. */
 void tr_hs_soon(tr_http_t *h);
 /* Re-arms the timer for MHD's own timeout; from_soon: called from the deferred run. */
 void tr_hs_rearm(tr_http_t *h, bool from_soon);
 /* Watches MHD's epoll fd (h->w_epoll). */
 int tr_hs_daemon_watch(tr_http_t *h, int epoll_fd, cm_error_t *err);
-/* Starts the periodic tick (tick_work) while there are sessions or requests. */
+/* Starts the periodic tick (idle expiry, keep-alives) while there are sessions or
+ * requests. */
 void tr_hs_tick_arm(tr_http_t *h);
 
 /* ================================================================ stream.c */

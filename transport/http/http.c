@@ -25,19 +25,6 @@
 /* MHD's per-connection pool: bounds the request line and headers. */
 #define HTTP_CONNECTION_MEMORY (32u << 10)
 
-/* ================================================================ the daemon's work */
-
-/* Before a deferred MHD run: replay memory over a bound is enforced here, once nothing on
- * the stack uses streams. */
-static void http_soon_work(tr_http_t *h) {
-  if (h->replay_over) tr_hs_replay_enforce(h);
-}
-
-static void http_tick_work(tr_http_t *h, uint64_t now) {
-  tr_hs_sessions_expire(h, now);
-  tr_hs_conns_keepalive(h, now);
-}
-
 /* ================================================================ setup */
 
 __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
@@ -271,8 +258,6 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   if (tr_mhd_load(err) < 0) return NULL;
   tr_http_t *h = xcalloc(1, sizeof *h);
   h->loop = loop;
-  h->soon_work = http_soon_work;
-  h->tick_work = http_tick_work;
   h->cbs = *cbs;
   h->data = data;
   h->listen_fd = -1;
