@@ -237,6 +237,9 @@ void sbx_cgroups_free(sbx_cgroups_t *cg);
 /* The loop on which run directories that are still busy at the end of a run are removed
  * a little later (without one, at the next run or at sbx_cgroups_free). */
 void sbx_cgroups_set_loop(sbx_cgroups_t *cg, cm_loop_t *loop);
+/* Run directories whose removal is still to be retried (busy at the end of their run; the
+ * loop retries them): a drain waits for none to be left. */
+size_t sbx_cgroups_pending(const sbx_cgroups_t *cg);
 void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg);
 
 /* ---------------------------------------------------------------- the status record */
@@ -391,6 +394,11 @@ void sbx_run_free(sbx_run_t *run);
 /* Kills and reaps every detached run now (blocking, bounded: at shutdown, before the
  * backends and the cgroups are freed, which their teardown uses). */
 void sbx_run_reap_detached(void);
+/* How many runs are detached now: freed while their sandbox is still being torn down (a
+ * teardown in flight, which the loop finishes when the launcher exits).  A server's drain
+ * waits for this to reach zero before it exits (then sbx_run_reap_detached has nothing to
+ * do). */
+size_t sbx_run_detached_count(void);
 pid_t sbx_run_pid(const sbx_run_t *run);
 /* Reads what the run's pipes hold now (one read budget each), through on_output: for a
  * run that told on another channel that it flushed its output (a session's kernel), before
