@@ -593,6 +593,10 @@ void sbx_cgroups_set_loop(sbx_cgroups_t *cg, cm_loop_t *loop) {
   cg->loop = loop;
 }
 
+size_t sbx_cgroups_pending(const sbx_cgroups_t *cg) {
+  return cg ? cg->n_pending : 0;
+}
+
 /* Killed processes take a moment to leave their cgroup (a pid namespace is torn down after
  * its init is reaped): retry the removal a few times a second for up to 10 s. */
 static void on_retry(cm_loop_t *loop, cm_timer_t *t, void *data) {

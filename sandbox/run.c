@@ -616,6 +616,12 @@ void sbx_run_reap_detached(void) {
   reap_detached(NULL);
 }
 
+size_t sbx_run_detached_count(void) {
+  size_t n = 0;
+  for (const sbx_run_t *run = detached; run; run = run->detached_next) n++;
+  return n;
+}
+
 void sbx_run_free(sbx_run_t *run) {
   if (!run || (run->flags & RUN_FREED)) return;
   run->flags |= RUN_FREED;

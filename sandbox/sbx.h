@@ -239,6 +239,9 @@ void sbx_cgroups_free(sbx_cgroups_t *cg);
 /* The loop on which run directories that are still busy at the end of a run are removed
  * a little later (without one, at the next run or at sbx_cgroups_free). */
 void sbx_cgroups_set_loop(sbx_cgroups_t *cg, cm_loop_t *loop);
+/* Run directories whose removal is still to be retried (busy at the end of their run; the
+ * loop retries them): a drain waits for none to be left. */
+size_t sbx_cgroups_pending(const sbx_cgroups_t *cg);
 void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg);
 
 /* ---------------------------------------------------------------- the status record */
@@ -393,6 +396,11 @@ void sbx_run_free(sbx_run_t *run);
 /* Kills and reaps every detached run now (blocking, bounded: at shutdown, before the
  * backends and the cgroups are freed, which their teardown uses). */
 void sbx_run_reap_detached(void);
+/* How many runs are detached now: freed while their sandbox is still being torn down (a
+ * teardown in flight, which the loop finishes when the launcher exits).  A server's drain
+ * waits for this to reach zero before it exits (then sbx_run_reap_detached has nothing to
+ * do). */
+size_t sbx_run_detached_count(void);
 pid_t sbx_run_pid(const sbx_run_t *run);
 /* Freezes (frozen) or thaws every process of a run that lives across uses (a session's
  * kernel between calls), so that nothing it left running uses CPU meanwhile: its cgroup's

@@ -36,8 +36,11 @@ static void check_drained(app_t *app);
 static void on_shutdown_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
   app_t *app = data;
   app->shutdown_timer = NULL;
-  cm_warn("shutdown: %zu requests still in flight; stopping anyway",
-          srv_server_inflight(app->server));
+  cm_warn(
+      "shutdown: %zu requests still in flight and %zu teardowns (sandboxes, sessions, "
+      "directories, cgroups) unfinished; stopping anyway (what is left is killed and removed "
+      "now)",
+      srv_server_inflight(app->server), srv_server_teardowns(app->server));
   cm_loop_stop(loop);
 }
 
@@ -45,10 +48,18 @@ static void poll_drained(cm_loop_t *loop, cm_timer_t *t, void *data) {
   check_drained(data);
 }
 
+/* Done once no request is left and everything torn down has finished its teardown (held
+ * sandboxes and session kernels, dropped once no call is left, and the sandboxes of calls
+ * answered before their teardown was over): only then may the process exit, or a sandbox's
+ * processes, mounts, cgroups or directories could outlive it.  Looked at on a timer: the loop
+ * reaps the sandboxes and the background worker removes the directories meanwhile. */
 static void check_drained(app_t *app) {
   if (srv_server_inflight(app->server) == 0) {
-    cm_loop_stop(app->loop);
-    return;
+    srv_server_wind_down(app->server);
+    if (srv_server_teardowns(app->server) == 0) {
+      cm_loop_stop(app->loop);
+      return;
+    }
   }
   cm_loop_timer(app->loop, 10, poll_drained, app);
 }
@@ -64,6 +75,8 @@ static void begin_shutdown(app_t *app, const char *why) {
   /* Stops accepting, ends every stream and closes every session (which cancels its
    * requests). */
   if (app->http) tr_http_shutdown(app->http);
+  /* No prestarted sandbox is set up from here on (a cancelled call's end would refill). */
+  srv_server_wind_down(app->server);
   /* Every running script is killed (SIGTERM, grace, SIGKILL); their results are dropped. */
   srv_server_cancel_all(app->server);
   uint64_t grace = srv_server_config(app->server)->kill_grace_ms;

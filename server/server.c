@@ -193,6 +193,9 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
 
 void srv_server_drain(srv_server_t *s) {
   s->draining = true;
+  /* The calls in progress may still take a held sandbox, but none is set up any more: a
+   * refill now would only be torn down again, racing the exit. */
+  exec_prestart_stop(s->exec, false);
   /* Listen streams would hold the drain open: they end now, gracefully. */
   srv_listen_end_all(s);
 }
@@ -202,6 +205,15 @@ size_t srv_server_calls(srv_server_t *s) {
   for (srv_request_t *r = s->inflight; r; r = srv_request_next_inflight(r))
     if (srv_request_is_call(r)) n++;
   return n;
+}
+
+void srv_server_wind_down(srv_server_t *s) {
+  exec_wind_down(s->exec);
+}
+
+size_t srv_server_teardowns(srv_server_t *s) {
+  return exec_teardowns(s->exec) + sbx_run_detached_count() + cm_bg_pending() +
+         sbx_cgroups_pending(s->cgroups);
 }
 
 bool srv_server_ready(srv_server_t *s) {
@@ -227,6 +239,13 @@ void srv_server_free(srv_server_t *s) {
   srv_probe_release(s);
   srv_tasks_free(s);
   srv_recent_free(s);
+  /* After a drain that ran its course, nothing: its wind-down waited for every teardown. */
+  size_t left = exec_teardowns(s->exec) + sbx_run_detached_count();
+  if (left)
+    cm_warn(
+        "shutdown: %zu sandboxes, sessions or calls are still being torn down; killing and "
+        "reaping them now",
+        left);
   exec_free(s->exec);
   s->exec = NULL;
   sbx_run_reap_detached(); /* runs answered while their sandbox was torn down */

@@ -37,6 +37,16 @@ char *srv_metrics_render(srv_server_t *s, const char *http_extra);
  * progress go on.  srv_server_calls() counts them (task runs included). */
 void srv_server_drain(srv_server_t *s);
 size_t srv_server_calls(srv_server_t *s);
+/* The shutdown's second phase (after SIGTERM's drain, or at once on the end of input or
+ * SIGINT): no prestarted sandbox is set up any more, and once no call is left, the held
+ * sandboxes are dropped and the sessions closed (their kernels killed).  Never waits:
+ * srv_server_teardowns() counts what is still being torn down beside the loop (sandboxes
+ * whose teardown follows their answer or their kill, work directories and cgroups being
+ * removed), and the loop should run until it is zero, so that srv_server_free() finds nothing
+ * left to kill or remove (past a deadline it does that itself, synchronously, and logs it).
+ * Idempotent: call it again on each look. */
+void srv_server_wind_down(srv_server_t *s);
+size_t srv_server_teardowns(srv_server_t *s);
 
 /* SIGHUP: the audit log is opened again (logrotate moved it). */
 void srv_server_reopen_logs(srv_server_t *s);

@@ -45,6 +45,7 @@ struct exec_state {
   runner_pyc_t *runner_pycs;
   /* prestart.c */
   exec_prestart_t *prestart;
+  bool prestart_stopped; /* the server stops: no prestarted sandbox is set up any more */
   /* workdir.c: -1 unknown, 0 cannot mount, 1 can */
   int mount_state;
   /* session.c: the live sessions (newest first), and closed ones whose kernel is still

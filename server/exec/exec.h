@@ -32,6 +32,14 @@ typedef struct exec_state exec_state_t;
  * every request ended). */
 exec_state_t *exec_new(srv_server_t *s);
 void exec_free(exec_state_t *x);
+/* The server stops (its drain began, or its shutdown): no prestarted sandbox is set up from
+ * now on, and once no call is left (no job), the held sandboxes are dropped and the sessions
+ * closed, their kernels killed.  Never waits: what they leave (sandboxes being torn down,
+ * work directories being removed) is the sandbox room's and the background worker's to
+ * finish, beside the loop.  Idempotent: called again until it is done. */
+void exec_wind_down(exec_state_t *x);
+/* What exec_wind_down still has to end: jobs, held sandboxes, live or closing sessions. */
+size_t exec_teardowns(exec_state_t *x);
 
 /* ---------------------------------------------------------------- the run spec */
 
@@ -118,6 +126,9 @@ bool exec_sessions_available(exec_state_t *x, const char **why);
 /* Starts keeping sandboxes ready (with --prestart on and a backend that can hold one): the
  * server's on_probed hook. */
 void exec_prestart_start(srv_server_t *s);
+/* No prestarted sandbox is set up from now on (refills, retries, a new shape's); with drop,
+ * those held are dropped too (killed: their teardown goes on beside the loop). */
+void exec_prestart_stop(exec_state_t *x, bool drop);
 /* Whether sandboxes are being prestarted; *taken: calls that ran in one. */
 bool exec_prestart_describe(exec_state_t *x, uint64_t *taken);
 /* The pool's counters (check_environment, /metrics): how many are kept per shape (and how

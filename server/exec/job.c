@@ -22,8 +22,29 @@ void exec_free(exec_state_t *x) {
   exec_prestart_free(x);
   exec_runner_release(x);
   if (x->all_jobs) cm_warn("%s: jobs are still running", __func__);
+  /* (Past the shutdown's deadline only.) Their sandboxes are killed now and reaped with the
+   * other detached runs (srv_server_free): none may outlive the server. */
+  for (exec_job_t *job = x->all_jobs; job; job = job->all_next) {
+    sbx_run_free(job->run);
+    job->run = NULL;
+  }
   cm_timer_cancel(x->start_gate_timer);
   free(x);
+}
+
+void exec_wind_down(exec_state_t *x) {
+  /* A job still running may take a held sandbox, or be a session's call. */
+  bool idle = x->all_jobs == NULL;
+  exec_prestart_stop(x, idle);
+  if (idle) exec_sessions_free(x); /* (kills the kernels; never waits for them) */
+}
+
+size_t exec_teardowns(exec_state_t *x) {
+  exec_prestart_counts_t pc;
+  exec_prestart_counts(x, &pc);
+  size_t n = pc.ready + x->n_sessions + (x->dying != NULL);
+  for (exec_job_t *job = x->all_jobs; job; job = job->all_next) n++;
+  return n;
 }
 
 /* ---------------------------------------------------------------- a job */

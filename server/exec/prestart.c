@@ -190,7 +190,9 @@ static void prestart_on_timer(cm_loop_t *loop, cm_timer_t *t, void *data) {
 }
 
 static void prestart_schedule(prestart_slot_t *slot, uint64_t ms) {
-  if (!slot->used || slot->timer || slot_given_up(slot) || slot_ready(slot) >= slot->target) return;
+  if (slot->owner->exec->prestart_stopped || !slot->used || slot->timer || slot_given_up(slot) ||
+      slot_ready(slot) >= slot->target)
+    return;
   slot->timer = cm_loop_timer(srv_server_loop(slot->owner->server), ms, prestart_on_timer, slot);
 }
 
@@ -319,7 +321,7 @@ static int held_start(prestart_slot_t *slot, prestart_held_t *h, cm_error_t *err
 
 static void prestart_fill_now(prestart_slot_t *slot) {
   srv_server_t *s = slot->owner->server;
-  if (!slot->used || slot_given_up(slot)) return;
+  if (slot->owner->exec->prestart_stopped || !slot->used || slot_given_up(slot)) return;
   if (!sbx_backend_can_hold(srv_server_backend(s))) return;
   if (slot->env && access(slot->env->host_dir, F_OK) < 0)
     return; /* evicted: the next call of this shape rebuilds it */
@@ -361,7 +363,7 @@ static void prestart_fill_now(prestart_slot_t *slot) {
 void exec_prestart_start(srv_server_t *s) {
   exec_state_t *x = srv_server_exec(s);
   const srv_config_t *cfg = srv_server_config(s);
-  if (!cfg->prestart || !cfg->prestart_count || x->prestart) return;
+  if (!cfg->prestart || !cfg->prestart_count || x->prestart || x->prestart_stopped) return;
   exec_prestart_t *p = xcalloc(1, sizeof *p);
   p->exec = x;
   p->server = s;
@@ -390,6 +392,21 @@ void exec_prestart_call_done(exec_state_t *x) {
     slot->timer = NULL;
     slot->deferred = false;
     prestart_fill_now(slot);
+  }
+}
+
+void exec_prestart_stop(exec_state_t *x, bool drop) {
+  x->prestart_stopped = true;
+  exec_prestart_t *p = x->prestart;
+  if (!p) return;
+  cm_timer_cancel(p->shrink);
+  p->shrink = NULL;
+  for (size_t i = 0; i < PRESTART_SLOTS; i++) {
+    prestart_slot_t *slot = &p->slots[i];
+    cm_timer_cancel(slot->timer);
+    slot->timer = NULL;
+    slot->deferred = false;
+    for (size_t j = 0; drop && j < p->max_held; j++) held_drop(&slot->held[j]);
   }
 }
 
