@@ -51,7 +51,9 @@ bool eg_addr_in(const eg_addr_t *a, const eg_addr_t *net, unsigned prefix);
 
 /* Why an address is not on the public internet, judged after eg_addr_normalise: "loopback",
  * "unspecified", "private", "shared (CGNAT)", "link-local", "cloud metadata", "multicast",
- * "broadcast", "reserved", "unique local (ULA)", "site-local"; NULL when it is public. */
+ * "broadcast", "reserved", "unique local (ULA)", "site-local", "documentation",
+ * "benchmarking", "IETF protocol assignments", ... (every range IANA's special-purpose
+ * registries mark not globally reachable); NULL when it is public. */
 const char *eg_addr_class(const eg_addr_t *a);
 /* When every address of net/prefix has one class that is not public, that class (a
  * prefix that is only partly in a denied range, or in several, gets NULL). */

@@ -104,11 +104,17 @@ typedef struct addr_range {
   const char *why;
 } addr_range_t;
 
-/* Most specific first: the first range that holds an address names its class. */
+/* The ranges IANA's special-purpose address registries mark not globally reachable (plus
+ * cloud metadata, and the deprecated ranges that were), most specific first: the first
+ * range that holds an address names its class.  An entry with a NULL class is an exception
+ * the registry marks globally reachable inside a wider denied range (192.0.0.9, the Teredo
+ * prefix whose addresses are judged by the IPv4 address they carry, AS112, ...). */
 static const addr_range_t denied_ranges[] = {
     {AF_INET, {169, 254, 169, 254}, 32, "cloud metadata"},
     {AF_INET, {100, 100, 100, 200}, 32, "cloud metadata"},
     {AF_INET, {255, 255, 255, 255}, 32, "broadcast"},
+    {AF_INET, {192, 0, 0, 9}, 32, NULL},  /* PCP anycast */
+    {AF_INET, {192, 0, 0, 10}, 32, NULL}, /* TURN anycast */
     {AF_INET, {0}, 8, "unspecified"},
     {AF_INET, {127}, 8, "loopback"},
     {AF_INET, {10}, 8, "private"},
@@ -116,10 +122,33 @@ static const addr_range_t denied_ranges[] = {
     {AF_INET, {192, 168}, 16, "private"},
     {AF_INET, {100, 64}, 10, "shared (CGNAT)"},
     {AF_INET, {169, 254}, 16, "link-local"},
+    {AF_INET, {192, 0, 0}, 24, "IETF protocol assignments"},
+    {AF_INET, {192, 0, 2}, 24, "documentation"},
+    {AF_INET, {198, 51, 100}, 24, "documentation"},
+    {AF_INET, {203, 0, 113}, 24, "documentation"},
+    {AF_INET, {198, 18}, 15, "benchmarking"},
+    {AF_INET, {192, 88, 99}, 24, "6to4 relay anycast (deprecated)"},
     {AF_INET, {224}, 4, "multicast"},
     {AF_INET, {240}, 4, "reserved"},
     {AF_INET6, {0}, 128, "unspecified"},
     {AF_INET6, {[15] = 1}, 128, "loopback"},
+    {AF_INET6, {0x20, 0x01, 0x00, 0x01, [15] = 1}, 128, NULL},  /* PCP anycast */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x01, [15] = 2}, 128, NULL},  /* TURN anycast */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x01, [15] = 3}, 128, NULL},  /* DNS-SD SRP anycast */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x04, 0x01, 0x12}, 48, NULL}, /* AS112 */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x00}, 32, NULL},             /* Teredo */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x03}, 32, NULL},             /* AMT */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x20}, 28, NULL},             /* ORCHIDv2 */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x30}, 28, NULL},             /* Drone Remote ID */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x02, 0x00, 0x00}, 48, "benchmarking"},
+    {AF_INET6, {0x20, 0x01, 0x00, 0x10}, 28, "ORCHID (deprecated)"},
+    {AF_INET6, {0x20, 0x01}, 23, "IETF protocol assignments"},
+    {AF_INET6, {0x20, 0x01, 0x0d, 0xb8}, 32, "documentation"},
+    {AF_INET6, {0x3f, 0xff}, 20, "documentation"},
+    {AF_INET6, {0x00, 0x64, 0xff, 0x9b, 0x00, 0x01}, 48, "local-use IPv4/IPv6 translation"},
+    {AF_INET6, {0x01, 0x00, [8] = 0}, 64, "discard-only"},
+    {AF_INET6, {0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01}, 64, "dummy prefix"},
+    {AF_INET6, {0x5f, 0x00}, 16, "segment routing (SRv6 SIDs)"},
     {AF_INET6, {0xfe, 0x80}, 10, "link-local"},
     {AF_INET6, {0xfe, 0xc0}, 10, "site-local"},
     {AF_INET6, {0xfc}, 7, "unique local (ULA)"},

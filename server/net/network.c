@@ -300,10 +300,10 @@ void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend
         "the "
         "server's egress proxy (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY=http://127.0.0.1:%d inside the "
         "sandbox: HTTP CONNECT, plain HTTP, SOCKS5), which reaches the public internet and refuses "
-        "loopback, private (RFC 1918), CGNAT, link-local, ULA, multicast, cloud metadata and this "
-        "server's own addresses, judged on every resolved address, unless a rule names them; a "
-        "call "
-        "may narrow it with network: [rules]\n",
+        "every range IANA's special-purpose registries mark not globally reachable (loopback, "
+        "private (RFC 1918), CGNAT, link-local, ULA, documentation, benchmarking, multicast, "
+        "reserved, ...), cloud metadata and this server's own addresses, judged on every resolved "
+        "address, unless a rule names them; a call may narrow it with network: [rules]\n",
         EG_SANDBOX_PORT);
   }
   cleanup_free char *allow = NULL, *deny = NULL;

@@ -7,7 +7,8 @@ installs from a credentialed index; a call can narrow the policy but never widen
 are reported; a run's connections end with it.
 
 Everything stays on loopback and in a network namespace the test makes (a veth pair to
-198.51.100.1, with 10.77.0.1 and 169.254.77.1 behind it); the test's own DNS responder on
+192.175.48.1, with 10.77.0.1, 169.254.77.1 and special-purpose addresses behind it); the
+test's own DNS responder on
 loopback answers the names (--dns-server).  Needs the bwrap backend and root (ip netns)."""
 import base64
 import http.server
@@ -42,7 +43,12 @@ pytestmark = [pytest.mark.skipif(BACKEND != "bwrap", reason="only the bwrap back
 
 SECRET = "s3cr3t-index-token-9f2c7"
 SECRET2 = "s3cr3t-other-pip-var-41d0"
-NS_ADDR, NS_PRIVATE, NS_LINKLOCAL, HOST_VETH = "198.51.100.1", "10.77.0.1", "169.254.77.1", "198.51.100.2"
+# 192.175.48.0/24 (AS112 direct delegation) is one of the few special-purpose ranges IANA marks
+# globally reachable: public as far as the policy goes, and nothing this machine talks to.
+NS_ADDR, NS_PRIVATE, NS_LINKLOCAL, HOST_VETH = "192.175.48.1", "10.77.0.1", "169.254.77.1", "192.175.48.2"
+# Special-purpose ranges IANA marks not globally reachable (benchmarking, documentation, IETF
+# protocol assignments): denied like private ones (issue 30, 8).
+NS_SPECIAL = {"benchmarking": "198.18.77.1", "documentation": "198.51.100.77", "IETF protocol assignments": "192.0.0.77"}
 NS_PORT = 8080
 
 
@@ -231,9 +237,9 @@ def ip(*args, check=True):
 
 
 class TestNamespace:
-    """netns with 198.51.100.1 (a documentation address, public as far as the policy goes), plus
-    10.77.0.1 (private) and 169.254.77.1 (link-local), routed from the host over a veth whose
-    host end is 198.51.100.2; an HTTP server on port 8080 of all three that logs each hit."""
+    """netns with 192.175.48.1 (public as far as the policy goes), plus 10.77.0.1 (private),
+    169.254.77.1 (link-local) and NS_SPECIAL, routed from the host over a veth whose host end
+    is 192.175.48.2; an HTTP server on port 8080 of all of them that logs each hit."""
 
     def __init__(self):
         tag = str(os.getpid())[-6:]
@@ -247,12 +253,12 @@ class TestNamespace:
             ip("link", "set", self.ns_if, "netns", self.ns)
             ip("addr", "add", f"{HOST_VETH}/24", "dev", self.host_if)
             ip("link", "set", self.host_if, "up")
-            for a in (f"{NS_ADDR}/24", f"{NS_PRIVATE}/32", f"{NS_LINKLOCAL}/32"):
+            for a in (f"{NS_ADDR}/24", f"{NS_PRIVATE}/32", f"{NS_LINKLOCAL}/32", *(f"{x}/32" for x in NS_SPECIAL.values())):
                 ip("netns", "exec", self.ns, "ip", "addr", "add", a, "dev", self.ns_if)
             ip("netns", "exec", self.ns, "ip", "link", "set", self.ns_if, "up")
             ip("netns", "exec", self.ns, "ip", "link", "set", "lo", "up")
             ip("netns", "exec", self.ns, "ip", "route", "add", "default", "via", HOST_VETH)
-            for a in (NS_PRIVATE, NS_LINKLOCAL):
+            for a in (NS_PRIVATE, NS_LINKLOCAL, *NS_SPECIAL.values()):
                 ip("route", "add", f"{a}/32", "via", NS_ADDR, "dev", self.host_if)
             self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, "-u", "-c", NS_SERVER, str(NS_PORT)],
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -374,7 +380,7 @@ def world():
         ns = TestNamespace()
         made.append(ns)
         # The namespace really is reachable from the host (else the test proves nothing).
-        for a in (NS_ADDR, NS_PRIVATE, NS_LINKLOCAL):
+        for a in (NS_ADDR, NS_PRIVATE, NS_LINKLOCAL, *NS_SPECIAL.values()):
             with socket.create_connection((a, NS_PORT), timeout=5) as c:
                 c.sendall(b"GET /sanity HTTP/1.0\r\n\r\n")
                 data = b""
@@ -393,7 +399,7 @@ def world():
         w["dns"] = DnsResponder({"evil.test": "127.0.0.1", "evil6.test": "::1", "private.test": NS_PRIVATE,
                                  "linklocal.test": NS_LINKLOCAL, "meta.test": "169.254.169.254",
                                  "public.test": NS_ADDR, "veth.test": HOST_VETH, "searched.corp.test": NS_ADDR,
-                                 "tls-index.test": ["127.0.0.2", "127.0.0.1"]})
+                                 "tls-index.test": ["127.0.0.2", "127.0.0.1"], "bench.test": NS_SPECIAL["benchmarking"]})
         made.append(w["dns"])
         w["allowed"] = allowed_http_server()
         w["hold"] = Hold()
@@ -418,7 +424,9 @@ def forbidden_targets(w, http_port=None):
          "linklocal": [NS_LINKLOCAL, NS_PORT], "name-loopback": ["evil.test", w["c4"].port],
          "name-loopback6": ["evil6.test", w["c6"].port], "name-private": ["private.test", NS_PORT],
          "name-linklocal": ["linklocal.test", NS_PORT], "name-metadata": ["meta.test", 80],
-         "metadata": ["169.254.169.254", 80]}
+         "metadata": ["169.254.169.254", 80], "name-benchmarking": ["bench.test", NS_PORT]}
+    for cls, a in NS_SPECIAL.items():
+        t["special-" + cls] = [a, NS_PORT]
     if w["ciface"]:
         t["iface"] = [w["ciface"].addr[0], w["ciface"].port]
     if http_port:
@@ -480,7 +488,7 @@ def test_script_reaches_nothing_forbidden(net_server, world, http_server_port):
     assert got["abstract"].startswith("closed")
     for c in canaries(world):
         assert c.accepted == [], c.addr
-    assert not [h for h in world["ns"].hits if h[0] in (NS_PRIVATE, NS_LINKLOCAL)]
+    assert not [h for h in world["ns"].hits if h[0] in (NS_PRIVATE, NS_LINKLOCAL, *NS_SPECIAL.values())]
     # Every refusal is in the result, with why.
     net = res["structuredContent"]["network"]
     assert net["policy"] == "on" and net["proxied"] is True
@@ -494,6 +502,9 @@ def test_script_reaches_nothing_forbidden(net_server, world, http_server_port):
     assert denied[("169.254.169.254", 80)] == "cloud metadata"
     assert "loopback" in denied[("evil.test", world["c4"].port)] and "127.0.0.1" in denied[("evil.test", world["c4"].port)]
     assert denied[("127.0.0.1", http_server_port)] == "loopback"
+    for cls, a in NS_SPECIAL.items():
+        assert denied[(a, NS_PORT)] == cls, denied
+    assert denied[("bench.test", NS_PORT)].startswith("benchmarking")
     text = text_of(res)
     assert f"--- network: denied {len(targets)} destinations: " in text
     assert "(ask the operator for a --network-allow rule) ---" in text

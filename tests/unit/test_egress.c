@@ -74,7 +74,8 @@ static void test_addr_classes(void **state) {
       {"240.0.0.1", "reserved"},
       {"255.255.255.255", "broadcast"},
       {"8.8.8.8", NULL},
-      {"198.51.100.1", NULL},
+      {"198.51.100.1", "documentation"},
+      {"93.184.216.34", NULL},
       {"::", "unspecified"},
       {"::1", "loopback"},
       {"::ffff:127.0.0.1", "loopback"},
@@ -92,16 +93,54 @@ static void test_addr_classes(void **state) {
       {"fd00:ec2::254", "cloud metadata"},
       {"ff02::1", "multicast"},
       {"2001:4860:4860::8888", NULL},
-      {"2001:db8::1", NULL},
-      {"100::1", "reserved"},
+      {"2001:db8::1", "documentation"},
+      {"200::1", "reserved"},
       /* 6to4 and Teredo lead to the IPv4 address they carry (Teredo's client, inverted). */
       {"2002:7f00:1::1", "loopback"},
       {"2002:a00:5::", "private"},
       {"2002:a9fe:a9fe::1", "cloud metadata"},
-      {"2002:c633:6401::1", NULL},
+      {"2002:c633:6401::1", "documentation"},
+      {"2002:808:808::1", NULL},
       {"2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"},
       {"2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"},
-      {"2001:0:4136:e378:8000:63bf:39cc:9bfe", NULL},
+      {"2001:0:4136:e378:8000:63bf:39cc:9bfe", "documentation"},
+      {"2001:0:4136:e378:8000:63bf:f7f7:f7f7", NULL},
+      /* Everything IANA's special-purpose registries mark not globally reachable. */
+      {"192.0.2.1", "documentation"},
+      {"203.0.113.200", "documentation"},
+      {"198.18.0.1", "benchmarking"},
+      {"198.19.255.254", "benchmarking"},
+      {"198.20.0.1", NULL},
+      {"192.0.0.1", "IETF protocol assignments"},
+      {"192.0.0.170", "IETF protocol assignments"},
+      {"192.0.0.9", NULL},
+      {"192.0.0.10", NULL},
+      {"192.0.1.1", NULL},
+      {"192.88.99.1", "6to4 relay anycast (deprecated)"},
+      {"192.31.196.1", NULL},
+      {"192.175.48.1", NULL},
+      {"::ffff:198.18.0.1", "benchmarking"},
+      {"64:ff9b::c000:201", "documentation"},
+      {"3fff::1", "documentation"},
+      {"3fff:fff::1", "documentation"},
+      {"3fff:1000::1", NULL},
+      {"2001:2::1", "benchmarking"},
+      {"2001:2:1::1", "IETF protocol assignments"},
+      {"2001:10::1", "ORCHID (deprecated)"},
+      {"2001:1f::1", "ORCHID (deprecated)"},
+      {"2001:20::1", NULL},
+      {"2001:30::1", NULL},
+      {"2001:3::1", NULL},
+      {"2001:4:112::1", NULL},
+      {"2001:1::1", NULL},
+      {"2001:1::4", "IETF protocol assignments"},
+      {"2001:1ff::1", "IETF protocol assignments"},
+      {"2001:200::1", NULL},
+      {"64:ff9b:1::1", "local-use IPv4/IPv6 translation"},
+      {"100::1", "discard-only"},
+      {"100:0:0:1::1", "dummy prefix"},
+      {"5f00::1", "segment routing (SRv6 SIDs)"},
+      {"2620:4f:8000::1", NULL},
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
     eg_addr_t a = addr(cases[i].addr);
@@ -128,6 +167,15 @@ static void test_net_classes(void **state) {
       {"2000::/3", NULL},
       {"::ffff:127.0.0.0/104", "loopback"},
       {"fe00::/9", "reserved"},
+      {"64:ff9b::a9fe:a9fe", "cloud metadata"},
+      {"198.18.0.0/15", "benchmarking"},
+      {"198.18.0.0/14", NULL},
+      {"2001:db8::/32", "documentation"},
+      {"2001:db8::/31", NULL},
+      {"2001::/23", "IETF protocol assignments"},
+      {"192.0.0.0/24", "IETF protocol assignments"},
+      {"192.0.0.8/31", "IETF protocol assignments"},
+      {"2001:20::/28", NULL},
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
     eg_rule_t r = rule(cases[i].rule);
@@ -163,6 +211,7 @@ static void test_rule_parse(void **state) {
       {"[fd00::/8]:443", "[fd00::/8]:443", EG_RULE_NET},
       {"::ffff:127.0.0.1", "127.0.0.1", EG_RULE_NET},
       {"[::ffff:10.0.0.0/104]", "10.0.0.0/8", EG_RULE_NET},
+      {"::ffff:0:0/96", "0.0.0.0/0", EG_RULE_NET},
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(good); i++) {
     eg_rule_t r = rule(good[i].in);
@@ -232,7 +281,7 @@ static void test_policy_on(void **state) {
   assert_false(allows(&p, NULL, 0, "x", "::ffff:192.168.0.1", 80, why));
   assert_string_equal(why, "private");
   /* The server's own addresses. */
-  eg_addr_t own = addr("203.0.113.7"), dst = addr("203.0.113.7");
+  eg_addr_t own = addr("8.8.4.4"), dst = addr("8.8.4.4");
   assert_false(eg_policy_allows(&p, NULL, 0, "me", &dst, 8765, &own, 1, why, sizeof why));
   assert_string_equal(why, "this server's own address");
   /* An address rule opens a denied range, for its port only. */
@@ -240,7 +289,7 @@ static void test_policy_on(void **state) {
   eg_policy_add_allow(&p, &r);
   assert_true(allows(&p, NULL, 0, "127.0.0.1", "127.0.0.1", 8080, why));
   assert_false(allows(&p, NULL, 0, "127.0.0.1", "127.0.0.1", 8081, why));
-  eg_rule_t o = rule("203.0.113.7");
+  eg_rule_t o = rule("8.8.4.4");
   eg_policy_add_allow(&p, &o);
   assert_true(eg_policy_allows(&p, NULL, 0, "me", &dst, 8765, &own, 1, why, sizeof why));
   /* A host rule opens what it resolves to; a suffix rule only public addresses. */
@@ -287,13 +336,13 @@ static void test_policy_closed_and_narrowed(void **state) {
   eg_policy_release(&b);
 
   eg_policy_t on = {.public_internet = true};
-  eg_rule_t narrow[] = {rule("api.example.com"), rule("198.51.100.0/24")};
+  eg_rule_t narrow[] = {rule("api.example.com"), rule("93.184.216.0/24")};
   assert_int_equal(eg_policy_precheck(&on, narrow, 2, "api.example.com", 443, why, sizeof why), 0);
   assert_int_equal(eg_policy_precheck(&on, narrow, 2, "other.example.com", 443, why, sizeof why),
                    -1);
   assert_string_equal(why, "not in this call's network list");
-  assert_int_equal(eg_policy_precheck(&on, narrow, 2, "198.51.100.1", 80, why, sizeof why), 0);
-  assert_true(allows(&on, narrow, 2, "198.51.100.1", "198.51.100.1", 80, why));
+  assert_int_equal(eg_policy_precheck(&on, narrow, 2, "93.184.216.1", 80, why, sizeof why), 0);
+  assert_true(allows(&on, narrow, 2, "93.184.216.1", "93.184.216.1", 80, why));
   assert_false(allows(&on, narrow, 2, "8.8.8.8", "8.8.8.8", 53, why));
   /* Narrowing never widens: a listed name that resolves to loopback stays denied. */
   eg_rule_t lo[] = {rule("localhost")};
@@ -317,8 +366,14 @@ static void test_policy_narrowing_ok(void **state) {
   assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
   r = rule("example.com");
   assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
-  r = rule("198.51.100.1");
+  r = rule("93.184.216.34");
   assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  /* Special-purpose ranges are denied like private ones, unless a rule names them. */
+  r = rule("198.51.100.1");
+  assert_false(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  assert_non_null(strstr(why, "documentation"));
+  r = rule("198.18.0.0/15");
+  assert_false(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
   eg_rule_t open = rule("127.0.0.1:8080");
   eg_policy_add_allow(&on, &open);
   r = rule("127.0.0.1:8080");
