@@ -55,8 +55,10 @@ bool eg_addr_in(const eg_addr_t *a, const eg_addr_t *net, unsigned prefix);
  * "benchmarking", "IETF protocol assignments", ... (every range IANA's special-purpose
  * registries mark not globally reachable); NULL when it is public. */
 const char *eg_addr_class(const eg_addr_t *a);
-/* When every address of net/prefix has one class that is not public, that class (a
- * prefix that is only partly in a denied range, or in several, gets NULL). */
+/* When net/prefix lies wholly within one denied range (the most specific that holds it), that
+ * range's class: the class a rule for that net names.  A prefix only partly in a denied range,
+ * or in several, or within a globally reachable exception, gets NULL.  A NAT64 or mapped
+ * prefix of at least /96 is judged as the IPv4 net it carries. */
 const char *eg_net_class(const eg_addr_t *net, unsigned prefix);
 
 /* ---------------------------------------------------------------- rules */
@@ -93,8 +95,11 @@ bool eg_rule_match_addr(const eg_rule_t *r, const eg_addr_t *a, uint16_t port);
 /* ---------------------------------------------------------------- policy */
 
 /* What a sandbox may reach.  Deny rules win over everything.  An allow rule that names a
- * destination opens it even in a denied range: an address rule for the addresses it covers,
- * a host rule for whatever that name resolves to (the operator named that host).  A *.suffix
+ * destination opens it even in a denied range: an address rule for the addresses it covers
+ * where it names their range (it lies within it: eg_net_class of the rule is the address's
+ * class; so 0.0.0.0/0 or 64:ff9b::/96 opens public addresses only, and only a rule of that one
+ * address opens the server's own), a host rule for whatever that name resolves to (the
+ * operator named that host).  A *.suffix
  * rule opens only public addresses below the suffix: anyone who controls a name under it
  * could point that name anywhere.  With public_internet, every public address (eg_addr_class
  * NULL, and not one of the server's own addresses) is allowed as well. */

@@ -319,11 +319,13 @@ void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend
     free(deny);
     deny = s;
   }
-  cm_buf_printf(t,
-                "Network rules: allow %s; deny %s (deny wins; a host rule opens what that name "
-                "resolves to, a "
-                "*.suffix rule only public addresses, an address rule its range)\n",
-                allow ? allow : "none", deny ? deny : "none");
+  cm_buf_printf(
+      t,
+      "Network rules: allow %s; deny %s (deny wins; a host rule opens what that name "
+      "resolves to, a *.suffix rule only public addresses, an address rule a denied range "
+      "only when it lies within it: 0.0.0.0/0 or 64:ff9b::/96 never open loopback or "
+      "metadata)\n",
+      allow ? allow : "none", deny ? deny : "none");
   cleanup_free char *proxy_desc = n->proxy ? eg_proxy_describe(n->proxy) : NULL;
   if (proxied || !cfg->offline)
     cm_buf_printf(t, "Egress proxy: %s\n",

@@ -689,6 +689,37 @@ def test_profile_rules(make_server, world, tmp_path):
 
 
 
+def test_wide_rules_never_open_denied_ranges(world, make_server):
+    """A NAT64 or IPv4-mapped rule, or 0.0.0.0/0, opens public addresses only: never loopback,
+    link-local, private, cloud metadata or a special-purpose range (issue 30, 7 and 8); a rule
+    that names a special-purpose range opens it."""
+    s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-allow", "64:ff9b::/96",
+                    "--network-allow", "::ffff:0:0/96", "--network-allow", "0.0.0.0/0", "--network-allow", "::/0",
+                    "--network-allow", f"{NS_SPECIAL['benchmarking']}:{NS_PORT}")
+    s.initialize()
+    targets = {"loopback4": ["127.0.0.1", world["c4"].port], "mapped-loopback": ["::ffff:127.0.0.1", world["c4"].port],
+               "nat64-loopback": ["64:ff9b::7f00:1", world["c4"].port], "loopback6": ["::1", world["c6"].port],
+               "private": [NS_PRIVATE, NS_PORT], "linklocal": [NS_LINKLOCAL, NS_PORT],
+               "metadata": ["169.254.169.254", 80], "name-loopback": ["evil.test", world["c4"].port],
+               "documentation": [NS_SPECIAL["documentation"], NS_PORT], "public": [NS_ADDR, NS_PORT],
+               "named-special": [NS_SPECIAL["benchmarking"], NS_PORT]}
+    got, res = run_probe(s, targets)
+    for name in targets:
+        if name in ("public", "named-special"):
+            assert got[name + "/proxy"].startswith("OPEN") and "hello from the test namespace" in got[name + "/proxy"], got
+        else:
+            assert got[name + "/proxy"] == "status 403", (name, got)
+    assert world["c4"].accepted == [] and world["c6"].accepted == []
+    reasons = {d["host"]: d["reason"] for d in res["structuredContent"]["network"]["denied"]}
+    assert reasons["::ffff:127.0.0.1"] == "loopback" and reasons["64:ff9b::7f00:1"] == "loopback", reasons
+    assert reasons["169.254.169.254"] == "cloud metadata" and reasons[NS_SPECIAL["documentation"]] == "documentation"
+    # A call cannot reach them through those rules either.
+    res = s.execute("print(1)", network=["127.0.0.1"])
+    assert res["isError"] is True and "loopback" in text_of(res), text_of(res)
+    text = text_of(s.call("check_environment"))
+    assert "not globally reachable" in text and "64:ff9b::/96" in text, text
+
+
 def test_names_are_resolved_as_written(world, make_server):
     """The proxy's resolver applies no search domains of the host (LOCALDOMAIN stands in for
     resolv.conf's search line): "searched" is not searched.corp.test, a name the deny rule

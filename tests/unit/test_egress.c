@@ -167,6 +167,9 @@ static void test_net_classes(void **state) {
       {"2000::/3", NULL},
       {"::ffff:127.0.0.0/104", "loopback"},
       {"fe00::/9", "reserved"},
+      /* A NAT64 rule is judged on the IPv4 space it carries. */
+      {"64:ff9b::/96", NULL},
+      {"64:ff9b::7f00:0/104", "loopback"},
       {"64:ff9b::a9fe:a9fe", "cloud metadata"},
       {"198.18.0.0/15", "benchmarking"},
       {"198.18.0.0/14", NULL},
@@ -212,6 +215,9 @@ static void test_rule_parse(void **state) {
       {"::ffff:127.0.0.1", "127.0.0.1", EG_RULE_NET},
       {"[::ffff:10.0.0.0/104]", "10.0.0.0/8", EG_RULE_NET},
       {"::ffff:0:0/96", "0.0.0.0/0", EG_RULE_NET},
+      /* NAT64 stays in its own family. */
+      {"64:ff9b::/96", "64:ff9b::/96", EG_RULE_NET},
+      {"[64:ff9b::7f00:1]:80", "[64:ff9b::7f00:1]:80", EG_RULE_NET},
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(good); i++) {
     eg_rule_t r = rule(good[i].in);
@@ -289,6 +295,11 @@ static void test_policy_on(void **state) {
   eg_policy_add_allow(&p, &r);
   assert_true(allows(&p, NULL, 0, "127.0.0.1", "127.0.0.1", 8080, why));
   assert_false(allows(&p, NULL, 0, "127.0.0.1", "127.0.0.1", 8081, why));
+  /* A wider rule does not open it: only a rule that names that address. */
+  eg_rule_t wide = rule("8.8.4.0/24");
+  eg_policy_add_allow(&p, &wide);
+  assert_false(eg_policy_allows(&p, NULL, 0, "me", &dst, 8765, &own, 1, why, sizeof why));
+  assert_string_equal(why, "this server's own address");
   eg_rule_t o = rule("8.8.4.4");
   eg_policy_add_allow(&p, &o);
   assert_true(eg_policy_allows(&p, NULL, 0, "me", &dst, 8765, &own, 1, why, sizeof why));
@@ -392,6 +403,102 @@ static void test_policy_narrowing_ok(void **state) {
   r = rule("evil.test");
   assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
   eg_policy_release(&on);
+}
+
+/* Item 7 of issue 30: a wide or NAT64/mapped rule never widens into a denied range. */
+static void test_policy_wide_rules(void **state) {
+  (void)state;
+  char why[EG_REASON_MAX];
+  eg_policy_t on = {.public_internet = true};
+  eg_rule_t nat64 = rule("64:ff9b::/96");
+  eg_policy_add_allow(&on, &nat64);
+  assert_false(allows(&on, NULL, 0, "x", "127.0.0.1", 80, why));
+  assert_string_equal(why, "loopback");
+  assert_false(allows(&on, NULL, 0, "x", "169.254.169.254", 80, why));
+  assert_string_equal(why, "cloud metadata");
+  assert_false(allows(&on, NULL, 0, "x", "64:ff9b::7f00:1", 80, why));
+  assert_string_equal(why, "loopback");
+  assert_false(allows(&on, NULL, 0, "x", "64:ff9b::a9fe:a9fe", 80, why));
+  assert_false(allows(&on, NULL, 0, "x", "::ffff:169.254.169.254", 80, why));
+  assert_true(allows(&on, NULL, 0, "x", "8.8.8.8", 80, why));
+  eg_policy_release(&on);
+
+  eg_policy_t closed = {.public_internet = false};
+  nat64 = rule("64:ff9b::/96");
+  eg_policy_add_allow(&closed, &nat64);
+  assert_true(allows(&closed, NULL, 0, "x", "64:ff9b::808:808", 80, why));
+  /* In its own family: a NAT64 rule is not every IPv4 destination. */
+  assert_false(allows(&closed, NULL, 0, "x", "8.8.8.8", 80, why));
+  assert_false(allows(&closed, NULL, 0, "x", "64:ff9b::7f00:1", 80, why));
+  assert_false(allows(&closed, NULL, 0, "x", "64:ff9b::a9fe:a9fe", 80, why));
+  eg_policy_release(&closed);
+
+  static const char *const wide[] = {"::ffff:0:0/96", "0.0.0.0/0",         "::/0", "::/96",
+                                     "0.0.0.0/1",     "::ffff:0.0.0.0/97", "::/1"};
+  static const char *const never[] = {
+      "127.0.0.1",   "::1",        "::ffff:127.0.0.1", "169.254.169.254", "::ffff:169.254.169.254",
+      "169.254.1.1", "fe80::1",    "10.0.0.1",         "::ffff:10.0.0.1", "fd00:ec2::254",
+      "0.0.0.0",     "198.18.0.1", "2001:db8::1",      "::127.0.0.1"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(wide); i++) {
+    eg_policy_t p = {.public_internet = false};
+    eg_rule_t w = rule(wide[i]);
+    eg_policy_add_allow(&p, &w);
+    for (size_t j = 0; j < CM_ARRAY_SIZE(never); j++)
+      if (allows(&p, NULL, 0, "x", never[j], 80, why))
+        fail_msg("--network-allow %s opens %s", wide[i], never[j]);
+    /* Narrowing to it under a policy that opens only that rule: refused where it is denied. */
+    eg_rule_t lo = rule("127.0.0.1");
+    assert_false(eg_policy_narrowing_ok(&p, &lo, why, sizeof why));
+    eg_policy_release(&p);
+  }
+  eg_policy_t p = {.public_internet = false};
+  eg_rule_t any4 = rule("0.0.0.0/0");
+  eg_policy_add_allow(&p, &any4);
+  assert_true(allows(&p, NULL, 0, "x", "8.8.8.8", 80, why));
+  assert_true(allows(&p, NULL, 0, "x", "::ffff:8.8.8.8", 80, why));
+  eg_policy_release(&p);
+
+  /* A rule that names a range opens it, and only the class it names. */
+  static const struct {
+    const char *rule, *addr;
+    bool open;
+  } named[] = {
+      {"127.0.0.0/8", "127.0.0.1", true},
+      {"::ffff:127.0.0.0/104", "127.0.0.1", true},
+      {"10.0.0.0/8", "10.1.2.3", true},
+      {"10.0.0.0/7", "10.1.2.3", false},
+      {"10.0.0.0/7", "11.1.2.3", true},
+      {"169.254.0.0/16", "169.254.1.1", true},
+      {"169.254.0.0/16", "169.254.169.254", false},
+      {"169.254.169.254", "169.254.169.254", true},
+      {"100.64.0.0/10", "100.100.100.200", false},
+      {"64:ff9b::7f00:1", "64:ff9b::7f00:1", true},
+      {"198.18.0.0/15", "198.18.0.1", true},
+      {"198.51.100.0/24", "198.51.100.1", true},
+      {"2001:db8::/32", "2001:db8::1", true},
+      {"2001::/16", "2001:db8::1", false},
+      {"fe80::/10", "fe80::1", true},
+      {"::1", "::1", true},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(named); i++) {
+    eg_policy_t q = {.public_internet = true};
+    eg_rule_t r = rule(named[i].rule);
+    eg_policy_add_allow(&q, &r);
+    if (allows(&q, NULL, 0, "x", named[i].addr, 80, why) != named[i].open)
+      fail_msg("--network-allow %s %s %s", named[i].rule, named[i].open ? "does not open" : "opens",
+               named[i].addr);
+    eg_policy_release(&q);
+  }
+  /* A call's list within such a rule: allowed only where the rule names the range. */
+  eg_policy_t q = {.public_internet = true};
+  eg_rule_t docs = rule("198.51.100.0/24"), any = rule("0.0.0.0/0");
+  eg_policy_add_allow(&q, &docs);
+  eg_policy_add_allow(&q, &any);
+  eg_rule_t call = rule("198.51.100.7:80");
+  assert_true(eg_policy_narrowing_ok(&q, &call, why, sizeof why));
+  call = rule("127.0.0.1");
+  assert_false(eg_policy_narrowing_ok(&q, &call, why, sizeof why));
+  eg_policy_release(&q);
 }
 
 /* ---------------------------------------------------------------- HTTP */
@@ -590,6 +697,7 @@ int main(void) {
       cmocka_unit_test(test_policy_on),
       cmocka_unit_test(test_policy_closed_and_narrowed),
       cmocka_unit_test(test_policy_narrowing_ok),
+      cmocka_unit_test(test_policy_wide_rules),
       cmocka_unit_test(test_http_request),
       cmocka_unit_test(test_http_forward),
       cmocka_unit_test(test_socks5),
