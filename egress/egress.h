@@ -128,6 +128,21 @@ int eg_policy_precheck(const eg_policy_t *base, const eg_rule_t *narrow, size_t 
 bool eg_policy_allows(const eg_policy_t *base, const eg_rule_t *narrow, size_t n_narrow,
                       const char *host, const eg_addr_t *addr, uint16_t port, const eg_addr_t *own,
                       size_t n_own, char *why, size_t why_size);
+/* An address that the name of a --network-deny NAME rule (base->deny[deny]) resolved to, at
+ * connect time. */
+typedef struct eg_name_addr {
+  size_t deny;
+  eg_addr_t addr;
+} eg_name_addr_t;
+/* Does a name rule deny this destination by its address?  A rule for a name denies the
+ * destination that name is: the addresses it resolves to, whatever name or literal a client
+ * uses to reach them.  Returns the deny rule (a host rule whose port applies) one of whose
+ * resolved addresses (resolved[0..n)) equals addr (both normalised), or NULL.  A *.suffix
+ * rule cannot be resolved: it denies names only. */
+const eg_rule_t *eg_policy_deny_resolved(const eg_policy_t *base, const eg_name_addr_t *resolved,
+                                         size_t n, const eg_addr_t *addr, uint16_t port);
+/* Must the name of this deny rule be resolved to judge a destination at port? */
+bool eg_rule_deny_resolves(const eg_rule_t *r, uint16_t port);
 /* Can a call's rule reach anything base allows?  false (and why) when base denies it
  * entirely: an address rule wholly in a denied range that no allow rule of base overlaps, or
  * covered by a deny rule; a name a deny rule of base names. */

@@ -562,6 +562,25 @@ bool eg_policy_allows(const eg_policy_t *base, const eg_rule_t *narrow, size_t n
   return true;
 }
 
+bool eg_rule_deny_resolves(const eg_rule_t *r, uint16_t port) {
+  return r->kind == EG_RULE_HOST && (!r->port || r->port == port);
+}
+
+const eg_rule_t *eg_policy_deny_resolved(const eg_policy_t *base, const eg_name_addr_t *resolved,
+                                         size_t n, const eg_addr_t *addr, uint16_t port) {
+  eg_addr_t a;
+  eg_addr_normalise(addr, &a);
+  for (size_t i = 0; i < n; i++) {
+    if (resolved[i].deny >= base->n_deny) continue;
+    const eg_rule_t *r = &base->deny[resolved[i].deny];
+    if (!eg_rule_deny_resolves(r, port)) continue;
+    eg_addr_t d;
+    eg_addr_normalise(&resolved[i].addr, &d);
+    if (eg_addr_equal(&a, &d)) return r;
+  }
+  return NULL;
+}
+
 /* Do two networks share an address? */
 static bool nets_overlap(const eg_addr_t *a, unsigned pa, const eg_addr_t *b, unsigned pb) {
   if (a->family != b->family) return false;

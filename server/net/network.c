@@ -324,7 +324,8 @@ void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend
       "Network rules: allow %s; deny %s (deny wins; a host rule opens what that name "
       "resolves to, a *.suffix rule only public addresses, an address rule a denied range "
       "only when it lies within it: 0.0.0.0/0 or 64:ff9b::/96 never open loopback or "
-      "metadata)\n",
+      "metadata; a denied name also denies the addresses it resolves to, a denied *.suffix "
+      "names only)\n",
       allow ? allow : "none", deny ? deny : "none");
   cleanup_free char *proxy_desc = n->proxy ? eg_proxy_describe(n->proxy) : NULL;
   if (proxied || !cfg->offline)

@@ -46,6 +46,7 @@ SECRET2 = "s3cr3t-other-pip-var-41d0"
 # 192.175.48.0/24 (AS112 direct delegation) is one of the few special-purpose ranges IANA marks
 # globally reachable: public as far as the policy goes, and nothing this machine talks to.
 NS_ADDR, NS_PRIVATE, NS_LINKLOCAL, HOST_VETH = "192.175.48.1", "10.77.0.1", "169.254.77.1", "192.175.48.2"
+NS_ADDR2 = "192.175.48.3"  # a second public server of the namespace's
 # Special-purpose ranges IANA marks not globally reachable (benchmarking, documentation, IETF
 # protocol assignments): denied like private ones (issue 30, 8).
 NS_SPECIAL = {"benchmarking": "198.18.77.1", "documentation": "198.51.100.77", "IETF protocol assignments": "192.0.0.77"}
@@ -253,7 +254,7 @@ class TestNamespace:
             ip("link", "set", self.ns_if, "netns", self.ns)
             ip("addr", "add", f"{HOST_VETH}/24", "dev", self.host_if)
             ip("link", "set", self.host_if, "up")
-            for a in (f"{NS_ADDR}/24", f"{NS_PRIVATE}/32", f"{NS_LINKLOCAL}/32", *(f"{x}/32" for x in NS_SPECIAL.values())):
+            for a in (f"{NS_ADDR}/24", f"{NS_ADDR2}/24", f"{NS_PRIVATE}/32", f"{NS_LINKLOCAL}/32", *(f"{x}/32" for x in NS_SPECIAL.values())):
                 ip("netns", "exec", self.ns, "ip", "addr", "add", a, "dev", self.ns_if)
             ip("netns", "exec", self.ns, "ip", "link", "set", self.ns_if, "up")
             ip("netns", "exec", self.ns, "ip", "link", "set", "lo", "up")
@@ -399,7 +400,8 @@ def world():
         w["dns"] = DnsResponder({"evil.test": "127.0.0.1", "evil6.test": "::1", "private.test": NS_PRIVATE,
                                  "linklocal.test": NS_LINKLOCAL, "meta.test": "169.254.169.254",
                                  "public.test": NS_ADDR, "veth.test": HOST_VETH, "searched.corp.test": NS_ADDR,
-                                 "tls-index.test": ["127.0.0.2", "127.0.0.1"], "bench.test": NS_SPECIAL["benchmarking"]})
+                                 "tls-index.test": ["127.0.0.2", "127.0.0.1"], "bench.test": NS_SPECIAL["benchmarking"],
+                                 "alias.test": NS_ADDR, "other.test": NS_ADDR2, "both.test": [NS_ADDR, NS_ADDR2]})
         made.append(w["dns"])
         w["allowed"] = allowed_http_server()
         w["hold"] = Hold()
@@ -720,6 +722,35 @@ def test_wide_rules_never_open_denied_ranges(world, make_server):
     assert "not globally reachable" in text and "64:ff9b::/96" in text, text
 
 
+def test_deny_name_denies_its_destination(world, make_server):
+    """--network-deny NAME denies the server that name is: its address as a literal, or any other
+    name of it, judged on what the name resolves to at connect time (issue 30, 10).  A denied
+    name that does not exist denies nothing."""
+    s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-deny", "public.test",
+                    "--network-deny", "nosuch.test")
+    s.initialize()
+    targets = {"name": ["public.test", NS_PORT], "literal": [NS_ADDR, NS_PORT], "alias": ["alias.test", NS_PORT],
+               "other": ["other.test", NS_PORT], "both": ["both.test", NS_PORT]}
+    hits = len(world["ns"].hits)
+    got, res = run_probe(s, targets)
+    assert got["name/proxy"] == "status 403" and got["literal/proxy"] == "status 403", got
+    assert got["alias/proxy"] == "status 403", got
+    assert got["other/proxy"].startswith("OPEN") and NS_ADDR2 in got["other/proxy"], got
+    # A name with a denied and an allowed address reaches only the allowed one.
+    assert got["both/proxy"].startswith("OPEN") and NS_ADDR2 in got["both/proxy"], got
+    assert not [h for h in world["ns"].hits[hits:] if h[0] == NS_ADDR], world["ns"].hits[hits:]
+    reasons = {d["host"]: d["reason"] for d in res["structuredContent"]["network"]["denied"]}
+    assert reasons["public.test"] == "denied by --network-deny public.test"
+    assert reasons[NS_ADDR] == f"denied by --network-deny public.test (that name resolves to {NS_ADDR})", reasons
+    assert reasons["alias.test"].startswith("denied by --network-deny public.test"), reasons
+    # The sandbox hears the rule, not what the name resolved to.
+    body = s.execute(PROBE + f"\ns = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+                     f"s.sendall(b'GET http://alias.test:{NS_PORT}/ HTTP/1.0\\r\\n\\r\\n')\n"
+                     f"print(s.recv(4096).decode())\n", timeout=60)
+    out = body["structuredContent"]["stdout"]
+    assert "403" in out and "--network-deny public.test (the same destination)" in out and NS_ADDR not in out, out
+
+
 def test_names_are_resolved_as_written(world, make_server):
     """The proxy's resolver applies no search domains of the host (LOCALDOMAIN stands in for
     resolv.conf's search line): "searched" is not searched.corp.test, a name the deny rule
@@ -727,15 +758,21 @@ def test_names_are_resolved_as_written(world, make_server):
     s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-deny", "searched.corp.test",
                     env={"LOCALDOMAIN": "corp.test"})
     s.initialize()
-    hits = len(world["ns"].hits)
-    script = PROBE + f"\nprint(json.dumps({{'short': _connect('searched', {NS_PORT}), " \
+    hits, queries = len(world["ns"].hits), len(world["dns"].queries)
+    script = PROBE + f"\nprint(json.dumps({{'control': _connect('control.test', {NS_PORT}), " \
+                     f"'short': _connect('searched', {NS_PORT}), " \
                      f"'full': _connect('searched.corp.test', {NS_PORT})}}))\n"
     res = s.execute(script, timeout=120)
     assert res["structuredContent"]["exit_code"] == 0, text_of(res)
     got = json.loads(res["structuredContent"]["stdout"])
-    assert got == {"short": "status 502", "full": "status 403"}, got
+    assert got == {"control": "status 502", "short": "status 502", "full": "status 403"}, got
     assert len(world["ns"].hits) == hits
-    assert not [q for q in world["dns"].queries if q[0] == "searched.corp.test"]
+    # The deny rule's own name is resolved for every connection the proxy judges (issue 30, 10),
+    # as many times as the control's and the short name's own queries; a search domain would
+    # have added queries of searched.corp.test for "searched" (and taken away its own).
+    asked = [q[0] for q in world["dns"].queries[queries:]]
+    assert asked.count("searched") > 0
+    assert asked.count("searched.corp.test") == asked.count("control.test") + asked.count("searched"), asked
 
 
 # ------------------------------------------------------------------ builds

@@ -501,6 +501,40 @@ static void test_policy_wide_rules(void **state) {
   eg_policy_release(&q);
 }
 
+/* Item 10 of issue 30: a name rule denies the destination that name is. */
+static void test_policy_deny_resolved(void **state) {
+  (void)state;
+  eg_policy_t p = {.public_internet = true};
+  eg_rule_t d1 = rule("evil.example"), d2 = rule("db.example:5432"), d3 = rule("*.bad.example"),
+            d4 = rule("93.184.0.0/16");
+  eg_policy_add_deny(&p, &d1);
+  eg_policy_add_deny(&p, &d2);
+  eg_policy_add_deny(&p, &d3);
+  eg_policy_add_deny(&p, &d4);
+  assert_true(eg_rule_deny_resolves(&p.deny[0], 443));
+  assert_true(eg_rule_deny_resolves(&p.deny[1], 5432));
+  assert_false(eg_rule_deny_resolves(&p.deny[1], 443));
+  assert_false(eg_rule_deny_resolves(&p.deny[2], 443)); /* a suffix names no address */
+  assert_false(eg_rule_deny_resolves(&p.deny[3], 443));
+  eg_name_addr_t resolved[] = {
+      {0, addr("8.8.8.8")}, {0, addr("2001:4860::1")}, {1, addr("1.1.1.1")}, {9, addr("9.9.9.9")}};
+  eg_addr_t a = addr("8.8.8.8"), m = addr("::ffff:8.8.8.8"), v6 = addr("2001:4860::1"),
+            other = addr("8.8.4.4"), db = addr("1.1.1.1"), stray = addr("9.9.9.9");
+  const eg_rule_t *hit = eg_policy_deny_resolved(&p, resolved, 4, &a, 443);
+  assert_non_null(hit);
+  assert_string_equal(hit->text, "evil.example");
+  assert_non_null(eg_policy_deny_resolved(&p, resolved, 4, &m, 80));
+  assert_non_null(eg_policy_deny_resolved(&p, resolved, 4, &v6, 80));
+  assert_null(eg_policy_deny_resolved(&p, resolved, 4, &other, 443));
+  /* A rule with a port denies its name's addresses at that port only. */
+  assert_non_null(eg_policy_deny_resolved(&p, resolved, 4, &db, 5432));
+  assert_null(eg_policy_deny_resolved(&p, resolved, 4, &db, 443));
+  /* An index out of the policy's list is ignored. */
+  assert_null(eg_policy_deny_resolved(&p, resolved, 4, &stray, 443));
+  assert_null(eg_policy_deny_resolved(&p, NULL, 0, &a, 443));
+  eg_policy_release(&p);
+}
+
 /* ---------------------------------------------------------------- HTTP */
 
 static int parse_req(const char *s, eg_request_t *req) {
@@ -698,6 +732,7 @@ int main(void) {
       cmocka_unit_test(test_policy_closed_and_narrowed),
       cmocka_unit_test(test_policy_narrowing_ok),
       cmocka_unit_test(test_policy_wide_rules),
+      cmocka_unit_test(test_policy_deny_resolved),
       cmocka_unit_test(test_http_request),
       cmocka_unit_test(test_http_forward),
       cmocka_unit_test(test_socks5),
