@@ -61,6 +61,14 @@ const char *eg_addr_class(const eg_addr_t *a);
  * prefix of at least /96 is judged as the IPv4 net it carries. */
 const char *eg_net_class(const eg_addr_t *net, unsigned prefix);
 
+/* Is a (normalised first: an IPv4-mapped, -compatible or NAT64 address as the IPv4 address it
+ * carries) one of this host's own addresses, as the kernel of the caller's network namespace
+ * sees it?  Asked of the kernel, not read from a list: the route lookup for it (RTM_GETROUTE)
+ * says RTN_LOCAL.  That covers every interface address however many there are, IPv6 ones,
+ * and addresses local through a route (AnyIP: `ip route add local ... dev lo`).  1 = own, 0 =
+ * not (or no route at all), -1 = cannot tell (errno). */
+int eg_addr_is_local(const eg_addr_t *a);
+
 /* ---------------------------------------------------------------- rules */
 
 typedef enum eg_rule_kind {

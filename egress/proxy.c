@@ -16,7 +16,8 @@
 #include <ares.h>
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -33,8 +34,6 @@
 #define EG_HEAD_TIMEOUT_MS 30000
 #define EG_CONNECT_TIMEOUT_MS 15000
 #define EG_MAX_CANDIDATES 8
-#define EG_OWN_REFRESH_MS 1000
-#define EG_OWN_MAX 256
 /* The addresses of the denied names a connection keeps (more: refused, as unjudgeable). */
 #define EG_MAX_DENIED_ADDRS 256
 #define EG_DEFAULT_MAX_CONNECTIONS 64
@@ -90,6 +89,7 @@ struct conn {
   size_t n_denied;
   char *denied_error; /* a denied name that could not be resolved: refused (heap) */
   eg_addr_t cand[EG_MAX_CANDIDATES];
+  bool cand_own[EG_MAX_CANDIDATES]; /* judged as this host's own (and opened by a rule) */
   size_t n_cand, next_cand;
   cm_timer_t *timer;
   rbuf_t c2u, u2c;
@@ -141,9 +141,6 @@ struct eg_proxy {
   eg_session_t *sessions;
   size_t n_conns, global_max;
   uint64_t max_conns, max_total, rate;
-  eg_addr_t own[EG_OWN_MAX];
-  size_t n_own;
-  uint64_t own_at_ms;
   eg_index_t indexes[EG_MAX_INDEXES];
   size_t n_indexes;
   eg_tls_ctx_t *tls;
@@ -282,28 +279,80 @@ static void rate_take(eg_session_t *s, size_t n) {
 
 /* ---------------------------------------------------------------- own addresses */
 
-static void refresh_own(eg_proxy_t *p) {
-  uint64_t now = cm_now_ms();
-  if (p->own_at_ms && now - p->own_at_ms < EG_OWN_REFRESH_MS) return;
-  p->own_at_ms = now;
-  struct ifaddrs *ifa = NULL;
-  if (getifaddrs(&ifa) < 0) return; /* keep what we had */
-  p->n_own = 0;
-  for (struct ifaddrs *i = ifa; i && p->n_own < EG_OWN_MAX; i = i->ifa_next) {
-    if (!i->ifa_addr) continue;
-    eg_addr_t a = {0};
-    if (i->ifa_addr->sa_family == AF_INET) {
-      a.family = AF_INET;
-      memcpy(a.bytes, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
-    } else if (i->ifa_addr->sa_family == AF_INET6) {
-      a.family = AF_INET6;
-      memcpy(a.bytes, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
-    } else {
-      continue;
+int eg_addr_is_local(const eg_addr_t *addr) {
+  eg_addr_t a;
+  eg_addr_normalise(addr, &a);
+  size_t len = a.family == AF_INET ? 4 : 16;
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return -1;
+  struct {
+    struct nlmsghdr h;
+    struct rtmsg r;
+    char attrs[RTA_SPACE(16)];
+  } req;
+  memset(&req, 0, sizeof req);
+  req.h.nlmsg_len = NLMSG_LENGTH(sizeof req.r);
+  req.h.nlmsg_type = RTM_GETROUTE;
+  req.h.nlmsg_flags = NLM_F_REQUEST;
+  req.h.nlmsg_seq = 1;
+  req.r.rtm_family = (unsigned char)a.family;
+  req.r.rtm_dst_len = (unsigned char)(len * 8);
+  struct rtattr *rta = (struct rtattr *)((char *)&req + NLMSG_ALIGN(req.h.nlmsg_len));
+  rta->rta_type = RTA_DST;
+  rta->rta_len = (unsigned short)RTA_LENGTH(len);
+  memcpy(RTA_DATA(rta), a.bytes, len);
+  req.h.nlmsg_len = NLMSG_ALIGN(req.h.nlmsg_len) + RTA_ALIGN(rta->rta_len);
+  struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+  int rc = -1;
+  if (sendto(fd, &req, req.h.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof kernel) < 0) goto out;
+  /* The kernel answers while handling the request: the answer is there at once (never a wait
+   * on the loop; none there is "cannot tell"). */
+  union {
+    struct nlmsghdr h;
+    char buf[8192];
+  } answer;
+  ssize_t n = recv(fd, answer.buf, sizeof answer.buf, MSG_DONTWAIT);
+  if (n < (ssize_t)sizeof(struct nlmsghdr)) goto out;
+  for (struct nlmsghdr *h = &answer.h; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+    if (h->nlmsg_type == NLMSG_ERROR) {
+      /* No route to it (unreachable, prohibited, a family the host lacks): not ours. */
+      rc = 0;
+      break;
     }
-    p->own[p->n_own++] = a;
+    if (h->nlmsg_type == RTM_NEWROUTE && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct rtmsg))) {
+      const struct rtmsg *r = NLMSG_DATA(h);
+      rc = r->rtm_type == RTN_LOCAL;
+      break;
+    }
   }
-  freeifaddrs(ifa);
+out:;
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  return rc;
+}
+
+/* Has a connection ended up at this host (its local and peer addresses are the same)?  What
+ * the kernel delivers to itself through a local route: the last word on own addresses. */
+static bool connected_to_self(int fd) {
+  struct sockaddr_storage l, r;
+  socklen_t ll = sizeof l, rl = sizeof r;
+  if (getsockname(fd, (struct sockaddr *)&l, &ll) < 0 ||
+      getpeername(fd, (struct sockaddr *)&r, &rl) < 0)
+    return false;
+  eg_addr_t a[2] = {{0}, {0}};
+  const struct sockaddr_storage *ss[2] = {&l, &r};
+  for (int i = 0; i < 2; i++) {
+    eg_addr_t raw = {.family = ss[i]->ss_family};
+    if (ss[i]->ss_family == AF_INET)
+      memcpy(raw.bytes, &((const struct sockaddr_in *)ss[i])->sin_addr, 4);
+    else if (ss[i]->ss_family == AF_INET6)
+      memcpy(raw.bytes, &((const struct sockaddr_in6 *)ss[i])->sin6_addr, 16);
+    else
+      return false;
+    eg_addr_normalise(&raw, &a[i]);
+  }
+  return eg_addr_equal(&a[0], &a[1]);
 }
 
 /* ---------------------------------------------------------------- c-ares on the loop */
@@ -367,7 +416,6 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
     return;
   }
   eg_session_t *s = c->s;
-  refresh_own(s->proxy);
   char first_why[EG_REASON_MAX] = "", first_shown[EG_REASON_MAX] = "";
   c->n_cand = 0;
   for (size_t i = 0; i < n && c->n_cand < EG_MAX_CANDIDATES; i++) {
@@ -387,8 +435,13 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
       }
       continue;
     }
+    /* The server's own addresses, asked of the kernel for this very address (an address it
+     * cannot judge is refused as one). */
+    int local = eg_addr_is_local(&addrs[i]);
+    if (local < 0) cm_warn("egress: cannot tell whether an address is this host's: %m");
     if (eg_policy_allows(&s->policy, narrowed ? s->narrow : NULL, s->n_narrow, c->host, &addrs[i],
-                         c->port, s->proxy->own, s->proxy->n_own, why, sizeof why)) {
+                         c->port, &addrs[i], local != 0 ? 1 : 0, why, sizeof why)) {
+      c->cand_own[c->n_cand] = local != 0;
       c->cand[c->n_cand++] = addrs[i];
     } else if (!first_why[0]) {
       snprintf(first_shown, sizeof first_shown, "%s", why);
@@ -945,6 +998,12 @@ static void on_upstream(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
     }
     cm_timer_cancel(c->timer);
     c->timer = NULL;
+    /* An address judged not to be this host's that still led to it (it became local since,
+     * or a route made it so): refused all the same. */
+    if (!c->cand_own[c->next_cand - 1] && connected_to_self(fd)) {
+      deny(c, "this server's own address");
+      return;
+    }
     if (c->index >= 0 && c->s->proxy->indexes[c->index].url.https) {
       cm_error_t err = CM_ERROR_INIT;
       eg_proxy_t *p = c->s->proxy;

@@ -302,8 +302,9 @@ void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend
         "sandbox: HTTP CONNECT, plain HTTP, SOCKS5), which reaches the public internet and refuses "
         "every range IANA's special-purpose registries mark not globally reachable (loopback, "
         "private (RFC 1918), CGNAT, link-local, ULA, documentation, benchmarking, multicast, "
-        "reserved, ...), cloud metadata and this server's own addresses, judged on every resolved "
-        "address, unless a rule names them; a call may narrow it with network: [rules]\n",
+        "reserved, ...), cloud metadata and this server's own addresses (what the kernel routes "
+        "locally: every interface address, AnyIP routes), judged on every resolved address, "
+        "unless a rule names them; a call may narrow it with network: [rules]\n",
         EG_SANDBOX_PORT);
   }
   cleanup_free char *allow = NULL, *deny = NULL;

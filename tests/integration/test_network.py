@@ -11,6 +11,7 @@ Everything stays on loopback and in a network namespace the test makes (a veth p
 test's own DNS responder on
 loopback answers the names (--dns-server).  Needs the bwrap backend and root (ip netns)."""
 import base64
+import ctypes
 import http.server
 import io
 import json
@@ -749,6 +750,77 @@ def test_deny_name_denies_its_destination(world, make_server):
                      f"print(s.recv(4096).decode())\n", timeout=60)
     out = body["structuredContent"]["stdout"]
     assert "403" in out and "--network-deny public.test (the same destination)" in out and NS_ADDR not in out, out
+
+
+OWN_LISTENER = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+s.bind(("::", int(sys.argv[1])))
+s.listen(64)
+print("ready", flush=True)
+while True:
+    c, peer = s.accept()
+    print("HIT", c.getsockname()[0], flush=True)
+    c.sendall(b"OWN\n")
+    c.close()
+"""
+
+
+def test_own_addresses_are_asked_of_the_kernel(make_server):
+    """The server's own addresses are what the kernel routes locally: an address local through a
+    route (AnyIP, `ip route add local ... dev lo`), IPv4 or IPv6, and the 300th address of an
+    interface, as well as the first (issue 30, 6).  The server runs in a network namespace the
+    test makes (setns before exec) and its own services listen on every address of it."""
+    ns = f"mps-own-{str(os.getpid())[-6:]}"
+    ip("netns", "add", ns)
+    listener = None
+    fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+    try:
+        nsip = ["ip", "netns", "exec", ns, "ip"]
+        subprocess.run(nsip + ["link", "set", "lo", "up"], check=True)
+        subprocess.run(nsip + ["route", "add", "local", "192.31.196.0/24", "dev", "lo"], check=True)
+        v6 = subprocess.run(nsip + ["-6", "route", "add", "local", "2620:4f:8000::/48", "dev", "lo"]).returncode == 0
+        batch = "".join(f"addr add 192.52.193.{i}/32 dev lo\n" for i in range(1, 255)) + \
+            "".join(f"addr add 192.175.48.{i}/32 dev lo\n" for i in range(1, 61))
+        subprocess.run(nsip + ["-batch", "-"], input=batch, text=True, check=True)
+        listener = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-u", "-c", OWN_LISTENER, "8090"],
+                                    stdout=subprocess.PIPE, text=True)
+        assert listener.stdout.readline().strip() == "ready"
+        hits = []
+        threading.Thread(target=lambda: [hits.append(line) for line in listener.stdout], daemon=True).start()
+        setns = ctypes.CDLL(None, use_errno=True).setns
+
+        def enter():
+            if setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+                os._exit(121)
+        s = make_server("--dns-server", "127.0.0.1:9", preexec_fn=enter)
+        s.initialize()
+        targets = {"anyip4": ["192.31.196.77", 8090], "mapped-anyip": ["::ffff:192.31.196.78", 8090],
+                   "first": ["192.52.193.1", 8090], "past-256th": ["192.175.48.60", 8090]}
+        if v6:
+            targets["anyip6"] = ["2620:4f:8000::77", 8090]
+        got, res = run_probe(s, targets)
+        for name in targets:
+            assert got[name + "/proxy"] == "status 403", (name, got)
+        reasons = {d["host"]: d["reason"] for d in res["structuredContent"]["network"]["denied"]}
+        for host, _ in targets.values():
+            assert reasons[host] == "this server's own address", reasons
+        assert hits == [], hits
+        assert "own addresses (what the kernel routes locally" in text_of(s.call("check_environment"))
+        # A rule naming one of them opens that one (the operator's choice).
+        s2 = make_server("--dns-server", "127.0.0.1:9", "--network-allow", "192.31.196.77:8090", preexec_fn=enter)
+        s2.initialize()
+        got, _ = run_probe(s2, {"named": ["192.31.196.77", 8090], "other": ["192.31.196.79", 8090]})
+        assert got["named/proxy"].startswith("OPEN") and "OWN" in got["named/proxy"], got
+        assert got["other/proxy"] == "status 403", got
+    finally:
+        os.close(fd)
+        if listener:
+            listener.kill()
+            listener.wait()
+        ip("netns", "del", ns, check=False)
 
 
 def test_names_are_resolved_as_written(world, make_server):

@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -187,6 +190,60 @@ static void test_net_classes(void **state) {
       fail_msg("%s: class %s, expected %s", cases[i].rule, got ? got : "mixed/public",
                cases[i].cls ? cases[i].cls : "mixed/public");
   }
+}
+
+/* Item 6 of issue 30: an address is this host's own when the kernel routes it locally, however
+ * many addresses the host has and whether an interface or a local route (AnyIP) holds it. */
+static int local_in_child(void) {
+  if (unshare(CLONE_NEWNET) < 0) return 77;
+  if (system("ip link set lo up && ip route add local 192.31.196.0/24 dev lo") != 0) return 77;
+  bool v6 = system("ip -6 route add local 2620:4f:8000::/48 dev lo 2>/dev/null") == 0;
+  /* More than 256 addresses on an interface: a list of them used to stop at the 256th. */
+  FILE *batch = popen("ip -batch -", "w");
+  if (!batch) return 77;
+  for (int i = 1; i <= 254; i++) fprintf(batch, "addr add 192.52.193.%d/32 dev lo\n", i);
+  for (int i = 1; i <= 60; i++) fprintf(batch, "addr add 192.175.48.%d/32 dev lo\n", i);
+  if (pclose(batch) != 0) return 77;
+  static const struct {
+    const char *addr;
+    int local;
+  } cases[] = {
+      {"192.31.196.77", 1},    {"::ffff:192.31.196.1", 1}, {"192.31.197.1", 0},
+      {"192.52.193.1", 1},     {"192.175.48.60", 1},       {"192.175.48.61", 0},
+      {"2620:4f:8000::77", 1}, {"2620:4f:8001::1", 0},     {"127.0.0.1", 1},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
+    if (!v6 && strchr(cases[i].addr, ':') && !strstr(cases[i].addr, "ffff")) continue;
+    eg_addr_t a;
+    if (eg_addr_parse(cases[i].addr, strlen(cases[i].addr), &a) != 0) return 2;
+    int got = eg_addr_is_local(&a);
+    if (got != cases[i].local) {
+      fprintf(stderr, "%s: local %d, expected %d\n", cases[i].addr, got, cases[i].local);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static void test_addr_is_local(void **state) {
+  (void)state;
+  eg_addr_t lo = addr("127.0.0.1"), lo2 = addr("127.3.4.5"), mapped = addr("::ffff:127.0.0.1"),
+            far = addr("192.0.2.1");
+  assert_int_equal(eg_addr_is_local(&lo), 1);
+  assert_int_equal(eg_addr_is_local(&lo2), 1);
+  assert_int_equal(eg_addr_is_local(&mapped), 1);
+  assert_int_equal(eg_addr_is_local(&far), 0);
+  /* AnyIP and many addresses, in a network namespace of the test's own. */
+  if (geteuid() != 0) skip();
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) _exit(local_in_child());
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) skip();
+  assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 /* ---------------------------------------------------------------- rules */
@@ -726,6 +783,7 @@ int main(void) {
       cmocka_unit_test(test_addr_parse),
       cmocka_unit_test(test_addr_classes),
       cmocka_unit_test(test_net_classes),
+      cmocka_unit_test(test_addr_is_local),
       cmocka_unit_test(test_rule_parse),
       cmocka_unit_test(test_rule_match),
       cmocka_unit_test(test_policy_on),
