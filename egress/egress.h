@@ -51,11 +51,23 @@ bool eg_addr_in(const eg_addr_t *a, const eg_addr_t *net, unsigned prefix);
 
 /* Why an address is not on the public internet, judged after eg_addr_normalise: "loopback",
  * "unspecified", "private", "shared (CGNAT)", "link-local", "cloud metadata", "multicast",
- * "broadcast", "reserved", "unique local (ULA)", "site-local"; NULL when it is public. */
+ * "broadcast", "reserved", "unique local (ULA)", "site-local", "documentation",
+ * "benchmarking", "IETF protocol assignments", ... (every range IANA's special-purpose
+ * registries mark not globally reachable); NULL when it is public. */
 const char *eg_addr_class(const eg_addr_t *a);
-/* When every address of net/prefix has one class that is not public, that class (a
- * prefix that is only partly in a denied range, or in several, gets NULL). */
+/* When net/prefix lies wholly within one denied range (the most specific that holds it), that
+ * range's class: the class a rule for that net names.  A prefix only partly in a denied range,
+ * or in several, or within a globally reachable exception, gets NULL.  A NAT64 or mapped
+ * prefix of at least /96 is judged as the IPv4 net it carries. */
 const char *eg_net_class(const eg_addr_t *net, unsigned prefix);
+
+/* Is a (normalised first: an IPv4-mapped, -compatible or NAT64 address as the IPv4 address it
+ * carries) one of this host's own addresses, as the kernel of the caller's network namespace
+ * sees it?  Asked of the kernel, not read from a list: the route lookup for it (RTM_GETROUTE)
+ * says RTN_LOCAL.  That covers every interface address however many there are, IPv6 ones,
+ * and addresses local through a route (AnyIP: `ip route add local ... dev lo`).  1 = own, 0 =
+ * not (or no route at all), -1 = cannot tell (errno). */
+int eg_addr_is_local(const eg_addr_t *a);
 
 /* ---------------------------------------------------------------- rules */
 
@@ -91,8 +103,11 @@ bool eg_rule_match_addr(const eg_rule_t *r, const eg_addr_t *a, uint16_t port);
 /* ---------------------------------------------------------------- policy */
 
 /* What a sandbox may reach.  Deny rules win over everything.  An allow rule that names a
- * destination opens it even in a denied range: an address rule for the addresses it covers,
- * a host rule for whatever that name resolves to (the operator named that host).  A *.suffix
+ * destination opens it even in a denied range: an address rule for the addresses it covers
+ * where it names their range (it lies within it: eg_net_class of the rule is the address's
+ * class; so 0.0.0.0/0 or 64:ff9b::/96 opens public addresses only, and only a rule of that one
+ * address opens the server's own), a host rule for whatever that name resolves to (the
+ * operator named that host).  A *.suffix
  * rule opens only public addresses below the suffix: anyone who controls a name under it
  * could point that name anywhere.  With public_internet, every public address (eg_addr_class
  * NULL, and not one of the server's own addresses) is allowed as well. */
@@ -121,6 +136,21 @@ int eg_policy_precheck(const eg_policy_t *base, const eg_rule_t *narrow, size_t 
 bool eg_policy_allows(const eg_policy_t *base, const eg_rule_t *narrow, size_t n_narrow,
                       const char *host, const eg_addr_t *addr, uint16_t port, const eg_addr_t *own,
                       size_t n_own, char *why, size_t why_size);
+/* An address that the name of a --network-deny NAME rule (base->deny[deny]) resolved to, at
+ * connect time. */
+typedef struct eg_name_addr {
+  size_t deny;
+  eg_addr_t addr;
+} eg_name_addr_t;
+/* Does a name rule deny this destination by its address?  A rule for a name denies the
+ * destination that name is: the addresses it resolves to, whatever name or literal a client
+ * uses to reach them.  Returns the deny rule (a host rule whose port applies) one of whose
+ * resolved addresses (resolved[0..n)) equals addr (both normalised), or NULL.  A *.suffix
+ * rule cannot be resolved: it denies names only. */
+const eg_rule_t *eg_policy_deny_resolved(const eg_policy_t *base, const eg_name_addr_t *resolved,
+                                         size_t n, const eg_addr_t *addr, uint16_t port);
+/* Must the name of this deny rule be resolved to judge a destination at port? */
+bool eg_rule_deny_resolves(const eg_rule_t *r, uint16_t port);
 /* Can a call's rule reach anything base allows?  false (and why) when base denies it
  * entirely: an address rule wholly in a denied range that no allow rule of base overlaps, or
  * covered by a deny rule; a name a deny rule of base names. */

@@ -16,7 +16,8 @@
 #include <ares.h>
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -33,8 +34,8 @@
 #define EG_HEAD_TIMEOUT_MS 30000
 #define EG_CONNECT_TIMEOUT_MS 15000
 #define EG_MAX_CANDIDATES 8
-#define EG_OWN_REFRESH_MS 1000
-#define EG_OWN_MAX 256
+/* The addresses of the denied names a connection keeps (more: refused, as unjudgeable). */
+#define EG_MAX_DENIED_ADDRS 256
 #define EG_DEFAULT_MAX_CONNECTIONS 64
 #define EG_DEFAULT_MAX_TOTAL 4096
 /* All sessions together: beyond this, sessions wait (their sockets are not read).  Lowered
@@ -54,8 +55,12 @@ typedef struct rbuf {
   size_t start, len;
 } rbuf_t;
 
+/* One c-ares query of a connection: its target's name, or the name of a --network-deny rule
+ * (whose addresses the destination must not be). */
 typedef struct lookup {
   conn_t *conn; /* NULL once the connection is gone */
+  struct lookup *next;
+  long deny; /* -1: the target; else the index of the deny rule */
 } lookup_t;
 
 struct conn {
@@ -74,9 +79,17 @@ struct conn {
   eg_request_t *req;
   char host[EG_HOST_MAX + 1];
   uint16_t port;
-  int index; /* K_INDEX: the index it goes to */
-  lookup_t *lookup;
+  int index;         /* K_INDEX: the index it goes to */
+  lookup_t *lookups; /* the queries under way */
+  size_t pending;    /* lookups not answered yet (+1 while they are being started) */
+  eg_addr_t *target; /* the target's addresses (heap), n_target of them */
+  size_t n_target;
+  char *target_error;     /* why the target did not resolve (heap) */
+  eg_name_addr_t *denied; /* what the denied names resolved to (heap) */
+  size_t n_denied;
+  char *denied_error; /* a denied name that could not be resolved: refused (heap) */
   eg_addr_t cand[EG_MAX_CANDIDATES];
+  bool cand_own[EG_MAX_CANDIDATES]; /* judged as this host's own (and opened by a rule) */
   size_t n_cand, next_cand;
   cm_timer_t *timer;
   rbuf_t c2u, u2c;
@@ -128,9 +141,6 @@ struct eg_proxy {
   eg_session_t *sessions;
   size_t n_conns, global_max;
   uint64_t max_conns, max_total, rate;
-  eg_addr_t own[EG_OWN_MAX];
-  size_t n_own;
-  uint64_t own_at_ms;
   eg_index_t indexes[EG_MAX_INDEXES];
   size_t n_indexes;
   eg_tls_ctx_t *tls;
@@ -269,28 +279,80 @@ static void rate_take(eg_session_t *s, size_t n) {
 
 /* ---------------------------------------------------------------- own addresses */
 
-static void refresh_own(eg_proxy_t *p) {
-  uint64_t now = cm_now_ms();
-  if (p->own_at_ms && now - p->own_at_ms < EG_OWN_REFRESH_MS) return;
-  p->own_at_ms = now;
-  struct ifaddrs *ifa = NULL;
-  if (getifaddrs(&ifa) < 0) return; /* keep what we had */
-  p->n_own = 0;
-  for (struct ifaddrs *i = ifa; i && p->n_own < EG_OWN_MAX; i = i->ifa_next) {
-    if (!i->ifa_addr) continue;
-    eg_addr_t a = {0};
-    if (i->ifa_addr->sa_family == AF_INET) {
-      a.family = AF_INET;
-      memcpy(a.bytes, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
-    } else if (i->ifa_addr->sa_family == AF_INET6) {
-      a.family = AF_INET6;
-      memcpy(a.bytes, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
-    } else {
-      continue;
+int eg_addr_is_local(const eg_addr_t *addr) {
+  eg_addr_t a;
+  eg_addr_normalise(addr, &a);
+  size_t len = a.family == AF_INET ? 4 : 16;
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return -1;
+  struct {
+    struct nlmsghdr h;
+    struct rtmsg r;
+    char attrs[RTA_SPACE(16)];
+  } req;
+  memset(&req, 0, sizeof req);
+  req.h.nlmsg_len = NLMSG_LENGTH(sizeof req.r);
+  req.h.nlmsg_type = RTM_GETROUTE;
+  req.h.nlmsg_flags = NLM_F_REQUEST;
+  req.h.nlmsg_seq = 1;
+  req.r.rtm_family = (unsigned char)a.family;
+  req.r.rtm_dst_len = (unsigned char)(len * 8);
+  struct rtattr *rta = (struct rtattr *)((char *)&req + NLMSG_ALIGN(req.h.nlmsg_len));
+  rta->rta_type = RTA_DST;
+  rta->rta_len = (unsigned short)RTA_LENGTH(len);
+  memcpy(RTA_DATA(rta), a.bytes, len);
+  req.h.nlmsg_len = NLMSG_ALIGN(req.h.nlmsg_len) + RTA_ALIGN(rta->rta_len);
+  struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+  int rc = -1;
+  if (sendto(fd, &req, req.h.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof kernel) < 0) goto out;
+  /* The kernel answers while handling the request: the answer is there at once (never a wait
+   * on the loop; none there is "cannot tell"). */
+  union {
+    struct nlmsghdr h;
+    char buf[8192];
+  } answer;
+  ssize_t n = recv(fd, answer.buf, sizeof answer.buf, MSG_DONTWAIT);
+  if (n < (ssize_t)sizeof(struct nlmsghdr)) goto out;
+  for (struct nlmsghdr *h = &answer.h; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+    if (h->nlmsg_type == NLMSG_ERROR) {
+      /* No route to it (unreachable, prohibited, a family the host lacks): not ours. */
+      rc = 0;
+      break;
     }
-    p->own[p->n_own++] = a;
+    if (h->nlmsg_type == RTM_NEWROUTE && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct rtmsg))) {
+      const struct rtmsg *r = NLMSG_DATA(h);
+      rc = r->rtm_type == RTN_LOCAL;
+      break;
+    }
   }
-  freeifaddrs(ifa);
+out:;
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  return rc;
+}
+
+/* Has a connection ended up at this host (its local and peer addresses are the same)?  What
+ * the kernel delivers to itself through a local route: the last word on own addresses. */
+static bool connected_to_self(int fd) {
+  struct sockaddr_storage l, r;
+  socklen_t ll = sizeof l, rl = sizeof r;
+  if (getsockname(fd, (struct sockaddr *)&l, &ll) < 0 ||
+      getpeername(fd, (struct sockaddr *)&r, &rl) < 0)
+    return false;
+  eg_addr_t a[2] = {{0}, {0}};
+  const struct sockaddr_storage *ss[2] = {&l, &r};
+  for (int i = 0; i < 2; i++) {
+    eg_addr_t raw = {.family = ss[i]->ss_family};
+    if (ss[i]->ss_family == AF_INET)
+      memcpy(raw.bytes, &((const struct sockaddr_in *)ss[i])->sin_addr, 4);
+    else if (ss[i]->ss_family == AF_INET6)
+      memcpy(raw.bytes, &((const struct sockaddr_in6 *)ss[i])->sin6_addr, 16);
+    else
+      return false;
+    eg_addr_normalise(&raw, &a[i]);
+  }
+  return eg_addr_equal(&a[0], &a[1]);
 }
 
 /* ---------------------------------------------------------------- c-ares on the loop */
@@ -354,14 +416,32 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
     return;
   }
   eg_session_t *s = c->s;
-  refresh_own(s->proxy);
   char first_why[EG_REASON_MAX] = "", first_shown[EG_REASON_MAX] = "";
   c->n_cand = 0;
   for (size_t i = 0; i < n && c->n_cand < EG_MAX_CANDIDATES; i++) {
     char why[EG_REASON_MAX];
     bool narrowed = s->narrow != NULL;
+    const eg_rule_t *d =
+        eg_policy_deny_resolved(&s->policy, c->denied, c->n_denied, &addrs[i], c->port);
+    if (d) {
+      /* The client hears which rule, never the address (the sandbox cannot resolve). */
+      if (!first_why[0]) {
+        char at[64];
+        snprintf(first_shown, sizeof first_shown,
+                 "denied by --network-deny %.100s (the same destination)", d->text);
+        snprintf(first_why, sizeof first_why,
+                 "denied by --network-deny %.100s (that name resolves to %s)", d->text,
+                 eg_addr_format(&addrs[i], at, sizeof at));
+      }
+      continue;
+    }
+    /* The server's own addresses, asked of the kernel for this very address (an address it
+     * cannot judge is refused as one). */
+    int local = eg_addr_is_local(&addrs[i]);
+    if (local < 0) cm_warn("egress: cannot tell whether an address is this host's: %m");
     if (eg_policy_allows(&s->policy, narrowed ? s->narrow : NULL, s->n_narrow, c->host, &addrs[i],
-                         c->port, s->proxy->own, s->proxy->n_own, why, sizeof why)) {
+                         c->port, &addrs[i], local != 0 ? 1 : 0, why, sizeof why)) {
+      c->cand_own[c->n_cand] = local != 0;
       c->cand[c->n_cand++] = addrs[i];
     } else if (!first_why[0]) {
       snprintf(first_shown, sizeof first_shown, "%s", why);
@@ -384,24 +464,41 @@ static void resolved(conn_t *c, const eg_addr_t *addrs, size_t n, const char *er
   conn_connect_next(c);
 }
 
+/* Every query of c is answered: judge. */
+static void lookups_done(conn_t *c) {
+  if (c->denied_error) {
+    deny(c, c->denied_error);
+    return;
+  }
+  if (c->target_error) {
+    resolved(c, NULL, 0, c->target_error);
+    return;
+  }
+  resolved(c, c->target, c->n_target, c->n_target ? NULL : "no address");
+}
+
+static void lookup_unlink(conn_t *c, lookup_t *lk) {
+  for (lookup_t **pp = &c->lookups; *pp; pp = &(*pp)->next)
+    if (*pp == lk) {
+      *pp = lk->next;
+      return;
+    }
+}
+
 static void on_addrinfo(void *arg, int status, int timeouts, struct ares_addrinfo *res) {
   lookup_t *lk = arg;
   conn_t *c = lk->conn;
+  long deny_index = lk->deny;
+  if (c) lookup_unlink(c, lk);
   free(lk);
   if (!c) {
     if (res) ares_freeaddrinfo(res);
     return;
   }
-  c->lookup = NULL;
-  if (status != ARES_SUCCESS || !res) {
-    if (res) ares_freeaddrinfo(res);
-    resolved(c, NULL, 0, ares_strerror(status));
-    return;
-  }
   eg_addr_t addrs[32];
   size_t n = 0;
-  for (struct ares_addrinfo_node *nd = res->nodes; nd && n < CM_ARRAY_SIZE(addrs);
-       nd = nd->ai_next) {
+  for (struct ares_addrinfo_node *nd = res && status == ARES_SUCCESS ? res->nodes : NULL;
+       nd && n < CM_ARRAY_SIZE(addrs); nd = nd->ai_next) {
     if (nd->ai_family == AF_INET && nd->ai_addr) {
       addrs[n] = (eg_addr_t){.family = AF_INET};
       memcpy(addrs[n].bytes, &((struct sockaddr_in *)nd->ai_addr)->sin_addr, 4);
@@ -412,8 +509,51 @@ static void on_addrinfo(void *arg, int status, int timeouts, struct ares_addrinf
       n++;
     }
   }
-  ares_freeaddrinfo(res);
-  resolved(c, addrs, n, n ? NULL : "no address");
+  if (res) ares_freeaddrinfo(res);
+  if (deny_index < 0) {
+    if (status != ARES_SUCCESS) {
+      c->target_error = xstrdup(ares_strerror(status));
+    } else {
+      c->target = n ? xmemdup(addrs, n * sizeof *addrs) : NULL;
+      c->n_target = n;
+    }
+  } else if (status == ARES_SUCCESS) {
+    if (c->n_denied + n > EG_MAX_DENIED_ADDRS) {
+      if (!c->denied_error)
+        c->denied_error = xasprintf(
+            "the names of --network-deny rules resolve to more than %d "
+            "addresses, too many to judge this destination",
+            EG_MAX_DENIED_ADDRS);
+    } else {
+      c->denied = xrealloc(c->denied, (c->n_denied + n) * sizeof *c->denied);
+      for (size_t i = 0; i < n; i++)
+        c->denied[c->n_denied++] = (eg_name_addr_t){(size_t)deny_index, addrs[i]};
+    }
+  } else if (status != ARES_ENOTFOUND && status != ARES_ENODATA && !c->denied_error) {
+    /* A denied name that does not exist names no destination; one the resolver cannot
+     * answer for might be this one: refuse rather than guess. */
+    const eg_rule_t *r = &c->s->policy.deny[deny_index];
+    c->denied_error = xasprintf(
+        "cannot resolve %.100s (a --network-deny name) to judge this "
+        "destination: %s",
+        r->host, ares_strerror(status));
+  }
+  if (--c->pending == 0) lookups_done(c);
+}
+
+static void lookup_start(conn_t *c, const char *name, long deny_index) {
+  eg_proxy_t *p = c->s->proxy;
+  lookup_t *lk = xcalloc(1, sizeof *lk);
+  lk->conn = c;
+  lk->deny = deny_index;
+  lk->next = c->lookups;
+  c->lookups = lk;
+  c->pending++;
+  struct ares_addrinfo_hints hints = {
+      .ai_flags = ARES_AI_NOSORT, .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  /* May answer at once (the hosts file, say); c->pending holds the judgement back until every
+   * query is started. */
+  ares_getaddrinfo(p->channel, name, NULL, &hints, on_addrinfo, lk);
 }
 
 /* The target is known (c->host, c->port): judge it, resolve it, connect. */
@@ -427,8 +567,14 @@ static void conn_route(conn_t *c) {
   }
   cm_timer_cancel(c->timer);
   c->timer = NULL;
+  /* A --network-deny NAME denies the destination that name is: its addresses are resolved
+   * now, beside the target's, and no address of the target may be one of them. */
+  bool deny_names = false;
+  for (size_t i = 0; i < s->policy.n_deny; i++)
+    deny_names |= eg_rule_deny_resolves(&s->policy.deny[i], c->port);
   eg_addr_t lit;
-  if (eg_addr_parse(c->host, strlen(c->host), &lit) == 0) {
+  bool literal = eg_addr_parse(c->host, strlen(c->host), &lit) == 0;
+  if (literal && !deny_names) {
     resolved(c, &lit, 1, NULL);
     return;
   }
@@ -437,16 +583,19 @@ static void conn_route(conn_t *c) {
     resolved(c, NULL, 0, "the resolver is not available");
     return;
   }
+  if (literal) {
+    c->target = xmemdup(&lit, sizeof lit);
+    c->n_target = 1;
+  }
   c->state = C_RESOLVING;
   conn_update(c);
-  lookup_t *lk = xcalloc(1, sizeof *lk);
-  lk->conn = c;
-  c->lookup = lk;
-  struct ares_addrinfo_hints hints = {
-      .ai_flags = ARES_AI_NOSORT, .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-  /* May answer at once (the hosts file, say), and then c may be closed already. */
-  ares_getaddrinfo(p->channel, c->host, NULL, &hints, on_addrinfo, lk);
+  c->pending = 1;
+  if (!literal) lookup_start(c, c->host, -1);
+  for (size_t i = 0; i < s->policy.n_deny && !c->closed; i++)
+    if (eg_rule_deny_resolves(&s->policy.deny[i], c->port))
+      lookup_start(c, s->policy.deny[i].host, (long)i);
   ares_reschedule(p);
+  if (!c->closed && --c->pending == 0) lookups_done(c);
 }
 
 /* ---------------------------------------------------------------- connecting */
@@ -849,6 +998,12 @@ static void on_upstream(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
     }
     cm_timer_cancel(c->timer);
     c->timer = NULL;
+    /* An address judged not to be this host's that still led to it (it became local since,
+     * or a route made it so): refused all the same. */
+    if (!c->cand_own[c->next_cand - 1] && connected_to_self(fd)) {
+      deny(c, "this server's own address");
+      return;
+    }
     if (c->index >= 0 && c->s->proxy->indexes[c->index].url.https) {
       cm_error_t err = CM_ERROR_INIT;
       eg_proxy_t *p = c->s->proxy;
@@ -1080,6 +1235,10 @@ static void conn_free(void *data) {
   conn_t *c = data;
   free(c->head);
   free(c->req);
+  free(c->target);
+  free(c->target_error);
+  free(c->denied);
+  free(c->denied_error);
   free(c->c2u.data);
   free(c->u2c.data);
   free(c);
@@ -1089,8 +1248,8 @@ static void conn_close(conn_t *c) {
   if (c->closed) return;
   c->closed = true;
   eg_session_t *s = c->s;
-  if (c->lookup) c->lookup->conn = NULL;
-  c->lookup = NULL;
+  for (lookup_t *lk = c->lookups; lk; lk = lk->next) lk->conn = NULL;
+  c->lookups = NULL;
   cm_timer_cancel(c->timer);
   c->timer = NULL;
   cm_watch_remove(c->cw);

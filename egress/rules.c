@@ -104,11 +104,17 @@ typedef struct addr_range {
   const char *why;
 } addr_range_t;
 
-/* Most specific first: the first range that holds an address names its class. */
+/* The ranges IANA's special-purpose address registries mark not globally reachable (plus
+ * cloud metadata, and the deprecated ranges that were), most specific first: the first
+ * range that holds an address names its class.  An entry with a NULL class is an exception
+ * the registry marks globally reachable inside a wider denied range (192.0.0.9, the Teredo
+ * prefix whose addresses are judged by the IPv4 address they carry, AS112, ...). */
 static const addr_range_t denied_ranges[] = {
     {AF_INET, {169, 254, 169, 254}, 32, "cloud metadata"},
     {AF_INET, {100, 100, 100, 200}, 32, "cloud metadata"},
     {AF_INET, {255, 255, 255, 255}, 32, "broadcast"},
+    {AF_INET, {192, 0, 0, 9}, 32, NULL},  /* PCP anycast */
+    {AF_INET, {192, 0, 0, 10}, 32, NULL}, /* TURN anycast */
     {AF_INET, {0}, 8, "unspecified"},
     {AF_INET, {127}, 8, "loopback"},
     {AF_INET, {10}, 8, "private"},
@@ -116,10 +122,33 @@ static const addr_range_t denied_ranges[] = {
     {AF_INET, {192, 168}, 16, "private"},
     {AF_INET, {100, 64}, 10, "shared (CGNAT)"},
     {AF_INET, {169, 254}, 16, "link-local"},
+    {AF_INET, {192, 0, 0}, 24, "IETF protocol assignments"},
+    {AF_INET, {192, 0, 2}, 24, "documentation"},
+    {AF_INET, {198, 51, 100}, 24, "documentation"},
+    {AF_INET, {203, 0, 113}, 24, "documentation"},
+    {AF_INET, {198, 18}, 15, "benchmarking"},
+    {AF_INET, {192, 88, 99}, 24, "6to4 relay anycast (deprecated)"},
     {AF_INET, {224}, 4, "multicast"},
     {AF_INET, {240}, 4, "reserved"},
     {AF_INET6, {0}, 128, "unspecified"},
     {AF_INET6, {[15] = 1}, 128, "loopback"},
+    {AF_INET6, {0x20, 0x01, 0x00, 0x01, [15] = 1}, 128, NULL},  /* PCP anycast */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x01, [15] = 2}, 128, NULL},  /* TURN anycast */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x01, [15] = 3}, 128, NULL},  /* DNS-SD SRP anycast */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x04, 0x01, 0x12}, 48, NULL}, /* AS112 */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x00}, 32, NULL},             /* Teredo */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x03}, 32, NULL},             /* AMT */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x20}, 28, NULL},             /* ORCHIDv2 */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x30}, 28, NULL},             /* Drone Remote ID */
+    {AF_INET6, {0x20, 0x01, 0x00, 0x02, 0x00, 0x00}, 48, "benchmarking"},
+    {AF_INET6, {0x20, 0x01, 0x00, 0x10}, 28, "ORCHID (deprecated)"},
+    {AF_INET6, {0x20, 0x01}, 23, "IETF protocol assignments"},
+    {AF_INET6, {0x20, 0x01, 0x0d, 0xb8}, 32, "documentation"},
+    {AF_INET6, {0x3f, 0xff}, 20, "documentation"},
+    {AF_INET6, {0x00, 0x64, 0xff, 0x9b, 0x00, 0x01}, 48, "local-use IPv4/IPv6 translation"},
+    {AF_INET6, {0x01, 0x00, [8] = 0}, 64, "discard-only"},
+    {AF_INET6, {0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01}, 64, "dummy prefix"},
+    {AF_INET6, {0x5f, 0x00}, 16, "segment routing (SRv6 SIDs)"},
     {AF_INET6, {0xfe, 0x80}, 10, "link-local"},
     {AF_INET6, {0xfe, 0xc0}, 10, "site-local"},
     {AF_INET6, {0xfc}, 7, "unique local (ULA)"},
@@ -176,6 +205,12 @@ static bool nets_overlap(const eg_addr_t *a, unsigned pa, const eg_addr_t *b, un
 const char *eg_net_class(const eg_addr_t *net, unsigned prefix) {
   unsigned bits = net->family == AF_INET ? 32 : 128;
   if (prefix >= bits) return eg_addr_class(net);
+  if (net->family == AF_INET6 && prefix >= 96) {
+    /* Within the IPv4 space a NAT64 (or mapped) prefix carries: judged as that IPv4 net. */
+    eg_addr_t v4;
+    eg_addr_normalise(net, &v4);
+    if (v4.family == AF_INET) return eg_net_class(&v4, prefix - 96);
+  }
   for (size_t i = 0; i < CM_ARRAY_SIZE(denied_ranges); i++) {
     const addr_range_t *r = &denied_ranges[i];
     eg_addr_t rn = {.family = r->family};
@@ -270,12 +305,16 @@ static int parse_net(const char *buf, size_t len, eg_rule_t *r) {
     }
     if (prefix > bits || (plen > 1 && p[0] == '0')) return -1;
   }
-  /* A rule in IPv4-mapped, -compatible or NAT64 space means the IPv4 addresses it carries. */
+  /* A rule in IPv4-mapped or -compatible space means the IPv4 addresses it carries: the
+   * kernel reaches exactly those.  A NAT64 rule (64:ff9b::/96) stays in its own family: it
+   * names the addresses of the translator's prefix, not every IPv4 destination (what it may
+   * open of a denied range is judged on the IPv4 space it carries, see eg_net_class). */
   eg_addr_t n;
   eg_addr_normalise(&a, &n);
+  static const uint8_t nat64[12] = {0x00, 0x64, 0xff, 0x9b};
   if (n.family == AF_INET && a.family == AF_INET6) {
-    if (prefix < 96) {
-      n = a; /* wider than the embedded space: keep it as IPv6 */
+    if (prefix < 96 || memcmp(a.bytes, nat64, 12) == 0) {
+      n = a; /* wider than the embedded space, or NAT64: keep it as IPv6 */
     } else {
       prefix -= 96;
     }
@@ -455,6 +494,20 @@ int eg_policy_precheck(const eg_policy_t *base, const eg_rule_t *narrow, size_t 
   return 0;
 }
 
+/* Does an address rule open an address of class cls (NULL: public) that it matches?  Only
+ * when it names that class: the rule lies wholly within the range of that class (127.0.0.1,
+ * 10.0.0.0/8, 169.254.169.254), so a wide rule (0.0.0.0/0, ::ffff:0:0/96, 64:ff9b::/96)
+ * opens the public addresses it covers and never widens into loopback, link-local, metadata
+ * or another denied range.  The server's own (otherwise public) addresses only for a rule
+ * that names that one address. */
+static bool net_rule_opens(const eg_rule_t *r, const char *cls, bool own_only) {
+  if (!cls) return true;
+  unsigned bits = r->addr.family == AF_INET ? 32 : 128;
+  if (own_only) return r->prefix == bits;
+  const char *rc = eg_net_class(&r->addr, r->prefix);
+  return rc && strcmp(rc, cls) == 0;
+}
+
 bool eg_policy_allows(const eg_policy_t *base, const eg_rule_t *narrow, size_t n_narrow,
                       const char *host, const eg_addr_t *addr, uint16_t port, const eg_addr_t *own,
                       size_t n_own, char *why, size_t why_size) {
@@ -470,16 +523,20 @@ bool eg_policy_allows(const eg_policy_t *base, const eg_rule_t *narrow, size_t n
     return false;
   }
   const char *cls = eg_addr_class(&a);
+  bool own_only = false;
   for (size_t i = 0; !cls && i < n_own; i++) {
     eg_addr_t o;
     eg_addr_normalise(&own[i], &o);
-    if (eg_addr_equal(&o, &a)) cls = "this server's own address";
+    if (eg_addr_equal(&o, &a)) {
+      cls = "this server's own address";
+      own_only = true;
+    }
   }
   bool ok = base->public_internet && !cls;
   for (size_t i = 0; !ok && i < base->n_allow; i++) {
     const eg_rule_t *r = &base->allow[i];
     if (r->kind == EG_RULE_NET)
-      ok = eg_rule_match_addr(r, addr, port);
+      ok = eg_rule_match_addr(r, addr, port) && net_rule_opens(r, cls, own_only);
     else if (name && eg_rule_match_name(r, name, port))
       ok = r->kind == EG_RULE_HOST || !cls;
   }
@@ -503,6 +560,25 @@ bool eg_policy_allows(const eg_policy_t *base, const eg_rule_t *narrow, size_t n
     }
   }
   return true;
+}
+
+bool eg_rule_deny_resolves(const eg_rule_t *r, uint16_t port) {
+  return r->kind == EG_RULE_HOST && (!r->port || r->port == port);
+}
+
+const eg_rule_t *eg_policy_deny_resolved(const eg_policy_t *base, const eg_name_addr_t *resolved,
+                                         size_t n, const eg_addr_t *addr, uint16_t port) {
+  eg_addr_t a;
+  eg_addr_normalise(addr, &a);
+  for (size_t i = 0; i < n; i++) {
+    if (resolved[i].deny >= base->n_deny) continue;
+    const eg_rule_t *r = &base->deny[resolved[i].deny];
+    if (!eg_rule_deny_resolves(r, port)) continue;
+    eg_addr_t d;
+    eg_addr_normalise(&resolved[i].addr, &d);
+    if (eg_addr_equal(&a, &d)) return r;
+  }
+  return NULL;
 }
 
 /* Do two networks share an address? */
@@ -547,8 +623,11 @@ bool eg_policy_narrowing_ok(const eg_policy_t *base, const eg_rule_t *rule, char
     if (!cls && base->public_internet) return true;
     for (size_t i = 0; i < base->n_allow; i++) {
       const eg_rule_t *r = &base->allow[i];
+      /* An allow rule opens a denied range only where it names it (net_rule_opens). */
+      const char *rc = r->kind == EG_RULE_NET ? eg_net_class(&r->addr, r->prefix) : NULL;
       if (r->kind == EG_RULE_NET && ports_overlap(r->port, rule->port) &&
-          nets_overlap(&r->addr, r->prefix, &rule->addr, rule->prefix))
+          nets_overlap(&r->addr, r->prefix, &rule->addr, rule->prefix) &&
+          (!cls || (rc && strcmp(rc, cls) == 0)))
         return true;
       /* A host rule may resolve anywhere; a suffix rule only to public addresses. */
       if (r->kind == EG_RULE_HOST && ports_overlap(r->port, rule->port)) return true;

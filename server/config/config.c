@@ -132,7 +132,9 @@ static const opt_def_t options[] = {
      "also allow a destination: host, *.suffix, address or prefix, with an optional :port; opens "
      "denied ranges, e.g. 127.0.0.1:8080 (repeatable)"},
     {"network-deny", OPT_LIST, OFF(network_deny), "RULE", NULL,
-     "deny a destination (wins over every allow rule; repeatable)"},
+     "deny a destination (wins over every allow rule; repeatable): a host name also denies the "
+     "addresses it resolves to (at connect time), so the same server is denied by its address "
+     "or any other name; a *.suffix denies the names below it only"},
     {"build-network-allow", OPT_LIST, OFF(build_network_allow), "RULE", NULL,
      "let dependency builds reach a destination besides the index hosts (repeatable)"},
     {"dns-server", OPT_LIST, OFF(dns_servers), "ADDR[:PORT]", NULL,

@@ -300,10 +300,11 @@ void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend
         "the "
         "server's egress proxy (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY=http://127.0.0.1:%d inside the "
         "sandbox: HTTP CONNECT, plain HTTP, SOCKS5), which reaches the public internet and refuses "
-        "loopback, private (RFC 1918), CGNAT, link-local, ULA, multicast, cloud metadata and this "
-        "server's own addresses, judged on every resolved address, unless a rule names them; a "
-        "call "
-        "may narrow it with network: [rules]\n",
+        "every range IANA's special-purpose registries mark not globally reachable (loopback, "
+        "private (RFC 1918), CGNAT, link-local, ULA, documentation, benchmarking, multicast, "
+        "reserved, ...), cloud metadata and this server's own addresses (what the kernel routes "
+        "locally: every interface address, AnyIP routes), judged on every resolved address, "
+        "unless a rule names them; a call may narrow it with network: [rules]\n",
         EG_SANDBOX_PORT);
   }
   cleanup_free char *allow = NULL, *deny = NULL;
@@ -319,11 +320,14 @@ void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend
     free(deny);
     deny = s;
   }
-  cm_buf_printf(t,
-                "Network rules: allow %s; deny %s (deny wins; a host rule opens what that name "
-                "resolves to, a "
-                "*.suffix rule only public addresses, an address rule its range)\n",
-                allow ? allow : "none", deny ? deny : "none");
+  cm_buf_printf(
+      t,
+      "Network rules: allow %s; deny %s (deny wins; a host rule opens what that name "
+      "resolves to, a *.suffix rule only public addresses, an address rule a denied range "
+      "only when it lies within it: 0.0.0.0/0 or 64:ff9b::/96 never open loopback or "
+      "metadata; a denied name also denies the addresses it resolves to, a denied *.suffix "
+      "names only)\n",
+      allow ? allow : "none", deny ? deny : "none");
   cleanup_free char *proxy_desc = n->proxy ? eg_proxy_describe(n->proxy) : NULL;
   if (proxied || !cfg->offline)
     cm_buf_printf(t, "Egress proxy: %s\n",

@@ -276,7 +276,7 @@ def test_egress_reaches_only_what_the_policy_allows(engine, start, host_http):
     assert any(d["host"] == "127.0.0.2" for d in net["denied"]), net
     assert "network: denied 1 destination: 127.0.0.2" in text(res)
     # A call's list narrows: the allowed server is not on it, so it is denied too.
-    res = s.execute(script, network=["198.51.100.7:80"])
+    res = s.execute(script, network=["93.184.216.34:80"])
     out = res["structuredContent"]["stdout"]
     assert "proxied ERR" in out, out
     assert res["structuredContent"]["network"]["policy"] == "rules"

@@ -7,9 +7,11 @@ installs from a credentialed index; a call can narrow the policy but never widen
 are reported; a run's connections end with it.
 
 Everything stays on loopback and in a network namespace the test makes (a veth pair to
-198.51.100.1, with 10.77.0.1 and 169.254.77.1 behind it); the test's own DNS responder on
+192.175.48.1, with 10.77.0.1, 169.254.77.1 and special-purpose addresses behind it); the
+test's own DNS responder on
 loopback answers the names (--dns-server).  Needs the bwrap backend and root (ip netns)."""
 import base64
+import ctypes
 import http.server
 import io
 import json
@@ -42,7 +44,13 @@ pytestmark = [pytest.mark.skipif(BACKEND != "bwrap", reason="only the bwrap back
 
 SECRET = "s3cr3t-index-token-9f2c7"
 SECRET2 = "s3cr3t-other-pip-var-41d0"
-NS_ADDR, NS_PRIVATE, NS_LINKLOCAL, HOST_VETH = "198.51.100.1", "10.77.0.1", "169.254.77.1", "198.51.100.2"
+# 192.175.48.0/24 (AS112 direct delegation) is one of the few special-purpose ranges IANA marks
+# globally reachable: public as far as the policy goes, and nothing this machine talks to.
+NS_ADDR, NS_PRIVATE, NS_LINKLOCAL, HOST_VETH = "192.175.48.1", "10.77.0.1", "169.254.77.1", "192.175.48.2"
+NS_ADDR2 = "192.175.48.3"  # a second public server of the namespace's
+# Special-purpose ranges IANA marks not globally reachable (benchmarking, documentation, IETF
+# protocol assignments): denied like private ones (issue 30, 8).
+NS_SPECIAL = {"benchmarking": "198.18.77.1", "documentation": "198.51.100.77", "IETF protocol assignments": "192.0.0.77"}
 NS_PORT = 8080
 
 
@@ -231,9 +239,9 @@ def ip(*args, check=True):
 
 
 class TestNamespace:
-    """netns with 198.51.100.1 (a documentation address, public as far as the policy goes), plus
-    10.77.0.1 (private) and 169.254.77.1 (link-local), routed from the host over a veth whose
-    host end is 198.51.100.2; an HTTP server on port 8080 of all three that logs each hit."""
+    """netns with 192.175.48.1 (public as far as the policy goes), plus 10.77.0.1 (private),
+    169.254.77.1 (link-local) and NS_SPECIAL, routed from the host over a veth whose host end
+    is 192.175.48.2; an HTTP server on port 8080 of all of them that logs each hit."""
 
     def __init__(self):
         tag = str(os.getpid())[-6:]
@@ -247,12 +255,12 @@ class TestNamespace:
             ip("link", "set", self.ns_if, "netns", self.ns)
             ip("addr", "add", f"{HOST_VETH}/24", "dev", self.host_if)
             ip("link", "set", self.host_if, "up")
-            for a in (f"{NS_ADDR}/24", f"{NS_PRIVATE}/32", f"{NS_LINKLOCAL}/32"):
+            for a in (f"{NS_ADDR}/24", f"{NS_ADDR2}/24", f"{NS_PRIVATE}/32", f"{NS_LINKLOCAL}/32", *(f"{x}/32" for x in NS_SPECIAL.values())):
                 ip("netns", "exec", self.ns, "ip", "addr", "add", a, "dev", self.ns_if)
             ip("netns", "exec", self.ns, "ip", "link", "set", self.ns_if, "up")
             ip("netns", "exec", self.ns, "ip", "link", "set", "lo", "up")
             ip("netns", "exec", self.ns, "ip", "route", "add", "default", "via", HOST_VETH)
-            for a in (NS_PRIVATE, NS_LINKLOCAL):
+            for a in (NS_PRIVATE, NS_LINKLOCAL, *NS_SPECIAL.values()):
                 ip("route", "add", f"{a}/32", "via", NS_ADDR, "dev", self.host_if)
             self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, "-u", "-c", NS_SERVER, str(NS_PORT)],
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -374,7 +382,7 @@ def world():
         ns = TestNamespace()
         made.append(ns)
         # The namespace really is reachable from the host (else the test proves nothing).
-        for a in (NS_ADDR, NS_PRIVATE, NS_LINKLOCAL):
+        for a in (NS_ADDR, NS_PRIVATE, NS_LINKLOCAL, *NS_SPECIAL.values()):
             with socket.create_connection((a, NS_PORT), timeout=5) as c:
                 c.sendall(b"GET /sanity HTTP/1.0\r\n\r\n")
                 data = b""
@@ -393,7 +401,8 @@ def world():
         w["dns"] = DnsResponder({"evil.test": "127.0.0.1", "evil6.test": "::1", "private.test": NS_PRIVATE,
                                  "linklocal.test": NS_LINKLOCAL, "meta.test": "169.254.169.254",
                                  "public.test": NS_ADDR, "veth.test": HOST_VETH, "searched.corp.test": NS_ADDR,
-                                 "tls-index.test": ["127.0.0.2", "127.0.0.1"]})
+                                 "tls-index.test": ["127.0.0.2", "127.0.0.1"], "bench.test": NS_SPECIAL["benchmarking"],
+                                 "alias.test": NS_ADDR, "other.test": NS_ADDR2, "both.test": [NS_ADDR, NS_ADDR2]})
         made.append(w["dns"])
         w["allowed"] = allowed_http_server()
         w["hold"] = Hold()
@@ -418,7 +427,9 @@ def forbidden_targets(w, http_port=None):
          "linklocal": [NS_LINKLOCAL, NS_PORT], "name-loopback": ["evil.test", w["c4"].port],
          "name-loopback6": ["evil6.test", w["c6"].port], "name-private": ["private.test", NS_PORT],
          "name-linklocal": ["linklocal.test", NS_PORT], "name-metadata": ["meta.test", 80],
-         "metadata": ["169.254.169.254", 80]}
+         "metadata": ["169.254.169.254", 80], "name-benchmarking": ["bench.test", NS_PORT]}
+    for cls, a in NS_SPECIAL.items():
+        t["special-" + cls] = [a, NS_PORT]
     if w["ciface"]:
         t["iface"] = [w["ciface"].addr[0], w["ciface"].port]
     if http_port:
@@ -480,7 +491,7 @@ def test_script_reaches_nothing_forbidden(net_server, world, http_server_port):
     assert got["abstract"].startswith("closed")
     for c in canaries(world):
         assert c.accepted == [], c.addr
-    assert not [h for h in world["ns"].hits if h[0] in (NS_PRIVATE, NS_LINKLOCAL)]
+    assert not [h for h in world["ns"].hits if h[0] in (NS_PRIVATE, NS_LINKLOCAL, *NS_SPECIAL.values())]
     # Every refusal is in the result, with why.
     net = res["structuredContent"]["network"]
     assert net["policy"] == "on" and net["proxied"] is True
@@ -494,6 +505,9 @@ def test_script_reaches_nothing_forbidden(net_server, world, http_server_port):
     assert denied[("169.254.169.254", 80)] == "cloud metadata"
     assert "loopback" in denied[("evil.test", world["c4"].port)] and "127.0.0.1" in denied[("evil.test", world["c4"].port)]
     assert denied[("127.0.0.1", http_server_port)] == "loopback"
+    for cls, a in NS_SPECIAL.items():
+        assert denied[(a, NS_PORT)] == cls, denied
+    assert denied[("bench.test", NS_PORT)].startswith("benchmarking")
     text = text_of(res)
     assert f"--- network: denied {len(targets)} destinations: " in text
     assert "(ask the operator for a --network-allow rule) ---" in text
@@ -678,6 +692,137 @@ def test_profile_rules(make_server, world, tmp_path):
 
 
 
+def test_wide_rules_never_open_denied_ranges(world, make_server):
+    """A NAT64 or IPv4-mapped rule, or 0.0.0.0/0, opens public addresses only: never loopback,
+    link-local, private, cloud metadata or a special-purpose range (issue 30, 7 and 8); a rule
+    that names a special-purpose range opens it."""
+    s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-allow", "64:ff9b::/96",
+                    "--network-allow", "::ffff:0:0/96", "--network-allow", "0.0.0.0/0", "--network-allow", "::/0",
+                    "--network-allow", f"{NS_SPECIAL['benchmarking']}:{NS_PORT}")
+    s.initialize()
+    targets = {"loopback4": ["127.0.0.1", world["c4"].port], "mapped-loopback": ["::ffff:127.0.0.1", world["c4"].port],
+               "nat64-loopback": ["64:ff9b::7f00:1", world["c4"].port], "loopback6": ["::1", world["c6"].port],
+               "private": [NS_PRIVATE, NS_PORT], "linklocal": [NS_LINKLOCAL, NS_PORT],
+               "metadata": ["169.254.169.254", 80], "name-loopback": ["evil.test", world["c4"].port],
+               "documentation": [NS_SPECIAL["documentation"], NS_PORT], "public": [NS_ADDR, NS_PORT],
+               "named-special": [NS_SPECIAL["benchmarking"], NS_PORT]}
+    got, res = run_probe(s, targets)
+    for name in targets:
+        if name in ("public", "named-special"):
+            assert got[name + "/proxy"].startswith("OPEN") and "hello from the test namespace" in got[name + "/proxy"], got
+        else:
+            assert got[name + "/proxy"] == "status 403", (name, got)
+    assert world["c4"].accepted == [] and world["c6"].accepted == []
+    reasons = {d["host"]: d["reason"] for d in res["structuredContent"]["network"]["denied"]}
+    assert reasons["::ffff:127.0.0.1"] == "loopback" and reasons["64:ff9b::7f00:1"] == "loopback", reasons
+    assert reasons["169.254.169.254"] == "cloud metadata" and reasons[NS_SPECIAL["documentation"]] == "documentation"
+    # A call cannot reach them through those rules either.
+    res = s.execute("print(1)", network=["127.0.0.1"])
+    assert res["isError"] is True and "loopback" in text_of(res), text_of(res)
+    text = text_of(s.call("check_environment"))
+    assert "not globally reachable" in text and "64:ff9b::/96" in text, text
+
+
+def test_deny_name_denies_its_destination(world, make_server):
+    """--network-deny NAME denies the server that name is: its address as a literal, or any other
+    name of it, judged on what the name resolves to at connect time (issue 30, 10).  A denied
+    name that does not exist denies nothing."""
+    s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-deny", "public.test",
+                    "--network-deny", "nosuch.test")
+    s.initialize()
+    targets = {"name": ["public.test", NS_PORT], "literal": [NS_ADDR, NS_PORT], "alias": ["alias.test", NS_PORT],
+               "other": ["other.test", NS_PORT], "both": ["both.test", NS_PORT]}
+    hits = len(world["ns"].hits)
+    got, res = run_probe(s, targets)
+    assert got["name/proxy"] == "status 403" and got["literal/proxy"] == "status 403", got
+    assert got["alias/proxy"] == "status 403", got
+    assert got["other/proxy"].startswith("OPEN") and NS_ADDR2 in got["other/proxy"], got
+    # A name with a denied and an allowed address reaches only the allowed one.
+    assert got["both/proxy"].startswith("OPEN") and NS_ADDR2 in got["both/proxy"], got
+    assert not [h for h in world["ns"].hits[hits:] if h[0] == NS_ADDR], world["ns"].hits[hits:]
+    reasons = {d["host"]: d["reason"] for d in res["structuredContent"]["network"]["denied"]}
+    assert reasons["public.test"] == "denied by --network-deny public.test"
+    assert reasons[NS_ADDR] == f"denied by --network-deny public.test (that name resolves to {NS_ADDR})", reasons
+    assert reasons["alias.test"].startswith("denied by --network-deny public.test"), reasons
+    # The sandbox hears the rule, not what the name resolved to.
+    body = s.execute(PROBE + f"\ns = socket.create_connection(('127.0.0.1', 3128), timeout=5)\n"
+                     f"s.sendall(b'GET http://alias.test:{NS_PORT}/ HTTP/1.0\\r\\n\\r\\n')\n"
+                     f"print(s.recv(4096).decode())\n", timeout=60)
+    out = body["structuredContent"]["stdout"]
+    assert "403" in out and "--network-deny public.test (the same destination)" in out and NS_ADDR not in out, out
+
+
+OWN_LISTENER = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+s.bind(("::", int(sys.argv[1])))
+s.listen(64)
+print("ready", flush=True)
+while True:
+    c, peer = s.accept()
+    print("HIT", c.getsockname()[0], flush=True)
+    c.sendall(b"OWN\n")
+    c.close()
+"""
+
+
+def test_own_addresses_are_asked_of_the_kernel(make_server):
+    """The server's own addresses are what the kernel routes locally: an address local through a
+    route (AnyIP, `ip route add local ... dev lo`), IPv4 or IPv6, and the 300th address of an
+    interface, as well as the first (issue 30, 6).  The server runs in a network namespace the
+    test makes (setns before exec) and its own services listen on every address of it."""
+    ns = f"mps-own-{str(os.getpid())[-6:]}"
+    ip("netns", "add", ns)
+    listener = None
+    fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+    try:
+        nsip = ["ip", "netns", "exec", ns, "ip"]
+        subprocess.run(nsip + ["link", "set", "lo", "up"], check=True)
+        subprocess.run(nsip + ["route", "add", "local", "192.31.196.0/24", "dev", "lo"], check=True)
+        v6 = subprocess.run(nsip + ["-6", "route", "add", "local", "2620:4f:8000::/48", "dev", "lo"]).returncode == 0
+        batch = "".join(f"addr add 192.52.193.{i}/32 dev lo\n" for i in range(1, 255)) + \
+            "".join(f"addr add 192.175.48.{i}/32 dev lo\n" for i in range(1, 61))
+        subprocess.run(nsip + ["-batch", "-"], input=batch, text=True, check=True)
+        listener = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-u", "-c", OWN_LISTENER, "8090"],
+                                    stdout=subprocess.PIPE, text=True)
+        assert listener.stdout.readline().strip() == "ready"
+        hits = []
+        threading.Thread(target=lambda: [hits.append(line) for line in listener.stdout], daemon=True).start()
+        setns = ctypes.CDLL(None, use_errno=True).setns
+
+        def enter():
+            if setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+                os._exit(121)
+        s = make_server("--dns-server", "127.0.0.1:9", preexec_fn=enter)
+        s.initialize()
+        targets = {"anyip4": ["192.31.196.77", 8090], "mapped-anyip": ["::ffff:192.31.196.78", 8090],
+                   "first": ["192.52.193.1", 8090], "past-256th": ["192.175.48.60", 8090]}
+        if v6:
+            targets["anyip6"] = ["2620:4f:8000::77", 8090]
+        got, res = run_probe(s, targets)
+        for name in targets:
+            assert got[name + "/proxy"] == "status 403", (name, got)
+        reasons = {d["host"]: d["reason"] for d in res["structuredContent"]["network"]["denied"]}
+        for host, _ in targets.values():
+            assert reasons[host] == "this server's own address", reasons
+        assert hits == [], hits
+        assert "own addresses (what the kernel routes locally" in text_of(s.call("check_environment"))
+        # A rule naming one of them opens that one (the operator's choice).
+        s2 = make_server("--dns-server", "127.0.0.1:9", "--network-allow", "192.31.196.77:8090", preexec_fn=enter)
+        s2.initialize()
+        got, _ = run_probe(s2, {"named": ["192.31.196.77", 8090], "other": ["192.31.196.79", 8090]})
+        assert got["named/proxy"].startswith("OPEN") and "OWN" in got["named/proxy"], got
+        assert got["other/proxy"] == "status 403", got
+    finally:
+        os.close(fd)
+        if listener:
+            listener.kill()
+            listener.wait()
+        ip("netns", "del", ns, check=False)
+
+
 def test_names_are_resolved_as_written(world, make_server):
     """The proxy's resolver applies no search domains of the host (LOCALDOMAIN stands in for
     resolv.conf's search line): "searched" is not searched.corp.test, a name the deny rule
@@ -685,15 +830,21 @@ def test_names_are_resolved_as_written(world, make_server):
     s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-deny", "searched.corp.test",
                     env={"LOCALDOMAIN": "corp.test"})
     s.initialize()
-    hits = len(world["ns"].hits)
-    script = PROBE + f"\nprint(json.dumps({{'short': _connect('searched', {NS_PORT}), " \
+    hits, queries = len(world["ns"].hits), len(world["dns"].queries)
+    script = PROBE + f"\nprint(json.dumps({{'control': _connect('control.test', {NS_PORT}), " \
+                     f"'short': _connect('searched', {NS_PORT}), " \
                      f"'full': _connect('searched.corp.test', {NS_PORT})}}))\n"
     res = s.execute(script, timeout=120)
     assert res["structuredContent"]["exit_code"] == 0, text_of(res)
     got = json.loads(res["structuredContent"]["stdout"])
-    assert got == {"short": "status 502", "full": "status 403"}, got
+    assert got == {"control": "status 502", "short": "status 502", "full": "status 403"}, got
     assert len(world["ns"].hits) == hits
-    assert not [q for q in world["dns"].queries if q[0] == "searched.corp.test"]
+    # The deny rule's own name is resolved for every connection the proxy judges (issue 30, 10),
+    # as many times as the control's and the short name's own queries; a search domain would
+    # have added queries of searched.corp.test for "searched" (and taken away its own).
+    asked = [q[0] for q in world["dns"].queries[queries:]]
+    assert asked.count("searched") > 0
+    assert asked.count("searched.corp.test") == asked.count("control.test") + asked.count("searched"), asked
 
 
 # ------------------------------------------------------------------ builds

@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -74,7 +77,8 @@ static void test_addr_classes(void **state) {
       {"240.0.0.1", "reserved"},
       {"255.255.255.255", "broadcast"},
       {"8.8.8.8", NULL},
-      {"198.51.100.1", NULL},
+      {"198.51.100.1", "documentation"},
+      {"93.184.216.34", NULL},
       {"::", "unspecified"},
       {"::1", "loopback"},
       {"::ffff:127.0.0.1", "loopback"},
@@ -92,16 +96,54 @@ static void test_addr_classes(void **state) {
       {"fd00:ec2::254", "cloud metadata"},
       {"ff02::1", "multicast"},
       {"2001:4860:4860::8888", NULL},
-      {"2001:db8::1", NULL},
-      {"100::1", "reserved"},
+      {"2001:db8::1", "documentation"},
+      {"200::1", "reserved"},
       /* 6to4 and Teredo lead to the IPv4 address they carry (Teredo's client, inverted). */
       {"2002:7f00:1::1", "loopback"},
       {"2002:a00:5::", "private"},
       {"2002:a9fe:a9fe::1", "cloud metadata"},
-      {"2002:c633:6401::1", NULL},
+      {"2002:c633:6401::1", "documentation"},
+      {"2002:808:808::1", NULL},
       {"2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"},
       {"2001:0:4136:e378:8000:63bf:f5ff:fffe", "private"},
-      {"2001:0:4136:e378:8000:63bf:39cc:9bfe", NULL},
+      {"2001:0:4136:e378:8000:63bf:39cc:9bfe", "documentation"},
+      {"2001:0:4136:e378:8000:63bf:f7f7:f7f7", NULL},
+      /* Everything IANA's special-purpose registries mark not globally reachable. */
+      {"192.0.2.1", "documentation"},
+      {"203.0.113.200", "documentation"},
+      {"198.18.0.1", "benchmarking"},
+      {"198.19.255.254", "benchmarking"},
+      {"198.20.0.1", NULL},
+      {"192.0.0.1", "IETF protocol assignments"},
+      {"192.0.0.170", "IETF protocol assignments"},
+      {"192.0.0.9", NULL},
+      {"192.0.0.10", NULL},
+      {"192.0.1.1", NULL},
+      {"192.88.99.1", "6to4 relay anycast (deprecated)"},
+      {"192.31.196.1", NULL},
+      {"192.175.48.1", NULL},
+      {"::ffff:198.18.0.1", "benchmarking"},
+      {"64:ff9b::c000:201", "documentation"},
+      {"3fff::1", "documentation"},
+      {"3fff:fff::1", "documentation"},
+      {"3fff:1000::1", NULL},
+      {"2001:2::1", "benchmarking"},
+      {"2001:2:1::1", "IETF protocol assignments"},
+      {"2001:10::1", "ORCHID (deprecated)"},
+      {"2001:1f::1", "ORCHID (deprecated)"},
+      {"2001:20::1", NULL},
+      {"2001:30::1", NULL},
+      {"2001:3::1", NULL},
+      {"2001:4:112::1", NULL},
+      {"2001:1::1", NULL},
+      {"2001:1::4", "IETF protocol assignments"},
+      {"2001:1ff::1", "IETF protocol assignments"},
+      {"2001:200::1", NULL},
+      {"64:ff9b:1::1", "local-use IPv4/IPv6 translation"},
+      {"100::1", "discard-only"},
+      {"100:0:0:1::1", "dummy prefix"},
+      {"5f00::1", "segment routing (SRv6 SIDs)"},
+      {"2620:4f:8000::1", NULL},
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
     eg_addr_t a = addr(cases[i].addr);
@@ -128,6 +170,18 @@ static void test_net_classes(void **state) {
       {"2000::/3", NULL},
       {"::ffff:127.0.0.0/104", "loopback"},
       {"fe00::/9", "reserved"},
+      /* A NAT64 rule is judged on the IPv4 space it carries. */
+      {"64:ff9b::/96", NULL},
+      {"64:ff9b::7f00:0/104", "loopback"},
+      {"64:ff9b::a9fe:a9fe", "cloud metadata"},
+      {"198.18.0.0/15", "benchmarking"},
+      {"198.18.0.0/14", NULL},
+      {"2001:db8::/32", "documentation"},
+      {"2001:db8::/31", NULL},
+      {"2001::/23", "IETF protocol assignments"},
+      {"192.0.0.0/24", "IETF protocol assignments"},
+      {"192.0.0.8/31", "IETF protocol assignments"},
+      {"2001:20::/28", NULL},
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
     eg_rule_t r = rule(cases[i].rule);
@@ -136,6 +190,60 @@ static void test_net_classes(void **state) {
       fail_msg("%s: class %s, expected %s", cases[i].rule, got ? got : "mixed/public",
                cases[i].cls ? cases[i].cls : "mixed/public");
   }
+}
+
+/* Item 6 of issue 30: an address is this host's own when the kernel routes it locally, however
+ * many addresses the host has and whether an interface or a local route (AnyIP) holds it. */
+static int local_in_child(void) {
+  if (unshare(CLONE_NEWNET) < 0) return 77;
+  if (system("ip link set lo up && ip route add local 192.31.196.0/24 dev lo") != 0) return 77;
+  bool v6 = system("ip -6 route add local 2620:4f:8000::/48 dev lo 2>/dev/null") == 0;
+  /* More than 256 addresses on an interface: a list of them used to stop at the 256th. */
+  FILE *batch = popen("ip -batch -", "w");
+  if (!batch) return 77;
+  for (int i = 1; i <= 254; i++) fprintf(batch, "addr add 192.52.193.%d/32 dev lo\n", i);
+  for (int i = 1; i <= 60; i++) fprintf(batch, "addr add 192.175.48.%d/32 dev lo\n", i);
+  if (pclose(batch) != 0) return 77;
+  static const struct {
+    const char *addr;
+    int local;
+  } cases[] = {
+      {"192.31.196.77", 1},    {"::ffff:192.31.196.1", 1}, {"192.31.197.1", 0},
+      {"192.52.193.1", 1},     {"192.175.48.60", 1},       {"192.175.48.61", 0},
+      {"2620:4f:8000::77", 1}, {"2620:4f:8001::1", 0},     {"127.0.0.1", 1},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++) {
+    if (!v6 && strchr(cases[i].addr, ':') && !strstr(cases[i].addr, "ffff")) continue;
+    eg_addr_t a;
+    if (eg_addr_parse(cases[i].addr, strlen(cases[i].addr), &a) != 0) return 2;
+    int got = eg_addr_is_local(&a);
+    if (got != cases[i].local) {
+      fprintf(stderr, "%s: local %d, expected %d\n", cases[i].addr, got, cases[i].local);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static void test_addr_is_local(void **state) {
+  (void)state;
+  eg_addr_t lo = addr("127.0.0.1"), lo2 = addr("127.3.4.5"), mapped = addr("::ffff:127.0.0.1"),
+            far = addr("192.0.2.1");
+  assert_int_equal(eg_addr_is_local(&lo), 1);
+  assert_int_equal(eg_addr_is_local(&lo2), 1);
+  assert_int_equal(eg_addr_is_local(&mapped), 1);
+  assert_int_equal(eg_addr_is_local(&far), 0);
+  /* AnyIP and many addresses, in a network namespace of the test's own. */
+  if (geteuid() != 0) skip();
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) _exit(local_in_child());
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) skip();
+  assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 /* ---------------------------------------------------------------- rules */
@@ -163,6 +271,10 @@ static void test_rule_parse(void **state) {
       {"[fd00::/8]:443", "[fd00::/8]:443", EG_RULE_NET},
       {"::ffff:127.0.0.1", "127.0.0.1", EG_RULE_NET},
       {"[::ffff:10.0.0.0/104]", "10.0.0.0/8", EG_RULE_NET},
+      {"::ffff:0:0/96", "0.0.0.0/0", EG_RULE_NET},
+      /* NAT64 stays in its own family. */
+      {"64:ff9b::/96", "64:ff9b::/96", EG_RULE_NET},
+      {"[64:ff9b::7f00:1]:80", "[64:ff9b::7f00:1]:80", EG_RULE_NET},
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(good); i++) {
     eg_rule_t r = rule(good[i].in);
@@ -232,7 +344,7 @@ static void test_policy_on(void **state) {
   assert_false(allows(&p, NULL, 0, "x", "::ffff:192.168.0.1", 80, why));
   assert_string_equal(why, "private");
   /* The server's own addresses. */
-  eg_addr_t own = addr("203.0.113.7"), dst = addr("203.0.113.7");
+  eg_addr_t own = addr("8.8.4.4"), dst = addr("8.8.4.4");
   assert_false(eg_policy_allows(&p, NULL, 0, "me", &dst, 8765, &own, 1, why, sizeof why));
   assert_string_equal(why, "this server's own address");
   /* An address rule opens a denied range, for its port only. */
@@ -240,7 +352,12 @@ static void test_policy_on(void **state) {
   eg_policy_add_allow(&p, &r);
   assert_true(allows(&p, NULL, 0, "127.0.0.1", "127.0.0.1", 8080, why));
   assert_false(allows(&p, NULL, 0, "127.0.0.1", "127.0.0.1", 8081, why));
-  eg_rule_t o = rule("203.0.113.7");
+  /* A wider rule does not open it: only a rule that names that address. */
+  eg_rule_t wide = rule("8.8.4.0/24");
+  eg_policy_add_allow(&p, &wide);
+  assert_false(eg_policy_allows(&p, NULL, 0, "me", &dst, 8765, &own, 1, why, sizeof why));
+  assert_string_equal(why, "this server's own address");
+  eg_rule_t o = rule("8.8.4.4");
   eg_policy_add_allow(&p, &o);
   assert_true(eg_policy_allows(&p, NULL, 0, "me", &dst, 8765, &own, 1, why, sizeof why));
   /* A host rule opens what it resolves to; a suffix rule only public addresses. */
@@ -287,13 +404,13 @@ static void test_policy_closed_and_narrowed(void **state) {
   eg_policy_release(&b);
 
   eg_policy_t on = {.public_internet = true};
-  eg_rule_t narrow[] = {rule("api.example.com"), rule("198.51.100.0/24")};
+  eg_rule_t narrow[] = {rule("api.example.com"), rule("93.184.216.0/24")};
   assert_int_equal(eg_policy_precheck(&on, narrow, 2, "api.example.com", 443, why, sizeof why), 0);
   assert_int_equal(eg_policy_precheck(&on, narrow, 2, "other.example.com", 443, why, sizeof why),
                    -1);
   assert_string_equal(why, "not in this call's network list");
-  assert_int_equal(eg_policy_precheck(&on, narrow, 2, "198.51.100.1", 80, why, sizeof why), 0);
-  assert_true(allows(&on, narrow, 2, "198.51.100.1", "198.51.100.1", 80, why));
+  assert_int_equal(eg_policy_precheck(&on, narrow, 2, "93.184.216.1", 80, why, sizeof why), 0);
+  assert_true(allows(&on, narrow, 2, "93.184.216.1", "93.184.216.1", 80, why));
   assert_false(allows(&on, narrow, 2, "8.8.8.8", "8.8.8.8", 53, why));
   /* Narrowing never widens: a listed name that resolves to loopback stays denied. */
   eg_rule_t lo[] = {rule("localhost")};
@@ -317,8 +434,14 @@ static void test_policy_narrowing_ok(void **state) {
   assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
   r = rule("example.com");
   assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
-  r = rule("198.51.100.1");
+  r = rule("93.184.216.34");
   assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  /* Special-purpose ranges are denied like private ones, unless a rule names them. */
+  r = rule("198.51.100.1");
+  assert_false(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
+  assert_non_null(strstr(why, "documentation"));
+  r = rule("198.18.0.0/15");
+  assert_false(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
   eg_rule_t open = rule("127.0.0.1:8080");
   eg_policy_add_allow(&on, &open);
   r = rule("127.0.0.1:8080");
@@ -337,6 +460,136 @@ static void test_policy_narrowing_ok(void **state) {
   r = rule("evil.test");
   assert_true(eg_policy_narrowing_ok(&on, &r, why, sizeof why));
   eg_policy_release(&on);
+}
+
+/* Item 7 of issue 30: a wide or NAT64/mapped rule never widens into a denied range. */
+static void test_policy_wide_rules(void **state) {
+  (void)state;
+  char why[EG_REASON_MAX];
+  eg_policy_t on = {.public_internet = true};
+  eg_rule_t nat64 = rule("64:ff9b::/96");
+  eg_policy_add_allow(&on, &nat64);
+  assert_false(allows(&on, NULL, 0, "x", "127.0.0.1", 80, why));
+  assert_string_equal(why, "loopback");
+  assert_false(allows(&on, NULL, 0, "x", "169.254.169.254", 80, why));
+  assert_string_equal(why, "cloud metadata");
+  assert_false(allows(&on, NULL, 0, "x", "64:ff9b::7f00:1", 80, why));
+  assert_string_equal(why, "loopback");
+  assert_false(allows(&on, NULL, 0, "x", "64:ff9b::a9fe:a9fe", 80, why));
+  assert_false(allows(&on, NULL, 0, "x", "::ffff:169.254.169.254", 80, why));
+  assert_true(allows(&on, NULL, 0, "x", "8.8.8.8", 80, why));
+  eg_policy_release(&on);
+
+  eg_policy_t closed = {.public_internet = false};
+  nat64 = rule("64:ff9b::/96");
+  eg_policy_add_allow(&closed, &nat64);
+  assert_true(allows(&closed, NULL, 0, "x", "64:ff9b::808:808", 80, why));
+  /* In its own family: a NAT64 rule is not every IPv4 destination. */
+  assert_false(allows(&closed, NULL, 0, "x", "8.8.8.8", 80, why));
+  assert_false(allows(&closed, NULL, 0, "x", "64:ff9b::7f00:1", 80, why));
+  assert_false(allows(&closed, NULL, 0, "x", "64:ff9b::a9fe:a9fe", 80, why));
+  eg_policy_release(&closed);
+
+  static const char *const wide[] = {"::ffff:0:0/96", "0.0.0.0/0",         "::/0", "::/96",
+                                     "0.0.0.0/1",     "::ffff:0.0.0.0/97", "::/1"};
+  static const char *const never[] = {
+      "127.0.0.1",   "::1",        "::ffff:127.0.0.1", "169.254.169.254", "::ffff:169.254.169.254",
+      "169.254.1.1", "fe80::1",    "10.0.0.1",         "::ffff:10.0.0.1", "fd00:ec2::254",
+      "0.0.0.0",     "198.18.0.1", "2001:db8::1",      "::127.0.0.1"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(wide); i++) {
+    eg_policy_t p = {.public_internet = false};
+    eg_rule_t w = rule(wide[i]);
+    eg_policy_add_allow(&p, &w);
+    for (size_t j = 0; j < CM_ARRAY_SIZE(never); j++)
+      if (allows(&p, NULL, 0, "x", never[j], 80, why))
+        fail_msg("--network-allow %s opens %s", wide[i], never[j]);
+    /* Narrowing to it under a policy that opens only that rule: refused where it is denied. */
+    eg_rule_t lo = rule("127.0.0.1");
+    assert_false(eg_policy_narrowing_ok(&p, &lo, why, sizeof why));
+    eg_policy_release(&p);
+  }
+  eg_policy_t p = {.public_internet = false};
+  eg_rule_t any4 = rule("0.0.0.0/0");
+  eg_policy_add_allow(&p, &any4);
+  assert_true(allows(&p, NULL, 0, "x", "8.8.8.8", 80, why));
+  assert_true(allows(&p, NULL, 0, "x", "::ffff:8.8.8.8", 80, why));
+  eg_policy_release(&p);
+
+  /* A rule that names a range opens it, and only the class it names. */
+  static const struct {
+    const char *rule, *addr;
+    bool open;
+  } named[] = {
+      {"127.0.0.0/8", "127.0.0.1", true},
+      {"::ffff:127.0.0.0/104", "127.0.0.1", true},
+      {"10.0.0.0/8", "10.1.2.3", true},
+      {"10.0.0.0/7", "10.1.2.3", false},
+      {"10.0.0.0/7", "11.1.2.3", true},
+      {"169.254.0.0/16", "169.254.1.1", true},
+      {"169.254.0.0/16", "169.254.169.254", false},
+      {"169.254.169.254", "169.254.169.254", true},
+      {"100.64.0.0/10", "100.100.100.200", false},
+      {"64:ff9b::7f00:1", "64:ff9b::7f00:1", true},
+      {"198.18.0.0/15", "198.18.0.1", true},
+      {"198.51.100.0/24", "198.51.100.1", true},
+      {"2001:db8::/32", "2001:db8::1", true},
+      {"2001::/16", "2001:db8::1", false},
+      {"fe80::/10", "fe80::1", true},
+      {"::1", "::1", true},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(named); i++) {
+    eg_policy_t q = {.public_internet = true};
+    eg_rule_t r = rule(named[i].rule);
+    eg_policy_add_allow(&q, &r);
+    if (allows(&q, NULL, 0, "x", named[i].addr, 80, why) != named[i].open)
+      fail_msg("--network-allow %s %s %s", named[i].rule, named[i].open ? "does not open" : "opens",
+               named[i].addr);
+    eg_policy_release(&q);
+  }
+  /* A call's list within such a rule: allowed only where the rule names the range. */
+  eg_policy_t q = {.public_internet = true};
+  eg_rule_t docs = rule("198.51.100.0/24"), any = rule("0.0.0.0/0");
+  eg_policy_add_allow(&q, &docs);
+  eg_policy_add_allow(&q, &any);
+  eg_rule_t call = rule("198.51.100.7:80");
+  assert_true(eg_policy_narrowing_ok(&q, &call, why, sizeof why));
+  call = rule("127.0.0.1");
+  assert_false(eg_policy_narrowing_ok(&q, &call, why, sizeof why));
+  eg_policy_release(&q);
+}
+
+/* Item 10 of issue 30: a name rule denies the destination that name is. */
+static void test_policy_deny_resolved(void **state) {
+  (void)state;
+  eg_policy_t p = {.public_internet = true};
+  eg_rule_t d1 = rule("evil.example"), d2 = rule("db.example:5432"), d3 = rule("*.bad.example"),
+            d4 = rule("93.184.0.0/16");
+  eg_policy_add_deny(&p, &d1);
+  eg_policy_add_deny(&p, &d2);
+  eg_policy_add_deny(&p, &d3);
+  eg_policy_add_deny(&p, &d4);
+  assert_true(eg_rule_deny_resolves(&p.deny[0], 443));
+  assert_true(eg_rule_deny_resolves(&p.deny[1], 5432));
+  assert_false(eg_rule_deny_resolves(&p.deny[1], 443));
+  assert_false(eg_rule_deny_resolves(&p.deny[2], 443)); /* a suffix names no address */
+  assert_false(eg_rule_deny_resolves(&p.deny[3], 443));
+  eg_name_addr_t resolved[] = {
+      {0, addr("8.8.8.8")}, {0, addr("2001:4860::1")}, {1, addr("1.1.1.1")}, {9, addr("9.9.9.9")}};
+  eg_addr_t a = addr("8.8.8.8"), m = addr("::ffff:8.8.8.8"), v6 = addr("2001:4860::1"),
+            other = addr("8.8.4.4"), db = addr("1.1.1.1"), stray = addr("9.9.9.9");
+  const eg_rule_t *hit = eg_policy_deny_resolved(&p, resolved, 4, &a, 443);
+  assert_non_null(hit);
+  assert_string_equal(hit->text, "evil.example");
+  assert_non_null(eg_policy_deny_resolved(&p, resolved, 4, &m, 80));
+  assert_non_null(eg_policy_deny_resolved(&p, resolved, 4, &v6, 80));
+  assert_null(eg_policy_deny_resolved(&p, resolved, 4, &other, 443));
+  /* A rule with a port denies its name's addresses at that port only. */
+  assert_non_null(eg_policy_deny_resolved(&p, resolved, 4, &db, 5432));
+  assert_null(eg_policy_deny_resolved(&p, resolved, 4, &db, 443));
+  /* An index out of the policy's list is ignored. */
+  assert_null(eg_policy_deny_resolved(&p, resolved, 4, &stray, 443));
+  assert_null(eg_policy_deny_resolved(&p, NULL, 0, &a, 443));
+  eg_policy_release(&p);
 }
 
 /* ---------------------------------------------------------------- HTTP */
@@ -530,11 +783,14 @@ int main(void) {
       cmocka_unit_test(test_addr_parse),
       cmocka_unit_test(test_addr_classes),
       cmocka_unit_test(test_net_classes),
+      cmocka_unit_test(test_addr_is_local),
       cmocka_unit_test(test_rule_parse),
       cmocka_unit_test(test_rule_match),
       cmocka_unit_test(test_policy_on),
       cmocka_unit_test(test_policy_closed_and_narrowed),
       cmocka_unit_test(test_policy_narrowing_ok),
+      cmocka_unit_test(test_policy_wide_rules),
+      cmocka_unit_test(test_policy_deny_resolved),
       cmocka_unit_test(test_http_request),
       cmocka_unit_test(test_http_forward),
       cmocka_unit_test(test_socks5),
