@@ -349,7 +349,7 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
                      "link-local and metadata addresses "
                      "are refused unless the server allows them). A list of destinations "
                      "(\"api.github.com\", "
-                     "\"*.example.com:443\", \"198.51.100.0/24\") allows only those, within what "
+                     "\"*.example.com:443\", \"93.184.216.0/24\") allows only those, within what "
                      "the server allows; an entry "
                      "the server denies entirely is an error. Refused destinations are listed in "
                      "the result.";
