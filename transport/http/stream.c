@@ -578,7 +578,11 @@ static void conn_cut(hs_conn_t *c) {
 void tr_hs_conns_cut_stalled(tr_http_t *h, uint64_t now) {
   for (hs_conn_t *c = h->conns; c; c = c->next) {
     if (c->completed) continue;
-    bool stalled = c->streaming && c->out.len > c->out_off && now - c->last_write >= HTTP_STALL_MS;
+    /* Something waits for the client (in our buffer, or events it has yet to get) and MHD
+     * took nothing from it for that long: the socket accepts nothing. */
+    hs_stream_t *st = c->stream;
+    bool waiting = c->out.len > c->out_off || (st && st->tail && st->tail->seq >= c->next_seq);
+    bool stalled = c->streaming && waiting && now - c->last_write >= HTTP_STALL_MS;
     bool lingers = c->revoke == REVOKE_DONE && now - c->revoked_at >= HTTP_REVOKE_GRACE_MS;
     if (!stalled && !lingers) continue;
     if (stalled && !c->lost)
