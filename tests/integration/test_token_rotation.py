@@ -4,10 +4,12 @@ streams (an error with the stream's id is their last message; nothing after it),
 streams, its handshake sessions (their ids answer 404), its requests waiting on a task (an
 error), and what it counted against its principal (listen and GET streams, sessions, unread
 bytes), so the principal's new token is not refused.  Tokens the reload keeps keep their
-things.  Only 127.0.0.1 is ever contacted; the none backend is enough (the transport's)."""
+things.  And a listen stream whose client reads nothing ends after a bound (60 s).  Only
+127.0.0.1 is ever contacted; the none backend is enough (the transport's)."""
 import json
 import re
 import signal
+import socket
 import threading
 import time
 
@@ -86,6 +88,13 @@ def open_get(s, sid, headers):
     r = c.getresponse()
     assert r.status == 200, r.read()
     return c, r
+
+
+def in_progress(s, auth):
+    """Requests in progress (streams included), the one asking among them."""
+    st, _, body = s.request("GET", "/metrics", headers=auth)
+    assert st == 200, body
+    return int(re.search(rb"(?m)^mcp_sandbox_http_connections (\d+)$", body).group(1))
 
 
 def artifact_call(s, req_id, headers):
@@ -173,11 +182,7 @@ def test_unread_bytes_of_a_removed_token_are_freed(rotation):
     assert share(s, mine, NEW)["http"]["unread_bytes"] == 0
     # the connections that never read are cut, not kept for ever: no request is in progress but
     # the one asking
-    def in_progress():
-        st, _, body = s.request("GET", "/metrics", headers=NEW)
-        assert st == 200, body
-        return int(re.search(rb"(?m)^mcp_sandbox_http_connections (\d+)$", body).group(1))
-    assert wait_until(lambda: in_progress() == 1, 20), in_progress()
+    assert wait_until(lambda: in_progress(s, NEW) == 1, 20), in_progress(s, NEW)
     for so in held:
         so.close()
 
@@ -236,3 +241,35 @@ def test_a_token_the_reload_keeps_keeps_its_streams(rotation):
     assert share(s, bsid, BOB)["http"]["streams"] == 1
     cb.close()
     gc.close()
+
+
+TASKS_EXT = {"io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+
+
+def test_a_listen_stream_whose_client_reads_nothing_ends(rotation):
+    """A listen stream whose client never reads held its connection, its listen place and what
+    waited for it for ever (GET streams had no such bound either).  Now an SSE answer whose
+    client takes nothing of what waits for it for 60 s loses its connection (docs/operations.md),
+    and the request is over."""
+    s = rotation("--max-output-bytes", "8000000")
+    # a task with a large result (more than the kernel's socket buffers hold) (a call allowed over a minute is a task for a client that
+    # declares the extension); its DetailedTask, result inline, goes to the stream watching it
+    st, _, body = mpost(s, modern_msg(1, "tools/call", {"name": "execute_python", "arguments": {
+        "script": "import time\ntime.sleep(3)\nprint('x' * 6000000)\n", "timeout_seconds": 120}}, **TASKS_EXT),
+        headers=NEW)
+    assert st == 200, body
+    tid = json.loads(body)["result"]["taskId"]
+    msg = modern_msg("deaf", "subscriptions/listen", {"notifications": {"taskIds": [tid]}}, **TASKS_EXT)
+    data = json.dumps(msg).encode()
+    hdrs = {"Host": f"127.0.0.1:{s.port}", "Accept": ACCEPT_BOTH, "Content-Type": "application/json",
+            "MCP-Protocol-Version": MODERN, "Content-Length": str(len(data)), **mirrored(msg), **NEW}
+    deaf = socket.socket()
+    deaf.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    deaf.connect(("127.0.0.1", s.port))
+    deaf.sendall(b"POST /mcp HTTP/1.1\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in hdrs.items())
+                 + b"\r\n" + data)
+    assert wait_until(lambda: in_progress(s, NEW) == 2, 15)  # the deaf stream is open
+    # the task ends, its result waits for the deaf client, which reads nothing: 60 s later
+    # (and a tick) its connection goes
+    assert wait_until(lambda: in_progress(s, NEW) == 1, 150), in_progress(s, NEW)
+    deaf.close()
