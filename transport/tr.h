@@ -313,9 +313,17 @@ typedef struct tr_http_usage {
 } tr_http_usage_t;
 void tr_http_usage(const tr_http_t *h, const char *principal, tr_http_usage_t *out);
 
-/* SIGHUP: reads --auth-token-file again.  A token no longer in it is refused from the next
- * request on (what its calls run keeps going); a new name is a new principal.  On an error
- * (an unreadable or malformed file) the tokens stay as they were. */
+/* SIGHUP: reads --auth-token-file again.  A token no longer in it (or no longer under the
+ * same name) is refused from the next request on, and what it opened ends, soon after the
+ * call returns (from the loop): its requests in progress (each records the SHA-256 of its
+ * token, never the token) stop counting against their principal (GET streams, unread
+ * bytes) and end after what is queued (a stateless one is cancelled: a listen stream, a wait;
+ * one that waits for its answer gets 401; one streaming gets a JSON-RPC error with its id as
+ * its last event), and its sessions close (a session goes with the token that opened it or
+ * last named it).  A connection whose client does not take that end is cut a second later.
+ * Unchanged tokens keep everything.  Calls running as tasks go on (tasks are their
+ * principal's).  A new name is a new principal.  On an error (an unreadable or malformed
+ * file) the tokens stay as they were, and so does everything else. */
 int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err);
 /* The drain (SIGTERM): new sessions and new tool calls get 503 with Retry-After, /readyz
  * 503; everything else (the calls already running, their streams, tasks/get) goes on until

@@ -387,6 +387,64 @@ print('parent exits')
 """
 
 
+def kernel_pids(server_pid):
+    """The processes of the server's session kernels (descendants running kernel.py)."""
+    found = []
+    for pid in descendants(server_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"kernel.py" in f.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def descendants(root):
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def thaw_from_outside(pid):
+    """What an operator's SIGKILL needs to land on a frozen cgroup v1 task: its freezer thawed."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                _, ctl, path = line.rstrip("\n").split(":", 2)
+                if "freezer" in ctl.split(","):
+                    with open(f"/sys/fs/cgroup/freezer{path}/freezer.state", "w") as st:
+                        st.write("THAWED")
+    except OSError:
+        pass
+
+
+def kill_kernels_from_outside(server_pid):
+    """SIGKILLs the server's session kernels as the OOM killer or an operator would.  Between
+    calls a kernel is frozen, so nothing of its own can end it then."""
+    pids = kernel_pids(server_pid)
+    assert pids, "no session kernel"
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+        thaw_from_outside(pid)
+    assert wait_until(lambda: not kernel_pids(server_pid), 10)
+
+
 def wait_until(pred, timeout=10.0, interval=0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

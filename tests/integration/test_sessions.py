@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from conftest import BACKEND, Server, processes_with_marker, wait_until, work_left
+from conftest import (BACKEND, Server, kill_kernels_from_outside, kernel_pids,
+                      processes_with_marker, wait_until, work_left)
 from test_files import FAKE_MATPLOTLIB
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
@@ -152,64 +153,12 @@ def test_a_dead_kernel_is_reported_and_the_next_call_works(make_server, death):
     assert sc["stdout"] == "file False\n" and sc["session"]["kernels_started"] == 2, text(res)
 
 
-def kernel_pids(server_pid):
-    """The processes of the server's session kernels (descendants running kernel.py)."""
-    found = []
-    for pid in descendants(server_pid):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"kernel.py" in f.read():
-                    found.append(pid)
-        except OSError:
-            pass
-    return found
-
-
-def descendants(root):
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def thaw_from_outside(pid):
-    """What an operator's SIGKILL needs to land on a frozen cgroup v1 task: its freezer thawed."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            for line in f:
-                _, ctl, path = line.rstrip("\n").split(":", 2)
-                if "freezer" in ctl.split(","):
-                    with open(f"/sys/fs/cgroup/freezer{path}/freezer.state", "w") as st:
-                        st.write("THAWED")
-    except OSError:
-        pass
-
-
 def test_a_kernel_dead_between_calls_is_said_at_the_next_call(make_server):
     # Between calls the kernel is frozen, so nothing of its own can end it then: the OOM
     # killer or an operator can.  Its processes are killed from outside here.
     s = start(make_server)
     _, sid = new_session(s, "x = 1")
-    pids = kernel_pids(s.proc.pid)
-    assert pids
-    for pid in pids:
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
-        thaw_from_outside(pid)
-    assert wait_until(lambda: not kernel_pids(s.proc.pid), 10)
+    kill_kernels_from_outside(s.proc.pid)
     assert wait_until(lambda: s.call("list_sessions")
                       ["structuredContent"]["sessions"][0]["kernel_running"] is False, 10)
     res = s.execute("print('again')", session=sid)

@@ -16,7 +16,9 @@ static void on_soon(void *data) {
     free(h);
     return;
   }
-  /* Replay memory over a bound is enforced here, once nothing on the stack uses streams. */
+  /* What a revoked token opened ends, and replay memory over a bound is enforced, here: once
+   * nothing on the stack uses streams. */
+  if (h->revoke_pending) tr_hs_revoke_pass(h);
   if (h->replay_over) tr_hs_replay_enforce(h);
   mhd_run(h, true);
 }
@@ -88,6 +90,7 @@ static void on_tick(cm_loop_t *loop, cm_timer_t *t, void *data) {
   uint64_t now = cm_now_ms();
   tr_hs_sessions_expire(h, now);
   tr_hs_conns_keepalive(h, now);
+  tr_hs_conns_cut_stalled(h, now);
   tr_hs_tick_arm(h);
 }
 

@@ -58,6 +58,12 @@ typedef enum endpoint {
   EP_UI
 } endpoint_t;
 
+/* A request or session against the token reload (tr_http_reload_tokens): its token
+ * (the SHA-256 of the bearer token, never the token) is no longer in the file under its
+ * principal's name.  MARKED by the reload, DONE once tr_hs_revoke_pass ended what it
+ * holds (from the loop, after the reload returned). */
+typedef enum hs_revoke { REVOKE_NONE = 0, REVOKE_MARKED, REVOKE_DONE } hs_revoke_t;
+
 typedef enum stream_kind { STREAM_POST, STREAM_STANDALONE, STREAM_LEGACY } stream_kind_t;
 
 typedef enum stream_mode {
@@ -114,6 +120,11 @@ struct hs_session {
   bool stateless;
   char id[37];
   hs_principal_t *principal; /* who opened it: only that principal finds it */
+  /* The token that opened it or last sent a request naming it (a client that moved to a new
+   * token of its principal takes its session along); has_token: there are tokens. */
+  unsigned char token_sha256[32];
+  bool has_token;
+  hs_revoke_t revoke;
   void *app;
   size_t replay_bytes; /* events kept in its streams */
   uint64_t last_active;
@@ -127,11 +138,15 @@ struct hs_session {
 };
 
 struct hs_conn {
-  hs_principal_t *principal; /* set by check_auth */
-  size_t counted;            /* what it counts in principal->unread_bytes */
-  size_t body_out;           /* a body handed to MHD, until the request completes */
-  json_t *req_id;            /* the body's single request id, for error answers */
-  bool get_stream;           /* a GET stream (standalone, resumed or /sse): counted per principal */
+  hs_principal_t *principal;      /* set by check_auth */
+  unsigned char token_sha256[32]; /* its bearer token's digest (set by check_auth) */
+  bool has_token;
+  hs_revoke_t revoke;  /* a revoked request counts nothing and ends (tr_hs_conn_revoke) */
+  uint64_t revoked_at; /* when it was ended: cut if it is still there a moment later */
+  size_t counted;      /* what it counts in principal->unread_bytes */
+  size_t body_out;     /* a body handed to MHD, until the request completes */
+  json_t *req_id;      /* the body's single request id, for error answers */
+  bool get_stream;     /* a GET stream (standalone, resumed or /sse): counted per principal */
   tr_http_t *h;
   struct MHD_Connection *mc;
   int refs;
@@ -216,6 +231,7 @@ struct tr_http {
   hs_principal_t *principals; /* see hs_principal_t */
   size_t n_principals;
   size_t *token_principal; /* tokens[i] is principals[token_principal[i]] */
+  bool revoke_pending;     /* a reload marked requests or sessions: tr_hs_revoke_pass soon */
   /* state */
   hs_session_t **buckets;
   size_t n_buckets;
@@ -276,6 +292,14 @@ void tr_hs_conn_count(hs_conn_t *c);
 void tr_hs_conn_fill(hs_conn_t *c, size_t want);
 /* Keep-alive comments on SSE answers that wrote nothing for a while. */
 void tr_hs_conns_keepalive(tr_http_t *h, uint64_t now);
+/* Cuts the connection of a request whose client read nothing of what waits for it for
+ * HTTP_STALL_MS (an SSE answer: GET and listen streams alike), and of a revoked request
+ * still there HTTP_REVOKE_GRACE_MS after it was ended. */
+void tr_hs_conns_cut_stalled(tr_http_t *h, uint64_t now);
+/* Ends a request whose token was revoked (REVOKE_MARKED): it counts nothing any more (GET
+ * stream, unread bytes), a stateless request is cancelled (its listen stream, its wait)
+ * with an error as its last event, and its stream ends after what is queued. */
+void tr_hs_conn_revoke(hs_conn_t *c);
 
 /* ================================================================ session.c */
 
@@ -293,6 +317,8 @@ bool tr_hs_session_evict_fair(tr_http_t *h, const hs_principal_t *p);
 hs_session_t *tr_hs_session_lru_idle(tr_http_t *h, const hs_principal_t *p);
 /* Idle expiry of sessions and of their retained streams. */
 void tr_hs_sessions_expire(tr_http_t *h, uint64_t now);
+/* After a token reload: ends every request and closes every session it marked revoked. */
+void tr_hs_revoke_pass(tr_http_t *h);
 
 /* ================================================================ respond.c */
 
@@ -310,6 +336,8 @@ enum MHD_Result tr_hs_respond_empty(hs_conn_t *c, unsigned status);
 enum MHD_Result tr_hs_respond_error(hs_conn_t *c, unsigned status, int code, const char *message,
                                     const char *header, const char *value);
 enum MHD_Result tr_hs_respond_405(hs_conn_t *c, const char *allow);
+/* 401: the request's token was removed or changed by a reload while it waited. */
+enum MHD_Result tr_hs_respond_revoked(hs_conn_t *c);
 /* An SSE answer reading from c's stream (or c's output buffer). */
 enum MHD_Result tr_hs_respond_sse(hs_conn_t *c);
 /* Answers a POST whose stream has decided, or suspends until it does. */

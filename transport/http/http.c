@@ -163,6 +163,34 @@ static void principals_truncate(tr_http_t *h, size_t n) {
   }
 }
 
+/* Whether the token with this digest is still in the file under p's name. */
+static bool token_kept(const tr_http_t *h, const unsigned char *sha256, const hs_principal_t *p) {
+  bool kept = false;
+  for (size_t i = 0; i < h->n_tokens; i++)
+    kept |=
+        memcmp(h->tokens[i].sha256, sha256, 32) == 0 && &h->principals[h->token_principal[i]] == p;
+  return kept;
+}
+
+/* After a reload: marks the requests and sessions of every token removed or changed, and
+ * has them ended from the loop (tr_hs_revoke_pass), not under the caller. */
+static void revoke_mark(tr_http_t *h) {
+  for (hs_conn_t *c = h->conns; c; c = c->next) {
+    if (c->completed || !c->has_token || c->revoke != REVOKE_NONE ||
+        token_kept(h, c->token_sha256, c->principal))
+      continue;
+    c->revoke = REVOKE_MARKED;
+    h->revoke_pending = true;
+  }
+  for (hs_session_t *s = h->sessions; s; s = s->next) {
+    if (!s->has_token || s->revoke != REVOKE_NONE || token_kept(h, s->token_sha256, s->principal))
+      continue;
+    s->revoke = REVOKE_MARKED;
+    h->revoke_pending = true;
+  }
+  if (h->revoke_pending) tr_hs_soon(h);
+}
+
 int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err) {
   if (!h || !h->token_file) return 0;
   cleanup_free char *text = NULL;
@@ -217,6 +245,7 @@ int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err) {
   h->n_tokens = n;
   h->token_principal = map;
   cm_info("http: %zu bearer tokens after reading %s again", n, h->token_file);
+  revoke_mark(h);
   return 0;
 }
 

@@ -25,6 +25,12 @@ void tr_hs_conn_set_session(hs_conn_t *c, hs_session_t *s) {
   s->refs++;
   s->conns++;
   s->last_active = cm_now_ms();
+  /* The session goes with the token that used it last: a client that moved to its
+   * principal's new token keeps its session when the old token is removed. */
+  if (c->has_token && !s->stateless && s->revoke == REVOKE_NONE) {
+    memcpy(s->token_sha256, c->token_sha256, sizeof s->token_sha256);
+    s->has_token = true;
+  }
 }
 
 /* ================================================================ responses */
@@ -93,6 +99,14 @@ enum MHD_Result tr_hs_respond_error(hs_conn_t *c, unsigned status, int code, con
 
 enum MHD_Result tr_hs_respond_405(hs_conn_t *c, const char *allow) {
   return tr_hs_respond_error(c, 405, -32000, "Method not allowed.", "Allow", allow);
+}
+
+enum MHD_Result tr_hs_respond_revoked(hs_conn_t *c) {
+  return tr_hs_respond_error(
+      c, 401, -32000,
+      "Unauthorized: the bearer token this request came with was removed from the token file (or "
+      "changed) while the request was open; send it again with a valid token",
+      "WWW-Authenticate", "Bearer realm=\"mcp\", error=\"invalid_token\"");
 }
 
 bool tr_hs_session_make_room(hs_conn_t *c, enum MHD_Result *ret) {
@@ -198,6 +212,9 @@ static void sse_read_done(void *cls) {
 /* Answers a POST whose stream has decided, or suspends until it does. */
 enum MHD_Result tr_hs_post_try_respond(hs_conn_t *c) {
   hs_stream_t *st = c->stream;
+  /* Its token went while it waited for its answer (which, cancelled, it will not get). */
+  if (c->revoke != REVOKE_NONE && (!st || st->mode == MODE_PENDING || st->mode == MODE_EMPTY))
+    return tr_hs_respond_revoked(c);
   if (!st) {
     return tr_hs_respond_error(c, c->h->shutting_down ? 503 : 404, -32001, "Session not found",
                                NULL, NULL);
@@ -366,6 +383,8 @@ bool tr_hs_check_auth(hs_conn_t *c) {
     return false;
   }
   c->principal = &h->principals[h->token_principal[t - h->tokens]];
+  memcpy(c->token_sha256, t->sha256, sizeof c->token_sha256);
+  c->has_token = true;
   cm_debug("http: authenticated as %s", c->principal->name);
   return true;
 }

@@ -563,6 +563,8 @@ enum MHD_Result tr_hs_on_request(void *cls, struct MHD_Connection *mc, const cha
   }
   if (!c->is_post) return MHD_NO; /* cannot happen: every other request is answered at once */
   if (c->dispatched) return tr_hs_post_try_respond(c);
+  /* Its token was removed (or changed) while its body arrived. */
+  if (c->revoke != REVOKE_NONE) return tr_hs_respond_revoked(c);
   if (h->shutting_down)
     return tr_hs_respond_error(c, 503, -32000, "Service Unavailable: shutting down", NULL, NULL);
   if (c->ep == EP_MESSAGES) return legacy_post(c);

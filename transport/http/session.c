@@ -166,3 +166,30 @@ void tr_hs_sessions_expire(tr_http_t *h, uint64_t now) {
     }
   }
 }
+
+/* After a token reload (tr_http_reload_tokens marked what it must end): from the loop, with
+ * nothing of the transport on the stack.  Requests first, so that one waiting in a session
+ * that closes is answered 401 (why) rather than 404. */
+void tr_hs_revoke_pass(tr_http_t *h) {
+  h->revoke_pending = false;
+  size_t n_conns = 0, n_sessions = 0;
+  hs_conn_t *cnext;
+  for (hs_conn_t *c = h->conns; c; c = cnext) {
+    /* (a cancellation's callbacks complete no request, and free none: only MHD does) */
+    cnext = c->next;
+    if (c->revoke != REVOKE_MARKED) continue;
+    tr_hs_conn_revoke(c);
+    n_conns++;
+  }
+  hs_session_t *snext;
+  for (hs_session_t *s = h->sessions; s; s = snext) {
+    snext = s->next;
+    if (s->revoke != REVOKE_MARKED) continue;
+    s->revoke = REVOKE_DONE;
+    n_sessions++;
+    tr_hs_session_close(s);
+  }
+  if (n_conns || n_sessions)
+    cm_info("http: tokens removed or changed: %zu of their requests and %zu of their sessions end",
+            n_conns, n_sessions);
+}

@@ -8,6 +8,7 @@
  * router holds its sink; it holds a reference to its session, dropped here. */
 #include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include "transport/http/http-internal.h"
 
@@ -24,6 +25,14 @@
 #define HTTP_REPLAY_LOG_MS 5000
 /* SSE keep-alive comments: well under any proxy or client idle timeout. */
 #define HTTP_KEEPALIVE_MS 15000
+/* An SSE answer (a GET stream, a listen stream, a POST's stream) whose client reads nothing
+ * of what waits for it this long loses its connection: what it holds (a stream slot, a
+ * listen slot, unread bytes) goes back to its token.  A client that reads, however slowly,
+ * or that has nothing to read (keep-alives are tiny) is never cut. */
+#define HTTP_STALL_MS (60u * 1000)
+/* A request of a revoked token still there this long after it was ended (its client does
+ * not read the end) loses its connection. */
+#define HTTP_REVOKE_GRACE_MS 1000
 
 static void stream_maybe_free(hs_stream_t *st);
 
@@ -510,10 +519,12 @@ void tr_hs_conn_detach(hs_conn_t *c, bool completed_ok) {
  * requests are refused (tr_hs_unread_over). */
 void tr_hs_conn_count(hs_conn_t *c) {
   if (!c->principal) return;
-  size_t now = c->completed ? 0 : c->out.len - c->out_off + c->body_out;
+  /* (a revoked token's request counts nothing: its principal's new token must not pay) */
+  bool over = c->completed || c->revoke != REVOKE_NONE;
+  size_t now = over ? 0 : c->out.len - c->out_off + c->body_out;
   /* An HTTP+SSE stream keeps nothing for replay: what waits in it waits for this client. */
   /* (nor does a stateless POST's stream) */
-  if (!c->completed && c->stream && stream_unkept(c->stream)) now += c->stream->bytes;
+  if (!over && c->stream && stream_unkept(c->stream)) now += c->stream->bytes;
   c->principal->unread_bytes = c->principal->unread_bytes - c->counted + now;
   c->counted = now;
 }
@@ -552,6 +563,75 @@ void tr_hs_conns_keepalive(tr_http_t *h, uint64_t now) {
     tr_hs_conn_count(c);
     tr_hs_conn_wake(c);
   }
+}
+
+/* The connection goes now: MHD sees it fail and completes the request. */
+static void conn_cut(hs_conn_t *c) {
+  c->lost = true;
+  tr_hs_conn_wake(c);
+  const union MHD_ConnectionInfo *ci =
+      tr_mhd.get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (ci) shutdown(ci->connect_fd, SHUT_RDWR);
+  tr_hs_soon(c->h);
+}
+
+void tr_hs_conns_cut_stalled(tr_http_t *h, uint64_t now) {
+  for (hs_conn_t *c = h->conns; c; c = c->next) {
+    if (c->completed) continue;
+    /* Something waits for the client (in our buffer, or events it has yet to get) and MHD
+     * took nothing from it for that long: the socket accepts nothing. */
+    hs_stream_t *st = c->stream;
+    bool waiting = c->out.len > c->out_off || (st && st->tail && st->tail->seq >= c->next_seq);
+    bool stalled = c->streaming && waiting && now - c->last_write >= HTTP_STALL_MS;
+    bool lingers = c->revoke == REVOKE_DONE && now - c->revoked_at >= HTTP_REVOKE_GRACE_MS;
+    if (!stalled && !lingers) continue;
+    if (stalled && !c->lost)
+      cm_info("http: an SSE stream's client read nothing for %u s: closing its connection",
+              HTTP_STALL_MS / 1000);
+    conn_cut(c);
+  }
+}
+
+void tr_hs_conn_revoke(hs_conn_t *c) {
+  if (c->revoke != REVOKE_MARKED) return;
+  c->revoke = REVOKE_DONE;
+  c->revoked_at = cm_now_ms();
+  if (c->get_stream) {
+    c->get_stream = false;
+    c->principal->streams--;
+  }
+  tr_hs_conn_count(c);
+  c->ending = true;
+  hs_stream_t *st = c->stream;
+  hs_session_t *s = st ? st->session : NULL;
+  /* A stateless request is cancelled (its listen stream, a wait for a task), and so is
+   * every request of a session that closes with the token: an error says why, in place of
+   * the answer it will never get.  (A request of a session that stays goes on: its answer
+   * waits for a resumption.) */
+  if (st && st->kind == STREAM_POST && s && (s->stateless || s->revoke != REVOKE_NONE) &&
+      !st->finished && !st->sink.closed) {
+    if (st->mode == MODE_SSE && st->request_id) {
+      json_t *j = json_pack(
+          "{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", st->request_id, "error", "code",
+          -32000, "message",
+          "Unauthorized: the bearer token this request came with was removed from the token "
+          "file (or changed) while it was open; what it opened has ended. Send it again with "
+          "a valid token.");
+      char *text = json_dumps(j, JSON_COMPACT);
+      json_decref(j);
+      if (!text) abort();
+      stream_push(st, text, strlen(text), TR_SEND_RESPONSE);
+      free(text);
+    }
+    /* Nothing after the error: what the request would still send is dropped. */
+    st->sink.closed = true;
+    if (s->stateless && st->sink.refs > 0) {
+      tr_sink_ref(&st->sink);
+      tr_sink_peer_gone(&st->sink);
+      tr_sink_unref(&st->sink);
+    }
+  }
+  tr_hs_conn_wake(c);
 }
 
 void tr_hs_streams_expire(hs_session_t *s, uint64_t now) {
