@@ -794,12 +794,13 @@ class Chaos:
             return
         tid = self.rng.choice(sorted(victim.tasks))
         desc.append(tid)
-        methods = ["tasks/get", "tasks/cancel"] + (["tasks/result"] if era == "hs" else [])
+        methods = ["tasks/get", "tasks/cancel"] + (["tasks/result"] if era == "hs" else ["tasks/update"])
         before = self.task_get(victim, "hs", tid)["result"]["status"]
         for m in methods:
             answers = []
             for t in (tid, UNKNOWN_TASK):
-                ans = self.rpc(p, era, m, {"taskId": t}, declare_tasks=(era == "modern"))
+                params = {"taskId": t, **({"inputResponses": {"k": {}}} if m == "tasks/update" else {})}
+                ans = self.rpc(p, era, m, params, declare_tasks=(era == "modern"))
                 assert "error" in ans, ans
                 e = ans["error"]
                 answers.append((e["code"], plain(e["message"], t), plain(json.dumps(e.get("data")), t)))
@@ -1007,6 +1008,44 @@ class Chaos:
             for thing in list(victim.artifacts) + list(victim.sessions):
                 assert thing not in shown, (thing, shown[:500])
 
+    def op_raw_connection(self, desc):
+        """Requests cut short or doubled on one connection: a body shorter than its
+        Content-Length then a close (or a reset), headers only, two requests pipelined, a
+        standalone GET stream left at once."""
+        p, _ = self.pick(desc)
+        kind = self.rng.choice(["short body", "short body reset", "headers only", "pipelined", "get stream"])
+        desc.append(kind)
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+        hdrs = self.hs_headers(p)
+        if kind == "get stream":
+            hdrs = {"Accept": "text/event-stream", "Mcp-Session-Id": p.hs_sid, "MCP-Protocol-Version": HS,
+                    **p.auth()}
+            head = "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        else:
+            hdrs["Content-Length"] = str(len(body) + (40 if kind.startswith("short") else 0))
+            head = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        head = (head + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items()) + "\r\n").encode()
+        sock = socket.create_connection(("127.0.0.1", self.http.port), timeout=BOUND)
+        try:
+            if kind == "headers only":
+                sock.sendall(head)
+            elif kind == "pipelined":
+                sock.sendall(head + body + head + body)
+                got = b""
+                while got.count(b'"result":{}') < 2:
+                    chunk = sock.recv(65536)
+                    assert chunk, got
+                    got += chunk
+            elif kind == "get stream":
+                sock.sendall(head)
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200"), "the standalone stream was refused"
+            else:
+                sock.sendall(head + body)
+                if kind.endswith("reset"):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        finally:
+            sock.close()
+
     # ================================================================ operations: malformed bodies
     MALFORMED = [
         ("bad json", b'{"jsonrpc": "2.0", "id": 1, "method": '),
@@ -1198,7 +1237,7 @@ OPS = [
     ("artifact_read", 3), ("artifact_foreign", 3), ("listings", 2),
     ("cancel_inflight", 3), ("hangup", 3), ("malformed", 6), ("sighup_rotate", 1),
     ("attack_busy_session", 2), ("attack_cancel_foreign", 2), ("attack_task_session", 1),
-    ("attack_modern_with_session_id", 1),
+    ("attack_modern_with_session_id", 1), ("raw_connection", 2),
     ("stdio_exec", 4), ("stdio_session", 3), ("stdio_task", 3), ("stdio_cancel", 1), ("stdio_malformed", 2),
 ]
 
