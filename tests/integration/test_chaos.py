@@ -261,7 +261,8 @@ class Chaos:
         self.seed = seed
         self.n_ops = n_ops
         self.backend = backend
-        self.rng = random.Random(seed)
+        self.main_rng = random.Random(seed)
+        self.local = threading.local()  # a burst's threads draw from their own generators
         self.history = []
         self.ids = iter(range(1000, 10 ** 9))
         self.lock = threading.Lock()
@@ -274,6 +275,10 @@ class Chaos:
         self.stdio = None
         self.stdio_model = Principal("stdio")
         self.stdio_modern = self.rng.random() < 0.5
+
+    @property
+    def rng(self):
+        return getattr(self.local, "rng", None) or self.main_rng
 
     # ------------------------------------------------------------ plumbing
     def next_id(self):
@@ -528,6 +533,7 @@ class Chaos:
 
     def fail(self, i, e):
         last = "\n".join(f"  #{j}: {' '.join(map(str, d))}" for j, d in self.history[-12:])
+        last = last.replace("'", "")
         logs = ""
         for name, srv in (("http", self.http), ("stdio", self.stdio)):
             if srv:
@@ -1046,6 +1052,66 @@ class Chaos:
         finally:
             sock.close()
 
+    # ================================================================ operations: at once
+    BURST = ["exec_ok", "exec_fail", "exec_outputs", "malformed", "hangup", "raw_connection", "artifact_read",
+             "artifact_foreign", "task_create", "task_poll", "cancel_inflight", "session_fail_first"]
+
+    def op_burst(self, desc):
+        """Several operations at once, each in a thread with a generator of its own (seeded
+        from the main one: the choices stay reproducible)."""
+        n = self.rng.randint(2, 6)
+        plan = [(self.rng.choice(self.BURST), self.rng.randrange(2 ** 32)) for _ in range(n)]
+        errors = []
+
+        def run(name, seed, sub):
+            self.local.rng = random.Random(seed)
+            try:
+                getattr(self, "op_" + name)(sub)
+            except BaseException as e:  # noqa: B902
+                errors.append(f"{' '.join(sub)}: " + "".join(traceback.format_exception(e))[-2500:])
+        threads = []
+        for name, seed in plan:
+            sub = [name]
+            desc.append(sub)
+            threads.append(threading.Thread(target=run, args=(name, seed, sub), daemon=True))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(BOUND + 30)
+            assert not t.is_alive(), f"a burst's operation was not answered within {BOUND} s"
+        assert not errors, errors[0]
+
+    def op_session_contended(self, desc):
+        """Calls at once in one session: one runs at a time, the others are refused as busy (or
+        wait their turn); the session's state holds exactly the calls that ran."""
+        p, era = self.pick(desc)
+        if not p.sessions:
+            return self.op_session_new(desc)
+        sid = self.rng.choice(sorted(p.sessions))
+        bumps = [self.rng.randrange(1, 100) for _ in range(self.rng.randint(2, 4))]
+        desc += [sid, bumps]
+        answers = [None] * len(bumps)
+
+        def run(i):
+            answers[i] = self.execute(p, era, {"script": f"import time\ntime.sleep(0.2)\nv += {bumps[i]}\nprint(v)",
+                                               "session": sid})
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(bumps))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(BOUND)
+        ran = 0
+        for i, r in enumerate(answers):
+            assert r is not None, "a call was not answered"
+            if r["isError"]:
+                assert "running another call" in r["content"][0]["text"], r
+            else:
+                ran += bumps[i]
+        assert ran, answers  # one of them ran
+        p.sessions[sid] += ran
+        r = self.execute(p, era, {"script": "print(v)", "session": sid})
+        assert r["structuredContent"]["stdout"] == f"{p.sessions[sid]}\n", (r, answers)
+
     # ================================================================ operations: malformed bodies
     MALFORMED = [
         ("bad json", b'{"jsonrpc": "2.0", "id": 1, "method": '),
@@ -1237,7 +1303,7 @@ OPS = [
     ("artifact_read", 3), ("artifact_foreign", 3), ("listings", 2),
     ("cancel_inflight", 3), ("hangup", 3), ("malformed", 6), ("sighup_rotate", 1),
     ("attack_busy_session", 2), ("attack_cancel_foreign", 2), ("attack_task_session", 1),
-    ("attack_modern_with_session_id", 1), ("raw_connection", 2),
+    ("attack_modern_with_session_id", 1), ("raw_connection", 2), ("burst", 4), ("session_contended", 2),
     ("stdio_exec", 4), ("stdio_session", 3), ("stdio_task", 3), ("stdio_cancel", 1), ("stdio_malformed", 2),
 ]
 
