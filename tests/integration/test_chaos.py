@@ -17,6 +17,10 @@ sees anything of another's (its ids answer like unknown ones, listings leave the
 end a drain (SIGTERM): each server exits 0 and leaves nothing (no process, no mount under its
 state directory, no cgroup named after it, no work directory).
 
+The random choices depend on the seed alone (the server's ids are chosen among by their order
+of creation); the timings differ from run to run, and so may the order in which a burst's
+operations (several at once) create things.
+
 Environment: MPS_CHAOS_SEEDS (comma list, default DEFAULT_SEEDS), MPS_CHAOS_OPS (operations per
 seed), MPS_CHAOS_SECONDS (a campaign: random seeds, each of MPS_CHAOS_OPS operations, until that
 many seconds have passed; every seed is printed).  A failure names the seed, the operation's
@@ -237,6 +241,9 @@ class ChaosHttp:
 
 
 class Principal:
+    """What one principal owns.  The ids are the server's (random): choices among them go by
+    their order of creation, never by their values, so that a seed makes the same choices."""
+
     def __init__(self, name):
         self.name = name
         self.token_index = 0
@@ -649,7 +656,7 @@ class Chaos:
         p, era = self.pick(desc)
         if not p.sessions:
             return self.op_session_new(desc)
-        sid = self.rng.choice(sorted(p.sessions))
+        sid = self.rng.choice(list(p.sessions))
         desc.append(sid)
         bump = self.rng.randrange(100)
         r = self.execute(p, era, {"script": f"v += {bump}\nprint(v)", "session": sid})
@@ -667,14 +674,14 @@ class Chaos:
     def op_session_close(self, desc):
         p, era = self.pick(desc)
         if p.sessions:
-            self.close_session(p, era, self.rng.choice(sorted(p.sessions)), desc)
+            self.close_session(p, era, self.rng.choice(list(p.sessions)), desc)
 
     def op_session_foreign(self, desc):
         """Another principal's session id (or a closed one of its own) answers exactly as an
         id that never existed, from execute_python and close_session; the owner's session lives on."""
         p, era = self.pick(desc)
         victim = self.other(p)
-        candidates = sorted(victim.sessions) + p.closed[-2:] + victim.closed[-1:]
+        candidates = list(victim.sessions) + p.closed[-2:] + victim.closed[-1:]
         if not candidates:
             return
         sid = self.rng.choice(candidates)
@@ -734,7 +741,7 @@ class Chaos:
         p, era = self.pick(desc)
         if not p.tasks:
             return self.op_task_create(desc)
-        tid = self.rng.choice(sorted(p.tasks))
+        tid = self.rng.choice(list(p.tasks))
         want = p.tasks[tid]
         desc.append(tid)
         wait = self.rng.random() < 0.5
@@ -762,7 +769,7 @@ class Chaos:
         p, _ = self.pick(desc)
         if not p.tasks:
             return
-        tid = self.rng.choice(sorted(p.tasks))
+        tid = self.rng.choice(list(p.tasks))
         want = dict(p.tasks[tid])
         desc.append(tid)
 
@@ -778,7 +785,7 @@ class Chaos:
         p, era = self.pick(desc)
         if not p.tasks:
             return
-        tid = self.rng.choice(sorted(p.tasks))
+        tid = self.rng.choice(list(p.tasks))
         desc.append(tid)
         params = {"taskId": tid}
         ans = self.rpc(p, era, "tasks/cancel", params, declare_tasks=(era == "modern"))
@@ -798,7 +805,7 @@ class Chaos:
         victim = self.other(p)
         if not victim.tasks:
             return
-        tid = self.rng.choice(sorted(victim.tasks))
+        tid = self.rng.choice(list(victim.tasks))
         desc.append(tid)
         methods = ["tasks/get", "tasks/cancel"] + (["tasks/result"] if era == "hs" else ["tasks/update"])
         before = self.task_get(victim, "hs", tid)["result"]["status"]
@@ -823,7 +830,7 @@ class Chaos:
         p, era = self.pick(desc)
         if not p.artifacts:
             return self.op_exec_outputs(desc)
-        uri = self.rng.choice(sorted(p.artifacts))
+        uri = self.rng.choice(list(p.artifacts))
         desc.append(uri)
         if self.rng.random() < 0.5:
             c = self.result(p, era, "resources/read", {"uri": uri})["contents"][0]
@@ -839,7 +846,7 @@ class Chaos:
         victim = self.other(p)
         if not victim.artifacts:
             return
-        uri = self.rng.choice(sorted(victim.artifacts))
+        uri = self.rng.choice(list(victim.artifacts))
         variant = self.rng.choice(URI_VARIANTS)
         desc += [uri, variant.__name__ if hasattr(variant, "__name__") else "variant"]
         answers = []
@@ -929,7 +936,7 @@ class Chaos:
         attacker = self.other(owner)
         if not owner.sessions:
             return
-        sid = self.rng.choice(sorted(owner.sessions))
+        sid = self.rng.choice(list(owner.sessions))
         bump = self.rng.randrange(100)
         owner.sessions[sid] += bump
         want = owner.sessions[sid]
@@ -984,7 +991,7 @@ class Chaos:
         attacker = self.other(owner)
         if not owner.sessions or len(attacker.tasks) >= 26:
             return
-        sid = self.rng.choice(sorted(owner.sessions))
+        sid = self.rng.choice(list(owner.sessions))
         desc.append(sid)
         results = []
         for s in (sid, UNKNOWN_SESSION):
@@ -1087,7 +1094,7 @@ class Chaos:
         p, era = self.pick(desc)
         if not p.sessions:
             return self.op_session_new(desc)
-        sid = self.rng.choice(sorted(p.sessions))
+        sid = self.rng.choice(list(p.sessions))
         bumps = [self.rng.randrange(1, 100) for _ in range(self.rng.randint(2, 4))]
         desc += [sid, bumps]
         answers = [None] * len(bumps)
@@ -1219,12 +1226,12 @@ class Chaos:
             assert r["isError"] is False, r
             m.sessions[r["structuredContent"]["session"]["id"]] = 1
         elif kind == "use":
-            sid = self.rng.choice(sorted(m.sessions))
+            sid = self.rng.choice(list(m.sessions))
             r = self.stdio_execute({"script": "v += 1\nprint(v)", "session": sid})
             m.sessions[sid] += 1
             assert r["structuredContent"]["stdout"] == f"{m.sessions[sid]}\n", r
         elif kind == "close" and m.sessions:
-            sid = self.rng.choice(sorted(m.sessions))
+            sid = self.rng.choice(list(m.sessions))
             r = self.stdio_request("tools/call", {"name": "close_session", "arguments": {"session": sid}})
             assert not r["result"].get("isError"), r
             del m.sessions[sid]
@@ -1237,7 +1244,7 @@ class Chaos:
         m = self.stdio_model
         s = self.stdio
         if m.tasks and self.rng.random() < 0.6:
-            tid = self.rng.choice(sorted(m.tasks))
+            tid = self.rng.choice(list(m.tasks))
             method = self.rng.choice(["tasks/get", "tasks/cancel"])
             desc += [method, tid]
             r = self.stdio_request(method, {"taskId": tid}, declare_tasks=True)
