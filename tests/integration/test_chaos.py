@@ -8,7 +8,9 @@ fork children or write outputs/; sessions (new, reused, closed, another principa
 calls that fail before the kernel starts); tasks (both eras: created, polled, read, cancelled,
 another principal's); resources/read and downloads of run artifacts (own and another's);
 notifications/cancelled and closed connections during a call; clients that hang up during an
-SSE answer; malformed bodies; SIGHUP after the tokens file rotated bob's token.  A small model
+SSE answer; malformed bodies and cut or pipelined requests; SIGHUP after the tokens file rotated
+bob's token; one token's attacks on the other's things (its busy session, its running request,
+its session named in a task); bursts of operations at once.  A small model
 says what each principal owns (sessions, tasks, artifacts) and what each answer must be.
 
 Checked after every operation: both servers are alive and answer a ping, every request was
@@ -25,7 +27,7 @@ Environment: MPS_CHAOS_SEEDS (comma list, default DEFAULT_SEEDS), MPS_CHAOS_OPS 
 seed), MPS_CHAOS_SECONDS (a campaign: random seeds, each of MPS_CHAOS_OPS operations, until that
 many seconds have passed; every seed is printed).  A failure names the seed, the operation's
 index and the last operations: MPS_CHAOS_SEEDS=<seed> MPS_CHAOS_OPS=<index + 1> replays it.
-See tests/README.md.  Only 127.0.0.1 is contacted; dependencies resolve from an empty local
+See docs/testing.md.  Only 127.0.0.1 is contacted; dependencies resolve from an empty local
 wheelhouse (--find-links, --offline), so a dependency cannot be installed, quickly."""
 import base64
 import glob
