@@ -703,7 +703,7 @@ class Chaos:
         """A session whose first call fails before its kernel starts (an interpreter that does
         not exist, a dependency that cannot be installed): an error, and no session is left."""
         p, era = self.pick(desc)
-        kind = self.rng.choice(["python", "python", "dependency"])  # a failed build costs seconds
+        kind = self.rng.choice(["python", "python", "python", "dependency"])  # a failed build costs seconds
         desc.append(kind)
         args = {"script": "print(1)", "session": "new"}
         if kind == "python":
@@ -946,12 +946,12 @@ class Chaos:
         done = []
 
         def run():
-            r = self.execute(owner, era, {"script": f"import time\ntime.sleep(1.5)\nv += {bump}\nprint(v)",
+            r = self.execute(owner, era, {"script": f"import time\ntime.sleep(0.8)\nv += {bump}\nprint(v)",
                                           "session": sid})
             done.append(r)
         t = threading.Thread(target=run, daemon=True)
         t.start()
-        time.sleep(0.3)
+        time.sleep(0.2)
         a_era = self.rng.choice(["hs", "modern"])
         for name, args in (("execute_python", {"script": "print(v)"}), ("close_session", {}),
                            ("close_session", {"export": True})):
@@ -970,7 +970,7 @@ class Chaos:
         owner, _ = self.pick(desc)
         attacker = self.other(owner)
         req_id = self.next_id()
-        sock, got = self.stream_call(owner, "hs", "import time\nprint('started', flush=True)\ntime.sleep(1)\n"
+        sock, got = self.stream_call(owner, "hs", "import time\nprint('started', flush=True)\ntime.sleep(0.5)\n"
                                      "print('survived')", req_id)
         try:
             st, _, data = self.http.request("POST", "/mcp", json.dumps(
