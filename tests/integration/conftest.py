@@ -82,8 +82,8 @@ SANDBOX_INDEPENDENT = {
 # sessions, the chaos driver, token rotation).  A module not yet in the tree is simply absent.
 ASAN_MODULES = {
     "test_protocol", "test_protocol_2026", "test_http", "test_forwarded", "test_faults",
-    "test_tenancy", "test_ui_tenancy", "test_tasks", "test_tasks_attacks", "test_listen_lifetimes",
-    "test_sessions", "test_service", "test_chaos", "test_token_rotation", "test_drain",
+    "test_tenancy", "test_tasks", "test_tasks_attacks", "test_listen_lifetimes",
+    "test_sessions", "test_chaos", "test_token_rotation",
 }
 
 
