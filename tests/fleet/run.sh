@@ -67,7 +67,11 @@ run() {
   local name=$1 out st=0 env=(env)
   echo "== fleet: $name"
   shift
-  if [ "${trace:-0}" = 1 ]; then env+=(NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--import=$PWD/trace-pending.mjs"); fi
+  local pending
+  pending=$(mktemp)
+  if [ "${trace:-0}" = 1 ]; then
+    env+=(NODE_OPTIONS="${NODE_OPTIONS:+$NODE_OPTIONS }--import=$PWD/trace-pending.mjs" MPS_TRACE_PENDING_FILE="$pending")
+  fi
   out=$(mktemp)
   "${env[@]}" node --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec "$@" 2>&1 | tee "$out" || st=$?
   # node:test cancels a whole file when its event loop empties while a test's promise is
@@ -75,13 +79,18 @@ run() {
   # then no test of it reached an assertion (seen once in CI, at the image suite's first test,
   # not explained yet).  Such a file, with no test failed, runs once more, and that run's
   # result stands.
+  if [ "$st" != 0 ] && [ -s "$pending" ] &&
+    grep -q "Promise resolution is still pending but the event loop has already resolved" "$out"; then
+    echo "== fleet: $name: where the promises still pending were made (trace-pending.mjs):"
+    cat "$pending"
+  fi
   if [ "$st" != 0 ] && grep -q "Promise resolution is still pending but the event loop has already resolved" "$out" &&
     grep -q "fail 0$" "$out"; then
     echo "== fleet: $name: cancelled with a test pending, none failed: once more"
     st=0
     "${env[@]}" node --test --test-concurrency=1 --test-timeout=600000 --test-reporter=spec "$@" || st=$?
   fi
-  rm -f "$out"
+  rm -f "$out" "$pending"
   [ "$st" = 0 ] || rc=1
 }
 

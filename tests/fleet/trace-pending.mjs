@@ -1,29 +1,33 @@
 // Loaded into a fleet suite's test process (run.sh: NODE_OPTIONS=--import=...): records each
 // promise's creation stack (async_hooks) until it settles, and when the event loop empties
-// with promises of the tests still pending (node:test then cancels the file: "Promise
-// resolution is still pending but the event loop has already resolved"), prints where each
-// was made: the await nothing will ever settle, named by file and line.
+// writes where the tests' own pending promises were made to $MPS_TRACE_PENDING_FILE.  run.sh
+// shows that file only when node:test cancelled the file ("Promise resolution is still
+// pending but the event loop has already resolved"): then it names the await nothing will
+// ever settle, by file and line.  (At a normal end, the losers of a Promise.race and the like
+// are pending too: noise.)
 import { createHook } from "node:async_hooks";
+import { appendFileSync } from "node:fs";
 
+const out = process.env.MPS_TRACE_PENDING_FILE;
+Error.stackTraceLimit = 40;
+const ours = (line) => /\/tests\/(fleet|lib)\/[^/]+\.mjs/.test(line) && !line.includes("trace-pending.mjs");
 const pending = new Map();
-createHook({
-  init(id, type) {
-    if (type === "PROMISE") pending.set(id, new Error("a promise pending as the event loop emptied").stack);
-  },
-  promiseResolve(id) {
-    pending.delete(id);
-  },
-  destroy(id) {
-    pending.delete(id);
-  },
-}).enable();
-
-process.on("beforeExit", () => {
-  // (the test runner's own promises are pending too: only the tests' frames tell)
-  const ours = [...pending.values()].filter((s) => /\/tests\/(fleet|lib)\/[^/]+\.mjs/.test(s));
-  if (ours.length === 0) return;
-  console.error(`trace-pending: ${ours.length} promise(s) of the tests pending as the event loop emptied:`);
-  for (const s of ours.slice(-12)) {
-    console.error(s.split("\n").filter((l) => !/node:internal|trace-pending\.mjs/.test(l)).join("\n"));
-  }
-});
+if (out) {
+  createHook({
+    init(id, type) {
+      if (type === "PROMISE") pending.set(id, new Error("pending").stack);
+    },
+    promiseResolve(id) {
+      pending.delete(id);
+    },
+    destroy(id) {
+      pending.delete(id);
+    },
+  }).enable();
+  process.on("beforeExit", () => {
+    const stacks = [...pending.values()].map((s) => s.split("\n").filter(ours)).filter((f) => f.length > 0);
+    if (stacks.length === 0) return;
+    const text = stacks.slice(-20).map((f) => "a promise made\n" + f.join("\n")).join("\n");
+    appendFileSync(out, `${stacks.length} promise(s) of the tests pending as the event loop emptied (the last 20):\n${text}\n`);
+  });
+}
