@@ -33,9 +33,7 @@ test("image: bubblewrap inside the container, non-root, the SDK v1 client over H
     headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
     body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "x", version: "0" } } }),
   });
-  // (read to its end: awaiting body.cancel() adopts undici's cancel of a body in flight, a
-  // promise that may never settle: node#56917)
-  await anon.text();
+  await anon.body?.cancel();
   assert.equal(anon.status, 401);
 
   const { client } = await connectV1(t, c.url, tok.token);
