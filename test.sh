@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# The test command: installs whatever is missing, builds, and runs every test suite,
-# first in a normal build, then again under AddressSanitizer + UndefinedBehaviorSanitizer.
-# Exits non-zero on any failure.
+# The test command: installs whatever is missing, builds, and runs the test suites: every
+# one in a normal build, then those about the server's own memory again under
+# AddressSanitizer + UndefinedBehaviorSanitizer.  Exits non-zero on any failure.
+# docs/testing.md ("Tiers") says which test runs where.
 #
-#   ./test.sh            everything (what CI runs)
+#   ./test.sh            the submission tier (what CI runs)
 #   ./test.sh --quick    the normal build only (no sanitizer pass)
+#   ./test.sh --full     the long tier (nightly): the submission tier, plus the tests marked
+#                        long, the ASan build's whole suite (both backends, the container
+#                        backends, conformance, e2e), a fuzz campaign and the chaos
+#                        driver's long campaign
 set -euo pipefail
 cd "$(dirname "$0")"
 
 quick=0
+full=0
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    *) echo "usage: $0 [--quick]" >&2; exit 2 ;;
+    --full) full=1 ;;
+    *) echo "usage: $0 [--quick | --full]" >&2; exit 2 ;;
   esac
 done
+if [ "$quick" = 1 ] && [ "$full" = 1 ]; then
+  echo "usage: $0 [--quick | --full]" >&2
+  exit 2
+fi
 
 ./deploy/install-deps.sh
 
@@ -27,7 +38,13 @@ fi
 # DNS query off the machine at least); the test of warming opts in with a loopback index.
 export MCP_PY_SANDBOX_WARM_CACHE=0
 # pytest comes from Debian's python3-pytest: use the system interpreter, whatever PATH says.
-PYTEST=(/usr/bin/python3 -m pytest -q -p no:cacheprovider)
+# Every run lists its 30 slowest tests, and a test still running after $test_timeout seconds
+# fails with its name and its threads' stacks (pytest-timeout, Debian's
+# python3-pytest-timeout): a hang names its test instead of stalling the run.
+test_timeout=${MPS_TEST_TIMEOUT:-600}
+PYTEST=(/usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=30 --timeout="$test_timeout")
+# The submission tier leaves out the tests marked long (conftest.py); --full runs them.
+if [ "$full" = 1 ]; then not_long=""; else not_long="not long"; fi
 
 # Every stage's header carries the time (UTC) and how long the run has taken so far, and the
 # end lists each stage's own length, so that a CI log shows where the minutes go.
@@ -78,8 +95,13 @@ fi
 build() {
   local dir=$1
   shift
-  cmake -S . -B "$dir" -DMPS_WERROR=ON "$@" >/dev/null
-  cmake --build "$dir" -j"$jobs" >/dev/null
+  # Both builds compile through ccache (Debian's, from deploy/install-deps.sh) into the user's
+  # cache (~/.cache/ccache): a submission recompiles only what it changed.  The base directory
+  # and the unhashed working directory let a fresh clone at another path hit as well.
+  local launcher=()
+  if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache); fi
+  CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true cmake -S . -B "$dir" -DMPS_WERROR=ON "${launcher[@]}" "$@" >/dev/null
+  CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true cmake --build "$dir" -j"$jobs" >/dev/null
 }
 
 # The ASan build compiles in the background from the end of the normal build on, at the
@@ -112,10 +134,11 @@ asan_build_wait() {
 
 # The fleet (issue 22: the server's image, nginx x3, a swarm stack, the Kubernetes manifests)
 # is about deployment, not sanitizers: the normal build's binary only.  Its suites wait on
-# containers and servers far more than they compute, so they run beside the ASan build's
-# suites (fleet_start), and the ASan build's container suite waits for them before it uses
-# the engine (fleet_wait).  The suites that need docker run where the engine came up; nginx
-# and the Kubernetes schemas run everywhere.
+# containers and servers far more than they compute, so they run in the background from the
+# end of the normal build's container suite on (fleet_start), beside the integration suites;
+# a container suite of the ASan build (--full) waits for them before it uses the engine
+# (fleet_wait), and so does the end of the run.  The suites that need docker run where the
+# engine came up; nginx and the Kubernetes schemas run everywhere.
 fleet_pid=""
 fleet_start() {
   local fleet=(kubernetes nginx)
@@ -141,99 +164,162 @@ fleet_wait() {
   wait "$fleet_pid" || rc=$?
   fleet_pid=""
   # (its length is from its start to its end, not to this wait)
-  note_time "normal build: the fleet (beside the ASan build's suites)" $(($(stat -c %Y build/fleet.log) - fleet_t0))
+  note_time "normal build: the fleet (in the background)" $(($(stat -c %Y build/fleet.log) - fleet_t0))
   stage "normal build: $fleet_title"
   cat build/fleet.log
   return "$rc"
 }
 
-# The integration suites run under pytest-xdist: $workers workers for each backend, and the
-# two backends side by side (each test waits on the processes it starts far more than it
-# computes).  Measured on two shared cores: two a backend (four tests at once in all)
-# already keep the CPU busy: four a backend took the same time (11:51 against 12:27 for both
-# suites; 35 s against 34 s for four files on one backend alone) with every test twice as
-# long, and eight a backend thrashed (tests bounding a build's or a kill's time failed).
-# MPS_TEST_WORKERS sets another count.
+# The integration suites run under pytest-xdist (each test waits on the processes it starts
+# far more than it computes).  Measured on two shared cores: four tests at once keep the
+# CPU busy (two workers a backend with both backends side by side; four a backend took the
+# same time with every test twice as long, and eight a backend thrashed: tests bounding a
+# build's or a kill's time failed).  MPS_TEST_WORKERS sets another count for each pass.
+#
+# Which tests a pass runs is a marker expression (conftest.py's tables, docs/testing.md
+# "Tiers"): the normal build runs every test, the sandbox_independent ones once (their
+# servers use the none backend whatever MPS_TEST_BACKEND says), so the bwrap pass leaves them
+# to the none pass; the ASan build runs the tests marked asan on the none backend.
 #
 # What must not run beside other tests of the same run:
 # - test_network.py's network namespace has fixed addresses and host routes to them: the
 #   module is one xdist group (--dist loadgroup), so one worker makes the namespace once.
 # - The tests marked serial (conftest.py; test_scheduling.py, and the tests that bound how
 #   long a timeout's kill or a SIGTERM'd server's exit takes) judge time against the script's
-#   own sleeps: they run after the parallel pass, one at a time (-n 0), the two backends side
-#   by side as before.
+#   own sleeps: they run after the parallel pass, one at a time (-n 0), the passes side by
+#   side as before.
 # Everything else asserts about its own server only: its own pids and descendants, cgroups
 # named after its server's pid, markers carrying the test process's pid, its own state and
 # temporary directories, ports the kernel picked.
 workers=${MPS_TEST_WORKERS:-2}
+# mexpr EXPR...: the non-empty expressions joined by "and".
+mexpr() {
+  local out="" e
+  for e in "$@"; do
+    [ -n "$e" ] && out="${out:+$out and }($e)"
+  done
+  printf '%s' "$out"
+}
+# integration DIR NAME WORKERS BACKEND=EXPR...: one pytest pass for each BACKEND=EXPR (the
+# tests EXPR selects, on that backend; an empty EXPR: every test), side by side, WORKERS
+# xdist workers each; then each pass's serial tests, one at a time.
 integration() {
-  local dir=$1 name=$2 backend pids=() failed=0 start
+  local dir=$1 name=$2 n=$3 spec backend expr failed=0 start i rc
+  shift 3
+  local specs=("$@") pids=() rcs=() what=""
+  for spec in "${specs[@]}"; do
+    backend=${spec%%=*} expr=${spec#*=}
+    what+="${what:+; }$backend${expr:+: $expr}"
+  done
   start=$(date +%s)
-  for backend in bwrap none; do
+  for spec in "${specs[@]}"; do
+    backend=${spec%%=*} expr=${spec#*=}
     rm -rf "/tmp/mps-it-$backend.$$"
     MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration \
       --ignore=tests/integration/test_container_real.py --basetemp="/tmp/mps-it-$backend.$$" \
-      -n "$workers" --dist loadgroup -m "not serial" >"$dir/integration-$backend.log" 2>&1 &
+      -n "$n" --dist loadgroup -m "$(mexpr "not serial" "$expr" "$not_long")" >"$dir/integration-$backend.log" 2>&1 &
     pids+=($!)
   done
-  local i=0 rcs=()
-  for backend in bwrap none; do
-    local rc=0
+  for i in "${!specs[@]}"; do
+    rc=0
     wait "${pids[$i]}" || rc=$?
+    [ "$rc" = 5 ] && rc=0 # (5: no test selected)
     rcs+=("$rc")
-    i=$((i + 1))
   done
-  note_time "$name: integration tests, parallel pass (both backends side by side)" $(($(date +%s) - start))
+  note_time "$name: integration tests, parallel pass ($what)" $(($(date +%s) - start))
   start=$(date +%s)
   pids=()
-  for backend in bwrap none; do
+  for spec in "${specs[@]}"; do
+    backend=${spec%%=*} expr=${spec#*=}
     echo "-- the tests marked serial, one at a time" >>"$dir/integration-$backend.log"
     MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration \
       --ignore=tests/integration/test_container_real.py --basetemp="/tmp/mps-it-$backend.$$/serial" \
-      -n 0 -m serial >>"$dir/integration-$backend.log" 2>&1 &
+      -n 0 -m "$(mexpr "serial" "$expr" "$not_long")" >>"$dir/integration-$backend.log" 2>&1 &
     pids+=($!)
   done
-  i=0
-  for backend in bwrap none; do
-    local rc=0
+  for i in "${!specs[@]}"; do
+    spec=${specs[$i]}
+    backend=${spec%%=*} expr=${spec#*=}
+    rc=0
     wait "${pids[$i]}" || rc=$?
-    stage "$name: integration tests (the real binary over stdio, sandbox backend $backend; $workers xdist workers, then the serial tests)"
+    [ "$rc" = 5 ] && rc=0
+    stage "$name: integration tests (the real binary over stdio and HTTP, sandbox backend $backend${expr:+, the tests: $expr}; $n xdist workers, then the serial tests)"
     cat "$dir/integration-$backend.log"
     rm -rf "/tmp/mps-it-$backend.$$"
     [ "$rc" = 0 ] && [ "${rcs[$i]}" = 0 ] || failed=1
-    i=$((i + 1))
   done
-  note_time "$name: integration tests, serial pass (both backends side by side)" $(($(date +%s) - start))
+  note_time "$name: integration tests, serial pass" $(($(date +%s) - start))
   [ "$failed" = 0 ]
 }
 
-suite() {
+ctest_stage() {
   local dir=$1 name=$2
   stage "$name: unit tests, sandbox tests and fuzz-corpus replays (ctest)"
   timed "$name: ctest" ctest --test-dir "$dir" --output-on-failure -j"$jobs"
-  integration "$dir" "$name" || return 1
-  # The ASan build's container suite asserts the engine holds no container but its own: the
-  # fleet, which runs beside this build (fleet_start), must be over first.
-  if [ "$dir" != build ]; then fleet_wait || return 1; fi
-  if [ -n "$MPS_TEST_CONTAINER_ENGINES" ]; then
-    stage "$name: the container backends on real engines ($MPS_TEST_CONTAINER_ENGINES)"
-    MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: container backends" "${PYTEST[@]}" tests/integration/test_container_real.py
-  fi
-  if [ "$dir" = build ] && [ "$(id -u)" = 0 ]; then
-    # Packaging is not about sanitizers: the normal build's .deb only.
-    stage "$name: the Debian package (built, installed into a fresh bookworm root, run, purged)"
-    timed "$name: the Debian package" tests/package/test-deb.sh "$dir"
-  elif [ "$dir" = build ]; then
-    echo "== SKIPPED: the Debian package test (needs root: chroot and mounts)" >&2
-  fi
+}
+container_stage() {
+  local dir=$1 name=$2
+  [ -n "$MPS_TEST_CONTAINER_ENGINES" ] || return 0
+  stage "$name: the container backends on real engines ($MPS_TEST_CONTAINER_ENGINES)"
+  MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: container backends" "${PYTEST[@]}" tests/integration/test_container_real.py
+}
+clients_stage() {
+  local dir=$1 name=$2
   stage "$name: MCP conformance suites (0.1.16, and 0.2.0-alpha.12 for both eras) over Streamable HTTP"
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: conformance" tests/conformance/run.sh
   stage "$name: end-to-end tests with real MCP clients (TypeScript SDK v1 and v2, Inspector CLI v1 and v2)"
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: e2e" tests/e2e/run.sh
-  if [ "$dir" = build ]; then
-    # The page is the same in both builds (what it drives is tested above): the normal one only.
-    stage "$name: browser tests of the playground page and the MCP App (chromium, playwright-core; screenshots in $dir/browser-screenshots/)"
-    MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: browser" tests/browser/run.sh
+}
+
+# The normal build: every suite.  The container suite goes first, so that the fleet (which
+# uses the same docker engine and must find no container of another suite) can run in the
+# background beside everything after it.
+suite_normal() {
+  local dir=build name="normal build"
+  ctest_stage "$dir" "$name"
+  container_stage "$dir" "$name"
+  fleet_start
+  integration "$dir" "$name" "$workers" "bwrap=not sandbox_independent" "none=" || return 1
+  if [ "$(id -u)" = 0 ]; then
+    # Packaging is not about sanitizers: the normal build's .deb only.
+    stage "$name: the Debian package (built, installed into a fresh bookworm root, run, purged)"
+    timed "$name: the Debian package" tests/package/test-deb.sh "$dir"
+  else
+    echo "== SKIPPED: the Debian package test (needs root: chroot and mounts)" >&2
+  fi
+  clients_stage "$dir" "$name"
+  # The page is the same in both builds (what it drives is tested above): the normal one only.
+  stage "$name: browser tests of the playground page and the MCP App (chromium, playwright-core; screenshots in $dir/browser-screenshots/)"
+  MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: browser" tests/browser/run.sh
+}
+
+# The ASan+UBSan build: the unit tests, the fuzz replays and the integration tests about the
+# server's own memory (marked asan), on the none backend (the sandbox's own code runs in the
+# unit and sandbox tests).  --full: every suite but the package, the browser and the fleet,
+# on both backends, as the normal build.
+suite_asan() {
+  local dir=build-asan name="ASan+UBSan build"
+  ctest_stage "$dir" "$name"
+  if [ "$full" = 1 ]; then
+    integration "$dir" "$name" "$workers" "bwrap=not sandbox_independent" "none=" || return 1
+    # Its container suite asserts the engine holds no container but its own.
+    fleet_wait || return 1
+    container_stage "$dir" "$name"
+    clients_stage "$dir" "$name"
+  else
+    integration "$dir" "$name" "${MPS_TEST_ASAN_WORKERS:-$((2 * workers))}" "none=asan" || return 1
+  fi
+}
+
+# --full: what is too slow for every submission.
+long_tier() {
+  stage "long tier: the fuzz campaign (tests/fuzz/campaign.sh, ${MPS_FULL_FUZZ_RUNS:=1000000} executions a target, corpus not merged)"
+  timed "long tier: fuzz campaign" tests/fuzz/campaign.sh --no-merge --runs "$MPS_FULL_FUZZ_RUNS"
+  if [ -f tests/integration/test_chaos.py ]; then
+    stage "long tier: the chaos driver's long campaign (${MPS_FULL_CHAOS_SECONDS:=600} s, ASan+UBSan build, none backend)"
+    MPS_CHAOS_SECONDS=$MPS_FULL_CHAOS_SECONDS MPS_TEST_BACKEND=none MPS_BINARY="$PWD/build-asan/mcp-python-exec-sandbox" \
+      timed "long tier: chaos campaign" "${PYTEST[@]}" --timeout=$((MPS_FULL_CHAOS_SECONDS * 3 + 600)) \
+      tests/integration/test_chaos.py
   fi
 }
 
@@ -250,15 +336,15 @@ timed "the normal build" build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # The playground's editor bundle (CodeMirror, from npm), before the package test packs it.
 stage "the playground's editor bundle (ui/build.sh)"
 timed "the editor bundle" ui/build.sh build
-suite build "normal build"
-fleet_start
-[ "$quick" = 0 ] || fleet_wait
+suite_normal
 
 if [ "$quick" = 0 ]; then
   asan_build_wait
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  suite build-asan "ASan+UBSan build"
+  suite_asan
 fi
+fleet_wait
+[ "$full" = 0 ] || long_tier
 stage "all tests passed; each stage's length (some ran side by side):"
 printf '%s\n' "${stage_times[@]}"

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config clang clang-format
   libmicrohttpd-dev libjansson-dev libssl-dev uuid-dev libseccomp-dev libcmocka-dev
   libc-ares-dev iproute2
-  bubblewrap python3 python3-venv python3-pip python3-pytest python3-pytest-xdist ca-certificates curl procps
+  bubblewrap python3 python3-venv python3-pip python3-pytest python3-pytest-xdist python3-pytest-timeout ccache ca-certificates curl procps
   nodejs
   docker.io podman catatonit debootstrap
   systemd util-linux

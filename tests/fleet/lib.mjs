@@ -85,13 +85,37 @@ export function makeToken(dir, name = "tester") {
   return { token, file, name };
 }
 
-/** GET url; resolves { status, body } (never throws on a refused connection: status 0). */
-export async function get(url, { headers = {}, dispatcher } = {}) {
+/**
+ * GET url; resolves { status, body } (never throws on a refused connection, nor on no answer
+ * within timeoutMs: status 0).
+ *
+ * A fetch of a container's published port can stay pending forever with nothing left in the
+ * event loop: docker's port proxy takes the connection before the server in the container
+ * listens, and drops it (trace-pending.mjs caught it: the image suite's first /readyz poll,
+ * after which node:test cancelled the file).  So a timer of its own, which keeps the event
+ * loop alive, settles the poll: it aborts the fetch and ends the race whatever undici does.
+ */
+export async function get(url, { headers = {}, dispatcher, timeoutMs = 15000 } = {}) {
+  const ac = new AbortController();
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => {
+      const e = new Error(`no answer within ${timeoutMs} ms`);
+      ac.abort(e);
+      reject(e);
+    }, timeoutMs);
+  });
   try {
-    const r = await fetch(url, { headers, ...(dispatcher ? { dispatcher } : {}) });
-    return { status: r.status, body: await r.text(), headers: r.headers };
+    const answer = (async () => {
+      const r = await fetch(url, { headers, signal: ac.signal, ...(dispatcher ? { dispatcher } : {}) });
+      return { status: r.status, body: await r.text(), headers: r.headers };
+    })();
+    answer.catch(() => {}); // (the race's loser)
+    return await Promise.race([answer, late]);
   } catch (e) {
-    return { status: 0, body: String(e?.cause?.code ?? e), headers: new Headers() };
+    return { status: 0, body: String(e?.cause?.code ?? e?.message ?? e), headers: new Headers() };
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -31,6 +31,83 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "serial: run apart from the parallel pass (see test.sh)")
     # pytest-xdist's own marker (--dist loadgroup), known even where xdist is not loaded.
     config.addinivalue_line("markers", "xdist_group(name): run every test of the group in one xdist worker")
+    # The tiers (test.sh, docs/testing.md "Tiers"): given by the tables below, or by the
+    # marker on a test or a module (pytestmark) of its own.
+    config.addinivalue_line("markers", "sandbox_independent: its servers never run a script on "
+                            "MPS_TEST_BACKEND: test.sh runs it once, in the none pass")
+    config.addinivalue_line("markers", "asan: exercises the server's own memory: the ASan+UBSan "
+                            "build runs it (on the none backend)")
+    config.addinivalue_line("markers", "long: too slow for every submission: ./test.sh --full only")
+
+
+# ---------------------------------------------------------------- the tiers, in one place
+#
+# test.sh runs the integration suite three times:
+#   normal build, MPS_TEST_BACKEND=bwrap: every test but the sandbox_independent ones
+#   normal build, MPS_TEST_BACKEND=none:  every test
+#   ASan build,   MPS_TEST_BACKEND=none:  the tests marked asan
+# (and ./test.sh --full adds the tests marked long, and the ASan build's whole suite).
+#
+# sandbox_independent: a test whose every server runs with --sandbox-backend none whatever
+# MPS_TEST_BACKEND says (HttpServer, make_http, make_tenants' default, backend="none"), or with
+# a backend of its own (the docker stand-in, a stand-in bwrap), or that runs no script.  On
+# both backends it would run the same binary with the same flags twice.  A test that skips
+# on the none backend must never be one (it would run nowhere).
+#
+# Whole modules, or ("http", exceptions): the module's tests that take none of
+# STDIO_BACKEND_FIXTURES (a stdio server on MPS_TEST_BACKEND running scripts) and are not
+# named in exceptions.
+STDIO_BACKEND_FIXTURES = {"server", "make_server", "stdio", "tasks_server"}
+SANDBOX_INDEPENDENT = {
+    "test_http": "all",                 # HttpServer: always --sandbox-backend none
+    "test_forwarded": "all",            # HttpServer and `none` only
+    "test_ui_tenancy": "all",           # make_http, make_tenants (none)
+    "test_docker_standin": "all",       # backend="docker" against the stand-in
+    "test_probe": "all",                # backend="bwrap" with a stand-in bwrap
+    # the stdio servers here run no script, but these two tests:
+    "test_protocol": ("all but", {"test_batches_only_on_2025_03_26", "test_stdout_is_only_json"}),
+    # every test but one passes --sandbox-backend none or runs nothing
+    "test_cli": ("all but", {"test_relative_state_dir_is_resolved_at_start"}),
+    "test_protocol_2026": ("http", set()),
+    "test_tasks": ("http", set()),
+    "test_tasks_attacks": ("http", set()),
+    "test_listen_lifetimes": ("http", set()),
+    "test_ui": ("http", set()),
+    # (make_tenants on the test's backend; the pool refills: bwrap only)
+    "test_tenancy": ("http", {"test_one_token_cannot_starve_another",
+                              "test_a_token_at_its_running_cap_does_not_stop_the_pools_refills"}),
+}
+# The ASan+UBSan build's integration tier: the modules that exercise the server's own memory
+# (the protocol and transports, faults, tenancy and tasks bookkeeping, listen streams,
+# sessions, the chaos driver, token rotation).  A module not yet in the tree is simply absent.
+ASAN_MODULES = {
+    "test_protocol", "test_protocol_2026", "test_http", "test_forwarded", "test_faults",
+    "test_tenancy", "test_tasks", "test_tasks_attacks", "test_listen_lifetimes",
+    "test_sessions", "test_chaos", "test_token_rotation",
+}
+
+
+def _independent(item):
+    rule = SANDBOX_INDEPENDENT.get(item.module.__name__)
+    name = getattr(item, "originalname", item.name)
+    if rule is None:
+        return False
+    if rule == "all":
+        return True
+    kind, exceptions = rule
+    if name in exceptions:
+        return False
+    if kind == "http":
+        return not (STDIO_BACKEND_FIXTURES & set(item.fixturenames))
+    return True
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _independent(item):
+            item.add_marker(pytest.mark.sandbox_independent)
+        if item.module.__name__ in ASAN_MODULES:
+            item.add_marker(pytest.mark.asan)
 
 
 # The pids of every server this test run started (cgroup directories are named after them;

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 from conftest import BACKEND, BINARY, Server, wait_until
 from test_http import HttpServer, call_msg
@@ -105,12 +104,11 @@ def test_sighup_reopens_after_logrotate(tmp_path):
 def test_an_audit_log_that_is_not_a_file_stops_the_start(tmp_path):
     fifo = str(tmp_path / "fifo")
     os.mkfifo(fifo)
-    started = time.monotonic()
+    # (Opening the FIFO would block: the run's timeout is the hang's failure.)
     r = subprocess.run([BINARY, "--audit-log", fifo, "--state-dir", str(tmp_path / "state")],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
     assert r.returncode != 0
     assert "audit" in r.stderr and "not a regular file" in r.stderr, r.stderr
-    assert time.monotonic() - started < 20
     r = subprocess.run([BINARY, "--audit-log", str(tmp_path / "no" / "such" / "dir"), "--state-dir",
                         str(tmp_path / "state")], stdin=subprocess.DEVNULL, capture_output=True,
                        text=True, timeout=30)

@@ -3,6 +3,7 @@ that never read, a drain and shutdown (no leak, no crash, the result where one i
 and a session kernel's death judged by the cgroup counters since its last call, not its
 life's (README, docs/protocol.md)."""
 import json
+import os
 import signal
 import threading
 import time
@@ -13,7 +14,7 @@ from test_cgroups import FORKS_FOUR_60M, cg_available  # noqa: F401  (the fixtur
 from test_protocol_2026 import make_http  # noqa: F401  (the fixture)
 from test_protocol_2026 import MODERN, SUB, _next_message, _open_listen, listen_msg, modern_msg, mirrored
 from test_http import ACCEPT_BOTH
-from conftest import kill_kernels_from_outside
+from conftest import kill_kernels_from_outside, processes_with_marker, wait_until
 
 
 def text(res):
@@ -69,41 +70,45 @@ def _post_async(s, msg, headers=None):
     return c
 
 
-def test_http_listen_opened_during_the_drain_is_not_left_without_its_result(make_http):
+def _marked(marker, seconds):
+    """A script that sleeps, with a child whose command line carries marker (found by
+    processes_with_marker) sleeping as long."""
+    return (f"import subprocess, sys, time\n"
+            f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep({seconds})', '{marker}'])\n"
+            f"time.sleep({seconds})\n")
+
+
+def _readyz(s):
+    return s.request("GET", "/readyz")[0]
+
+
+def test_http_listen_opened_during_the_drain_is_refused_as_new_work(make_http):
     """docs/protocol.md: a listen stream ends "with its result ... when the server drains".
-    One opened while the drain waits for a call is acknowledged (starts_work does not count
-    it, srv_listen_start does not look at s->draining), then cut off without a result when
-    the drain ends."""
-    s = make_http("--drain-seconds", "30")
+    One asked for once the drain has begun could only be cut off at once, so it is refused
+    like a new call (routes.c starts_work): 503 with Retry-After and its id, while the call
+    that holds the drain still finishes."""
+    s = make_http("--drain-seconds", "30", "--prestart", "off")
+    marker = "mps-listen-drain-%d" % os.getpid()
     call = modern_msg(1, "tools/call", {"name": "execute_python",
-                                        "arguments": {"script": "import time; time.sleep(4)"}})
+                                        "arguments": {"script": _marked(marker, 4)}})
     busy = _post_async(s, call)
-    time.sleep(1.5)  # the call runs
+    assert wait_until(lambda: processes_with_marker(marker), timeout=30)  # the call runs
     s.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
+    assert wait_until(lambda: _readyz(s) == 503, timeout=10)  # the drain has begun
     msg = listen_msg("late", resourcesListChanged=True)
     c = s.connect()
     c.request("POST", "/mcp", json.dumps(msg).encode(),
               {"Accept": ACCEPT_BOTH, "Content-Type": "application/json",
                "MCP-Protocol-Version": MODERN, **mirrored(msg)})
     r = c.getresponse()
-    if r.status == 503:
-        return  # refused as new work: fine
-    from test_http import sse_events
-    events = sse_events(r)
-    got = []
-    try:
-        while True:
-            m = _next_message(events)
-            if m is None:
-                break
-            got.append(m)
-            if "id" in m:
-                break
-    except Exception as e:  # the connection cut
-        got.append({"cut": repr(e)})
+    body = r.read()
+    assert r.status == 503 and int(r.getheader("Retry-After")) >= 1, (r.status, body)
+    assert json.loads(body)["id"] == "late", body
+    c.close()
+    r = busy.getresponse()
+    assert r.status == 200 and b"isError" in r.read()
     busy.close()
-    assert any(m.get("id") == "late" and "result" in m for m in got), got
+    assert s.proc.wait(timeout=60) == 0
 
 
 # ---------------------------------------------------------------- lifetimes (ASan build)
@@ -175,25 +180,37 @@ def test_http_listen_hangups_readers_that_never_read_and_a_drain(make_http, toke
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, "twice"])
 def test_http_shutdown_with_listen_streams_open(make_http, tokens, sig):  # noqa: F811
+    """Shutdown at once (SIGINT, or a second SIGTERM during the drain) with listen streams
+    open, one of them never read and one opened during the drain, and a call running: the
+    server exits 0 at once (not after the drain's 60 s: it waits on nothing of theirs), every
+    stream read to its end ends, and the call's processes are gone (make_http: no sanitizer
+    report)."""
     s = make_http("--auth-token-file", tokens, "--profile", "lan", "--no-warm-cache",
-                  "--drain-seconds", "10")
+                  "--drain-seconds", "60", "--prestart", "off")
     streams = [_open_listen(s, f"a{i}", ALICE, resourcesListChanged=True) for i in range(4)]
     for c, ev in streams:
-        _next_message(ev)
+        assert _next_message(ev)["method"] == "notifications/subscriptions/acknowledged"
     deaf = _raw_listen(s, "deaf", BOB)
+    marker = "mps-listen-shutdown-%d-%s" % (os.getpid(), "twice" if sig == "twice" else "int")
     busy = _post_async(s, modern_msg(1, "tools/call", {"name": "execute_python",
-                                                       "arguments": {"script": "import time; time.sleep(3)"}}),
+                                                       "arguments": {"script": _marked(marker, 60)}}),
                        headers=ALICE)
-    time.sleep(1)
+    assert wait_until(lambda: processes_with_marker(marker), timeout=30)  # the call runs
     if sig == "twice":
         s.proc.send_signal(signal.SIGTERM)
-        # a listen opened during the drain, then the second SIGTERM: shutdown now
+        assert wait_until(lambda: _readyz(s) == 503, timeout=10)  # the drain has begun
+        # a listen asked for during the drain (refused: 503), then the second SIGTERM
         late = _raw_listen(s, "late", ALICE)
-        time.sleep(0.3)
         s.proc.send_signal(signal.SIGTERM)
     else:
         s.proc.send_signal(sig)
-    s.proc.wait(timeout=60)
+    # At once: the one upper bound here is the feature (a drain would wait 60 s for the call).
+    assert s.proc.wait(timeout=30) == 0
+    for c, ev in streams:
+        while _next_message(ev) is not None:
+            pass
+        c.close()
+    assert wait_until(lambda: not processes_with_marker(marker), timeout=10)
     deaf.close()
     busy.close()
     if sig == "twice":
@@ -220,11 +237,12 @@ def test_stdio_listen_cancel_reuse_and_eof(make_server):
 
 def test_stdio_listen_opened_during_the_drain_ends_with_its_result(make_server):
     s = make_server("--drain-seconds", "30")
+    marker = "mps-stdio-listen-drain-%d" % os.getpid()
     s.send(modern_msg(1, "tools/call", {"name": "execute_python",
-                                        "arguments": {"script": "import time; time.sleep(3)"}}))
-    time.sleep(1.5)
+                                        "arguments": {"script": _marked(marker, 3)}}))
+    assert wait_until(lambda: processes_with_marker(marker), timeout=30)  # the call runs
     s.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    assert wait_until(lambda: "draining" in s.stderr_text(), timeout=10)  # the drain has begun
     s.send(listen_msg("late", resourcesListChanged=True))
     r = s.recv_response("late", timeout=30)
     assert "result" in r and r["result"]["_meta"][SUB] == "late", r

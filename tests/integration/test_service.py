@@ -176,7 +176,7 @@ def test_the_drain_deadline_and_a_second_sigterm_cancel(tmp_path):
             started = time.monotonic()
             srv.proc.send_signal(signal.SIGTERM)
             if how == "second":
-                time.sleep(0.5)
+                assert wait_until(lambda: get(srv, "/readyz")[0] == 503, timeout=10)
                 assert srv.proc.poll() is None  # draining
                 srv.proc.send_signal(signal.SIGTERM)
             assert srv.proc.wait(timeout=20) == 0
