@@ -73,6 +73,11 @@ class ChaosFailure(AssertionError):
     pass
 
 
+class Revoked(Exception):
+    """A request in flight while its token was rotated away: it ends with a 401 naming the
+    removal (issue 28: a token owns what it opened), which the model expects."""
+
+
 def marker_processes(marker):
     found = []
     for entry in os.listdir("/proc"):
@@ -255,6 +260,7 @@ class Principal:
         self.tasks = {}              # task id -> {"stdout": expected, "cancelled": bool}
         self.artifacts = {}          # uri -> bytes
         self.pending_new = 0         # session "new" calls not yet answered
+        self.rotations = 0           # how often this principal's token was rotated
 
     @property
     def token(self):
@@ -344,7 +350,10 @@ class Chaos:
             msg = {"jsonrpc": "2.0", "id": req_id, "method": method,
                    "params": self.modern_params(params, declare_tasks)}
             headers = self.modern_headers(p, method, params or {})
+        rotations = p.rotations
         st, h, data = self.http.request("POST", "/mcp", json.dumps(msg).encode(), headers)
+        if st == 401 and p.rotations != rotations and b"removed from the token file" in data:
+            raise Revoked(method)
         ans = answer_of(st, h, data, req_id)
         assert ans is not None, (st, data[:500])
         assert ans.get("id") == req_id, (st, ans)
@@ -370,6 +379,8 @@ class Chaos:
         def run():
             try:
                 fn()
+            except Revoked:
+                pass  # its token was rotated while it ran: the expected end
             except BaseException as e:  # noqa: B902 - reported by the main thread
                 errors.append("".join(traceback.format_exception(e))[-3000:])
         t = threading.Thread(target=run, daemon=True)
@@ -1192,8 +1203,11 @@ class Chaos:
     # ================================================================ operations: SIGHUP
     def op_sighup_rotate(self, desc):
         """The tokens file swaps bob's token for his other one (same principal) and the server
-        reloads it: the old token is refused, the new one reaches everything of bob's."""
+        reloads it: the old token is refused, and what it opened over the transport ends with
+        it (issue 28: its handshake session answers 404, so bob initializes again); the new one
+        reaches everything else of bob's (his Python sessions, tasks and artifacts)."""
         b = self.bob
+        b.rotations += 1
         self.http.bob = 1 - self.http.bob
         self.http.write_tokens()
         self.http.proc.send_signal(signal.SIGHUP)
@@ -1202,8 +1216,13 @@ class Chaos:
         desc.append(f"bob -> token {b.token_index}")
         ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
         hdrs = self.hs_headers(b)
-        assert wait_until(lambda: self.http.request("POST", "/mcp", ping, hdrs)[0] == 200, 15), \
+        # The reload is asynchronous: the new token works once it is read; the old token's
+        # handshake session is gone by then.
+        assert wait_until(lambda: self.http.request("POST", "/mcp", ping, hdrs)[0] == 404, 15), \
             self.http.request("POST", "/mcp", ping, hdrs)
+        self.initialize(b)
+        hdrs = self.hs_headers(b)
+        assert self.http.request("POST", "/mcp", ping, hdrs)[0] == 200
         assert self.http.request("POST", "/mcp", ping, {**hdrs, **old})[0] == 401
         self.check_listings(b)
 
