@@ -1,4 +1,5 @@
 """Regressions found in review (the joints between sessions, admission, tokens and the drain)."""
+import os
 import time
 
 from conftest import kernel_pids, wait_until
@@ -44,3 +45,32 @@ def test_a_queued_session_call_leaves_the_kernel_frozen(make_server):
     assert spent < 1.5, f"the kernel used {spent:.2f} s of CPU while its call waited for a slot"
     s.call("close_session", {"session": sid})
     assert wait_until(lambda: not kernel_pids(s.proc.pid), 10)
+
+
+def test_a_killed_servers_frozen_kernel_is_ended_by_the_next_start(make_server):
+    """A server killed (SIGKILL, a crash) while a session was idle left its kernel frozen in
+    the cgroup v1 freezer: frozen, it takes no signal, not its parent-death SIGKILL nor the
+    next server's sweep of dead servers' cgroups, so it lived on for good (and every later
+    start waited on its directories).  The next start thaws what it sweeps."""
+    s = make_server("--prestart", "off")
+    s.initialize()
+    res = s.execute("x = 1", session="new")
+    assert res["structuredContent"]["session"]["kernel_frozen"] is True, text(res)
+    pids = kernel_pids(s.proc.pid)
+    assert pids
+    s.proc.kill()
+    s.proc.wait()
+    s2 = make_server("--prestart", "off", state_dir=s.state_dir)  # (which it cleans up)
+    s2.initialize()
+
+    def gone():
+        return all(not os.path.exists(f"/proc/{p}") or _zombie(p) for p in pids)
+    assert wait_until(gone, 15), "the dead server's frozen kernel lives on"
+
+
+def _zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
