@@ -356,6 +356,39 @@ static void kill_members_below(const char *dir, int version) {
   kill_members(dir, version);
 }
 
+/* Whether "mps-<pid>" names a server that is gone. */
+static bool stale_name(const char *name) {
+  uint64_t pid;
+  if (strncmp(name, "mps-", 4) != 0 || cm_parse_u64(name + 4, INT32_MAX, &pid) < 0) return false;
+  return pid != (uint64_t)getpid() && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+/* A dead server's frozen session kernels (cgroup v1 freezer) take no signal, not even their
+ * parent-death SIGKILL, until thawed: they would outlive it for good, and every later start
+ * would wait on their directories. */
+static void thaw_below(const char *dir) {
+  (void)cg_write(dir, "freezer.state", "THAWED", NULL);
+  cleanup_closedir DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+    cleanup_free char *sub = xasprintf("%s/%s", dir, e->d_name);
+    thaw_below(sub);
+  }
+}
+
+static void thaw_stale(const char *dir) {
+  cleanup_closedir DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!stale_name(e->d_name)) continue;
+    cleanup_free char *sub = xasprintf("%s/%s", dir, e->d_name);
+    thaw_below(sub);
+  }
+}
+
 /* Removes directories "mps-<pid>" under dir left by servers that are gone. */
 static void sweep_stale(const char *dir) {
   cleanup_closedir DIR *d = opendir(dir);
@@ -454,6 +487,14 @@ static int setup_v2(sbx_cgroups_t *cg, const char *dir, bool own, cm_error_t *er
 static int setup_v1(sbx_cgroups_t *cg, const char *mountinfo, size_t mi_len, const char *self,
                     size_t self_len, cm_error_t *err) {
   cleanup_free char *why = NULL;
+  {
+    /* First: a dead server's frozen tasks thawed, so that the sweeps below can kill them. */
+    cleanup_free char *mp = NULL, *root = NULL, *own = NULL, *dir = NULL;
+    if (sbx_cgroup_find_mount(mountinfo, mi_len, "freezer", &mp, &root) == 0 &&
+        (own = sbx_cgroup_own_path(self, self_len, "freezer")) &&
+        (dir = sbx_cgroup_dir(mp, root, own)))
+      thaw_stale(dir);
+  }
   for (size_t i = 0; i < CM_ARRAY_SIZE(cg_names); i++) {
     cleanup_free char *mp = NULL, *root = NULL, *own = NULL, *dir = NULL;
     if (sbx_cgroup_find_mount(mountinfo, mi_len, cg_names[i].name, &mp, &root) < 0) continue;

@@ -41,7 +41,7 @@ struct session_finish {
 
 /* A session's life (session_settle moves a closed one on; see docs/architecture.md):
  *   OPEN     made for its first call, which holds it; no kernel yet
- *   BUSY     a call holds it (its kernel, if it has one, thawed)
+ *   BUSY     a call holds it (its kernel, if it has one, thawed once the call runs)
  *   IDLE     between calls: its kernel frozen, the idle timer running
  *   CLOSING  out of the table: waiting for its call's answer and its kernel's exit
  *   DEAD     nothing refers to it: freed by the loop's deferred pass (reap_dead), never
@@ -443,7 +443,8 @@ json_t *exec_session_claim(exec_state_t *x, exec_spec_t *spec, exec_session_t **
           ks->id);
     ks->held = true;
     ks->stage = KS_BUSY;
-    kernel_freeze(ks, false);
+    /* (The kernel stays frozen until the call runs, exec_session_run: a call waiting for a
+     * slot or its environment was not admitted yet.) */
     cm_timer_cancel(ks->t_idle);
     ks->t_idle = NULL;
     *out = ks;
@@ -849,6 +850,7 @@ void exec_session_run(exec_job_t *job) {
     return;
   }
   ks->job = job;
+  kernel_freeze(ks, false);            /* admitted: the kernel runs again */
   job->workdir = xstrdup(ks->workdir); /* where the call's outputs/ is collected */
   if (!ks->py) ks->py = job->py;
   if (!ks->network_set) {
