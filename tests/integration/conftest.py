@@ -467,7 +467,7 @@ print('parent exits')
 def kernel_pids(server_pid):
     """The processes of the server's session kernels (descendants running kernel.py)."""
     found = []
-    for pid in descendants(server_pid):
+    for pid in _tree_of(server_pid):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if b"kernel.py" in f.read():
@@ -477,7 +477,8 @@ def kernel_pids(server_pid):
     return found
 
 
-def descendants(root):
+def _tree_of(root):
+    """Every process below root, held sandboxes included."""
     children = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():

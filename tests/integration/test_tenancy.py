@@ -831,7 +831,8 @@ def test_a_download_of_a_file_whose_name_is_escaped(make_tenants):
               "    open('outputs/' + n, 'w').write('<html><script>parent.x=1</script>%d</html>' % i)\n")
     files = {f["path"]: f for f in execute(s, a, ALICE, 1, script)["structuredContent"]["files"]}
     for i, name in enumerate(names):
-        uri = files["outputs/" + name]["uri"]
+        # (names are reported escaped: the bidi override as \u{202e})
+        uri = files["outputs/" + name.replace("\u202e", "\\u{202e}")]["uri"]
         path = "/mcp/runs/" + uri[len("sandbox://runs/"):]
         st, h, body = s.request("GET", path, headers=ALICE)
         assert st == 200 and body == b"<html><script>parent.x=1</script>%d</html>" % i, (name, st, body)
