@@ -672,8 +672,9 @@ def test_the_manifest_names_who_asked_for_the_build(wheels, tmp_path):
     try:
         alice = {"Authorization": "Bearer tok-alice"}
         sid = s.initialize(headers=alice)
+        # (an environment build: a loaded CI machine may take longer than the default 30 s)
         st, h, body = s.post(call_msg(1, "import mps_gamma\nprint('ok')", dependencies=["mps-gamma"]), sid,
-                             headers=alice, version=LATEST)
+                             headers=alice, version=LATEST, conn=s.connect(timeout=180))
         assert st == 200, body
         res = json.loads(body)["result"] if h["content-type"] == "application/json" else \
             [m for m in messages(sse_events_from_bytes(body)) if m.get("id") == 1][0]["result"]
