@@ -1221,8 +1221,12 @@ static void test_hold_in_command(void **state UNUSED) {
   cm_buf_init(&c->out, 1 << 20);
   cm_buf_init(&c->err, 1 << 20);
   c->workdir = new_workdir();
+  /* It says where it is (a file in its work directory) and waits for the test's go (another
+   * file, written after the release): no sleep of its own stands in for either. */
   char *argv[] = {SYSTEM_PYTHON, "-I", "-c",
-                  "import time\nprint('while held', flush=True)\ntime.sleep(0.6)\n"
+                  "import os, time\nprint('while held', flush=True)\n"
+                  "open('/work/started', 'w').close()\n"
+                  "while not os.path.exists('/work/go'): time.sleep(0.02)\n"
                   "print('after the release', flush=True)\ntime.sleep(30)\n",
                   NULL};
   char *envp[] = {"PATH=/usr/bin:/bin", NULL};
@@ -1239,11 +1243,15 @@ static void test_hold_in_command(void **state UNUSED) {
   cm_error_t err = CM_ERROR_INIT;
   if (sbx_run_start(g.loop, g.backend, &spec, &held_cbs, c, &run, &err) < 0)
     fail_msg("%s", err.msg);
-  uint64_t until = cm_now_ms() + 300;
-  while (cm_now_ms() < until) assert_int_equal(cm_loop_run_once(g.loop, 50, &err), 0);
+  cleanup_free char *started = xasprintf("%s/started", c->workdir);
+  uint64_t until = cm_now_ms() + 60000;
+  while (access(started, F_OK) < 0 && cm_now_ms() < until)
+    assert_int_equal(cm_loop_run_once(g.loop, 20, &err), 0);
+  assert_int_equal(access(started, F_OK), 0);
   assert_false(c->done);
   sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
   if (sbx_run_release(run, &cbs, c, 1500, &err) < 0) fail_msg("%s", err.msg);
+  write_file(c->workdir, "go", "", 0644);
   while (!c->done) assert_int_equal(cm_loop_run_once(g.loop, 1000, &err), 0);
   /* Killed by the timeout given at the release, with only what it printed after it. */
   assert_true(c->result.timed_out);
