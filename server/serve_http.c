@@ -151,6 +151,7 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
       .max_body_bytes = (size_t)cfg->max_message_bytes,
       .max_sessions = (size_t)cfg->max_sessions,
       .session_idle_ms = cfg->session_idle_ms,
+      .stall_ms = cfg->stall_ms,
       .max_connections = (size_t)cfg->max_connections,
       .protocol_versions = versions,
       .max_sessions_per_principal = (size_t)cfg->max_sessions_per_token,

@@ -285,6 +285,7 @@ typedef struct tr_http_options {
   size_t max_body_bytes;
   size_t max_sessions;
   uint64_t session_idle_ms;
+  uint64_t stall_ms; /* an SSE stream whose client reads nothing this long is cut; 0 = 60 s */
   size_t max_connections;
   const char *const *protocol_versions;  /* supported MCP-Protocol-Version values */
   size_t max_sessions_per_principal;     /* 0 = no cap */

@@ -125,6 +125,9 @@ static const opt_def_t options[] = {
     {"session-idle-seconds", OPT_SECONDS_MS, OFF(session_idle_ms), "SECONDS", "1800",
      "HTTP: idle session expiry"},
     {"max-connections", OPT_INT, OFF(max_connections), "N", "512", "HTTP: connections at once"},
+    {"stall-seconds", OPT_SECONDS_MS, OFF(stall_ms), "SECONDS", "60",
+     "HTTP: an SSE stream (a GET, a listen, an answer) whose client reads nothing of what waits "
+     "for it for this long loses its connection"},
     {"network", OPT_NETWORK, OFF(network), "{on,off,host}", "on",
      "scripts' network: on (the public internet through the server's egress proxy, from a network "
      "namespace of their own), off, or host (the host's own network, no policy: unsafe)"},

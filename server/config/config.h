@@ -124,6 +124,7 @@ typedef struct srv_config {
   uint64_t max_exec_sessions_per_token; /* --max-exec-sessions-per-token: per principal */
   uint64_t max_sessions;                /* --max-sessions */
   uint64_t session_idle_ms;             /* --session-idle-seconds */
+  uint64_t stall_ms;                    /* --stall-seconds */
   uint64_t max_connections;             /* --max-connections */
   uint64_t max_sessions_per_token;      /* --max-sessions-per-token: per principal; 0 = none */
   uint64_t

@@ -249,9 +249,9 @@ TASKS_EXT = {"io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.m
 def test_a_listen_stream_whose_client_reads_nothing_ends(rotation):
     """A listen stream whose client never reads held its connection, its listen place and what
     waited for it for ever (GET streams had no such bound either).  Now an SSE answer whose
-    client takes nothing of what waits for it for 60 s loses its connection (docs/operations.md),
-    and the request is over."""
-    s = rotation("--max-output-bytes", "8000000")
+    client takes nothing of what waits for it for 60 s (--stall-seconds; 5 here) loses its
+    connection (docs/operations.md), and the request is over."""
+    s = rotation("--max-output-bytes", "8000000", "--stall-seconds", "5")
     # a task with a large result (more than the kernel's socket buffers hold) (a call allowed over a minute is a task for a client that
     # declares the extension); its DetailedTask, result inline, goes to the stream watching it
     st, _, body = mpost(s, modern_msg(1, "tools/call", {"name": "execute_python", "arguments": {
@@ -269,7 +269,7 @@ def test_a_listen_stream_whose_client_reads_nothing_ends(rotation):
     deaf.sendall(b"POST /mcp HTTP/1.1\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in hdrs.items())
                  + b"\r\n" + data)
     assert wait_until(lambda: in_progress(s, NEW) == 2, 15)  # the deaf stream is open
-    # the task ends, its result waits for the deaf client, which reads nothing: 60 s later
+    # the task ends, its result waits for the deaf client, which reads nothing: 5 s later
     # (and a tick) its connection goes
     assert wait_until(lambda: in_progress(s, NEW) == 1, 150), in_progress(s, NEW)
     deaf.close()

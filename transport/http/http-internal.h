@@ -25,6 +25,9 @@
 #include "transport/http/mhd.h"
 #include "transport/transport-internal.h"
 
+/* --stall-seconds' default: see tr_http's stall_ms. */
+#define HTTP_STALL_DEFAULT_MS (60u * 1000)
+
 typedef struct hs_session hs_session_t;
 typedef struct hs_stream hs_stream_t;
 typedef struct hs_conn hs_conn_t;
@@ -226,6 +229,12 @@ struct tr_http {
   bool loopback_origins;
   char *bound_host; /* the --host as a host name, unless it is a wildcard address */
   uint64_t idle_ms;
+  /* An SSE answer (a GET stream, a listen stream, a POST's stream) whose client reads nothing
+   * of what waits for it this long loses its connection (tr_hs_conns_cut_stalled): what it
+   * holds (a stream slot, a listen slot, unread bytes) goes back to its token.  A client that
+   * reads, however slowly, or that has nothing to read (keep-alives are tiny) is never cut.
+   * --stall-seconds, HTTP_STALL_DEFAULT_MS by default. */
+  uint64_t stall_ms;
   tr_http_token_t *tokens;
   size_t n_tokens;
   hs_principal_t *principals; /* see hs_principal_t */
@@ -293,7 +302,7 @@ void tr_hs_conn_fill(hs_conn_t *c, size_t want);
 /* Keep-alive comments on SSE answers that wrote nothing for a while. */
 void tr_hs_conns_keepalive(tr_http_t *h, uint64_t now);
 /* Cuts the connection of a request whose client read nothing of what waits for it for
- * HTTP_STALL_MS (an SSE answer: GET and listen streams alike), and of a revoked request
+ * stall_ms (an SSE answer: GET and listen streams alike), and of a revoked request
  * still there HTTP_REVOKE_GRACE_MS after it was ended. */
 void tr_hs_conns_cut_stalled(tr_http_t *h, uint64_t now);
 /* Ends a request whose token was revoked (REVOKE_MARKED): it counts nothing any more (GET

@@ -313,6 +313,7 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   h->max_body = opts->max_body_bytes ? opts->max_body_bytes : (16u << 20);
   h->max_sessions = opts->max_sessions ? opts->max_sessions : 256;
   h->idle_ms = opts->session_idle_ms ? opts->session_idle_ms : 1800ull * 1000;
+  h->stall_ms = opts->stall_ms ? opts->stall_ms : HTTP_STALL_DEFAULT_MS;
   h->n_buckets = 64;
   while (h->n_buckets < h->max_sessions * 2 && h->n_buckets < (1u << 16)) h->n_buckets *= 2;
   h->buckets = xcalloc(h->n_buckets, sizeof *h->buckets);

@@ -25,11 +25,6 @@
 #define HTTP_REPLAY_LOG_MS 5000
 /* SSE keep-alive comments: well under any proxy or client idle timeout. */
 #define HTTP_KEEPALIVE_MS 15000
-/* An SSE answer (a GET stream, a listen stream, a POST's stream) whose client reads nothing
- * of what waits for it this long loses its connection: what it holds (a stream slot, a
- * listen slot, unread bytes) goes back to its token.  A client that reads, however slowly,
- * or that has nothing to read (keep-alives are tiny) is never cut. */
-#define HTTP_STALL_MS (60u * 1000)
 /* A request of a revoked token still there this long after it was ended (its client does
  * not read the end) loses its connection. */
 #define HTTP_REVOKE_GRACE_MS 1000
@@ -582,12 +577,12 @@ void tr_hs_conns_cut_stalled(tr_http_t *h, uint64_t now) {
      * took nothing from it for that long: the socket accepts nothing. */
     hs_stream_t *st = c->stream;
     bool waiting = c->out.len > c->out_off || (st && st->tail && st->tail->seq >= c->next_seq);
-    bool stalled = c->streaming && waiting && now - c->last_write >= HTTP_STALL_MS;
+    bool stalled = c->streaming && waiting && now - c->last_write >= c->h->stall_ms;
     bool lingers = c->revoke == REVOKE_DONE && now - c->revoked_at >= HTTP_REVOKE_GRACE_MS;
     if (!stalled && !lingers) continue;
     if (stalled && !c->lost)
-      cm_info("http: an SSE stream's client read nothing for %u s: closing its connection",
-              HTTP_STALL_MS / 1000);
+      cm_info("http: an SSE stream's client read nothing for %llu s: closing its connection",
+              (unsigned long long)(c->h->stall_ms / 1000));
     conn_cut(c);
   }
 }
