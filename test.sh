@@ -132,15 +132,18 @@ asan_build_wait() {
   note_time "the ASan+UBSan build (in the background, niced)" "$(cat build/asan-build.secs)"
 }
 
-# The fleet (issue 22: the server's image, nginx x3, a swarm stack, the Kubernetes manifests)
-# is about deployment, not sanitizers: the normal build's binary only.  Its suites wait on
-# containers and servers far more than they compute, so they run in the background from the
-# end of the normal build's container suite on (fleet_start), beside the integration suites;
-# a container suite of the ASan build (--full) waits for them before it uses the engine
-# (fleet_wait), and so does the end of the run.  The suites that need docker run where the
-# engine came up; nginx and the Kubernetes schemas run everywhere.
+# The suites on the real engines: the normal build's container backends, then the fleet
+# (issue 22: the server's image, nginx x3, a swarm stack, the Kubernetes manifests; about
+# deployment, not sanitizers: the normal build's binary only).  They wait on engines,
+# containers and servers far more than they compute, so they run in the background, one after
+# the other (the fleet must find no container of another suite), from the end of the normal
+# build's ctest on, beside the integration suites; a container suite of the ASan build
+# (--full) waits for them before it uses the engine (fleet_wait), and so does the end of the
+# run.  The suites that need docker run where the engine came up; nginx and the Kubernetes
+# schemas run everywhere.
 fleet_pid=""
 fleet_start() {
+  local dir=$1 name=$2
   local fleet=(kubernetes nginx)
   if [[ " $MPS_TEST_CONTAINER_ENGINES " == *" docker "* ]]; then
     fleet=(kubernetes container nginx swarm)
@@ -148,25 +151,59 @@ fleet_start() {
     echo "== SKIPPED: the fleet's image and swarm suites (no docker engine: $engine_reason)" >&2
   fi
   fleet_title="the fleet: ${fleet[*]} (tests/fleet: the server's image, nginx x3, a swarm stack, the Kubernetes manifests)"
-  fleet_t0=$(date +%s)
-  MPS_BINARY="$PWD/build/mcp-python-exec-sandbox" tests/fleet/run.sh "${fleet[@]}" >build/fleet.log 2>&1 &
+  container_title="$name: the container backends on real engines ($MPS_TEST_CONTAINER_ENGINES)"
+  rm -f build/container.log build/container.secs build/fleet.log build/fleet.secs
+  # (--full: the nginx suite's load at full size, 200 sessions x 20 calls instead of 60 x 10)
+  (
+    rc=0
+    if [ -n "$MPS_TEST_CONTAINER_ENGINES" ]; then
+      start=$(date +%s)
+      MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration/test_container_real.py \
+        >build/container.log 2>&1 || rc=$?
+      echo $(($(date +%s) - start)) >build/container.secs
+    fi
+    start=$(date +%s)
+    MPS_FLEET_FULL=$full MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" tests/fleet/run.sh "${fleet[@]}" \
+      >build/fleet.log 2>&1 || rc=$?
+    echo $(($(date +%s) - start)) >build/fleet.secs
+    exit "$rc"
+  ) &
   fleet_pid=$!
 }
+# kill_tree PID: PID and every process below it (the suites' node and pytest processes).
+kill_tree() {
+  local c
+  kill -STOP "$1" 2>/dev/null || true
+  for c in $(pgrep -P "$1"); do kill_tree "$c"; done
+  kill -TERM "$1" 2>/dev/null || true
+  kill -CONT "$1" 2>/dev/null || true
+}
+# (a run that failed before fleet_wait: what the engines' suites had printed by then)
 fleet_stop() {
   [ -n "${fleet_pid:-}" ] || return 0
-  pkill -P "$fleet_pid" 2>/dev/null || true
-  kill "$fleet_pid" 2>/dev/null || true
+  kill_tree "$fleet_pid"
   wait "$fleet_pid" 2>/dev/null || true
+  fleet_pid=""
+  local f
+  for f in build/container.log build/fleet.log; do
+    [ -f "$f" ] || continue
+    echo "== stopped unfinished: the engines' suites in the background; the end of $f:"
+    tail -n 40 "$f"
+  done
 }
 fleet_wait() {
   [ -n "$fleet_pid" ] || return 0
   local rc=0
   wait "$fleet_pid" || rc=$?
   fleet_pid=""
-  # (its length is from its start to its end, not to this wait)
-  note_time "normal build: the fleet (in the background)" $(($(stat -c %Y build/fleet.log) - fleet_t0))
-  stage "normal build: $fleet_title"
+  if [ -f build/container.log ]; then
+    stage "$container_title (in the background)"
+    cat build/container.log
+    [ -f build/container.secs ] && note_time "normal build: container backends (in the background)" "$(cat build/container.secs)"
+  fi
+  stage "normal build: $fleet_title (in the background)"
   cat build/fleet.log
+  [ -f build/fleet.secs ] && note_time "normal build: the fleet (in the background)" "$(cat build/fleet.secs)"
   return "$rc"
 }
 
@@ -177,9 +214,10 @@ fleet_wait() {
 # build's or a kill's time failed).  MPS_TEST_WORKERS sets another count for each pass.
 #
 # Which tests a pass runs is a marker expression (conftest.py's tables, docs/testing.md
-# "Tiers"): the normal build runs every test, the sandbox_independent ones once (their
-# servers use the none backend whatever MPS_TEST_BACKEND says), so the bwrap pass leaves them
-# to the none pass; the ASan build runs the tests marked asan on the none backend.
+# "Tiers"): the normal build runs every test on bwrap but the sandbox_independent ones (their
+# servers use the none backend whatever MPS_TEST_BACKEND says), which run in the none pass,
+# with those marked none_pass (the none backend's own run path); the ASan build runs the
+# tests marked asan on the none backend; --full runs every test in the none pass too.
 #
 # What must not run beside other tests of the same run:
 # - test_network.py's network namespace has fixed addresses and host routes to them: the
@@ -271,15 +309,17 @@ clients_stage() {
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: e2e" tests/e2e/run.sh
 }
 
-# The normal build: every suite.  The container suite goes first, so that the fleet (which
-# uses the same docker engine and must find no container of another suite) can run in the
-# background beside everything after it.
+# The normal build: every suite; the engines' suites (container backends, then the fleet) in
+# the background beside the rest.
 suite_normal() {
   local dir=build name="normal build"
   ctest_stage "$dir" "$name"
-  container_stage "$dir" "$name"
-  fleet_start
-  integration "$dir" "$name" "$workers" "bwrap=not sandbox_independent" "none=" || return 1
+  fleet_start "$dir" "$name"
+  # The none pass: the sandbox_independent tests, and of the others those marked none_pass
+  # (the none backend's own run path, and what differs on it); --full: every test.
+  local none_expr="sandbox_independent or none_pass"
+  [ "$full" = 0 ] || none_expr=""
+  integration "$dir" "$name" "$workers" "bwrap=not sandbox_independent" "none=$none_expr" || return 1
   if [ "$(id -u)" = 0 ]; then
     # Packaging is not about sanitizers: the normal build's .deb only.
     stage "$name: the Debian package (built, installed into a fresh bookworm root, run, purged)"

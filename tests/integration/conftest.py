@@ -37,6 +37,8 @@ def pytest_configure(config):
                             "MPS_TEST_BACKEND: test.sh runs it once, in the none pass")
     config.addinivalue_line("markers", "asan: exercises the server's own memory: the ASan+UBSan "
                             "build runs it (on the none backend)")
+    config.addinivalue_line("markers", "none_pass: runs on the none backend in the normal build "
+                            "too (conftest.py NONE_PASS; every test runs on bwrap there)")
     config.addinivalue_line("markers", "long: too slow for every submission: ./test.sh --full only")
 
 
@@ -44,9 +46,11 @@ def pytest_configure(config):
 #
 # test.sh runs the integration suite three times:
 #   normal build, MPS_TEST_BACKEND=bwrap: every test but the sandbox_independent ones
-#   normal build, MPS_TEST_BACKEND=none:  every test
+#   normal build, MPS_TEST_BACKEND=none:  the sandbox_independent tests and those marked
+#                                         none_pass (NONE_PASS below)
 #   ASan build,   MPS_TEST_BACKEND=none:  the tests marked asan
-# (and ./test.sh --full adds the tests marked long, and the ASan build's whole suite).
+# (and ./test.sh --full adds the tests marked long, every test in the normal build's none
+# pass, and the ASan build's whole suite).
 #
 # sandbox_independent: a test whose every server runs with --sandbox-backend none whatever
 # MPS_TEST_BACKEND says (HttpServer, make_http, make_tenants' default, backend="none"), or with
@@ -77,6 +81,23 @@ SANDBOX_INDEPENDENT = {
     "test_tenancy": ("http", {"test_one_token_cannot_starve_another",
                               "test_a_token_at_its_running_cap_does_not_stop_the_pools_refills"}),
 }
+# The none pass of the normal build runs the sandbox_independent tests, and of the others
+# only these (marked none_pass): the none backend's own run path (test_execute: spawning,
+# limits, timeouts, the kill of a whole tree; test_cgroups: its cgroups), and the tests whose
+# assertions differ on none or that run on none only.  Every other test runs on bwrap in the
+# normal build (the default backend) and on none under ASan when its module is in
+# ASAN_MODULES; ./test.sh --full runs the whole suite on none as well.
+NONE_PASS = {
+    "test_execute": "all",
+    "test_cgroups": "all",
+    "test_build_hostile": {"test_check_environment_says_how_builds_are_held"},
+    "test_files": {"test_network_false_without_isolation_says_so",
+                   "test_network_list_without_isolation_is_refused"},
+    "test_faults": {"test_a_stdio_client_that_writes_and_never_reads_costs_bounded_memory",
+                    "test_a_stdio_client_that_dies_while_the_server_holds_back_does_not_leave_it_running",
+                    "test_200_http_clients_x_50_calls"},
+    "test_warm": {"test_prestart_takes_a_number", "test_backend_none_holds_nothing"},
+}
 # The ASan+UBSan build's integration tier: the modules that exercise the server's own memory
 # (the protocol and transports, faults, tenancy and tasks bookkeeping, listen streams,
 # sessions, the chaos driver, token rotation).  A module not yet in the tree is simply absent.
@@ -102,10 +123,17 @@ def _independent(item):
     return True
 
 
+def _none_pass(item):
+    rule = NONE_PASS.get(item.module.__name__)
+    return rule == "all" or (rule is not None and getattr(item, "originalname", item.name) in rule)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if _independent(item):
             item.add_marker(pytest.mark.sandbox_independent)
+        elif _none_pass(item):
+            item.add_marker(pytest.mark.none_pass)
         if item.module.__name__ in ASAN_MODULES:
             item.add_marker(pytest.mark.asan)
 
