@@ -36,9 +36,11 @@ static void warm_when_probed(void *data) {
   if (def && list) env_store_warm(srv_server_envs(a->server), def, list);
 }
 
-/* The sandbox works: a container image decides between uv and pip (envstore.h), and the
- * prestart pool may fill. */
-static void server_probed(srv_server_t *s) {
+/* The probe finished (the server's own waiter, the first): when the sandbox works, a
+ * container image decides between uv and pip (envstore.h), and the prestart pool may fill. */
+static void server_probed(void *data) {
+  srv_server_t *s = data;
+  if (!srv_server_backend_kind(s)->available) return;
   env_store_backend_probed(srv_server_envs(s));
   exec_prestart_start(s);
 }
@@ -185,13 +187,14 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
       .state_dir = a->state_dir,
       .runs_dir = a->runs_dir,
       .app = srv_tool_app(),
-      .on_probed = server_probed,
       .owner = a,
   };
   parts.tools = srv_tools(&parts.n_tools);
   srv_server_t *s = srv_core_new(&parts);
   a->server = s;
   srv_server_set_exec(s, exec_new(s));
+  /* Before any call's waiter: what a probe that passed starts comes first. */
+  srv_server_after_probe(s, server_probed, s);
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at
    * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */
   srv_probe_schedule(s);

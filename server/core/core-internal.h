@@ -35,11 +35,8 @@ struct srv_server {
   const struct srv_extension *ext; /* NULL in the product */
   const struct srv_tool *tools;    /* the built-in tool table (server/tools/) */
   size_t n_tools;
-  const struct srv_app *app; /* the MCP App of a tool (server/tools/app.c), or NULL */
-  struct srv_recent *recent; /* recent calls by principal (recent.c) */
-  /* After a probe that found the backend available (server.c: the environment store and the
-   * prestarted sandboxes start): a hook, since what it starts is in rooms above this one. */
-  void (*on_probed)(srv_server_t *s);
+  const struct srv_app *app;      /* the MCP App of a tool (server/tools/app.c), or NULL */
+  struct srv_recent *recent;      /* recent calls by principal (recent.c) */
   struct srv_client_call *calls;  /* server -> client requests awaiting a response */
   struct srv_tasks *tasks;        /* core/tasks.c: made with the first task */
   struct srv_listener *listeners; /* core/listen.c: subscriptions/listen streams */

@@ -87,9 +87,6 @@ typedef struct srv_parts {
   const struct srv_tool *tools; /* the built-in tool table (server/tools/) */
   size_t n_tools;
   const struct srv_app *app; /* the MCP App of a tool (server/tools/app.c), or NULL */
-  /* After a probe that found the backend available (server.c: the environment store and the
-   * prestarted sandboxes start): a hook, since what it starts is in rooms above this one. */
-  void (*on_probed)(srv_server_t *s);
   /* The assembly's own state, opaque to the core: srv_server_owner() gives it back. */
   void *owner;
 } srv_parts_t;
@@ -141,12 +138,18 @@ sbx_backend_t *srv_server_backend(srv_server_t *s);
 /* Whether the backend's probe has finished (b->available then holds its outcome). */
 bool srv_server_probed(srv_server_t *s);
 /* Calls cb(data) once the probe has finished (starting it if need be), never from inside
- * this call.  The handle is for srv_server_cancel_probe_wait until cb has run. */
+ * this call.  The handle is for srv_server_cancel_probe_wait until cb has run.  Waiters run
+ * in the order they came; whether the backend is available is theirs to check. */
 void *srv_server_when_probed(srv_server_t *s, void (*cb)(void *data), void *data);
+/* The same without starting the probe: cb waits for whatever starts it (srv_probe_schedule's
+ * delay, or a call that needs the backend).  The assembly's own waiter (server/server.c:
+ * the environment store and the prestarted sandboxes start after a probe that passed),
+ * registered before any call's, so it runs first. */
+void *srv_server_after_probe(srv_server_t *s, void (*cb)(void *data), void *data);
 void srv_server_cancel_probe_wait(srv_server_t *s, void *wait);
 /* Probes the backend SRV_PROBE_DELAY_MS after start-up, once the handshake had its chance
  * (or at the first call that needs it, whichever comes first): it runs a whole trivial
- * sandbox.  On success s->on_probed runs. */
+ * sandbox.  Then the waiters run. */
 void srv_probe_schedule(srv_server_t *s);
 /* Cancels the probe and forgets its waiters (freeing the server). */
 void srv_probe_release(srv_server_t *s);

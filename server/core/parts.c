@@ -21,7 +21,6 @@ srv_server_t *srv_core_new(const srv_parts_t *parts) {
   s->tools = parts->tools;
   s->n_tools = parts->n_tools;
   s->app = parts->app;
-  s->on_probed = parts->on_probed;
   s->owner = parts->owner;
   s->counters.started_ms = (uint64_t)time(NULL) * 1000;
   return s;
