@@ -3,7 +3,7 @@
  * session, run, principal or token appears, so the series cannot grow with use. */
 #include <stdio.h>
 
-#include "server/server.h"
+#include "server/server-internal.h"
 
 /* The environments' total size is a directory listing (envstore): kept for a while, so
  * that a scrape every few seconds does not list a large store each time. */
@@ -18,7 +18,7 @@ static void sample(cm_buf_t *b, const char *name, uint64_t v) {
 }
 
 char *srv_metrics_render(srv_server_t *s, const char *http_extra) {
-  const srv_counters_t *c = &s->counters;
+  const srv_counters_t *c = srv_server_counters(s);
   cm_buf_t b;
   cm_buf_init(&b, 0);
 
@@ -133,16 +133,17 @@ char *srv_metrics_render(srv_server_t *s, const char *http_extra) {
          "Bytes of the environments evicted.");
   sample(&b, "mcp_sandbox_env_evicted_bytes_total", ec.evicted_bytes);
   uint64_t now = cm_now_ms();
-  if (!s->metrics_env_at || now - s->metrics_env_at >= METRICS_ENV_STATS_MS) {
-    env_store_stats(srv_server_envs(s), &s->metrics_envs, &s->metrics_env_bytes);
-    s->metrics_env_at = now;
+  srv_assembly_t *a = srv_assembly(s);
+  if (!a->metrics_env_at || now - a->metrics_env_at >= METRICS_ENV_STATS_MS) {
+    env_store_stats(srv_server_envs(s), &a->metrics_envs, &a->metrics_env_bytes);
+    a->metrics_env_at = now;
   }
   family(&b, "mcp_sandbox_env_cache_environments", "gauge",
          "Environments in the cache (measured at most every 30 s).");
-  sample(&b, "mcp_sandbox_env_cache_environments", s->metrics_envs);
+  sample(&b, "mcp_sandbox_env_cache_environments", a->metrics_envs);
   family(&b, "mcp_sandbox_env_cache_bytes", "gauge",
          "Bytes of the environments in the cache (measured at most every 30 s).");
-  sample(&b, "mcp_sandbox_env_cache_bytes", s->metrics_env_bytes);
+  sample(&b, "mcp_sandbox_env_cache_bytes", a->metrics_env_bytes);
 
   size_t art_files = 0;
   uint64_t art_bytes = 0;
@@ -154,7 +155,7 @@ char *srv_metrics_render(srv_server_t *s, const char *http_extra) {
 
   family(&b, "mcp_sandbox_audit_lines_dropped_total", "counter",
          "Audit log lines lost (its queue was full or the disk refused them).");
-  sample(&b, "mcp_sandbox_audit_lines_dropped_total", srv_audit_dropped(s->audit));
+  sample(&b, "mcp_sandbox_audit_lines_dropped_total", srv_audit_dropped(srv_server_audit(s)));
   if (http_extra) cm_buf_appends(&b, http_extra);
   return cm_buf_steal(&b);
 }

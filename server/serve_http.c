@@ -46,12 +46,12 @@ static char *http_metrics(void *data) {
 }
 
 static void http_auth_failed(void *data, const tr_remote_t *remote, const char *reason) {
-  srv_server_t *s = data;
-  if (!s->audit) return;
+  srv_audit_t *audit = srv_server_audit(data);
+  if (!audit) return;
   json_t *line =
       json_pack("{s:s, s:s, s:s, s:s*, s:s}", "event", "auth_failure", "remote", remote->peer,
                 "client", remote->client, "forwarded", remote->forwarded, "reason", reason);
-  srv_audit_write(s->audit, line);
+  srv_audit_write(audit, line);
   json_decref(line);
 }
 

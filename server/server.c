@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "server/net/net.h"
-#include "server/server.h"
+#include "server/server-internal.h"
 
 /* ---------------------------------------------------------------- server */
 
@@ -27,28 +27,30 @@ static char *default_state_dir(void) {
 /* Once the interpreters are known and the sandbox probed: warm the download cache in the
  * background. */
 static void warm_when_probed(void *data) {
-  srv_server_t *s = data;
-  s->warm_probe_wait = NULL;
-  py_interp_t *def = s->warm_python;
-  s->warm_python = NULL;
-  if (!s->backend->available) return;
+  srv_assembly_t *a = data;
+  a->warm_probe_wait = NULL;
+  py_interp_t *def = a->warm_python;
+  a->warm_python = NULL;
+  if (!srv_server_backend_kind(a->server)->available) return;
   cleanup_free char *list = srv_find_profile_file("warmup.txt");
-  if (def && list) env_store_warm(s->envs, def, list);
+  if (def && list) env_store_warm(srv_server_envs(a->server), def, list);
 }
 
-/* The sandbox works: a container image decides between uv and pip (envstore.h), and the
- * prestart pool may fill. */
-static void server_probed(srv_server_t *s) {
-  env_store_backend_probed(s->envs);
+/* The probe finished (the server's own waiter, the first): when the sandbox works, a
+ * container image decides between uv and pip (envstore.h), and the prestart pool may fill. */
+static void server_probed(void *data) {
+  srv_server_t *s = data;
+  if (!srv_server_backend_kind(s)->available) return;
+  env_store_backend_probed(srv_server_envs(s));
   exec_prestart_start(s);
 }
 
 static void start_warming(void *data, py_interp_t *def, const cm_error_t *error) {
-  srv_server_t *s = data;
-  s->warm_wait = NULL;
+  srv_assembly_t *a = data;
+  a->warm_wait = NULL;
   if (!def) return;
-  s->warm_python = def;
-  s->warm_probe_wait = srv_server_when_probed(s, warm_when_probed, s);
+  a->warm_python = def;
+  a->warm_probe_wait = srv_server_when_probed(a->server, warm_when_probed, a);
 }
 
 /* Absolute, no empty, "." or ".." component, no trailing slash: what the sandboxes accept
@@ -130,19 +132,12 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
       return NULL;
     }
   }
-  srv_server_t *s = xcalloc(1, sizeof *s);
-  s->counters.started_ms = (uint64_t)time(NULL) * 1000;
-  s->audit = audit;
-  s->artifacts = artifacts;
-  s->loop = loop;
-  s->cfg = cfg;
-  s->backend = backend;
-  s->cgroups = cgroups;
-  s->host = sbx_backend_new("none", err);
-  sbx_backend_probe(s->host);
-  s->state_dir = steal_pointer(&state);
-  s->runs_dir = steal_pointer(&runs_dir);
-  s->runs_lock = steal_fd(&runs_lock);
+  sbx_backend_t *host = sbx_backend_new("none", err);
+  sbx_backend_probe(host);
+  srv_assembly_t *a = xcalloc(1, sizeof *a);
+  a->state_dir = steal_pointer(&state);
+  a->runs_dir = steal_pointer(&runs_dir);
+  a->runs_lock = steal_fd(&runs_lock);
   py_options_t py_opts = {
       .python = cfg->python,
       .python_dirs = cfg->python_dirs,
@@ -151,7 +146,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
       .uv_path = cfg->uv_path,
       .download_timeout_ms = cfg->build_timeout_ms,
   };
-  s->pythons = py_registry_new(loop, &py_opts, s->state_dir);
+  py_registry_t *pythons = py_registry_new(loop, &py_opts, a->state_dir);
   env_options_t env_opts = {
       .installer = cfg->installer,
       .uv_path = cfg->uv_path,
@@ -173,93 +168,108 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
       .max_resolutions = cfg->max_concurrent,
       .max_resolutions_per_owner = cfg->max_token_running,
   };
-  s->envs = env_store_new(loop, &env_opts, s->state_dir, s->runs_dir, backend);
-  s->network = srv_network_new(loop, cfg);
+  env_store_t *envs = env_store_new(loop, &env_opts, a->state_dir, a->runs_dir, backend);
+  struct srv_network *network = srv_network_new(loop, cfg);
   env_network_t env_net = {
-      .proxy = network_proxy, .deny = srv_network_deny_policy(s->network), .data = s->network};
-  env_store_set_network(s->envs, &env_net);
+      .proxy = network_proxy, .deny = srv_network_deny_policy(network), .data = network};
+  env_store_set_network(envs, &env_net);
+  srv_parts_t parts = {
+      .loop = loop,
+      .cfg = cfg,
+      .backend = backend,
+      .host = host,
+      .cgroups = cgroups,
+      .pythons = pythons,
+      .envs = envs,
+      .network = network,
+      .artifacts = artifacts,
+      .audit = audit,
+      .state_dir = a->state_dir,
+      .runs_dir = a->runs_dir,
+      .app = srv_tool_app(),
+      .owner = a,
+  };
+  parts.tools = srv_tools(&parts.n_tools);
+  srv_server_t *s = srv_core_new(&parts);
+  a->server = s;
+  srv_server_set_exec(s, exec_new(s));
+  /* Before any call's waiter: what a probe that passed starts comes first. */
+  srv_server_after_probe(s, server_probed, s);
   /* The sandbox is probed right after start-up, once the handshake had its chance (or at
    * the first call that needs it, whichever comes first): it runs a whole trivial sandbox. */
-  s->tools = srv_tools(&s->n_tools);
-  s->app = srv_tool_app();
-  s->exec = exec_new(s);
-  s->on_probed = server_probed;
   srv_probe_schedule(s);
   if (cfg->warm_cache && !cfg->offline)
-    s->warm_wait = py_registry_when_ready(s->pythons, start_warming, s);
-  py_registry_start(s->pythons);
+    a->warm_wait = py_registry_when_ready(pythons, start_warming, a);
+  py_registry_start(pythons);
   return s;
 }
 
 void srv_server_drain(srv_server_t *s) {
-  s->draining = true;
   /* The calls in progress may still take a held sandbox, but none is set up any more: a
    * refill now would only be torn down again, racing the exit. */
-  exec_prestart_stop(s->exec, false);
-  /* Listen streams would hold the drain open: they end now, gracefully. */
-  srv_listen_end_all(s);
-}
-
-size_t srv_server_calls(srv_server_t *s) {
-  size_t n = 0;
-  for (srv_request_t *r = s->inflight; r; r = srv_request_next_inflight(r))
-    if (srv_request_is_call(r)) n++;
-  return n;
+  exec_prestart_stop(srv_server_exec(s), false);
+  /* New calls are refused; listen streams would hold the drain open: they end now,
+   * gracefully. */
+  srv_core_drain(s);
 }
 
 void srv_server_wind_down(srv_server_t *s) {
-  exec_wind_down(s->exec);
+  exec_wind_down(srv_server_exec(s));
 }
 
 size_t srv_server_teardowns(srv_server_t *s) {
-  return exec_teardowns(s->exec) + sbx_run_detached_count() + cm_bg_pending() +
-         sbx_cgroups_pending(s->cgroups);
+  return exec_teardowns(srv_server_exec(s)) + sbx_run_detached_count() + cm_bg_pending() +
+         sbx_cgroups_pending(srv_server_cgroups(s));
 }
 
 bool srv_server_ready(srv_server_t *s) {
   return srv_server_probed(s) && srv_server_backend_kind(s)->available &&
-         py_registry_default(s->pythons) != NULL;
+         py_registry_default(srv_server_pythons(s)) != NULL;
 }
 
 void srv_server_reopen_logs(srv_server_t *s) {
-  if (s->audit) {
+  srv_audit_t *audit = srv_server_audit(s);
+  if (audit) {
     cm_info("SIGHUP: reopening the audit log");
-    srv_audit_reopen(s->audit);
+    srv_audit_reopen(audit);
   }
   cm_error_t err = CM_ERROR_INIT;
-  if (s->http && tr_http_reload_tokens(s->http, &err) < 0)
-    cm_err("SIGHUP: %s", cm_error_message(&err));
+  tr_http_t *http = srv_server_http(s);
+  if (http && tr_http_reload_tokens(http, &err) < 0) cm_err("SIGHUP: %s", cm_error_message(&err));
   cm_error_release(&err);
 }
 
 void srv_server_free(srv_server_t *s) {
   if (!s) return;
-  if (s->warm_wait) py_registry_cancel_wait(s->pythons, s->warm_wait);
-  if (s->warm_probe_wait) srv_server_cancel_probe_wait(s, s->warm_probe_wait);
+  srv_assembly_t *a = srv_assembly(s);
+  if (a->warm_wait) py_registry_cancel_wait(srv_server_pythons(s), a->warm_wait);
+  if (a->warm_probe_wait) srv_server_cancel_probe_wait(s, a->warm_probe_wait);
   srv_probe_release(s);
   srv_tasks_free(s);
   srv_recent_free(s);
+  exec_state_t *x = srv_server_exec(s);
   /* After a drain that ran its course, nothing: its wind-down waited for every teardown. */
-  size_t left = exec_teardowns(s->exec) + sbx_run_detached_count();
+  size_t left = exec_teardowns(x) + sbx_run_detached_count();
   if (left)
     cm_warn(
         "shutdown: %zu sandboxes, sessions or calls are still being torn down; killing and "
         "reaping them now",
         left);
-  exec_free(s->exec);
-  s->exec = NULL;
+  exec_free(x);
+  srv_server_set_exec(s, NULL);
   sbx_run_reap_detached(); /* runs answered while their sandbox was torn down */
-  art_store_free(s->artifacts);
-  env_store_free(s->envs);
-  srv_network_free(s->network); /* after the runs and builds: it closes what they left */
-  py_registry_free(s->pythons);
-  sbx_backend_free(s->backend);
-  sbx_backend_free(s->host);
-  sbx_cgroups_free(s->cgroups); /* after the runs: it removes their directories */
-  srv_workdir_release(s->runs_dir, s->runs_lock);
+  art_store_free(srv_server_artifacts(s));
+  env_store_free(srv_server_envs(s));
+  srv_network_free(srv_server_network(s)); /* after the runs and builds: it closes what they left */
+  py_registry_free(srv_server_pythons(s));
+  sbx_backend_free(srv_server_backend_kind(s));
+  sbx_backend_free(srv_server_host_backend(s));
+  sbx_cgroups_free(srv_server_cgroups(s)); /* after the runs: it removes their directories */
+  srv_workdir_release(a->runs_dir, a->runs_lock);
   /* Last: the requests above wrote their lines as they were cancelled. */
-  srv_audit_close(s->audit, 2000);
-  free(s->runs_dir);
-  free(s->state_dir);
-  free(s);
+  srv_audit_close(srv_server_audit(s), 2000);
+  srv_core_free(s);
+  free(a->runs_dir);
+  free(a->state_dir);
+  free(a);
 }

@@ -34,9 +34,8 @@ bool srv_server_ready(srv_server_t *s);
 char *srv_metrics_render(srv_server_t *s, const char *http_extra);
 
 /* SIGTERM's first phase: new tool calls are refused (a tool error saying so); the calls in
- * progress go on.  srv_server_calls() counts them (task runs included). */
+ * progress go on.  srv_server_calls() (core.h) counts them (task runs included). */
 void srv_server_drain(srv_server_t *s);
-size_t srv_server_calls(srv_server_t *s);
 /* The shutdown's second phase (after SIGTERM's drain, or at once on the end of input or
  * SIGINT): no prestarted sandbox is set up any more, and once no call is left, the held
  * sandboxes are dropped and the sessions closed (their kernels killed).  Never waits:

@@ -4,6 +4,48 @@
 
 #include "server/core/core.h"
 
+struct probe_wait;
+struct srv_client_call;
+
+/* The server (core.h's srv_server_t): its parts (srv_parts_t, the assembly's), and what the
+ * core keeps of its own. */
+struct srv_server {
+  cm_loop_t *loop;
+  const srv_config_t *cfg;
+  sbx_backend_t *backend;
+  sbx_cgroups_t *cgroups;
+  struct exec_state *exec; /* server/exec/: jobs, admission, prestarted sandboxes, the runner */
+  sbx_backend_t *host;
+  py_registry_t *pythons;
+  env_store_t *envs;
+  struct srv_network *network; /* server/net/net.h */
+  art_store_t *artifacts;
+  tr_http_t *http;    /* the HTTP transport, if any */
+  srv_audit_t *audit; /* --audit-log, or NULL */
+  const char *state_dir;
+  const char *runs_dir;
+  void *owner;                    /* the assembly's (srv_parts_t.owner) */
+  bool probed;                    /* the backend's probe has finished */
+  sbx_probe_t *probe;             /* in flight */
+  struct probe_wait *probe_waits; /* callers waiting for it */
+  cm_timer_t *probe_flush;        /* calls the waiters: a timer, so freeing the server cancels it */
+  cm_timer_t *probe_timer;
+  srv_request_t *inflight;
+  size_t n_inflight;
+  const struct srv_extension *ext; /* NULL in the product */
+  const struct srv_tool *tools;    /* the built-in tool table (server/tools/) */
+  size_t n_tools;
+  const struct srv_app *app;      /* the MCP App of a tool (server/tools/app.c), or NULL */
+  struct srv_recent *recent;      /* recent calls by principal (recent.c) */
+  struct srv_client_call *calls;  /* server -> client requests awaiting a response */
+  struct srv_tasks *tasks;        /* core/tasks.c: made with the first task */
+  struct srv_listener *listeners; /* core/listen.c: subscriptions/listen streams */
+  size_t n_listeners;
+  srv_counters_t counters; /* for /metrics */
+  bool draining;           /* SIGTERM: new tool calls are refused */
+  uint64_t session_serial; /* the last session's number (srv_session_new) */
+};
+
 /* JSON-RPC 2.0 error codes. */
 #define JSONRPC_PARSE_ERROR -32700
 #define JSONRPC_INVALID_REQUEST -32600

@@ -4,7 +4,8 @@
  * client), the tool interface, and the router, which dispatches to the tool table and the
  * extension it is given, so that it knows the interface of tools but not the tools.
  *
- * Files: probe.c, session.c, request.c (requests in flight, batches, client calls),
+ * Files: parts.c (the server's parts: srv_core_new, the accessors), probe.c, session.c,
+ * request.c (requests in flight, batches, client calls),
  * router.c (envelope, lifecycle, methods), jsonrpc.c (the JSON-RPC envelope), result.c (tool
  * results), tasks.c (the task store and the tasks/ methods).
  *
@@ -39,8 +40,8 @@ static inline void srv_cleanup_jsonp(json_t **j) {
 typedef struct srv_server srv_server_t;
 typedef struct srv_session srv_session_t;
 typedef struct srv_request srv_request_t;
-struct probe_wait;
-struct srv_client_call;
+struct exec_state;  /* server/exec/exec.h */
+struct srv_network; /* server/net/net.h */
 
 /* What /metrics counts (server/metrics.c renders it): fixed label sets only, so that no
  * caller can grow them (a tool name the server does not have is "other"). */
@@ -67,98 +68,65 @@ extern const char *const srv_metric_tools[SRV_M_TOOLS];
 extern const char *const srv_metric_outcomes[SRV_M_OUTCOMES];
 extern const char *const srv_metric_limits[SRV_M_LIMITS];
 
-/* Filled by srv_server_new (server/server.c) and read through the accessors below. */
-struct srv_server {
+/* The parts of a server, made by its assembly (server/server.c) before the server itself:
+ * borrowed (the assembly frees them as it takes the server apart, srv_core_free last).  The
+ * exec state and the HTTP transport, made later, are set with their setters below. */
+typedef struct srv_parts {
   cm_loop_t *loop;
-  srv_config_t *cfg;
-  sbx_backend_t *backend;
+  const srv_config_t *cfg;
+  sbx_backend_t *backend; /* the sandbox backend, probed later (srv_probe_schedule) */
+  sbx_backend_t *host;    /* "none", for what runs on the host */
   sbx_cgroups_t *cgroups;
-  struct exec_state *exec; /* server/exec/: jobs, admission, prestarted sandboxes, the runner */
-  sbx_backend_t *host;
   py_registry_t *pythons;
   env_store_t *envs;
   struct srv_network *network; /* server/net/net.h */
   art_store_t *artifacts;
-  tr_http_t *http; /* the HTTP transport, if any */
-  void *warm_wait;
-  void *warm_probe_wait;
-  py_interp_t *warm_python;
-  bool probed;                    /* the backend's probe has finished */
-  sbx_probe_t *probe;             /* in flight */
-  struct probe_wait *probe_waits; /* callers waiting for it */
-  cm_timer_t *probe_flush;        /* calls the waiters: a timer, so freeing the server cancels it */
-  cm_timer_t *probe_timer;
-  char *state_dir;
-  char *runs_dir; /* work/srv-XXXXXX, locked while we live */
-  int runs_lock;
-  srv_request_t *inflight;
-  size_t n_inflight;
-  const struct srv_extension *ext; /* NULL in the product */
-  const struct srv_tool *tools;    /* the built-in tool table (server/tools/) */
+  srv_audit_t *audit; /* --audit-log, or NULL */
+  const char *state_dir;
+  const char *runs_dir;         /* work/srv-XXXXXX, locked while the server lives */
+  const struct srv_tool *tools; /* the built-in tool table (server/tools/) */
   size_t n_tools;
   const struct srv_app *app; /* the MCP App of a tool (server/tools/app.c), or NULL */
-  struct srv_recent *recent; /* recent calls by principal (recent.c) */
-  /* After a probe that found the backend available (server.c: the environment store and the
-   * prestarted sandboxes start): a hook, since what it starts is in rooms above this one. */
-  void (*on_probed)(srv_server_t *s);
-  struct srv_client_call *calls;  /* server -> client requests awaiting a response */
-  struct srv_tasks *tasks;        /* core/tasks.c: made with the first task */
-  struct srv_listener *listeners; /* core/listen.c: subscriptions/listen streams */
-  size_t n_listeners;
-  srv_audit_t *audit;      /* --audit-log, or NULL */
-  srv_counters_t counters; /* for /metrics */
-  bool draining;           /* SIGTERM: new tool calls are refused */
-  uint64_t session_serial; /* the last session's number (srv_session_new) */
-  uint64_t metrics_env_at; /* when /metrics last listed the environments */
-  size_t metrics_envs;
-  uint64_t metrics_env_bytes;
-};
+  /* The assembly's own state, opaque to the core: srv_server_owner() gives it back. */
+  void *owner;
+} srv_parts_t;
 
-static inline cm_loop_t *srv_server_loop(srv_server_t *s) {
-  return s->loop;
-}
-static inline const srv_config_t *srv_server_config(srv_server_t *s) {
-  return s->cfg;
-}
-static inline sbx_backend_t *srv_server_backend_kind(srv_server_t *s) {
-  return s->backend;
-}
-static inline sbx_backend_t *srv_server_host_backend(srv_server_t *s) {
-  return s->host;
-}
-static inline sbx_cgroups_t *srv_server_cgroups(srv_server_t *s) {
-  return s->cgroups;
-}
-static inline py_registry_t *srv_server_pythons(srv_server_t *s) {
-  return s->pythons;
-}
-static inline env_store_t *srv_server_envs(srv_server_t *s) {
-  return s->envs;
-}
-static inline art_store_t *srv_server_artifacts(srv_server_t *s) {
-  return s->artifacts;
-}
-static inline const char *srv_server_state_dir(srv_server_t *s) {
-  return s->state_dir;
-}
+/* A server of these parts (copied), its start time now.  Nothing starts: the assembly
+ * schedules the probe (srv_probe_schedule) once the server is whole. */
+srv_server_t *srv_core_new(const srv_parts_t *parts);
+/* Frees what the core holds of its own (the parts are the assembly's; srv_probe_release,
+ * srv_tasks_free and srv_recent_free come first, in the assembly's order). */
+void srv_core_free(srv_server_t *s);
+
+cm_loop_t *srv_server_loop(srv_server_t *s);
+const srv_config_t *srv_server_config(srv_server_t *s);
+sbx_backend_t *srv_server_backend_kind(srv_server_t *s);
+sbx_backend_t *srv_server_host_backend(srv_server_t *s);
+sbx_cgroups_t *srv_server_cgroups(srv_server_t *s);
+py_registry_t *srv_server_pythons(srv_server_t *s);
+env_store_t *srv_server_envs(srv_server_t *s);
+art_store_t *srv_server_artifacts(srv_server_t *s);
+struct srv_network *srv_server_network(srv_server_t *s);
+const char *srv_server_state_dir(srv_server_t *s);
 /* This server's own directory for its runs' work directories (see srv_workdir_claim). */
-static inline const char *srv_server_runs_dir(srv_server_t *s) {
-  return s->runs_dir;
-}
+const char *srv_server_runs_dir(srv_server_t *s);
+/* The audit log (--audit-log), or NULL. */
+srv_audit_t *srv_server_audit(srv_server_t *s);
+/* What /metrics counts (read-only: the router counts). */
+const srv_counters_t *srv_server_counters(srv_server_t *s);
+/* srv_parts_t.owner. */
+void *srv_server_owner(srv_server_t *s);
+/* server/exec/'s state (jobs, admission, prestarted sandboxes, the runner): made by the
+ * assembly once the server exists (it needs the server), and unset before it is freed. */
+void srv_server_set_exec(srv_server_t *s, struct exec_state *x);
+struct exec_state *srv_server_exec(srv_server_t *s);
 /* The HTTP transport serving s (srv_serve_http sets it), for what check_environment tells
  * a principal about its own sessions and streams; NULL on stdio. */
-static inline void srv_server_set_http(srv_server_t *s, tr_http_t *h) {
-  s->http = h;
-}
-static inline tr_http_t *srv_server_http(srv_server_t *s) {
-  return s->http;
-}
-static inline struct srv_network *srv_server_network(srv_server_t *s) {
-  return s->network;
-}
-static inline struct exec_state *srv_server_exec(srv_server_t *s) {
-  return s->exec;
-}
+void srv_server_set_http(srv_server_t *s, tr_http_t *h);
+tr_http_t *srv_server_http(srv_server_t *s);
+/* SIGTERM's drain, the core's part: new tool calls are refused (a tool error saying so), a
+ * new listen stream ends at once, and those open end now (srv_listen_end_all). */
+void srv_core_drain(srv_server_t *s);
 
 /* ---------------------------------------------------------------- the backend's probe */
 
@@ -170,12 +138,18 @@ sbx_backend_t *srv_server_backend(srv_server_t *s);
 /* Whether the backend's probe has finished (b->available then holds its outcome). */
 bool srv_server_probed(srv_server_t *s);
 /* Calls cb(data) once the probe has finished (starting it if need be), never from inside
- * this call.  The handle is for srv_server_cancel_probe_wait until cb has run. */
+ * this call.  The handle is for srv_server_cancel_probe_wait until cb has run.  Waiters run
+ * in the order they came; whether the backend is available is theirs to check. */
 void *srv_server_when_probed(srv_server_t *s, void (*cb)(void *data), void *data);
+/* The same without starting the probe: cb waits for whatever starts it (srv_probe_schedule's
+ * delay, or a call that needs the backend).  The assembly's own waiter (server/server.c:
+ * the environment store and the prestarted sandboxes start after a probe that passed),
+ * registered before any call's, so it runs first. */
+void *srv_server_after_probe(srv_server_t *s, void (*cb)(void *data), void *data);
 void srv_server_cancel_probe_wait(srv_server_t *s, void *wait);
 /* Probes the backend SRV_PROBE_DELAY_MS after start-up, once the handshake had its chance
  * (or at the first call that needs it, whichever comes first): it runs a whole trivial
- * sandbox.  On success s->on_probed runs. */
+ * sandbox.  Then the waiters run. */
 void srv_probe_schedule(srv_server_t *s);
 /* Cancels the probe and forgets its waiters (freeing the server). */
 void srv_probe_release(srv_server_t *s);
@@ -185,6 +159,8 @@ void srv_probe_release(srv_server_t *s);
 /* Cancels every request in flight (shutdown), and counts them. */
 void srv_server_cancel_all(srv_server_t *s);
 size_t srv_server_inflight(srv_server_t *s);
+/* Of those, the tool calls (task runs included): what the drain waits for. */
+size_t srv_server_calls(srv_server_t *s);
 
 /* A session: the stdio connection, or one Mcp-Session-Id.  `sink` is where messages not
  * tied to a request go (stdout, or the standalone GET stream). */
@@ -241,10 +217,6 @@ void srv_request_audit(srv_request_t *r, const char *key, json_t *value);
 /* The run of r's call was stopped by a limit: "timeout", "memory", "cpu", "file_size" or
  * "processes" (its outcome is then "limit", in the audit line and in /metrics). */
 void srv_request_note_limit(srv_request_t *r, const char *limit);
-/* Walking the requests in flight (srv_server_t.inflight): the next one, and whether it is a
- * tool call (counted by the drain). */
-srv_request_t *srv_request_next_inflight(srv_request_t *r);
-bool srv_request_is_call(const srv_request_t *r);
 /* Completes the request with a JSON-RPC error, the router's mapping of err (borrowed):
  * CM_ERR_NOT_FOUND of a resources/... request whose params name a "uri" -> -32002
  * "Resource not found" with data {uri}; CM_ERR_INVALID, CM_ERR_LIMIT and other

@@ -38,8 +38,6 @@ static void on_probed(void *data, sbx_backend_t *b) {
   if (!b->available)
     cm_warn("sandbox backend %s is not available: %s; executions will be refused (no fall back)",
             sbx_backend_name(b), b->unavailable);
-  else if (s->on_probed)
-    s->on_probed(s);
   queue_probe_flush(s);
 }
 
@@ -54,15 +52,20 @@ bool srv_server_probed(srv_server_t *s) {
   return s->probed;
 }
 
-void *srv_server_when_probed(srv_server_t *s, void (*cb)(void *data), void *data) {
+void *srv_server_after_probe(srv_server_t *s, void (*cb)(void *data), void *data) {
   probe_wait_t *w = xcalloc(1, sizeof *w);
   w->cb = cb;
   w->data = data;
   probe_wait_t **tail = &s->probe_waits;
   while (*tail) tail = &(*tail)->next;
   *tail = w;
-  ensure_probed(s);
   if (s->probed) queue_probe_flush(s);
+  return w;
+}
+
+void *srv_server_when_probed(srv_server_t *s, void (*cb)(void *data), void *data) {
+  void *w = srv_server_after_probe(s, cb, data);
+  ensure_probed(s);
   return w;
 }
 

@@ -237,14 +237,6 @@ void srv_request_audit(srv_request_t *r, const char *key, json_t *value) {
   json_object_set_new(r->audit, key, value);
 }
 
-srv_request_t *srv_request_next_inflight(srv_request_t *r) {
-  return r->next;
-}
-
-bool srv_request_is_call(const srv_request_t *r) {
-  return r->call_tool >= 0;
-}
-
 void srv_request_note_limit(srv_request_t *r, const char *limit) {
   for (int i = 0; i < SRV_M_LIMITS; i++)
     if (strcmp(limit, srv_metric_limits[i]) == 0) r->call_limit = i;
@@ -550,6 +542,12 @@ void srv_server_cancel_all(srv_server_t *s) {
 }
 size_t srv_server_inflight(srv_server_t *s) {
   return s->n_inflight;
+}
+
+size_t srv_server_calls(srv_server_t *s) {
+  size_t n = 0;
+  for (srv_request_t *r = s->inflight; r; r = r->next) n += r->call_tool >= 0;
+  return n;
 }
 
 void srv_request_set_progress_token(srv_request_t *r, json_t *params) {

@@ -36,7 +36,8 @@ struct exec_state {
   size_t n_starting;
   size_t cpus; /* 0 until counted */
   cm_timer_t *start_gate_timer;
-  exec_job_t *all_jobs;
+  exec_job_t *all_jobs;  /* every job until it is DONE */
+  exec_job_t *done_jobs; /* DONE, for the deferred pass to free */
   exec_tenant_t *tenants;
   exec_tenant_t *last_served; /* the round goes on after it; NULL: from the first */
   /* runner.c */
@@ -52,7 +53,8 @@ struct exec_state {
    * being killed */
   exec_session_t *sessions, *dying;
   size_t n_sessions;
-  struct exec_session_reap *reap; /* the deferred pass that frees DEAD sessions, when queued */
+  /* job.c: the loop's deferred pass that frees DONE jobs and DEAD sessions, when queued */
+  struct exec_reap *reap;
 };
 
 /* A job's stage (job.c's job_advance moves it on; docs/architecture.md has the table).  In
@@ -65,7 +67,7 @@ enum job_stage {
   JOB_ENV,      /* with a slot: the dependency environment (wait: env_store_ensure) */
   JOB_WORKDIR,  /* the work directory, its files and the sandbox's start (no wait) */
   JOB_RUNNING,  /* the script runs: in its sandbox (run), or in its session's kernel */
-  JOB_DONE,     /* answered: the job is freed */
+  JOB_DONE,     /* answered: on done_jobs until the loop's deferred pass frees it */
 };
 
 struct exec_job {
@@ -82,7 +84,8 @@ struct exec_job {
   double setup_progress; /* progress counter while the environment is prepared */
   py_interp_t *py;
   exec_job_t *queue_next;
-  exec_job_t *all_prev, *all_next; /* every job, for per-session counts */
+  exec_job_t *all_prev, *all_next; /* every job until DONE, for per-session counts */
+  exec_job_t *done_next;           /* DONE: the next on done_jobs */
   exec_tenant_t *tenant;           /* whose call it is (the spec's principal) */
   bool holds_slot;
   uint64_t starting_since; /* ms; 0 = not (or no longer) starting */
@@ -165,8 +168,14 @@ size_t exec_admission_max_starting(exec_state_t *x);
 /* Admitted (admission.c): with a slot, the dependency environment first (cached or built),
  * then the script.  May finish the job. */
 void exec_job_start(exec_job_t *job);
-/* Ends the request with result (stolen) and frees the job. */
+/* Ends the job: the request is answered with result (stolen), the slot released, the work
+ * directory removed, and the job DONE, out of every list that finds a job; its memory is
+ * freed by the loop's deferred pass (exec_reap_soon), so a caller still on the stack may
+ * read it, never act on it. */
 void exec_job_finish(exec_job_t *job, json_t *result);
+/* Queues the loop's deferred pass (once per iteration), which frees the DONE jobs and the
+ * DEAD sessions (exec_sessions_reap); exec_free detaches it when the state goes first. */
+void exec_reap_soon(exec_state_t *x);
 
 /* progress.c */
 void exec_progress_output(exec_job_t *job, sbx_stream_t stream, const char *buf, size_t len);
@@ -274,6 +283,8 @@ bool exec_session_cancel(exec_job_t *job);
 /* The job ends: result (borrowed, may be changed) gets the session's part. */
 void exec_session_job_done(exec_job_t *job, json_t *result);
 void exec_sessions_free(exec_state_t *x);
+/* Frees the DEAD sessions (the deferred pass's part). */
+void exec_sessions_reap(exec_state_t *x);
 
 /* workdir.c */
 /* A fresh work directory under the server's runs directory: a size-capped tmpfs of its own

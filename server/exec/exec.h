@@ -124,7 +124,7 @@ bool exec_sessions_available(exec_state_t *x, const char **why);
 /* ---------------------------------------------------------------- the prestarted sandbox */
 
 /* Starts keeping sandboxes ready (with --prestart on and a backend that can hold one): the
- * server's on_probed hook. */
+ * assembly's waiter for a probe that passed (srv_server_after_probe). */
 void exec_prestart_start(srv_server_t *s);
 /* No prestarted sandbox is set up from now on (refills, retries, a new shape's); with drop,
  * those held are dropped too (killed: their teardown goes on beside the loop). */

@@ -16,6 +16,31 @@ exec_state_t *exec_new(srv_server_t *s) {
   return x;
 }
 
+static void jobs_reap(exec_state_t *x);
+
+/* The loop's deferred pass: frees what finished during the iteration (DONE jobs, DEAD
+ * sessions), after every callback that may still have used it returned. */
+struct exec_reap {
+  exec_state_t *x; /* NULL once detached (exec_free) */
+};
+
+static void reap(void *data) {
+  struct exec_reap *r = data;
+  exec_state_t *x = r->x;
+  free(r);
+  if (!x) return;
+  x->reap = NULL;
+  jobs_reap(x);
+  exec_sessions_reap(x);
+}
+
+void exec_reap_soon(exec_state_t *x) {
+  if (x->reap) return;
+  x->reap = xcalloc(1, sizeof *x->reap);
+  x->reap->x = x;
+  cm_loop_defer(srv_server_loop(x->server), reap, x->reap);
+}
+
 void exec_free(exec_state_t *x) {
   if (!x) return;
   exec_sessions_free(x);
@@ -29,6 +54,10 @@ void exec_free(exec_state_t *x) {
     job->run = NULL;
   }
   cm_timer_cancel(x->start_gate_timer);
+  /* Jobs answered since the loop's last pass (or as the server stops) are freed now; the
+   * pass, if queued, finds nothing. */
+  jobs_reap(x);
+  if (x->reap) x->reap->x = NULL; /* (the loop frees the handle) */
   free(x);
 }
 
@@ -43,6 +72,7 @@ size_t exec_teardowns(exec_state_t *x) {
   exec_prestart_counts_t pc;
   exec_prestart_counts(x, &pc);
   size_t n = pc.ready + x->n_sessions + (x->dying != NULL);
+  /* (Not the DONE jobs: they hold nothing but memory, which exec_free frees too.) */
   for (exec_job_t *job = x->all_jobs; job; job = job->all_next) n++;
   return n;
 }
@@ -50,7 +80,6 @@ size_t exec_teardowns(exec_state_t *x) {
 /* ---------------------------------------------------------------- a job */
 
 static void job_free(exec_job_t *job) {
-  exec_admission_leave(job);
   eg_session_close(job->egress);
   exec_spec_release(&job->spec);
   if (!job->env_borrowed) env_release(job->env);
@@ -64,6 +93,10 @@ static void job_free(exec_job_t *job) {
 }
 
 void exec_job_finish(exec_job_t *job, json_t *result) {
+  if (job->stage == JOB_DONE) { /* (a second end is a no-op) */
+    json_decref(result);
+    return;
+  }
   exec_progress_stop(job);
   exec_admission_dequeue(job);
   job->stage = JOB_DONE;
@@ -87,8 +120,21 @@ void exec_job_finish(exec_job_t *job, json_t *result) {
     exec_workdir_remove(job->workdir, job->workdir_mounted);
   }
   exec_state_t *x = job->exec;
-  job_free(job);
+  /* Out of the lists that find a job (its tenant's count drops); freed after this
+   * iteration. */
+  exec_admission_leave(job);
+  job->done_next = x->done_jobs;
+  x->done_jobs = job;
+  exec_reap_soon(x);
   exec_prestart_call_done(x); /* a refill deferred until a call was answered */
+}
+
+static void jobs_reap(exec_state_t *x) {
+  while (x->done_jobs) {
+    exec_job_t *job = x->done_jobs;
+    x->done_jobs = job->done_next;
+    job_free(job);
+  }
 }
 
 static void job_advance(exec_job_t *job);
@@ -325,8 +371,8 @@ static void start_run(exec_job_t *job) {
 
 /* The job's one driver: the current stage's work is done (its completion called this), so
  * the job moves on, doing each next stage's work until one has to wait (its completion
- * calls this again) or the job is finished (it is freed then: nothing of it may be used
- * after a stage's work that may finish it). */
+ * calls this again) or the job is finished (DONE: its memory stays until the loop's
+ * deferred pass, but nothing may act on it after a stage's work that may finish it). */
 static void job_advance(exec_job_t *job) {
   switch (job->stage) {
     case JOB_DOWNLOAD: /* the download is done: choose again */
@@ -360,7 +406,7 @@ static void job_advance(exec_job_t *job) {
     case JOB_WORKDIR:
     case JOB_RUNNING:
     case JOB_DONE:
-      /* (Not reached: the run's end finishes the job, and a finished job is freed.) */
+      /* (Not reached: the run's end finishes the job, and nothing moves a finished one.) */
       return;
   }
 }

@@ -44,7 +44,7 @@ struct session_finish {
  *   BUSY     a call holds it (its kernel, if it has one, thawed once the call runs)
  *   IDLE     between calls: its kernel frozen, the idle timer running
  *   CLOSING  out of the table: waiting for its call's answer and its kernel's exit
- *   DEAD     nothing refers to it: freed by the loop's deferred pass (reap_dead), never
+ *   DEAD     nothing refers to it: freed by the loop's deferred pass (exec_reap_soon), never
  *            under a caller that still uses it */
 typedef enum { KS_OPEN, KS_BUSY, KS_IDLE, KS_CLOSING, KS_DEAD } ks_stage_t;
 
@@ -229,18 +229,9 @@ static void session_free(exec_session_t *ks) {
   free(ks);
 }
 
-/* The loop's deferred pass: frees every DEAD session (queued by session_settle).  The
- * handle is detached by exec_sessions_free when the server goes first. */
-struct exec_session_reap {
-  exec_state_t *x; /* NULL once detached */
-};
-
-static void reap_dead(void *data) {
-  struct exec_session_reap *r = data;
-  exec_state_t *x = r->x;
-  free(r);
-  if (!x) return;
-  x->reap = NULL;
+/* The loop's deferred pass (exec_reap_soon, queued by session_settle): frees every DEAD
+ * session. */
+void exec_sessions_reap(exec_state_t *x) {
   for (exec_session_t **p = &x->dying; *p;) {
     exec_session_t *ks = *p;
     if (ks->stage != KS_DEAD) {
@@ -257,11 +248,7 @@ static void reap_dead(void *data) {
 static void session_settle(exec_session_t *ks) {
   if (ks->stage != KS_CLOSING || ks->held || ks->run) return;
   ks->stage = KS_DEAD;
-  exec_state_t *x = ks->exec;
-  if (x->reap) return;
-  x->reap = xcalloc(1, sizeof *x->reap);
-  x->reap->x = x;
-  cm_loop_defer(srv_server_loop(x->server), reap_dead, x->reap);
+  exec_reap_soon(ks->exec);
 }
 
 /* The kernel frozen between calls (IDLE), thawed for the next one: a thread or process the
@@ -310,8 +297,7 @@ bool exec_session_close(exec_state_t *x, const char *principal, const char *id) 
 
 void exec_sessions_free(exec_state_t *x) {
   while (x->sessions) session_close(x->sessions, "the server stops");
-  if (x->reap) x->reap->x = NULL; /* (the loop frees the handle) */
-  x->reap = NULL;
+  /* (A deferred pass still queued finds none of them.) */
   while (x->dying) {
     exec_session_t *ks = x->dying;
     if (ks->run) sbx_run_free(ks->run); /* kills and reaps, now */
