@@ -113,7 +113,9 @@ asan_build_start() {
   export -f build
   export jobs
   # A session of its own, so that asan_stop ends the whole compile (make, the compilers).
-  setsid nice -n 19 bash -c 'set -e; start=$(date +%s); build build-asan -DCMAKE_BUILD_TYPE=Debug -DMPS_SANITIZE=ON
+  # (-O1, as AddressSanitizer's own documentation suggests: the sanitized server and tests run
+  # about twice as fast as at -O0, and every check still holds)
+  setsid nice -n 19 bash -c 'set -e; start=$(date +%s); build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DMPS_SANITIZE=ON
     echo $(($(date +%s) - start)) >build/asan-build.secs' >build/asan-build.log 2>&1 &
   asan_pid=$!
 }
