@@ -115,19 +115,33 @@ asan_build_start() {
   # A session of its own, so that asan_stop ends the whole compile (make, the compilers).
   # (-O1, as AddressSanitizer's own documentation suggests: the sanitized server and tests run
   # about twice as fast as at -O0, and every check still holds)
-  setsid nice -n 19 bash -c 'set -e; start=$(date +%s); build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DMPS_SANITIZE=ON
-    echo $(($(date +%s) - start)) >build/asan-build.secs' >build/asan-build.log 2>&1 &
+  # Its outcome goes to build/asan-build.rc: the shell that waits for it may be a subshell
+  # (asan_suite_start), which cannot wait for its parent's child.
+  rm -f build/asan-build.rc build/asan-build.secs
+  setsid nice -n 19 bash -c '(set -e; start=$(date +%s); build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DMPS_SANITIZE=ON
+    echo $(($(date +%s) - start)) >build/asan-build.secs); echo $? >build/asan-build.rc' >build/asan-build.log 2>&1 &
   asan_pid=$!
 }
 asan_stop() {
+  if [ -n "${asan_suite_pid:-}" ]; then
+    kill_tree "$asan_suite_pid"
+    wait "$asan_suite_pid" 2>/dev/null || true
+    asan_suite_pid=""
+    echo "== stopped unfinished: the ASan+UBSan build's suites in the background; the end of build-asan/suite.log:"
+    tail -n 60 build-asan/suite.log 2>/dev/null || true
+  fi
   [ -n "${asan_pid:-}" ] || return 0
   kill -- -"$asan_pid" 2>/dev/null || true
   wait "$asan_pid" 2>/dev/null || true
 }
 asan_build_wait() {
-  local rc=0
-  wait "$asan_pid" || rc=$?
-  asan_pid=""
+  local rc
+  local waited=0
+  while [ ! -s build/asan-build.rc ] && [ "$waited" -lt 3600 ]; do
+    sleep 1
+    waited=$((waited + 1))
+  done
+  rc=$(cat build/asan-build.rc 2>/dev/null || echo 1)
   stage "the ASan+UBSan build (compiled in the background beside the normal build's suites)"
   cat build/asan-build.log
   [ "$rc" = 0 ] || return "$rc"
@@ -322,6 +336,7 @@ suite_normal() {
   local none_expr="sandbox_independent or none_pass"
   [ "$full" = 0 ] || none_expr=""
   integration "$dir" "$name" "$workers" "bwrap=not sandbox_independent" "none=$none_expr" || return 1
+  [ "$quick" = 1 ] || [ "$full" = 1 ] || asan_suite_start
   if [ "$(id -u)" = 0 ]; then
     # Packaging is not about sanitizers: the normal build's .deb only.
     stage "$name: the Debian package (built, installed into a fresh bookworm root, run, purged)"
@@ -353,6 +368,34 @@ suite_asan() {
   fi
 }
 
+# The submission tier runs the ASan build's suites in the background, from the end of the
+# normal build's integration suites on, beside its package, conformance, e2e and browser
+# suites (which wait on processes and pages far more than they compute); their output and
+# lengths are printed when they end (asan_suite_wait).
+asan_suite_pid=""
+asan_suite_start() {
+  mkdir -p build-asan
+  rm -f build-asan/suite.log build-asan/suite.times
+  (
+    note_time() { printf '%5ds  %s\n' "$2" "$1" >>build-asan/suite.times; }
+    asan_build_wait
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    suite_asan
+  ) >build-asan/suite.log 2>&1 &
+  asan_suite_pid=$!
+}
+asan_suite_wait() {
+  local rc=0 line
+  wait "$asan_suite_pid" || rc=$?
+  asan_suite_pid=""
+  cat build-asan/suite.log
+  if [ -f build-asan/suite.times ]; then
+    while IFS= read -r line; do stage_times+=("$line"); done <build-asan/suite.times
+  fi
+  return "$rc"
+}
+
 # --full: what is too slow for every submission.
 long_tier() {
   stage "long tier: the fuzz campaign (tests/fuzz/campaign.sh, ${MPS_FULL_FUZZ_RUNS:=1000000} executions a target, corpus not merged)"
@@ -380,11 +423,13 @@ stage "the playground's editor bundle (ui/build.sh)"
 timed "the editor bundle" ui/build.sh build
 suite_normal
 
-if [ "$quick" = 0 ]; then
+if [ "$full" = 1 ]; then
   asan_build_wait
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   suite_asan
+elif [ "$quick" = 0 ]; then
+  asan_suite_wait
 fi
 fleet_wait
 [ "$full" = 0 ] || long_tier
