@@ -285,6 +285,7 @@ class Chaos:
         self.spent = {}              # operation -> seconds (MPS_CHAOS_TIMES=1 prints them)
         self.background = []         # (thread, started, description, errors list)
         self.markers = []            # every forked child's marker: none may outlive the drain
+        self.raw_gets = {}           # session id -> [raw GET streams open on it, when the last closed]
         self.tmp = tempfile.mkdtemp(prefix="mps-chaos-")
         self.alice, self.bob = Principal("alice"), Principal("bob")
         self.http = None
@@ -1076,8 +1077,27 @@ class Chaos:
                     assert chunk, got
                     got += chunk
             elif kind == "get stream":
-                sock.sendall(head)
-                assert sock.recv(65536).startswith(b"HTTP/1.1 200"), "the standalone stream was refused"
+                # A session has one standalone stream at a time: another raw GET of a burst,
+                # open on it now or closed a moment ago (the server sees the close at its
+                # next turn), makes this one a 409, and only that.
+                with self.lock:
+                    g = self.raw_gets.setdefault(p.hs_sid, [0, 0.0])
+                    others = g[0] > 0 or time.monotonic() - g[1] < 5
+                    g[0] += 1
+                try:
+                    sock.sendall(head)
+                    got = sock.recv(65536)
+                    with self.lock:
+                        others = others or g[0] > 1
+                finally:
+                    sock.close()
+                    with self.lock:
+                        g[0] -= 1
+                        g[1] = time.monotonic()
+                if others and got.startswith(b"HTTP/1.1 409"):
+                    assert b"Only one SSE stream" in got, got[:300]
+                else:
+                    assert got.startswith(b"HTTP/1.1 200"), ("the standalone stream was refused", got[:300])
             else:
                 sock.sendall(head + body)
                 if kind.endswith("reset"):
