@@ -57,12 +57,34 @@ extern const sbx_backend_ops_t sbx_bwrap_ops;
 void sbx_bwrap_set_paths(sbx_backend_t *b, const char *bwrap_path, const char *drop_path);
 #endif
 
-/* seccomp.c: the filter bubblewrap loads before it execs the drop helper.
- * sbx_seccomp_fd() returns a new sealed, close-on-exec memfd at offset 0 holding the BPF
+/* seccomp.c: the syscall policy of every backend that isolates, one table rendered twice: the
+ * BPF program bubblewrap loads before it execs the drop helper, and the OCI seccomp profile
+ * (JSON) docker and podman take with --security-opt seccomp=FILE.
+ *
+ * The policy is default allow; a rule refuses `syscall` with errno_value, always (arg < 0) or
+ * when (argument arg & mask) == value (libseccomp's SCMP_CMP_MASKED_EQ).  Several rules of one
+ * syscall are alternatives: any that matches refuses.  sbx_seccomp_rules() gives the table
+ * (built once per process, owned by seccomp.c, in a fixed order).  Both renderings skip the
+ * names sbx_seccomp_resolve() does not know (-1: unknown to this libseccomp, or a syscall
+ * another architecture has). */
+typedef struct sbx_seccomp_rule {
+  const char *syscall;
+  int errno_value;
+  int arg; /* -1: unconditional */
+  uint64_t mask, value;
+} sbx_seccomp_rule_t;
+const sbx_seccomp_rule_t *sbx_seccomp_rules(size_t *n);
+int sbx_seccomp_resolve(const char *syscall);
+/* sbx_seccomp_fd() returns a new sealed, close-on-exec memfd at offset 0 holding the BPF
  * program (built once per process, then cached); the caller owns it.
  * sbx_seccomp_build() builds the program afresh into a heap buffer the caller frees. */
 int sbx_seccomp_fd(cm_error_t *err);
 int sbx_seccomp_build(void **bpf, size_t *len, cm_error_t *err);
+/* The OCI profile (allocated text): "defaultAction" SCMP_ACT_ALLOW, "architectures" the
+ * native one alone (sbx_seccomp_oci_arch(), NULL where OCI has no name for it: then NULL and
+ * CM_ERR_UNSUPPORTED), and one "syscalls" entry per rule, in the table's order. */
+char *sbx_seccomp_oci_json(cm_error_t *err);
+const char *sbx_seccomp_oci_arch(void);
 
 /* cgroup.c: one run's cgroup (see sbx_cgroups_open). */
 typedef struct sbx_cgroup_run sbx_cgroup_run_t;
