@@ -6,9 +6,9 @@
  *
  * A denylist on top of default-allow: it removes what a Python script never needs and what
  * widens the kernel's attack surface or lets a process reach beyond its sandbox (other
- * processes' memory, namespaces, mounts, keyrings, BPF, modules, io_uring, terminal
- * injection).  The rest of the isolation comes from the namespaces, the uid drop and
- * no_new_privs; this filter is one more wall, not the only one.
+ * processes' memory, namespaces, mounts, keyrings, BPF, modules, io_uring, file watches
+ * on what runs share, terminal injection).  The rest of the isolation comes from the namespaces,
+ * the uid drop and no_new_privs; this filter is one more wall, not the only one.
  *
  * It stays in force for the drop helper (and the container's init), so it must let that
  * helper drop privileges: setresuid/setresgid/setgroups/capset/prctl/setrlimit are allowed.
@@ -46,6 +46,9 @@ static const char *const denied_syscalls[] = {
     /* large kernel attack surface a script has no use for */
     "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
     "io_uring_register", "lookup_dcookie",
+    /* file watches: a run watching what every run shares (the read-only interpreter and
+     * environments) would see other runs' imports as they happen */
+    "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
     /* file handles bypass path-based checks */
     "open_by_handle_at", "name_to_handle_at",
     /* the machine, not the process */

@@ -408,6 +408,12 @@ static void test_refuses_what_it_must(void **state) {
     assert_int_equal(answer(prog, "keyctl", -1, 0), eperm);
     assert_int_equal(answer(prog, "add_key", -1, 0), eperm);
     assert_int_equal(answer(prog, "request_key", -1, 0), eperm);
+    /* File watches. */
+    assert_int_equal(answer(prog, "inotify_init", -1, 0), eperm);
+    assert_int_equal(answer(prog, "inotify_init1", -1, 0), eperm);
+    assert_int_equal(answer(prog, "inotify_add_watch", -1, 0), eperm);
+    assert_int_equal(answer(prog, "fanotify_init", -1, 0), eperm);
+    assert_int_equal(answer(prog, "fanotify_mark", -1, 0), eperm);
     /* What a script needs stays. */
     assert_int_equal(answer(prog, "clone", 0, 0x01200011 /* fork()'s flags */), SECCOMP_RET_ALLOW);
     assert_int_equal(answer(prog, "personality", 0, 0xffffffff), SECCOMP_RET_ALLOW);
