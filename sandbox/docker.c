@@ -7,7 +7,11 @@
  *     capped /dev/shm, the work directory read-write at /work (the cwd), the spec's mounts at
  *     their targets (ro or rw) and its read-only binds at their host paths;
  *   - no capabilities (--cap-drop ALL), no_new_privs, a non-root uid, a private ipc
- *     namespace, and a network namespace with nothing but loopback (--network none).  With
+ *     namespace, and a network namespace with nothing but loopback (--network none).
+ *     The seccomp profile is the native filter's table (seccomp.c) rendered for OCI, not the
+ *     engine's default (which lets podman's scripts make user namespaces and docker's set up
+ *     io_uring): --security-opt seccomp=FILE, the file written by the probe (see
+ *     write_seccomp_profile); the engine installs it before it execs pid 1.  With
  *     the network on and an egress channel, the supervisor forwards 127.0.0.1:PORT (and
  *     every 127.x address, for builds' per-index origins) to the server's egress proxy,
  *     exactly as under bubblewrap; only a spec with network and no egress (--network host)
@@ -113,12 +117,13 @@ typedef struct docker_helper {
 } docker_helper_t;
 
 typedef struct docker_priv {
-  bool podman;       /* the podman backend: its client and its rlimit quirk */
-  char *docker_path; /* absolute path of the docker client (or stand-in) */
-  char *drop_path;   /* host path of mps-sandbox-drop, the container's pid 1 */
-  char *run_dir;     /* where each run's channel directory is made (0700, ours) */
-  char *image;       /* image reference */
-  char *image_id;    /* "sha256:…" from the probe */
+  bool podman;        /* the podman backend: its client and its rlimit quirk */
+  char *docker_path;  /* absolute path of the docker client (or stand-in) */
+  char *drop_path;    /* host path of mps-sandbox-drop, the container's pid 1 */
+  char *run_dir;      /* where each run's channel directory is made (0700, ours) */
+  char *seccomp_path; /* the OCI seccomp profile every container gets (0600, ours) */
+  char *image;        /* image reference */
+  char *image_id;     /* "sha256:…" from the probe */
   /* What the probe found in the image: its python3 (full version, real path, the
    * implementation), every python3.N on its PATH ("3.N" and path, in pairs), and uv. */
   char *py_version, *py_path, *py_impl;
@@ -447,6 +452,47 @@ static void docker_kill(sbx_backend_t *b, const sbx_launch_t *launch, int sig) {
            (int)h->child.pid);
 }
 
+/* ---------------------------------------------------------------- the seccomp profile */
+
+/* The syscall policy (seccomp.c) as an OCI profile, in a file the client reads at each `run`:
+ * <state dir>/sandbox/seccomp-<digest>.json (without a state directory, in the run directory).
+ * The directory is ours and 0700, the file 0600 and replaced atomically; its name is its
+ * content's digest, so servers of other versions on the same state directory never swap one
+ * another's policy. */
+static int write_seccomp_profile(sbx_backend_t *b, docker_priv_t *p, cm_error_t *err) {
+  cleanup_free char *json = sbx_seccomp_oci_json(err);
+  if (!json) return cm_error_wrap(err, "the seccomp profile for containers");
+  cleanup_free char *dir = b->state_dir ? xasprintf("%s/sandbox", b->state_dir) : NULL;
+  if (dir) {
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+      return cm_error_set(err, errno, CM_ERR_IO, "mkdir %s", dir);
+    struct stat st;
+    if (lstat(dir, &st) < 0) return cm_error_set(err, errno, CM_ERR_IO, "stat %s", dir);
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+      return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                          "%s must be a directory of ours with mode 0700", dir);
+  }
+  char digest[65];
+  cm_sha256_hex(json, strlen(json), digest);
+  cleanup_free char *path = xasprintf("%s/seccomp-%.16s.json", dir ? dir : p->run_dir, digest);
+  if (!path_is_clean(path))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "the seccomp profile's path %s is not a clean path without ':' or ','",
+                        path);
+  cleanup_free char *tmp = xasprintf("%s.XXXXXX", path);
+  cleanup_close int fd = mkostemp(tmp, O_CLOEXEC); /* mode 0600 */
+  if (fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "creating %s", tmp);
+  if (cm_write_all(fd, json, strlen(json)) < 0 || close(steal_fd(&fd)) < 0 ||
+      rename(tmp, path) < 0) {
+    int e = errno;
+    (void)unlink(tmp);
+    return cm_error_set(err, e, CM_ERR_IO, "writing %s", path);
+  }
+  free(p->seccomp_path);
+  p->seccomp_path = steal_pointer(&path);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- build */
 
 static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
@@ -475,6 +521,10 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   if (!p->drop_path || !p->run_dir)
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the %s backend was not probed", b->ops->name);
   cleanup_free char *chan_dir = xasprintf("%s/%s", p->run_dir, name);
+  /* The profile the probe wrote, written again should someone have removed it since. */
+  if (!p->seccomp_path || access(p->seccomp_path, R_OK) < 0) {
+    if (write_seccomp_profile(b, p, err) < 0) return -1;
+  }
 
   /* The channel to the supervisor, as with bubblewrap, but through the host side of the
    * drop helper (drop.c, "Containers"): the status pipe's write end and the control pipe's
@@ -512,7 +562,9 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
                "never", "--log-driver", "none", "--network",
                spec->network && !egress ? "bridge" : "none", "--hostname", DOCKER_HOSTNAME, "--ipc",
                "private", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-               "--user", NULL);
+               "--security-opt", NULL);
+  cm_strv_addf(&a, "seccomp=%s", p->seccomp_path);
+  cm_strv_add(&a, "--user");
   cm_strv_addf(&a, "%u:%u", (unsigned)uid, (unsigned)gid);
 
   const sbx_limits_t *l = &spec->limits;
@@ -753,8 +805,9 @@ static char **probe_run_argv_new(docker_priv_t *p, const char *image) {
   cm_strv_builder_t a = {0};
   cm_strv_addv(&a, p->docker_path, "run", "--rm", "--interactive=false", "--pull", "never",
                "--log-driver", "none", "--network", "none", "--read-only", "--cap-drop", "ALL",
-               "--security-opt", "no-new-privileges", "--label",
-               "io.github.mcp-python-exec-sandbox.run=1", "--user", NULL);
+               "--security-opt", "no-new-privileges", "--security-opt", NULL);
+  cm_strv_addf(&a, "seccomp=%s", p->seccomp_path);
+  cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", "--user", NULL);
   cm_strv_addf(&a, "%u:%u", as_root ? DOCKER_SANDBOX_UID : (unsigned)getuid(),
                as_root ? DOCKER_SANDBOX_UID : (unsigned)getgid());
   if (p->podman)
@@ -956,7 +1009,8 @@ static void docker_probe(sbx_backend_t *b, sbx_probe_t *probe) {
     sbx_probe_finish(probe, &err);
     return;
   }
-  if (find_docker(p, &err) < 0 || find_drop(p, &err) < 0 || make_run_dir(p, &err) < 0) {
+  if (find_docker(p, &err) < 0 || find_drop(p, &err) < 0 || make_run_dir(p, &err) < 0 ||
+      write_seccomp_profile(b, p, &err) < 0) {
     sbx_probe_finish(probe, &err);
     return;
   }
@@ -984,7 +1038,8 @@ static char *docker_describe(sbx_backend_t *b) {
   int id_len = strncmp(id, "sha256:", 7) == 0 ? 7 + 12 : (int)strlen(id);
   return xasprintf(
       "%s engine %s (%s), image %s (%.*s) with %s %s (%s)%s: read-only root, no capabilities, "
-      "no-new-privileges, uid %u, memory/CPU/pids limits, capped /tmp; its own network "
+      "no-new-privileges, the native seccomp policy, uid %u, memory/CPU/pids limits, capped /tmp; "
+      "its own network "
       "namespace (--network none), whose way out is the egress forwarder when the network is on",
       p->podman ? "podman" : "docker", p->server_version, p->docker_path, p->image, id_len, id,
       p->py_impl ? p->py_impl : "python", p->py_version ? p->py_version : "?",
@@ -1037,6 +1092,7 @@ static void docker_free(sbx_backend_t *b) {
   free(p->last_version);
   free(p->drop_path);
   free(p->run_dir);
+  free(p->seccomp_path);
   free(p->server_version);
   cm_strv_free(p->cli_envp);
   free(p);

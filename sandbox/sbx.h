@@ -164,6 +164,8 @@ struct sbx_backend {
   /* Borrowed: runs of this backend get a cgroup each (backends whose processes are our
    * descendants; docker's containers have the engine's).  NULL = none. */
   sbx_cgroups_t *cgroups;
+  /* See sbx_backend_set_state_dir (owned). */
+  char *state_dir;
   /* Set by run.c once a run of this backend is detached (sbx_run_free): kills and reaps
    * those before the backend goes (sbx_backend_free), since their teardown uses it. */
   void (*end_detached)(sbx_backend_t *b);
@@ -243,6 +245,11 @@ void sbx_cgroups_set_loop(sbx_cgroups_t *cg, cm_loop_t *loop);
  * loop retries them): a drain waits for none to be left. */
 size_t sbx_cgroups_pending(const sbx_cgroups_t *cg);
 void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg);
+/* Where the backend keeps files of its own across runs: a directory of the server's (its state
+ * directory; the backend makes a 0700 "sandbox" directory in it).  Docker and podman keep the
+ * seccomp profile they pass the engine there (without one: in their own run directory).  Call
+ * before probing; dir is copied. */
+void sbx_backend_set_state_dir(sbx_backend_t *b, const char *dir);
 
 /* ---------------------------------------------------------------- the status record */
 

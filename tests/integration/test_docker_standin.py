@@ -165,7 +165,18 @@ def test_execute_end_to_end(standin):
         assert value_after(argv, "--entrypoint") == ["/.mps-drop"]
         assert value_after(argv, "--network") == ["none"]
         assert value_after(argv, "--cap-drop") == ["ALL"]
-        assert value_after(argv, "--security-opt") == ["no-new-privileges"]
+        opts = value_after(argv, "--security-opt")
+        assert opts[0] == "no-new-privileges" and len(opts) == 2, opts
+        # The native policy as an OCI profile, in the state directory, readable by us alone.
+        profile = opts[1][len("seccomp="):]
+        assert opts[1].startswith("seccomp=") and profile.startswith(s.state_dir + "/sandbox/seccomp-")
+        assert os.stat(profile).st_mode & 0o777 == 0o600
+        assert os.stat(os.path.dirname(profile)).st_mode & 0o777 == 0o700
+        with open(profile) as f:
+            policy = json.load(f)
+        assert policy["defaultAction"] == "SCMP_ACT_ALLOW"
+        denied = {n for e in policy["syscalls"] for n in e["names"]}
+        assert {"unshare", "io_uring_setup", "add_key", "keyctl", "inotify_init1"} <= denied
         assert value_after(argv, "--pull") == ["never"]
         assert value_after(argv, "-w") == ["/work"]
         assert value_after(argv, "--memory") == value_after(argv, "--memory-swap")

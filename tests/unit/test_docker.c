@@ -262,6 +262,10 @@ static sbx_backend_t *probed_backend(void) {
   cm_error_t err = CM_ERROR_INIT;
   sbx_backend_t *b = sbx_backend_new("docker", &err);
   if (!b) fail_msg("%s", err.msg);
+  /* The server's state directory, where the seccomp profile goes. */
+  cleanup_free char *state = xasprintf("%s/state", g.root);
+  (void)mkdir(state, 0700);
+  sbx_backend_set_state_dir(b, state);
   sbx_backend_probe(b);
   return b;
 }
@@ -592,6 +596,25 @@ static void test_argv_has_every_flag(void **state) {
   assert_pair(a, "--network", "none");
   assert_pair(a, "--cap-drop", "ALL");
   assert_pair(a, "--security-opt", "no-new-privileges");
+  /* The native policy, rendered for OCI into a file of ours (0600, in a 0700 directory). */
+  assert_int_equal(count_of(a, "--security-opt"), 2);
+  const char *profile = NULL;
+  for (size_t i = 0; a[i] && a[i + 1]; i++)
+    if (strcmp(a[i], "--security-opt") == 0 && strncmp(a[i + 1], "seccomp=", 8) == 0)
+      profile = a[i + 1] + 8;
+  assert_non_null(profile);
+  cleanup_free char *profile_dir = xasprintf("%s/state/sandbox/seccomp-", g.root);
+  assert_memory_equal(profile, profile_dir, strlen(profile_dir));
+  struct stat st;
+  assert_int_equal(lstat(profile, &st), 0);
+  assert_true(S_ISREG(st.st_mode));
+  assert_int_equal(st.st_mode & 0777, 0600);
+  assert_int_equal(st.st_uid, geteuid());
+  cleanup_free char *profile_text = read_text(profile);
+  cm_error_t perr = CM_ERROR_INIT;
+  cleanup_free char *expected = sbx_seccomp_oci_json(&perr);
+  assert_non_null(expected);
+  assert_string_equal(profile_text, expected);
   assert_pair(a, "--memory", "536870912");
   assert_pair(a, "--memory-swap", "536870912");
   assert_pair(a, "--cpus", "1.500");
