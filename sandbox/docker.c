@@ -42,12 +42,15 @@
  * prefix) is dropped, and so is one under /usr: the image brings its own.  The result and
  * check_environment name the image's interpreter (ops->interpreter).
  *
- * The identity.  As root, the container runs as 65534:65534 (nobody) and the work directory
- * (and each writable mount whose owner differs) is handed to that uid first, never following
- * a symlink.  Not as root, the container runs as the server's own uid:gid (never 0): the
- * work directory is already the server's, and the files the script leaves there stay
- * deletable by the server, which a chmod for uid 65534 would not give.  Rootless Docker maps
- * container uids onto subordinate ids, so there the work directory is not writable: not
+ * The identity.  As root, each container runs as a uid of its own (uids.c, the pool bwrap's
+ * runs take theirs from: --user UID:UID, a real host uid since rootful engines map none), so
+ * RLIMIT_NPROC, files and the kernel's per-uid state (the user keyring) are never shared
+ * between runs; an environment build keeps one for all its steps (sbx_identity_new).  The
+ * work directory (and each writable mount whose owner differs) is handed to that uid first,
+ * never following a symlink.  Not as root, the container runs as the server's own uid:gid
+ * (never 0): the work directory is already the server's, and the files the script leaves there
+ * stay deletable by the server, which a chown to another uid would not give.  Rootless Docker
+ * maps container uids onto subordinate ids, so there the work directory is not writable: not
  * supported yet.
  *
  * Killing.  The container is named mps-<16 random hex digits>, returned as kill_name.  The
@@ -88,8 +91,6 @@
 #define DOCKER_WORKDIR "/work"
 #define DOCKER_HOSTNAME "sandbox"
 #define DOCKER_NAME_PREFIX "mps-"
-/* Scripts run as nobody when the server is root. */
-#define DOCKER_SANDBOX_UID 65534u
 #define DOCKER_PROBE_TIMEOUT_MS 5000
 #define DOCKER_PROBE_OUTPUT_MAX 4096
 /* A `docker kill`/`docker rm -f` that has not finished by then is killed. */
@@ -506,8 +507,11 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   if (map_command(p, spec, &command, err) < 0) return -1;
 
   bool as_root = geteuid() == 0;
-  uid_t uid = as_root ? DOCKER_SANDBOX_UID : getuid();
-  gid_t gid = as_root ? DOCKER_SANDBOX_UID : getgid();
+  uid_t uid = !as_root ? getuid()
+              : spec->identity && spec->identity->has_uid
+                  ? spec->identity->uid
+                  : sbx_uid_take(&spec->limits, &launch->uid_slot);
+  gid_t gid = as_root ? (gid_t)uid : getgid();
   if (uid == 0)
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "refusing to run a container as uid 0");
   if (as_root) {
@@ -761,6 +765,8 @@ typedef struct docker_probe_state {
   sbx_backend_t *b;
   char *image;
   char *version;
+  uid_t uid; /* the trial container's */
+  gid_t gid;
 } docker_probe_state_t;
 
 static void probe_state_free(void *data) {
@@ -800,20 +806,18 @@ static const char DOCKER_PROBE_SCRIPT[] =
     "uv = shutil.which('uv')\n"
     "print('uv', uv if uv and ' ' not in uv else '-')\n";
 
-static char **probe_run_argv_new(docker_priv_t *p, const char *image) {
-  bool as_root = geteuid() == 0;
+static char **probe_run_argv_new(docker_priv_t *p, const docker_probe_state_t *st) {
   cm_strv_builder_t a = {0};
   cm_strv_addv(&a, p->docker_path, "run", "--rm", "--interactive=false", "--pull", "never",
                "--log-driver", "none", "--network", "none", "--read-only", "--cap-drop", "ALL",
                "--security-opt", "no-new-privileges", "--security-opt", NULL);
   cm_strv_addf(&a, "seccomp=%s", p->seccomp_path);
   cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", "--user", NULL);
-  cm_strv_addf(&a, "%u:%u", as_root ? DOCKER_SANDBOX_UID : (unsigned)getuid(),
-               as_root ? DOCKER_SANDBOX_UID : (unsigned)getgid());
+  cm_strv_addf(&a, "%u:%u", (unsigned)st->uid, (unsigned)st->gid);
   if (p->podman)
     cm_strv_addv(&a, "--ulimit", "nofile=" DOCKER_PODMAN_NOFILE, "--ulimit",
                  "nproc=" DOCKER_PODMAN_NPROC, NULL);
-  cm_strv_addv(&a, "--entrypoint", "python3", image, "-I", "-c", DOCKER_PROBE_SCRIPT, NULL);
+  cm_strv_addv(&a, "--entrypoint", "python3", st->image, "-I", "-c", DOCKER_PROBE_SCRIPT, NULL);
   return cm_strv_steal(&a);
 }
 
@@ -827,7 +831,7 @@ static void probe_run_done(sbx_probe_t *probe, const sbx_probe_result_t *r) {
   docker_probe_state_t *st = sbx_probe_state(probe);
   docker_priv_t *p = priv_of(st->b);
   cm_error_t err = CM_ERROR_INIT;
-  char **argv = probe_run_argv_new(p, st->image);
+  char **argv = probe_run_argv_new(p, st);
   cleanup_free char *excerpt = NULL;
   int rc = docker_query_result(argv, r, &excerpt, &err);
   cm_strv_free(argv);
@@ -895,8 +899,17 @@ static void probe_inspect_done(sbx_probe_t *probe, const sbx_probe_result_t *r) 
   free(p->image_id);
   size_t id_len = inspect ? strcspn(inspect, " ") : 0;
   p->image_id = id_len ? xstrndup(inspect, id_len) : xstrdup("(unknown id)");
-  /* Then one container, isolated like a run, asks the image what it has. */
-  char **run_argv = probe_run_argv_new(p, st->image);
+  /* Then one container, isolated like a run (a uid of its own included), asks the image what
+   * it has. */
+  st->uid = getuid();
+  st->gid = getgid();
+  if (geteuid() == 0) {
+    sbx_limits_t trial = {.timeout_ms = 2 * DOCKER_PROBE_TIMEOUT_MS};
+    int64_t slot;
+    st->uid = sbx_uid_take(&trial, &slot);
+    st->gid = (gid_t)st->uid;
+  }
+  char **run_argv = probe_run_argv_new(p, st);
   rc = sbx_probe_command(probe, run_argv, p->cli_envp, NULL, 0, 2 * DOCKER_PROBE_TIMEOUT_MS,
                          DOCKER_PROBE_OUTPUT_MAX, probe_run_done, &err);
   cm_strv_free(run_argv);
@@ -1038,13 +1051,13 @@ static char *docker_describe(sbx_backend_t *b) {
   int id_len = strncmp(id, "sha256:", 7) == 0 ? 7 + 12 : (int)strlen(id);
   return xasprintf(
       "%s engine %s (%s), image %s (%.*s) with %s %s (%s)%s: read-only root, no capabilities, "
-      "no-new-privileges, the native seccomp policy, uid %u, memory/CPU/pids limits, capped /tmp; "
+      "no-new-privileges, the native seccomp policy, %s, memory/CPU/pids limits, capped /tmp; "
       "its own network "
       "namespace (--network none), whose way out is the egress forwarder when the network is on",
       p->podman ? "podman" : "docker", p->server_version, p->docker_path, p->image, id_len, id,
       p->py_impl ? p->py_impl : "python", p->py_version ? p->py_version : "?",
       p->py_path ? p->py_path : "?", p->uv_path ? " and uv" : ", no uv",
-      geteuid() == 0 ? DOCKER_SANDBOX_UID : (unsigned)getuid());
+      geteuid() == 0 ? "a uid of its own per run" : "the server's uid");
 }
 
 static bool docker_interpreter(sbx_backend_t *b, const char *host_python, sbx_interp_t *out) {
@@ -1071,6 +1084,18 @@ static bool docker_interpreter(sbx_backend_t *b, const char *host_python, sbx_in
     }
   }
   return true;
+}
+
+static void docker_identity_new(sbx_backend_t *b, sbx_identity_t *id) {
+  if (geteuid() == 0) sbx_uid_identity_new(id);
+}
+
+static void docker_identity_release(sbx_backend_t *b, sbx_identity_t *id) {
+  sbx_uid_identity_release(id);
+}
+
+static void docker_reserve(sbx_backend_t *b, const sbx_launch_t *launch, uint64_t until_ms) {
+  sbx_uid_reserve(launch->uid_slot, until_ms);
 }
 
 static bool docker_has_uv(sbx_backend_t *b) {
@@ -1106,6 +1131,9 @@ const sbx_backend_ops_t sbx_docker_ops = {
     .probe = docker_probe,
     .build = docker_build,
     .kill = docker_kill,
+    .reserve = docker_reserve,
+    .identity_new = docker_identity_new,
+    .identity_release = docker_identity_release,
     .interpreter = docker_interpreter,
     .has_uv = docker_has_uv,
     .describe = docker_describe,
@@ -1120,6 +1148,9 @@ const sbx_backend_ops_t sbx_podman_ops = {
     .probe = docker_probe,
     .build = docker_build,
     .kill = docker_kill,
+    .reserve = docker_reserve,
+    .identity_new = docker_identity_new,
+    .identity_release = docker_identity_release,
     .interpreter = docker_interpreter,
     .has_uv = docker_has_uv,
     .describe = docker_describe,

@@ -21,6 +21,18 @@ struct sbx_identity {
   int64_t slot;
 };
 
+/* uids.c: the per-run uids (as root) of the backends that run scripts as real host uids
+ * (bwrap, docker, podman), one pool per process.  sbx_uid_take() reserves a fresh uid until
+ * the run with limits l must be over (no timeout: until told otherwise) and sets *slot (-1
+ * when every slot was taken and a free uid was found by a scan instead); sbx_uid_reserve()
+ * moves a slot's reservation to until_ms plus a reuse margin (UINT64_MAX: for good), which
+ * is what a backend's ops->reserve does; the identity pair takes a uid for an
+ * sbx_identity_t until it is released. */
+uid_t sbx_uid_take(const sbx_limits_t *l, int64_t *slot);
+void sbx_uid_reserve(int64_t slot, uint64_t until_ms);
+void sbx_uid_identity_new(sbx_identity_t *id);
+void sbx_uid_identity_release(sbx_identity_t *id);
+
 /* A deep copy of a NULL-terminated string vector. */
 char **sbx_strv_copy(char *const *v);
 
