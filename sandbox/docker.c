@@ -11,7 +11,8 @@
  *     The seccomp profile is the native filter's table (seccomp.c) rendered for OCI, not the
  *     engine's default (which lets podman's scripts make user namespaces and docker's set up
  *     io_uring): --security-opt seccomp=FILE, the file written by the probe (see
- *     write_seccomp_profile); the engine installs it before it execs pid 1.  With
+ *     write_container_files); the engine installs it before it execs pid 1.  /etc/passwd and
+ *     /etc/group are bubblewrap's (root and "sandbox"), bound read-only.  With
  *     the network on and an egress channel, the supervisor forwards 127.0.0.1:PORT (and
  *     every 127.x address, for builds' per-index origins) to the server's egress proxy,
  *     exactly as under bubblewrap; only a spec with network and no egress (--network host)
@@ -118,13 +119,14 @@ typedef struct docker_helper {
 } docker_helper_t;
 
 typedef struct docker_priv {
-  bool podman;        /* the podman backend: its client and its rlimit quirk */
-  char *docker_path;  /* absolute path of the docker client (or stand-in) */
-  char *drop_path;    /* host path of mps-sandbox-drop, the container's pid 1 */
-  char *run_dir;      /* where each run's channel directory is made (0700, ours) */
-  char *seccomp_path; /* the OCI seccomp profile every container gets (0600, ours) */
-  char *image;        /* image reference */
-  char *image_id;     /* "sha256:…" from the probe */
+  bool podman;                    /* the podman backend: its client and its rlimit quirk */
+  char *docker_path;              /* absolute path of the docker client (or stand-in) */
+  char *drop_path;                /* host path of mps-sandbox-drop, the container's pid 1 */
+  char *run_dir;                  /* where each run's channel directory is made (0700, ours) */
+  char *seccomp_path;             /* the OCI seccomp profile every container gets (0600, ours) */
+  char *passwd_path, *group_path; /* its /etc/passwd and /etc/group (0644, ours) */
+  char *image;                    /* image reference */
+  char *image_id;                 /* "sha256:…" from the probe */
   /* What the probe found in the image: its python3 (full version, real path, the
    * implementation), every python3.N on its PATH ("3.N" and path, in pairs), and uv. */
   char *py_version, *py_path, *py_impl;
@@ -455,16 +457,48 @@ static void docker_kill(sbx_backend_t *b, const sbx_launch_t *launch, int sig) {
 
 /* ---------------------------------------------------------------- the seccomp profile */
 
-/* The syscall policy (seccomp.c) as an OCI profile, in a file the client reads at each `run`:
- * <state dir>/sandbox/seccomp-<digest>.json (without a state directory, in the run directory).
- * The directory is ours and 0700, the file 0600 and replaced atomically; its name is its
- * content's digest, so servers of other versions on the same state directory never swap one
- * another's policy. */
-static int write_seccomp_profile(sbx_backend_t *b, docker_priv_t *p, cm_error_t *err) {
+/* Files every container gets from the server, in a directory of ours: <state dir>/sandbox (0700;
+ * without a state directory, the run directory).  Each is named after its content's digest and
+ * replaced atomically, so servers of other versions (or uid blocks) on the same state directory
+ * never swap one another's. */
+static int write_container_file(const char *dir, const char *what, const char *data, mode_t mode,
+                                char **out, cm_error_t *err) {
+  char digest[65];
+  cm_sha256_hex(data, strlen(data), digest);
+  cleanup_free char *path =
+      xasprintf("%s/%s-%.16s%s", dir, what, digest, strcmp(what, "seccomp") == 0 ? ".json" : "");
+  if (!path_is_clean(path))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "the container's %s file %s is not a clean path without ':' or ','", what,
+                        path);
+  cleanup_free char *tmp = xasprintf("%s.XXXXXX", path);
+  cleanup_close int fd = mkostemp(tmp, O_CLOEXEC); /* mode 0600 */
+  if (fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "creating %s", tmp);
+  if (fchmod(fd, mode) < 0 || cm_write_all(fd, data, strlen(data)) < 0 ||
+      close(steal_fd(&fd)) < 0 || rename(tmp, path) < 0) {
+    int e = errno;
+    (void)unlink(tmp);
+    return cm_error_set(err, e, CM_ERR_IO, "writing %s", path);
+  }
+  free(*out);
+  *out = steal_pointer(&path);
+  return 0;
+}
+
+/* The container's files:
+ *   - the syscall policy (seccomp.c) as an OCI profile, which the client reads at each `run`
+ *     (--security-opt seccomp=FILE): 0600;
+ *   - /etc/passwd and /etc/group as bubblewrap's runs have them: root and the user "sandbox"
+ *     for every uid a run may get (as root, the server's block of per-run uids, uids.c; else
+ *     the server's own uid), so getpwuid() knows the script's uid (getpass.getuser(), `id`,
+ *     `~`) as it did for the image's nobody.  Bind-mounted read-only over the image's, so they
+ *     are 0644. */
+static int write_container_files(sbx_backend_t *b, docker_priv_t *p, cm_error_t *err) {
   cleanup_free char *json = sbx_seccomp_oci_json(err);
   if (!json) return cm_error_wrap(err, "the seccomp profile for containers");
-  cleanup_free char *dir = b->state_dir ? xasprintf("%s/sandbox", b->state_dir) : NULL;
-  if (dir) {
+  cleanup_free char *dir =
+      b->state_dir ? xasprintf("%s/sandbox", b->state_dir) : xstrdup(p->run_dir);
+  if (b->state_dir) {
     if (mkdir(dir, 0700) < 0 && errno != EEXIST)
       return cm_error_set(err, errno, CM_ERR_IO, "mkdir %s", dir);
     struct stat st;
@@ -473,24 +507,25 @@ static int write_seccomp_profile(sbx_backend_t *b, docker_priv_t *p, cm_error_t 
       return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
                           "%s must be a directory of ours with mode 0700", dir);
   }
-  char digest[65];
-  cm_sha256_hex(json, strlen(json), digest);
-  cleanup_free char *path = xasprintf("%s/seccomp-%.16s.json", dir ? dir : p->run_dir, digest);
-  if (!path_is_clean(path))
-    return cm_error_set(err, 0, CM_ERR_INVALID,
-                        "the seccomp profile's path %s is not a clean path without ':' or ','",
-                        path);
-  cleanup_free char *tmp = xasprintf("%s.XXXXXX", path);
-  cleanup_close int fd = mkostemp(tmp, O_CLOEXEC); /* mode 0600 */
-  if (fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "creating %s", tmp);
-  if (cm_write_all(fd, json, strlen(json)) < 0 || close(steal_fd(&fd)) < 0 ||
-      rename(tmp, path) < 0) {
-    int e = errno;
-    (void)unlink(tmp);
-    return cm_error_set(err, e, CM_ERR_IO, "writing %s", path);
+  unsigned first = (unsigned)getuid(), count = 1;
+  if (geteuid() == 0) first = (unsigned)sbx_uid_block(&count);
+  cm_buf_t passwd, group;
+  cm_buf_init(&passwd, 0);
+  cm_buf_init(&group, 0);
+  cm_buf_appends(&passwd, "root:x:0:0:root:/root:/usr/sbin/nologin\n");
+  cm_buf_appends(&group, "root:x:0:\n");
+  for (unsigned i = 0; i < count; i++) {
+    cm_buf_printf(&passwd, "sandbox:x:%u:%u:sandbox:" DOCKER_WORKDIR ":/usr/sbin/nologin\n",
+                  first + i, geteuid() == 0 ? first + i : (unsigned)getgid());
+    if (geteuid() == 0 || i == 0)
+      cm_buf_printf(&group, "sandbox:x:%u:\n", geteuid() == 0 ? first + i : (unsigned)getgid());
   }
-  free(p->seccomp_path);
-  p->seccomp_path = steal_pointer(&path);
+  cleanup_free char *passwd_text = cm_buf_steal(&passwd);
+  cleanup_free char *group_text = cm_buf_steal(&group);
+  if (write_container_file(dir, "seccomp", json, 0600, &p->seccomp_path, err) < 0 ||
+      write_container_file(dir, "passwd", passwd_text, 0644, &p->passwd_path, err) < 0 ||
+      write_container_file(dir, "group", group_text, 0644, &p->group_path, err) < 0)
+    return -1;
   return 0;
 }
 
@@ -525,9 +560,10 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   if (!p->drop_path || !p->run_dir)
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the %s backend was not probed", b->ops->name);
   cleanup_free char *chan_dir = xasprintf("%s/%s", p->run_dir, name);
-  /* The profile the probe wrote, written again should someone have removed it since. */
-  if (!p->seccomp_path || access(p->seccomp_path, R_OK) < 0) {
-    if (write_seccomp_profile(b, p, err) < 0) return -1;
+  /* The files the probe wrote, written again should someone have removed them since. */
+  if (!p->seccomp_path || access(p->seccomp_path, R_OK) < 0 || access(p->passwd_path, R_OK) < 0 ||
+      access(p->group_path, R_OK) < 0) {
+    if (write_container_files(b, p, err) < 0) return -1;
   }
 
   /* The channel to the supervisor, as with bubblewrap, but through the host side of the
@@ -641,6 +677,10 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   cm_strv_addf(&a, "%s:" DOCKER_CHANNEL_DIR ":ro", chan_dir);
   cm_strv_add(&a, "-v");
   cm_strv_addf(&a, "%s:" DOCKER_DROP_IN_CONTAINER ":ro", p->drop_path);
+  cm_strv_add(&a, "-v");
+  cm_strv_addf(&a, "%s:/etc/passwd:ro", p->passwd_path);
+  cm_strv_add(&a, "-v");
+  cm_strv_addf(&a, "%s:/etc/group:ro", p->group_path);
   for (char *const *e = spec->envp; e && *e; e++) cm_strv_addv(&a, "--env", *e, NULL);
   cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", "--entrypoint",
                DOCKER_DROP_IN_CONTAINER, p->image, "--connect", DOCKER_CHANNEL_DIR "/channel",
@@ -812,6 +852,10 @@ static char **probe_run_argv_new(docker_priv_t *p, const docker_probe_state_t *s
                "--log-driver", "none", "--network", "none", "--read-only", "--cap-drop", "ALL",
                "--security-opt", "no-new-privileges", "--security-opt", NULL);
   cm_strv_addf(&a, "seccomp=%s", p->seccomp_path);
+  cm_strv_add(&a, "-v");
+  cm_strv_addf(&a, "%s:/etc/passwd:ro", p->passwd_path);
+  cm_strv_add(&a, "-v");
+  cm_strv_addf(&a, "%s:/etc/group:ro", p->group_path);
   cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", "--user", NULL);
   cm_strv_addf(&a, "%u:%u", (unsigned)st->uid, (unsigned)st->gid);
   if (p->podman)
@@ -1023,7 +1067,7 @@ static void docker_probe(sbx_backend_t *b, sbx_probe_t *probe) {
     return;
   }
   if (find_docker(p, &err) < 0 || find_drop(p, &err) < 0 || make_run_dir(p, &err) < 0 ||
-      write_seccomp_profile(b, p, &err) < 0) {
+      write_container_files(b, p, &err) < 0) {
     sbx_probe_finish(probe, &err);
     return;
   }
@@ -1118,6 +1162,8 @@ static void docker_free(sbx_backend_t *b) {
   free(p->drop_path);
   free(p->run_dir);
   free(p->seccomp_path);
+  free(p->passwd_path);
+  free(p->group_path);
   free(p->server_version);
   cm_strv_free(p->cli_envp);
   free(p);

@@ -29,6 +29,9 @@ struct sbx_identity {
  * is what a backend's ops->reserve does; the identity pair takes a uid for an
  * sbx_identity_t until it is released. */
 uid_t sbx_uid_take(const sbx_limits_t *l, int64_t *slot);
+/* The first uid of this process's block and (*count) how many follow: every uid
+ * sbx_uid_take() can return. */
+uid_t sbx_uid_block(unsigned *count);
 void sbx_uid_reserve(int64_t slot, uint64_t until_ms);
 void sbx_uid_identity_new(sbx_identity_t *id);
 void sbx_uid_identity_release(sbx_identity_t *id);

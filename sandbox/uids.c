@@ -48,12 +48,18 @@ static bool uid_in_use(uid_t uid) {
   return used;
 }
 
+uid_t sbx_uid_block(unsigned *count) {
+  *count = SBX_UID_RUNS;
+  return SBX_UID_BASE + (((uint32_t)getpid() & ((1u << SBX_UID_PID_BITS) - 1)) << SBX_UID_RUN_BITS);
+}
+
 /* No /proc scan on the normal path (it costs ~3 us per host process); only if every slot is
  * reserved (SBX_UID_RUNS runs without a timeout, or that many at once) does a scan pick a
  * slot nobody uses. */
 uid_t sbx_uid_take(const sbx_limits_t *l, int64_t *slot_out) {
   if (!pool.busy_until) pool.busy_until = xcalloc(SBX_UID_RUNS, sizeof(uint64_t));
-  uint32_t pid_part = ((uint32_t)getpid() & ((1u << SBX_UID_PID_BITS) - 1)) << SBX_UID_RUN_BITS;
+  unsigned n;
+  uid_t first = sbx_uid_block(&n);
   uint64_t now = cm_now_ms();
   uint64_t until =
       l->timeout_ms ? now + l->timeout_ms + l->grace_ms + SBX_UID_REUSE_MARGIN_MS : UINT64_MAX;
@@ -63,15 +69,15 @@ uid_t sbx_uid_take(const sbx_limits_t *l, int64_t *slot_out) {
     if (pool.busy_until[slot] > now) continue;
     pool.busy_until[slot] = until;
     *slot_out = slot;
-    return SBX_UID_BASE + (pid_part | slot);
+    return first + slot;
   }
   for (uint32_t i = 0; i < SBX_UID_RUNS; i++) {
     uint32_t slot = pool.next_slot++ & (SBX_UID_RUNS - 1);
-    uid_t uid = SBX_UID_BASE + (pid_part | slot);
+    uid_t uid = first + slot;
     if (!uid_in_use(uid)) return uid;
   }
   cm_warn("every sandbox uid slot is in use; sharing one");
-  return SBX_UID_BASE + (pid_part | (pool.next_slot++ & (SBX_UID_RUNS - 1)));
+  return first + (pool.next_slot++ & (SBX_UID_RUNS - 1));
 }
 
 void sbx_uid_reserve(int64_t slot, uint64_t until_ms) {

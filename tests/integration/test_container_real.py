@@ -7,6 +7,7 @@ environments are built by the image's pip, inside a container.
 
 Every test checks at the end that none of our containers is left (`docker ps -a` with our
 label) and that no channel directory is left behind."""
+import getpass
 import json
 import glob
 import os
@@ -103,11 +104,13 @@ def test_runs_and_reports_the_images_interpreter(engine, start):
     assert env["structuredContent"]["python_version"] == version
     assert env["structuredContent"]["python_path"] == path
     assert f"({path}, in the sandbox's image)" in text(env)
-    res = s.execute("import sys, os\nprint(6*7, sys.executable, os.getuid(), os.getcwd())")
+    res = s.execute("import getpass, sys, os\n"
+                    "print(6*7, sys.executable, os.getuid(), os.getcwd(), getpass.getuser())")
     sc = res["structuredContent"]
     assert sc["exit_code"] == 0, text(res)
     out = sc["stdout"].split()
     assert out[0] == "42" and out[3] == "/work"
+    assert out[4] == ("sandbox" if os.geteuid() == 0 else getpass.getuser())  # as under bwrap
     assert_run_uid(int(out[2]))
     assert os.path.realpath(out[1]) == out[1] or out[1].startswith("/usr")
     assert sc["python"]["version"] == version and sc["python"]["path"] == path, sc["python"]

@@ -661,7 +661,18 @@ static void test_argv_has_every_flag(void **state) {
   assert_pair(a, "-v", env_volume);
   assert_pair(a, "-v", cache_volume);
   assert_pair(a, "-v", data_volume);
-  assert_int_equal(count_of(a, "-v"), 6); /* not the prefix, not /usr; the drop and its channel */
+  /* Not the prefix, not /usr; the drop and its channel, /etc/passwd and /etc/group. */
+  assert_int_equal(count_of(a, "-v"), 8);
+  const char *passwd = NULL;
+  for (size_t i = 0; a[i] && a[i + 1]; i++)
+    if (strcmp(a[i], "-v") == 0 && strstr(a[i + 1], ":/etc/passwd:ro")) passwd = a[i + 1];
+  assert_non_null(passwd);
+  cleanup_free char *passwd_file = xstrndup(passwd, strcspn(passwd, ":"));
+  assert_int_equal(lstat(passwd_file, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0644);
+  cleanup_free char *passwd_text = read_text(passwd_file);
+  assert_non_null(passwd_text);
+  assert_memory_equal(passwd_text, "root:x:0:0:", 11);
 
   /* A non-root user: a uid of its own per run when the server is root (as bwrap's runs), else
    * the server's own uid. */
@@ -671,6 +682,9 @@ static void test_argv_has_every_flag(void **state) {
   assert_int_equal(sscanf(a[u + 1], "%u:%u", &uid, &gid), 2);
   assert_int_not_equal(uid, 0);
   assert_int_not_equal(gid, 0);
+  /* getpwuid() knows it, as the name bubblewrap's runs have. */
+  cleanup_free char *entry = xasprintf("\nsandbox:x:%u:%u:sandbox:/work:", uid, gid);
+  assert_non_null(strstr(passwd_text, entry));
   if (geteuid() == 0) {
     assert_true(is_run_uid(uid));
     assert_int_equal(gid, uid);
