@@ -88,6 +88,10 @@ const char *sbx_backend_name(const sbx_backend_t *b) {
 void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg) {
   b->cgroups = cg;
 }
+void sbx_backend_set_state_dir(sbx_backend_t *b, const char *dir) {
+  free(b->state_dir);
+  b->state_dir = dir ? xstrdup(dir) : NULL;
+}
 bool sbx_backend_maps_paths(const sbx_backend_t *b) {
   return b->ops->maps_paths;
 }
@@ -120,6 +124,7 @@ void sbx_backend_free(sbx_backend_t *b) {
   if (b->end_detached) b->end_detached(b);
   if (b->ops->free) b->ops->free(b);
   free(b->unavailable);
+  free(b->state_dir);
   free(b);
 }
 

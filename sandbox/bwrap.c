@@ -31,17 +31,9 @@
  * the host for every root-owned file it can reach.  When the server is not root, bwrap
  * makes a user namespace and the script keeps the user's uid.
  *
- * Per-run uid: BWRAP_UID_BASE + (server pid mod 2^15) * 2^12 + slot, where a slot (0..4095)
- * is reserved from build() until the run must be over (timeout + grace + a margin).  A
- * fresh uid per run means RLIMIT_NPROC (counted per uid by the kernel) bounds this run
- * alone, not this run plus concurrent runs plus real users, and runs never share an
- * identity for files or signals.  The pid part keeps several server processes apart.  The
- * Environment builds take their uid from the same pool (sbx_identity_new: one slot for all
- * steps of a build, reserved until the build ends and the margin after it), so no two builds
- * and no build and run share a uid, an RLIMIT_NPROC budget or files.  The
- * range 2,000,000,000-2,134,217,727 is far above the ids distributions, systemd
- * (DynamicUser stops at 65519) and container subuid ranges (allocated in 65536-blocks from
- * 100000 up) hand out, and stays below 2^31 for tools that treat uids as signed.
+ * Per-run uid (as root): one of uids.c's, reserved from build() until the run must be over, so
+ * RLIMIT_NPROC, files, signals and the kernel's per-uid state belong to this run alone;
+ * environment builds take one for all their steps (sbx_identity_new).
  *
  * The work directory stays on the host (the server collects output files from it after
  * the run) and, as root, is handed to the run's uid (chown of the tree, never following a
@@ -63,11 +55,6 @@
 #define BWRAP_DROP_IN_SANDBOX "/run/mps-sandbox-drop"
 #define BWRAP_WORKDIR "/work"
 #define BWRAP_HOSTNAME "sandbox"
-#define BWRAP_UID_BASE 2000000000u
-#define BWRAP_UID_PID_BITS 15
-#define BWRAP_UID_RUN_BITS 12
-#define BWRAP_UID_RUNS (1u << BWRAP_UID_RUN_BITS)
-#define BWRAP_UID_REUSE_MARGIN_MS 60000
 /* /tmp when the spec gives no size: never unbounded (it is RAM). */
 #define BWRAP_DEFAULT_TMP_BYTES (100ULL << 20)
 /* /dev/shm (POSIX semaphores and shared memory for multiprocessing) gets the /tmp size up
@@ -87,8 +74,6 @@ typedef struct bwrap_priv {
   /* Regular files of /etc the sandbox gets as copies (bwrap --file from an fd opened per
    * run) rather than as bind mounts, which cost bwrap a mount and a remount each. */
   char **system_files, **network_files;
-  uint32_t next_slot;
-  uint64_t *slot_busy_until; /* BWRAP_UID_RUNS entries: cm_now_ms() until which a uid is taken */
 } bwrap_priv_t;
 
 /* ---------------------------------------------------------------- argv builder */
@@ -162,46 +147,6 @@ static int data_fd(const char *name, const char *data, cm_error_t *err) {
     return cm_error_set(err, errno, CM_ERR_IO, "sealing %s", name);
   if (lseek(fd, 0, SEEK_SET) < 0) return cm_error_set(err, errno, CM_ERR_IO, "lseek");
   return steal_fd(&fd);
-}
-
-static bool uid_in_use(uid_t uid) {
-  DIR *d = opendir("/proc");
-  if (!d) return false;
-  bool used = false;
-  struct dirent *e;
-  while (!used && (e = readdir(d))) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    struct stat st;
-    if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && st.st_uid == uid) used = true;
-  }
-  closedir(d);
-  return used;
-}
-
-/* A slot is reserved from build() until the run must be over: its timeout, the grace
- * period and a margin for teardown.  No /proc scan on the normal path (it costs ~3 us per
- * host process); only if every slot is reserved (BWRAP_UID_RUNS runs without a timeout, or
- * that many at once) does a scan pick a slot nobody uses. */
-static uid_t pick_uid(bwrap_priv_t *p, const sbx_limits_t *l, int64_t *slot_out) {
-  if (!p->slot_busy_until) p->slot_busy_until = xcalloc(BWRAP_UID_RUNS, sizeof(uint64_t));
-  uint32_t pid_part = ((uint32_t)getpid() & ((1u << BWRAP_UID_PID_BITS) - 1)) << BWRAP_UID_RUN_BITS;
-  uint64_t now = cm_now_ms();
-  uint64_t until =
-      l->timeout_ms ? now + l->timeout_ms + l->grace_ms + BWRAP_UID_REUSE_MARGIN_MS : UINT64_MAX;
-  for (uint32_t i = 0; i < BWRAP_UID_RUNS; i++) {
-    uint32_t slot = p->next_slot++ & (BWRAP_UID_RUNS - 1);
-    if (p->slot_busy_until[slot] > now) continue;
-    p->slot_busy_until[slot] = until;
-    *slot_out = slot;
-    return BWRAP_UID_BASE + (pid_part | slot);
-  }
-  for (uint32_t i = 0; i < BWRAP_UID_RUNS; i++) {
-    uint32_t slot = p->next_slot++ & (BWRAP_UID_RUNS - 1);
-    uid_t uid = BWRAP_UID_BASE + (pid_part | slot);
-    if (!uid_in_use(uid)) return uid;
-  }
-  cm_warn("bwrap: every sandbox uid slot is in use; sharing one");
-  return BWRAP_UID_BASE + (pid_part | (p->next_slot++ & (BWRAP_UID_RUNS - 1)));
 }
 
 static int chown_tree_at(int dirfd_, uid_t uid, gid_t gid, int depth) {
@@ -410,7 +355,7 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   uid_t uid = !p->as_root ? getuid()
               : spec->identity && spec->identity->has_uid
                   ? spec->identity->uid
-                  : pick_uid(p, &spec->limits, &launch->uid_slot);
+                  : sbx_uid_take(&spec->limits, &launch->uid_slot);
   gid_t gid = p->as_root ? (gid_t)uid : getgid();
   /* Handed over once: a later run of the same identity (the next step of a build) finds the
    * tree its own already, and the server never walks what a sandbox wrote. */
@@ -588,24 +533,15 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
 }
 
 static void bwrap_identity_new(sbx_backend_t *b, sbx_identity_t *id) {
-  bwrap_priv_t *p = priv_of(b);
-  if (!p->as_root) return;
-  sbx_limits_t forever = {0}; /* reserved until released */
-  id->uid = pick_uid(p, &forever, &id->slot);
-  id->has_uid = true;
+  if (priv_of(b)->as_root) sbx_uid_identity_new(id);
 }
 
 static void bwrap_identity_release(sbx_backend_t *b, sbx_identity_t *id) {
-  bwrap_priv_t *p = priv_of(b);
-  if (id->slot < 0 || !p->slot_busy_until) return;
-  p->slot_busy_until[id->slot & (BWRAP_UID_RUNS - 1)] = cm_now_ms() + BWRAP_UID_REUSE_MARGIN_MS;
+  sbx_uid_identity_release(id);
 }
 
 static void bwrap_reserve(sbx_backend_t *b, const sbx_launch_t *launch, uint64_t until_ms) {
-  bwrap_priv_t *p = priv_of(b);
-  if (launch->uid_slot < 0 || !p->slot_busy_until) return;
-  p->slot_busy_until[launch->uid_slot & (BWRAP_UID_RUNS - 1)] =
-      until_ms == UINT64_MAX ? UINT64_MAX : until_ms + BWRAP_UID_REUSE_MARGIN_MS;
+  sbx_uid_reserve(launch->uid_slot, until_ms);
 }
 
 /* ---------------------------------------------------------------- probe */
@@ -813,7 +749,6 @@ static void bwrap_free(sbx_backend_t *b) {
   cm_strv_free(p->network_args);
   cm_strv_free(p->system_files);
   cm_strv_free(p->network_files);
-  free(p->slot_busy_until);
   free(p);
   b->priv = NULL;
 }

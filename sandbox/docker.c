@@ -7,7 +7,12 @@
  *     capped /dev/shm, the work directory read-write at /work (the cwd), the spec's mounts at
  *     their targets (ro or rw) and its read-only binds at their host paths;
  *   - no capabilities (--cap-drop ALL), no_new_privs, a non-root uid, a private ipc
- *     namespace, and a network namespace with nothing but loopback (--network none).  With
+ *     namespace, and a network namespace with nothing but loopback (--network none).
+ *     The seccomp profile is the native filter's table (seccomp.c) rendered for OCI, not the
+ *     engine's default (which lets podman's scripts make user namespaces and docker's set up
+ *     io_uring): --security-opt seccomp=FILE, the file written by the probe (see
+ *     write_container_files); the engine installs it before it execs pid 1.  /etc/passwd and
+ *     /etc/group are bubblewrap's (root and "sandbox"), bound read-only.  With
  *     the network on and an egress channel, the supervisor forwards 127.0.0.1:PORT (and
  *     every 127.x address, for builds' per-index origins) to the server's egress proxy,
  *     exactly as under bubblewrap; only a spec with network and no egress (--network host)
@@ -38,12 +43,15 @@
  * prefix) is dropped, and so is one under /usr: the image brings its own.  The result and
  * check_environment name the image's interpreter (ops->interpreter).
  *
- * The identity.  As root, the container runs as 65534:65534 (nobody) and the work directory
- * (and each writable mount whose owner differs) is handed to that uid first, never following
- * a symlink.  Not as root, the container runs as the server's own uid:gid (never 0): the
- * work directory is already the server's, and the files the script leaves there stay
- * deletable by the server, which a chmod for uid 65534 would not give.  Rootless Docker maps
- * container uids onto subordinate ids, so there the work directory is not writable: not
+ * The identity.  As root, each container runs as a uid of its own (uids.c, the pool bwrap's
+ * runs take theirs from: --user UID:UID, a real host uid since rootful engines map none), so
+ * RLIMIT_NPROC, files and the kernel's per-uid state (the user keyring) are never shared
+ * between runs; an environment build keeps one for all its steps (sbx_identity_new).  The
+ * work directory (and each writable mount whose owner differs) is handed to that uid first,
+ * never following a symlink.  Not as root, the container runs as the server's own uid:gid
+ * (never 0): the work directory is already the server's, and the files the script leaves there
+ * stay deletable by the server, which a chown to another uid would not give.  Rootless Docker
+ * maps container uids onto subordinate ids, so there the work directory is not writable: not
  * supported yet.
  *
  * Killing.  The container is named mps-<16 random hex digits>, returned as kill_name.  The
@@ -84,8 +92,6 @@
 #define DOCKER_WORKDIR "/work"
 #define DOCKER_HOSTNAME "sandbox"
 #define DOCKER_NAME_PREFIX "mps-"
-/* Scripts run as nobody when the server is root. */
-#define DOCKER_SANDBOX_UID 65534u
 #define DOCKER_PROBE_TIMEOUT_MS 5000
 #define DOCKER_PROBE_OUTPUT_MAX 4096
 /* A `docker kill`/`docker rm -f` that has not finished by then is killed. */
@@ -113,12 +119,14 @@ typedef struct docker_helper {
 } docker_helper_t;
 
 typedef struct docker_priv {
-  bool podman;       /* the podman backend: its client and its rlimit quirk */
-  char *docker_path; /* absolute path of the docker client (or stand-in) */
-  char *drop_path;   /* host path of mps-sandbox-drop, the container's pid 1 */
-  char *run_dir;     /* where each run's channel directory is made (0700, ours) */
-  char *image;       /* image reference */
-  char *image_id;    /* "sha256:…" from the probe */
+  bool podman;                    /* the podman backend: its client and its rlimit quirk */
+  char *docker_path;              /* absolute path of the docker client (or stand-in) */
+  char *drop_path;                /* host path of mps-sandbox-drop, the container's pid 1 */
+  char *run_dir;                  /* where each run's channel directory is made (0700, ours) */
+  char *seccomp_path;             /* the OCI seccomp profile every container gets (0600, ours) */
+  char *passwd_path, *group_path; /* its /etc/passwd and /etc/group (0644, ours) */
+  char *image;                    /* image reference */
+  char *image_id;                 /* "sha256:…" from the probe */
   /* What the probe found in the image: its python3 (full version, real path, the
    * implementation), every python3.N on its PATH ("3.N" and path, in pairs), and uv. */
   char *py_version, *py_path, *py_impl;
@@ -447,6 +455,80 @@ static void docker_kill(sbx_backend_t *b, const sbx_launch_t *launch, int sig) {
            (int)h->child.pid);
 }
 
+/* ---------------------------------------------------------------- the seccomp profile */
+
+/* Files every container gets from the server, in a directory of ours: <state dir>/sandbox (0700;
+ * without a state directory, the run directory).  Each is named after its content's digest and
+ * replaced atomically, so servers of other versions (or uid blocks) on the same state directory
+ * never swap one another's. */
+static int write_container_file(const char *dir, const char *what, const char *data, mode_t mode,
+                                char **out, cm_error_t *err) {
+  char digest[65];
+  cm_sha256_hex(data, strlen(data), digest);
+  cleanup_free char *path =
+      xasprintf("%s/%s-%.16s%s", dir, what, digest, strcmp(what, "seccomp") == 0 ? ".json" : "");
+  if (!path_is_clean(path))
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "the container's %s file %s is not a clean path without ':' or ','", what,
+                        path);
+  cleanup_free char *tmp = xasprintf("%s.XXXXXX", path);
+  cleanup_close int fd = mkostemp(tmp, O_CLOEXEC); /* mode 0600 */
+  if (fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "creating %s", tmp);
+  if (fchmod(fd, mode) < 0 || cm_write_all(fd, data, strlen(data)) < 0 ||
+      close(steal_fd(&fd)) < 0 || rename(tmp, path) < 0) {
+    int e = errno;
+    (void)unlink(tmp);
+    return cm_error_set(err, e, CM_ERR_IO, "writing %s", path);
+  }
+  free(*out);
+  *out = steal_pointer(&path);
+  return 0;
+}
+
+/* The container's files:
+ *   - the syscall policy (seccomp.c) as an OCI profile, which the client reads at each `run`
+ *     (--security-opt seccomp=FILE): 0600;
+ *   - /etc/passwd and /etc/group as bubblewrap's runs have them: root and the user "sandbox"
+ *     for every uid a run may get (as root, the server's block of per-run uids, uids.c; else
+ *     the server's own uid), so getpwuid() knows the script's uid (getpass.getuser(), `id`,
+ *     `~`) as it did for the image's nobody.  Bind-mounted read-only over the image's, so they
+ *     are 0644. */
+static int write_container_files(sbx_backend_t *b, docker_priv_t *p, cm_error_t *err) {
+  cleanup_free char *json = sbx_seccomp_oci_json(err);
+  if (!json) return cm_error_wrap(err, "the seccomp profile for containers");
+  cleanup_free char *dir =
+      b->state_dir ? xasprintf("%s/sandbox", b->state_dir) : xstrdup(p->run_dir);
+  if (b->state_dir) {
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+      return cm_error_set(err, errno, CM_ERR_IO, "mkdir %s", dir);
+    struct stat st;
+    if (lstat(dir, &st) < 0) return cm_error_set(err, errno, CM_ERR_IO, "stat %s", dir);
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+      return cm_error_set(err, 0, CM_ERR_UNAVAILABLE,
+                          "%s must be a directory of ours with mode 0700", dir);
+  }
+  unsigned first = (unsigned)getuid(), count = 1;
+  if (geteuid() == 0) first = (unsigned)sbx_uid_block(&count);
+  cm_buf_t passwd, group;
+  cm_buf_init(&passwd, 0);
+  cm_buf_init(&group, 0);
+  cm_buf_appends(&passwd, "root:x:0:0:root:/root:/usr/sbin/nologin\n");
+  cm_buf_appends(&group, "root:x:0:\n");
+  for (unsigned i = 0; i < count; i++) {
+    cm_buf_printf(&passwd, "sandbox:x:%u:%u:sandbox:" DOCKER_WORKDIR ":/usr/sbin/nologin\n",
+                  first + i, geteuid() == 0 ? first + i : (unsigned)getgid());
+    if (geteuid() == 0 || i == 0)
+      cm_buf_printf(&group, "sandbox:x:%u:\n", geteuid() == 0 ? first + i : (unsigned)getgid());
+  }
+  cleanup_free char *passwd_text = cm_buf_steal(&passwd);
+  cleanup_free char *group_text = cm_buf_steal(&group);
+  if (write_container_file(dir, "seccomp", json, 0600, &p->seccomp_path, err) < 0 ||
+      write_container_file(dir, "passwd", passwd_text, 0644, &p->passwd_path, err) < 0 ||
+      write_container_file(dir, "group", group_text, 0644, &p->group_path, err) < 0)
+    return -1;
+  return 0;
+}
+
 /* ---------------------------------------------------------------- build */
 
 static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
@@ -460,8 +542,11 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   if (map_command(p, spec, &command, err) < 0) return -1;
 
   bool as_root = geteuid() == 0;
-  uid_t uid = as_root ? DOCKER_SANDBOX_UID : getuid();
-  gid_t gid = as_root ? DOCKER_SANDBOX_UID : getgid();
+  uid_t uid = !as_root ? getuid()
+              : spec->identity && spec->identity->has_uid
+                  ? spec->identity->uid
+                  : sbx_uid_take(&spec->limits, &launch->uid_slot);
+  gid_t gid = as_root ? (gid_t)uid : getgid();
   if (uid == 0)
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "refusing to run a container as uid 0");
   if (as_root) {
@@ -475,6 +560,11 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   if (!p->drop_path || !p->run_dir)
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the %s backend was not probed", b->ops->name);
   cleanup_free char *chan_dir = xasprintf("%s/%s", p->run_dir, name);
+  /* The files the probe wrote, written again should someone have removed them since. */
+  if (!p->seccomp_path || access(p->seccomp_path, R_OK) < 0 || access(p->passwd_path, R_OK) < 0 ||
+      access(p->group_path, R_OK) < 0) {
+    if (write_container_files(b, p, err) < 0) return -1;
+  }
 
   /* The channel to the supervisor, as with bubblewrap, but through the host side of the
    * drop helper (drop.c, "Containers"): the status pipe's write end and the control pipe's
@@ -512,7 +602,9 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
                "never", "--log-driver", "none", "--network",
                spec->network && !egress ? "bridge" : "none", "--hostname", DOCKER_HOSTNAME, "--ipc",
                "private", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-               "--user", NULL);
+               "--security-opt", NULL);
+  cm_strv_addf(&a, "seccomp=%s", p->seccomp_path);
+  cm_strv_add(&a, "--user");
   cm_strv_addf(&a, "%u:%u", (unsigned)uid, (unsigned)gid);
 
   const sbx_limits_t *l = &spec->limits;
@@ -585,6 +677,10 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   cm_strv_addf(&a, "%s:" DOCKER_CHANNEL_DIR ":ro", chan_dir);
   cm_strv_add(&a, "-v");
   cm_strv_addf(&a, "%s:" DOCKER_DROP_IN_CONTAINER ":ro", p->drop_path);
+  cm_strv_add(&a, "-v");
+  cm_strv_addf(&a, "%s:/etc/passwd:ro", p->passwd_path);
+  cm_strv_add(&a, "-v");
+  cm_strv_addf(&a, "%s:/etc/group:ro", p->group_path);
   for (char *const *e = spec->envp; e && *e; e++) cm_strv_addv(&a, "--env", *e, NULL);
   cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", "--entrypoint",
                DOCKER_DROP_IN_CONTAINER, p->image, "--connect", DOCKER_CHANNEL_DIR "/channel",
@@ -709,6 +805,8 @@ typedef struct docker_probe_state {
   sbx_backend_t *b;
   char *image;
   char *version;
+  uid_t uid; /* the trial container's */
+  gid_t gid;
 } docker_probe_state_t;
 
 static void probe_state_free(void *data) {
@@ -748,19 +846,22 @@ static const char DOCKER_PROBE_SCRIPT[] =
     "uv = shutil.which('uv')\n"
     "print('uv', uv if uv and ' ' not in uv else '-')\n";
 
-static char **probe_run_argv_new(docker_priv_t *p, const char *image) {
-  bool as_root = geteuid() == 0;
+static char **probe_run_argv_new(docker_priv_t *p, const docker_probe_state_t *st) {
   cm_strv_builder_t a = {0};
   cm_strv_addv(&a, p->docker_path, "run", "--rm", "--interactive=false", "--pull", "never",
                "--log-driver", "none", "--network", "none", "--read-only", "--cap-drop", "ALL",
-               "--security-opt", "no-new-privileges", "--label",
-               "io.github.mcp-python-exec-sandbox.run=1", "--user", NULL);
-  cm_strv_addf(&a, "%u:%u", as_root ? DOCKER_SANDBOX_UID : (unsigned)getuid(),
-               as_root ? DOCKER_SANDBOX_UID : (unsigned)getgid());
+               "--security-opt", "no-new-privileges", "--security-opt", NULL);
+  cm_strv_addf(&a, "seccomp=%s", p->seccomp_path);
+  cm_strv_add(&a, "-v");
+  cm_strv_addf(&a, "%s:/etc/passwd:ro", p->passwd_path);
+  cm_strv_add(&a, "-v");
+  cm_strv_addf(&a, "%s:/etc/group:ro", p->group_path);
+  cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", "--user", NULL);
+  cm_strv_addf(&a, "%u:%u", (unsigned)st->uid, (unsigned)st->gid);
   if (p->podman)
     cm_strv_addv(&a, "--ulimit", "nofile=" DOCKER_PODMAN_NOFILE, "--ulimit",
                  "nproc=" DOCKER_PODMAN_NPROC, NULL);
-  cm_strv_addv(&a, "--entrypoint", "python3", image, "-I", "-c", DOCKER_PROBE_SCRIPT, NULL);
+  cm_strv_addv(&a, "--entrypoint", "python3", st->image, "-I", "-c", DOCKER_PROBE_SCRIPT, NULL);
   return cm_strv_steal(&a);
 }
 
@@ -774,7 +875,7 @@ static void probe_run_done(sbx_probe_t *probe, const sbx_probe_result_t *r) {
   docker_probe_state_t *st = sbx_probe_state(probe);
   docker_priv_t *p = priv_of(st->b);
   cm_error_t err = CM_ERROR_INIT;
-  char **argv = probe_run_argv_new(p, st->image);
+  char **argv = probe_run_argv_new(p, st);
   cleanup_free char *excerpt = NULL;
   int rc = docker_query_result(argv, r, &excerpt, &err);
   cm_strv_free(argv);
@@ -842,8 +943,17 @@ static void probe_inspect_done(sbx_probe_t *probe, const sbx_probe_result_t *r) 
   free(p->image_id);
   size_t id_len = inspect ? strcspn(inspect, " ") : 0;
   p->image_id = id_len ? xstrndup(inspect, id_len) : xstrdup("(unknown id)");
-  /* Then one container, isolated like a run, asks the image what it has. */
-  char **run_argv = probe_run_argv_new(p, st->image);
+  /* Then one container, isolated like a run (a uid of its own included), asks the image what
+   * it has. */
+  st->uid = getuid();
+  st->gid = getgid();
+  if (geteuid() == 0) {
+    sbx_limits_t trial = {.timeout_ms = 2 * DOCKER_PROBE_TIMEOUT_MS};
+    int64_t slot;
+    st->uid = sbx_uid_take(&trial, &slot);
+    st->gid = (gid_t)st->uid;
+  }
+  char **run_argv = probe_run_argv_new(p, st);
   rc = sbx_probe_command(probe, run_argv, p->cli_envp, NULL, 0, 2 * DOCKER_PROBE_TIMEOUT_MS,
                          DOCKER_PROBE_OUTPUT_MAX, probe_run_done, &err);
   cm_strv_free(run_argv);
@@ -956,7 +1066,8 @@ static void docker_probe(sbx_backend_t *b, sbx_probe_t *probe) {
     sbx_probe_finish(probe, &err);
     return;
   }
-  if (find_docker(p, &err) < 0 || find_drop(p, &err) < 0 || make_run_dir(p, &err) < 0) {
+  if (find_docker(p, &err) < 0 || find_drop(p, &err) < 0 || make_run_dir(p, &err) < 0 ||
+      write_container_files(b, p, &err) < 0) {
     sbx_probe_finish(probe, &err);
     return;
   }
@@ -984,12 +1095,13 @@ static char *docker_describe(sbx_backend_t *b) {
   int id_len = strncmp(id, "sha256:", 7) == 0 ? 7 + 12 : (int)strlen(id);
   return xasprintf(
       "%s engine %s (%s), image %s (%.*s) with %s %s (%s)%s: read-only root, no capabilities, "
-      "no-new-privileges, uid %u, memory/CPU/pids limits, capped /tmp; its own network "
+      "no-new-privileges, the native seccomp policy, %s, memory/CPU/pids limits, capped /tmp; "
+      "its own network "
       "namespace (--network none), whose way out is the egress forwarder when the network is on",
       p->podman ? "podman" : "docker", p->server_version, p->docker_path, p->image, id_len, id,
       p->py_impl ? p->py_impl : "python", p->py_version ? p->py_version : "?",
       p->py_path ? p->py_path : "?", p->uv_path ? " and uv" : ", no uv",
-      geteuid() == 0 ? DOCKER_SANDBOX_UID : (unsigned)getuid());
+      geteuid() == 0 ? "a uid of its own per run" : "the server's uid");
 }
 
 static bool docker_interpreter(sbx_backend_t *b, const char *host_python, sbx_interp_t *out) {
@@ -1018,6 +1130,18 @@ static bool docker_interpreter(sbx_backend_t *b, const char *host_python, sbx_in
   return true;
 }
 
+static void docker_identity_new(sbx_backend_t *b, sbx_identity_t *id) {
+  if (geteuid() == 0) sbx_uid_identity_new(id);
+}
+
+static void docker_identity_release(sbx_backend_t *b, sbx_identity_t *id) {
+  sbx_uid_identity_release(id);
+}
+
+static void docker_reserve(sbx_backend_t *b, const sbx_launch_t *launch, uint64_t until_ms) {
+  sbx_uid_reserve(launch->uid_slot, until_ms);
+}
+
 static bool docker_has_uv(sbx_backend_t *b) {
   return priv_of(b)->uv_path != NULL;
 }
@@ -1037,6 +1161,9 @@ static void docker_free(sbx_backend_t *b) {
   free(p->last_version);
   free(p->drop_path);
   free(p->run_dir);
+  free(p->seccomp_path);
+  free(p->passwd_path);
+  free(p->group_path);
   free(p->server_version);
   cm_strv_free(p->cli_envp);
   free(p);
@@ -1050,6 +1177,9 @@ const sbx_backend_ops_t sbx_docker_ops = {
     .probe = docker_probe,
     .build = docker_build,
     .kill = docker_kill,
+    .reserve = docker_reserve,
+    .identity_new = docker_identity_new,
+    .identity_release = docker_identity_release,
     .interpreter = docker_interpreter,
     .has_uv = docker_has_uv,
     .describe = docker_describe,
@@ -1064,6 +1194,9 @@ const sbx_backend_ops_t sbx_podman_ops = {
     .probe = docker_probe,
     .build = docker_build,
     .kill = docker_kill,
+    .reserve = docker_reserve,
+    .identity_new = docker_identity_new,
+    .identity_release = docker_identity_release,
     .interpreter = docker_interpreter,
     .has_uv = docker_has_uv,
     .describe = docker_describe,

@@ -21,6 +21,21 @@ struct sbx_identity {
   int64_t slot;
 };
 
+/* uids.c: the per-run uids (as root) of the backends that run scripts as real host uids
+ * (bwrap, docker, podman), one pool per process.  sbx_uid_take() reserves a fresh uid until
+ * the run with limits l must be over (no timeout: until told otherwise) and sets *slot (-1
+ * when every slot was taken and a free uid was found by a scan instead); sbx_uid_reserve()
+ * moves a slot's reservation to until_ms plus a reuse margin (UINT64_MAX: for good), which
+ * is what a backend's ops->reserve does; the identity pair takes a uid for an
+ * sbx_identity_t until it is released. */
+uid_t sbx_uid_take(const sbx_limits_t *l, int64_t *slot);
+/* The first uid of this process's block and (*count) how many follow: every uid
+ * sbx_uid_take() can return. */
+uid_t sbx_uid_block(unsigned *count);
+void sbx_uid_reserve(int64_t slot, uint64_t until_ms);
+void sbx_uid_identity_new(sbx_identity_t *id);
+void sbx_uid_identity_release(sbx_identity_t *id);
+
 /* A deep copy of a NULL-terminated string vector. */
 char **sbx_strv_copy(char *const *v);
 
@@ -57,12 +72,34 @@ extern const sbx_backend_ops_t sbx_bwrap_ops;
 void sbx_bwrap_set_paths(sbx_backend_t *b, const char *bwrap_path, const char *drop_path);
 #endif
 
-/* seccomp.c: the filter bubblewrap loads before it execs the drop helper.
- * sbx_seccomp_fd() returns a new sealed, close-on-exec memfd at offset 0 holding the BPF
+/* seccomp.c: the syscall policy of every backend that isolates, one table rendered twice: the
+ * BPF program bubblewrap loads before it execs the drop helper, and the OCI seccomp profile
+ * (JSON) docker and podman take with --security-opt seccomp=FILE.
+ *
+ * The policy is default allow; a rule refuses `syscall` with errno_value, always (arg < 0) or
+ * when (argument arg & mask) == value (libseccomp's SCMP_CMP_MASKED_EQ).  Several rules of one
+ * syscall are alternatives: any that matches refuses.  sbx_seccomp_rules() gives the table
+ * (built once per process, owned by seccomp.c, in a fixed order).  Both renderings skip the
+ * names sbx_seccomp_resolve() does not know (-1: unknown to this libseccomp, or a syscall
+ * another architecture has). */
+typedef struct sbx_seccomp_rule {
+  const char *syscall;
+  int errno_value;
+  int arg; /* -1: unconditional */
+  uint64_t mask, value;
+} sbx_seccomp_rule_t;
+const sbx_seccomp_rule_t *sbx_seccomp_rules(size_t *n);
+int sbx_seccomp_resolve(const char *syscall);
+/* sbx_seccomp_fd() returns a new sealed, close-on-exec memfd at offset 0 holding the BPF
  * program (built once per process, then cached); the caller owns it.
  * sbx_seccomp_build() builds the program afresh into a heap buffer the caller frees. */
 int sbx_seccomp_fd(cm_error_t *err);
 int sbx_seccomp_build(void **bpf, size_t *len, cm_error_t *err);
+/* The OCI profile (allocated text): "defaultAction" SCMP_ACT_ALLOW, "architectures" the
+ * native one alone (sbx_seccomp_oci_arch(), NULL where OCI has no name for it: then NULL and
+ * CM_ERR_UNSUPPORTED), and one "syscalls" entry per rule, in the table's order. */
+char *sbx_seccomp_oci_json(cm_error_t *err);
+const char *sbx_seccomp_oci_arch(void);
 
 /* cgroup.c: one run's cgroup (see sbx_cgroups_open). */
 typedef struct sbx_cgroup_run sbx_cgroup_run_t;

@@ -84,7 +84,7 @@ typedef struct sbx_launch {
   int pass_fds[24]; /* extra fds to keep open in the child (-1 = unused; the used ones
                      * first); closed by the caller once the child runs */
   char *kill_name;  /* docker: container name to kill; NULL otherwise */
-  int64_t uid_slot; /* bwrap: the per-run uid reserved for it, or -1 */
+  int64_t uid_slot; /* bwrap, docker: the per-run uid reserved for it (uids.c), or -1 */
   /* The parent ends of the channel to a supervisor inside the sandbox (see "the status
    * record" below), or -1 when the backend has none.  Close-on-exec, owned by the launch
    * (sbx_launch_close_channel() closes them). */
@@ -131,12 +131,12 @@ typedef struct sbx_backend_ops {
    * later step, with sbx_probe_finish (sandbox-internal.h). */
   void (*probe)(sbx_backend_t *b, sbx_probe_t *probe);
   int (*build)(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch, cm_error_t *err);
-  /* Keeps what the backend reserved for the launch (bwrap: its uid) until until_ms
+  /* Keeps what the backend reserved for the launch (bwrap, docker: its uid) until until_ms
    * (cm_now_ms() clock; UINT64_MAX: until told again), plus the backend's own margin.
    * Called when a held run is released (its timeout is known only then) and when a run is
    * freed.  May be NULL. */
   void (*reserve)(sbx_backend_t *b, const sbx_launch_t *launch, uint64_t until_ms);
-  /* A sandbox identity (bwrap as root: a per-run uid slot) reserved until released, for
+  /* A sandbox identity (bwrap, docker as root: a per-run uid slot) reserved until released, for
    * sbx_identity_new().  May be NULL (the backend has no identities of its own). */
   void (*identity_new)(sbx_backend_t *b, struct sbx_identity *id);
   void (*identity_release)(sbx_backend_t *b, struct sbx_identity *id);
@@ -164,6 +164,8 @@ struct sbx_backend {
   /* Borrowed: runs of this backend get a cgroup each (backends whose processes are our
    * descendants; docker's containers have the engine's).  NULL = none. */
   sbx_cgroups_t *cgroups;
+  /* See sbx_backend_set_state_dir (owned). */
+  char *state_dir;
   /* Set by run.c once a run of this backend is detached (sbx_run_free): kills and reaps
    * those before the backend goes (sbx_backend_free), since their teardown uses it. */
   void (*end_detached)(sbx_backend_t *b);
@@ -211,8 +213,8 @@ void sbx_backend_free(sbx_backend_t *b);
 /* ---------------------------------------------------------------- identities */
 
 /* An identity for several runs in a row (the steps of one environment build): with the
- * bwrap backend as root, one per-run uid taken from the same pool as runs' uids and kept
- * reserved (no other run or build gets it) until sbx_identity_free() and the backend's
+ * bwrap, docker or podman backend as root, one per-run uid taken from the same pool as runs' uids
+ * and kept reserved (no other run or build gets it) until sbx_identity_free() and the backend's
  * reuse margin after it, so every build is its own user for RLIMIT_NPROC, files and
  * signals.  Backends without identities give one that changes nothing.  Never NULL. */
 typedef struct sbx_identity sbx_identity_t;
@@ -243,6 +245,11 @@ void sbx_cgroups_set_loop(sbx_cgroups_t *cg, cm_loop_t *loop);
  * loop retries them): a drain waits for none to be left. */
 size_t sbx_cgroups_pending(const sbx_cgroups_t *cg);
 void sbx_backend_set_cgroups(sbx_backend_t *b, sbx_cgroups_t *cg);
+/* Where the backend keeps files of its own across runs: a directory of the server's (its state
+ * directory; the backend makes a 0700 "sandbox" directory in it).  Docker and podman keep the
+ * seccomp profile they pass the engine there (without one: in their own run directory).  Call
+ * before probing; dir is copied. */
+void sbx_backend_set_state_dir(sbx_backend_t *b, const char *dir);
 
 /* ---------------------------------------------------------------- the status record */
 

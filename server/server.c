@@ -105,6 +105,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
   const char *backend_name = cfg->sandbox_backend;
   sbx_backend_t *backend = sbx_backend_new(backend_name, err);
   if (!backend) return NULL;
+  sbx_backend_set_state_dir(backend, state);
   sbx_cgroups_t *cgroups = sbx_cgroups_open(cfg->cgroup, err);
   if (!cgroups) {
     sbx_backend_free(backend);

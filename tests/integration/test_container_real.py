@@ -7,6 +7,7 @@ environments are built by the image's pip, inside a container.
 
 Every test checks at the end that none of our containers is left (`docker ps -a` with our
 label) and that no channel directory is left behind."""
+import getpass
 import json
 import glob
 import os
@@ -20,6 +21,7 @@ import time
 import pytest
 
 from conftest import Server, wait_until
+import policy_probes
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 import wheelhouse  # noqa: E402
@@ -102,11 +104,14 @@ def test_runs_and_reports_the_images_interpreter(engine, start):
     assert env["structuredContent"]["python_version"] == version
     assert env["structuredContent"]["python_path"] == path
     assert f"({path}, in the sandbox's image)" in text(env)
-    res = s.execute("import sys, os\nprint(6*7, sys.executable, os.getuid(), os.getcwd())")
+    res = s.execute("import getpass, sys, os\n"
+                    "print(6*7, sys.executable, os.getuid(), os.getcwd(), getpass.getuser())")
     sc = res["structuredContent"]
     assert sc["exit_code"] == 0, text(res)
     out = sc["stdout"].split()
-    assert out[0] == "42" and out[2] == "65534" and out[3] == "/work"
+    assert out[0] == "42" and out[3] == "/work"
+    assert out[4] == ("sandbox" if os.geteuid() == 0 else getpass.getuser())  # as under bwrap
+    assert_run_uid(int(out[2]))
     assert os.path.realpath(out[1]) == out[1] or out[1].startswith("/usr")
     assert sc["python"]["version"] == version and sc["python"]["path"] == path, sc["python"]
     assert sc["sandbox"] == engine
@@ -117,6 +122,15 @@ def test_runs_and_reports_the_images_interpreter(engine, start):
     assert "could not confirm" not in text(res)
     res = s.execute("import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
     assert res["structuredContent"]["exit_code"] == -15, text(res)
+
+
+def assert_run_uid(uid):
+    """As root, each container runs as a uid of its own (sandbox/uids.c), as bwrap's runs do;
+    otherwise as the server's own uid."""
+    if os.geteuid() == 0:
+        assert 2000000000 <= uid < 2000000000 + (1 << 27), uid
+    else:
+        assert uid == os.getuid(), uid
 
 
 def test_no_uv_needed_without_dependencies(engine, start):
@@ -515,6 +529,43 @@ except OSError as e:
     out = res["structuredContent"]["stdout"]
     assert "shadow 13" in out or "shadow 2" in out, out  # unreadable (the image's) or absent
     assert "root" not in out.splitlines()[-1]
+
+
+def test_kernel_surface_refused(engine, start):
+    """The native filter's table, as the container's seccomp profile: user namespaces (podman's
+    default profile allowed them), io_uring (docker's did), keyrings and file watches are
+    refused with the same errno as under bubblewrap (test_hostile.py runs the same probes)."""
+    s = start()
+    res = s.execute(policy_probes.SCRIPT, timeout_seconds=60)
+    policy_probes.check(res)
+    # The profile is the server's own file, in its state directory, and nobody else's to read.
+    profiles = glob.glob(os.path.join(s.state_dir, "sandbox", "seccomp-*.json"))
+    assert len(profiles) == 1, profiles
+    assert os.stat(profiles[0]).st_mode & 0o777 == 0o600
+    assert os.stat(os.path.dirname(profiles[0])).st_mode & 0o777 == 0o700
+
+
+def test_runs_do_not_share_a_uid(engine, start):
+    """Concurrent and successive runs each have a uid of their own (as root): RLIMIT_NPROC,
+    files and the kernel's per-uid state (the user keyring, which podman's runs shared as uid
+    65534 until reboot) are the run's alone."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: containers run as the server's own uid")
+    s = start("--max-processes", "16")
+    script = "import os, time\nprint(os.getuid())\ntime.sleep(1)\n"
+    for i in range(2):
+        s.send({"jsonrpc": "2.0", "id": f"u{i}", "method": "tools/call",
+                "params": {"name": "execute_python", "arguments": {"script": script}}})
+    answers, deadline = {}, time.monotonic() + 180
+    while len(answers) < 2:  # in either order
+        msg = s.recv(timeout=max(1, deadline - time.monotonic()))
+        if isinstance(msg, dict) and msg.get("id") in ("u0", "u1"):
+            answers[msg["id"]] = msg["result"]["structuredContent"]
+    uids = [int(a["stdout"]) for a in answers.values()]
+    uids.append(int(s.execute("import os; print(os.getuid())")["structuredContent"]["stdout"]))
+    for uid in uids:
+        assert_run_uid(uid)
+    assert len(set(uids)) == 3, uids
 
 
 class _Index(http.server.SimpleHTTPRequestHandler):

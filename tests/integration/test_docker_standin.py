@@ -153,7 +153,9 @@ def test_execute_end_to_end(standin):
         assert "hello from docker" in sc["stdout"] and "oops" in sc["stderr"]
         assert SECRET not in sc["stdout"] and "MPS_TEST_DOCKER_SECRET" not in sc["stdout"]
         if os.geteuid() == 0:
-            assert "hello from docker 65534" in sc["stdout"]
+            # A uid of its own per run (sandbox/uids.c), as bwrap's runs.
+            uid = int(sc["stdout"].split("hello from docker ")[1].split()[0])
+            assert 2000000000 <= uid < 2000000000 + (1 << 27), sc["stdout"]
 
         runs = standin.runs()
         assert len(runs) == 1
@@ -165,7 +167,18 @@ def test_execute_end_to_end(standin):
         assert value_after(argv, "--entrypoint") == ["/.mps-drop"]
         assert value_after(argv, "--network") == ["none"]
         assert value_after(argv, "--cap-drop") == ["ALL"]
-        assert value_after(argv, "--security-opt") == ["no-new-privileges"]
+        opts = value_after(argv, "--security-opt")
+        assert opts[0] == "no-new-privileges" and len(opts) == 2, opts
+        # The native policy as an OCI profile, in the state directory, readable by us alone.
+        profile = opts[1][len("seccomp="):]
+        assert opts[1].startswith("seccomp=") and profile.startswith(s.state_dir + "/sandbox/seccomp-")
+        assert os.stat(profile).st_mode & 0o777 == 0o600
+        assert os.stat(os.path.dirname(profile)).st_mode & 0o777 == 0o700
+        with open(profile) as f:
+            policy = json.load(f)
+        assert policy["defaultAction"] == "SCMP_ACT_ALLOW"
+        denied = {n for e in policy["syscalls"] for n in e["names"]}
+        assert {"unshare", "io_uring_setup", "add_key", "keyctl", "inotify_init1"} <= denied
         assert value_after(argv, "--pull") == ["never"]
         assert value_after(argv, "-w") == ["/work"]
         assert value_after(argv, "--memory") == value_after(argv, "--memory-swap")
@@ -173,6 +186,8 @@ def test_execute_end_to_end(standin):
         assert any(v.endswith(":/work:rw") for v in value_after(argv, "-v"))
         user = value_after(argv, "--user")[0]
         assert not user.startswith("0:")
+        if os.geteuid() == 0:
+            assert user == f"{uid}:{uid}"
         # The container's environment is the server's fixed list, nothing of its own.
         env = value_after(argv, "--env")
         assert env and all("=" in e for e in env)

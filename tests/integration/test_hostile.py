@@ -8,6 +8,7 @@ import time
 import pytest
 
 from conftest import BACKEND, Server, daemon_script, descendants, processes_with_marker, wait_until, work_left
+import policy_probes
 
 pytestmark = pytest.mark.skipif(BACKEND == "none", reason="the none backend does not isolate")
 
@@ -188,6 +189,13 @@ check('setuid0', libc.setuid(0))
 """)["stdout"]
     for name in ["ptrace", "mount", "unshare", "setuid0"]:
         assert f"{name} EPERM" in out, out
+
+
+def test_kernel_surface_refused(hostile):
+    """User namespaces, io_uring, keyrings and file watches: the same probes, with the same
+    answers, as on docker and podman (test_container_real.py)."""
+    res = hostile.execute(policy_probes.SCRIPT, timeout=60)
+    policy_probes.check(res)
 
 
 def test_no_network_when_off(hostile):

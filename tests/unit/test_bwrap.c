@@ -628,6 +628,11 @@ static void test_seccomp_and_privileges(void **state UNUSED) {
       "0)),\n"
       "  ('bpf', sc(321, 0, 0, 0)), ('perf_event_open', sc(298, 0, 0, 0, 0, 0)),\n"
       "  ('userfaultfd', sc(323, 0)), ('io_uring_setup', sc(425, 1, 0)),\n"
+      "  ('io_uring_enter', sc(426, 0, 0, 0, 0, 0, 0)), ('io_uring_register', sc(427, 0, 0, 0, "
+      "0)),\n"
+      "  ('request_key', sc(249, 0, 0, 0, 0)), ('inotify_init', sc(253)),\n"
+      "  ('inotify_init1', sc(294, 0)), ('inotify_add_watch', sc(254, 0, 0, 0)),\n"
+      "  ('fanotify_init', sc(300, 0, 0)),\n"
       "  ('open_by_handle_at', sc(304, 0, 0, 0)), ('kexec_load', sc(246, 0, 0, 0, 0)),\n"
       "  ('init_module', sc(175, 0, 0, 0)), ('personality_norandom', sc(135, 0x40000)),\n"
       "  ('clone_newuser', sc(56, 0x10000000 | 17, 0, 0, 0, 0)),\n"
@@ -669,6 +674,13 @@ static void test_seccomp_and_privileges(void **state UNUSED) {
       "perf_event_open",
       "userfaultfd",
       "io_uring_setup",
+      "io_uring_enter",
+      "io_uring_register",
+      "request_key",
+      "inotify_init",
+      "inotify_init1",
+      "inotify_add_watch",
+      "fanotify_init",
       "open_by_handle_at",
       "kexec_load",
       "init_module",

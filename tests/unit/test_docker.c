@@ -149,6 +149,33 @@ static char *last_run_name(void) {
   return name;
 }
 
+/* The --user of the last `run` the stand-in saw ("UID:GID"). */
+static char *last_run_user(void) {
+  json_t *calls = read_calls();
+  char *user = NULL;
+  size_t i;
+  json_t *call;
+  json_array_foreach(calls, i, call) {
+    static const char *const run[] = {"run", NULL};
+    if (!call_matches(call, run)) continue;
+    json_t *argv = json_object_get(call, "argv");
+    for (size_t j = 0; j + 1 < json_array_size(argv); j++) {
+      if (strcmp(json_string_value(json_array_get(argv, j)), "--user") == 0) {
+        free(user);
+        user = xstrdup(json_string_value(json_array_get(argv, j + 1)));
+      }
+    }
+  }
+  json_decref(calls);
+  assert_non_null(user);
+  return user;
+}
+
+/* Where the per-run uids of a root server lie (sandbox/uids.c). */
+static bool is_run_uid(unsigned uid) {
+  return uid >= 2000000000u && uid < 2000000000u + (1u << 27);
+}
+
 /* The client's environment may hold only what it needs to reach the engine. */
 static bool cli_env_name_ok(const char *name) {
   static const char *const allowed[] = {"DOCKER_HOST",
@@ -262,6 +289,10 @@ static sbx_backend_t *probed_backend(void) {
   cm_error_t err = CM_ERROR_INIT;
   sbx_backend_t *b = sbx_backend_new("docker", &err);
   if (!b) fail_msg("%s", err.msg);
+  /* The server's state directory, where the seccomp profile goes. */
+  cleanup_free char *state = xasprintf("%s/state", g.root);
+  (void)mkdir(state, 0700);
+  sbx_backend_set_state_dir(b, state);
   sbx_backend_probe(b);
   return b;
 }
@@ -598,6 +629,25 @@ static void test_argv_has_every_flag(void **state) {
   assert_pair(a, "--network", "none");
   assert_pair(a, "--cap-drop", "ALL");
   assert_pair(a, "--security-opt", "no-new-privileges");
+  /* The native policy, rendered for OCI into a file of ours (0600, in a 0700 directory). */
+  assert_int_equal(count_of(a, "--security-opt"), 2);
+  const char *profile = NULL;
+  for (size_t i = 0; a[i] && a[i + 1]; i++)
+    if (strcmp(a[i], "--security-opt") == 0 && strncmp(a[i + 1], "seccomp=", 8) == 0)
+      profile = a[i + 1] + 8;
+  assert_non_null(profile);
+  cleanup_free char *profile_dir = xasprintf("%s/state/sandbox/seccomp-", g.root);
+  assert_memory_equal(profile, profile_dir, strlen(profile_dir));
+  struct stat st;
+  assert_int_equal(lstat(profile, &st), 0);
+  assert_true(S_ISREG(st.st_mode));
+  assert_int_equal(st.st_mode & 0777, 0600);
+  assert_int_equal(st.st_uid, geteuid());
+  cleanup_free char *profile_text = read_text(profile);
+  cm_error_t perr = CM_ERROR_INIT;
+  cleanup_free char *expected = sbx_seccomp_oci_json(&perr);
+  assert_non_null(expected);
+  assert_string_equal(profile_text, expected);
   assert_pair(a, "--memory", "536870912");
   assert_pair(a, "--memory-swap", "536870912");
   assert_pair(a, "--cpus", "1.500");
@@ -617,16 +667,61 @@ static void test_argv_has_every_flag(void **state) {
   assert_pair(a, "-v", env_volume);
   assert_pair(a, "-v", cache_volume);
   assert_pair(a, "-v", data_volume);
-  assert_int_equal(count_of(a, "-v"), 6); /* not the prefix, not /usr; the drop and its channel */
+  /* Not the prefix, not /usr; the drop and its channel, /etc/passwd and /etc/group. */
+  assert_int_equal(count_of(a, "-v"), 8);
+  const char *passwd = NULL;
+  for (size_t i = 0; a[i] && a[i + 1]; i++)
+    if (strcmp(a[i], "-v") == 0 && strstr(a[i + 1], ":/etc/passwd:ro")) passwd = a[i + 1];
+  assert_non_null(passwd);
+  cleanup_free char *passwd_file = xstrndup(passwd, strcspn(passwd, ":"));
+  assert_int_equal(lstat(passwd_file, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0644);
+  cleanup_free char *passwd_text = read_text(passwd_file);
+  assert_non_null(passwd_text);
+  assert_memory_equal(passwd_text, "root:x:0:0:", 11);
 
-  /* A non-root user: nobody when the server is root, else the server's own uid. */
+  /* A non-root user: a uid of its own per run when the server is root (as bwrap's runs), else
+   * the server's own uid. */
   int u = argv_index(a, "--user");
   assert_true(u > 0);
   unsigned uid = 0, gid = 0;
   assert_int_equal(sscanf(a[u + 1], "%u:%u", &uid, &gid), 2);
   assert_int_not_equal(uid, 0);
   assert_int_not_equal(gid, 0);
-  if (geteuid() == 0) assert_string_equal(a[u + 1], "65534:65534");
+  /* getpwuid() knows it, as the name bubblewrap's runs have. */
+  cleanup_free char *entry = xasprintf("\nsandbox:x:%u:%u:sandbox:/work:", uid, gid);
+  assert_non_null(strstr(passwd_text, entry));
+  if (geteuid() == 0) {
+    assert_true(is_run_uid(uid));
+    assert_int_equal(gid, uid);
+    assert_true(l.uid_slot >= 0);
+    /* The next run gets another; a build's identity keeps one for all its steps. */
+    sbx_launch_t next, step1, step2;
+    if (build(g.backend, &spec, &next, &err) < 0) fail_msg("build: %s", err.msg);
+    unsigned next_uid = 0;
+    assert_int_equal(sscanf(next.argv[argv_index(next.argv, "--user") + 1], "%u:", &next_uid), 1);
+    assert_true(is_run_uid(next_uid));
+    assert_int_not_equal(next_uid, uid);
+    sbx_identity_t *id = sbx_identity_new(g.backend);
+    sbx_spec_t step = spec;
+    step.identity = id;
+    if (build(g.backend, &step, &step1, &err) < 0) fail_msg("build: %s", err.msg);
+    if (build(g.backend, &step, &step2, &err) < 0) fail_msg("build: %s", err.msg);
+    cleanup_free char *id_user = xasprintf("%u:%u", (unsigned)id->uid, (unsigned)id->uid);
+    assert_true(is_run_uid(id->uid));
+    assert_int_not_equal(id->uid, uid);
+    assert_int_not_equal(id->uid, next_uid);
+    assert_pair(step1.argv, "--user", id_user);
+    assert_pair(step2.argv, "--user", id_user);
+    assert_int_equal(step1.uid_slot, -1); /* the identity's, not the run's */
+    sbx_identity_free(id);
+    sbx_launch_close_channel(&next);
+    sbx_launch_release(&next);
+    sbx_launch_close_channel(&step1);
+    sbx_launch_release(&step1);
+    sbx_launch_close_channel(&step2);
+    sbx_launch_release(&step2);
+  }
 
   /* A unique name, and the kill name is it. */
   int n = argv_index(a, "--name");
@@ -856,13 +951,17 @@ static void test_workdir_handed_to_container_uid(void **state) {
   sbx_launch_t l;
   cm_error_t err = CM_ERROR_INIT;
   if (build(g.backend, &spec, &l, &err) < 0) fail_msg("build: %s", err.msg);
+  unsigned uid = 0, gid = 0;
+  assert_int_equal(sscanf(l.argv[argv_index(l.argv, "--user") + 1], "%u:%u", &uid, &gid), 2);
+  assert_true(is_run_uid(uid));
+  sbx_launch_close_channel(&l);
   sbx_launch_release(&l);
   struct stat st;
   const char *mine[] = {workdir, sub, file, link};
   for (size_t i = 0; i < CM_ARRAY_SIZE(mine); i++) {
     assert_int_equal(lstat(mine[i], &st), 0);
-    assert_int_equal(st.st_uid, 65534);
-    assert_int_equal(st.st_gid, 65534);
+    assert_int_equal(st.st_uid, uid);
+    assert_int_equal(st.st_gid, gid);
   }
   /* The symlink itself changed owner, never what it points to. */
   assert_int_equal(stat(outside, &st), 0);
@@ -984,7 +1083,14 @@ static void test_run_output_and_exit_code(void **state) {
   assert_has(&c->out, "ENV=LANG,MPS_IN_CONTAINER,PATH\n");
   cleanup_free char *cwd = xasprintf("CWD=%s\n", c->workdir);
   assert_has(&c->out, cwd);
-  cleanup_free char *uid = xasprintf("UID=%u\n", geteuid() == 0 ? 65534u : (unsigned)getuid());
+  cleanup_free char *user = last_run_user();
+  unsigned run_uid = 0;
+  assert_int_equal(sscanf(user, "%u:", &run_uid), 1);
+  if (geteuid() == 0)
+    assert_true(is_run_uid(run_uid));
+  else
+    assert_int_equal(run_uid, getuid());
+  cleanup_free char *uid = xasprintf("UID=%u\n", run_uid);
   assert_has(&c->out, uid);
   cleanup_free char *out_path = xasprintf("%s/out.txt", c->workdir);
   cleanup_free char *written = read_text(out_path);
