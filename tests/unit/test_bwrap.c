@@ -946,7 +946,7 @@ static void test_egress_forwarder(void **state UNUSED) {
 static void test_fork_bomb(void **state UNUSED) {
   sbx_limits_t l = default_limits;
   l.max_processes = 32;
-  l.timeout_ms = 2000;
+  l.timeout_ms = 4000; /* (the script's start, on a loaded machine, comes well before) */
   run_capture_t cap = {0}, *c = &cap;
   run_opts_t o = {.limits = &l};
   run_script(c,
@@ -1094,7 +1094,7 @@ static void test_daemon_does_not_outlive_run(void **state UNUSED) {
 
 static void test_sigterm_ignored_killed_at_timeout(void **state UNUSED) {
   sbx_limits_t l = default_limits;
-  l.timeout_ms = 1000;
+  l.timeout_ms = 4000; /* (the script's start, on a loaded machine, comes well before) */
   l.grace_ms = 500;
   run_capture_t cap = {0}, *c = &cap;
   run_opts_t o = {.limits = &l};
@@ -1108,11 +1108,11 @@ static void test_sigterm_ignored_killed_at_timeout(void **state UNUSED) {
              "while True: time.sleep(1)\n",
              &o);
   uid_t uid = script_uid(c);
-  print_message("SIGTERM-ignoring script: ended after %llu ms (timeout 1000, grace 500)\n",
+  print_message("SIGTERM-ignoring script: ended after %llu ms (timeout 4000, grace 500)\n",
                 (unsigned long long)c->result.duration_ms);
   assert_true(c->result.timed_out);
-  assert_true(c->result.duration_ms >= 1000 + 500);
-  assert_true(c->result.duration_ms < 1000 + 500 + 1000);
+  assert_true(c->result.duration_ms >= 4000 + 500);
+  assert_true(c->result.duration_ms < 4000 + 500 + 1000);
   /* The sandbox went down with SIGKILL before the supervisor could report. */
   assert_int_equal(c->result.term_signal, SIGKILL);
   assert_int_equal(c->result.exit_code, -SIGKILL);
