@@ -110,7 +110,7 @@ def test_timeout_busy_loop(server):
     assert wait_until(lambda: descendants(server.proc.pid) == [], timeout=5)
 
 
-@pytest.mark.serial  # its 1 s timeout must outlast the sandbox's and the child's start
+@pytest.mark.serial  # its 3 s timeout must outlast the sandbox's and the child's start
 def test_timeout_kills_sigterm_ignoring_tree(server):
     marker = "mps-marker-%d" % os.getpid()
     script = f"""
@@ -124,7 +124,7 @@ while True:
 """
     # (The script and its child never end by themselves, and ignore SIGTERM: an answer at all
     # is the grace's SIGKILL.)
-    res = server.execute(script, timeout_seconds=1)
+    res = server.execute(script, timeout_seconds=3)
     assert res["structuredContent"]["timed_out"] is True
     assert "started" in res["structuredContent"]["stdout"]
     assert wait_until(lambda: processes_with_marker(marker) == [], timeout=3)
