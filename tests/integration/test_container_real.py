@@ -337,8 +337,11 @@ signal.signal(signal.SIGTERM, bye)
 print('ready', flush=True)
 time.sleep(120)
 """
-    res = s.execute(script, timeout_seconds=2)
+    # (the timeout must come after the handler is set: a container's start on a loaded machine
+    # took more than the 2 s this had)
+    res = s.execute(script, timeout_seconds=8)
     assert res["structuredContent"]["timed_out"] is True
+    assert "ready" in res["structuredContent"]["stdout"], text(res)
     assert "got SIGTERM" in res["structuredContent"]["stdout"], text(res)
 
 
