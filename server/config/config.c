@@ -171,7 +171,7 @@ static const opt_def_t options[] = {
      "CPU bandwidth per script, e.g. 0.5 or 2 (cgroup cpu.max, docker --cpus); 0 = no cap"},
     {"prestart", OPT_PRESTART, OFF(prestart), "{on,off,N}", "on",
      "keep N sandboxes per shape (on: 4) set up for the next calls, their interpreter already "
-     "started where it can be held: the commonest shape and the last other one"},
+     "started where it can be held: the commonest shape and each principal's last other one"},
     {"prestart-max", OPT_INT, OFF(prestart_max), "N", "128",
      "under bursts a shape's pool grows up to N (calls that found none ready), and shrinks back "
      "after a minute without; N at or below --prestart: no growth"},

@@ -1089,3 +1089,91 @@ def test_a_token_at_its_running_cap_does_not_stop_the_pools_refills(make_tenants
     for t in threads:
         t.join(60)
     assert len(done) == 4 and all(r["structuredContent"]["exit_code"] == 0 for r in done), done
+
+
+# ================================================================ issue 31, item 7: the prestart pool's last other shape
+
+def check_env(s, sid, auth, req_id="ce"):
+    st, h, body = s.post({"jsonrpc": "2.0", "id": req_id, "method": "tools/call",
+                          "params": {"name": "check_environment", "arguments": {}}},
+                         sid, headers=auth, version=LATEST)
+    assert st == 200, body[:500]
+    return result_of(h, body, req_id)["result"]
+
+
+def other_shapes(s, sid, auth):
+    return [sh for sh in check_env(s, sid, auth)["structuredContent"]["prestart"]["shapes"]
+            if sh["shape"] != "commonest"]
+
+
+@pytest.mark.skipif(BACKEND == "none", reason="the none backend holds nothing")
+def test_a_tenants_last_other_shape_is_its_own(make_tenants, wheels):
+    """The pool's last other shape was the server's: bob's check_environment showed alice's
+    interpreter, environment key (a hash of her requirements: a guess can be confirmed) and
+    network, and one call of bob's of another shape evicted it, so bob could keep alice's
+    calls cold.  Each principal now has its own, and sees only its own."""
+    s = make_tenants("--find-links", wheels, "--offline", "--prestart", "1", lan=False,
+                     backend="bwrap")
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    assert wait_until(lambda: check_env(s, b, BOB)["structuredContent"]["prestart"]["ready"] >= 1,
+                      timeout=30)
+    # alice's call with dependencies: her environment becomes her last other shape.
+    first = execute(s, a, ALICE, "a1", "pass", dependencies=["mps-beta"])["structuredContent"]
+    assert first["exit_code"] == 0, first
+    key = first["environment"]["key"]
+    assert wait_until(lambda: [(sh["environment"], sh["ready"]) for sh in other_shapes(s, a, ALICE)]
+                      == [(key, 1)], timeout=30), other_shapes(s, a, ALICE)
+    # bob sees nothing of it: not the shape, not its key, not its held sandbox in the counts.
+    seen = check_env(s, b, BOB)
+    assert key not in json.dumps(seen), seen["structuredContent"]["prestart"]
+    p = seen["structuredContent"]["prestart"]
+    assert [sh["shape"] for sh in p["shapes"]] == ["commonest"] and p["ready"] == 1, p
+    # bob's call of another shape becomes his own last other shape, and evicts nothing of hers.
+    got = execute(s, b, BOB, "b1", "pass", network=False)["structuredContent"]
+    assert got["exit_code"] == 0 and got["prestarted"] == "no", got
+    assert wait_until(lambda: [(sh["network"], sh["environment"], sh["ready"])
+                               for sh in other_shapes(s, b, BOB)] == [(False, None, 1)], timeout=30)
+    assert key not in json.dumps(check_env(s, b, BOB))
+    assert [(sh["environment"], sh["ready"]) for sh in other_shapes(s, a, ALICE)] == [(key, 1)]
+    # alice's next call of her shape is warm, and so is bob's of his.
+    got = execute(s, a, ALICE, "a2", "import mps_beta", dependencies=["mps-beta"])["structuredContent"]
+    assert got["exit_code"] == 0 and got["prestarted"] == "interpreter", got
+    got = execute(s, b, BOB, "b2", "pass", network=False)["structuredContent"]
+    assert got["exit_code"] == 0 and got["prestarted"] == "interpreter", got
+
+
+@pytest.mark.skipif(BACKEND == "none", reason="the none backend holds nothing")
+def test_last_other_shapes_are_kept_for_a_bounded_number_of_principals(tmp_path):
+    """One last other shape per principal, for at most other_shapes_max principals: a newcomer's
+    replaces the one used least recently."""
+    names = [f"t{i}" for i in range(6)]
+    tokens = tmp_path / "tokens"
+    tokens.write_text("".join(f"{n}:tok-{n}-0123456789abcdef\n" for n in names))
+    auth = {n: {"Authorization": f"Bearer tok-{n}-0123456789abcdef"} for n in names}
+    s = HttpServer("--auth-token-file", str(tokens), "--no-warm-cache", "--sandbox-backend", "bwrap",
+                   "--prestart", "1")
+    try:
+        sids = {n: s.initialize(headers=auth[n]) for n in names}
+        kept = check_env(s, sids["t0"], auth["t0"])["structuredContent"]["prestart"]["other_shapes_max"]
+        assert 1 <= kept < len(names), kept
+        used = names[:kept + 1]
+        for i, n in enumerate(used):  # each one's call of another shape, oldest first
+            got = execute(s, sids[n], auth[n], f"{n}-1", "pass", network=False)["structuredContent"]
+            assert got["exit_code"] == 0, got
+            assert wait_until(lambda: [sh["ready"] for sh in other_shapes(s, sids[n], auth[n])] == [1],
+                              timeout=30), (n, other_shapes(s, sids[n], auth[n]))
+            time.sleep(0.01)  # distinct last uses
+        # The first one's went when the last came; the others' are kept, each seen by its own.
+        assert other_shapes(s, sids["t0"], auth["t0"]) == []
+        for n in used[1:]:
+            assert [sh["network"] for sh in other_shapes(s, sids[n], auth[n])] == [False], n
+        assert other_shapes(s, sids[names[-1]], auth[names[-1]]) == []
+        # A call of t1's (now the least recently set) uses its shape: t2's is the next to go.
+        got = execute(s, sids["t1"], auth["t1"], "t1-2", "pass", network=False)["structuredContent"]
+        assert got["prestarted"] == "interpreter", got
+        got = execute(s, sids[names[-1]], auth[names[-1]], "last", "pass", network=False)["structuredContent"]
+        assert got["exit_code"] == 0, got
+        assert other_shapes(s, sids["t2"], auth["t2"]) == []
+        assert [sh["network"] for sh in other_shapes(s, sids["t1"], auth["t1"])] == [False]
+    finally:
+        assert s.close() == 0
