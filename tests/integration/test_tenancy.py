@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -1175,5 +1176,64 @@ def test_last_other_shapes_are_kept_for_a_bounded_number_of_principals(tmp_path)
         assert got["exit_code"] == 0, got
         assert other_shapes(s, sids["t2"], auth["t2"]) == []
         assert [sh["network"] for sh in other_shapes(s, sids["t1"], auth["t1"])] == [False]
+    finally:
+        assert s.close() == 0
+
+
+# ================================================================ issue 31, item 8: /metrics is the operators'
+
+def get_path(s, path, auth=None):
+    st, _, body = s.request("GET", path, None, dict(auth or {}))
+    return st, body
+
+
+def test_metrics_is_for_the_operators(make_tenants, tokens):
+    """/metrics shows every tenant's activity live (calls, outcomes, durations, queues): with
+    tokens only the principals --metrics-token names may read it; every other token gets 403.
+    The probes stay open."""
+    s = make_tenants("--metrics-token", "alice")
+    sid = s.initialize(headers=BOB)
+    assert execute(s, sid, BOB, 1, "print('bob')")["structuredContent"]["exit_code"] == 0
+    st, body = get_path(s, "/metrics", ALICE)
+    assert st == 200 and b"# TYPE mcp_sandbox_tool_calls_total counter" in body, (st, body[:300])
+    st, body = get_path(s, "/metrics", BOB)
+    assert st == 403 and b"mcp_sandbox" not in body, (st, body)
+    assert b"--metrics-token" in body
+    assert get_path(s, "/metrics")[0] == 401  # no token: as ever
+    # /healthz and /readyz need no token (and any token will do).
+    for auth in (None, BOB, ALICE):
+        assert get_path(s, "/healthz", auth) == (200, b"ok\n"), auth
+        assert wait_until(lambda: get_path(s, "/readyz", auth)[0] == 200, timeout=30), auth
+    assert "/metrics answers 403 to every token" not in s.stderr_text()
+
+    # None named: every token gets 403, and the start-up log says so, once.
+    s = make_tenants()
+    for auth in (ALICE, BOB):
+        assert get_path(s, "/metrics", auth)[0] == 403, auth
+    assert get_path(s, "/healthz")[0] == 200
+    assert s.stderr_text().count("/metrics answers 403 to every token") == 1, s.stderr_text()
+
+    # Several: a comma-separated list and the flag repeated; a name without a token is said.
+    s = make_tenants("--metrics-token", "bob,carol", "--metrics-token", "alice")
+    for auth in (ALICE, BOB):
+        assert get_path(s, "/metrics", auth)[0] == 200, auth
+    assert "--metrics-token carol: no token of that name" in s.stderr_text()
+    # A token of that name added to the file (SIGHUP) reads it at once.
+    carol = {"Authorization": "Bearer tok-carol-5555555555"}
+    assert get_path(s, "/metrics", carol)[0] == 401
+    with open(tokens, "a") as f:
+        f.write("carol: tok-carol-5555555555\n")
+    s.proc.send_signal(signal.SIGHUP)
+    assert wait_until(lambda: get_path(s, "/metrics", carol)[0] == 200, timeout=10)
+
+
+def test_metrics_without_tokens_stays_open():
+    """No tokens (loopback, no auth): /metrics is open as the endpoint is; --metrics-token
+    there changes nothing, and the log says so."""
+    s = HttpServer("--no-warm-cache", "--metrics-token", "alice")
+    try:
+        st, body = get_path(s, "/metrics")
+        assert st == 200 and b"mcp_sandbox_http_sessions" in body, (st, body[:300])
+        assert "--metrics-token is for a server with bearer tokens" in s.stderr_text()
     finally:
         assert s.close() == 0
