@@ -54,7 +54,7 @@
 #define PRESTART_DEFER_MS 200
 /* The server's descriptors a held sandbox keeps (pipes, pidfd, status and control channels,
  * its FIFO, its egress socket: about 7), rounded up.  The pool grows only within a quarter of
- * RLIMIT_NOFILE (both shapes together): the rest is for calls, connections and egress, and a
+ * RLIMIT_NOFILE (all shapes together): the rest is for calls, connections and egress, and a
  * pool that took them all would fail its own refills and refuse cold calls with EMFILE. */
 #define PRESTART_FDS_PER_HELD 8
 /* The principals that keep a last other shape (each held sandbox costs memory: a few MiB of
