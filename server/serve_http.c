@@ -166,6 +166,7 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
       .health_auth = cfg->health_auth,
       .trusted_proxies = (const char *const *)cfg->trusted_proxies,
       .trusted_proxy_header = cfg->trusted_proxy_header,
+      .metrics_principals = (const char *const *)cfg->metrics_tokens,
   };
   /* H6: what the tools mirror into Mcp-Param-* headers (pointers into `marked`). */
   cleanup_json json_t *marked = srv_server_param_headers(server);

@@ -303,6 +303,12 @@ typedef struct tr_http_options {
    * "forwarded" (RFC 7239); the other one is never read. */
   const char *const *trusted_proxies;
   const char *trusted_proxy_header;
+  /* --metrics-token values (NULL-terminated, may be NULL): comma-separated names of the
+   * principals (token names) that may read /metrics, the operators.  With tokens, every other
+   * token gets 403 there (none named: every token; the start-up log says so once); without
+   * tokens (the one local principal) /metrics is open as the MCP endpoint is.  /healthz and
+   * /readyz are not concerned (health_auth). */
+  const char *const *metrics_principals;
 } tr_http_options_t;
 
 /* What one principal holds right now (check_environment). */

@@ -171,7 +171,7 @@ static const opt_def_t options[] = {
      "CPU bandwidth per script, e.g. 0.5 or 2 (cgroup cpu.max, docker --cpus); 0 = no cap"},
     {"prestart", OPT_PRESTART, OFF(prestart), "{on,off,N}", "on",
      "keep N sandboxes per shape (on: 4) set up for the next calls, their interpreter already "
-     "started where it can be held: the commonest shape and the last other one"},
+     "started where it can be held: the commonest shape and each principal's last other one"},
     {"prestart-max", OPT_INT, OFF(prestart_max), "N", "128",
      "under bursts a shape's pool grows up to N (calls that found none ready), and shrinks back "
      "after a minute without; N at or below --prestart: no growth"},
@@ -241,6 +241,11 @@ static const opt_def_t options[] = {
     {"health-auth", OPT_BOOL_ON, OFF(health_auth), NULL, NULL,
      "HTTP: /healthz and /readyz need a bearer token too (/metrics always does, when there "
      "are tokens)"},
+    {"metrics-token", OPT_LIST, OFF(metrics_tokens), "NAME", NULL,
+     "HTTP: a principal (a token's name in --auth-token-file) that may read /metrics, which "
+     "shows every tenant's activity (repeatable, or comma-separated); with tokens, every other "
+     "token gets 403 there, and every token when none is named; without tokens /metrics is open "
+     "as the endpoint is"},
     {"audit-log", OPT_STRING, OFF(audit_log), "FILE|-", NULL,
      "append one JSON line per tool call and per authentication failure to FILE (- for "
      "stderr); SIGHUP reopens it"},
@@ -293,6 +298,7 @@ void srv_config_release(srv_config_t *c) {
   free(c->allowed_hosts);
   free(c->allowed_origins);
   cm_strv_free(c->trusted_proxies);
+  cm_strv_free(c->metrics_tokens);
   free(c->trusted_proxy_header);
   free(c->auth_token_file);
   free(c->audit_log);

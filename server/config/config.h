@@ -112,6 +112,7 @@ typedef struct srv_config {
   char *allowed_hosts;                  /* --allowed-hosts: comma-separated extra Host names */
   char *allowed_origins;                /* --allowed-origins: comma-separated extra Origins */
   char **trusted_proxies;               /* --trusted-proxy: reverse proxies believed */
+  char **metrics_tokens;                /* --metrics-token: principals that may read /metrics */
   char *trusted_proxy_header;           /* --trusted-proxy-header */
   char *auth_token_file;                /* --auth-token-file */
   bool allow_insecure_remote;           /* --allow-insecure-remote: non-loopback without tokens */

@@ -132,17 +132,20 @@ void exec_prestart_stop(exec_state_t *x, bool drop);
 /* Whether sandboxes are being prestarted; *taken: calls that ran in one. */
 bool exec_prestart_describe(exec_state_t *x, uint64_t *taken);
 /* The pool's counters (check_environment, /metrics): how many are kept per shape (and how
- * many a shape's pool may grow to under bursts), held and
- * waiting for a call (of those, with the interpreter up), the calls that took one (of those,
- * an interpreter), and the held ones that ended before use or failed to start. */
+ * many a shape's pool may grow to under bursts), held and waiting for a call (of those, with
+ * the interpreter up: of the shapes principal sees, the commonest and its own last other
+ * one; NULL: of all), and the server's totals: the calls that took one (of those, an
+ * interpreter), and the held ones that ended before use or failed to start. */
 typedef struct exec_prestart_counts {
   size_t per_shape, max_per_shape, ready, ready_interpreters;
+  size_t other_shapes_max; /* principals that may keep a last other shape at once */
   uint64_t taken, taken_interpreter, failed;
 } exec_prestart_counts_t;
-void exec_prestart_counts(exec_state_t *x, exec_prestart_counts_t *out);
-/* The shapes kept (check_environment): [{shape, python, environment, network, holds
- * ("interpreter", "sandbox" or "nothing (given up)"), ready, target}]. */
-json_t *exec_prestart_shapes(exec_state_t *x);
+void exec_prestart_counts(exec_state_t *x, const char *principal, exec_prestart_counts_t *out);
+/* The shapes principal sees (check_environment): the commonest, and its own last other one
+ * (never another principal's); [{shape, python, environment, network, holds ("interpreter",
+ * "sandbox" or "nothing (given up)"), ready, target}]. */
+json_t *exec_prestart_shapes(exec_state_t *x, const char *principal);
 
 /* ---------------------------------------------------------------- work directories */
 

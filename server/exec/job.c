@@ -70,7 +70,7 @@ void exec_wind_down(exec_state_t *x) {
 
 size_t exec_teardowns(exec_state_t *x) {
   exec_prestart_counts_t pc;
-  exec_prestart_counts(x, &pc);
+  exec_prestart_counts(x, NULL, &pc);
   size_t n = pc.ready + x->n_sessions + (x->dying != NULL);
   /* (Not the DONE jobs: they hold nothing but memory, which exec_free frees too.) */
   for (exec_job_t *job = x->all_jobs; job; job = job->all_next) n++;

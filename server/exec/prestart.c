@@ -23,10 +23,15 @@
  * Each one serves exactly one call, with its own uid, /tmp, work directory and cgroup, its
  * limits in force from the interpreter's first instruction (so before the script's).  The
  * pool keeps --prestart N of each shape (on: SRV_PRESTART_DEFAULT); a call that takes one
- * starts its replacement at once, beside the call.  Two shapes are kept: the commonest (no
- * dependencies, the default interpreter, the server's network policy), and the last other
- * one a call used, so an agent that repeats a call with dependencies gets the same speed-up
- * (one of it until a call takes it: a shape used once costs one set-up, not N).
+ * starts its replacement at once, beside the call.  The commonest shape (no dependencies, the
+ * default interpreter, the server's network policy) is kept for every principal: it reveals
+ * nothing but the server's defaults.  Besides, each principal has the last other shape one of
+ * its calls used, so an agent that repeats a call with dependencies gets the same speed-up
+ * (one of it until a call takes it: a shape used once costs one set-up, not N).  That shape
+ * is its own: only its calls take from it, only its calls replace it, and check_environment
+ * shows it to it alone (another tenant's interpreter, environment key and network are its
+ * business; a call of another shape must not evict them and keep its calls cold).  At most
+ * PRESTART_PRINCIPALS principals keep one; a newcomer's replaces the one used least recently.
  * --prestart off turns it off.
  *
  * One that dies before a call takes it (killed from outside, say) is replaced after
@@ -49,10 +54,13 @@
 #define PRESTART_DEFER_MS 200
 /* The server's descriptors a held sandbox keeps (pipes, pidfd, status and control channels,
  * its FIFO, its egress socket: about 7), rounded up.  The pool grows only within a quarter of
- * RLIMIT_NOFILE (both shapes together): the rest is for calls, connections and egress, and a
+ * RLIMIT_NOFILE (all shapes together): the rest is for calls, connections and egress, and a
  * pool that took them all would fail its own refills and refuse cold calls with EMFILE. */
 #define PRESTART_FDS_PER_HELD 8
-#define PRESTART_SLOTS 2
+/* The principals that keep a last other shape (each held sandbox costs memory: a few MiB of
+ * interpreter and a sandbox's processes). */
+#define PRESTART_PRINCIPALS 4
+#define PRESTART_SLOTS (1 + PRESTART_PRINCIPALS)
 /* The oldest CPython the runner's wait is written for (and tested on). */
 #define PRESTART_MIN_MAJOR 3
 #define PRESTART_MIN_MINOR 8
@@ -85,6 +93,9 @@ struct prestart_slot {
   size_t target;         /* how many of held to keep: per_shape, or 1 for a last other shape
                           * no call has taken one of yet; more after misses (up to max_held) */
   uint64_t last_miss;    /* when a call of the shape last found none ready (ms) */
+  char *principal;       /* whose last other shape it is; NULL: the commonest (everyone's) */
+  uint64_t last_used;    /* when its principal's call set the shape or took one (ms): of the
+                          * others, the least recently used is replaced first */
   unsigned failures;     /* held ones that died in a row */
   cm_timer_t *timer;     /* a fill is due */
   bool deferred;         /* ... and it waits for a call to be answered (PRESTART_DEFER_MS) */
@@ -97,7 +108,8 @@ struct exec_prestart {
   size_t max_held;    /* --prestart-max (at least N): what a shape's pool may grow to */
   cm_timer_t *shrink; /* a grown pool is due to be looked at */
   uint64_t shrink_ms; /* PRESTART_SHRINK_MS, but for tests */
-  prestart_slot_t slots[PRESTART_SLOTS]; /* [0]: the commonest shape; [1]: the last other */
+  /* [0]: the commonest shape; [1..]: a principal's last other shape each */
+  prestart_slot_t slots[PRESTART_SLOTS];
   void *py_wait;
   uint64_t taken;      /* calls that ran in a prestarted sandbox */
   uint64_t taken_warm; /* of those, in a prestarted interpreter */
@@ -168,11 +180,15 @@ static void slot_clear(prestart_slot_t *slot) {
   slot->py = NULL;
   slot->used = false;
   slot->failures = 0;
+  free(slot->principal);
+  slot->principal = NULL;
 }
 
-static void slot_set_shape(prestart_slot_t *slot, py_interp_t *py, env_handle_t *env,
-                           bool network) {
+static void slot_set_shape(prestart_slot_t *slot, const char *principal, py_interp_t *py,
+                           env_handle_t *env, bool network) {
   slot->used = true;
+  slot->principal = principal ? xstrdup(principal) : NULL;
+  slot->last_used = cm_now_ms();
   slot->py = py;
   slot->env = env;
   slot->network = network;
@@ -236,14 +252,32 @@ static void prestart_on_shrink(cm_loop_t *loop, cm_timer_t *t, void *data) {
   if (again) p->shrink = cm_loop_timer(loop, p->shrink_ms, prestart_on_shrink, p);
 }
 
-/* How far a shape's pool may grow: --prestart-max, within the descriptor budget (at least
- * --prestart N).  Looked up each time: the soft limit may be raised after the start. */
-static size_t grow_cap(const exec_prestart_t *p) {
+/* How many sandboxes all shapes together may hold: those that fit in a quarter of
+ * RLIMIT_NOFILE, but --prestart N for the commonest shape and one other at least (as when
+ * there was one other shape).  Looked up each time: the soft limit may be raised after the
+ * start. */
+static size_t held_budget(const exec_prestart_t *p) {
   struct rlimit rl;
-  size_t cap = p->max_held;
+  size_t budget = SIZE_MAX;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-    cap = CM_MIN(cap, (size_t)(rl.rlim_cur / 4 / PRESTART_FDS_PER_HELD / PRESTART_SLOTS));
-  return CM_MAX(p->per_shape, cap);
+    budget = (size_t)(rl.rlim_cur / 4 / PRESTART_FDS_PER_HELD);
+  return CM_MAX(budget, 2 * p->per_shape);
+}
+
+/* How far a shape's pool may grow: --prestart-max, within half the budget (the commonest
+ * shape and the others share it), at least --prestart N. */
+static size_t grow_cap(const exec_prestart_t *p) {
+  return CM_MAX(p->per_shape, CM_MIN(p->max_held, held_budget(p) / 2));
+}
+
+/* Whether one more of slot's fits in the budget.  The commonest shape's pool is bounded by
+ * grow_cap (half the budget); the principals' last other shapes share what it leaves. */
+static bool within_budget(const prestart_slot_t *slot) {
+  const exec_prestart_t *p = slot->owner;
+  if (slot == &p->slots[0]) return true;
+  size_t held = CM_MAX(p->slots[0].target, slot_ready(&p->slots[0]));
+  for (size_t i = 1; i < PRESTART_SLOTS; i++) held += slot_ready(&p->slots[i]);
+  return held < held_budget(p);
 }
 
 /* A call of the shape found none ready: the pool is smaller than the bursts of calls it
@@ -273,7 +307,7 @@ static void prestart_on_python(void *data, py_interp_t *def, const cm_error_t *e
   exec_prestart_t *p = data;
   p->py_wait = NULL;
   if (!def) return;
-  slot_set_shape(&p->slots[0], def, NULL, srv_server_config(p->server)->network);
+  slot_set_shape(&p->slots[0], NULL, def, NULL, srv_server_config(p->server)->network);
   prestart_fill_now(&p->slots[0]);
 }
 
@@ -342,6 +376,8 @@ static void prestart_fill_now(prestart_slot_t *slot) {
   for (size_t i = 0; i < slot->owner->max_held && !slot_given_up(slot); i++) {
     prestart_held_t *h = &slot->held[i];
     if (h->run || slot_ready(slot) >= slot->target) continue;
+    /* (Past the budget the shape waits for room: a later call of it looks again.) */
+    if (!within_budget(slot)) return;
     if (starting >= room) {
       prestart_schedule(slot, PRESTART_STAGGER_MS);
       return;
@@ -423,17 +459,24 @@ void exec_prestart_free(exec_state_t *x) {
   free(p);
 }
 
-void exec_prestart_counts(exec_state_t *x, exec_prestart_counts_t *out) {
+/* Whether principal sees slot: the commonest shape, and its own (NULL: every slot). */
+static bool slot_visible(const prestart_slot_t *slot, const char *principal) {
+  return !principal || !slot->principal || strcmp(slot->principal, principal) == 0;
+}
+
+void exec_prestart_counts(exec_state_t *x, const char *principal, exec_prestart_counts_t *out) {
   exec_prestart_t *p = x->prestart;
   memset(out, 0, sizeof *out);
   if (!p) return;
   out->per_shape = p->per_shape;
   out->max_per_shape = grow_cap(p);
+  out->other_shapes_max = PRESTART_PRINCIPALS;
   out->taken = p->taken;
   out->taken_interpreter = p->taken_warm;
   out->failed = p->failed;
   for (size_t i = 0; i < PRESTART_SLOTS; i++) {
     const prestart_slot_t *slot = &p->slots[i];
+    if (!slot_visible(slot, principal)) continue;
     for (size_t j = 0; j < p->max_held; j++) {
       if (!slot->held[j].run) continue;
       out->ready++;
@@ -445,7 +488,7 @@ void exec_prestart_counts(exec_state_t *x, exec_prestart_counts_t *out) {
 void exec_metrics(exec_state_t *x, exec_metrics_t *out) {
   exec_admission_metrics(x, out);
   exec_prestart_counts_t pc;
-  exec_prestart_counts(x, &pc);
+  exec_prestart_counts(x, NULL, &pc);
   out->prestart_ready = pc.ready;
   out->prestart_ready_interpreters = pc.ready_interpreters;
   out->prestart_taken = pc.taken;
@@ -453,12 +496,12 @@ void exec_metrics(exec_state_t *x, exec_metrics_t *out) {
   out->prestart_failed = pc.failed;
 }
 
-json_t *exec_prestart_shapes(exec_state_t *x) {
+json_t *exec_prestart_shapes(exec_state_t *x, const char *principal) {
   exec_prestart_t *p = x->prestart;
   json_t *a = json_array();
   for (size_t i = 0; p && i < PRESTART_SLOTS; i++) {
     const prestart_slot_t *slot = &p->slots[i];
-    if (!slot->used) continue;
+    if (!slot->used || !slot_visible(slot, principal)) continue;
     json_array_append_new(
         a, json_pack("{s:s, s:s, s:o, s:b, s:s, s:I, s:I}", "shape",
                      i == 0 ? "commonest" : "last other", "python", slot->py->version,
@@ -488,16 +531,40 @@ static bool same_dir(const char *path, dev_t dev, ino_t ino) {
   return stat(path, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
 }
 
-/* A held sandbox of the job's shape, when there is one: its run and work directory become
- * the job's (exec-internal.h).  Otherwise the job's shape becomes the second slot's (when it is not
- * the commonest), so that the next such call finds one. */
+/* The slot of principal's last other shape, or NULL. */
+static prestart_slot_t *slot_of(exec_prestart_t *p, const char *principal) {
+  for (size_t i = 1; i < PRESTART_SLOTS; i++)
+    if (p->slots[i].used && strcmp(p->slots[i].principal, principal) == 0) return &p->slots[i];
+  return NULL;
+}
+
+/* Where principal's new last other shape goes: its own slot, else a free one, else the one
+ * used least recently (another principal's shape goes). */
+static prestart_slot_t *slot_for(exec_prestart_t *p, const char *principal) {
+  prestart_slot_t *own = slot_of(p, principal), *oldest = NULL;
+  if (own) return own;
+  for (size_t i = 1; i < PRESTART_SLOTS; i++) {
+    prestart_slot_t *slot = &p->slots[i];
+    if (!slot->used) return slot;
+    if (!oldest || slot->last_used < oldest->last_used) oldest = slot;
+  }
+  return oldest;
+}
+
+/* A held sandbox of the job's shape, when there is one (the commonest shape's, or the job's
+ * principal's last other one): its run and work directory become the job's
+ * (exec-internal.h).  Otherwise the job's shape becomes its principal's last other shape
+ * (when it is not the commonest), so that the principal's next such call finds one. */
 bool exec_prestart_take(exec_job_t *job) {
   exec_prestart_t *p = job->exec->prestart;
   if (!p || !p->slots[0].used || !sbx_backend_can_hold(srv_server_backend(job->server)))
     return false;
-  for (size_t i = 0; i < PRESTART_SLOTS; i++) {
-    prestart_slot_t *slot = &p->slots[i];
-    if (!slot_matches(slot, job)) continue;
+  const char *principal = job->spec.principal ? job->spec.principal : "";
+  prestart_slot_t *candidates[] = {&p->slots[0], slot_of(p, principal)};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(candidates); i++) {
+    prestart_slot_t *slot = candidates[i];
+    if (!slot || !slot_matches(slot, job)) continue;
+    slot->last_used = cm_now_ms();
     prestart_held_t *h = NULL;
     for (size_t j = 0; j < p->max_held; j++) {
       prestart_held_t *c = &slot->held[j];
@@ -533,11 +600,11 @@ bool exec_prestart_take(exec_job_t *job) {
     if (slot->timer && !had_timer && !low) slot->deferred = true;
     return true;
   }
-  prestart_slot_t *other = &p->slots[1];
-  slot_clear(other);
-  slot_set_shape(other, job->py, job->env ? env_handle_copy_unlocked(job->env) : NULL,
+  prestart_slot_t *own = slot_for(p, principal);
+  slot_clear(own);
+  slot_set_shape(own, principal, job->py, job->env ? env_handle_copy_unlocked(job->env) : NULL,
                  job->spec.net.on);
-  prestart_schedule(other, 0);
+  prestart_schedule(own, 0);
   return false;
 }
 

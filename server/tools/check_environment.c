@@ -297,15 +297,19 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
   if (cfg->profile) cm_buf_printf(&t, "Profile: %s\n", cfg->profile);
   cm_buf_printf(&t, "Concurrent executions: %llu\n", (unsigned long long)cfg->max_concurrent);
   json_t *share = tenant_share(r, &t);
+  srv_session_t *rs = srv_request_session(r);
+  const char *me = rs ? srv_session_principal(rs) : SRV_PRINCIPAL_STDIO;
   uint64_t taken = 0;
   bool prestarting = exec_prestart_describe(srv_server_exec(s), &taken);
+  /* The shapes kept for the caller (the commonest and its own last other one), never
+   * another principal's: its interpreter, environment key and network are its own. */
   exec_prestart_counts_t pc;
-  exec_prestart_counts(srv_server_exec(s), &pc);
+  exec_prestart_counts(srv_server_exec(s), me, &pc);
   if (prestarting)
     cm_buf_printf(&t,
                   "Prestarted sandbox: on (%zu per shape, up to %zu under bursts, for the "
-                  "commonest call and for the last other one; %zu ready, %zu of them with the "
-                  "interpreter up; %llu calls took one, %llu of them an interpreter)\n",
+                  "commonest call and for your last other one; %zu ready for you, %zu of them "
+                  "with the interpreter up; %llu calls took one, %llu of them an interpreter)\n",
                   pc.per_shape, pc.max_per_shape, pc.ready, pc.ready_interpreters,
                   (unsigned long long)pc.taken, (unsigned long long)pc.taken_interpreter);
   else
@@ -314,14 +318,13 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
                       ? "off (--prestart off)"
                       : "off (the backend cannot hold a sandbox, or prestarting failed)");
   json_t *prestart_obj = json_pack(
-      "{s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "on", prestarting, "per_shape",
-      (json_int_t)pc.per_shape, "max_per_shape", (json_int_t)pc.max_per_shape, "ready",
-      (json_int_t)pc.ready, "ready_interpreters", (json_int_t)pc.ready_interpreters, "taken",
-      (json_int_t)pc.taken, "taken_interpreter", (json_int_t)pc.taken_interpreter, "failed",
-      (json_int_t)pc.failed, "shapes", exec_prestart_shapes(srv_server_exec(s)));
+      "{s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "on", prestarting, "per_shape",
+      (json_int_t)pc.per_shape, "max_per_shape", (json_int_t)pc.max_per_shape, "other_shapes_max",
+      (json_int_t)pc.other_shapes_max, "ready", (json_int_t)pc.ready, "ready_interpreters",
+      (json_int_t)pc.ready_interpreters, "taken", (json_int_t)pc.taken, "taken_interpreter",
+      (json_int_t)pc.taken_interpreter, "failed", (json_int_t)pc.failed, "shapes",
+      exec_prestart_shapes(srv_server_exec(s), me));
   /* Sessions: the caller's own and the server's caps (never another principal's ids). */
-  srv_session_t *rs = srv_request_session(r);
-  const char *me = rs ? srv_session_principal(rs) : SRV_PRINCIPAL_STDIO;
   size_t my_sessions, all_sessions;
   exec_sessions_count(srv_server_exec(s), me, &my_sessions, &all_sessions);
   const char *no_sessions;

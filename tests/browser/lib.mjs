@@ -24,14 +24,17 @@ export { sleep, waitUntil };
 
 export const TOKEN = "browser-test-token-0123456789abcdef";
 
-/** The server over HTTP with one token ("alice"); stopped (and its state removed) at test end. */
-export async function startServer(t, extra = []) {
+/** The server over HTTP with one token ("alice"); operator is the principal that may read
+ * /metrics (the status view's charts): alice unless told (null: nobody).  Stopped (and its
+ * state removed) at test end. */
+export async function startServer(t, extra = [], { operator = "alice" } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "mps-browser-"));
   const tokens = join(dir, "tokens");
   writeFileSync(tokens, `alice:${TOKEN}\n`, { mode: 0o600 });
   const port = await freePort();
   const argv = ["--sandbox-backend", BACKEND, "--state-dir", join(dir, "state"), "--transport", "http",
-    "--host", "127.0.0.1", "--port", String(port), "--auth-token-file", tokens, ...extra];
+    "--host", "127.0.0.1", "--port", String(port), "--auth-token-file", tokens,
+    ...(operator ? ["--metrics-token", operator] : []), ...extra];
   const server = spawnServer(BINARY, argv);
   const stop = async () => {
     await server.stop();

@@ -166,6 +166,21 @@ test("a wrong token is refused with a clear message", async (t) => {
   assert.deepEqual(problems, []);
 });
 
+test("for a token that is not an operator's the status view says the charts are not for it", async (t) => {
+  // /metrics shows every tenant's activity: with tokens only --metrics-token's principals read it.
+  const server = await startServer(t, [], { operator: null });
+  const { page, problems } = await openPage(t, server);
+  await page.waitForSelector("#token-box", { state: "hidden" });
+  await page.click("#tab-status");
+  await page.waitForFunction(() => /only the server's operators may read/.test(document.getElementById("charts").textContent), null, { timeout: 20000 });
+  // The rest of the view (the caller's own) is there, and no error banner.
+  await page.waitForSelector("#interpreters tbody tr");
+  assert.equal(await page.$$eval("#charts figure", (f) => f.length), 0);
+  assert.doesNotMatch(await page.textContent("#banner"), /metrics/);
+  await shot(page, "status-not-operator");
+  assert.deepEqual(problems, []);
+});
+
 test("the page says when the server has gone", async (t) => {
   const server = await startServer(t);
   const { page } = await openPage(t, server);

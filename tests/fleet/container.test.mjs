@@ -21,7 +21,8 @@ test("image: bubblewrap inside the container, non-root, the SDK v1 client over H
   needImage(t);
   const dir = tempDir(t);
   const tok = makeToken(dir);
-  const c = await runServerContainer(t, { image: IMAGE, tokenFile: tok.file, dockerArgs: BWRAP_OPTS });
+  // (The tester is the operator too: it reads /metrics below.)
+  const c = await runServerContainer(t, { image: IMAGE, tokenFile: tok.file, dockerArgs: BWRAP_OPTS, args: ["--metrics-token", tok.name] });
 
   // The process in the container is not root, and nothing in it has a capability.
   const user = await engine(["exec", c.name, "sh", "-c", "id -u; grep CapEff /proc/1/status"]);
@@ -72,7 +73,7 @@ test("image: bubblewrap inside the container, non-root, the SDK v1 client over H
   assert.ok(events.length >= 2, `streamed progress: ${events.length} notification(s)`);
   assert.ok(!(events[0].message ?? "").includes("line 5"), "the first notification came after the script ended");
 
-  // /metrics (with the token) counts the calls.
+  // /metrics (with the operator's token) counts the calls.
   const metrics = await get(`${c.base}/metrics`, { headers: { authorization: `Bearer ${tok.token}` } });
   assert.equal(metrics.status, 200);
   assert.ok(metricValue(metrics.body, "mcp_sandbox_tool_calls_total", { tool: "execute_python" }) >= 4, metrics.body.slice(0, 2000));

@@ -96,6 +96,17 @@ test("kubernetes: the check finds a wrong type and an unknown field (it is not a
   assert.ok((await validate(enumBad)).some((e) => e.includes("procMount")));
 });
 
+/** The principals a config.toml's metrics-token names (a list of strings, or one string). */
+function metricsTokens(toml) {
+  const m = /^metrics-token\s*=\s*(.*)$/m.exec(toml);
+  return m ? [...m[1].matchAll(/"([^"]+)"/g)].flatMap((x) => x[1].split(",")) : [];
+}
+
+/** The token names of the Secret's example file (NAME:TOKEN lines). */
+function tokenNames(secret) {
+  return secret.stringData.tokens.split("\n").filter((l) => l.trim() && !l.startsWith("#")).map((l) => l.split(":")[0].trim());
+}
+
 test("kubernetes: probes, drain, Service, Secret and ConfigMap fit together and fit the server", () => {
   const docs = manifests();
   const service = docs.find((m) => m.doc.kind === "Service").doc;
@@ -131,6 +142,10 @@ test("kubernetes: probes, drain, Service, Secret and ConfigMap fit together and 
     assert.equal(tokenVol?.secret?.secretName, secret.metadata.name, `${file}: the token file is not the Secret's`);
     assert.ok(Object.keys(secret.stringData).includes(env.MPS_TOKEN_FILE.split("/").pop()));
     assert.equal(pod.spec.volumes.find((v) => v.name === mounts["/etc/mcp-python-exec-sandbox/config.toml"].name)?.configMap?.name, cm.metadata.name);
+    // /metrics is an operator's: the ConfigMap names one, a principal of the Secret's example.
+    const operators = metricsTokens(cm.data["config.toml"]);
+    assert.ok(operators.length > 0, "the ConfigMap names no metrics-token: every token would get 403 on /metrics");
+    for (const name of operators) assert.ok(tokenNames(secret).includes(name), `metrics-token ${name} is not a token name of the Secret`);
     if (env.MPS_SANDBOX_BACKEND === "bwrap") {
       assert.equal(sc.procMount, "Unmasked", `${file}: bubblewrap mounts a fresh /proc`);
       assert.equal(pod.spec.hostUsers, false, `${file}: procMount Unmasked needs a user namespace`);
@@ -152,9 +167,11 @@ test("kubernetes: the ConfigMap's config.toml is one the server starts with", as
   const { tmpdir } = await import("node:os");
   const { spawn } = await import("node:child_process");
   const cm = manifests().find((m) => m.doc.kind === "ConfigMap").doc;
+  const secret = manifests().find((m) => m.doc.kind === "Secret").doc;
   const dir = mkdtempSync(join(tmpdir(), "mps-fleet-k8s-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  writeFileSync(join(dir, "tokens"), "alice:0123456789abcdef0123456789abcdef\n", { mode: 0o600 });
+  // The Secret's names, with tokens of our own.
+  writeFileSync(join(dir, "tokens"), tokenNames(secret).map((n, i) => `${n}:${i}123456789abcdef0123456789abcdef\n`).join(""), { mode: 0o600 });
   // As shipped, and with the commented example settings (trusted-proxy) switched on.
   const asShipped = cm.data["config.toml"];
   const examples = asShipped.replace(/^# (trusted-proxy = .*)$/m, "$1");
@@ -174,5 +191,6 @@ test("kubernetes: the ConfigMap's config.toml is one the server starts with", as
     proc.kill("SIGTERM");
     await exited;
     assert.ok(listening, `the server did not start with the ConfigMap's config.toml ${what}:\n${log}`);
+    assert.doesNotMatch(log, /metrics-token|answers 403 to every token/, `/metrics has no operator ${what}:\n${log}`);
   }
 });

@@ -118,15 +118,16 @@ http {
   return { port, url: `https://127.0.0.1:${port}/mcp`, dir, stop, log: () => readFileSync(join(dir, "error.log"), "utf8") };
 }
 
-/** Three instances (their own state directories and audit logs, one token file), ready. */
-async function startInstances(t, n, tokenFile, dir) {
+/** Three instances (their own state directories and audit logs, one token file), ready;
+ * operator names the principal that may read their /metrics. */
+async function startInstances(t, n, tokenFile, dir, operator) {
   const instances = [];
   for (let i = 0; i < n; i++) {
     const port = await freePort();
     const audit = join(dir, `audit-${i}.log`);
     const inst = startInstance(t, {
       port, tokenFile,
-      args: ["--audit-log", audit, "--trusted-proxy", NGINX_SOURCE, "--max-concurrent", "8", "--max-token-concurrent", "64", "--max-token-running", "8",
+      args: ["--audit-log", audit, "--trusted-proxy", NGINX_SOURCE, "--metrics-token", operator, "--max-concurrent", "8", "--max-token-concurrent", "64", "--max-token-running", "8",
         "--max-sessions-per-token", "256", "--max-session-concurrent", "2", "--kill-grace-seconds", "1"],
     });
     inst.audit = audit;
@@ -205,7 +206,7 @@ test(`nginx: ${LOAD.sessions} sessions x ${LOAD.calls} calls over TLS to three i
   const dir = tempDir(t);
   const tok = makeToken(dir);
   const tls = makeCA(dir);
-  const instances = await startInstances(t, 3, tok.file, dir);
+  const instances = await startInstances(t, 3, tok.file, dir, tok.name);
   const ngx = await startNginx(t, { instances, tls });
 
   // Plain HTTP on the TLS port is refused; the front's own /healthz answers over TLS.
@@ -259,7 +260,7 @@ test("nginx: the audit log has the client's address behind nginx; a client's own
   const dir = tempDir(t);
   const tok = makeToken(dir);
   const tls = makeCA(dir);
-  const instances = await startInstances(t, 3, tok.file, dir);
+  const instances = await startInstances(t, 3, tok.file, dir, tok.name);
   const ngx = await startNginx(t, { instances, tls });
   // nginx writes its pid file a moment before it listens.
   const listening = () => new Promise((r) => {
@@ -309,7 +310,7 @@ test("nginx: the stateless era (2026-07-28) routes every request freely over the
   const dir = tempDir(t);
   const tok = makeToken(dir);
   const tls = makeCA(dir);
-  const instances = await startInstances(t, 3, tok.file, dir);
+  const instances = await startInstances(t, 3, tok.file, dir, tok.name);
   const ngx = await startNginx(t, { instances, tls });
   const res = execFileSync(process.execPath, [join(FLEET_DIR, "modern-calls.mjs"), ngx.url, tok.token, "30"], {
     env: { ...process.env, NODE_EXTRA_CA_CERTS: tls.ca },
@@ -331,7 +332,7 @@ test("nginx: an instance killed mid-run loses only its in-flight calls; new sess
   const dir = tempDir(t);
   const tok = makeToken(dir);
   const tls = makeCA(dir);
-  const instances = await startInstances(t, 3, tok.file, dir);
+  const instances = await startInstances(t, 3, tok.file, dir, tok.name);
   const ngx = await startNginx(t, { instances, tls });
   const victim = instances[1]; // route i2
   const doc = await runLoad(t, {

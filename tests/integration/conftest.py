@@ -77,9 +77,12 @@ SANDBOX_INDEPENDENT = {
     "test_tasks_attacks": ("http", set()),
     "test_listen_lifetimes": ("http", set()),
     "test_ui": ("http", set()),
-    # (make_tenants on the test's backend; the pool refills: bwrap only)
+    # (make_tenants on the test's backend; the pool refills, each one's last other shape:
+    # bwrap only)
     "test_tenancy": ("http", {"test_one_token_cannot_starve_another",
-                              "test_a_token_at_its_running_cap_does_not_stop_the_pools_refills"}),
+                              "test_a_token_at_its_running_cap_does_not_stop_the_pools_refills",
+                              "test_a_tenants_last_other_shape_is_its_own",
+                              "test_last_other_shapes_are_kept_for_a_bounded_number_of_principals"}),
 }
 # The none pass of the normal build runs the sandbox_independent tests, and of the others
 # only these (marked none_pass): the none backend's own run path (test_execute: spawning,

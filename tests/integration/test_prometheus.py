@@ -44,7 +44,8 @@ def test_prometheus_scrapes_the_counters(tmp_path):
     tokens = tmp_path / "tokens"
     secret = "prom-scrape-token-0123456789"
     tokens.write_text(f"metrics:{secret}\n")
-    srv = HttpServer("--sandbox-backend", BACKEND, "--auth-token-file", str(tokens), "--prestart", "off")
+    srv = HttpServer("--sandbox-backend", BACKEND, "--auth-token-file", str(tokens), "--metrics-token",
+                     "metrics", "--prestart", "off")
     prom_port = free_port()
     (tmp_path / "token").write_text(secret)
     config = tmp_path / "prometheus.yml"

@@ -40,17 +40,21 @@ def answer_of(body):
 
 def test_health_ready_and_metrics(tmp_path):
     tokens = tmp_path / "tokens"
-    tokens.write_text("alice:alice-token-0123456789\n")
-    srv = HttpServer("--sandbox-backend", BACKEND, "--auth-token-file", str(tokens), "--prestart", "off")
+    tokens.write_text("alice:alice-token-0123456789\nops:ops-token-0123456789\n")
+    srv = HttpServer("--sandbox-backend", BACKEND, "--auth-token-file", str(tokens), "--prestart", "off",
+                     "--metrics-token", "ops")
     try:
         auth = {"Authorization": "Bearer alice-token-0123456789"}
-        # The probes need no token; /metrics does.
+        ops = {"Authorization": "Bearer ops-token-0123456789"}
+        # The probes need no token; /metrics does, and an operator's (--metrics-token).
         st, h, body = get(srv, "/healthz")
         assert st == 200 and body.strip() == b"ok", (st, body)
         assert wait_until(lambda: get(srv, "/readyz")[0] == 200, timeout=30)
         st, _, _ = get(srv, "/metrics")
         assert st == 401
-        st, h, before = get(srv, "/metrics", auth)
+        st, _, _ = get(srv, "/metrics", auth)
+        assert st == 403
+        st, h, before = get(srv, "/metrics", ops)
         assert st == 200 and h["content-type"].startswith("text/plain; version=0.0.4"), h
         before = before.decode()
         assert "# TYPE mcp_sandbox_tool_calls_total counter" in before
@@ -62,7 +66,7 @@ def test_health_ready_and_metrics(tmp_path):
             assert st == 200, b
         st, _, b = srv.post(call_msg(20, "import time\ntime.sleep(10)", timeout_seconds=1), sid, headers=auth)
         assert answer_of(b)["result"]["isError"] is True
-        st, _, after = get(srv, "/metrics", auth)
+        st, _, after = get(srv, "/metrics", ops)
         after = after.decode()
         assert metric(after, "mcp_sandbox_tool_calls_total", tool="execute_python", outcome="ok") == 2
         assert metric(after, "mcp_sandbox_tool_calls_total", tool="execute_python", outcome="limit") == 1

@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -1089,3 +1090,150 @@ def test_a_token_at_its_running_cap_does_not_stop_the_pools_refills(make_tenants
     for t in threads:
         t.join(60)
     assert len(done) == 4 and all(r["structuredContent"]["exit_code"] == 0 for r in done), done
+
+
+# ================================================================ issue 31, item 7: the prestart pool's last other shape
+
+def check_env(s, sid, auth, req_id="ce"):
+    st, h, body = s.post({"jsonrpc": "2.0", "id": req_id, "method": "tools/call",
+                          "params": {"name": "check_environment", "arguments": {}}},
+                         sid, headers=auth, version=LATEST)
+    assert st == 200, body[:500]
+    return result_of(h, body, req_id)["result"]
+
+
+def other_shapes(s, sid, auth):
+    return [sh for sh in check_env(s, sid, auth)["structuredContent"]["prestart"]["shapes"]
+            if sh["shape"] != "commonest"]
+
+
+@pytest.mark.skipif(BACKEND == "none", reason="the none backend holds nothing")
+def test_a_tenants_last_other_shape_is_its_own(make_tenants, wheels):
+    """The pool's last other shape was the server's: bob's check_environment showed alice's
+    interpreter, environment key (a hash of her requirements: a guess can be confirmed) and
+    network, and one call of bob's of another shape evicted it, so bob could keep alice's
+    calls cold.  Each principal now has its own, and sees only its own."""
+    s = make_tenants("--find-links", wheels, "--offline", "--prestart", "1", lan=False,
+                     backend="bwrap")
+    a, b = s.initialize(headers=ALICE), s.initialize(headers=BOB)
+    assert wait_until(lambda: check_env(s, b, BOB)["structuredContent"]["prestart"]["ready"] >= 1,
+                      timeout=30)
+    # alice's call with dependencies: her environment becomes her last other shape.
+    first = execute(s, a, ALICE, "a1", "pass", dependencies=["mps-beta"])["structuredContent"]
+    assert first["exit_code"] == 0, first
+    key = first["environment"]["key"]
+    assert wait_until(lambda: [(sh["environment"], sh["ready"]) for sh in other_shapes(s, a, ALICE)]
+                      == [(key, 1)], timeout=30), other_shapes(s, a, ALICE)
+    # bob sees nothing of it: not the shape, not its key, not its held sandbox in the counts.
+    seen = check_env(s, b, BOB)
+    assert key not in json.dumps(seen), seen["structuredContent"]["prestart"]
+    p = seen["structuredContent"]["prestart"]
+    assert [sh["shape"] for sh in p["shapes"]] == ["commonest"] and p["ready"] == 1, p
+    # bob's call of another shape becomes his own last other shape, and evicts nothing of hers.
+    got = execute(s, b, BOB, "b1", "pass", network=False)["structuredContent"]
+    assert got["exit_code"] == 0 and got["prestarted"] == "no", got
+    assert wait_until(lambda: [(sh["network"], sh["environment"], sh["ready"])
+                               for sh in other_shapes(s, b, BOB)] == [(False, None, 1)], timeout=30)
+    assert key not in json.dumps(check_env(s, b, BOB))
+    assert [(sh["environment"], sh["ready"]) for sh in other_shapes(s, a, ALICE)] == [(key, 1)]
+    # alice's next call of her shape is warm, and so is bob's of his.
+    got = execute(s, a, ALICE, "a2", "import mps_beta", dependencies=["mps-beta"])["structuredContent"]
+    assert got["exit_code"] == 0 and got["prestarted"] == "interpreter", got
+    got = execute(s, b, BOB, "b2", "pass", network=False)["structuredContent"]
+    assert got["exit_code"] == 0 and got["prestarted"] == "interpreter", got
+
+
+@pytest.mark.skipif(BACKEND == "none", reason="the none backend holds nothing")
+def test_last_other_shapes_are_kept_for_a_bounded_number_of_principals(tmp_path):
+    """One last other shape per principal, for at most other_shapes_max principals: a newcomer's
+    replaces the one used least recently."""
+    names = [f"t{i}" for i in range(6)]
+    tokens = tmp_path / "tokens"
+    tokens.write_text("".join(f"{n}:tok-{n}-0123456789abcdef\n" for n in names))
+    auth = {n: {"Authorization": f"Bearer tok-{n}-0123456789abcdef"} for n in names}
+    s = HttpServer("--auth-token-file", str(tokens), "--no-warm-cache", "--sandbox-backend", "bwrap",
+                   "--prestart", "1")
+    try:
+        sids = {n: s.initialize(headers=auth[n]) for n in names}
+        kept = check_env(s, sids["t0"], auth["t0"])["structuredContent"]["prestart"]["other_shapes_max"]
+        assert 1 <= kept < len(names), kept
+        used = names[:kept + 1]
+        for i, n in enumerate(used):  # each one's call of another shape, oldest first
+            got = execute(s, sids[n], auth[n], f"{n}-1", "pass", network=False)["structuredContent"]
+            assert got["exit_code"] == 0, got
+            assert wait_until(lambda: [sh["ready"] for sh in other_shapes(s, sids[n], auth[n])] == [1],
+                              timeout=30), (n, other_shapes(s, sids[n], auth[n]))
+            time.sleep(0.01)  # distinct last uses
+        # The first one's went when the last came; the others' are kept, each seen by its own.
+        assert other_shapes(s, sids["t0"], auth["t0"]) == []
+        for n in used[1:]:
+            assert [sh["network"] for sh in other_shapes(s, sids[n], auth[n])] == [False], n
+        assert other_shapes(s, sids[names[-1]], auth[names[-1]]) == []
+        # A call of t1's (now the least recently set) uses its shape: t2's is the next to go.
+        got = execute(s, sids["t1"], auth["t1"], "t1-2", "pass", network=False)["structuredContent"]
+        assert got["prestarted"] == "interpreter", got
+        got = execute(s, sids[names[-1]], auth[names[-1]], "last", "pass", network=False)["structuredContent"]
+        assert got["exit_code"] == 0, got
+        assert other_shapes(s, sids["t2"], auth["t2"]) == []
+        assert [sh["network"] for sh in other_shapes(s, sids["t1"], auth["t1"])] == [False]
+    finally:
+        assert s.close() == 0
+
+
+# ================================================================ issue 31, item 8: /metrics is the operators'
+
+def get_path(s, path, auth=None):
+    st, _, body = s.request("GET", path, None, dict(auth or {}))
+    return st, body
+
+
+def test_metrics_is_for_the_operators(make_tenants, tokens):
+    """/metrics shows every tenant's activity live (calls, outcomes, durations, queues): with
+    tokens only the principals --metrics-token names may read it; every other token gets 403.
+    The probes stay open."""
+    s = make_tenants("--metrics-token", "alice")
+    sid = s.initialize(headers=BOB)
+    assert execute(s, sid, BOB, 1, "print('bob')")["structuredContent"]["exit_code"] == 0
+    st, body = get_path(s, "/metrics", ALICE)
+    assert st == 200 and b"# TYPE mcp_sandbox_tool_calls_total counter" in body, (st, body[:300])
+    st, body = get_path(s, "/metrics", BOB)
+    assert st == 403 and b"mcp_sandbox" not in body, (st, body)
+    assert b"--metrics-token" in body
+    assert get_path(s, "/metrics")[0] == 401  # no token: as ever
+    # /healthz and /readyz need no token (and any token will do).
+    for auth in (None, BOB, ALICE):
+        assert get_path(s, "/healthz", auth) == (200, b"ok\n"), auth
+        assert wait_until(lambda: get_path(s, "/readyz", auth)[0] == 200, timeout=30), auth
+    assert "/metrics answers 403 to every token" not in s.stderr_text()
+
+    # None named: every token gets 403, and the start-up log says so, once.
+    s = make_tenants()
+    for auth in (ALICE, BOB):
+        assert get_path(s, "/metrics", auth)[0] == 403, auth
+    assert get_path(s, "/healthz")[0] == 200
+    assert s.stderr_text().count("/metrics answers 403 to every token") == 1, s.stderr_text()
+
+    # Several: a comma-separated list and the flag repeated; a name without a token is said.
+    s = make_tenants("--metrics-token", "bob,carol", "--metrics-token", "alice")
+    for auth in (ALICE, BOB):
+        assert get_path(s, "/metrics", auth)[0] == 200, auth
+    assert "--metrics-token carol: no token of that name" in s.stderr_text()
+    # A token of that name added to the file (SIGHUP) reads it at once.
+    carol = {"Authorization": "Bearer tok-carol-5555555555"}
+    assert get_path(s, "/metrics", carol)[0] == 401
+    with open(tokens, "a") as f:
+        f.write("carol: tok-carol-5555555555\n")
+    s.proc.send_signal(signal.SIGHUP)
+    assert wait_until(lambda: get_path(s, "/metrics", carol)[0] == 200, timeout=10)
+
+
+def test_metrics_without_tokens_stays_open():
+    """No tokens (loopback, no auth): /metrics is open as the endpoint is; --metrics-token
+    there changes nothing, and the log says so."""
+    s = HttpServer("--no-warm-cache", "--metrics-token", "alice")
+    try:
+        st, body = get_path(s, "/metrics")
+        assert st == 200 and b"mcp_sandbox_http_sessions" in body, (st, body[:300])
+        assert "--metrics-token is for a server with bearer tokens" in s.stderr_text()
+    finally:
+        assert s.close() == 0

@@ -37,7 +37,9 @@ def rotation(tmp_path):
     made = []
 
     def make(*args):
-        s = HttpServer("--auth-token-file", str(path), "--no-warm-cache", *args)
+        # (alice is the operator too: in_progress reads /metrics with her token)
+        s = HttpServer("--auth-token-file", str(path), "--no-warm-cache", "--metrics-token", "alice",
+                       *args)
         made.append(s)
 
         def rotate():

@@ -204,7 +204,8 @@ struct tr_http {
   char *path, *sse_path, *messages_path;
   char *healthz_path, *readyz_path, *metrics_path;
   bool health_auth;
-  char *token_file; /* --auth-token-file, read again by tr_http_reload_tokens */
+  char **metrics_principals; /* who may read /metrics when there are tokens (NULL: nobody) */
+  char *token_file;          /* --auth-token-file, read again by tr_http_reload_tokens */
   size_t principals_cap;
   bool draining;
   unsigned retry_after_s;

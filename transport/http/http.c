@@ -124,6 +124,49 @@ static char **copy_strv(const char *const *v, bool as_host) {
   return out;
 }
 
+/* --metrics-token: each value a comma-separated list of principal names (NULL: none). */
+static char **metrics_names(const char *const *v) {
+  cm_strv_builder_t b = {0};
+  for (; v && *v; v++) {
+    for (const char *p = *v; *p;) {
+      size_t n = strcspn(p, ",");
+      if (n) {
+        cleanup_free char *name = xstrndup(p, n);
+        cm_strv_add(&b, name);
+      }
+      p += n;
+      if (*p == ',') p++;
+    }
+  }
+  return b.v;
+}
+
+/* Says who may read /metrics where it is not what an operator may expect: every token
+ * refused (no --metrics-token; at start-up only), an operator's name with no token in the
+ * file (at start-up and after each reload), --metrics-token without tokens. */
+static void metrics_access_log(const tr_http_t *h, bool starting) {
+  if (!h->n_tokens) {
+    if (h->metrics_principals && starting)
+      cm_warn(
+          "http: --metrics-token is for a server with bearer tokens: without them /metrics "
+          "is open to every client of the endpoint, as the endpoint is");
+    return;
+  }
+  if (!h->metrics_principals) {
+    if (starting)
+      cm_info("http: /metrics answers 403 to every token: no --metrics-token names an operator");
+    return;
+  }
+  for (char **m = h->metrics_principals; *m; m++) {
+    bool found = false;
+    for (size_t i = 0; i < h->n_tokens && !found; i++)
+      found = !h->tokens[i].unnamed && strcmp(h->tokens[i].name, *m) == 0;
+    if (!found)
+      cm_warn("http: --metrics-token %s: no token of that name in %s (it cannot read /metrics)", *m,
+              h->token_file);
+  }
+}
+
 static char *sibling_path(const char *path, const char *name) {
   const char *slash = strrchr(path, '/');
   size_t dir = slash ? (size_t)(slash - path) : 0;
@@ -245,6 +288,7 @@ int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err) {
   h->n_tokens = n;
   h->token_principal = map;
   cm_info("http: %zu bearer tokens after reading %s again", n, h->token_file);
+  metrics_access_log(h, false);
   revoke_mark(h);
   return 0;
 }
@@ -277,6 +321,7 @@ static void http_release(tr_http_t *h) {
   free(h->healthz_path);
   free(h->readyz_path);
   free(h->metrics_path);
+  cm_strv_free(h->metrics_principals);
   free(h->token_file);
   free(h->buckets);
   if (h->listen_fd >= 0) close(h->listen_fd);
@@ -298,6 +343,7 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   h->readyz_path = sibling_path(path, "readyz");
   h->metrics_path = sibling_path(path, "metrics");
   h->health_auth = opts->health_auth;
+  h->metrics_principals = metrics_names(opts->metrics_principals);
   h->allowed_hosts = copy_strv(opts->allowed_hosts, true);
   h->allowed_origins = copy_strv(opts->allowed_origins, false);
   h->versions = copy_strv(opts->protocol_versions, false);
@@ -363,6 +409,7 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   if (!h->n_tokens) h->principals[h->n_principals++].name = xstrdup(HTTP_PRINCIPAL_LOCAL);
   for (size_t i = 0; i < h->n_tokens; i++) h->token_principal[i] = principal_for(h, &h->tokens[i]);
   if (opts->auth_token_file) h->token_file = xstrdup(opts->auth_token_file);
+  metrics_access_log(h, true);
   h->max_sessions_per_principal = opts->max_sessions_per_principal;
   h->max_streams_per_principal = opts->max_streams_per_principal;
   h->max_replay_session = opts->max_replay_bytes_per_session ? opts->max_replay_bytes_per_session

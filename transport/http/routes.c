@@ -397,8 +397,24 @@ static enum MHD_Result health(hs_conn_t *c) {
   return plain(c, 200, "text/plain", "ready\n", NULL, NULL);
 }
 
+/* Whether c's principal may read /metrics: any, without tokens (the one local principal, as
+ * for the MCP endpoint); else only those --metrics-token names.  It shows every tenant's
+ * activity (calls, outcomes, durations, queues): an operator's view. */
+static bool may_read_metrics(const hs_conn_t *c) {
+  const tr_http_t *h = c->h;
+  if (!h->n_tokens) return true;
+  for (char **m = h->metrics_principals; m && *m && c->principal; m++)
+    if (!c->principal->unnamed && strcmp(c->principal->name, *m) == 0) return true;
+  return false;
+}
+
 static enum MHD_Result metrics(hs_conn_t *c) {
   tr_http_t *h = c->h;
+  if (!may_read_metrics(c))
+    return tr_hs_respond_error(c, 403, -32000,
+                               "Forbidden: /metrics is for the server's operators (the principals "
+                               "--metrics-token names)",
+                               NULL, NULL);
   cleanup_free char *server = h->cbs.metrics ? h->cbs.metrics(h->data) : NULL;
   size_t conns = 0;
   for (hs_conn_t *k = h->conns; k; k = k->next) conns++;
@@ -462,7 +478,7 @@ static enum MHD_Result handle_headers(hs_conn_t *c, const char *url, const char 
   bool probe = c->ep == EP_HEALTHZ || c->ep == EP_READYZ;
   if (probe && strcmp(method, "GET") != 0) return tr_hs_respond_405(c, "GET");
   /* A load balancer's probes need no token (unless --health-auth); /metrics does, when
-   * there are tokens. */
+   * there are tokens, and an operator's (metrics()). */
   if (probe && !h->health_auth) return health(c);
   /* The page and its assets need no token (ui.c): the page asks for one. */
   bool get_or_head = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;

@@ -466,6 +466,8 @@ async function sample() {
     cache: "no-store",
   });
   if (resp.status === 401) throw new HttpError(401, "The server refused the token (401 Unauthorized).");
+  if (resp.status === 403)
+    throw new HttpError(403, "The charts come from /metrics, which only the server's operators may read (--metrics-token): this token is not one.");
   if (!resp.ok) throw new HttpError(resp.status, "metrics: " + resp.status);
   samples.push({ t: Date.now(), values: parseMetrics(await resp.text()) });
   while (samples.length > MAX_SAMPLES) samples.shift();
@@ -474,8 +476,10 @@ async function sample() {
 
 function drawCharts() {
   const host = $("charts");
-  if (!host.childElementCount)
+  if (!host.querySelector("figure")) {
+    host.replaceChildren(); // (a note that this token may not read /metrics, when it was another)
     for (const s of SERIES) host.append(el("figure", { "data-metric": s.metric }, el("canvas", { width: "300", height: "70" }), el("figcaption", {})));
+  }
   for (const s of SERIES) {
     const fig = host.querySelector(`[data-metric="${s.metric}"]`);
     const pts = []; // [time, value]
@@ -582,6 +586,13 @@ async function pollStatus() {
     await sample();
     banner("");
   } catch (e) {
+    if (e.status === 403) {
+      // Not an operator: no charts (the rest of the view is the caller's own), and no polling.
+      $("charts").replaceChildren(el("p", { class: "hint" }, e.message));
+      clearInterval(pollTimer);
+      pollTimer = null;
+      return;
+    }
     banner(e.message);
     if (e.status === 401) showTokenBox();
   }
