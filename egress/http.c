@@ -219,9 +219,18 @@ bool eg_http_hop_header(const char *buf, const eg_header_t *headers, size_t n_he
   return false;
 }
 
+/* The headers a page request goes without (EG_FORWARD_PAGE). */
+static bool page_drops(const char *buf, const eg_header_t *h) {
+  static const char *const names[] = {"accept-encoding", "if-none-match", "if-modified-since",
+                                      "if-range", "range"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(names); i++)
+    if (span_ieq(buf, h->name, names[i])) return true;
+  return false;
+}
+
 void eg_http_forward_head(const char *buf, const eg_request_t *req, const char *path,
                           size_t path_len, const char *host_header, const char *authorization,
-                          cm_buf_t *out) {
+                          unsigned flags, cm_buf_t *out) {
   if (!path) {
     path = buf + req->path.off;
     path_len = req->path.len;
@@ -236,6 +245,7 @@ void eg_http_forward_head(const char *buf, const eg_request_t *req, const char *
     if (eg_http_hop_header(buf, req->headers, req->n_headers, h)) continue;
     if (span_ieq(buf, h->name, "host")) continue;
     if (authorization && span_ieq(buf, h->name, "authorization")) continue;
+    if ((flags & EG_FORWARD_PAGE) && page_drops(buf, h)) continue;
     cm_buf_append(out, buf + h->name.off, h->name.len);
     cm_buf_appends(out, ": ");
     cm_buf_append(out, buf + h->value.off, h->value.len);

@@ -44,6 +44,11 @@
 #define EG_GLOBAL_MAX_CONNECTIONS 2048
 #define EG_MAX_ARES_SOCKETS 32
 #define EG_MAX_INDEXES 200
+/* The links of an index's pages it remembers (the oldest go first), and how much of one page's
+ * body is scanned for them. */
+#define EG_INDEX_MAX_LINKS 16384
+#define EG_INDEX_MAX_LINK_BYTES (8u << 20)
+#define EG_PAGE_SCAN_MAX (64u << 20)
 
 typedef struct conn conn_t;
 
@@ -79,10 +84,16 @@ struct conn {
   eg_request_t *req;
   char host[EG_HOST_MAX + 1];
   uint16_t port;
-  int index;         /* K_INDEX: the index it goes to */
-  lookup_t *lookups; /* the queries under way */
-  size_t pending;    /* lookups not answered yet (+1 while they are being started) */
-  eg_addr_t *target; /* the target's addresses (heap), n_target of them */
+  int index;            /* K_INDEX: the index it goes to; K_FORWARD: the credentialed index whose
+                         * origin it is, or -1 */
+  bool credentialed;    /* the index's credentials go with it (eg_index_credentials_apply) */
+  char *page_target;    /* a page of the index (below its path): its target, whose links are
+                         * learnt from the answer; else NULL */
+  eg_page_scan_t *scan; /* the answer's body being scanned for links, or NULL */
+  uint64_t scanned;     /* bytes of it scanned */
+  lookup_t *lookups;    /* the queries under way */
+  size_t pending;       /* lookups not answered yet (+1 while they are being started) */
+  eg_addr_t *target;    /* the target's addresses (heap), n_target of them */
   size_t n_target;
   char *target_error;     /* why the target did not resolve (heap) */
   eg_name_addr_t *denied; /* what the denied names resolved to (heap) */
@@ -106,9 +117,10 @@ typedef struct ares_watch {
 
 typedef struct eg_index {
   eg_url_t url;
-  char *host_header;   /* Host: value */
-  char *authorization; /* "Basic ...", or NULL */
-  char *origin_path;   /* the URL's path, for eg_proxy_index_url */
+  char *host_header;    /* Host: value */
+  char *authorization;  /* "Basic ...", or NULL */
+  char *origin_path;    /* the URL's path, for eg_proxy_index_url */
+  eg_link_set_t *links; /* what its pages linked to (the credentials go with those too) */
 } eg_index_t;
 
 struct eg_session {
@@ -735,6 +747,31 @@ static void maybe_finish(conn_t *c) {
   }
 }
 
+static void on_page_link(void *data, const char *link, size_t len) {
+  conn_t *c = data;
+  eg_index_t *ix = &c->s->proxy->indexes[c->index];
+  cleanup_free char *target = eg_link_resolve(&ix->url, c->page_target, link, len);
+  if (target) eg_link_set_add(ix->links, target, strlen(target));
+}
+
+/* Body bytes of a page's answer on their way to the client: its links are remembered. */
+static void scan_page(conn_t *c, const char *data, size_t n) {
+  if (!c->scan) return;
+  c->scanned += n;
+  if (eg_page_scan_feed(c->scan, data, n, on_page_link, c) < 0 || c->scanned > EG_PAGE_SCAN_MAX) {
+    free(c->scan);
+    c->scan = NULL;
+  }
+}
+
+/* The final response head of a page request: is its body one to learn links from? */
+static void page_answered(conn_t *c, const char *head, const eg_response_t *resp) {
+  bool chunked;
+  if (!c->page_target || !eg_page_response_learnable(head, resp, &chunked)) return;
+  c->scan = xmalloc(sizeof *c->scan);
+  eg_page_scan_init(c->scan, chunked);
+}
+
 /* The first bytes from upstream of a forwarded request: the response head, rewritten once. */
 static void take_response_head(conn_t *c, const char *data, size_t n) {
   size_t room = EG_HEAD_MAX - c->head_len;
@@ -759,6 +796,8 @@ static void take_response_head(conn_t *c, const char *data, size_t n) {
   rbuf_push(&c->u2c, out.data, out.len);
   rbuf_push(&c->u2c, c->head + resp.head_len, c->head_len - resp.head_len);
   cm_buf_release(&out);
+  page_answered(c, c->head, &resp);
+  scan_page(c, c->head + resp.head_len, c->head_len - resp.head_len);
   c->resp_head = false;
   c->head_len = 0;
 }
@@ -785,10 +824,12 @@ static void relay_read_upstream(conn_t *c) {
   }
   rate_take(s, (size_t)r);
   s->stats.bytes_in += (uint64_t)r;
-  if (c->resp_head)
+  if (c->resp_head) {
     take_response_head(c, tmp, (size_t)r);
-  else
+  } else {
     c->u2c.len += (size_t)r;
+    scan_page(c, t, (size_t)r);
+  }
 }
 
 /* TLS may hold decrypted bytes that no readiness event announces. */
@@ -935,17 +976,20 @@ static void start_relay(conn_t *c) {
     size_t path_len = 0;
     const char *auth = NULL;
     cleanup_free char *host_header = NULL;
+    unsigned flags = 0;
     if (c->index >= 0) {
       eg_index_t *ix = &p->indexes[c->index];
-      auth = ix->authorization;
+      auth = c->credentialed ? ix->authorization : NULL;
       host_header = xstrdup(ix->host_header);
-
+      /* A page is asked for whole and as it is (no 304, no range, no content coding): its
+       * links are read from it. */
+      if (c->page_target) flags |= EG_FORWARD_PAGE;
     } else {
       bool v6 = strchr(c->host, ':') != NULL;
       host_header = c->port == 80 ? xasprintf(v6 ? "[%s]" : "%s", c->host)
                                   : xasprintf(v6 ? "[%s]:%u" : "%s:%u", c->host, (unsigned)c->port);
     }
-    eg_http_forward_head(c->head, c->req, path, path_len, host_header, auth, &out);
+    eg_http_forward_head(c->head, c->req, path, path_len, host_header, auth, flags, &out);
     size_t body = c->head_len - c->req->head_len;
     if (out.len + body > EG_RELAY_BUF) {
       cm_buf_release(&out);
@@ -1094,6 +1138,30 @@ static bool read_only(const char *buf, const eg_request_t *req) {
   return true;
 }
 
+/* Whether the credentials of the index c goes to (c->index) go with this request: only below
+ * the index URL's path and to the files its pages linked to; anything else on its host (an
+ * API, a private project) goes as anyone's request would.  A page's answer is scanned for the
+ * links that follow (a GET: a HEAD has no body). */
+static void index_decide(conn_t *c) {
+  eg_index_t *ix = &c->s->proxy->indexes[c->index];
+  const eg_request_t *req = c->req;
+  const char *target = req->path.len ? c->head + req->path.off : "/";
+  size_t len = req->path.len ? req->path.len : 1;
+  c->credentialed =
+      ix->authorization && eg_index_credentials_apply(ix->url.path, ix->links, target, len);
+  if (!ix->authorization) return;
+  if (!c->credentialed) {
+    cm_debug(
+        "egress: a request to the index %s goes without its credentials (neither below %s "
+        "nor a link of its pages)",
+        ix->url.host, ix->url.path);
+    return;
+  }
+  if (req->method.len == 3 && !memcmp(c->head + req->method.off, "GET", 3) &&
+      eg_index_path_below(ix->url.path, target, len))
+    c->page_target = xstrndup(target, len);
+}
+
 static void refuse_unsafe(conn_t *c) {
   reply_and_close(c, 405, "Method Not Allowed",
                   "mcp-python-exec-sandbox egress proxy: only GET and HEAD without a body go to an "
@@ -1138,6 +1206,7 @@ static void head_request(conn_t *c) {
     }
     c->kind = K_INDEX;
     c->index = ix;
+    index_decide(c);
     snprintf(c->host, sizeof c->host, "%s", p->indexes[ix].url.host);
     c->port = p->indexes[ix].url.port;
     conn_route(c);
@@ -1156,6 +1225,7 @@ static void head_request(conn_t *c) {
       refuse_unsafe(c);
       return;
     }
+    if (c->index >= 0) index_decide(c);
   }
   snprintf(c->host, sizeof c->host, "%s", req->host);
   c->port = req->port;
@@ -1235,6 +1305,8 @@ static void conn_free(void *data) {
   conn_t *c = data;
   free(c->head);
   free(c->req);
+  free(c->page_target);
+  free(c->scan);
   free(c->target);
   free(c->target_error);
   free(c->denied);
@@ -1522,6 +1594,7 @@ void eg_proxy_free(eg_proxy_t *p) {
     if (ix->authorization) explicit_bzero(ix->authorization, strlen(ix->authorization));
     free(ix->authorization);
     free(ix->origin_path);
+    eg_link_set_free(ix->links);
   }
   eg_tls_ctx_free(p->tls);
   free(p->dns_servers);
@@ -1566,6 +1639,7 @@ int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err) {
     explicit_bzero(pair, strlen(pair));
   }
   ix->origin_path = xstrdup(ix->url.path);
+  ix->links = eg_link_set_new(EG_INDEX_MAX_LINKS, EG_INDEX_MAX_LINK_BYTES);
   return (int)p->n_indexes++;
 }
 

@@ -34,7 +34,8 @@ static void fuzz_request(const char *buf, size_t size) {
     }
     cm_buf_t out;
     cm_buf_init(&out, 0);
-    eg_http_forward_head(buf, req, NULL, 0, "example.test", "Basic eA==", &out);
+    eg_http_forward_head(buf, req, NULL, 0, "example.test",
+                         "Basic eA==", size & 2 ? EG_FORWARD_PAGE : 0, &out);
     eg_request_t *again = malloc(sizeof *again);
     /* (It may carry three headers more than it had: Host, Authorization, Connection.) */
     if (out.len <= EG_HEAD_MAX && req->n_headers + 3 <= EG_MAX_HEADERS) {

@@ -974,7 +974,7 @@ def credentialed_index(files_dir, user, password, tls=None):
             seen["paths"].append(self.path)
             if self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding"):
                 seen["bodied"].append(self.path)
-            if self.path == "/session":
+            if self.path == "/simple/session":
                 # A session cookie, issued for the credentials: as good as they are.
                 self.send_response(200)
                 self.send_header("Set-Cookie", f"session=cookie-{password}; Path=/")
@@ -1137,7 +1137,7 @@ def probe(targets, abstract):
     # Plain HTTP to the index's real origin gets its credentials too: the same rules apply.
     r["origin-PUT"] = _raw("127.0.0.1", 3128, ("PUT http://127.0.0.1:%d/simple/upload HTTP/1.1\r\nHost: x\r\n"
                                                  "Content-Length: 0\r\n\r\n" % port).encode())
-    r["session"] = _raw(*fw, b"GET /session HTTP/1.1\r\nHost: x\r\n\r\n")
+    r["session"] = _raw(*fw, b"GET /simple/session HTTP/1.1\r\nHost: x\r\n\r\n")
     r["GET"] = _raw(*fw, b"GET /simple/ HTTP/1.1\r\nHost: x\r\n\r\n")
     return r
 '''
@@ -1405,3 +1405,161 @@ print(n, round(time.monotonic() - t, 2))
     total = net["bytes_in"] + net["bytes_out"]
     assert int(n) == 300_000 and total > 300_000
     assert float(took) >= (total - 65536) / 65536 * 0.9, (took, total)
+
+
+# ------------------------------------------------------------------ a GitLab-shaped index
+
+GL_PREFIX = "/api/v4/projects/1/packages/pypi"
+
+
+def _server_path(raw):
+    """The path a lenient server (Tomcat, a framework's router) acts on: percent-decoded, ";"
+    parameters and dot segments resolved (the way out of an index's path a request may try)."""
+    import posixpath
+    import urllib.parse
+    path = urllib.parse.unquote(raw.split("?", 1)[0]).replace("\\", "/")
+    path = "/".join(seg.split(";", 1)[0] for seg in path.split("/"))
+    norm = posixpath.normpath(path)
+    return norm + "/" if path.endswith("/") and norm != "/" else norm
+
+
+def gitlab_index(files_dir, user, password):
+    """A credentialed index shaped like GitLab's (Artifactory's and Nexus's are alike): the
+    simple pages at GL_PREFIX/simple, linking to GL_PREFIX/files/<sha256>/<name> relatively
+    ("../../files/..."), and beside them a private API path that answers the credentials with a
+    secret.  Every request is logged: (raw path, the path acted on, credentials?, headers)."""
+    import hashlib
+    want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    log = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def _send(self, status, body=b"", ctype="text/plain", extra=()):
+            self.send_response(status)
+            for k, v in extra:
+                self.send_header(k, v)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def do_GET(self):
+            path = _server_path(self.path)
+            creds = self.headers.get("Authorization") == want
+            log.append((self.path, path, creds, dict(self.headers)))
+            if not creds:
+                return self._send(401, b"", extra=[("WWW-Authenticate", 'Basic realm="gitlab"')])
+            files = sorted(os.listdir(files_dir))
+            if path == "/api/v4/private/token" or path.startswith("/api/v4/projects/2/"):
+                return self._send(200, f"private-{password}".encode())
+            if path.rstrip("/") == GL_PREFIX + "/simple":
+                links = "".join(f'<a href="{f.split("-")[0].replace("_", "-")}/">{f}</a>\n' for f in files)
+                return self._send(200, f"<html><body>{links}</body></html>".encode(), "text/html")
+            if path.startswith(GL_PREFIX + "/simple/mps-"):
+                links = ""
+                for f in files:
+                    data = open(os.path.join(files_dir, f), "rb").read()
+                    sha = hashlib.sha256(data).hexdigest()
+                    links += f'<a href="../../files/{sha}/{f}#sha256={sha}">{f}</a>\n'
+                return self._send(200, f"<html><body>{links}</body></html>".encode(), "text/html")
+            if path.startswith(GL_PREFIX + "/files/"):
+                name = path.rsplit("/", 1)[1]
+                if name in files:
+                    return self._send(200, open(os.path.join(files_dir, name), "rb").read(),
+                                      "application/octet-stream")
+            return self._send(404)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *a):
+            pass
+    srv = AuthIndex(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, log
+
+
+# What a build tries on the index's host besides the index: the private API, by the
+# forwarder's index origin, by dot segments, encoded or ";"-hidden, from a linked file's
+# place, and by the index's real origin.
+PRIVATE_PROBE = r'''
+import socket
+
+def _raw(host, port, data):
+    try:
+        s = socket.create_connection((host, port), timeout=10)
+        s.sendall(data)
+        out = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+        return out.decode("latin1")
+    except OSError as e:
+        return "error " + type(e).__name__
+
+def probe(targets, abstract):
+    port, p = targets["index_port"], targets["prefix"]
+    fw = ("127.0.1.1", 3128)
+    tries = {
+        "private": "/api/v4/private/token",
+        "other-project": "/api/v4/projects/2/packages/pypi/simple/",
+        "dots": p + "/simple/../../../../private/token",
+        "encoded-dots": p + "/simple/%2e%2e/%2e%2e/%2e%2e/%2e%2e/private/token",
+        "encoded-slash": p + "/simple/..%2f..%2f..%2f..%2fprivate/token",
+        "params": p + "/simple/..;/..;/..;/..;/private/token",
+        "backslash": p + "/simple/..\\..\\..\\..\\private\\token",
+        "from-files": p + "/files/../../../private/token",
+    }
+    r = {}
+    for name, path in tries.items():
+        r[name] = _raw(*fw, ("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
+    r["real-origin"] = _raw("127.0.0.1", 3128, ("GET http://127.0.0.1:%d/api/v4/private/token HTTP/1.1\r\n"
+                                                  "Host: x\r\n\r\n" % port).encode())
+    r["page"] = _raw(*fw, ("GET %s/simple/mps-hostile/ HTTP/1.1\r\nHost: x\r\n\r\n" % p).encode())
+    return r
+'''
+
+
+def test_index_credentials_only_for_the_index(world):
+    """The index's credentials go with requests below the index URL's path and to the files
+    its pages linked to, nothing else on its host (issue 30, 1): a build asks for the private
+    API of a GitLab-shaped index by every spelling (dot segments, encoded, ";"-hidden, from a
+    file's place, the real origin) and gets what anyone gets, 401, while its dependencies
+    still install from the index (pages, and the relatively linked files, credentialed)."""
+    d = tempfile.mkdtemp(prefix="mps-gitlab-")
+    try:
+        os.chmod(d, 0o755)
+        files = os.path.join(d, "files")
+        os.makedirs(files)
+        os.chmod(files, 0o755)
+        index, log = gitlab_index(files, "deploy", SECRET)
+        port = index.server_address[1]
+        make_hostile_sdist(files, {"index_port": port, "prefix": GL_PREFIX}, None, probe_code=PRIVATE_PROBE)
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
+                   "--index-url", f"http://deploy:{SECRET}@127.0.0.1:{port}{GL_PREFIX}/simple",
+                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+        try:
+            s.initialize()
+            res = s.execute("import json, os, mps_hostile\n"
+                            "r = json.load(open(os.path.join(os.path.dirname(mps_hostile.__file__), 'report.json')))\n"
+                            "print(json.dumps(r['probe']))", dependencies=["mps-hostile"], timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            got = json.loads(res["structuredContent"]["stdout"])
+        finally:
+            s.close()
+        index.shutdown()
+        for name in ("private", "other-project", "dots", "encoded-dots", "encoded-slash", "params", "backslash",
+                     "from-files", "real-origin"):
+            assert got[name].split(" ")[1] == "401", (name, got[name][:300])
+        assert SECRET not in json.dumps(got) and f"private-{SECRET}" not in json.dumps(res)
+        # The index's own page is still read with them.
+        assert got["page"].split(" ")[1] == "200" and "mps_hostile-1.0.tar.gz" in got["page"], got["page"][:300]
+        # What reached the index with the credentials: its pages and the files they linked to.
+        credentialed = [(raw, path) for raw, path, creds, _ in log if creds]
+        assert any(p.startswith(GL_PREFIX + "/files/") for _, p in credentialed), log
+        for raw, path in credentialed:
+            assert raw == path and (path.startswith(GL_PREFIX + "/simple") or path.startswith(GL_PREFIX + "/files/")), raw
+        assert not [raw for raw, path, creds, _ in log if creds and "private" in path], log
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
