@@ -219,7 +219,7 @@ int eg_http_parse_response_limit(const char *buf, size_t len, eg_response_t *res
                                  size_t max_headers);
 
 /* Is this header (by name) one that a proxy must not pass on: Connection, Keep-Alive,
- * Proxy-*, TE, Trailer, Upgrade, or one the request's Connection header lists? */
+ * Proxy-*, TE, Trailer, Upgrade, Close, or one the head's Connection header lists? */
 bool eg_http_hop_header(const char *buf, const eg_header_t *headers, size_t n_headers,
                         const eg_header_t *h);
 
@@ -234,15 +234,26 @@ typedef enum eg_forward_flags {
 /* Appends the head to send upstream for req (parsed from buf): the request line in origin
  * form with path (NULL = req's own), the headers without hop-by-hop ones (and what flags
  * say), Host, and Authorization (NULL = the client's own, if any) replaced by the given
- * values, and "Connection: close". */
+ * values, and "Connection: close".  With authorization (the server's credentials, which go
+ * with reads without a body only) also without Expect. */
 void eg_http_forward_head(const char *buf, const eg_request_t *req, const char *path,
                           size_t path_len, const char *host_header, const char *authorization,
                           unsigned flags, cm_buf_t *out);
-/* Appends a response head with the hop-by-hop headers dropped and "Connection: close";
- * with drop_cookies also Set-Cookie (the answer to a request that carried the server's
- * credentials: a session cookie issued for them is as good as they are). */
+/* Appends a response head with the hop-by-hop headers dropped and "Connection: close" (not
+ * to an interim, 1xx, head); with drop_cookies also Set-Cookie (an answer from a credentialed
+ * index's origin: a session cookie issued for the credentials is as good as they are). */
 void eg_http_forward_response(const char *buf, const eg_response_t *resp, bool drop_cookies,
                               cm_buf_t *out);
+/* Every response head at the start of buf up to the final one: interim (1xx) heads come
+ * first, as many as upstream sends, and each is rewritten like the final one
+ * (eg_http_forward_response) and appended to out.  1 = the final head was rewritten too:
+ * *consumed is the length of all the heads, *final the final head parsed (its spans relative
+ * to buf + *final_off); 0 = no final head yet: the complete interim heads were appended and
+ * *consumed covers them (the caller drops them and keeps the rest for later); -1 = a
+ * malformed or oversized head, or 101 Switching Protocols (the proxy never forwards an
+ * Upgrade). */
+int eg_http_rewrite_heads(const char *buf, size_t len, bool drop_cookies, cm_buf_t *out,
+                          size_t *consumed, eg_response_t *final, size_t *final_off);
 
 /* ---------------------------------------------------------------- SOCKS5 */
 

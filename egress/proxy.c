@@ -9,7 +9,9 @@
  *   RELAY       bytes both ways through two bounded buffers: a side is read only while the
  *               buffer towards its peer has room and the run's rate allows it, so a slow
  *               reader slows its writer and nothing grows.  For a forwarded plain-HTTP
- *               request the response head is rewritten once (Connection: close) first.
+ *               request every response head is rewritten (hop-by-hop headers dropped, and an
+ *               index's cookies), the interim (1xx) ones and the final one (Connection:
+ *               close), before the body is relayed as it comes.
  * A refusal (policy, resolution, connection) answers the client with a short HTTP (or
  * SOCKS5) error and closes.  Connections are freed from the loop's deferred queue, never
  * inside one of their own callbacks. */
@@ -104,7 +106,8 @@ struct conn {
   size_t n_cand, next_cand;
   cm_timer_t *timer;
   rbuf_t c2u, u2c;
-  bool resp_head; /* K_FORWARD/K_INDEX: the response head is still to be rewritten */
+  bool
+      resp_head; /* K_FORWARD/K_INDEX: response heads are still to be rewritten (up to the final) */
   bool c_eof, u_eof, c_shut, u_shut;
   eg_tls_t *tls;
 };
@@ -234,10 +237,13 @@ static char *rbuf_tail(rbuf_t *b, size_t *room) {
 }
 
 static void rbuf_push(rbuf_t *b, const void *data, size_t n) {
-  size_t room;
-  char *t = rbuf_tail(b, &room);
+  if (b->start > 0 && b->start + b->len + n > EG_RELAY_BUF) {
+    memmove(b->data, b->data + b->start, b->len);
+    b->start = 0;
+  }
+  size_t room = EG_RELAY_BUF - b->start - b->len;
   if (n > room) n = room; /* callers check rbuf_room first */
-  memcpy(t, data, n);
+  memcpy(b->data + b->start + b->len, data, n);
   b->len += n;
 }
 
@@ -772,34 +778,47 @@ static void page_answered(conn_t *c, const char *head, const eg_response_t *resp
   eg_page_scan_init(c->scan, chunked);
 }
 
-/* The first bytes from upstream of a forwarded request: the response head, rewritten once. */
+/* The first bytes from upstream of a forwarded request: its response heads, every one rewritten
+ * (interim 1xx heads, as many as come, then the final one), and then the body. */
 static void take_response_head(conn_t *c, const char *data, size_t n) {
   size_t room = EG_HEAD_MAX - c->head_len;
   size_t take = CM_MIN(room, n);
   memcpy(c->head + c->head_len, data, take);
   c->head_len += take;
   eg_response_t resp;
-  int rc = eg_http_parse_response(c->head, c->head_len, &resp);
-  if (rc == 0) return;
-  if (rc < 0) {
+  size_t used = 0, final_off = 0;
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  int rc =
+      eg_http_rewrite_heads(c->head, c->head_len, c->index >= 0, &out, &used, &resp, &final_off);
+  /* (Room for it was there before the read: upstream_wanted.) */
+  if (rc < 0 || out.len + (rc > 0 ? c->head_len - used : 0) > rbuf_room(&c->u2c)) {
+    cm_buf_release(&out);
     conn_close(c); /* a broken upstream: the client sees the connection end */
     return;
   }
-  cm_buf_t out;
-  cm_buf_init(&out, 0);
-  eg_http_forward_response(c->head, &resp, c->index >= 0, &out);
-  if (out.len + (c->head_len - resp.head_len) > rbuf_room(&c->u2c)) {
-    cm_buf_release(&out);
-    conn_close(c);
+  rbuf_push(&c->u2c, out.data, out.len);
+  cm_buf_release(&out);
+  if (rc == 0) {
+    /* Interim heads went on; the rest waits for the final head. */
+    memmove(c->head, c->head + used, c->head_len - used);
+    c->head_len -= used;
     return;
   }
-  rbuf_push(&c->u2c, out.data, out.len);
-  rbuf_push(&c->u2c, c->head + resp.head_len, c->head_len - resp.head_len);
-  cm_buf_release(&out);
-  page_answered(c, c->head, &resp);
-  scan_page(c, c->head + resp.head_len, c->head_len - resp.head_len);
+  rbuf_push(&c->u2c, c->head + used, c->head_len - used);
+  page_answered(c, c->head + final_off, &resp);
+  scan_page(c, c->head + used, c->head_len - used);
   c->resp_head = false;
   c->head_len = 0;
+}
+
+/* Room for what upstream sends next: while its heads are read, a whole head's worth in the head
+ * buffer and, towards the client, for the rewritten heads (which may come out a little longer
+ * than they went in) and the bytes after them; then room in the relay buffer. */
+#define EG_HEAD_ROOM (EG_HEAD_MAX + 4096)
+static bool upstream_wanted(const conn_t *c) {
+  return c->resp_head ? c->head_len < EG_HEAD_MAX && rbuf_room(&c->u2c) >= EG_HEAD_ROOM
+                      : rbuf_room(&c->u2c) > 0;
 }
 
 static void relay_read_upstream(conn_t *c) {
@@ -835,7 +854,7 @@ static void relay_read_upstream(conn_t *c) {
 /* TLS may hold decrypted bytes that no readiness event announces. */
 static void drain_tls(conn_t *c) {
   while (!c->closed && c->tls && !c->u_eof && eg_tls_pending(c->tls) > 0 && !c->s->throttled &&
-         (c->resp_head ? c->head_len < EG_HEAD_MAX : rbuf_room(&c->u2c) > 0)) {
+         upstream_wanted(c)) {
     size_t before = c->s->stats.bytes_in;
     relay_read_upstream(c);
     if (c->s->stats.bytes_in == before) break;
@@ -906,9 +925,7 @@ static void conn_update(conn_t *c) {
       if (!c->c_eof && rbuf_room(&c->c2u) > 0 && can_read) cev |= EPOLLIN;
       if (c->u2c.len) cev |= EPOLLOUT;
       if (c->ufd >= 0) {
-        if (!c->u_eof && can_read &&
-            (c->resp_head ? c->head_len < EG_HEAD_MAX : rbuf_room(&c->u2c) > 0))
-          uev |= EPOLLIN;
+        if (!c->u_eof && can_read && upstream_wanted(c)) uev |= EPOLLIN;
         if (c->c2u.len) uev |= EPOLLOUT;
         if (up_tls(c)) uev = eg_tls_adjust(c->tls, uev);
       }

@@ -1450,6 +1450,19 @@ def gitlab_index(files_dir, user, password):
             if not creds:
                 return self._send(401, b"", extra=[("WWW-Authenticate", 'Basic realm="gitlab"')])
             files = sorted(os.listdir(files_dir))
+            if path == GL_PREFIX + "/simple/early/":
+                # Interim heads before the final one, each with a cookie of the credentials'
+                # and hop-by-hop headers (what a proxy passes on must be rewritten, every head).
+                self.wfile.write(
+                    b"HTTP/1.1 100 Continue\r\nSet-Cookie: c100=cookie-" + password.encode() +
+                    b"\r\nKeep-Alive: timeout=5\r\n\r\n"
+                    b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nSet-Cookie: c103=cookie-" +
+                    password.encode() + b"\r\nConnection: X-Hop\r\nX-Hop: h\r\n\r\n"
+                    b"HTTP/1.1 200 OK\r\nSet-Cookie: session=cookie-" + password.encode() +
+                    b"\r\nX-Hop2: y\r\nConnection: X-Hop2\r\nContent-Type: text/plain\r\n"
+                    b"Content-Length: 5\r\n\r\nearly")
+                self.close_connection = True
+                return
             if path == "/api/v4/private/token" or path.startswith("/api/v4/projects/2/"):
                 return self._send(200, f"private-{password}".encode())
             if path.rstrip("/") == GL_PREFIX + "/simple":
@@ -1561,5 +1574,61 @@ def test_index_credentials_only_for_the_index(world):
         for raw, path in credentialed:
             assert raw == path and (path.startswith(GL_PREFIX + "/simple") or path.startswith(GL_PREFIX + "/files/")), raw
         assert not [raw for raw, path, creds, _ in log if creds and "private" in path], log
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+EARLY_PROBE = r"""
+import socket
+
+def probe(targets, abstract):
+    s = socket.create_connection(("127.0.1.1", 3128), timeout=10)
+    s.sendall(("GET %s/simple/early/ HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n\r\n" % targets["prefix"]).encode())
+    out = b""
+    while True:
+        c = s.recv(65536)
+        if not c:
+            break
+        out += c
+    return {"early": out.decode("latin1")}
+"""
+
+
+def test_every_response_head_of_an_index_is_rewritten(world):
+    """An index's answer with interim heads (100 Continue, 103 Early Hints) before the final one:
+    each head reaches the build rewritten, without the index's cookies (issued for the server's
+    credentials) or hop-by-hop headers, and a credentialed request goes without Expect
+    (issue 30, 2)."""
+    d = tempfile.mkdtemp(prefix="mps-gitlab-")
+    try:
+        os.chmod(d, 0o755)
+        files = os.path.join(d, "files")
+        os.makedirs(files)
+        os.chmod(files, 0o755)
+        index, log = gitlab_index(files, "deploy", SECRET)
+        port = index.server_address[1]
+        make_hostile_sdist(files, {"prefix": GL_PREFIX}, None, probe_code=EARLY_PROBE)
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
+                   "--index-url", f"http://deploy:{SECRET}@127.0.0.1:{port}{GL_PREFIX}/simple",
+                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+        try:
+            s.initialize()
+            res = s.execute("import json, os, mps_hostile\n"
+                            "r = json.load(open(os.path.join(os.path.dirname(mps_hostile.__file__), 'report.json')))\n"
+                            "print(json.dumps(r['probe']))", dependencies=["mps-hostile"], timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            got = json.loads(res["structuredContent"]["stdout"])["early"]
+        finally:
+            s.close()
+        index.shutdown()
+        heads = got.split("\r\n\r\n")
+        assert heads[0] == "HTTP/1.1 100 Continue", got
+        assert heads[1] == "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload", got
+        assert heads[2].startswith("HTTP/1.1 200 OK\r\n") and heads[3] == "early", got
+        assert "cookie" not in got.lower() and SECRET not in got, got
+        for hop in ("Keep-Alive", "X-Hop", "X-Hop2"):
+            assert hop.lower() + ":" not in got.lower(), (hop, got)
+        early = [h for raw, path, creds, h in log if path == GL_PREFIX + "/simple/early/"]
+        assert early and all(not any(k.lower() == "expect" for k in h) for h in early), early
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -711,6 +711,90 @@ static void test_http_forward(void **state) {
   free(req);
 }
 
+/* Interim (1xx) heads before the final one: each rewritten, in pieces of any size. */
+static void test_http_interim_heads(void **state) {
+  (void)state;
+  const char *r =
+      "HTTP/1.1 100 Continue\r\nSet-Cookie: a=1\r\nKeep-Alive: timeout=5\r\n\r\n"
+      "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nSet-Cookie: b=2\r\n"
+      "Connection: X-Hop\r\nX-Hop: h\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nSet-Cookie: c=3\r\nX-Hop2: y\r\nConnection: X-Hop2\r\nContent-Length: "
+      "2\r\n\r\nok";
+  const char *want_cookieless =
+      "HTTP/1.1 100 Continue\r\n\r\n"
+      "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n";
+  size_t len = strlen(r);
+  eg_response_t resp;
+  size_t used = 0, final_off = 0;
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  assert_int_equal(eg_http_rewrite_heads(r, len, true, &out, &used, &resp, &final_off), 1);
+  assert_string_equal(out.data, want_cookieless);
+  assert_int_equal(used, len - 2);
+  assert_int_equal(resp.status, 200);
+  assert_memory_equal(r + final_off, "HTTP/1.1 200 OK", 15);
+  cm_buf_reset(&out);
+  assert_int_equal(eg_http_rewrite_heads(r, len, false, &out, &used, &resp, &final_off), 1);
+  assert_non_null(strstr(out.data, "Set-Cookie: a=1\r\n"));
+  assert_non_null(strstr(out.data, "Set-Cookie: c=3\r\n"));
+  assert_null(strstr(out.data, "X-Hop"));
+  assert_null(strstr(out.data, "Keep-Alive"));
+  cm_buf_release(&out);
+  /* As the proxy gets it: a piece at a time, interim heads passed on as they complete. */
+  for (size_t step = 1; step < len; step++) {
+    char buf[1024];
+    size_t have = 0, fed = 0;
+    cm_buf_t all;
+    cm_buf_init(&all, 0);
+    int rc = 0;
+    while (rc == 0 && fed < len) {
+      size_t n = CM_MIN(step, len - fed);
+      memcpy(buf + have, r + fed, n);
+      have += n;
+      fed += n;
+      rc = eg_http_rewrite_heads(buf, have, true, &all, &used, &resp, &final_off);
+      assert_true(rc >= 0);
+      if (rc == 0) {
+        memmove(buf, buf + used, have - used);
+        have -= used;
+      }
+    }
+    assert_int_equal(rc, 1);
+    assert_string_equal(all.data, want_cookieless);
+    cm_buf_release(&all);
+  }
+  /* No final head yet: the interim ones are consumed. */
+  cm_buf_init(&out, 0);
+  assert_int_equal(eg_http_rewrite_heads(r, 30, true, &out, &used, &resp, &final_off), 0);
+  assert_int_equal(used, 0);
+  assert_int_equal(eg_http_rewrite_heads(r, 80, true, &out, &used, &resp, &final_off), 0);
+  assert_int_equal(
+      used, strlen("HTTP/1.1 100 Continue\r\nSet-Cookie: a=1\r\nKeep-Alive: timeout=5\r\n\r\n"));
+  assert_string_equal(out.data, "HTTP/1.1 100 Continue\r\n\r\n");
+  cm_buf_release(&out);
+  /* A switch of protocols, and a malformed head after an interim one: refused. */
+  cm_buf_init(&out, 0);
+  const char *up = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n";
+  assert_int_equal(eg_http_rewrite_heads(up, strlen(up), true, &out, &used, &resp, &final_off), -1);
+  const char *bad = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 2x0 OK\r\n\r\n";
+  assert_int_equal(eg_http_rewrite_heads(bad, strlen(bad), true, &out, &used, &resp, &final_off),
+                   -1);
+  cm_buf_release(&out);
+  /* A credentialed request goes without Expect. */
+  eg_request_t *req = malloc(sizeof *req);
+  const char *g = "GET /simple/ HTTP/1.1\r\nExpect: 100-continue\r\nAccept: */*\r\n\r\n";
+  assert_int_equal(eg_http_parse_request(g, strlen(g), req), 1);
+  cm_buf_init(&out, 0);
+  eg_http_forward_head(g, req, NULL, 0, "idx.test", "Basic dTpw", 0, &out);
+  assert_null(strstr(out.data, "Expect"));
+  cm_buf_reset(&out);
+  eg_http_forward_head(g, req, NULL, 0, "idx.test", NULL, 0, &out);
+  assert_non_null(strstr(out.data, "Expect: 100-continue\r\n"));
+  cm_buf_release(&out);
+  free(req);
+}
+
 /* ---------------------------------------------------------------- an index's links */
 
 static bool below(const char *base, const char *target) {
@@ -1077,6 +1161,7 @@ int main(void) {
       cmocka_unit_test(test_policy_deny_resolved),
       cmocka_unit_test(test_http_request),
       cmocka_unit_test(test_http_forward),
+      cmocka_unit_test(test_http_interim_heads),
       cmocka_unit_test(test_socks5),
       cmocka_unit_test(test_urls),
       cmocka_unit_test(test_index_path_below),
