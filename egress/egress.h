@@ -399,15 +399,27 @@ char *eg_proxy_describe(eg_proxy_t *p);
 
 typedef enum eg_session_flags {
   EG_SESSION_INDEX = 1, /* a build: index requests are served (with their credentials) */
+  /* A held sandbox (prestarted, waiting for a call): no egress at all until eg_session_open.
+   * Its socket pair is not even read: what the sandbox opens (a .pth of its environment runs
+   * before any call) waits in the sandbox, holding none of the server's descriptors and
+   * nothing of the connection caps. */
+  EG_SESSION_HELD = 2,
 } eg_session_flags_t;
 
 /* A run's session: policy is copied.  *sandbox_fd gets the sandbox's end of the socket pair
  * (close-on-exec; the caller passes it to the supervisor and closes it once the sandbox
- * runs).  The session serves until eg_session_close(). */
+ * runs).  The session serves until eg_session_close() (a held one from eg_session_open). */
 eg_session_t *eg_session_new(eg_proxy_t *p, const eg_policy_t *policy, unsigned flags,
                              int *sandbox_fd, cm_error_t *err);
+/* The go of a held session (a no-op, 0, for one that is not held): the connections the sandbox
+ * opened while held that wait in the socket pair are closed (at most 1024; their number is
+ * returned), then the session serves.  Narrow it first (eg_session_narrow): every connection
+ * it takes from then on, one opened before the go that was still on its way included, is
+ * judged by the narrowed policy; none was ever judged by another. */
+size_t eg_session_open(eg_session_t *s);
 /* Narrows the session to a call's rules (copied): only what they name, within the policy.
- * n = 0 removes a narrowing. */
+ * n = 0 removes a narrowing.  It judges the connections taken from then on: narrow a held
+ * session before its go, and a running one never (what it has open stays open). */
 void eg_session_narrow(eg_session_t *s, const eg_rule_t *rules, size_t n);
 
 #define EG_DENIED_MAX 20

@@ -1405,8 +1405,10 @@ static void conn_new(eg_session_t *s, int fd) {
 
 /* ---------------------------------------------------------------- sessions */
 
+/* A held session takes nothing (eg_session_open); the others while the caps have room. */
 static bool session_has_room(const eg_session_t *s) {
-  return s->n_conns < s->proxy->max_conns && s->proxy->n_conns < s->proxy->global_max;
+  return !(s->flags & EG_SESSION_HELD) && s->n_conns < s->proxy->max_conns &&
+         s->proxy->n_conns < s->proxy->global_max;
 }
 
 static void session_update_reading(eg_session_t *s) {
@@ -1479,7 +1481,9 @@ eg_session_t *eg_session_new(eg_proxy_t *p, const eg_policy_t *policy, unsigned 
   s->fd = sv[0];
   s->flags = flags;
   eg_policy_copy(&s->policy, policy);
-  s->w = cm_loop_watch(p->loop, s->fd, EPOLLIN, on_session, s, err);
+  /* Held: not even read (what the sandbox opens waits in it, and holds nothing of ours). */
+  s->reading = !(flags & EG_SESSION_HELD);
+  s->w = cm_loop_watch(p->loop, s->fd, s->reading ? EPOLLIN : 0, on_session, s, err);
   if (!s->w) {
     close(sv[0]);
     close(sv[1]);
@@ -1487,12 +1491,52 @@ eg_session_t *eg_session_new(eg_proxy_t *p, const eg_policy_t *policy, unsigned 
     free(s);
     return NULL;
   }
-  s->reading = true;
   s->next = p->sessions;
   if (p->sessions) p->sessions->prev = s;
   p->sessions = s;
   *sandbox_fd = sv[1];
   return s;
+}
+
+/* At most this many connections are closed at the go (more may be coming in: the rest are
+ * judged as the call's). */
+#define EG_OPEN_DRAIN_MAX 1024
+
+size_t eg_session_open(eg_session_t *s) {
+  if (!(s->flags & EG_SESSION_HELD)) return 0;
+  s->flags &= ~(unsigned)EG_SESSION_HELD;
+  size_t closed = 0;
+  while (s->w && closed < EG_OPEN_DRAIN_MAX) {
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t n = recvmsg(s->fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) {
+      session_stop_reading(s); /* the supervisor is gone */
+      break;
+    }
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
+      if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+      size_t nfds = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      int *fds = (int *)CMSG_DATA(h);
+      for (size_t i = 0; i < nfds; i++) {
+        int f;
+        memcpy(&f, &fds[i], sizeof f);
+        close(f);
+      }
+    }
+    closed++;
+  }
+  if (closed) cm_debug("egress: %zu connections opened before the go closed", closed);
+  session_update_reading(s);
+  return closed;
 }
 
 void eg_session_narrow(eg_session_t *s, const eg_rule_t *rules, size_t n) {

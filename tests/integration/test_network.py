@@ -1632,3 +1632,146 @@ def test_every_response_head_of_an_index_is_rewritten(world):
         assert early and all(not any(k.lower() == "expect" for k in h) for h in early), early
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ held interpreters
+
+# A dependency whose .pth runs in every interpreter of its environment, a held one included
+# (before any call): it opens tunnels through the forwarder to the Hold server and keeps them.
+PTH_HOOK = r"""
+import socket, threading, time
+N, PORT = {count}, {port}
+state = {{"status": [], "socks": [], "t": time.time()}}
+
+def _one():
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=60)
+        state["socks"].append(s)
+        s.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: x\r\n\r\n" % PORT)
+        head = s.recv(64)
+        state["status"].append(head.split(b"\r\n")[0].decode(errors="replace") or "closed")
+    except OSError as e:
+        state["status"].append("error " + type(e).__name__)
+
+for _ in range(N):
+    threading.Thread(target=_one, daemon=True).start()
+"""
+
+
+def pth_wheelhouse(port, count):
+    d = tempfile.mkdtemp(prefix="mps-pth-")
+    os.chmod(d, 0o755)
+    wheelhouse.make_wheel(d, "mps-pthnet", "1.0", files={
+        "mps_pthnet.pth": "import mps_pthnet_hook\n",
+        "mps_pthnet_hook.py": PTH_HOOK.format(count=count, port=port),
+        "mps_pthnet/__init__.py": "",
+    })
+    return d
+
+
+# The call's side: what became of the .pth's tunnels (joined for a while), and whether any of
+# them still leads to the Hold server.
+USE_PTH_TUNNELS = r"""
+import json, time, mps_pthnet_hook as h
+deadline = time.monotonic() + 15
+while len(h.state["status"]) < h.N and time.monotonic() < deadline:
+    time.sleep(0.05)
+got = []
+for s in h.state["socks"]:
+    try:
+        s.settimeout(2)
+        s.sendall(b"ping")
+        got.append(s.recv(64).decode(errors="replace"))
+    except OSError as e:
+        got.append("error " + type(e).__name__)
+print(json.dumps({"status": sorted(h.state["status"]), "got": got, "t": h.state["t"]}))
+"""
+
+
+def wait_dependency_shape_held(s):
+    """Until a held interpreter of a shape with an environment is ready (check_environment)."""
+    def ready():
+        shapes = s.call("check_environment")["structuredContent"]["prestart"]["shapes"]
+        return any(x["environment"] and x["ready"] >= 1 and x["holds"] == "interpreter" for x in shapes)
+    assert wait_until(ready, timeout=30, interval=0.2), s.stderr_text()[-2000:]
+
+
+def test_a_held_interpreter_is_bound_by_the_calls_network(world, make_server):
+    """A call's network list binds a prestarted interpreter before anything of the call runs
+    (issue 30, 3): a .pth of the environment that opened a tunnel while the interpreter was
+    held (under the server's wider policy) leaves the narrowed script nothing to use; the
+    tunnel never reached its destination."""
+    hold = world["hold"]
+    wheels = pth_wheelhouse(hold.port, 1)
+    try:
+        s = make_server("--prestart", "1", "--prestart-max", "1", "--find-links", wheels, "--offline",
+                        "--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-allow", f"127.0.0.1:{hold.port}")
+        s.initialize()
+        narrow = [f"{NS_ADDR}:{NS_PORT}"]
+        first = s.execute("print(1)", dependencies=["mps-pthnet"], network=narrow, timeout=180)
+        assert first["structuredContent"]["exit_code"] == 0, text_of(first)
+        opened = len(hold.opened)
+        # The dependency's shape is held now: its interpreter runs the .pth.
+        wait_dependency_shape_held(s)
+        wait_until(lambda: len(hold.opened) > opened, timeout=5)
+        called = time.time()
+        res = s.execute(USE_PTH_TUNNELS, dependencies=["mps-pthnet"], network=narrow, timeout=60)
+        sc = res["structuredContent"]
+        assert sc["exit_code"] == 0 and sc["prestarted"] == "interpreter", text_of(res)
+        out = json.loads(sc["stdout"])
+        assert out["t"] < called, "the .pth ran in the call, not while held"
+        assert out["status"] and not [x for x in out["status"] if " 200 " in x], out
+        assert not [g for g in out["got"] if "HOLD" in g], out
+        assert len(hold.opened) == opened, "a held interpreter's tunnel reached its destination"
+        assert sc["network"]["policy"] == "rules" and sc["network"]["allow"] == narrow
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
+
+
+def test_held_interpreters_get_no_egress(world, make_server):
+    """A held (not yet released) sandbox gets no egress at all (issue 30, 4): a .pth that opens
+    more tunnels than the server-wide connection cap (32 here: the server's open-file limit)
+    while its interpreter waits for a call reaches nothing, and a call of another shape still
+    connects at once."""
+    import resource
+    hold = world["hold"]
+    wheels = pth_wheelhouse(hold.port, 40)
+
+    def low_nofile():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (640, 640))
+    try:
+        s = make_server("--prestart", "1", "--prestart-max", "1", "--find-links", wheels, "--offline",
+                        "--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-allow", f"127.0.0.1:{hold.port}",
+                        preexec_fn=low_nofile)
+        s.initialize()
+        first = s.execute("print(1)", dependencies=["mps-pthnet"], network=[f"{NS_ADDR}:{NS_PORT}"], timeout=180)
+        assert first["structuredContent"]["exit_code"] == 0, text_of(first)
+        opened = len(hold.opened)
+        wait_dependency_shape_held(s)
+        wait_until(lambda: len(hold.opened) >= opened + 32, timeout=8)
+        assert len(hold.opened) == opened, f"held interpreters opened {len(hold.opened) - opened} connections"
+        # A call of the default shape (no dependencies) is not starved.
+        script = f'''
+import socket
+c = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+c.sendall(b"CONNECT 127.0.0.1:{hold.port} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+c.settimeout(5)
+try:
+    print(c.recv(64).split(b"\\r\\n")[0].decode())
+except socket.timeout:
+    print("starved")
+'''
+        res = s.execute(script, timeout=60)
+        assert res["structuredContent"]["stdout"].strip() == "HTTP/1.1 200 Connection Established", text_of(res)
+        assert len(hold.opened) == opened + 1
+        # The held interpreter did run the .pth (before its call), and got nowhere.
+        called = time.time()
+        res = s.execute(USE_PTH_TUNNELS, dependencies=["mps-pthnet"], network=[f"{NS_ADDR}:{NS_PORT}"], timeout=60)
+        sc = res["structuredContent"]
+        assert sc["exit_code"] == 0 and sc["prestarted"] == "interpreter", text_of(res)
+        out = json.loads(sc["stdout"])
+        assert out["t"] < called and len(out["status"]) == 40, out
+        assert not [x for x in out["status"] if " 200 " in x] and not [g for g in out["got"] if "HOLD" in g], out
+        assert len(hold.opened) == opened + 1
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
