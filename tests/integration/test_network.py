@@ -1775,3 +1775,55 @@ except socket.timeout:
         assert len(hold.opened) == opened + 1
     finally:
         shutil.rmtree(wheels, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the sandbox's resolver files
+
+def test_a_networked_sandbox_gets_no_resolver_files_of_the_host(world, make_server, tmp_path):
+    """A sandbox whose way out is the egress proxy gets a hosts file of its own (localhost and
+    its name) and a resolv.conf that names nothing of the host: no internal names, search
+    domains or resolvers (issue 30, 9).  The server runs in a mount namespace the test makes,
+    whose /etc/hosts and /etc/resolv.conf are an internal network's; names still resolve
+    through the proxy."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n10.9.8.7 internal-db.corp.example internal-db\n")
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("search corp.example\nnameserver 10.9.8.53\noptions ndots:3\n")
+
+    def private_etc():
+        libc = ctypes.CDLL(None, use_errno=True)
+        clone_newns, ms_rec, ms_private, ms_bind = 0x20000, 0x4000, 1 << 18, 4096
+        if libc.unshare(clone_newns) != 0 or libc.mount(None, b"/", None, ms_rec | ms_private, None) != 0:
+            os._exit(121)
+        for src, dst in ((hosts, "/etc/hosts"), (resolv, "/etc/resolv.conf")):
+            if libc.mount(str(src).encode(), dst.encode(), None, ms_bind, None) != 0:
+                os._exit(122)
+    s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", preexec_fn=private_etc)
+    s.initialize()
+    script = f'''
+import json, socket, urllib.request
+out = {{"hosts": open("/etc/hosts").read(), "resolv": open("/etc/resolv.conf").read()}}
+try:
+    socket.getaddrinfo("internal-db", 80)
+    out["lookup"] = "resolved"
+except OSError as e:
+    out["lookup"] = type(e).__name__
+out["proxy"] = urllib.request.urlopen("http://public.test:{NS_PORT}/resolv", timeout=10).read().decode()
+print(json.dumps(out))
+'''
+    res = s.execute(script, timeout=60)
+    assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+    out = json.loads(res["structuredContent"]["stdout"])
+    for name in ("hosts", "resolv"):
+        for planted in ("internal-db", "corp.example", "10.9.8."):
+            assert planted not in out[name], (name, out[name])
+    assert "localhost" in out["hosts"]
+    assert [line for line in out["resolv"].splitlines() if line and not line.startswith("#")] == \
+        ["nameserver 127.0.0.1", "options timeout:1 attempts:1"], out["resolv"]
+    assert out["lookup"] == "gaierror", out
+    assert out["proxy"] == f"hello from the test namespace at {NS_ADDR}"
+    # Without network: the same hosts, and no resolv.conf at all.
+    res = s.execute("import os; print(open('/etc/hosts').read()); print(os.path.exists('/etc/resolv.conf'))",
+                    network=False)
+    text = res["structuredContent"]["stdout"]
+    assert "internal-db" not in text and "localhost" in text and text.strip().endswith("False"), text
