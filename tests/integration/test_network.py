@@ -656,6 +656,12 @@ def test_check_environment_describes_the_policy(net_server):
     text = text_of(res)
     assert "Network: on" in text and "Network policy: on" in text and "egress proxy" in text
     assert "Build network:" in text
+    # What is decided how (issue 30): own addresses, special ranges, names vs addresses, held
+    # sandboxes, the sandbox's resolver files, the index credentials' scope.
+    for said in ("asked of it for each address", "not globally reachable", "a held sandbox has no egress",
+                 "a hosts file and a resolv.conf of its own", "a denied address or prefix its destinations by any name",
+                 "below the index URL's path and of the files the index's own pages linked to"):
+        assert said in text, said
     sc = res["structuredContent"]
     assert sc["network"] is True and sc["network_policy"]["mode"] == "on" and sc["network_policy"]["proxied"] is True
     assert any(r.startswith("127.0.0.1:") for r in sc["network_policy"]["allow"])
