@@ -106,8 +106,7 @@ struct conn {
   size_t n_cand, next_cand;
   cm_timer_t *timer;
   rbuf_t c2u, u2c;
-  bool
-      resp_head; /* K_FORWARD/K_INDEX: response heads are still to be rewritten (up to the final) */
+  bool resp_head; /* K_FORWARD/K_INDEX: response heads to rewrite (up to the final one) */
   bool c_eof, u_eof, c_shut, u_shut;
   eg_tls_t *tls;
 };
@@ -813,9 +812,10 @@ static void take_response_head(conn_t *c, const char *data, size_t n) {
 }
 
 /* Room for what upstream sends next: while its heads are read, a whole head's worth in the head
- * buffer and, towards the client, for the rewritten heads (which may come out a little longer
- * than they went in) and the bytes after them; then room in the relay buffer. */
-#define EG_HEAD_ROOM (EG_HEAD_MAX + 4096)
+ * buffer and, towards the client, for the rewritten heads (a header line may come out a byte
+ * longer than it went in, the final head gets "Connection: close") and the bytes after them;
+ * then room in the relay buffer.  (A head that still does not fit closes the connection.) */
+#define EG_HEAD_ROOM (2 * EG_HEAD_MAX)
 static bool upstream_wanted(const conn_t *c) {
   return c->resp_head ? c->head_len < EG_HEAD_MAX && rbuf_room(&c->u2c) >= EG_HEAD_ROOM
                       : rbuf_room(&c->u2c) > 0;
