@@ -219,22 +219,41 @@ int eg_http_parse_response_limit(const char *buf, size_t len, eg_response_t *res
                                  size_t max_headers);
 
 /* Is this header (by name) one that a proxy must not pass on: Connection, Keep-Alive,
- * Proxy-*, TE, Trailer, Upgrade, or one the request's Connection header lists? */
+ * Proxy-*, TE, Trailer, Upgrade, Close, or one the head's Connection header lists? */
 bool eg_http_hop_header(const char *buf, const eg_header_t *headers, size_t n_headers,
                         const eg_header_t *h);
 
+/* What eg_http_forward_head leaves out besides hop-by-hop headers. */
+typedef enum eg_forward_flags {
+  /* A page of an index whose links are read from the answer: no Accept-Encoding, no
+   * conditional (If-None-Match, If-Modified-Since, If-Range) and no Range, so that the
+   * answer is the whole page, as it is. */
+  EG_FORWARD_PAGE = 1,
+} eg_forward_flags_t;
+
 /* Appends the head to send upstream for req (parsed from buf): the request line in origin
- * form with path (NULL = req's own), the headers without hop-by-hop ones, Host, and
- * Authorization (NULL = the client's own, if any) replaced by the given values, and
- * "Connection: close". */
+ * form with path (NULL = req's own), the headers without hop-by-hop ones (and what flags
+ * say), Host, and Authorization (NULL = the client's own, if any) replaced by the given
+ * values, and "Connection: close".  With authorization (the server's credentials, which go
+ * with reads without a body only) also without Expect. */
 void eg_http_forward_head(const char *buf, const eg_request_t *req, const char *path,
                           size_t path_len, const char *host_header, const char *authorization,
-                          cm_buf_t *out);
-/* Appends a response head with the hop-by-hop headers dropped and "Connection: close";
- * with drop_cookies also Set-Cookie (the answer to a request that carried the server's
- * credentials: a session cookie issued for them is as good as they are). */
+                          unsigned flags, cm_buf_t *out);
+/* Appends a response head with the hop-by-hop headers dropped and "Connection: close" (not
+ * to an interim, 1xx, head); with drop_cookies also Set-Cookie (an answer from a credentialed
+ * index's origin: a session cookie issued for the credentials is as good as they are). */
 void eg_http_forward_response(const char *buf, const eg_response_t *resp, bool drop_cookies,
                               cm_buf_t *out);
+/* Every response head at the start of buf up to the final one: interim (1xx) heads come
+ * first, as many as upstream sends, and each is rewritten like the final one
+ * (eg_http_forward_response) and appended to out.  1 = the final head was rewritten too:
+ * *consumed is the length of all the heads, *final the final head parsed (its spans relative
+ * to buf + *final_off); 0 = no final head yet: the complete interim heads were appended and
+ * *consumed covers them (the caller drops them and keeps the rest for later); -1 = a
+ * malformed or oversized head, or 101 Switching Protocols (the proxy never forwards an
+ * Upgrade). */
+int eg_http_rewrite_heads(const char *buf, size_t len, bool drop_cookies, cm_buf_t *out,
+                          size_t *consumed, eg_response_t *final, size_t *final_off);
 
 /* ---------------------------------------------------------------- SOCKS5 */
 
@@ -265,6 +284,84 @@ void eg_url_release(eg_url_t *u);
 /* The URL without its password (user kept), for keys and messages.  Heap. */
 char *eg_url_redact(const char *url);
 
+/* ---------------------------------------------------------------- an index's pages and links */
+
+/* What the server's index credentials may go with (egress/links.c).  A build reaches its
+ * index through the forwarder; the proxy adds the credentials only to requests below the index
+ * URL's path and to the files the index's own pages linked to, never to anything else on the
+ * index's host (an API, another project's packages, ...). */
+
+/* The longest link a page may carry and still be remembered. */
+#define EG_LINK_MAX 4096
+
+/* Is target (a request's path and query, (buf, len)) below base, the index URL's path (query
+ * ignored; "/simple" and "/simple/" cover "/simple", "/simple/" and everything under
+ * "/simple/"), and is what follows base spelled plainly: no "." or ".." segment (also with
+ * ";params"), no backslash, no encoded dot, slash, backslash, percent sign or NUL (which a
+ * server may decode into a way out of base)? */
+bool eg_index_path_below(const char *base, const char *target, size_t len);
+
+/* The canonical form of a target for comparing links: every percent-escape of a byte other
+ * than '/', '?', '#', '%' and '.' decoded, and every byte outside RFC 3986's unreserved,
+ * sub-delims, ':', '@', '/' and '?' encoded (upper-case hex), so that the spellings clients
+ * make of one link (pip re-quotes a link's path) compare equal.  Heap. */
+char *eg_path_canon(const char *target, size_t len);
+
+/* A page's link (an href, or a JSON "url"), (buf, len), resolved against the page's target
+ * on the index's origin: the absolute target (path with dot segments removed, query kept,
+ * fragment dropped) when the link stays on that origin (relative, root-relative, or absolute
+ * or scheme-relative with the origin's scheme, host and port, without credentials); NULL for
+ * anything else (another origin or scheme, control characters, longer than EG_LINK_MAX).
+ * Heap. */
+char *eg_link_resolve(const eg_url_t *origin, const char *page_target, const char *link,
+                      size_t len);
+
+/* The links an index's pages named, remembered for the credentials of the requests that
+ * follow: at most max_links of them and max_bytes of text; the oldest go first. */
+typedef struct eg_link_set eg_link_set_t;
+eg_link_set_t *eg_link_set_new(size_t max_links, size_t max_bytes);
+void eg_link_set_free(eg_link_set_t *s);
+/* Remembers a resolved target (stored in canonical form). */
+void eg_link_set_add(eg_link_set_t *s, const char *target, size_t len);
+/* Is target (canonicalised here) remembered? */
+bool eg_link_set_has(const eg_link_set_t *s, const char *target, size_t len);
+size_t eg_link_set_count(const eg_link_set_t *s);
+
+/* May the credentials of an index whose URL's path is base (and whose pages named links, NULL
+ * = none) go with a request for target: below base (eg_index_path_below), or a link its pages
+ * named (or that link's PEP 658 metadata, the link with ".metadata" appended), asked for
+ * without a dot segment or a backslash? */
+bool eg_index_credentials_apply(const char *base, const eg_link_set_t *links, const char *target,
+                                size_t len);
+
+/* Is a response to a page request one whose links are learnt: a 2xx with a body (not 204 or
+ * 206), of an index page's type (text/html, application/xhtml+xml, application/json,
+ * application/vnd.pypi.simple.*), without a content coding (identity), and framed by its
+ * length, by the connection's end or chunked (*chunked)? */
+bool eg_page_response_learnable(const char *buf, const eg_response_t *resp, bool *chunked);
+
+/* A page's body scanned for links as it streams past, in pieces of any size: the values of
+ * href attributes (quoted or not; "&amp;" decoded) and of JSON "url" members ("\/", "\\" and
+ * "\"" decoded; a link with another escape is skipped), undone from chunked framing first when
+ * chunked.  Links longer than EG_LINK_MAX are skipped. */
+typedef void eg_link_fn(void *data, const char *link, size_t len);
+typedef struct eg_page_scan {
+  bool chunked;
+  int chunk_state;
+  uint64_t chunk_left;
+  unsigned chunk_digits;
+  int state;
+  int kind;
+  unsigned match_href, match_url;
+  char quote;
+  bool skip;
+  size_t len;
+  char value[EG_LINK_MAX];
+} eg_page_scan_t;
+void eg_page_scan_init(eg_page_scan_t *s, bool chunked);
+/* 0, or -1 once the chunked framing is broken (nothing more is scanned). */
+int eg_page_scan_feed(eg_page_scan_t *s, const char *buf, size_t len, eg_link_fn *fn, void *data);
+
 /* The variables that point a sandbox's clients at its forwarder (HTTP_PROXY, HTTPS_PROXY,
  * ALL_PROXY and their lower-case forms, all http://127.0.0.1:EG_SANDBOX_PORT). */
 void eg_proxy_env(cm_strv_builder_t *env);
@@ -290,8 +387,9 @@ eg_proxy_t *eg_proxy_new(cm_loop_t *loop, const eg_proxy_config_t *cfg, cm_error
 void eg_proxy_free(eg_proxy_t *p);
 /* Registers an index URL (credentials included) that build sessions may reach through the
  * forwarder as http://127.0.1.<n+1>:EG_SANDBOX_PORT/<path> (directly, or as a proxied
- * absolute URI); the proxy adds the credentials (Basic) itself, and speaks TLS to an https
- * index.  Returns n, or -1. */
+ * absolute URI); the proxy adds the credentials (Basic) itself, to reads (GET, HEAD) below the
+ * URL's path and of the files its pages linked to only (eg_index_credentials_apply), and
+ * speaks TLS to an https index.  Returns n, or -1. */
 int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err);
 /* The URL the builder gets for index n: the forwarder's origin of the index plus its path.  Heap.
  */
@@ -301,15 +399,27 @@ char *eg_proxy_describe(eg_proxy_t *p);
 
 typedef enum eg_session_flags {
   EG_SESSION_INDEX = 1, /* a build: index requests are served (with their credentials) */
+  /* A held sandbox (prestarted, waiting for a call): no egress at all until eg_session_open.
+   * Its socket pair is not even read: what the sandbox opens (a .pth of its environment runs
+   * before any call) waits in the sandbox, holding none of the server's descriptors and
+   * nothing of the connection caps. */
+  EG_SESSION_HELD = 2,
 } eg_session_flags_t;
 
 /* A run's session: policy is copied.  *sandbox_fd gets the sandbox's end of the socket pair
  * (close-on-exec; the caller passes it to the supervisor and closes it once the sandbox
- * runs).  The session serves until eg_session_close(). */
+ * runs).  The session serves until eg_session_close() (a held one from eg_session_open). */
 eg_session_t *eg_session_new(eg_proxy_t *p, const eg_policy_t *policy, unsigned flags,
                              int *sandbox_fd, cm_error_t *err);
+/* The go of a held session (a no-op, 0, for one that is not held): the connections the sandbox
+ * opened while held that wait in the socket pair are closed (at most 1024; their number is
+ * returned), then the session serves.  Narrow it first (eg_session_narrow): every connection
+ * it takes from then on, one opened before the go that was still on its way included, is
+ * judged by the narrowed policy; none was ever judged by another. */
+size_t eg_session_open(eg_session_t *s);
 /* Narrows the session to a call's rules (copied): only what they name, within the policy.
- * n = 0 removes a narrowing. */
+ * n = 0 removes a narrowing.  It judges the connections taken from then on: narrow a held
+ * session before its go, and a running one never (what it has open stays open). */
 void eg_session_narrow(eg_session_t *s, const eg_rule_t *rules, size_t n);
 
 #define EG_DENIED_MAX 20

@@ -203,9 +203,17 @@ static bool list_has(const char *buf, eg_span_t value, const char *name, size_t 
 
 bool eg_http_hop_header(const char *buf, const eg_header_t *headers, size_t n_headers,
                         const eg_header_t *h) {
-  static const char *const hop[] = {
-      "connection",          "keep-alive", "proxy-connection", "proxy-authenticate",
-      "proxy-authorization", "te",         "trailer",          "upgrade"};
+  /* ("Close" is reserved (RFC 9110 16.3.2.1): in a head that says "Connection: close" it
+   * would be a connection option's field.) */
+  static const char *const hop[] = {"connection",
+                                    "keep-alive",
+                                    "proxy-connection",
+                                    "proxy-authenticate",
+                                    "proxy-authorization",
+                                    "te",
+                                    "trailer",
+                                    "upgrade",
+                                    "close"};
   for (size_t i = 0; i < CM_ARRAY_SIZE(hop); i++)
     if (span_ieq(buf, h->name, hop[i])) return true;
   if (h->name.len > 6 && span_ieq(buf, (eg_span_t){h->name.off, 6}, "proxy-")) return true;
@@ -219,9 +227,18 @@ bool eg_http_hop_header(const char *buf, const eg_header_t *headers, size_t n_he
   return false;
 }
 
+/* The headers a page request goes without (EG_FORWARD_PAGE). */
+static bool page_drops(const char *buf, const eg_header_t *h) {
+  static const char *const names[] = {"accept-encoding", "if-none-match", "if-modified-since",
+                                      "if-range", "range"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(names); i++)
+    if (span_ieq(buf, h->name, names[i])) return true;
+  return false;
+}
+
 void eg_http_forward_head(const char *buf, const eg_request_t *req, const char *path,
                           size_t path_len, const char *host_header, const char *authorization,
-                          cm_buf_t *out) {
+                          unsigned flags, cm_buf_t *out) {
   if (!path) {
     path = buf + req->path.off;
     path_len = req->path.len;
@@ -235,7 +252,12 @@ void eg_http_forward_head(const char *buf, const eg_request_t *req, const char *
     const eg_header_t *h = &req->headers[i];
     if (eg_http_hop_header(buf, req->headers, req->n_headers, h)) continue;
     if (span_ieq(buf, h->name, "host")) continue;
-    if (authorization && span_ieq(buf, h->name, "authorization")) continue;
+    /* With the server's credentials: a read without a body, which expects no 100 Continue
+     * (and gets no interim answer the proxy would have to pass on for it). */
+    if (authorization &&
+        (span_ieq(buf, h->name, "authorization") || span_ieq(buf, h->name, "expect")))
+      continue;
+    if ((flags & EG_FORWARD_PAGE) && page_drops(buf, h)) continue;
     cm_buf_append(out, buf + h->name.off, h->name.len);
     cm_buf_appends(out, ": ");
     cm_buf_append(out, buf + h->value.off, h->value.len);
@@ -262,7 +284,30 @@ void eg_http_forward_response(const char *buf, const eg_response_t *resp, bool d
     cm_buf_append(out, buf + h->value.off, h->value.len);
     cm_buf_appends(out, "\r\n");
   }
-  cm_buf_appends(out, "Connection: close\r\n\r\n");
+  /* An interim answer (1xx) says nothing of the connection: the final one does. */
+  if (resp->status >= 100 && resp->status < 200)
+    cm_buf_appends(out, "\r\n");
+  else
+    cm_buf_appends(out, "Connection: close\r\n\r\n");
+}
+
+int eg_http_rewrite_heads(const char *buf, size_t len, bool drop_cookies, cm_buf_t *out,
+                          size_t *consumed, eg_response_t *final, size_t *final_off) {
+  size_t off = 0;
+  *consumed = 0;
+  *final_off = 0;
+  for (;;) {
+    int rc = eg_http_parse_response(buf + off, len - off, final);
+    if (rc <= 0) return rc;
+    /* The proxy forwards no Upgrade: a switch of protocols is an answer to nothing it sent. */
+    if (final->status == 101) return -1;
+    eg_http_forward_response(buf + off, final, drop_cookies, out);
+    bool interim = final->status >= 100 && final->status < 200;
+    *final_off = off;
+    off += final->head_len;
+    *consumed = off;
+    if (!interim) return 1;
+  }
 }
 
 /* ---------------------------------------------------------------- SOCKS5 */

@@ -9,7 +9,9 @@
  *   RELAY       bytes both ways through two bounded buffers: a side is read only while the
  *               buffer towards its peer has room and the run's rate allows it, so a slow
  *               reader slows its writer and nothing grows.  For a forwarded plain-HTTP
- *               request the response head is rewritten once (Connection: close) first.
+ *               request every response head is rewritten (hop-by-hop headers dropped, and an
+ *               index's cookies), the interim (1xx) ones and the final one (Connection:
+ *               close), before the body is relayed as it comes.
  * A refusal (policy, resolution, connection) answers the client with a short HTTP (or
  * SOCKS5) error and closes.  Connections are freed from the loop's deferred queue, never
  * inside one of their own callbacks. */
@@ -44,6 +46,11 @@
 #define EG_GLOBAL_MAX_CONNECTIONS 2048
 #define EG_MAX_ARES_SOCKETS 32
 #define EG_MAX_INDEXES 200
+/* The links of an index's pages it remembers (the oldest go first), and how much of one page's
+ * body is scanned for them. */
+#define EG_INDEX_MAX_LINKS 16384
+#define EG_INDEX_MAX_LINK_BYTES (8u << 20)
+#define EG_PAGE_SCAN_MAX (64u << 20)
 
 typedef struct conn conn_t;
 
@@ -79,10 +86,16 @@ struct conn {
   eg_request_t *req;
   char host[EG_HOST_MAX + 1];
   uint16_t port;
-  int index;         /* K_INDEX: the index it goes to */
-  lookup_t *lookups; /* the queries under way */
-  size_t pending;    /* lookups not answered yet (+1 while they are being started) */
-  eg_addr_t *target; /* the target's addresses (heap), n_target of them */
+  int index;            /* K_INDEX: the index it goes to; K_FORWARD: the credentialed index whose
+                         * origin it is, or -1 */
+  bool credentialed;    /* the index's credentials go with it (eg_index_credentials_apply) */
+  char *page_target;    /* a page of the index (below its path): its target, whose links are
+                         * learnt from the answer; else NULL */
+  eg_page_scan_t *scan; /* the answer's body being scanned for links, or NULL */
+  uint64_t scanned;     /* bytes of it scanned */
+  lookup_t *lookups;    /* the queries under way */
+  size_t pending;       /* lookups not answered yet (+1 while they are being started) */
+  eg_addr_t *target;    /* the target's addresses (heap), n_target of them */
   size_t n_target;
   char *target_error;     /* why the target did not resolve (heap) */
   eg_name_addr_t *denied; /* what the denied names resolved to (heap) */
@@ -93,7 +106,7 @@ struct conn {
   size_t n_cand, next_cand;
   cm_timer_t *timer;
   rbuf_t c2u, u2c;
-  bool resp_head; /* K_FORWARD/K_INDEX: the response head is still to be rewritten */
+  bool resp_head; /* K_FORWARD/K_INDEX: response heads to rewrite (up to the final one) */
   bool c_eof, u_eof, c_shut, u_shut;
   eg_tls_t *tls;
 };
@@ -106,9 +119,10 @@ typedef struct ares_watch {
 
 typedef struct eg_index {
   eg_url_t url;
-  char *host_header;   /* Host: value */
-  char *authorization; /* "Basic ...", or NULL */
-  char *origin_path;   /* the URL's path, for eg_proxy_index_url */
+  char *host_header;    /* Host: value */
+  char *authorization;  /* "Basic ...", or NULL */
+  char *origin_path;    /* the URL's path, for eg_proxy_index_url */
+  eg_link_set_t *links; /* what its pages linked to (the credentials go with those too) */
 } eg_index_t;
 
 struct eg_session {
@@ -222,10 +236,13 @@ static char *rbuf_tail(rbuf_t *b, size_t *room) {
 }
 
 static void rbuf_push(rbuf_t *b, const void *data, size_t n) {
-  size_t room;
-  char *t = rbuf_tail(b, &room);
+  if (b->start > 0 && b->start + b->len + n > EG_RELAY_BUF) {
+    memmove(b->data, b->data + b->start, b->len);
+    b->start = 0;
+  }
+  size_t room = EG_RELAY_BUF - b->start - b->len;
   if (n > room) n = room; /* callers check rbuf_room first */
-  memcpy(t, data, n);
+  memcpy(b->data + b->start + b->len, data, n);
   b->len += n;
 }
 
@@ -735,32 +752,73 @@ static void maybe_finish(conn_t *c) {
   }
 }
 
-/* The first bytes from upstream of a forwarded request: the response head, rewritten once. */
+static void on_page_link(void *data, const char *link, size_t len) {
+  conn_t *c = data;
+  eg_index_t *ix = &c->s->proxy->indexes[c->index];
+  cleanup_free char *target = eg_link_resolve(&ix->url, c->page_target, link, len);
+  if (target) eg_link_set_add(ix->links, target, strlen(target));
+}
+
+/* Body bytes of a page's answer on their way to the client: its links are remembered. */
+static void scan_page(conn_t *c, const char *data, size_t n) {
+  if (!c->scan) return;
+  c->scanned += n;
+  if (eg_page_scan_feed(c->scan, data, n, on_page_link, c) < 0 || c->scanned > EG_PAGE_SCAN_MAX) {
+    free(c->scan);
+    c->scan = NULL;
+  }
+}
+
+/* The final response head of a page request: is its body one to learn links from? */
+static void page_answered(conn_t *c, const char *head, const eg_response_t *resp) {
+  bool chunked;
+  if (!c->page_target || !eg_page_response_learnable(head, resp, &chunked)) return;
+  c->scan = xmalloc(sizeof *c->scan);
+  eg_page_scan_init(c->scan, chunked);
+}
+
+/* The first bytes from upstream of a forwarded request: its response heads, every one rewritten
+ * (interim 1xx heads, as many as come, then the final one), and then the body. */
 static void take_response_head(conn_t *c, const char *data, size_t n) {
   size_t room = EG_HEAD_MAX - c->head_len;
   size_t take = CM_MIN(room, n);
   memcpy(c->head + c->head_len, data, take);
   c->head_len += take;
   eg_response_t resp;
-  int rc = eg_http_parse_response(c->head, c->head_len, &resp);
-  if (rc == 0) return;
-  if (rc < 0) {
+  size_t used = 0, final_off = 0;
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  int rc =
+      eg_http_rewrite_heads(c->head, c->head_len, c->index >= 0, &out, &used, &resp, &final_off);
+  /* (Room for it was there before the read: upstream_wanted.) */
+  if (rc < 0 || out.len + (rc > 0 ? c->head_len - used : 0) > rbuf_room(&c->u2c)) {
+    cm_buf_release(&out);
     conn_close(c); /* a broken upstream: the client sees the connection end */
     return;
   }
-  cm_buf_t out;
-  cm_buf_init(&out, 0);
-  eg_http_forward_response(c->head, &resp, c->index >= 0, &out);
-  if (out.len + (c->head_len - resp.head_len) > rbuf_room(&c->u2c)) {
-    cm_buf_release(&out);
-    conn_close(c);
+  rbuf_push(&c->u2c, out.data, out.len);
+  cm_buf_release(&out);
+  if (rc == 0) {
+    /* Interim heads went on; the rest waits for the final head. */
+    memmove(c->head, c->head + used, c->head_len - used);
+    c->head_len -= used;
     return;
   }
-  rbuf_push(&c->u2c, out.data, out.len);
-  rbuf_push(&c->u2c, c->head + resp.head_len, c->head_len - resp.head_len);
-  cm_buf_release(&out);
+  rbuf_push(&c->u2c, c->head + used, c->head_len - used);
+  page_answered(c, c->head + final_off, &resp);
+  scan_page(c, c->head + used, c->head_len - used);
   c->resp_head = false;
   c->head_len = 0;
+}
+
+/* Room for what upstream sends next: while its heads are read, a whole head's worth in the head
+ * buffer and, towards the client, for the rewritten heads (a header line may come out a byte
+ * longer than it went in, the final head gets "Connection: close") and the bytes after them;
+ * then room in the relay buffer.  (A head that still does not fit closes the connection.) */
+#define EG_HEAD_ROOM (2 * EG_HEAD_MAX)
+static bool upstream_wanted(const conn_t *c) {
+  return c->resp_head ? c->head_len < EG_HEAD_MAX && rbuf_room(&c->u2c) >= EG_HEAD_ROOM
+                      : rbuf_room(&c->u2c) > 0;
 }
 
 static void relay_read_upstream(conn_t *c) {
@@ -785,16 +843,18 @@ static void relay_read_upstream(conn_t *c) {
   }
   rate_take(s, (size_t)r);
   s->stats.bytes_in += (uint64_t)r;
-  if (c->resp_head)
+  if (c->resp_head) {
     take_response_head(c, tmp, (size_t)r);
-  else
+  } else {
     c->u2c.len += (size_t)r;
+    scan_page(c, t, (size_t)r);
+  }
 }
 
 /* TLS may hold decrypted bytes that no readiness event announces. */
 static void drain_tls(conn_t *c) {
   while (!c->closed && c->tls && !c->u_eof && eg_tls_pending(c->tls) > 0 && !c->s->throttled &&
-         (c->resp_head ? c->head_len < EG_HEAD_MAX : rbuf_room(&c->u2c) > 0)) {
+         upstream_wanted(c)) {
     size_t before = c->s->stats.bytes_in;
     relay_read_upstream(c);
     if (c->s->stats.bytes_in == before) break;
@@ -865,9 +925,7 @@ static void conn_update(conn_t *c) {
       if (!c->c_eof && rbuf_room(&c->c2u) > 0 && can_read) cev |= EPOLLIN;
       if (c->u2c.len) cev |= EPOLLOUT;
       if (c->ufd >= 0) {
-        if (!c->u_eof && can_read &&
-            (c->resp_head ? c->head_len < EG_HEAD_MAX : rbuf_room(&c->u2c) > 0))
-          uev |= EPOLLIN;
+        if (!c->u_eof && can_read && upstream_wanted(c)) uev |= EPOLLIN;
         if (c->c2u.len) uev |= EPOLLOUT;
         if (up_tls(c)) uev = eg_tls_adjust(c->tls, uev);
       }
@@ -935,17 +993,20 @@ static void start_relay(conn_t *c) {
     size_t path_len = 0;
     const char *auth = NULL;
     cleanup_free char *host_header = NULL;
+    unsigned flags = 0;
     if (c->index >= 0) {
       eg_index_t *ix = &p->indexes[c->index];
-      auth = ix->authorization;
+      auth = c->credentialed ? ix->authorization : NULL;
       host_header = xstrdup(ix->host_header);
-
+      /* A page is asked for whole and as it is (no 304, no range, no content coding): its
+       * links are read from it. */
+      if (c->page_target) flags |= EG_FORWARD_PAGE;
     } else {
       bool v6 = strchr(c->host, ':') != NULL;
       host_header = c->port == 80 ? xasprintf(v6 ? "[%s]" : "%s", c->host)
                                   : xasprintf(v6 ? "[%s]:%u" : "%s:%u", c->host, (unsigned)c->port);
     }
-    eg_http_forward_head(c->head, c->req, path, path_len, host_header, auth, &out);
+    eg_http_forward_head(c->head, c->req, path, path_len, host_header, auth, flags, &out);
     size_t body = c->head_len - c->req->head_len;
     if (out.len + body > EG_RELAY_BUF) {
       cm_buf_release(&out);
@@ -1094,6 +1155,30 @@ static bool read_only(const char *buf, const eg_request_t *req) {
   return true;
 }
 
+/* Whether the credentials of the index c goes to (c->index) go with this request: only below
+ * the index URL's path and to the files its pages linked to; anything else on its host (an
+ * API, a private project) goes as anyone's request would.  A page's answer is scanned for the
+ * links that follow (a GET: a HEAD has no body). */
+static void index_decide(conn_t *c) {
+  eg_index_t *ix = &c->s->proxy->indexes[c->index];
+  const eg_request_t *req = c->req;
+  const char *target = req->path.len ? c->head + req->path.off : "/";
+  size_t len = req->path.len ? req->path.len : 1;
+  c->credentialed =
+      ix->authorization && eg_index_credentials_apply(ix->url.path, ix->links, target, len);
+  if (!ix->authorization) return;
+  if (!c->credentialed) {
+    cm_debug(
+        "egress: a request to the index %s goes without its credentials (neither below %s "
+        "nor a link of its pages)",
+        ix->url.host, ix->url.path);
+    return;
+  }
+  if (req->method.len == 3 && !memcmp(c->head + req->method.off, "GET", 3) &&
+      eg_index_path_below(ix->url.path, target, len))
+    c->page_target = xstrndup(target, len);
+}
+
 static void refuse_unsafe(conn_t *c) {
   reply_and_close(c, 405, "Method Not Allowed",
                   "mcp-python-exec-sandbox egress proxy: only GET and HEAD without a body go to an "
@@ -1138,6 +1223,7 @@ static void head_request(conn_t *c) {
     }
     c->kind = K_INDEX;
     c->index = ix;
+    index_decide(c);
     snprintf(c->host, sizeof c->host, "%s", p->indexes[ix].url.host);
     c->port = p->indexes[ix].url.port;
     conn_route(c);
@@ -1156,6 +1242,7 @@ static void head_request(conn_t *c) {
       refuse_unsafe(c);
       return;
     }
+    if (c->index >= 0) index_decide(c);
   }
   snprintf(c->host, sizeof c->host, "%s", req->host);
   c->port = req->port;
@@ -1235,6 +1322,8 @@ static void conn_free(void *data) {
   conn_t *c = data;
   free(c->head);
   free(c->req);
+  free(c->page_target);
+  free(c->scan);
   free(c->target);
   free(c->target_error);
   free(c->denied);
@@ -1316,8 +1405,10 @@ static void conn_new(eg_session_t *s, int fd) {
 
 /* ---------------------------------------------------------------- sessions */
 
+/* A held session takes nothing (eg_session_open); the others while the caps have room. */
 static bool session_has_room(const eg_session_t *s) {
-  return s->n_conns < s->proxy->max_conns && s->proxy->n_conns < s->proxy->global_max;
+  return !(s->flags & EG_SESSION_HELD) && s->n_conns < s->proxy->max_conns &&
+         s->proxy->n_conns < s->proxy->global_max;
 }
 
 static void session_update_reading(eg_session_t *s) {
@@ -1390,7 +1481,9 @@ eg_session_t *eg_session_new(eg_proxy_t *p, const eg_policy_t *policy, unsigned 
   s->fd = sv[0];
   s->flags = flags;
   eg_policy_copy(&s->policy, policy);
-  s->w = cm_loop_watch(p->loop, s->fd, EPOLLIN, on_session, s, err);
+  /* Held: not even read (what the sandbox opens waits in it, and holds nothing of ours). */
+  s->reading = !(flags & EG_SESSION_HELD);
+  s->w = cm_loop_watch(p->loop, s->fd, s->reading ? EPOLLIN : 0, on_session, s, err);
   if (!s->w) {
     close(sv[0]);
     close(sv[1]);
@@ -1398,12 +1491,52 @@ eg_session_t *eg_session_new(eg_proxy_t *p, const eg_policy_t *policy, unsigned 
     free(s);
     return NULL;
   }
-  s->reading = true;
   s->next = p->sessions;
   if (p->sessions) p->sessions->prev = s;
   p->sessions = s;
   *sandbox_fd = sv[1];
   return s;
+}
+
+/* At most this many connections are closed at the go (more may be coming in: the rest are
+ * judged as the call's). */
+#define EG_OPEN_DRAIN_MAX 1024
+
+size_t eg_session_open(eg_session_t *s) {
+  if (!(s->flags & EG_SESSION_HELD)) return 0;
+  s->flags &= ~(unsigned)EG_SESSION_HELD;
+  size_t closed = 0;
+  while (s->w && closed < EG_OPEN_DRAIN_MAX) {
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t n = recvmsg(s->fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) {
+      session_stop_reading(s); /* the supervisor is gone */
+      break;
+    }
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
+      if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+      size_t nfds = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      int *fds = (int *)CMSG_DATA(h);
+      for (size_t i = 0; i < nfds; i++) {
+        int f;
+        memcpy(&f, &fds[i], sizeof f);
+        close(f);
+      }
+    }
+    closed++;
+  }
+  if (closed) cm_debug("egress: %zu connections opened before the go closed", closed);
+  session_update_reading(s);
+  return closed;
 }
 
 void eg_session_narrow(eg_session_t *s, const eg_rule_t *rules, size_t n) {
@@ -1522,6 +1655,7 @@ void eg_proxy_free(eg_proxy_t *p) {
     if (ix->authorization) explicit_bzero(ix->authorization, strlen(ix->authorization));
     free(ix->authorization);
     free(ix->origin_path);
+    eg_link_set_free(ix->links);
   }
   eg_tls_ctx_free(p->tls);
   free(p->dns_servers);
@@ -1566,6 +1700,7 @@ int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err) {
     explicit_bzero(pair, strlen(pair));
   }
   ix->origin_path = xstrdup(ix->url.path);
+  ix->links = eg_link_set_new(EG_INDEX_MAX_LINKS, EG_INDEX_MAX_LINK_BYTES);
   return (int)p->n_indexes++;
 }
 

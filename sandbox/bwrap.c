@@ -9,8 +9,12 @@
  *   - a root tmpfs (remounted read-only once set up) holding read-only /usr (and /bin,
  *     /sbin, /lib* as the host has them: usr-merge symlinks or binds), a minimal /etc (the
  *     loader cache, the time zone, a synthesized passwd/group with only root and the
- *     sandbox user, a synthesized hosts; with network the host's resolver files, TLS trust
- *     and service databases instead of that hosts), fresh /proc and /dev, size-capped tmpfs
+ *     sandbox user, a synthesized hosts (localhost and the sandbox's name); with network TLS
+ *     trust, the service databases and the resolver's configuration, and through the egress
+ *     proxy a synthesized resolv.conf that names nothing of the host (the proxy resolves
+ *     names: the host's resolvers, search domains and hosts entries are none of the
+ *     sandbox's business), the host's resolv.conf and hosts only with --network host), fresh
+ *     /proc and /dev, size-capped tmpfs
  *     /tmp and /dev/shm, the spec's read-only binds at their host paths (missing parents
  *     are created empty and 0755, so the rest of a home directory stays hidden), the work
  *     directory read-write at /work (the cwd), and the drop helper read-only;
@@ -65,15 +69,16 @@
 #define BWRAP_CHOWN_MAX_DEPTH 64
 
 typedef struct bwrap_priv {
-  char *bwrap_path;    /* set by sbx_bwrap_set_paths, or found by the probe */
-  char *drop_path;     /* host path of the drop helper */
-  char *version;       /* "0.8.0" */
-  bool as_root;        /* geteuid() == 0: no user namespace, per-run uid drop */
-  char **system_args;  /* host-layout-dependent mounts, computed by the probe */
-  char **network_args; /* the same, added when the spec asks for network */
+  char *bwrap_path;     /* set by sbx_bwrap_set_paths, or found by the probe */
+  char *drop_path;      /* host path of the drop helper */
+  char *version;        /* "0.8.0" */
+  bool as_root;         /* geteuid() == 0: no user namespace, per-run uid drop */
+  char **system_args;   /* host-layout-dependent mounts, computed by the probe */
+  char **network_args;  /* the same, added when the spec asks for network */
+  char **resolver_args; /* the host's resolv.conf and hosts: network without egress only */
   /* Regular files of /etc the sandbox gets as copies (bwrap --file from an fd opened per
    * run) rather than as bind mounts, which cost bwrap a mount and a remount each. */
-  char **system_files, **network_files;
+  char **system_files, **network_files, **resolver_files;
 } bwrap_priv_t;
 
 /* ---------------------------------------------------------------- argv builder */
@@ -261,21 +266,46 @@ static char **system_args_new(char ***files) {
   return args_steal(&a);
 }
 
-/* With network: name resolution, TLS trust (never /etc/ssl/private) and the service and
- * protocol databases getaddrinfo() reads. */
+/* With network: the resolver's configuration, TLS trust (never /etc/ssl/private) and the
+ * service and protocol databases getaddrinfo() reads. */
 static char **network_args_new(char ***files) {
   argv_builder_t a = {0};
   cm_strv_builder_t copies = {0};
   a.dirs[a.n_dirs++] = xstrdup("/etc");
   static const char *const etc[] = {
-      "/etc/resolv.conf",     "/etc/hosts",           "/etc/nsswitch.conf", "/etc/gai.conf",
-      "/etc/host.conf",       "/etc/services",        "/etc/protocols",     "/etc/ssl/certs",
-      "/etc/ssl/openssl.cnf", "/etc/ca-certificates",
+      "/etc/nsswitch.conf", "/etc/gai.conf",  "/etc/host.conf",       "/etc/services",
+      "/etc/protocols",     "/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ca-certificates",
   };
   for (size_t i = 0; i < CM_ARRAY_SIZE(etc); i++) add_etc_file(&a, &copies, etc[i]);
   *files = cm_strv_steal(&copies);
   return args_steal(&a);
 }
+
+/* With the host's network (--network host: no egress proxy): the host's own resolvers and
+ * hosts entries, which the sandbox then uses itself. */
+static char **resolver_args_new(char ***files) {
+  argv_builder_t a = {0};
+  cm_strv_builder_t copies = {0};
+  a.dirs[a.n_dirs++] = xstrdup("/etc");
+  static const char *const etc[] = {"/etc/resolv.conf", "/etc/hosts"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(etc); i++) add_etc_file(&a, &copies, etc[i]);
+  *files = cm_strv_steal(&copies);
+  return args_steal(&a);
+}
+
+/* The hosts file of every sandbox but one on the host's network. */
+#define BWRAP_HOSTS                             \
+  "127.0.0.1\tlocalhost\n"                      \
+  "::1\tlocalhost ip6-localhost ip6-loopback\n" \
+  "127.0.1.1\t" BWRAP_HOSTNAME "\n"
+/* The resolv.conf of a sandbox whose way out is the egress proxy: it resolves nothing itself
+ * (its namespace has nothing but loopback, where no resolver listens: a lookup fails at once),
+ * and learns nothing of the host's resolvers or search domains. */
+#define BWRAP_RESOLV_CONF                                                                     \
+  "# mcp-python-exec-sandbox: this sandbox resolves no names itself; its clients reach the\n" \
+  "# network through the egress proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY), which does.\n"    \
+  "nameserver 127.0.0.1\n"                                                                    \
+  "options timeout:1 attempts:1\n"
 
 /* ---------------------------------------------------------------- build */
 
@@ -348,7 +378,7 @@ static int hand_over(const char *dir, uid_t uid, gid_t gid, cm_error_t *err) {
 static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
                        cm_error_t *err) {
   bwrap_priv_t *p = priv_of(b);
-  if (!p->bwrap_path || !p->drop_path || !p->system_args || !p->network_args)
+  if (!p->bwrap_path || !p->drop_path || !p->system_args || !p->network_args || !p->resolver_args)
     return cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the bwrap backend was not probed");
   if (check_spec(spec, err) < 0) return -1;
 
@@ -383,14 +413,17 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   cleanup_close int control_read = control_pipe[0], control_write = control_pipe[1];
   if (cm_set_nonblock(status_read, true) < 0)
     return cm_error_set(err, errno, CM_ERR_IO, "fcntl(O_NONBLOCK)");
-  cleanup_close int hosts_fd = -1;
-  if (!spec->network) {
-    hosts_fd = data_fd("mps-hosts",
-                       "127.0.0.1\tlocalhost\n"
-                       "::1\tlocalhost ip6-localhost ip6-loopback\n"
-                       "127.0.1.1\t" BWRAP_HOSTNAME "\n",
-                       err);
+  /* Only a sandbox on the host's network (network without egress) sees the host's resolver
+   * files; every other gets its own. */
+  bool host_network = spec->network && !spec->egress;
+  cleanup_close int hosts_fd = -1, resolv_fd = -1;
+  if (!host_network) {
+    hosts_fd = data_fd("mps-hosts", BWRAP_HOSTS, err);
     if (hosts_fd < 0) return -1;
+  }
+  if (spec->network && spec->egress) {
+    resolv_fd = data_fd("mps-resolv", BWRAP_RESOLV_CONF, err);
+    if (resolv_fd < 0) return -1;
   }
 
   argv_builder_t a = {0};
@@ -423,10 +456,19 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   if (spec->network) {
     for (char **s = p->network_args; *s; s++) args_add1(&a, *s);
     add_file_copies(&a, p->network_files, copy_fds, &n_copies, CM_ARRAY_SIZE(copy_fds));
+  }
+  if (host_network) {
+    for (char **s = p->resolver_args; *s; s++) args_add1(&a, *s);
+    add_file_copies(&a, p->resolver_files, copy_fds, &n_copies, CM_ARRAY_SIZE(copy_fds));
   } else {
     args_add(&a, "--perms", "0644", "--file", NULL);
     args_addf(&a, "%d", hosts_fd);
     args_add(&a, "/etc/hosts", NULL);
+  }
+  if (resolv_fd >= 0) {
+    args_add(&a, "--perms", "0644", "--file", NULL);
+    args_addf(&a, "%d", resolv_fd);
+    args_add(&a, "/etc/resolv.conf", NULL);
   }
   /* Plain files in the root tmpfs (no mount each), owned by root, read-only once the root
    * is remounted read-only below. */
@@ -523,6 +565,7 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   launch->pass_fds[n++] = steal_fd(&passwd_fd);
   launch->pass_fds[n++] = steal_fd(&group_fd);
   if (hosts_fd >= 0) launch->pass_fds[n++] = steal_fd(&hosts_fd);
+  if (resolv_fd >= 0) launch->pass_fds[n++] = steal_fd(&resolv_fd);
   launch->pass_fds[n++] = steal_fd(&status_write);
   launch->pass_fds[n++] = steal_fd(&control_read);
   if (egress_fd >= 0) launch->pass_fds[n++] = steal_fd(&egress_fd);
@@ -706,6 +749,7 @@ static void probe_version_done(sbx_probe_t *probe, const sbx_probe_result_t *r) 
   p->version = v ? xstrndup(v + 11, strcspn(v + 11, " \r\n")) : xstrdup("(unknown version)");
   if (!p->system_args) p->system_args = system_args_new(&p->system_files);
   if (!p->network_args) p->network_args = network_args_new(&p->network_files);
+  if (!p->resolver_args) p->resolver_args = resolver_args_new(&p->resolver_files);
   if (probe_sandbox_start(b, probe, &err) < 0) sbx_probe_finish(probe, &err);
 }
 
@@ -747,8 +791,10 @@ static void bwrap_free(sbx_backend_t *b) {
   free(p->version);
   cm_strv_free(p->system_args);
   cm_strv_free(p->network_args);
+  cm_strv_free(p->resolver_args);
   cm_strv_free(p->system_files);
   cm_strv_free(p->network_files);
+  cm_strv_free(p->resolver_files);
   free(p);
   b->priv = NULL;
 }

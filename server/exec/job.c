@@ -317,9 +317,11 @@ static void start_run(exec_job_t *job) {
   cm_error_t err = CM_ERROR_INIT;
   sbx_run_callbacks_t cbs = {.on_output = on_output, .on_exit = on_exit_cb};
   if (exec_prestart_take(job)) {
-    /* The call's own list narrows the session before anything can connect. */
+    /* The call's own list narrows the session, then its egress opens (it had none while
+     * held: what the interpreter's set-up opened is closed now), all before the go. */
     if (job->egress && job->spec.net.rules)
       eg_session_narrow(job->egress, job->spec.net.rules, job->spec.net.n_rules);
+    if (job->egress) eg_session_open(job->egress);
     /* Released first: the script's output and its timeout are the job's from its first
      * instruction. */
     bool warm = job->prestarted == EXEC_PRESTARTED_INTERPRETER;

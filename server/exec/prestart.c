@@ -21,7 +21,11 @@
  * the call's path.
  *
  * Each one serves exactly one call, with its own uid, /tmp, work directory and cgroup, its
- * limits in force from the interpreter's first instruction (so before the script's).  The
+ * limits in force from the interpreter's first instruction (so before the script's).  Its
+ * network (when the shape has one) has no way out until the go (EG_SESSION_HELD): the
+ * interpreter's set-up (site, every .pth of the environment) reaches nothing, holds none of
+ * the proxy's connections, and the call's own list narrows the session before it opens
+ * (job.c), so a call's `network` list is never part of the shape.  The
  * pool keeps --prestart N of each shape (on: SRV_PRESTART_DEFAULT); a call that takes one
  * starts its replacement at once, beside the call.  The commonest shape (no dependencies, the
  * default interpreter, the server's network policy) is kept for every principal: it reveals

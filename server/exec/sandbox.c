@@ -72,13 +72,16 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
                : xstrdup("PATH=/usr/local/bin:/usr/bin:/bin");
   cleanup_free char *venv_var = env_root ? xasprintf("VIRTUAL_ENV=%s", env_root) : NULL;
   /* With the network on, a namespace of its own whose one way out is the egress proxy
-   * (server/net/net.h), unless the operator chose the host's (--network host). */
+   * (server/net/net.h), unless the operator chose the host's (--network host).  A held one
+   * (prestarted) has no way out at all until its call's go (job.c): what its interpreter's
+   * set-up (site, every .pth of its environment) opens then waits, and is closed at the go. */
   int egress_fd = -1;
   bool proxied = network && srv_network_proxied(cfg, backend);
   if (proxied) {
     eg_proxy_t *proxy = srv_network_proxy(srv_server_network(s), err);
+    unsigned flags = hold || warm_ctl ? EG_SESSION_HELD : 0;
     eg_session_t *session =
-        proxy ? eg_session_new(proxy, srv_network_script_policy(srv_server_network(s)), 0,
+        proxy ? eg_session_new(proxy, srv_network_script_policy(srv_server_network(s)), flags,
                                &egress_fd, err)
               : NULL;
     if (!session) return cm_error_wrap(err, "the network of the sandbox (the egress proxy)");

@@ -303,8 +303,12 @@ void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend
         "every range IANA's special-purpose registries mark not globally reachable (loopback, "
         "private (RFC 1918), CGNAT, link-local, ULA, documentation, benchmarking, multicast, "
         "reserved, ...), cloud metadata and this server's own addresses (what the kernel routes "
-        "locally: every interface address, AnyIP routes), judged on every resolved address, "
-        "unless a rule names them; a call may narrow it with network: [rules]\n",
+        "locally, asked of it for each address: every interface address, IPv6, AnyIP routes; and "
+        "a connection that arrives back at this host), judged on every resolved address, "
+        "unless a rule names them; a call may narrow it with network: [rules], which binds a "
+        "prestarted sandbox too (a held sandbox has no egress at all until its call starts); "
+        "the sandbox resolves no names itself (a hosts file and a resolv.conf of its own, "
+        "nothing of the host's): the proxy resolves them, as written (no search domains)\n",
         EG_SANDBOX_PORT);
   }
   cleanup_free char *allow = NULL, *deny = NULL;
@@ -325,8 +329,10 @@ void srv_network_describe(srv_network_t *n, const srv_config_t *cfg, sbx_backend
       "Network rules: allow %s; deny %s (deny wins; a host rule opens what that name "
       "resolves to, a *.suffix rule only public addresses, an address rule a denied range "
       "only when it lies within it: 0.0.0.0/0 or 64:ff9b::/96 never open loopback or "
-      "metadata; a denied name also denies the addresses it resolves to, a denied *.suffix "
-      "names only)\n",
+      "metadata, and only a rule of that one address opens one of this server's own; a denied "
+      "name also denies the addresses it resolves to at connect time (by any other name or "
+      "literal), a denied *.suffix names only, a denied address or prefix its destinations by "
+      "any name)\n",
       allow ? allow : "none", deny ? deny : "none");
   cleanup_free char *proxy_desc = n->proxy ? eg_proxy_describe(n->proxy) : NULL;
   if (proxied || !cfg->offline)

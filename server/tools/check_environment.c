@@ -223,10 +223,12 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
     cm_buf_printf(&t, "Build network: %s\n",
                   sbx_backend_can_egress(b)
                       ? "each dependency build has a network namespace of its own and reaches only "
-                        "the index hosts "
-                        "(plus --build-network-allow) through the egress proxy; index credentials "
-                        "stay in the "
-                        "server (the proxy adds them), never in the build's environment or files"
+                        "the index hosts (plus --build-network-allow) through the egress proxy; "
+                        "index credentials stay in the server, never in the build's environment "
+                        "or files: the proxy adds them to reads (GET, HEAD without a body) below "
+                        "the index URL's path and of the files the index's own pages linked to "
+                        "(remembered, bounded), to nothing else on its host, and drops the index's "
+                        "cookies from every response head"
                       : "not isolated by this backend (builds use its own network, and see the "
                         "index settings)");
   size_t n_envs;

@@ -656,6 +656,12 @@ def test_check_environment_describes_the_policy(net_server):
     text = text_of(res)
     assert "Network: on" in text and "Network policy: on" in text and "egress proxy" in text
     assert "Build network:" in text
+    # What is decided how (issue 30): own addresses, special ranges, names vs addresses, held
+    # sandboxes, the sandbox's resolver files, the index credentials' scope.
+    for said in ("asked of it for each address", "not globally reachable", "a held sandbox has no egress",
+                 "a hosts file and a resolv.conf of its own", "a denied address or prefix its destinations by any name",
+                 "below the index URL's path and of the files the index's own pages linked to"):
+        assert said in text, said
     sc = res["structuredContent"]
     assert sc["network"] is True and sc["network_policy"]["mode"] == "on" and sc["network_policy"]["proxied"] is True
     assert any(r.startswith("127.0.0.1:") for r in sc["network_policy"]["allow"])
@@ -974,7 +980,7 @@ def credentialed_index(files_dir, user, password, tls=None):
             seen["paths"].append(self.path)
             if self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding"):
                 seen["bodied"].append(self.path)
-            if self.path == "/session":
+            if self.path == "/simple/session":
                 # A session cookie, issued for the credentials: as good as they are.
                 self.send_response(200)
                 self.send_header("Set-Cookie", f"session=cookie-{password}; Path=/")
@@ -1137,7 +1143,7 @@ def probe(targets, abstract):
     # Plain HTTP to the index's real origin gets its credentials too: the same rules apply.
     r["origin-PUT"] = _raw("127.0.0.1", 3128, ("PUT http://127.0.0.1:%d/simple/upload HTTP/1.1\r\nHost: x\r\n"
                                                  "Content-Length: 0\r\n\r\n" % port).encode())
-    r["session"] = _raw(*fw, b"GET /session HTTP/1.1\r\nHost: x\r\n\r\n")
+    r["session"] = _raw(*fw, b"GET /simple/session HTTP/1.1\r\nHost: x\r\n\r\n")
     r["GET"] = _raw(*fw, b"GET /simple/ HTTP/1.1\r\nHost: x\r\n\r\n")
     return r
 '''
@@ -1405,3 +1411,425 @@ print(n, round(time.monotonic() - t, 2))
     total = net["bytes_in"] + net["bytes_out"]
     assert int(n) == 300_000 and total > 300_000
     assert float(took) >= (total - 65536) / 65536 * 0.9, (took, total)
+
+
+# ------------------------------------------------------------------ a GitLab-shaped index
+
+GL_PREFIX = "/api/v4/projects/1/packages/pypi"
+
+
+def _server_path(raw):
+    """The path a lenient server (Tomcat, a framework's router) acts on: percent-decoded, ";"
+    parameters and dot segments resolved (the way out of an index's path a request may try)."""
+    import posixpath
+    import urllib.parse
+    path = urllib.parse.unquote(raw.split("?", 1)[0]).replace("\\", "/")
+    path = "/".join(seg.split(";", 1)[0] for seg in path.split("/"))
+    norm = posixpath.normpath(path)
+    return norm + "/" if path.endswith("/") and norm != "/" else norm
+
+
+def gitlab_index(files_dir, user, password):
+    """A credentialed index shaped like GitLab's (Artifactory's and Nexus's are alike): the
+    simple pages at GL_PREFIX/simple, linking to GL_PREFIX/files/<sha256>/<name> relatively
+    ("../../files/..."), and beside them a private API path that answers the credentials with a
+    secret.  Every request is logged: (raw path, the path acted on, credentials?, headers)."""
+    import hashlib
+    want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    log = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def _send(self, status, body=b"", ctype="text/plain", extra=()):
+            self.send_response(status)
+            for k, v in extra:
+                self.send_header(k, v)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def do_GET(self):
+            path = _server_path(self.path)
+            creds = self.headers.get("Authorization") == want
+            log.append((self.path, path, creds, dict(self.headers)))
+            if not creds:
+                return self._send(401, b"", extra=[("WWW-Authenticate", 'Basic realm="gitlab"')])
+            files = sorted(os.listdir(files_dir))
+            if path == GL_PREFIX + "/simple/early/":
+                # Interim heads before the final one, each with a cookie of the credentials'
+                # and hop-by-hop headers (what a proxy passes on must be rewritten, every head).
+                self.wfile.write(
+                    b"HTTP/1.1 100 Continue\r\nSet-Cookie: c100=cookie-" + password.encode() +
+                    b"\r\nKeep-Alive: timeout=5\r\n\r\n"
+                    b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nSet-Cookie: c103=cookie-" +
+                    password.encode() + b"\r\nConnection: X-Hop\r\nX-Hop: h\r\n\r\n"
+                    b"HTTP/1.1 200 OK\r\nSet-Cookie: session=cookie-" + password.encode() +
+                    b"\r\nX-Hop2: y\r\nConnection: X-Hop2\r\nContent-Type: text/plain\r\n"
+                    b"Content-Length: 5\r\n\r\nearly")
+                self.close_connection = True
+                return
+            if path == "/api/v4/private/token" or path.startswith("/api/v4/projects/2/"):
+                return self._send(200, f"private-{password}".encode())
+            if path.rstrip("/") == GL_PREFIX + "/simple":
+                links = "".join(f'<a href="{f.split("-")[0].replace("_", "-")}/">{f}</a>\n' for f in files)
+                return self._send(200, f"<html><body>{links}</body></html>".encode(), "text/html")
+            if path.startswith(GL_PREFIX + "/simple/mps-"):
+                links = ""
+                for f in files:
+                    data = open(os.path.join(files_dir, f), "rb").read()
+                    sha = hashlib.sha256(data).hexdigest()
+                    links += f'<a href="../../files/{sha}/{f}#sha256={sha}">{f}</a>\n'
+                return self._send(200, f"<html><body>{links}</body></html>".encode(), "text/html")
+            if path.startswith(GL_PREFIX + "/files/"):
+                name = path.rsplit("/", 1)[1]
+                if name in files:
+                    return self._send(200, open(os.path.join(files_dir, name), "rb").read(),
+                                      "application/octet-stream")
+            return self._send(404)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *a):
+            pass
+    srv = AuthIndex(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, log
+
+
+# What a build tries on the index's host besides the index: the private API, by the
+# forwarder's index origin, by dot segments, encoded or ";"-hidden, from a linked file's
+# place, and by the index's real origin.
+PRIVATE_PROBE = r'''
+import socket
+
+def _raw(host, port, data):
+    try:
+        s = socket.create_connection((host, port), timeout=10)
+        s.sendall(data)
+        out = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            out += c
+        return out.decode("latin1")
+    except OSError as e:
+        return "error " + type(e).__name__
+
+def probe(targets, abstract):
+    port, p = targets["index_port"], targets["prefix"]
+    fw = ("127.0.1.1", 3128)
+    tries = {
+        "private": "/api/v4/private/token",
+        "other-project": "/api/v4/projects/2/packages/pypi/simple/",
+        "dots": p + "/simple/../../../../private/token",
+        "encoded-dots": p + "/simple/%2e%2e/%2e%2e/%2e%2e/%2e%2e/private/token",
+        "encoded-slash": p + "/simple/..%2f..%2f..%2f..%2fprivate/token",
+        "params": p + "/simple/..;/..;/..;/..;/private/token",
+        "backslash": p + "/simple/..\\..\\..\\..\\private\\token",
+        "from-files": p + "/files/../../../private/token",
+    }
+    r = {}
+    for name, path in tries.items():
+        r[name] = _raw(*fw, ("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
+    r["real-origin"] = _raw("127.0.0.1", 3128, ("GET http://127.0.0.1:%d/api/v4/private/token HTTP/1.1\r\n"
+                                                  "Host: x\r\n\r\n" % port).encode())
+    r["page"] = _raw(*fw, ("GET %s/simple/mps-hostile/ HTTP/1.1\r\nHost: x\r\n\r\n" % p).encode())
+    return r
+'''
+
+
+def test_index_credentials_only_for_the_index(world):
+    """The index's credentials go with requests below the index URL's path and to the files
+    its pages linked to, nothing else on its host (issue 30, 1): a build asks for the private
+    API of a GitLab-shaped index by every spelling (dot segments, encoded, ";"-hidden, from a
+    file's place, the real origin) and gets what anyone gets, 401, while its dependencies
+    still install from the index (pages, and the relatively linked files, credentialed)."""
+    d = tempfile.mkdtemp(prefix="mps-gitlab-")
+    try:
+        os.chmod(d, 0o755)
+        files = os.path.join(d, "files")
+        os.makedirs(files)
+        os.chmod(files, 0o755)
+        index, log = gitlab_index(files, "deploy", SECRET)
+        port = index.server_address[1]
+        make_hostile_sdist(files, {"index_port": port, "prefix": GL_PREFIX}, None, probe_code=PRIVATE_PROBE)
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
+                   "--index-url", f"http://deploy:{SECRET}@127.0.0.1:{port}{GL_PREFIX}/simple",
+                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+        try:
+            s.initialize()
+            res = s.execute("import json, os, mps_hostile\n"
+                            "r = json.load(open(os.path.join(os.path.dirname(mps_hostile.__file__), 'report.json')))\n"
+                            "print(json.dumps(r['probe']))", dependencies=["mps-hostile"], timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            got = json.loads(res["structuredContent"]["stdout"])
+        finally:
+            s.close()
+        index.shutdown()
+        for name in ("private", "other-project", "dots", "encoded-dots", "encoded-slash", "params", "backslash",
+                     "from-files", "real-origin"):
+            assert got[name].split(" ")[1] == "401", (name, got[name][:300])
+        assert SECRET not in json.dumps(got) and f"private-{SECRET}" not in json.dumps(res)
+        # The index's own page is still read with them.
+        assert got["page"].split(" ")[1] == "200" and "mps_hostile-1.0.tar.gz" in got["page"], got["page"][:300]
+        # What reached the index with the credentials: its pages and the files they linked to.
+        credentialed = [(raw, path) for raw, path, creds, _ in log if creds]
+        assert any(p.startswith(GL_PREFIX + "/files/") for _, p in credentialed), log
+        for raw, path in credentialed:
+            assert raw == path and (path.startswith(GL_PREFIX + "/simple") or path.startswith(GL_PREFIX + "/files/")), raw
+        assert not [raw for raw, path, creds, _ in log if creds and "private" in path], log
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+EARLY_PROBE = r"""
+import socket
+
+def probe(targets, abstract):
+    s = socket.create_connection(("127.0.1.1", 3128), timeout=10)
+    s.sendall(("GET %s/simple/early/ HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n\r\n" % targets["prefix"]).encode())
+    out = b""
+    while True:
+        c = s.recv(65536)
+        if not c:
+            break
+        out += c
+    return {"early": out.decode("latin1")}
+"""
+
+
+def test_every_response_head_of_an_index_is_rewritten(world):
+    """An index's answer with interim heads (100 Continue, 103 Early Hints) before the final one:
+    each head reaches the build rewritten, without the index's cookies (issued for the server's
+    credentials) or hop-by-hop headers, and a credentialed request goes without Expect
+    (issue 30, 2)."""
+    d = tempfile.mkdtemp(prefix="mps-gitlab-")
+    try:
+        os.chmod(d, 0o755)
+        files = os.path.join(d, "files")
+        os.makedirs(files)
+        os.chmod(files, 0o755)
+        index, log = gitlab_index(files, "deploy", SECRET)
+        port = index.server_address[1]
+        make_hostile_sdist(files, {"prefix": GL_PREFIX}, None, probe_code=EARLY_PROBE)
+        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
+                   "--index-url", f"http://deploy:{SECRET}@127.0.0.1:{port}{GL_PREFIX}/simple",
+                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+        try:
+            s.initialize()
+            res = s.execute("import json, os, mps_hostile\n"
+                            "r = json.load(open(os.path.join(os.path.dirname(mps_hostile.__file__), 'report.json')))\n"
+                            "print(json.dumps(r['probe']))", dependencies=["mps-hostile"], timeout=300)
+            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+            got = json.loads(res["structuredContent"]["stdout"])["early"]
+        finally:
+            s.close()
+        index.shutdown()
+        heads = got.split("\r\n\r\n")
+        assert heads[0] == "HTTP/1.1 100 Continue", got
+        assert heads[1] == "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload", got
+        assert heads[2].startswith("HTTP/1.1 200 OK\r\n") and heads[3] == "early", got
+        assert "cookie" not in got.lower() and SECRET not in got, got
+        for hop in ("Keep-Alive", "X-Hop", "X-Hop2"):
+            assert hop.lower() + ":" not in got.lower(), (hop, got)
+        early = [h for raw, path, creds, h in log if path == GL_PREFIX + "/simple/early/"]
+        assert early and all(not any(k.lower() == "expect" for k in h) for h in early), early
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ held interpreters
+
+# A dependency whose .pth runs in every interpreter of its environment, a held one included
+# (before any call): it opens tunnels through the forwarder to the Hold server and keeps them.
+PTH_HOOK = r"""
+import socket, threading, time
+N, PORT = {count}, {port}
+state = {{"status": [], "socks": [], "t": time.time()}}
+
+def _one():
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=60)
+        state["socks"].append(s)
+        s.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: x\r\n\r\n" % PORT)
+        head = s.recv(64)
+        state["status"].append(head.split(b"\r\n")[0].decode(errors="replace") or "closed")
+    except OSError as e:
+        state["status"].append("error " + type(e).__name__)
+
+for _ in range(N):
+    threading.Thread(target=_one, daemon=True).start()
+"""
+
+
+def pth_wheelhouse(port, count):
+    d = tempfile.mkdtemp(prefix="mps-pth-")
+    os.chmod(d, 0o755)
+    wheelhouse.make_wheel(d, "mps-pthnet", "1.0", files={
+        "mps_pthnet.pth": "import mps_pthnet_hook\n",
+        "mps_pthnet_hook.py": PTH_HOOK.format(count=count, port=port),
+        "mps_pthnet/__init__.py": "",
+    })
+    return d
+
+
+# The call's side: what became of the .pth's tunnels (joined for a while), and whether any of
+# them still leads to the Hold server.
+USE_PTH_TUNNELS = r"""
+import json, time, mps_pthnet_hook as h
+deadline = time.monotonic() + 15
+while len(h.state["status"]) < h.N and time.monotonic() < deadline:
+    time.sleep(0.05)
+got = []
+for s in h.state["socks"]:
+    try:
+        s.settimeout(2)
+        s.sendall(b"ping")
+        got.append(s.recv(64).decode(errors="replace"))
+    except OSError as e:
+        got.append("error " + type(e).__name__)
+print(json.dumps({"status": sorted(h.state["status"]), "got": got, "t": h.state["t"]}))
+"""
+
+
+def wait_dependency_shape_held(s):
+    """Until a held interpreter of a shape with an environment is ready (check_environment)."""
+    def ready():
+        shapes = s.call("check_environment")["structuredContent"]["prestart"]["shapes"]
+        return any(x["environment"] and x["ready"] >= 1 and x["holds"] == "interpreter" for x in shapes)
+    assert wait_until(ready, timeout=30, interval=0.2), s.stderr_text()[-2000:]
+
+
+def test_a_held_interpreter_is_bound_by_the_calls_network(world, make_server):
+    """A call's network list binds a prestarted interpreter before anything of the call runs
+    (issue 30, 3): a .pth of the environment that opened a tunnel while the interpreter was
+    held (under the server's wider policy) leaves the narrowed script nothing to use; the
+    tunnel never reached its destination."""
+    hold = world["hold"]
+    wheels = pth_wheelhouse(hold.port, 1)
+    try:
+        s = make_server("--prestart", "1", "--prestart-max", "1", "--find-links", wheels, "--offline",
+                        "--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-allow", f"127.0.0.1:{hold.port}")
+        s.initialize()
+        narrow = [f"{NS_ADDR}:{NS_PORT}"]
+        first = s.execute("print(1)", dependencies=["mps-pthnet"], network=narrow, timeout=180)
+        assert first["structuredContent"]["exit_code"] == 0, text_of(first)
+        opened = len(hold.opened)
+        # The dependency's shape is held now: its interpreter runs the .pth.
+        wait_dependency_shape_held(s)
+        wait_until(lambda: len(hold.opened) > opened, timeout=5)
+        called = time.time()
+        res = s.execute(USE_PTH_TUNNELS, dependencies=["mps-pthnet"], network=narrow, timeout=60)
+        sc = res["structuredContent"]
+        assert sc["exit_code"] == 0 and sc["prestarted"] == "interpreter", text_of(res)
+        out = json.loads(sc["stdout"])
+        assert out["t"] < called, "the .pth ran in the call, not while held"
+        assert out["status"] and not [x for x in out["status"] if " 200 " in x], out
+        assert not [g for g in out["got"] if "HOLD" in g], out
+        assert len(hold.opened) == opened, "a held interpreter's tunnel reached its destination"
+        assert sc["network"]["policy"] == "rules" and sc["network"]["allow"] == narrow
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
+
+
+def test_held_interpreters_get_no_egress(world, make_server):
+    """A held (not yet released) sandbox gets no egress at all (issue 30, 4): a .pth that opens
+    more tunnels than the server-wide connection cap (32 here: the server's open-file limit)
+    while its interpreter waits for a call reaches nothing, and a call of another shape still
+    connects at once."""
+    import resource
+    hold = world["hold"]
+    wheels = pth_wheelhouse(hold.port, 40)
+
+    def low_nofile():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (640, 640))
+    try:
+        s = make_server("--prestart", "1", "--prestart-max", "1", "--find-links", wheels, "--offline",
+                        "--dns-server", f"127.0.0.1:{world['dns'].port}", "--network-allow", f"127.0.0.1:{hold.port}",
+                        preexec_fn=low_nofile)
+        s.initialize()
+        first = s.execute("print(1)", dependencies=["mps-pthnet"], network=[f"{NS_ADDR}:{NS_PORT}"], timeout=180)
+        assert first["structuredContent"]["exit_code"] == 0, text_of(first)
+        opened = len(hold.opened)
+        wait_dependency_shape_held(s)
+        wait_until(lambda: len(hold.opened) >= opened + 32, timeout=8)
+        assert len(hold.opened) == opened, f"held interpreters opened {len(hold.opened) - opened} connections"
+        # A call of the default shape (no dependencies) is not starved.
+        script = f'''
+import socket
+c = socket.create_connection(("127.0.0.1", 3128), timeout=5)
+c.sendall(b"CONNECT 127.0.0.1:{hold.port} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+c.settimeout(5)
+try:
+    print(c.recv(64).split(b"\\r\\n")[0].decode())
+except socket.timeout:
+    print("starved")
+'''
+        res = s.execute(script, timeout=60)
+        assert res["structuredContent"]["stdout"].strip() == "HTTP/1.1 200 Connection Established", text_of(res)
+        assert len(hold.opened) == opened + 1
+        # The held interpreter did run the .pth (before its call), and got nowhere.
+        called = time.time()
+        res = s.execute(USE_PTH_TUNNELS, dependencies=["mps-pthnet"], network=[f"{NS_ADDR}:{NS_PORT}"], timeout=60)
+        sc = res["structuredContent"]
+        assert sc["exit_code"] == 0 and sc["prestarted"] == "interpreter", text_of(res)
+        out = json.loads(sc["stdout"])
+        assert out["t"] < called and len(out["status"]) == 40, out
+        assert not [x for x in out["status"] if " 200 " in x] and not [g for g in out["got"] if "HOLD" in g], out
+        assert len(hold.opened) == opened + 1
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the sandbox's resolver files
+
+def test_a_networked_sandbox_gets_no_resolver_files_of_the_host(world, make_server, tmp_path):
+    """A sandbox whose way out is the egress proxy gets a hosts file of its own (localhost and
+    its name) and a resolv.conf that names nothing of the host: no internal names, search
+    domains or resolvers (issue 30, 9).  The server runs in a mount namespace the test makes,
+    whose /etc/hosts and /etc/resolv.conf are an internal network's; names still resolve
+    through the proxy."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n10.9.8.7 internal-db.corp.example internal-db\n")
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("search corp.example\nnameserver 10.9.8.53\noptions ndots:3\n")
+
+    def private_etc():
+        libc = ctypes.CDLL(None, use_errno=True)
+        clone_newns, ms_rec, ms_private, ms_bind = 0x20000, 0x4000, 1 << 18, 4096
+        if libc.unshare(clone_newns) != 0 or libc.mount(None, b"/", None, ms_rec | ms_private, None) != 0:
+            os._exit(121)
+        for src, dst in ((hosts, "/etc/hosts"), (resolv, "/etc/resolv.conf")):
+            if libc.mount(str(src).encode(), dst.encode(), None, ms_bind, None) != 0:
+                os._exit(122)
+    s = make_server("--dns-server", f"127.0.0.1:{world['dns'].port}", preexec_fn=private_etc)
+    s.initialize()
+    script = f'''
+import json, socket, urllib.request
+out = {{"hosts": open("/etc/hosts").read(), "resolv": open("/etc/resolv.conf").read()}}
+try:
+    socket.getaddrinfo("internal-db", 80)
+    out["lookup"] = "resolved"
+except OSError as e:
+    out["lookup"] = type(e).__name__
+out["proxy"] = urllib.request.urlopen("http://public.test:{NS_PORT}/resolv", timeout=10).read().decode()
+print(json.dumps(out))
+'''
+    res = s.execute(script, timeout=60)
+    assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+    out = json.loads(res["structuredContent"]["stdout"])
+    for name in ("hosts", "resolv"):
+        for planted in ("internal-db", "corp.example", "10.9.8."):
+            assert planted not in out[name], (name, out[name])
+    assert "localhost" in out["hosts"]
+    assert [line for line in out["resolv"].splitlines() if line and not line.startswith("#")] == \
+        ["nameserver 127.0.0.1", "options timeout:1 attempts:1"], out["resolv"]
+    assert out["lookup"] == "gaierror", out
+    assert out["proxy"] == f"hello from the test namespace at {NS_ADDR}"
+    # Without network: the same hosts, and no resolv.conf at all.
+    res = s.execute("import os; print(open('/etc/hosts').read()); print(os.path.exists('/etc/resolv.conf'))",
+                    network=False)
+    text = res["structuredContent"]["stdout"]
+    assert "internal-db" not in text and "localhost" in text and text.strip().endswith("False"), text

@@ -669,13 +669,13 @@ static void test_http_forward(void **state) {
   assert_int_equal(parse_req(g, req), 1);
   cm_buf_t out;
   cm_buf_init(&out, 0);
-  eg_http_forward_head(g, req, NULL, 0, "example.com:8080", NULL, &out);
+  eg_http_forward_head(g, req, NULL, 0, "example.com:8080", NULL, 0, &out);
   assert_string_equal(
       out.data,
       "POST /up HTTP/1.1\r\nContent-Length: 4\r\nAuthorization: Bearer t\r\nUser-Agent: pip\r\n"
       "Host: example.com:8080\r\nConnection: close\r\n\r\n");
   cm_buf_reset(&out);
-  eg_http_forward_head(g, req, "/simple/x/", 10, "idx.test", "Basic dTpw", &out);
+  eg_http_forward_head(g, req, "/simple/x/", 10, "idx.test", "Basic dTpw", 0, &out);
   assert_non_null(strstr(out.data, "POST /simple/x/ HTTP/1.1\r\n"));
   assert_non_null(strstr(out.data, "Authorization: Basic dTpw\r\n"));
   assert_null(strstr(out.data, "Bearer"));
@@ -708,6 +708,374 @@ static void test_http_forward(void **state) {
   assert_int_equal(eg_http_parse_response("HTTP/1.1 200", 12, &resp), 0);
   assert_int_equal(eg_http_parse_response("HTTX/1.1 200 OK\r\n\r\n", 19, &resp), -1);
   assert_int_equal(eg_http_parse_response("HTTP/1.1 2x0 OK\r\n\r\n", 19, &resp), -1);
+  free(req);
+}
+
+/* Interim (1xx) heads before the final one: each rewritten, in pieces of any size. */
+static void test_http_interim_heads(void **state) {
+  (void)state;
+  const char *r =
+      "HTTP/1.1 100 Continue\r\nSet-Cookie: a=1\r\nKeep-Alive: timeout=5\r\n\r\n"
+      "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nSet-Cookie: b=2\r\n"
+      "Connection: X-Hop\r\nX-Hop: h\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nSet-Cookie: c=3\r\nX-Hop2: y\r\nConnection: X-Hop2\r\nContent-Length: "
+      "2\r\n\r\nok";
+  const char *want_cookieless =
+      "HTTP/1.1 100 Continue\r\n\r\n"
+      "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n";
+  size_t len = strlen(r);
+  eg_response_t resp;
+  size_t used = 0, final_off = 0;
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  assert_int_equal(eg_http_rewrite_heads(r, len, true, &out, &used, &resp, &final_off), 1);
+  assert_string_equal(out.data, want_cookieless);
+  assert_int_equal(used, len - 2);
+  assert_int_equal(resp.status, 200);
+  assert_memory_equal(r + final_off, "HTTP/1.1 200 OK", 15);
+  cm_buf_reset(&out);
+  assert_int_equal(eg_http_rewrite_heads(r, len, false, &out, &used, &resp, &final_off), 1);
+  assert_non_null(strstr(out.data, "Set-Cookie: a=1\r\n"));
+  assert_non_null(strstr(out.data, "Set-Cookie: c=3\r\n"));
+  assert_null(strstr(out.data, "X-Hop"));
+  assert_null(strstr(out.data, "Keep-Alive"));
+  cm_buf_release(&out);
+  /* As the proxy gets it: a piece at a time, interim heads passed on as they complete. */
+  for (size_t step = 1; step < len; step++) {
+    char buf[1024];
+    size_t have = 0, fed = 0;
+    cm_buf_t all;
+    cm_buf_init(&all, 0);
+    int rc = 0;
+    while (rc == 0 && fed < len) {
+      size_t n = CM_MIN(step, len - fed);
+      memcpy(buf + have, r + fed, n);
+      have += n;
+      fed += n;
+      rc = eg_http_rewrite_heads(buf, have, true, &all, &used, &resp, &final_off);
+      assert_true(rc >= 0);
+      if (rc == 0) {
+        memmove(buf, buf + used, have - used);
+        have -= used;
+      }
+    }
+    assert_int_equal(rc, 1);
+    assert_string_equal(all.data, want_cookieless);
+    cm_buf_release(&all);
+  }
+  /* No final head yet: the interim ones are consumed. */
+  cm_buf_init(&out, 0);
+  assert_int_equal(eg_http_rewrite_heads(r, 30, true, &out, &used, &resp, &final_off), 0);
+  assert_int_equal(used, 0);
+  assert_int_equal(eg_http_rewrite_heads(r, 80, true, &out, &used, &resp, &final_off), 0);
+  assert_int_equal(
+      used, strlen("HTTP/1.1 100 Continue\r\nSet-Cookie: a=1\r\nKeep-Alive: timeout=5\r\n\r\n"));
+  assert_string_equal(out.data, "HTTP/1.1 100 Continue\r\n\r\n");
+  cm_buf_release(&out);
+  /* A switch of protocols, and a malformed head after an interim one: refused. */
+  cm_buf_init(&out, 0);
+  const char *up = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n";
+  assert_int_equal(eg_http_rewrite_heads(up, strlen(up), true, &out, &used, &resp, &final_off), -1);
+  const char *bad = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 2x0 OK\r\n\r\n";
+  assert_int_equal(eg_http_rewrite_heads(bad, strlen(bad), true, &out, &used, &resp, &final_off),
+                   -1);
+  cm_buf_release(&out);
+  /* A credentialed request goes without Expect. */
+  eg_request_t *req = malloc(sizeof *req);
+  const char *g = "GET /simple/ HTTP/1.1\r\nExpect: 100-continue\r\nAccept: */*\r\n\r\n";
+  assert_int_equal(eg_http_parse_request(g, strlen(g), req), 1);
+  cm_buf_init(&out, 0);
+  eg_http_forward_head(g, req, NULL, 0, "idx.test", "Basic dTpw", 0, &out);
+  assert_null(strstr(out.data, "Expect"));
+  cm_buf_reset(&out);
+  eg_http_forward_head(g, req, NULL, 0, "idx.test", NULL, 0, &out);
+  assert_non_null(strstr(out.data, "Expect: 100-continue\r\n"));
+  cm_buf_release(&out);
+  free(req);
+}
+
+/* ---------------------------------------------------------------- an index's links */
+
+static bool below(const char *base, const char *target) {
+  return eg_index_path_below(base, target, strlen(target));
+}
+
+static void test_index_path_below(void **state) {
+  (void)state;
+  const char *base = "/api/v4/projects/1/packages/pypi/simple";
+  static const char *const yes[] = {
+      "/api/v4/projects/1/packages/pypi/simple",
+      "/api/v4/projects/1/packages/pypi/simple/",
+      "/api/v4/projects/1/packages/pypi/simple/mps-x/",
+      "/api/v4/projects/1/packages/pypi/simple/mps-x/?format=json",
+      "/api/v4/projects/1/packages/pypi/simple?x=../..",
+      "/api/v4/projects/1/packages/pypi/simple/a%2Bb/",
+  };
+  static const char *const no[] = {
+      "/api/v4/private/token",
+      "/api/v4/projects/1/packages/pypi/simpler",
+      "/api/v4/projects/1/packages/pypi/simple/../../../../private",
+      "/api/v4/projects/1/packages/pypi/simple/..",
+      "/api/v4/projects/1/packages/pypi/simple/./x",
+      "/api/v4/projects/1/packages/pypi/simple/..;/x",
+      "/api/v4/projects/1/packages/pypi/simple/%2e%2e/x",
+      "/api/v4/projects/1/packages/pypi/simple/%2E./x",
+      "/api/v4/projects/1/packages/pypi/simple/x%2f..%2f..%2fy",
+      "/api/v4/projects/1/packages/pypi/simple/x%5c..",
+      "/api/v4/projects/1/packages/pypi/simple/x\\..\\y",
+      "/api/v4/projects/1/packages/pypi/simple/%252e%252e/",
+      "/api/v4/projects/1/packages/pypi/simple/%00",
+      "/api/v4/projects/1/packages/pypi/simple/%zz",
+      "/api/v4/projects/1/packages/pypi/simple/%2",
+      "api/v4/projects/1/packages/pypi/simple/",
+      "",
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(yes); i++)
+    if (!below(base, yes[i])) fail_msg("%s is below %s", yes[i], base);
+  for (size_t i = 0; i < CM_ARRAY_SIZE(no); i++)
+    if (below(base, no[i])) fail_msg("%s is not below %s", no[i], base);
+  /* A base with a trailing slash or a query is the same base; the root covers the host. */
+  assert_true(below("/simple/", "/simple"));
+  assert_true(below("/simple/?x", "/simple/a/"));
+  assert_false(below("/simple/", "/simplex"));
+  assert_true(below("/", "/anything/at/all"));
+  assert_false(below("/", "/a/../b"));
+  /* An encoded slash in the operator's own base is the operator's. */
+  assert_true(below("/api/v4/projects/g%2Fp/packages/pypi/simple",
+                    "/api/v4/projects/g%2Fp/packages/pypi/simple/x/"));
+  /* The length is honoured. */
+  assert_true(eg_index_path_below("/simple", "/simple/x/../../private", 9));
+}
+
+static void check_canon(const char *in, const char *want) {
+  char *got = eg_path_canon(in, strlen(in));
+  if (strcmp(got, want) != 0) fail_msg("canon(%s) = %s, want %s", in, got, want);
+  free(got);
+}
+
+static void check_resolve(const eg_url_t *origin, const char *page, const char *link,
+                          const char *want) {
+  char *got = eg_link_resolve(origin, page, link, strlen(link));
+  if (!want && got) fail_msg("%s on %s resolved to %s, want none", link, page, got);
+  if (want && (!got || strcmp(got, want) != 0))
+    fail_msg("%s on %s resolved to %s, want %s", link, page, got ? got : "(none)", want);
+  free(got);
+}
+
+static void test_links(void **state) {
+  (void)state;
+  check_canon("/files/a+b.whl", "/files/a+b.whl");
+  check_canon("/files/a%2Bb.whl", "/files/a+b.whl");
+  check_canon("/files/a%2bb.whl", "/files/a+b.whl");
+  check_canon("/files/a b%7e", "/files/a%20b~");
+  check_canon("/f/%2F/%2e/%3F/%25?q=%3f&r", "/f/%2F/%2E/%3F/%25?q=%3F&r");
+  check_canon("/f/%zz%4", "/f/%25zz%254");
+
+  eg_url_t origin;
+  const char *url = "https://u:p@Index.test:8443/api/v4/projects/1/packages/pypi/simple";
+  assert_int_equal(eg_url_parse(url, strlen(url), &origin), 0);
+  const char *page = "/api/v4/projects/1/packages/pypi/simple/mps-x/";
+  check_resolve(&origin, page, "../../files/abc/mps_x-1.0.tar.gz#sha256=00",
+                "/api/v4/projects/1/packages/pypi/files/abc/mps_x-1.0.tar.gz");
+  check_resolve(&origin, page, "mps_x-1.0.whl",
+                "/api/v4/projects/1/packages/pypi/simple/mps-x/mps_x-1.0.whl");
+  check_resolve(&origin, page, " /files/x.whl ", "/files/x.whl");
+  check_resolve(&origin, page, "/a/./b/../c/", "/a/c/");
+  check_resolve(&origin, page, "../../../../../../../../x", "/x");
+  check_resolve(&origin, page, "?page=2", "/api/v4/projects/1/packages/pypi/simple/mps-x/?page=2");
+  check_resolve(&origin, "/simple/x?a=b", "y.whl", "/simple/y.whl");
+  check_resolve(&origin, page, "https://INDEX.test:8443/files/x.whl?t=1", "/files/x.whl?t=1");
+  check_resolve(&origin, page, "//index.test:8443/files/x.whl", "/files/x.whl");
+  check_resolve(&origin, page, "https://index.test:8443", "/");
+  /* Other origins, schemes, credentials in the link, control characters: none. */
+  check_resolve(&origin, page, "https://index.test/files/x.whl", NULL);
+  check_resolve(&origin, page, "http://index.test:8443/files/x.whl", NULL);
+  check_resolve(&origin, page, "https://files.example/x.whl", NULL);
+  check_resolve(&origin, page, "//evil.test/x", NULL);
+  check_resolve(&origin, page, "https://a:b@index.test:8443/x", NULL);
+  check_resolve(&origin, page, "javascript:alert(1)", NULL);
+  check_resolve(&origin, page, "mailto:x@y", NULL);
+  check_resolve(&origin, page, "x\ny", NULL);
+  check_resolve(&origin, page, "#frag", NULL);
+  check_resolve(&origin, page, "", NULL);
+  eg_url_release(&origin);
+
+  /* The set: canonical, bounded, the oldest first out. */
+  eg_link_set_t *set = eg_link_set_new(3, 1000);
+  eg_link_set_add(set, "/files/a+b.whl", 14);
+  assert_true(eg_link_set_has(set, "/files/a%2Bb.whl", 16));
+  assert_true(eg_link_set_has(set, "/files/a+b.whl", 14));
+  assert_false(eg_link_set_has(set, "/files/a+b.wh", 13));
+  eg_link_set_add(set, "/files/a%2bb.whl", 16); /* the same link */
+  assert_int_equal(eg_link_set_count(set), 1);
+  eg_link_set_add(set, "/2", 2);
+  eg_link_set_add(set, "/3", 2);
+  eg_link_set_add(set, "/4", 2);
+  assert_int_equal(eg_link_set_count(set), 3);
+  assert_false(eg_link_set_has(set, "/files/a+b.whl", 14));
+  assert_true(eg_link_set_has(set, "/2", 2) && eg_link_set_has(set, "/4", 2));
+  eg_link_set_free(set);
+  set = eg_link_set_new(100, 10);
+  eg_link_set_add(set, "/123456", 7);
+  eg_link_set_add(set, "/1234", 5); /* 12 bytes: the first goes */
+  assert_false(eg_link_set_has(set, "/123456", 7));
+  assert_true(eg_link_set_has(set, "/1234", 5));
+  eg_link_set_add(set, "/12345678901", 12); /* longer than the whole bound: never kept */
+  assert_false(eg_link_set_has(set, "/12345678901", 12));
+  assert_true(eg_link_set_has(set, "/1234", 5));
+  eg_link_set_free(set);
+
+  /* The decision: below the index's path, or a link (or its PEP 658 metadata) asked for
+   * without dot segments. */
+  const char *base = "/api/v4/projects/1/packages/pypi/simple";
+  set = eg_link_set_new(100, 100000);
+  const char *file = "/api/v4/projects/1/packages/pypi/files/abc/x-1.0.tar.gz";
+  eg_link_set_add(set, file, strlen(file));
+  static const struct {
+    const char *target;
+    bool ok;
+  } cases[] = {
+      {"/api/v4/projects/1/packages/pypi/simple/x/", true},
+      {"/api/v4/projects/1/packages/pypi/files/abc/x-1.0.tar.gz", true},
+      {"/api/v4/projects/1/packages/pypi/files/abc/x-1.0.tar.gz.metadata", true},
+      {"/api/v4/projects/1/packages/pypi/files/abc/x-1.0.tar%2Egz", false}, /* %2E stays */
+      {"/api/v4/projects/1/packages/pypi/files/abc/x-1.0.tar.gz?x", false},
+      {"/api/v4/projects/1/packages/pypi/files/abc/x-1.0.tar.gz.metadata?x", false},
+      {"/api/v4/projects/1/packages/pypi/files/abc/y-1.0.tar.gz", false},
+      {"/api/v4/projects/1/packages/pypi/files/abc/../abc/x-1.0.tar.gz", false},
+      {"/api/v4/private/token", false},
+      {"/", false},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(cases); i++)
+    if (eg_index_credentials_apply(base, set, cases[i].target, strlen(cases[i].target)) !=
+        cases[i].ok)
+      fail_msg("credentials for %s: want %d", cases[i].target, cases[i].ok);
+  assert_false(eg_index_credentials_apply(base, NULL, file, strlen(file)));
+  eg_link_set_free(set);
+}
+
+typedef struct found {
+  char links[16][256];
+  size_t n;
+} found_t;
+
+static void on_link(void *data, const char *link, size_t len) {
+  found_t *f = data;
+  if (f->n < 16 && len < 256) {
+    memcpy(f->links[f->n], link, len);
+    f->links[f->n][len] = '\0';
+  }
+  f->n++;
+}
+
+/* Scans body in pieces of step bytes; checks the links found. */
+static void check_scan(const char *body, bool chunked, size_t step, const char *const *want,
+                       size_t n_want) {
+  eg_page_scan_t *s = malloc(sizeof *s);
+  eg_page_scan_init(s, chunked);
+  found_t f = {.n = 0};
+  size_t len = strlen(body);
+  for (size_t i = 0; i < len; i += step)
+    assert_int_equal(eg_page_scan_feed(s, body + i, CM_MIN(step, len - i), on_link, &f), 0);
+  if (f.n != n_want) fail_msg("%zu links in pieces of %zu, want %zu", f.n, step, n_want);
+  for (size_t i = 0; i < n_want; i++)
+    if (strcmp(f.links[i], want[i]) != 0)
+      fail_msg("link %zu is %s, want %s (pieces of %zu)", i, f.links[i], want[i], step);
+  free(s);
+}
+
+static void test_page_scan(void **state) {
+  (void)state;
+  const char *html =
+      "<!DOCTYPE html><html><body><h1>Links for x</h1>\n"
+      "<a href=\"../../files/a/x-1.0.tar.gz#sha256=00\" data-requires-python=\"&gt;=3.8\">x</a>\n"
+      "<A HREF='x-1.1.whl'>x</A><a href = x-1.2.whl>x</a><a href=x.whl?a=1&amp;b=2>\n"
+      "<a\thref\n=\n\"\">empty</a> href without a value; hrefx=\"no\" <a href=\"/f/\\\"\">\n";
+  static const char *const html_links[] = {"../../files/a/x-1.0.tar.gz#sha256=00", "x-1.1.whl",
+                                           "x-1.2.whl", "x.whl?a=1&b=2", "/f/\\"};
+  for (size_t step = 1; step <= strlen(html); step++)
+    check_scan(html, false, step, html_links, CM_ARRAY_SIZE(html_links));
+  const char *json =
+      "{\"meta\":{\"api-version\":\"1.1\"},\"name\":\"x\",\"files\":[{\"filename\":\"x.whl\","
+      "\"url\" : \"..\\/..\\/files\\/x.whl\",\"hashes\":{}},{\"url\":\"\\u002fx\"},"
+      "{\"url\":\"https://f.test/\\\"q\\\\\"},{\"url\": 5}]}";
+  static const char *const json_links[] = {"../../files/x.whl", "https://f.test/\"q\\"};
+  for (size_t step = 1; step <= strlen(json); step++)
+    check_scan(json, false, step, json_links, CM_ARRAY_SIZE(json_links));
+  /* Chunked: the framing is undone first (a link across chunks is whole). */
+  const char *chunked =
+      "7\r\n<a href\r\n6;ext=1\r\n=\"/a/b\r\n3\r\n\">x\r\n0\r\nT: 1\r\n\r\n<a href=/no>";
+  static const char *const chunked_links[] = {"/a/b"};
+  for (size_t step = 1; step <= strlen(chunked); step++)
+    check_scan(chunked, true, step, chunked_links, 1);
+  /* Broken framing stops the scan. */
+  eg_page_scan_t *s = malloc(sizeof *s);
+  found_t f = {.n = 0};
+  eg_page_scan_init(s, true);
+  assert_int_equal(eg_page_scan_feed(s, "zz\r\n", 4, on_link, &f), -1);
+  eg_page_scan_init(s, true);
+  assert_int_equal(eg_page_scan_feed(s, "2\r\nabX", 6, on_link, &f), -1);
+  eg_page_scan_init(s, true);
+  assert_int_equal(eg_page_scan_feed(s, "1234567890abcdef0\r\n", 19, on_link, &f), -1);
+  /* A link longer than EG_LINK_MAX is skipped, the next one found. */
+  eg_page_scan_init(s, false);
+  char *big = malloc(EG_LINK_MAX + 64);
+  size_t o = (size_t)sprintf(big, "<a href=\"");
+  memset(big + o, 'a', EG_LINK_MAX + 1);
+  o += EG_LINK_MAX + 1;
+  o += (size_t)sprintf(big + o, "\"><a href=\"/ok\">");
+  assert_int_equal(eg_page_scan_feed(s, big, o, on_link, &f), 0);
+  assert_int_equal(f.n, 1);
+  assert_string_equal(f.links[0], "/ok");
+  free(big);
+  free(s);
+
+  /* Which answers are learnt. */
+  static const struct {
+    const char *head;
+    bool learnt, chunked;
+  } heads[] = {
+      {"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\r\n", true, false},
+      {"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.pypi.simple.v1+json\r\n\r\n", true, false},
+      {"HTTP/1.1 200 OK\r\nContent-Type: TEXT/HTML\r\nTransfer-Encoding: chunked\r\n\r\n", true,
+       true},
+      {"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: identity\r\n\r\n", true,
+       false},
+      {"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n\r\n", false,
+       false},
+      {"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+       false, false},
+      {"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n", false, false},
+      {"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Type: text/plain\r\n\r\n", false,
+       false},
+      {"HTTP/1.1 200 OK\r\n\r\n", false, false},
+      {"HTTP/1.1 206 Partial\r\nContent-Type: text/html\r\n\r\n", false, false},
+      {"HTTP/1.1 304 Not Modified\r\nContent-Type: text/html\r\n\r\n", false, false},
+      {"HTTP/1.1 401 No\r\nContent-Type: text/html\r\n\r\n", false, false},
+  };
+  for (size_t i = 0; i < CM_ARRAY_SIZE(heads); i++) {
+    eg_response_t resp;
+    assert_int_equal(eg_http_parse_response(heads[i].head, strlen(heads[i].head), &resp), 1);
+    bool chunked_flag = false;
+    if (eg_page_response_learnable(heads[i].head, &resp, &chunked_flag) != heads[i].learnt ||
+        (heads[i].learnt && chunked_flag != heads[i].chunked))
+      fail_msg("learnable(%s)", heads[i].head);
+  }
+
+  /* A page request goes without what would make its answer partial, old or encoded. */
+  eg_request_t *req = malloc(sizeof *req);
+  const char *g =
+      "GET /simple/x/ HTTP/1.1\r\nAccept-Encoding: gzip\r\nIf-None-Match: \"e\"\r\nRange: "
+      "bytes=0-1\r\nIf-Modified-Since: x\r\nIf-Range: y\r\nAccept: text/html\r\n\r\n";
+  assert_int_equal(eg_http_parse_request(g, strlen(g), req), 1);
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  eg_http_forward_head(g, req, NULL, 0, "idx.test", "Basic dTpw", EG_FORWARD_PAGE, &out);
+  assert_string_equal(out.data,
+                      "GET /simple/x/ HTTP/1.1\r\nAccept: text/html\r\nHost: idx.test\r\n"
+                      "Authorization: Basic dTpw\r\nConnection: close\r\n\r\n");
+  cm_buf_release(&out);
   free(req);
 }
 
@@ -793,8 +1161,12 @@ int main(void) {
       cmocka_unit_test(test_policy_deny_resolved),
       cmocka_unit_test(test_http_request),
       cmocka_unit_test(test_http_forward),
+      cmocka_unit_test(test_http_interim_heads),
       cmocka_unit_test(test_socks5),
       cmocka_unit_test(test_urls),
+      cmocka_unit_test(test_index_path_below),
+      cmocka_unit_test(test_links),
+      cmocka_unit_test(test_page_scan),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
