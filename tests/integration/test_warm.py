@@ -397,13 +397,13 @@ def test_limits_are_in_force_from_the_first_instruction(make_server):
 def test_the_timeout_counts_from_the_go(make_server):
     s = start(make_server, "--prestart", "1")
     wait_ready(s, 1)
-    time.sleep(1.5)  # longer than the call's timeout: held time does not count
-    sc = s.execute("import time; time.sleep(0.3); print(open('in.txt').read())", timeout_seconds=1,
+    time.sleep(3.5)  # longer than the call's timeout: held time does not count
+    sc = s.execute("import time; time.sleep(0.3); print(open('in.txt').read())", timeout_seconds=3,
                    files=[{"path": "in.txt", "content": "data"}])["structuredContent"]
     assert sc["prestarted"] == "interpreter" and sc["timed_out"] is False, sc
     assert sc["stdout"] == "data\n", sc
     wait_ready(s, 1)
-    sc = s.execute("import time; time.sleep(30)", timeout_seconds=1)["structuredContent"]
+    sc = s.execute("import time; time.sleep(30)", timeout_seconds=3)["structuredContent"]
     assert sc["prestarted"] == "interpreter" and sc["timed_out"] is True, sc
 
 
