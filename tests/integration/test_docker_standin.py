@@ -265,6 +265,7 @@ def test_cancellation_kills_the_container_by_name(standin):
         s.close()
 
 
+@pytest.mark.serial  # what it sees while probing must come within the probe's 5 s
 def test_a_hanging_engine_does_not_block_the_server(standin):
     """The probe runs on the event loop: while `docker version` hangs, the server answers,
     check_environment says "probing", and a call that needs the sandbox waits for the
