@@ -137,14 +137,20 @@ test("swarm: the stack deploys, serves through nginx, scales 2 -> 4 -> 2, update
 
   await t.test("a rolling update drains: calls in flight on every replica finish", async () => {
     // One session per slot, each with a call of 4 s running when the update starts.
+    // nginx takes a replica for down for 5 s after one refused connection (max_fails=1,
+    // fail_timeout=5s), and swarm may just have replaced one: keep opening sessions until
+    // both slots hold one, for as long as nginx may keep a slot out.
     const conns = [];
-    for (let i = 0; i < 8 && new Set(conns.map((c) => c.route)).size < 2; i++) {
+    const seen = [];
+    await waitUntil(async () => {
       const c = await connectV1(null, `${FRONT}/mcp`, tok.token);
       c.route = c.transport.sessionId.split(".")[0];
+      seen.push(c.route);
       if (conns.some((x) => x.route === c.route)) await c.client.close();
       else conns.push(c);
-    }
-    assert.equal(conns.length, 2, "no session on each slot");
+      return conns.length === 2;
+    }, 60000, 250);
+    assert.equal(conns.length, 2, `no session on each slot: ${seen}`);
     const started = new Set();
     const calls = conns.map((c) => c.client.callTool({ name: "execute_python", arguments: { script: "import time\nprint('started', flush=True)\ntime.sleep(4)\nprint('done')" } }, undefined, {
       onprogress: (p) => { if ((p.message ?? "").includes("started")) started.add(c.route); },
