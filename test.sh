@@ -82,10 +82,10 @@ if [ "$(id -u)" = 0 ]; then
   done
   # (a fleet still running beside a failed ASan suite goes first: fleet_start; and an ASan
   # build still compiling beside a failed normal suite: asan_build_start)
-  trap 'asan_stop; fleet_stop; ./deploy/container-engine.sh stop all >/dev/null 2>&1 || true' EXIT
+  trap 'clients_stop; asan_stop; fleet_stop; ./deploy/container-engine.sh stop all >/dev/null 2>&1 || true' EXIT
 else
   engine_reason="not root (the engine setup starts dockerd and runs debootstrap)"
-  trap 'asan_stop' EXIT
+  trap 'clients_stop; asan_stop' EXIT
 fi
 export MPS_TEST_CONTAINER_ENGINES="${engines[*]}"
 if [ ${#engines[@]} -eq 0 ]; then
@@ -266,21 +266,32 @@ integration() {
     what+="${what:+; }$backend${expr:+: $expr}"
   done
   start=$(date +%s)
+  local hook_backend=${integration_hook%%:*} hook_i=""
   for spec in "${specs[@]}"; do
     backend=${spec%%=*} expr=${spec#*=}
+    [ -n "$integration_hook" ] && [ "$backend" = "$hook_backend" ] && hook_i=${#pids[@]}
     rm -rf "/tmp/mps-it-$backend.$$"
     MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration \
       --ignore=tests/integration/test_container_real.py --basetemp="/tmp/mps-it-$backend.$$" \
       -n "$n" --dist loadgroup -m "$(mexpr "not serial" "$expr" "$not_long")" >"$dir/integration-$backend.log" 2>&1 &
     pids+=($!)
   done
-  for i in "${!specs[@]}"; do
+  # (the hook's pass first: its command starts when that pass's parallel run ends, beside the
+  # others' still running)
+  if [ -n "$hook_i" ]; then
     rc=0
-    wait "${pids[$i]}" || rc=$?
+    wait "${pids[$hook_i]}" || rc=$?
+    rcs[$hook_i]=$rc
+    ${integration_hook#*:}
+  fi
+  for i in "${!specs[@]}"; do
+    [ "$i" = "$hook_i" ] && rc=${rcs[$i]} || { rc=0; wait "${pids[$i]}" || rc=$?; }
     [ "$rc" = 5 ] && rc=0 # (5: no test selected)
-    rcs+=("$rc")
+    rcs[$i]=$rc
   done
   note_time "$name: integration tests, parallel pass ($what)" $(($(date +%s) - start))
+  # (what the hook started ends before the serial tests, which judge time)
+  [ -z "$hook_i" ] || ${integration_join:-true} || failed=1
   start=$(date +%s)
   pids=()
   for spec in "${specs[@]}"; do
@@ -325,18 +336,9 @@ clients_stage() {
   MPS_E2E_REQUIRE_HTTP=1 MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: e2e" tests/e2e/run.sh
 }
 
-# The normal build: every suite; the engines' suites (container backends, then the fleet) in
-# the background beside the rest.
-suite_normal() {
-  local dir=build name="normal build"
-  ctest_stage "$dir" "$name"
-  fleet_start "$dir" "$name"
-  # The none pass: the sandbox_independent tests, and of the others those marked none_pass
-  # (the none backend's own run path, and what differs on it); --full: every test.
-  local none_expr="sandbox_independent or none_pass"
-  [ "$full" = 0 ] || none_expr=""
-  integration "$dir" "$name" "$workers" "bwrap=not sandbox_independent" "none=$none_expr" || return 1
-  [ "$quick" = 1 ] || [ "$full" = 1 ] || asan_suite_start
+# The normal build's package, conformance, e2e and browser suites.
+clients_normal() {
+  local dir=$1 name=$2
   if [ "$(id -u)" = 0 ]; then
     # Packaging is not about sanitizers: the normal build's .deb only.
     stage "$name: the Debian package (built, installed into a fresh bookworm root, run, purged)"
@@ -348,6 +350,60 @@ suite_normal() {
   # The page is the same in both builds (what it drives is tested above): the normal one only.
   stage "$name: browser tests of the playground page and the MCP App (chromium, playwright-core; screenshots in $dir/browser-screenshots/)"
   MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" timed "$name: browser" tests/browser/run.sh
+}
+# In the submission tier they start in the background when the none pass's parallel run ends
+# (it ends minutes before the bwrap pass's: they take its idle share of the machine), and end
+# before the serial tests; their output and lengths are printed when they end.
+clients_pid=""
+clients_start() {
+  rm -f build/clients.log build/clients.times
+  (
+    set -e
+    note_time() { printf '%5ds  %s\n' "$2" "$1" >>build/clients.times; }
+    clients_normal build "normal build"
+  ) >build/clients.log 2>&1 &
+  clients_pid=$!
+}
+clients_wait() {
+  local rc=0 line
+  [ -n "$clients_pid" ] || return 0
+  wait "$clients_pid" || rc=$?
+  clients_pid=""
+  echo "== (the normal build's package, conformance, e2e and browser suites ran in the background beside the bwrap pass:)"
+  cat build/clients.log
+  if [ -f build/clients.times ]; then
+    while IFS= read -r line; do stage_times+=("$line"); done <build/clients.times
+  fi
+  return "$rc"
+}
+clients_stop() {
+  [ -n "${clients_pid:-}" ] || return 0
+  kill_tree "$clients_pid"
+  wait "$clients_pid" 2>/dev/null || true
+  clients_pid=""
+  echo "== stopped unfinished: the package, conformance, e2e and browser suites in the background; the end of build/clients.log:"
+  tail -n 60 build/clients.log 2>/dev/null || true
+}
+integration_hook=""
+integration_join=""
+
+# The normal build: every suite; the engines' suites (container backends, then the fleet) in
+# the background beside the rest.
+suite_normal() {
+  local dir=build name="normal build"
+  ctest_stage "$dir" "$name"
+  fleet_start "$dir" "$name"
+  # The none pass: the sandbox_independent tests, and of the others those marked none_pass
+  # (the none backend's own run path, and what differs on it); --full: every test.
+  local none_expr="sandbox_independent or none_pass"
+  [ "$full" = 0 ] || none_expr=""
+  if [ "$full" = 0 ]; then
+    integration_hook="none:clients_start" integration_join=clients_wait
+  fi
+  integration "$dir" "$name" "$workers" "bwrap=not sandbox_independent" "none=$none_expr" || return 1
+  integration_hook="" integration_join=""
+  [ "$quick" = 1 ] || [ "$full" = 1 ] || asan_suite_start
+  [ "$full" = 0 ] || clients_normal "$dir" "$name"
 }
 
 # The ASan+UBSan build: the unit tests, the fuzz replays and the integration tests about the
