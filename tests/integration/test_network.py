@@ -1112,9 +1112,8 @@ def test_build_policy_allows_only_the_index_hosts(world, make_server):
 
 
 
-# What a hostile build tries with the index origin of its forwarder: writes, TRACE, a body
-# to smuggle a second request in, a session cookie.
-INDEX_ABUSE = r'''
+# (a probe's raw HTTP exchange with a host: the answer as text, or the error's name)
+RAW_EXCHANGE = r'''
 import socket
 
 def _raw(host, port, data):
@@ -1130,7 +1129,11 @@ def _raw(host, port, data):
         return out.decode("latin1")
     except OSError as e:
         return "error " + type(e).__name__
+'''
 
+# What a hostile build tries with the index origin of its forwarder: writes, TRACE, a body
+# to smuggle a second request in, a session cookie.
+INDEX_ABUSE = RAW_EXCHANGE + r'''
 def probe(targets, abstract):
     port = targets["index_port"]
     fw = ("127.0.1.1", 3128)
@@ -1500,23 +1503,7 @@ def gitlab_index(files_dir, user, password):
 # What a build tries on the index's host besides the index: the private API, by the
 # forwarder's index origin, by dot segments, encoded or ";"-hidden, from a linked file's
 # place, and by the index's real origin.
-PRIVATE_PROBE = r'''
-import socket
-
-def _raw(host, port, data):
-    try:
-        s = socket.create_connection((host, port), timeout=10)
-        s.sendall(data)
-        out = b""
-        while True:
-            c = s.recv(65536)
-            if not c:
-                break
-            out += c
-        return out.decode("latin1")
-    except OSError as e:
-        return "error " + type(e).__name__
-
+PRIVATE_PROBE = RAW_EXCHANGE + r'''
 def probe(targets, abstract):
     port, p = targets["index_port"], targets["prefix"]
     fw = ("127.0.1.1", 3128)
