@@ -1152,6 +1152,23 @@ def probe(targets, abstract):
 '''
 
 
+def hostile_build_probe(world, index_url):
+    """Runs a script needing mps-hostile from index_url (the world's DNS, no PIP_* of the
+    host): what its build's probe reported, and the result."""
+    s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}", "--index-url", index_url,
+               env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
+    try:
+        s.initialize()
+        res = s.execute("import json, os, mps_hostile\n"
+                        "r = json.load(open(os.path.join(os.path.dirname(mps_hostile.__file__), 'report.json')))\n"
+                        "print(json.dumps(r['probe']))", dependencies=["mps-hostile"], timeout=300)
+        assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+        got = json.loads(res["structuredContent"]["stdout"])
+    finally:
+        s.close()
+    return got, res
+
+
 def test_build_uses_index_credentials_only_to_read(world):
     """The proxy adds the server's index credentials to GET and HEAD without a body only: a
     hostile build cannot upload, delete, have them echoed back (TRACE), smuggle a request in
@@ -1162,18 +1179,7 @@ def test_build_uses_index_credentials_only_to_read(world):
         index, seen = credentialed_index(d, "builder", SECRET)
         port = index.server_address[1]
         make_hostile_sdist(d, {"index_port": port}, None, probe_code=INDEX_ABUSE)
-        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
-                   "--index-url", f"http://builder:{SECRET}@127.0.0.1:{port}/simple",
-                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
-        try:
-            s.initialize()
-            res = s.execute("import json, os, mps_hostile\n"
-                            "r = json.load(open(os.path.join(os.path.dirname(mps_hostile.__file__), 'report.json')))\n"
-                            "print(json.dumps(r['probe']))", dependencies=["mps-hostile"], timeout=300)
-            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
-            got = json.loads(res["structuredContent"]["stdout"])
-        finally:
-            s.close()
+        got, res = hostile_build_probe(world, f"http://builder:{SECRET}@127.0.0.1:{port}/simple")
         index.shutdown()
         # Nothing but GET reached the index with the credentials, and no GET with a body.
         assert [o for o in seen["other"] if o[2]] == [], seen["other"]
@@ -1542,18 +1548,7 @@ def test_index_credentials_only_for_the_index(world):
         index, log = gitlab_index(files, "deploy", SECRET)
         port = index.server_address[1]
         make_hostile_sdist(files, {"index_port": port, "prefix": GL_PREFIX}, None, probe_code=PRIVATE_PROBE)
-        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
-                   "--index-url", f"http://deploy:{SECRET}@127.0.0.1:{port}{GL_PREFIX}/simple",
-                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
-        try:
-            s.initialize()
-            res = s.execute("import json, os, mps_hostile\n"
-                            "r = json.load(open(os.path.join(os.path.dirname(mps_hostile.__file__), 'report.json')))\n"
-                            "print(json.dumps(r['probe']))", dependencies=["mps-hostile"], timeout=300)
-            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
-            got = json.loads(res["structuredContent"]["stdout"])
-        finally:
-            s.close()
+        got, res = hostile_build_probe(world, f"http://deploy:{SECRET}@127.0.0.1:{port}{GL_PREFIX}/simple")
         index.shutdown()
         for name in ("private", "other-project", "dots", "encoded-dots", "encoded-slash", "params", "backslash",
                      "from-files", "real-origin"):
