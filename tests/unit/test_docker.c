@@ -127,10 +127,10 @@ static void clear_calls(void) {
   unlink(path);
 }
 
-/* The container name of the last `run` the stand-in saw. */
-static char *last_run_name(void) {
+/* The value of FLAG (say "--name") in the last `run` the stand-in saw. */
+static char *last_run_flag(const char *flag) {
   json_t *calls = read_calls();
-  char *name = NULL;
+  char *value = NULL;
   size_t i;
   json_t *call;
   json_array_foreach(calls, i, call) {
@@ -138,37 +138,25 @@ static char *last_run_name(void) {
     if (!call_matches(call, run)) continue;
     json_t *argv = json_object_get(call, "argv");
     for (size_t j = 0; j + 1 < json_array_size(argv); j++) {
-      if (strcmp(json_string_value(json_array_get(argv, j)), "--name") == 0) {
-        free(name);
-        name = xstrdup(json_string_value(json_array_get(argv, j + 1)));
+      if (strcmp(json_string_value(json_array_get(argv, j)), flag) == 0) {
+        free(value);
+        value = xstrdup(json_string_value(json_array_get(argv, j + 1)));
       }
     }
   }
   json_decref(calls);
-  assert_non_null(name);
-  return name;
+  assert_non_null(value);
+  return value;
+}
+
+/* The container name of the last `run` the stand-in saw. */
+static char *last_run_name(void) {
+  return last_run_flag("--name");
 }
 
 /* The --user of the last `run` the stand-in saw ("UID:GID"). */
 static char *last_run_user(void) {
-  json_t *calls = read_calls();
-  char *user = NULL;
-  size_t i;
-  json_t *call;
-  json_array_foreach(calls, i, call) {
-    static const char *const run[] = {"run", NULL};
-    if (!call_matches(call, run)) continue;
-    json_t *argv = json_object_get(call, "argv");
-    for (size_t j = 0; j + 1 < json_array_size(argv); j++) {
-      if (strcmp(json_string_value(json_array_get(argv, j)), "--user") == 0) {
-        free(user);
-        user = xstrdup(json_string_value(json_array_get(argv, j + 1)));
-      }
-    }
-  }
-  json_decref(calls);
-  assert_non_null(user);
-  return user;
+  return last_run_flag("--user");
 }
 
 /* Where the per-run uids of a root server lie (sandbox/uids.c). */
