@@ -1,9 +1,9 @@
 """Shared fixtures: start the real binary and talk JSON-RPC to it over stdio."""
 import io
 import json
+import glob
 import os
 import queue
-import signal
 import subprocess
 import tempfile
 import threading
@@ -459,6 +459,23 @@ def descendants(pid):
                 out.append(p)
                 break
     return out
+
+
+def mounts_under(path):
+    """Mount points on the host at or below path."""
+    path = os.path.realpath(path)
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4].replace("\\040", " ")
+            if mp == path or mp.startswith(path + "/"):
+                found.append(mp)
+    return found
+
+
+def cgroup_dirs(pid):
+    """The cgroup directories a server with this pid made (mps-<pid>), in any hierarchy."""
+    return [d for d in glob.glob(f"/sys/fs/cgroup/**/mps-{pid}", recursive=True) if os.path.isdir(d)]
 
 
 def processes_with_marker(marker):

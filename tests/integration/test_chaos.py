@@ -30,7 +30,6 @@ index and the last operations: MPS_CHAOS_SEEDS=<seed> MPS_CHAOS_OPS=<index + 1> 
 See docs/testing.md.  Only 127.0.0.1 is contacted; dependencies resolve from an empty local
 wheelhouse (--find-links, --offline), so a dependency cannot be installed, quickly."""
 import base64
-import glob
 import http.client
 import json
 import os
@@ -46,7 +45,7 @@ import traceback
 
 import pytest
 
-from conftest import BACKEND, BINARY, STARTED_SERVERS, Server, wait_until
+from conftest import BACKEND, BINARY, STARTED_SERVERS, Server, cgroup_dirs, mounts_under, wait_until
 from test_http import ACCEPT_BOTH, free_port, messages, sse_events_from_bytes
 
 HS = "2025-11-25"
@@ -116,19 +115,8 @@ def processes_under(path):
     return found
 
 
-def mounts_under(path):
-    path = os.path.realpath(path)
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mp = line.split()[4].replace("\\040", " ")
-            if mp == path or mp.startswith(path + "/"):
-                found.append(mp)
-    return found
 
 
-def cgroups_of(pid):
-    return [d for d in glob.glob(f"/sys/fs/cgroup/**/mps-{pid}", recursive=True) if os.path.isdir(d)]
 
 
 def answer_of(status, headers, body, req_id):
@@ -505,7 +493,7 @@ class Chaos:
                 assert r["result"]["structuredContent"]["stdout"] == "c\n", r
             assert wait_until(lambda: not processes_under(state_dir), 15), processes_under(state_dir)
             assert mounts_under(state_dir) == [], mounts_under(state_dir)
-            assert wait_until(lambda: not cgroups_of(proc.pid), 10), cgroups_of(proc.pid)
+            assert wait_until(lambda: not cgroup_dirs(proc.pid), 10), cgroup_dirs(proc.pid)
             work = os.path.join(state_dir, "work")
             left = os.listdir(work) if os.path.isdir(work) else []
             assert left == [], f"{name}: work/ holds {left}"

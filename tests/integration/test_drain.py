@@ -10,7 +10,6 @@ Each round starts a server with a prestarted pool, opens a session (a kernel), s
 of calls that grows the pool (--prestart-max), and sends SIGTERM in the middle of the burst,
 at a different moment each round, while two CPU busy loops load the machine (a race: the
 burst's refills and teardowns against the drain)."""
-import glob
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import BACKEND, Server, _processes, held_sandboxes, wait_until
+from conftest import BACKEND, Server, _processes, cgroup_dirs, held_sandboxes, mounts_under, wait_until
 from test_http import HttpServer, call_msg
 
 pytestmark = [
@@ -104,19 +103,8 @@ class Descendants(threading.Thread):
                 if ppid == self.root and start > ticks and (b"--wait-go" in cmd or b"--mps-warm" in cmd)]
 
 
-def mounts_under(path):
-    path = os.path.realpath(path)
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mp = line.split()[4].replace("\\040", " ")
-            if mp == path or mp.startswith(path + "/"):
-                found.append(mp)
-    return found
 
 
-def cgroup_dirs(pid):
-    return [d for d in glob.glob(f"/sys/fs/cgroup/**/mps-{pid}", recursive=True) if os.path.isdir(d)]
 
 
 @pytest.fixture

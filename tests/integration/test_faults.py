@@ -34,8 +34,8 @@ import time
 
 import pytest
 
-from conftest import BACKEND, BINARY, Server, descendants, processes_with_marker, wait_until, work_left
-from test_http import ACCEPT_BOTH, LATEST, HttpServer, call_msg, sse_events
+from conftest import BACKEND, BINARY, cgroup_dirs, descendants, mounts_under, processes_with_marker, wait_until, work_left
+from test_http import LATEST, HttpServer, call_msg, sse_events
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 import wheelhouse  # noqa: E402
@@ -46,21 +46,8 @@ ROOT = os.geteuid() == 0
 
 # ------------------------------------------------------------------ helpers
 
-def mounts_under(path):
-    """Mount points on the host at or below path."""
-    path = os.path.realpath(path)
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mp = line.split()[4].replace("\\040", " ")
-            if mp == path or mp.startswith(path + "/"):
-                found.append(mp)
-    return found
 
 
-def cgroup_dirs(pid):
-    """The cgroup directories a server with this pid made (mps-<pid>), in any hierarchy."""
-    return [d for d in glob.glob(f"/sys/fs/cgroup/**/mps-{pid}", recursive=True) if os.path.isdir(d)]
 
 
 def _descends_from(pid, ancestor):
