@@ -1425,18 +1425,41 @@ static void session_stop_reading(eg_session_t *s) {
   s->w = NULL;
 }
 
+/* One message of a sandbox's supervisor (a byte and a connection's descriptor): recvmsg's
+ * answer, and in *got the first descriptor it carried (-1 if none; any more are closed). */
+static ssize_t recv_connection(int fd, int *got) {
+  char byte;
+  struct iovec iov = {&byte, 1};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  *got = -1;
+  ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n <= 0) return n;
+  for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
+    if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+    size_t nfds = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    int *fds = (int *)CMSG_DATA(h);
+    for (size_t i = 0; i < nfds; i++) {
+      int f;
+      memcpy(&f, &fds[i], sizeof f);
+      if (*got < 0)
+        *got = f;
+      else
+        close(f);
+    }
+  }
+  return n;
+}
+
 static void on_session(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   eg_session_t *s = data;
   while (session_has_room(s)) {
-    char byte;
-    struct iovec iov = {&byte, 1};
-    union {
-      struct cmsghdr h;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    struct msghdr m = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-    ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    int got;
+    ssize_t n = recv_connection(fd, &got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
     if (n <= 0) {
@@ -1444,20 +1467,6 @@ static void on_session(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
        * closes the session. */
       session_stop_reading(s);
       return;
-    }
-    int got = -1;
-    for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
-      if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
-      size_t nfds = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      int *fds = (int *)CMSG_DATA(h);
-      for (size_t i = 0; i < nfds; i++) {
-        int f;
-        memcpy(&f, &fds[i], sizeof f);
-        if (got < 0)
-          got = f;
-        else
-          close(f);
-      }
     }
     if (got >= 0) conn_new(s, got);
   }
@@ -1507,31 +1516,15 @@ size_t eg_session_open(eg_session_t *s) {
   s->flags &= ~(unsigned)EG_SESSION_HELD;
   size_t closed = 0;
   while (s->w && closed < EG_OPEN_DRAIN_MAX) {
-    char byte;
-    struct iovec iov = {&byte, 1};
-    union {
-      struct cmsghdr h;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    struct msghdr m = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-    ssize_t n = recvmsg(s->fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    int got;
+    ssize_t n = recv_connection(s->fd, &got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) break;
     if (n <= 0) {
       session_stop_reading(s); /* the supervisor is gone */
       break;
     }
-    for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
-      if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
-      size_t nfds = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      int *fds = (int *)CMSG_DATA(h);
-      for (size_t i = 0; i < nfds; i++) {
-        int f;
-        memcpy(&f, &fds[i], sizeof f);
-        close(f);
-      }
-    }
+    if (got >= 0) close(got);
     closed++;
   }
   if (closed) cm_debug("egress: %zu connections opened before the go closed", closed);
