@@ -45,7 +45,7 @@ import traceback
 
 import pytest
 
-from conftest import BACKEND, BINARY, STARTED_SERVERS, Server, cgroup_dirs, mounts_under, wait_until
+from conftest import BACKEND, BINARY, STARTED_SERVERS, Server, cgroup_dirs, mounts_under, processes_with_marker, wait_until
 from test_http import ACCEPT_BOTH, free_port, messages, sse_events_from_bytes
 
 HS = "2025-11-25"
@@ -77,21 +77,19 @@ class Revoked(Exception):
     removal (issue 28: a token owns what it opened), which the model expects."""
 
 
+def read_to_last_chunk(sock, got):
+    """got and what sock sends until the chunked answer's last chunk (or the socket's end)."""
+    while not got.endswith(b"\r\n0\r\n\r\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
 def marker_processes(marker):
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read()
-            with open(f"/proc/{entry}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmd and state not in ("Z", "X") and int(entry) != os.getpid():
-            found.append(int(entry))
-    return found
+    """Live processes (but this one) whose command line carries marker."""
+    return [pid for pid in processes_with_marker(marker) if pid != os.getpid()]
 
 
 def processes_under(path):
@@ -922,11 +920,7 @@ class Chaos:
                      "params": {"requestId": req_id, "reason": "chaos"}}).encode(), self.hs_headers(p))
                 assert st == 202, (st, data)
                 # The stream ends (without an answer, or with one if the run had ended first).
-                while not got.endswith(b"\r\n0\r\n\r\n"):
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        break
-                    got += chunk
+                got = read_to_last_chunk(sock, got)
         finally:
             sock.close()
         assert wait_until(lambda: not marker_processes(marker), 20), marker_processes(marker)
@@ -990,11 +984,7 @@ class Chaos:
                 {"jsonrpc": "2.0", "method": "notifications/cancelled",
                  "params": {"requestId": req_id, "reason": "attack"}}).encode(), self.hs_headers(attacker))
             assert st == 202, (st, data)
-            while not got.endswith(b"\r\n0\r\n\r\n"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                got += chunk
+            got = read_to_last_chunk(sock, got)
         finally:
             sock.close()
         assert b'"result"' in got and b"survived" in got.split(b'"result"', 1)[1], got[-1000:]
