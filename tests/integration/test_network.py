@@ -11,6 +11,7 @@ Everything stays on loopback and in a network namespace the test makes (a veth p
 test's own DNS responder on
 loopback answers the names (--dns-server).  Needs the bwrap backend and root (ip netns)."""
 import base64
+import contextlib
 import ctypes
 import http.server
 import io
@@ -1506,6 +1507,28 @@ def gitlab_index(files_dir, user, password):
     return srv, log
 
 
+@contextlib.contextmanager
+def gitlab_serving_hostile(probe_code):
+    """A GitLab-shaped credentialed index (gitlab_index) serving the hostile sdist with
+    probe_code (its targets: the index's port and path prefix): its URL with the credentials,
+    and its log."""
+    d = tempfile.mkdtemp(prefix="mps-gitlab-")
+    try:
+        os.chmod(d, 0o755)
+        files = os.path.join(d, "files")
+        os.makedirs(files)
+        os.chmod(files, 0o755)
+        index, log = gitlab_index(files, "deploy", SECRET)
+        port = index.server_address[1]
+        make_hostile_sdist(files, {"index_port": port, "prefix": GL_PREFIX}, None, probe_code=probe_code)
+        try:
+            yield f"http://deploy:{SECRET}@127.0.0.1:{port}{GL_PREFIX}/simple", log
+        finally:
+            index.shutdown()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 # What a build tries on the index's host besides the index: the private API, by the
 # forwarder's index origin, by dot segments, encoded or ";"-hidden, from a linked file's
 # place, and by the index's real origin.
@@ -1539,17 +1562,8 @@ def test_index_credentials_only_for_the_index(world):
     API of a GitLab-shaped index by every spelling (dot segments, encoded, ";"-hidden, from a
     file's place, the real origin) and gets what anyone gets, 401, while its dependencies
     still install from the index (pages, and the relatively linked files, credentialed)."""
-    d = tempfile.mkdtemp(prefix="mps-gitlab-")
-    try:
-        os.chmod(d, 0o755)
-        files = os.path.join(d, "files")
-        os.makedirs(files)
-        os.chmod(files, 0o755)
-        index, log = gitlab_index(files, "deploy", SECRET)
-        port = index.server_address[1]
-        make_hostile_sdist(files, {"index_port": port, "prefix": GL_PREFIX}, None, probe_code=PRIVATE_PROBE)
-        got, res = hostile_build_probe(world, f"http://deploy:{SECRET}@127.0.0.1:{port}{GL_PREFIX}/simple")
-        index.shutdown()
+    with gitlab_serving_hostile(PRIVATE_PROBE) as (url, log):
+        got, res = hostile_build_probe(world, url)
         for name in ("private", "other-project", "dots", "encoded-dots", "encoded-slash", "params", "backslash",
                      "from-files", "real-origin"):
             assert got[name].split(" ")[1] == "401", (name, got[name][:300])
@@ -1562,8 +1576,6 @@ def test_index_credentials_only_for_the_index(world):
         for raw, path in credentialed:
             assert raw == path and (path.startswith(GL_PREFIX + "/simple") or path.startswith(GL_PREFIX + "/files/")), raw
         assert not [raw for raw, path, creds, _ in log if creds and "private" in path], log
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 EARLY_PROBE = r"""
@@ -1587,28 +1599,8 @@ def test_every_response_head_of_an_index_is_rewritten(world):
     each head reaches the build rewritten, without the index's cookies (issued for the server's
     credentials) or hop-by-hop headers, and a credentialed request goes without Expect
     (issue 30, 2)."""
-    d = tempfile.mkdtemp(prefix="mps-gitlab-")
-    try:
-        os.chmod(d, 0o755)
-        files = os.path.join(d, "files")
-        os.makedirs(files)
-        os.chmod(files, 0o755)
-        index, log = gitlab_index(files, "deploy", SECRET)
-        port = index.server_address[1]
-        make_hostile_sdist(files, {"prefix": GL_PREFIX}, None, probe_code=EARLY_PROBE)
-        s = Server("--dns-server", f"127.0.0.1:{world['dns'].port}",
-                   "--index-url", f"http://deploy:{SECRET}@127.0.0.1:{port}{GL_PREFIX}/simple",
-                   env={"PIP_INDEX_URL": None, "PIP_EXTRA_INDEX_URL": None, "PIP_FIND_LINKS": None})
-        try:
-            s.initialize()
-            res = s.execute("import json, os, mps_hostile\n"
-                            "r = json.load(open(os.path.join(os.path.dirname(mps_hostile.__file__), 'report.json')))\n"
-                            "print(json.dumps(r['probe']))", dependencies=["mps-hostile"], timeout=300)
-            assert res["structuredContent"]["exit_code"] == 0, text_of(res)
-            got = json.loads(res["structuredContent"]["stdout"])["early"]
-        finally:
-            s.close()
-        index.shutdown()
+    with gitlab_serving_hostile(EARLY_PROBE) as (url, log):
+        got = hostile_build_probe(world, url)[0]["early"]
         heads = got.split("\r\n\r\n")
         assert heads[0] == "HTTP/1.1 100 Continue", got
         assert heads[1] == "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload", got
@@ -1618,8 +1610,6 @@ def test_every_response_head_of_an_index_is_rewritten(world):
             assert hop.lower() + ":" not in got.lower(), (hop, got)
         early = [h for raw, path, creds, h in log if path == GL_PREFIX + "/simple/early/"]
         assert early and all(not any(k.lower() == "expect" for k in h) for h in early), early
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ held interpreters
