@@ -197,8 +197,10 @@ json_t *srv_server_param_headers(srv_server_t *s);
 srv_server_t *srv_request_server(srv_request_t *r);
 srv_session_t *srv_request_session(srv_request_t *r);
 bool srv_request_has_progress(const srv_request_t *r);
-/* Sends notifications/progress (if the client asked for progress).  progress must grow. */
-void srv_request_progress(srv_request_t *r, double progress, const char *message, size_t len);
+/* Sends notifications/progress (if the client asked for progress).  progress must grow.
+ * meta (stolen, or NULL) becomes the notification's _meta. */
+void srv_request_progress(srv_request_t *r, double progress, const char *message, size_t len,
+                          json_t *meta);
 /* Would notifications/message at this level reach the client (it enabled logging)? */
 bool srv_request_log_enabled(const srv_request_t *r, const char *level);
 /* Sends notifications/message if the session's log level admits it. */

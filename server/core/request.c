@@ -109,12 +109,17 @@ void srv_request_on_cancel(srv_request_t *r, void (*cancel_cb)(void *data), void
   r->cancel_data = data;
 }
 
-void srv_request_progress(srv_request_t *r, double progress, const char *message, size_t len) {
-  if (!r->progress_token || r->cancelled || progress <= r->last_progress) return;
+void srv_request_progress(srv_request_t *r, double progress, const char *message, size_t len,
+                          json_t *meta) {
+  if (!r->progress_token || r->cancelled || progress <= r->last_progress) {
+    json_decref(meta);
+    return;
+  }
   r->last_progress = progress;
   json_t *params =
       json_pack("{s:O, s:f}", "progressToken", r->progress_token, "progress", progress);
   if (message) json_object_set_new(params, "message", srv_json_string_lossy(message, len));
+  if (meta) json_object_set_new(params, "_meta", meta);
   json_t *n = srv_jsonrpc_notification("notifications/progress", params);
   srv_send_json(r->sink, n, TR_SEND_DROPPABLE);
   json_decref(n);

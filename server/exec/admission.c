@@ -281,7 +281,7 @@ void exec_admission_enqueue(exec_job_t *job) {
   }
   if (wait_note) {
     job->setup_progress += 1;
-    srv_request_progress(job->req, job->setup_progress, wait_note, strlen(wait_note));
+    srv_request_progress(job->req, job->setup_progress, wait_note, strlen(wait_note), NULL);
   }
   job->queued_at = cm_now_ms();
   if (t->queue_tail)

@@ -15,6 +15,12 @@
 #define EXEC_PROGRESS_BURST 8.0
 #define EXEC_PROGRESS_PER_SECOND 20.0
 #define EXEC_PROGRESS_MAX_TEXT 4096
+/* A message says which of its bytes came from which stream, in at most this many runs; output
+ * that would start one more before a flush is skipped like a flood's. */
+#define EXEC_PROGRESS_MAX_RUNS 64
+/* The progress message's _meta key that lists its runs: [["stdout"|"stderr"|"note", length
+ * in UTF-16 code units], ...] (UTF-16: what a JavaScript client slices by). */
+#define EXEC_PROGRESS_STREAMS_META "mcp-python-exec-sandbox/streams"
 /* A run counts as starting (sandbox set-up and interpreter start-up) for this long. */
 #define EXEC_START_WINDOW_MS 100
 /* The sandbox path of the runner's directory when the backend maps paths. */
@@ -104,7 +110,12 @@ struct exec_job {
   char *session_note; /* what the session did for this call (a cap, a restart), or NULL */
   cm_headtail_t out, err;
   /* progress.c */
-  cm_buf_t pending;
+  cm_buf_t pending; /* stdout and stderr as printed, for progress */
+  struct {
+    uint16_t len;   /* bytes of pending */
+    uint8_t stream; /* sbx_stream_t */
+  } runs[EXEC_PROGRESS_MAX_RUNS];
+  size_t n_runs;
   uint64_t pending_tail_ms; /* when pending's unended last line began to wait */
   bool line_wait;           /* flush_timer waits for that line's end */
   uint64_t skipped;

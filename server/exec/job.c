@@ -170,7 +170,7 @@ static void on_probed(void *data) {
 static void on_env_progress(void *data, const char *message, size_t len) {
   exec_job_t *job = data;
   job->setup_progress += 1;
-  srv_request_progress(job->req, job->setup_progress, message, len);
+  srv_request_progress(job->req, job->setup_progress, message, len, NULL);
 }
 
 static void on_env(void *data, env_handle_t *env, const cm_error_t *error) {
@@ -246,7 +246,7 @@ static bool choose_python(exec_job_t *job) {
     cm_error_t err = CM_ERROR_INIT;
     cleanup_free char *msg = xasprintf("downloading Python %s with uv", want);
     job->setup_progress += 1;
-    srv_request_progress(job->req, job->setup_progress, msg, strlen(msg));
+    srv_request_progress(job->req, job->setup_progress, msg, strlen(msg), NULL);
     job->stage = JOB_DOWNLOAD;
     if (py_registry_download(reg, want, on_downloaded, job, &err) == 0) return false;
     exec_job_finish(job, srv_tool_error_result("%s (and it could not be downloaded: %s)",

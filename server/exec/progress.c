@@ -1,11 +1,12 @@
 /* A run's output as progress: coalesced, rate-limited, capped (see below). */
 #include "server/exec/exec-internal.h"
 
-/* Output streams as notifications/progress (and stderr also as notifications/message when
- * the client enabled logging at info): coalesced for EXEC_COALESCE_MS, and a line begun
- * waits up to EXEC_PARTIAL_LINE_MS for its end, so that a print's text and its newline travel
- * together (an unbuffered stdout writes them apart), and rate-limited by a token bucket (a burst of
- * EXEC_PROGRESS_BURST, then EXEC_PROGRESS_PER_SECOND), each message at most
+/* Output streams as notifications/progress, stdout and stderr in the order printed, each
+ * message's _meta saying which of its text came from which stream (and stderr also as
+ * notifications/message when the client enabled logging at info): coalesced for EXEC_COALESCE_MS,
+ * and a line begun waits up to EXEC_PARTIAL_LINE_MS for its end, so that a print's text and its
+ * newline travel together (an unbuffered stdout writes them apart), and rate-limited by a token
+ * bucket (a burst of EXEC_PROGRESS_BURST, then EXEC_PROGRESS_PER_SECOND), each message at most
  * EXEC_PROGRESS_MAX_TEXT; what a flood produces beyond that is counted and skipped (the
  * final result still has the head and tail). */
 static void refill(exec_job_t *job, uint64_t now) {
@@ -18,22 +19,59 @@ static void refill(exec_job_t *job, uint64_t now) {
   job->last_refill_ms = now;
 }
 
+/* Length of valid UTF-8 text in UTF-16 code units (a 4-byte character is two). */
+static size_t utf16_length(const char *s, size_t len) {
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if ((c & 0xc0) != 0x80) n += c >= 0xf0 ? 2 : 1;
+  }
+  return n;
+}
+
+/* Appends one run's text to msg (sanitised on its own, so that the message is the runs'
+ * texts end to end) and its entry to streams. */
+static void append_run(cm_buf_t *msg, json_t *streams, const char *name, const char *buf,
+                       size_t len) {
+  if (!len) return;
+  size_t n = len;
+  cleanup_free char *clean = cm_utf8_valid(buf, len) ? NULL : cm_utf8_sanitize(buf, len, &n);
+  const char *text = clean ? clean : buf;
+  cm_buf_append(msg, text, n);
+  json_array_append_new(streams, json_pack("[s, I]", name, (json_int_t)utf16_length(text, n)));
+}
+
 /* Sends the first n bytes of pending (fewer at a partial UTF-8 character) and what was
- * skipped. */
+ * skipped, with the streams the bytes came from in _meta. */
 static void flush_stdout(exec_job_t *job, size_t n) {
   if (n || job->skipped) {
     cm_buf_t msg;
     cm_buf_init(&msg, 0);
+    json_t *streams = json_array();
     size_t keep = cm_utf8_clip(job->pending.data, n);
-    cm_buf_append(&msg, job->pending.data, keep);
-    if (job->skipped)
-      cm_buf_printf(&msg, "\n... [%llu bytes of output skipped in progress; see the result]\n",
+    size_t at = 0, used = 0;
+    while (used < job->n_runs && at < keep) {
+      size_t len = CM_MIN((size_t)job->runs[used].len, keep - at);
+      append_run(&msg, streams, job->runs[used].stream == SBX_STDERR ? "stderr" : "stdout",
+                 job->pending.data + at, len);
+      at += len;
+      job->runs[used].len = (uint16_t)(job->runs[used].len - len);
+      if (job->runs[used].len == 0) used++;
+    }
+    memmove(job->runs, job->runs + used, (job->n_runs - used) * sizeof job->runs[0]);
+    job->n_runs -= used;
+    if (job->skipped) {
+      cleanup_free char *note =
+          xasprintf("\n... [%llu bytes of output skipped in progress; see the result]\n",
                     (unsigned long long)job->skipped);
+      append_run(&msg, streams, "note", note, strlen(note));
+    }
     job->streamed += keep + job->skipped;
     /* A partial UTF-8 character at the end waits for the next chunk. */
     cm_buf_consume(&job->pending, keep);
     job->skipped = 0;
-    srv_request_progress(job->req, (double)job->streamed, msg.data, msg.len);
+    srv_request_progress(job->req, (double)job->streamed, msg.data, msg.len,
+                         json_pack("{s:o}", EXEC_PROGRESS_STREAMS_META, streams));
     cm_buf_release(&msg);
   }
 }
@@ -112,6 +150,15 @@ void exec_progress_output(exec_job_t *job, sbx_stream_t stream, const char *buf,
     size_t room =
         EXEC_PROGRESS_MAX_TEXT > job->pending.len ? EXEC_PROGRESS_MAX_TEXT - job->pending.len : 0;
     size_t take = CM_MIN(room, len);
+    if (take && job->n_runs && job->runs[job->n_runs - 1].stream == stream) {
+      job->runs[job->n_runs - 1].len = (uint16_t)(job->runs[job->n_runs - 1].len + take);
+    } else if (take && job->n_runs < EXEC_PROGRESS_MAX_RUNS) {
+      job->runs[job->n_runs].len = (uint16_t)take;
+      job->runs[job->n_runs].stream = (uint8_t)stream;
+      job->n_runs++;
+    } else {
+      take = 0; /* one stream switch too many before a flush: skipped, as a flood is */
+    }
     if (!job->pending.len) job->pending_tail_ms = cm_now_ms();
     cm_buf_append(&job->pending, buf, take);
     if (job->line_wait && (memchr(buf, '\n', take) || memchr(buf, '\r', take))) {

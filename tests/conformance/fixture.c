@@ -256,7 +256,7 @@ static json_t *progress_step(timed_call_t *c) {
   /* The router sends only growing progress, starting above 0. */
   static const double steps[] = {1, 50, 100};
   cleanup_free char *msg = xasprintf("Completed step %.0f of 100", steps[c->step]);
-  srv_request_progress(c->r, steps[c->step], msg, strlen(msg));
+  srv_request_progress(c->r, steps[c->step], msg, strlen(msg), NULL);
   if (c->step + 1 < CM_ARRAY_SIZE(steps)) return NULL;
   return text_result("Tool with progress executed successfully");
 }
@@ -870,7 +870,7 @@ static void mrtr_streaming_elicitation(mrtr_call_t *m) {
   static const char *const caps[] = {"elicitation", NULL};
   if (!require_capabilities(m, caps) || response_malformed(m, "confirm")) return;
   static const char msg[] = "Preparing the question";
-  srv_request_progress(m->r, 50, msg, sizeof msg - 1);
+  srv_request_progress(m->r, 50, msg, sizeof msg - 1, NULL);
   if (elicited_string(json_object_get(m->responses, "confirm"), "answer")) {
     srv_request_finish(m->r, text_result("Streaming complete"));
     return;

@@ -370,6 +370,51 @@ def test_progress_keeps_a_line_whole_when_its_parts_are_written_apart(server):
     assert msgs[:4] == ["part 0\n", "part 1\n", "part 2\n", "no end"], msgs
 
 
+def test_progress_says_which_stream_each_part_came_from(server):
+    # stdout and stderr travel in one progress stream, in the order printed; each message's
+    # _meta lists its runs by stream (lengths in UTF-16 code units, what a browser slices by),
+    # so a client can mark them without the notifications/message copy of stderr.
+    # The two streams are two pipes: the script waits until the server has read each print
+    # (nothing left in the pipe) before the next, so that the order is the one printed.
+    script = ("import fcntl, struct, sys, termios, time\n"
+              "def put(text, f):\n"
+              "    print(text, file=f, flush=True)\n"
+              "    while struct.unpack('i', fcntl.ioctl(f.fileno(), termios.FIONREAD, b'0000'))[0]:\n"
+              "        time.sleep(0.001)\n"
+              "put('out 1', sys.stdout)\n"
+              "put('err \U0001F600 1', sys.stderr)\n"
+              "put('out 2', sys.stdout)\n"
+              "put('err 2', sys.stderr)\n"
+              "put('out \u00e9 3', sys.stdout)\n")
+    server.send({"jsonrpc": "2.0", "id": "s", "method": "tools/call",
+                 "params": {"name": "execute_python", "arguments": {"script": script}, "_meta": {"progressToken": "t"}}})
+    parts = []
+    while True:
+        m = server.recv(timeout=20)
+        if m.get("id") == "s":
+            result = m["result"]
+            break
+        text = m["params"]["message"]
+        runs = m["params"]["_meta"]["mcp-python-exec-sandbox/streams"]
+        units = text.encode("utf-16-le")
+        assert sum(n for _, n in runs) * 2 == len(units), (text, runs)
+        at = 0
+        for stream, n in runs:
+            parts.append((stream, units[at:at + 2 * n].decode("utf-16-le")))
+            at += 2 * n
+    lines = []
+    for stream, text in parts:
+        for line in text.splitlines(keepends=True):
+            if lines and not lines[-1][1].endswith("\n") and lines[-1][0] == stream:
+                lines[-1] = (stream, lines[-1][1] + line)
+            else:
+                lines.append((stream, line))
+    assert lines == [("stdout", "out 1\n"), ("stderr", "err \U0001F600 1\n"), ("stdout", "out 2\n"),
+                     ("stderr", "err 2\n"), ("stdout", "out \u00e9 3\n")], parts
+    sc = result["structuredContent"]
+    assert sc["stdout"] == "out 1\nout 2\nout \u00e9 3\n" and sc["stderr"] == "err \U0001F600 1\nerr 2\n"
+
+
 def test_per_session_limit(make_server):
     s = make_server("--max-session-concurrent", "1")
     s.initialize()
