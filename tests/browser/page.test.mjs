@@ -234,3 +234,166 @@ test("the status view lists your environments and evicts one", async (t) => {
   await page.waitForFunction(() => /None: your calls/.test(document.querySelector("#environments tbody").textContent), null, { timeout: 20000 });
   assert.deepEqual(problems, []);
 });
+
+// The console's lines as [stream, text] (a line's pieces joined), from its spans.
+async function consoleLines(page) {
+  return page.evaluate(() => {
+    const lines = [];
+    let open = false;
+    for (const s of document.querySelectorAll("#console span")) {
+      if (open && lines[lines.length - 1][0] === s.dataset.stream) lines[lines.length - 1][1] += s.textContent;
+      else lines.push([s.dataset.stream, s.textContent]);
+      open = !s.textContent.endsWith("\n");
+    }
+    return lines;
+  });
+}
+
+test("the console: each line once, in the order printed, marked by stream, live and at the end", async (t) => {
+  const server = await startServer(t);
+  const { page, problems } = await openPage(t, server);
+  await page.waitForSelector("#token-box", { state: "hidden" });
+  // stdout and stderr are two pipes: each print waits until the server has read it (its pipe
+  // is empty), so the order the server sees is the one printed.  Then the script waits a
+  // little, so that the live view is seen complete before the result.
+  await setScript(page, [
+    "import fcntl, struct, sys, termios, time",
+    "def put(text, f):",
+    "    print(text, file=f, flush=True)",
+    "    while struct.unpack('i', fcntl.ioctl(f.fileno(), termios.FIONREAD, b'0000'))[0]:",
+    "        time.sleep(0.001)",
+    "put('out 1', sys.stdout)",
+    "put('err 1', sys.stderr)",
+    "put('err 2', sys.stderr)",
+    "put('out 2', sys.stdout)",
+    "put('err 3', sys.stderr)",
+    "put('out 3', sys.stdout)",
+    "time.sleep(1)",
+  ].join("\n"));
+  const want = [["stdout", "out 1\n"], ["stderr", "err 1\n"], ["stderr", "err 2\n"], ["stdout", "out 2\n"],
+    ["stderr", "err 3\n"], ["stdout", "out 3\n"]];
+  // What the console held while the run-state said "running", last seen.
+  await page.evaluate(() => {
+    window.__liveLines = null;
+    new MutationObserver(() => {
+      if (document.getElementById("run-state").textContent !== "running") return;
+      window.__liveLines = [...document.querySelectorAll("#console span")].map((s) => [s.dataset.stream, s.textContent]);
+    }).observe(document.getElementById("console"), { childList: true, subtree: true, characterData: true });
+  });
+  await page.click("#run");
+  await page.waitForFunction(() => document.getElementById("run-state").textContent === "finished", null, { timeout: 60000 });
+  assert.deepEqual(await consoleLines(page), want);
+  const live = await page.evaluate(() => window.__liveLines);
+  assert.ok(live, "nothing was shown while the script ran");
+  assert.deepEqual(live, await page.evaluate(() => [...document.querySelectorAll("#console span")].map((s) => [s.dataset.stream, s.textContent])),
+    "the end redrew the console");
+  // stderr lines carry the marker besides the colour.
+  assert.equal(await page.$$eval("#console span.err.bol", (s) => s.length), 3);
+  assert.match(await page.textContent("#console-legend"), /stderr in red/);
+  await shot(page, "page-order");
+
+  await t.test("an incomplete stream: the result's texts, and the page says the order is lost", async () => {
+    // Beyond the progress rate (a burst, then 20 messages a second) output is skipped in
+    // progress; the result keeps head and tail.
+    await setScript(page, "import sys\nfor i in range(3000):\n    print('o' * 100, i, flush=True)\n    print('e', i, file=sys.stderr, flush=True)\n");
+    await page.click("#run");
+    await page.waitForFunction(() => document.getElementById("run-state").textContent === "finished", null, { timeout: 60000 });
+    const lines = await consoleLines(page);
+    assert.equal(lines[0][0], "note");
+    assert.match(lines[0][1], /order between them is not known/);
+    const streams = lines.slice(1).map((l) => l[0]);
+    assert.equal(streams.indexOf("stderr"), streams.lastIndexOf("stdout") + 1, "not stdout, then stderr");
+  });
+
+  await t.test("a session call shows – for the CPU time and memory it does not measure", async () => {
+    await page.selectOption("#session", "new");
+    await setScript(page, "print('in a session')");
+    await page.click("#run");
+    await page.waitForFunction(() => document.getElementById("run-state").textContent === "finished", null, { timeout: 90000 });
+    assert.equal(await page.textContent('[data-fact="CPU"]'), "–");
+    assert.equal(await page.textContent('[data-fact="peak memory"]'), "–");
+    await page.selectOption("#session", "");
+  });
+
+  await t.test("a failed run's state is red", async () => {
+    await setScript(page, "raise SystemExit(3)");
+    await page.click("#run");
+    await page.waitForFunction(() => document.getElementById("run-state").textContent === "failed", null, { timeout: 60000 });
+    const colour = await page.$eval("#run-state", (e) => getComputedStyle(e).backgroundColor);
+    assert.equal(colour, "rgb(197, 48, 48)");
+    assert.match(await page.getAttribute("#run-state", "class"), /\bbad\b/);
+  });
+  assert.deepEqual(problems, []);
+});
+
+// Where the keyboard focus is: the id of the focused element, or its data-testid.
+const focused = (page) => page.evaluate(() => document.activeElement.id || document.activeElement.dataset.testid || document.activeElement.tagName);
+
+test("the keyboard: Tab indents in the editor, Escape then Tab leaves it, and the page says so", async (t) => {
+  const server = await startServer(t);
+  for (const kind of ["plain", "codemirror"]) {
+    if (kind === "codemirror" && !existsSync(join(dirname(BINARY), "mps-ui", "editor.js"))) {
+      t.diagnostic("no editor bundle in this build (ui/build.sh makes it): CodeMirror's keyboard not checked");
+      continue;
+    }
+    const browser = await startBrowser(t);
+    const page = await browser.newPage();
+    if (kind === "plain") await page.route("**/ui/editor.js", (route) => route.fulfill({ status: 404, body: "" }));
+    await page.goto(server.url + "/ui");
+    await page.fill("#token", TOKEN);
+    await page.click("#token-form button[type=submit]");
+    await page.waitForSelector("#token-box", { state: "hidden" });
+    await setScript(page, "x = 1");
+    const box = kind === "plain" ? "#editor-host textarea" : "#editor-host .cm-content";
+    assert.ok(await page.$(box), kind + ": no editor");
+    assert.match(await page.textContent("#editor-keys"), /Escape, then Tab/);
+    assert.equal(await page.getAttribute(box, "aria-describedby"), "editor-keys");
+    await page.click(box);
+    await page.keyboard.press("End");
+    await page.keyboard.press("Tab");
+    assert.equal(await focused(page), kind === "plain" ? "script" : "editor", kind + ": Tab left the editor");
+    const text = await page.evaluate(() => (document.querySelector("#editor-host textarea") || document.querySelector("#editor-host .cm-content")).value ??
+      document.querySelector("#editor-host .cm-content").textContent);
+    // (the textarea inserts four spaces at the cursor; CodeMirror indents the line)
+    assert.ok(text !== "x = 1" && text.trim() === "x = 1", kind + ": Tab did not indent: " + JSON.stringify(text));
+    await page.keyboard.press("Escape");
+    await page.keyboard.press("Tab");
+    assert.equal(await focused(page), "python", kind + ": Escape then Tab did not move on to the next field");
+    await page.keyboard.press("Shift+Tab");
+    await page.keyboard.press("Escape");
+    await page.keyboard.press("Shift+Tab");
+    assert.notEqual(await focused(page), kind === "plain" ? "script" : "editor", kind + ": Escape then Shift-Tab stayed");
+    await shot(page, "page-keyboard-" + kind);
+  }
+});
+
+test("dependency builds: each message on a line of its own; a failed build leads with a one-line summary", async (t) => {
+  const wheels = mkdtempSync(join(tmpdir(), "mps-browser-wheels-"));
+  t.after(() => rmSync(wheels, { recursive: true, force: true }));
+  chmodSync(wheels, 0o755);
+  execFileSync("/usr/bin/python3", ["-c", "import sys; sys.path.insert(0, sys.argv[1]); import wheelhouse; wheelhouse.build_synthetic(sys.argv[2])",
+    join(ROOT, "tests", "fixtures"), wheels]);
+  const server = await startServer(t, ["--find-links", wheels, "--offline"]);
+  const { page, problems } = await openPage(t, server);
+  await page.waitForSelector("#token-box", { state: "hidden" });
+  await setScript(page, "import mps_gamma\nprint('imported')");
+  await page.fill("#deps", "mps-gamma");
+  await page.click("#run");
+  await page.waitForFunction(() => document.getElementById("run-state").textContent === "finished", null, { timeout: 120000 });
+  const lines = await consoleLines(page);
+  const notes = lines.filter((l) => l[0] === "note");
+  assert.ok(notes.length >= 2, "no build messages: " + JSON.stringify(lines));
+  for (const [, text] of notes) assert.ok(text.endsWith("\n") && text.indexOf("\n") === text.length - 1, "a message not on a line of its own: " + JSON.stringify(text));
+  assert.deepEqual(lines[lines.length - 1], ["stdout", "imported\n"]);
+
+  await page.fill("#deps", "mps-no-such-package");
+  await setScript(page, "print('never')");
+  await page.click("#run");
+  await page.waitForFunction(() => document.getElementById("run-state").textContent === "failed", null, { timeout: 120000 });
+  const first = await page.$eval("#console .summary", (s) => s.textContent);
+  assert.equal(await page.$eval("#console span", (s) => s.className), "summary bol", "the summary is not first");
+  assert.equal(first.trim().split("\n").length, 1);
+  assert.match(first, /mps-no-such-package/i);
+  await shot(page, "page-build-failed");
+  assert.deepEqual(problems, []);
+});

@@ -27,7 +27,8 @@ function create(parent, text, onRun) {
         syntaxHighlighting(defaultHighlightStyle, { fallback: true }),
         python(),
         keymap.of([{ key: "Mod-Enter", run }, indentWithTab, ...defaultKeymap, ...historyKeymap]),
-        EditorView.contentAttributes.of({ "aria-label": "Python script", "data-testid": "editor" }),
+        // The page says how to leave it (Escape then Tab, the view's own tab-focus mode).
+        EditorView.contentAttributes.of({ "aria-label": "Python script", "aria-describedby": "editor-keys", "data-testid": "editor" }),
       ],
     }),
   });

@@ -1,9 +1,10 @@
 // The playground page (transport/http/ui.c serves it): an MCP client of the endpoint that
 // served it, in the stateless protocol revision 2026-07-28 (every request a POST of its own,
 // no handshake, no Mcp-Session-Id), so that a reload, a second tab or a server restart needs
-// nothing re-established.  A run is one tools/call whose answer streams as SSE: stdout comes
-// as notifications/progress, stderr as notifications/message (logLevel info); closing the
-// request (AbortController) is its cancellation.  Python sessions are execute_python's own
+// nothing re-established.  A run is one tools/call whose answer streams as SSE: stdout and
+// stderr come as notifications/progress in the order printed, each message's _meta saying
+// which of its text is which stream (no logLevel: notifications/message would repeat stderr);
+// closing the request (AbortController) is its cancellation.  Python sessions are execute_python's own
 // (session: "new" / an id), kept by the server for the token, not by the connection.
 "use strict";
 
@@ -12,6 +13,8 @@ const BASE = document.querySelector('meta[name="mps-base"]').content;
 // What is under the endpoint (its files, this page's assets): no "//" when the endpoint is "/".
 const PREFIX = BASE.replace(/\/+$/, "");
 const TOKEN_KEY = "mps-token";
+// A progress message's runs by stream (server/exec/progress.c): [[stream, UTF-16 length], ...].
+const STREAMS_META = "mcp-python-exec-sandbox/streams";
 const $ = (id) => document.getElementById(id);
 
 let nextId = 1;
@@ -219,15 +222,27 @@ function setupEditor() {
   const host = $("editor-host");
   if (window.MPSEditor) {
     editor = window.MPSEditor.create(host, SAMPLE, run);
+    $("editor-keys").textContent =
+      "Tab indents. To leave the editor with the keyboard: Escape, then Tab within 2 seconds (Shift-Tab goes back); " +
+      "or Ctrl-M (Shift-Alt-M on a Mac), after which Tab moves on until Ctrl-M again. Ctrl-Enter runs.";
     return;
   }
-  const ta = el("textarea", { id: "script", "aria-label": "Python script", spellcheck: "false", "data-testid": "editor" });
+  const ta = el("textarea", { id: "script", "aria-label": "Python script", "aria-describedby": "editor-keys", spellcheck: "false", "data-testid": "editor" });
   ta.value = SAMPLE;
+  // Tab indents; Escape, then Tab (or Shift-Tab) leaves, as in CodeMirror (WCAG 2.1.2: the
+  // way out is written under the editor).  Shift-Tab alone leaves too.
+  let leave = false;
   ta.addEventListener("keydown", (e) => {
+    if (e.key === "Escape") {
+      leave = true;
+      return;
+    }
+    const armed = leave;
+    if (!["Shift", "Control", "Alt", "Meta"].includes(e.key)) leave = false;
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
       e.preventDefault();
       run();
-    } else if (e.key === "Tab" && !e.shiftKey) {
+    } else if (e.key === "Tab" && !e.shiftKey && !armed) {
       e.preventDefault();
       ta.setRangeText("    ", ta.selectionStart, ta.selectionEnd, "end");
     }
@@ -236,6 +251,7 @@ function setupEditor() {
   editor = { get: () => ta.value, set: (t) => (ta.value = t), focus: () => ta.focus() };
   const note = $("editor-note");
   note.textContent = "Plain text editor: this build has no editor bundle (ui/build.sh makes it), so there is no syntax highlighting.";
+  $("editor-keys").textContent = "Tab indents. To leave the editor with the keyboard: Escape, then Tab (Shift-Tab goes back). Ctrl-Enter runs.";
   note.hidden = false;
 }
 
@@ -251,12 +267,60 @@ function loadEditor() {
 
 // ------------------------------------------------------------------ a run
 
+// The console: what the run printed, stdout and stderr in the order printed, one span per
+// line piece, each marked by its stream (data-stream; stderr red with a bar at its lines'
+// start); set-up messages (an environment build, a wait for a slot) on lines of their own.
+let live = null; // { out, err, complete }: what streamed, to compare with the result's
+
 function consoleAppend(text, cls) {
   const c = $("console");
-  const last = c.lastChild;
-  if (last && last.className === cls) last.textContent += text;
-  else c.append(el("span", { class: cls }, text));
+  const stream = cls === "out" ? "stdout" : cls === "err" ? "stderr" : "note";
+  for (const piece of text.match(/[^\n]*\n|[^\n]+/g) || []) {
+    const last = c.lastElementChild;
+    const bol = !last || last.textContent.endsWith("\n");
+    if (last && !bol && last.dataset.stream === stream) last.textContent += piece;
+    else c.append(el("span", { class: cls + (bol ? " bol" : ""), "data-stream": stream }, piece));
+  }
   c.scrollTop = c.scrollHeight;
+}
+
+// A line of its own, whatever the console ended with.
+function consoleLine(text, cls) {
+  const last = $("console").lastElementChild;
+  if (last && !last.textContent.endsWith("\n")) consoleAppend("\n", last.className.split(" ")[0]);
+  consoleAppend(text.endsWith("\n") ? text : text + "\n", cls);
+}
+
+function onRunNotify(n) {
+  if (n.method !== "notifications/progress" || !n.params || typeof n.params.message !== "string") return;
+  const text = n.params.message;
+  const runs = n.params._meta && n.params._meta[STREAMS_META];
+  if (!Array.isArray(runs)) {
+    consoleLine(text, "note"); // set-up: "installing 2 requirements", "Collecting numpy", ...
+    return;
+  }
+  let at = 0;
+  for (const [stream, len] of runs) {
+    const part = text.slice(at, at + len);
+    at += len;
+    if (stream === "stdout") live.out += part;
+    else if (stream === "stderr") live.err += part;
+    else live.complete = false; // output skipped in progress
+    if (stream === "note") consoleLine(part.replace(/^\n+/, ""), "note");
+    else consoleAppend(part, stream === "stderr" ? "err" : "out");
+  }
+}
+
+// A failed call's one-line summary: its first line, and what the installer said went wrong
+// (pip's last "ERROR:" line, uv's "×" line) when it is a build's wall of output.
+function summaryLine(text) {
+  const lines = text.split("\n").map((l) => l.trim()).filter(Boolean);
+  if (!lines.length) return "";
+  const first = lines[0].replace(/[:.]\s*$/, "");
+  const said = lines.slice(1).filter((l) => /^(ERROR:|error:|×)/.test(l)).map((l) => l.replace(/^(ERROR:|error:|×)\s*/, ""));
+  const why = said.length ? said[said.length - 1] : "";
+  const line = why && !first.includes(why) ? first + ": " + why : first;
+  return line.length > 300 ? line.slice(0, 299) + "…" : line;
 }
 
 async function readFiles() {
@@ -276,6 +340,7 @@ function setRunning(on, state) {
   const s = $("run-state");
   s.textContent = state;
   s.dataset.state = state;
+  s.className = "pill" + (state === "finished" ? " ok" : state === "failed" || state === "timed out" ? " bad" : "");
 }
 
 async function run() {
@@ -290,6 +355,7 @@ async function run() {
   // The state changes at once: reading attached files takes a moment.
   setRunning(true, "running");
   $("console").replaceChildren();
+  live = { out: "", err: "", complete: true };
   const args = { script: editor.get() };
   const deps = $("deps").value.split(",").map((d) => d.trim()).filter(Boolean);
   if (deps.length) args.dependencies = deps;
@@ -313,14 +379,8 @@ async function run() {
   try {
     const result = await callTool("execute_python", args, {
       signal: controller.signal,
-      logLevel: "info",
       progress: true,
-      onNotify: (n) => {
-        if (n.method === "notifications/progress" && n.params && typeof n.params.message === "string")
-          consoleAppend(n.params.message, "out");
-        else if (n.method === "notifications/message" && n.params && n.params.logger === "stderr")
-          consoleAppend(typeof n.params.data === "string" ? n.params.data : JSON.stringify(n.params.data), "err");
-      },
+      onNotify: onRunNotify,
     });
     showResult(result, performance.now() - started);
   } catch (e) {
@@ -341,23 +401,42 @@ async function run() {
 
 function showResult(result, wallMs) {
   const sc = result.structuredContent || {};
-  // The console showed what streamed; the result has the whole output (head and tail).
-  const c = $("console");
-  c.replaceChildren();
-  if (sc.stdout) consoleAppend(sc.stdout, "out");
-  if (sc.stderr) consoleAppend(sc.stderr, "err");
-  if (!sc.stdout && !sc.stderr && !("exit_code" in sc)) {
-    for (const b of result.content || []) if (b.type === "text") consoleAppend(b.text, result.isError ? "err" : "out");
+  if ("exit_code" in sc) {
+    // The console shows what streamed, in the order printed.  The result has stdout and
+    // stderr apart (head and tail): when the stream was not all of it, the result's texts
+    // replace it, and the order between the two streams is not known.
+    const out = sc.stdout || "";
+    const err = sc.stderr || "";
+    if (!(live && live.complete && !sc.truncated && live.out === out && live.err === err)) {
+      $("console").replaceChildren();
+      if (out && err)
+        consoleLine("[the live output was incomplete" + (sc.truncated ? " (the output was cut to its head and tail)" : "") +
+          ": stdout, then stderr below; the order between them is not known]", "note");
+      if (out) consoleAppend(out, "out");
+      if (err) consoleLine(err, "err");
+    }
+  } else {
+    // No run (arguments refused, a dependency build failed): the message, a summary first.
+    $("console").replaceChildren();
+    const text = (result.content || []).filter((b) => b.type === "text").map((b) => b.text).join("\n");
+    if (result.isError) {
+      const summary = summaryLine(text);
+      if (summary) consoleLine(summary, "summary");
+      if (text.trim() !== summary) consoleLine("\n" + text, "err");
+    } else consoleAppend(text, "out");
   }
   const ok = !result.isError;
   setRunning(false, ok ? "finished" : sc.timed_out ? "timed out" : "failed");
-  const cpu = sc.cpu_user_ms != null ? sc.cpu_user_ms + (sc.cpu_system_ms || 0) : null;
-  const mem = sc.memory_peak_bytes != null ? sc.memory_peak_bytes : sc.max_rss_kib != null ? sc.max_rss_kib * 1024 : null;
+  // A session call runs in its kernel, whose CPU time and memory are not measured per call
+  // (the server reports zeros): "–", not a made-up 0.
+  const measured = !sc.session;
+  const cpu = measured && sc.cpu_user_ms != null ? sc.cpu_user_ms + (sc.cpu_system_ms || 0) : null;
+  const mem = !measured ? null : sc.memory_peak_bytes != null ? sc.memory_peak_bytes : sc.max_rss_kib ? sc.max_rss_kib * 1024 : null;
   facts($("result-facts"), [
     ["exit code", sc.exit_code != null ? String(sc.exit_code) : undefined],
     ["duration", sc.duration_ms != null ? fmtMs(sc.duration_ms) : fmtMs(Math.round(wallMs))],
-    ["CPU", cpu != null ? fmtMs(cpu) : undefined],
-    ["peak memory", mem != null ? fmtBytes(mem) : undefined],
+    ["CPU", "exit_code" in sc ? fmtMs(cpu) : undefined],
+    ["peak memory", "exit_code" in sc ? fmtBytes(mem) : undefined],
     ["python", sc.python && sc.python.version],
     ["limit hit", sc.limit || undefined],
     ["session", sc.session ? sc.session.id + " (" + (sc.session.state || "") + ")" : undefined],
