@@ -128,9 +128,19 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
       return cm_error_wrap(err, "--tls-cert/--tls-key");
     fprintf(stderr, "%s: TLS certificate SHA-256 fingerprint: %s\n", SRV_NAME, fp);
   } else if (cfg->tls_self_signed) {
+    /* (checked here, not with the other flags: the transport knows what a name may be) */
+    if (cm_strv_len(cfg->tls_san) > TR_TLS_MAX_EXTRA_NAMES)
+      return cm_error_set(err, 0, CM_ERR_INVALID, "--tls-san: at most %d names",
+                          TR_TLS_MAX_EXTRA_NAMES);
+    for (char **san = cfg->tls_san; san && *san; san++)
+      if (!tr_tls_name_ok(*san))
+        return cm_error_set(err, 0, CM_ERR_INVALID,
+                            "--tls-san: '%s' is neither an IP address nor a DNS name", *san);
     cleanup_free char *dir = xasprintf("%s/tls", srv_server_state_dir(server));
     char fp[96];
-    if (tr_tls_self_signed(dir, SRV_NAME, cfg->host, &cert, &key, fp, err) < 0) return -1;
+    if (tr_tls_self_signed(dir, SRV_NAME, cfg->host, (const char *const *)cfg->tls_san, &cert, &key,
+                           fp, err) < 0)
+      return -1;
     fprintf(stderr, "%s: TLS certificate SHA-256 fingerprint: %s\n", SRV_NAME, fp);
   }
   cleanup_strv char **hosts = split_list(cfg->allowed_hosts);

@@ -2,6 +2,9 @@
  * that a certificate and a key belong together.  libcrypto is opened on first use. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <net/if.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,6 +38,8 @@
   X(BN_bin2bn)                  \
   X(BN_free)                    \
   X(BN_to_ASN1_INTEGER)         \
+  X(ASN1_STRING_get0_data)      \
+  X(ASN1_STRING_length)         \
   X(EVP_PKEY_Q_keygen)          \
   X(EVP_PKEY_free)              \
   X(EVP_sha256)                 \
@@ -46,6 +51,9 @@
   X(X509V3_EXT_conf_nid)        \
   X(X509V3_set_ctx)             \
   X(X509_EXTENSION_free)        \
+  X(X509_EXTENSION_get_data)    \
+  X(X509_get_ext)               \
+  X(X509_get_ext_by_NID)        \
   X(X509_NAME_add_entry_by_txt) \
   X(X509_add_ext)               \
   X(X509_check_private_key)     \
@@ -115,28 +123,123 @@ static int add_ext(X509 *x, X509V3_CTX *ctx, int nid, const char *value, cm_erro
   return ok ? 0 : cm_error_set(err, 0, CM_ERR_INTERNAL, "certificate extension %s", value);
 }
 
-/* The subjectAltName list: the loopback names, plus --host when it names one thing. */
-static char *alt_names(const char *host) {
-  cm_buf_t b;
-  cm_buf_init(&b, 0);
-  cm_buf_appends(&b, "DNS:localhost,IP:127.0.0.1,IP:::1");
+bool tr_tls_name_ok(const char *s) {
   unsigned char addr[16];
-  if (host && *host && strcmp(host, "localhost") != 0 && strcmp(host, "127.0.0.1") != 0 &&
-      strcmp(host, "::1") != 0 && strcmp(host, "0.0.0.0") != 0 && strcmp(host, "::") != 0) {
-    if (inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1) {
-      cm_buf_printf(&b, ",IP:%s", host);
-    } else {
-      bool name_ok = strlen(host) < 254;
-      for (const char *p = host; *p && name_ok; p++)
-        name_ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                  (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
-      if (name_ok) cm_buf_printf(&b, ",DNS:%s", host);
-    }
-  }
-  return cm_buf_steal(&b);
+  if (inet_pton(AF_INET, s, addr) == 1 || inet_pton(AF_INET6, s, addr) == 1) return true;
+  size_t n = strlen(s);
+  if (n == 0 || n >= 254) return false;
+  const char *p = strncmp(s, "*.", 2) == 0 ? s + 2 : s;
+  if (!*p || *p == '.' || *p == '-') return false;
+  for (; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '-' || *p == '.'))
+      return false;
+  return true;
 }
 
-static int make_certificate(const char *cn, const char *host, char **cert_pem, char **key_pem,
+/* The subjectAltName list, built without repeats, in at most TR_TLS_MAX_NAMES entries. */
+typedef struct alt_list {
+  cm_buf_t text; /* "DNS:a,IP:b,..." */
+  size_t count;
+  bool full;
+} alt_list_t;
+
+static void alt_add(alt_list_t *l, const char *name) {
+  if (!name || !*name || !tr_tls_name_ok(name)) return;
+  unsigned char addr[16];
+  bool ip = inet_pton(AF_INET, name, addr) == 1 || inet_pton(AF_INET6, name, addr) == 1;
+  cleanup_free char *entry = xasprintf("%s:%s", ip ? "IP" : "DNS", name);
+  /* Already there?  (entries are comma-separated and hold no comma) */
+  size_t el = strlen(entry);
+  for (const char *p = l->text.data; p && *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == el && strncasecmp(p, entry, el) == 0) return;
+    p = comma ? comma + 1 : p + len;
+  }
+  if (l->count >= TR_TLS_MAX_NAMES) {
+    l->full = true;
+    return;
+  }
+  if (l->count) cm_buf_appends(&l->text, ",");
+  cm_buf_appends(&l->text, entry);
+  l->count++;
+}
+
+/* Every interface's address: IPv4 (v6 too when want_v6), but IPv6 link-local ones (only
+ * meaningful with a zone, which a certificate cannot name). */
+static void alt_add_interfaces(alt_list_t *l, bool want_v6) {
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) < 0) {
+    cm_warn("TLS: listing the interfaces' addresses: %s", strerror(errno));
+    return;
+  }
+  for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
+    char text[INET6_ADDRSTRLEN];
+    if (i->ifa_addr->sa_family == AF_INET) {
+      const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)i->ifa_addr;
+      if (inet_ntop(AF_INET, &a->sin_addr, text, sizeof text)) alt_add(l, text);
+    } else if (want_v6 && i->ifa_addr->sa_family == AF_INET6) {
+      const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)(const void *)i->ifa_addr;
+      if (IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr)) continue;
+      if (inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text)) alt_add(l, text);
+    }
+  }
+  freeifaddrs(ifs);
+}
+
+/* The certificate's subjectAltName (tr_tls_self_signed says what it holds). */
+static char *alt_names(const char *host, const char *const *extra_names) {
+  alt_list_t l = {.count = 0};
+  cm_buf_init(&l.text, 0);
+  alt_add(&l, "localhost");
+  alt_add(&l, "127.0.0.1");
+  alt_add(&l, "::1");
+  char hostname[256] = "";
+  if (gethostname(hostname, sizeof hostname - 1) == 0 && hostname[0]) {
+    alt_add(&l, hostname);
+    /* Its FQDN, as the resolver's configuration gives it (/etc/hosts first, usually). */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_flags = AI_CANONNAME};
+    struct addrinfo *ai = NULL;
+    if (getaddrinfo(hostname, NULL, &hints, &ai) == 0) {
+      if (ai && ai->ai_canonname && strchr(ai->ai_canonname, '.')) alt_add(&l, ai->ai_canonname);
+      freeaddrinfo(ai);
+    }
+  }
+  bool any4 = host && strcmp(host, "0.0.0.0") == 0;
+  bool any6 = !host || !*host || strcmp(host, "::") == 0;
+  if (any4 || any6)
+    alt_add_interfaces(&l, any6);
+  else
+    alt_add(&l, host);
+  for (const char *const *e = extra_names; e && *e; e++) alt_add(&l, *e);
+  if (l.full)
+    cm_warn("TLS: the certificate names its first %d names and addresses only", TR_TLS_MAX_NAMES);
+  return cm_buf_steal(&l.text);
+}
+
+/* Whether the certificate's subjectAltName is exactly san (as X509V3_EXT_conf_nid makes it). */
+static bool same_alt_names(const char *cert_pem, const char *san) {
+  cleanup_bio BIO *cb = crypto.BIO_new_mem_buf(cert_pem, -1);
+  cleanup_x509 X509 *x = cb ? crypto.PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
+  if (!x) return false;
+  int at = crypto.X509_get_ext_by_NID(x, NID_subject_alt_name, -1);
+  X509_EXTENSION *have = at >= 0 ? crypto.X509_get_ext(x, at) : NULL;
+  X509_EXTENSION *want = crypto.X509V3_EXT_conf_nid(NULL, NULL, NID_subject_alt_name, san);
+  bool same = false;
+  if (have && want) {
+    const ASN1_OCTET_STRING *a = crypto.X509_EXTENSION_get_data(have);
+    const ASN1_OCTET_STRING *b = crypto.X509_EXTENSION_get_data(want);
+    int n = crypto.ASN1_STRING_length(a);
+    same = n == crypto.ASN1_STRING_length(b) &&
+           memcmp(crypto.ASN1_STRING_get0_data(a), crypto.ASN1_STRING_get0_data(b), (size_t)n) == 0;
+  }
+  if (want) crypto.X509_EXTENSION_free(want);
+  return same;
+}
+
+static int make_certificate(const char *cn, const char *san, char **cert_pem, char **key_pem,
                             cm_error_t *err) {
   cleanup_pkey EVP_PKEY *pkey = crypto.EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
   if (!pkey) return cm_error_set(err, 0, CM_ERR_INTERNAL, "generating an EC P-256 key");
@@ -159,7 +262,6 @@ static int make_certificate(const char *cn, const char *host, char **cert_pem, c
   crypto.X509_set_issuer_name(x, name);
   X509V3_CTX ctx;
   crypto.X509V3_set_ctx(&ctx, x, x, NULL, NULL, 0);
-  cleanup_free char *san = alt_names(host);
   if (add_ext(x, &ctx, NID_basic_constraints, "critical,CA:TRUE", err) < 0 ||
       add_ext(x, &ctx, NID_key_usage, "critical,digitalSignature,keyCertSign", err) < 0 ||
       add_ext(x, &ctx, NID_ext_key_usage, "serverAuth", err) < 0 ||
@@ -209,22 +311,27 @@ static int write_private(const char *path, const char *text, mode_t mode, cm_err
   return 0;
 }
 
-int tr_tls_self_signed(const char *dir, const char *name, const char *host, char **cert_pem,
-                       char **key_pem, char fingerprint[96], cm_error_t *err) {
+int tr_tls_self_signed(const char *dir, const char *name, const char *host,
+                       const char *const *extra_names, char **cert_pem, char **key_pem,
+                       char fingerprint[96], cm_error_t *err) {
   if (crypto_load(err) < 0) return cm_error_wrap(err, "self-signed certificate");
   if (cm_mkdir_p(dir, 0700, err) < 0) return cm_error_wrap(err, "creating %s", dir);
   cleanup_free char *cert_path = xasprintf("%s/cert.pem", dir);
   cleanup_free char *key_path = xasprintf("%s/key.pem", dir);
   cleanup_free char *cert = NULL;
   cleanup_free char *key = NULL;
+  cleanup_free char *san = alt_names(host, extra_names);
   size_t cl = 0, kl = 0;
   cm_error_t lerr = CM_ERROR_INIT;
   if (cm_read_file(cert_path, TLS_MAX_PEM, &cert, &cl, &lerr) == 0 &&
       cm_read_file(key_path, TLS_MAX_PEM, &key, &kl, &lerr) == 0 &&
       check_pair(cert, key, fingerprint, &lerr) == 0) {
-    *cert_pem = steal_pointer(&cert);
-    *key_pem = steal_pointer(&key);
-    return 0;
+    if (same_alt_names(cert, san)) {
+      *cert_pem = steal_pointer(&cert);
+      *key_pem = steal_pointer(&key);
+      return 0;
+    }
+    cm_error_set(&lerr, 0, CM_ERR_INVALID, "the certificate does not name exactly %s", san);
   }
   if (lerr.errnum != ENOENT)
     cm_warn("TLS: %s: %s; making a new certificate", dir, cm_error_message(&lerr));
@@ -232,7 +339,7 @@ int tr_tls_self_signed(const char *dir, const char *name, const char *host, char
   if (key) explicit_bzero(key, kl);
   free(steal_pointer(&cert));
   free(steal_pointer(&key));
-  if (make_certificate(name, host, &cert, &key, err) < 0)
+  if (make_certificate(name, san, &cert, &key, err) < 0)
     return cm_error_wrap(err, "self-signed certificate");
   int rc = write_private(key_path, key, 0600, err);
   if (rc == 0) rc = write_private(cert_path, cert, 0644, err);
@@ -241,7 +348,7 @@ int tr_tls_self_signed(const char *dir, const char *name, const char *host, char
     explicit_bzero(key, strlen(key));
     return cm_error_wrap(err, "self-signed certificate in %s", dir);
   }
-  cm_info("TLS: created a self-signed certificate in %s", dir);
+  cm_info("TLS: created a self-signed certificate in %s for %s", dir, san);
   *cert_pem = steal_pointer(&cert);
   *key_pem = steal_pointer(&key);
   return 0;

@@ -352,13 +352,25 @@ void tr_http_free(tr_http_t *h);
 
 /* ---------------------------------------------------------------- TLS material */
 
+/* At most this many --tls-san names; the certificate holds at most TR_TLS_MAX_NAMES in all
+ * (interface addresses beyond that are left out, with a warning). */
+#define TR_TLS_MAX_EXTRA_NAMES 32
+#define TR_TLS_MAX_NAMES 128
+/* Whether s is an IP address or a DNS name (letters, digits, '-', '.', an optional leading
+ * "*."; under 254 bytes): what a certificate's subjectAltName may hold. */
+bool tr_tls_name_ok(const char *s);
+
 /* Loads (or creates, then reuses) the self-signed certificate under dir: an EC P-256 key
- * (key.pem, 0600) and a certificate (cert.pem) whose CN is name, for localhost, 127.0.0.1,
- * ::1 and host.
+ * (key.pem, 0600) and a certificate (cert.pem) whose CN is name and whose subjectAltName
+ * holds localhost, 127.0.0.1, ::1, this host's name and FQDN (when it has one), host (an
+ * address or a name), or every interface's address when host is a wildcard (0.0.0.0: IPv4;
+ * :: or empty: IPv4 and IPv6 but link-local), and extra_names (NULL-terminated, or NULL).
+ * A certificate on disk whose list differs is replaced (a new fingerprint, logged).
  * Returns both PEM texts (heap) and the certificate's SHA-256 fingerprint as upper-case
  * hex pairs joined by ':' (96 bytes with the NUL). */
-int tr_tls_self_signed(const char *dir, const char *name, const char *host, char **cert_pem,
-                       char **key_pem, char fingerprint[96], cm_error_t *err);
+int tr_tls_self_signed(const char *dir, const char *name, const char *host,
+                       const char *const *extra_names, char **cert_pem, char **key_pem,
+                       char fingerprint[96], cm_error_t *err);
 /* Parses both PEM texts, checks that they belong together, and gives the certificate's
  * fingerprint (as above). */
 int tr_tls_check_pair(const char *cert_pem, const char *key_pem, char fingerprint[96],

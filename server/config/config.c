@@ -111,7 +111,11 @@ static const opt_def_t options[] = {
     {"tls-cert", OPT_STRING, OFF(tls_cert), "FILE", NULL, "HTTP: TLS certificate (PEM)"},
     {"tls-key", OPT_STRING, OFF(tls_key), "FILE", NULL, "HTTP: TLS private key (PEM)"},
     {"tls-self-signed", OPT_BOOL_ON, OFF(tls_self_signed), NULL, NULL,
-     "HTTP: serve TLS with a self-signed certificate kept in the state directory"},
+     "HTTP: serve TLS with a self-signed certificate kept in the state directory, for localhost, "
+     "the host's name (and FQDN) and its addresses (every interface's with a wildcard --host, "
+     "else --host) and --tls-san; made again when that list changes"},
+    {"tls-san", OPT_LIST, OFF(tls_san), "NAME|IP", NULL,
+     "HTTP: one more DNS name or IP address in --tls-self-signed's certificate (repeatable)"},
     {"exec-session-idle-seconds", OPT_SECONDS_MS, OFF(exec_session_idle_ms), "SECONDS", "1800",
      "execute_python sessions (session: \"new\"): closed after this long without a call"},
     {"exec-session-max-seconds", OPT_SECONDS_MS, OFF(exec_session_max_ms), "SECONDS", "28800",
@@ -298,6 +302,7 @@ void srv_config_release(srv_config_t *c) {
   free(c->allowed_hosts);
   free(c->allowed_origins);
   cm_strv_free(c->trusted_proxies);
+  cm_strv_free(c->tls_san);
   cm_strv_free(c->metrics_tokens);
   free(c->trusted_proxy_header);
   free(c->auth_token_file);
@@ -748,6 +753,10 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
   if (c->tls_self_signed && c->tls_cert)
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "--tls-self-signed and --tls-cert exclude each other");
+  if (c->tls_san && !c->tls_self_signed)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "--tls-san names what --tls-self-signed's certificate covers: it needs "
+                        "--tls-self-signed (a --tls-cert carries its own names)");
   if (c->max_sessions < 1) return cm_error_set(err, 0, CM_ERR_INVALID, "max_sessions must be >= 1");
   if (c->max_message_bytes < 4096)
     return cm_error_set(err, 0, CM_ERR_INVALID, "max_message_bytes must be >= 4096");

@@ -119,6 +119,7 @@ typedef struct srv_config {
   char *tls_cert;                       /* --tls-cert */
   char *tls_key;                        /* --tls-key */
   bool tls_self_signed;                 /* --tls-self-signed */
+  char **tls_san;                       /* --tls-san: extra names/addresses of that certificate */
   uint64_t exec_session_idle_ms;        /* --exec-session-idle-seconds: execute_python sessions */
   uint64_t exec_session_max_ms;         /* --exec-session-max-seconds: a session's longest life */
   uint64_t max_exec_sessions;           /* --max-exec-sessions: in all; 0 = sessions are off */

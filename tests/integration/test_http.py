@@ -10,6 +10,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -661,6 +662,93 @@ def test_tls_self_signed(make_http):
     state = s.state_dir
     s2 = make_http("--tls-self-signed", tls=True, state_dir=state)
     assert fp in s2.stderr_text()
+
+
+# Runs inside a network namespace of its own (unshare -rn), whose loopback interface also
+# holds 10.77.0.1: the server binds the wildcard there (no other machine can reach it), and
+# the client verifies its certificate by that address, and by a --tls-san name.
+TLS_SAN_CHECK = r"""
+import json, os, socket, ssl, subprocess, sys, tempfile, time
+binary, state = sys.argv[1], sys.argv[2]
+tokens = os.path.join(state, "tokens")
+os.makedirs(state, exist_ok=True)
+open(tokens, "w").write("alice:tls-san-test-token-0123456789\n")
+os.chmod(tokens, 0o600)
+s = socket.socket(); s.bind(("10.77.0.1", 0)); port = s.getsockname()[1]; s.close()
+server = subprocess.Popen([binary, "--transport", "http", "--host", "0.0.0.0", "--port", str(port),
+                           "--sandbox-backend", "none", "--state-dir", state, "--auth-token-file", tokens,
+                           "--tls-self-signed", "--tls-san", "mps.example.test", "--tls-san", "192.0.2.7"],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(os.path.join(state, "log"), "wb"))
+out = {}
+try:
+    for _ in range(1500):
+        try:
+            socket.create_connection(("10.77.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if server.poll() is not None:
+                break
+            time.sleep(0.01)
+    cert = os.path.join(state, "tls", "cert.pem")
+    out["san"] = ssl._ssl._test_decode_cert(cert).get("subjectAltName", [])
+    ctx = ssl.create_default_context(cafile=cert)
+    for name in ("10.77.0.1", "mps.example.test", "not-named.example.test"):
+        try:
+            with socket.create_connection(("10.77.0.1", port), timeout=10) as raw:
+                with ctx.wrap_socket(raw, server_hostname=name) as t:
+                    t.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    out[name] = t.recv(64).decode(errors="replace").split("\r\n")[0]
+        except ssl.SSLCertVerificationError as e:
+            out[name] = "verify failed: " + e.verify_message
+finally:
+    server.terminate()
+    server.wait()
+    out["log"] = open(os.path.join(state, "log"), errors="replace").read()[-3000:]
+print(json.dumps(out))
+"""
+
+
+def test_tls_self_signed_names_the_host_and_its_addresses(tmp_path):
+    # --host 0.0.0.0 (the README's LAN example): the certificate holds every interface's
+    # address, the host's name and the --tls-san extras, so a client that reaches the server
+    # by one of them verifies it.
+    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("no network namespace of our own here (unshare -rn): " + probe.stderr.decode()[-200:])
+    state = str(tmp_path / "state")
+    script = ("ip link set lo up && ip addr add 10.77.0.1/32 dev lo && exec \"$0\" -c \"$1\" \"$2\" \"$3\"")
+    r = subprocess.run(["unshare", "-rn", "sh", "-c", script, sys.executable, TLS_SAN_CHECK, BINARY, state],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    san = [tuple(x) for x in out["san"]]
+    for want in [("DNS", "localhost"), ("IP Address", "127.0.0.1"), ("IP Address", "10.77.0.1"),
+                 ("DNS", "mps.example.test"), ("IP Address", "192.0.2.7"), ("DNS", socket.gethostname())]:
+        assert want in san, (want, san, out["log"])
+    assert out["10.77.0.1"].startswith("HTTP/1.1 "), out
+    assert out["mps.example.test"].startswith("HTTP/1.1 "), out
+    assert out["not-named.example.test"].startswith("verify failed"), out
+
+
+def test_tls_san_is_checked_and_a_changed_list_makes_a_new_certificate(make_http):
+    bad = HttpServer("--tls-self-signed", "--tls-san", "bad_name!", tls=True, expect_start=False)
+    assert bad.proc.wait(timeout=30) != 0
+    assert "--tls-san: 'bad_name!' is neither" in bad.stderr_text()
+    bad.close()
+    alone = HttpServer("--tls-san", "mps.example.test", expect_start=False)
+    assert alone.proc.wait(timeout=30) != 0
+    assert "needs --tls-self-signed" in alone.stderr_text()
+    alone.close()
+    s = make_http("--tls-self-signed", tls=True)
+    fp = re.search(r"SHA-256 fingerprint: (\S+)", s.stderr_text()).group(1)
+    state = s.state_dir
+    s2 = make_http("--tls-self-signed", "--tls-san", "mps.example.test", tls=True, state_dir=state)
+    fp2 = re.search(r"SHA-256 fingerprint: (\S+)", s2.stderr_text()).group(1)
+    assert fp2 != fp
+    cert = ssl._ssl._test_decode_cert(os.path.join(state, "tls", "cert.pem"))
+    assert ("DNS", "mps.example.test") in cert["subjectAltName"]
+    s3 = make_http("--tls-self-signed", "--tls-san", "mps.example.test", tls=True, state_dir=state)
+    assert fp2 in s3.stderr_text()
 
 
 # ================================================================ load, limits, IPv6

@@ -422,7 +422,10 @@ function showResult(result, wallMs) {
     if (result.isError) {
       const summary = summaryLine(text);
       if (summary) consoleLine(summary, "summary");
-      if (text.trim() !== summary) consoleLine("\n" + text, "err");
+      if (text.trim() !== summary) {
+        consoleAppend("\n", "note");
+        consoleLine(text, "err");
+      }
     } else consoleAppend(text, "out");
   }
   const ok = !result.isError;
