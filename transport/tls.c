@@ -219,24 +219,70 @@ static char *alt_names(const char *host, const char *const *extra_names) {
   return cm_buf_steal(&l.text);
 }
 
-/* Whether the certificate's subjectAltName is exactly san (as X509V3_EXT_conf_nid makes it). */
-static bool same_alt_names(const char *cert_pem, const char *san) {
+/* One DER element at p (n bytes): its whole size, with *header the size of its tag and
+ * length; 0 when it is malformed or runs past n.  (Short and long lengths up to 4 bytes.) */
+static size_t der_element(const unsigned char *p, size_t n, size_t *header) {
+  if (n < 2) return 0;
+  size_t len = p[1], h = 2;
+  if (len & 0x80) {
+    size_t k = len & 0x7f;
+    if (k == 0 || k > 4 || n < 2 + k) return 0;
+    len = 0;
+    for (size_t i = 0; i < k; i++) len = (len << 8) | p[2 + i];
+    h += k;
+  }
+  if (len > n - h) return 0;
+  *header = h;
+  return h + len;
+}
+
+/* The DER of an extension's value (a SEQUENCE of GeneralNames for subjectAltName): its
+ * elements' span, or false. */
+static bool san_items(X509_EXTENSION *ext, const unsigned char **items, size_t *n) {
+  const ASN1_OCTET_STRING *v = crypto.X509_EXTENSION_get_data(ext);
+  const unsigned char *p = crypto.ASN1_STRING_get0_data(v);
+  int len = crypto.ASN1_STRING_length(v);
+  size_t h;
+  if (!p || len <= 0 || p[0] != 0x30 || der_element(p, (size_t)len, &h) != (size_t)len)
+    return false;
+  *items = p + h;
+  *n = (size_t)len - h;
+  return true;
+}
+
+/* Whether the certificate's subjectAltName holds every entry of san ("DNS:a,IP:b", as
+ * X509V3_EXT_conf_nid reads it): one it lacks means a new certificate.  (One that is no
+ * longer wanted stays: every new certificate is a new trust anchor for its clients.) */
+static bool names_all(const char *cert_pem, const char *san, const char **missing_out) {
   cleanup_bio BIO *cb = crypto.BIO_new_mem_buf(cert_pem, -1);
   cleanup_x509 X509 *x = cb ? crypto.PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
   if (!x) return false;
   int at = crypto.X509_get_ext_by_NID(x, NID_subject_alt_name, -1);
   X509_EXTENSION *have = at >= 0 ? crypto.X509_get_ext(x, at) : NULL;
-  X509_EXTENSION *want = crypto.X509V3_EXT_conf_nid(NULL, NULL, NID_subject_alt_name, san);
-  bool same = false;
-  if (have && want) {
-    const ASN1_OCTET_STRING *a = crypto.X509_EXTENSION_get_data(have);
-    const ASN1_OCTET_STRING *b = crypto.X509_EXTENSION_get_data(want);
-    int n = crypto.ASN1_STRING_length(a);
-    same = n == crypto.ASN1_STRING_length(b) &&
-           memcmp(crypto.ASN1_STRING_get0_data(a), crypto.ASN1_STRING_get0_data(b), (size_t)n) == 0;
+  const unsigned char *have_items;
+  size_t have_n;
+  if (!have || !san_items(have, &have_items, &have_n)) return false;
+  cleanup_free char *list = xstrdup(san);
+  char *save = NULL;
+  for (char *entry = strtok_r(list, ",", &save); entry; entry = strtok_r(NULL, ",", &save)) {
+    X509_EXTENSION *want = crypto.X509V3_EXT_conf_nid(NULL, NULL, NID_subject_alt_name, entry);
+    const unsigned char *w;
+    size_t wn, h;
+    bool found = false;
+    if (want && san_items(want, &w, &wn)) {
+      for (size_t off = 0, size; off < have_n && !found; off += size) {
+        size = der_element(have_items + off, have_n - off, &h);
+        if (!size) break;
+        found = size == wn && memcmp(have_items + off, w, wn) == 0;
+      }
+    }
+    if (want) crypto.X509_EXTENSION_free(want);
+    if (!found) {
+      *missing_out = san + (entry - list);
+      return false;
+    }
   }
-  if (want) crypto.X509_EXTENSION_free(want);
-  return same;
+  return true;
 }
 
 static int make_certificate(const char *cn, const char *san, char **cert_pem, char **key_pem,
@@ -326,12 +372,17 @@ int tr_tls_self_signed(const char *dir, const char *name, const char *host,
   if (cm_read_file(cert_path, TLS_MAX_PEM, &cert, &cl, &lerr) == 0 &&
       cm_read_file(key_path, TLS_MAX_PEM, &key, &kl, &lerr) == 0 &&
       check_pair(cert, key, fingerprint, &lerr) == 0) {
-    if (same_alt_names(cert, san)) {
+    const char *missing = NULL;
+    if (names_all(cert, san, &missing)) {
       *cert_pem = steal_pointer(&cert);
       *key_pem = steal_pointer(&key);
       return 0;
     }
-    cm_error_set(&lerr, 0, CM_ERR_INVALID, "the certificate does not name exactly %s", san);
+    if (missing)
+      cm_error_set(&lerr, 0, CM_ERR_INVALID, "the certificate does not name %.*s",
+                   (int)strcspn(missing, ","), missing);
+    else
+      cm_error_set(&lerr, 0, CM_ERR_INVALID, "the certificate has no readable subjectAltName");
   }
   if (lerr.errnum != ENOENT)
     cm_warn("TLS: %s: %s; making a new certificate", dir, cm_error_message(&lerr));

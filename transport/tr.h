@@ -365,7 +365,8 @@ bool tr_tls_name_ok(const char *s);
  * holds localhost, 127.0.0.1, ::1, this host's name and FQDN (when it has one), host (an
  * address or a name), or every interface's address when host is a wildcard (0.0.0.0: IPv4;
  * :: or empty: IPv4 and IPv6 but link-local), and extra_names (NULL-terminated, or NULL).
- * A certificate on disk whose list differs is replaced (a new fingerprint, logged).
+ * A certificate on disk that lacks one of them is replaced (a new fingerprint, logged); one
+ * naming more is kept.
  * Returns both PEM texts (heap) and the certificate's SHA-256 fingerprint as upper-case
  * hex pairs joined by ':' (96 bytes with the NUL). */
 int tr_tls_self_signed(const char *dir, const char *name, const char *host,

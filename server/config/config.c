@@ -113,7 +113,7 @@ static const opt_def_t options[] = {
     {"tls-self-signed", OPT_BOOL_ON, OFF(tls_self_signed), NULL, NULL,
      "HTTP: serve TLS with a self-signed certificate kept in the state directory, for localhost, "
      "the host's name (and FQDN) and its addresses (every interface's with a wildcard --host, "
-     "else --host) and --tls-san; made again when that list changes"},
+     "else --host) and --tls-san; made again when it lacks one of them"},
     {"tls-san", OPT_LIST, OFF(tls_san), "NAME|IP", NULL,
      "HTTP: one more DNS name or IP address in --tls-self-signed's certificate (repeatable)"},
     {"exec-session-idle-seconds", OPT_SECONDS_MS, OFF(exec_session_idle_ms), "SECONDS", "1800",

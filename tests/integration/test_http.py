@@ -730,7 +730,7 @@ def test_tls_self_signed_names_the_host_and_its_addresses(tmp_path):
     assert out["not-named.example.test"].startswith("verify failed"), out
 
 
-def test_tls_san_is_checked_and_a_changed_list_makes_a_new_certificate(make_http):
+def test_tls_san_is_checked_and_a_name_the_certificate_lacks_makes_a_new_one(make_http):
     bad = HttpServer("--tls-self-signed", "--tls-san", "bad_name!", tls=True, expect_start=False)
     assert bad.proc.wait(timeout=30) != 0
     assert "--tls-san: 'bad_name!' is neither" in bad.stderr_text()
@@ -745,10 +745,14 @@ def test_tls_san_is_checked_and_a_changed_list_makes_a_new_certificate(make_http
     s2 = make_http("--tls-self-signed", "--tls-san", "mps.example.test", tls=True, state_dir=state)
     fp2 = re.search(r"SHA-256 fingerprint: (\S+)", s2.stderr_text()).group(1)
     assert fp2 != fp
+    assert "does not name DNS:mps.example.test" in s2.stderr_text()
     cert = ssl._ssl._test_decode_cert(os.path.join(state, "tls", "cert.pem"))
     assert ("DNS", "mps.example.test") in cert["subjectAltName"]
+    # the same list, or one name fewer: the certificate stays (a new one is a new trust anchor)
     s3 = make_http("--tls-self-signed", "--tls-san", "mps.example.test", tls=True, state_dir=state)
     assert fp2 in s3.stderr_text()
+    s4 = make_http("--tls-self-signed", tls=True, state_dir=state)
+    assert fp2 in s4.stderr_text()
 
 
 # ================================================================ load, limits, IPv6
