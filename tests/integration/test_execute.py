@@ -415,6 +415,38 @@ def test_progress_says_which_stream_each_part_came_from(server):
     assert sc["stdout"] == "out 1\nout 2\nout \u00e9 3\n" and sc["stderr"] == "err \U0001F600 1\nerr 2\n"
 
 
+def test_progress_runs_are_bounded_and_skipped_output_is_a_note(server):
+    # Single bytes to stdout and stderr in turn: a message holds at most 64 runs (and the
+    # note); what would start more, and what the rate limit holds back, is skipped and said
+    # so in a run of its own ("note").  The result has everything.
+    # (first 200 kB at once: far more than a message holds, so some is surely skipped)
+    script = ("import os\nos.write(1, b'o' * 200000)\n"
+              "for i in range(20000):\n    os.write(1, b'o')\n    os.write(2, b'e')\n")
+    server.send({"jsonrpc": "2.0", "id": "f", "method": "tools/call",
+                 "params": {"name": "execute_python", "arguments": {"script": script}, "_meta": {"progressToken": "t"}}})
+    notes, most = [], 0
+    while True:
+        m = server.recv(timeout=60)
+        if m.get("id") == "f":
+            result = m["result"]
+            break
+        text = m["params"]["message"]
+        runs = m["params"]["_meta"]["mcp-python-exec-sandbox/streams"]
+        assert sum(n for _, n in runs) == len(text.encode("utf-16-le")) // 2
+        assert {s for s, _ in runs} <= {"stdout", "stderr", "note"}, runs
+        most = max(most, sum(1 for s, _ in runs if s != "note"))
+        at = 0
+        for stream, n in runs:
+            if stream == "note":
+                notes.append(text[at:at + n])
+            else:
+                assert set(text[at:at + n]) == {"o" if stream == "stdout" else "e"}, (stream, text[at:at + n])
+            at += n
+    assert most <= 64
+    assert notes and all("skipped in progress" in n for n in notes), notes
+    assert result["structuredContent"]["stdout_bytes"] == 220000
+
+
 def test_per_session_limit(make_server):
     s = make_server("--max-session-concurrent", "1")
     s.initialize()
