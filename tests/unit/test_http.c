@@ -564,6 +564,23 @@ static void test_server_starts(void **state) {
   cm_error_release(&err);
 }
 
+/* What --tls-san accepts: an IP address or a DNS name (a leading "*." too), nothing that
+ * could smuggle another subjectAltName entry (a comma, a colon-typed prefix, a space). */
+static void test_tls_name_ok(void **state) {
+  (void)state;
+  const char *good[] = {"localhost", "mps.example.test", "*.example.test", "10.0.0.1",
+                        "::1",       "2001:db8::7",      "host-1.lan",     "A.B"};
+  const char *bad[] = {"",           "bad_name!", "a,IP:1.2.3.4", "DNS:x",       "a b",
+                       "*.",         ".leading",  "-leading",     "*.*.example", "x\n",
+                       "1.2.3.4/24", "email@host"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(good); i++) assert_true(tr_tls_name_ok(good[i]));
+  for (size_t i = 0; i < CM_ARRAY_SIZE(bad); i++) assert_false(tr_tls_name_ok(bad[i]));
+  char long_name[300];
+  memset(long_name, 'a', sizeof long_name - 1);
+  long_name[sizeof long_name - 1] = 0;
+  assert_false(tr_tls_name_ok(long_name));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_accept),
@@ -583,6 +600,7 @@ int main(void) {
       cmocka_unit_test(test_server_starts),
       cmocka_unit_test(test_classify_modern),
       cmocka_unit_test(test_mcp_header_value),
+      cmocka_unit_test(test_tls_name_ok),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
