@@ -50,7 +50,7 @@ test("the page: stream, plot, download, cancel, session, token", async (t) => {
     const early = await page.evaluate(() => ({ text: document.getElementById("console").textContent, state: document.getElementById("run-state").textContent }));
     assert.equal(early.state, "running", "line 0 was shown only after the run ended");
     assert.ok(!early.text.includes("end"));
-    // stderr streams too (notifications/message), shown apart.
+    // stderr streams too (in the same progress stream, marked as stderr), shown apart.
     await page.waitForFunction(() => [...document.querySelectorAll("#console .err")].some((e) => e.textContent.includes("warn early")), null, { timeout: 10000 });
     assert.equal(await page.textContent("#run-state"), "running");
     await page.waitForFunction(() => document.getElementById("run-state").textContent === "finished", null, { timeout: 60000 });
