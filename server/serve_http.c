@@ -177,6 +177,15 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
       .trusted_proxies = (const char *const *)cfg->trusted_proxies,
       .trusted_proxy_header = cfg->trusted_proxy_header,
       .metrics_principals = (const char *const *)cfg->metrics_tokens,
+      /* Backend none keeps no tenant from another: a script runs as the server's user and
+       * reads the token file (every tenant's token), the state directory and every run. */
+      .one_principal_only =
+          strcmp(cfg->sandbox_backend, "none") == 0 && !cfg->allow_none_with_tokens
+              ? "with --sandbox-backend none every tenant's script runs as the server's user "
+                "and can read this file (every other tenant's token), the state directory and "
+                "the other tenants' runs; use a sandbox (native, docker or podman), one "
+                "principal, or --allow-none-with-tokens to accept that"
+              : NULL,
   };
   /* H6: what the tools mirror into Mcp-Param-* headers (pointers into `marked`). */
   cleanup_json json_t *marked = srv_server_param_headers(server);

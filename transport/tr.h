@@ -309,6 +309,10 @@ typedef struct tr_http_options {
    * tokens (the one local principal) /metrics is open as the MCP endpoint is.  /healthz and
    * /readyz are not concerned (health_auth). */
   const char *const *metrics_principals;
+  /* When set, a token file naming more than one principal (distinct token names) is refused,
+   * at start (tr_http_new fails) and on reload (the tokens stay as they were), with this text
+   * as the reason: the server cannot keep principals apart (--sandbox-backend none). */
+  const char *one_principal_only;
 } tr_http_options_t;
 
 /* What one principal holds right now (check_environment). */

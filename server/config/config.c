@@ -250,6 +250,15 @@ static const opt_def_t options[] = {
      "shows every tenant's activity (repeatable, or comma-separated); with tokens, every other "
      "token gets 403 there, and every token when none is named; without tokens /metrics is open "
      "as the endpoint is"},
+    {"route", OPT_STRING, OFF(route), "NAME", NULL,
+     "HTTP: this replica's name in a fleet (a-z and digits, up to 16): every task, Python "
+     "session and run id it hands out starts with NAME and a dot, so that a front (nginx) "
+     "sends a request naming one to this replica, and a replica that does not own an id says "
+     "whose it is (docs/operations.md, \"A fleet behind nginx\")"},
+    {"allow-none-with-tokens", OPT_BOOL_ON, OFF(allow_none_with_tokens), NULL, NULL,
+     "HTTP: run --sandbox-backend none although the token file names more than one principal: "
+     "every tenant's script then runs as the server's user, reads the token file (every "
+     "tenant's token), the state directory and the other tenants' runs"},
     {"audit-log", OPT_STRING, OFF(audit_log), "FILE|-", NULL,
      "append one JSON line per tool call and per authentication failure to FILE (- for "
      "stderr); SIGHUP reopens it"},
@@ -786,6 +795,16 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
   if (c->max_artifact_bytes > c->max_artifact_store_bytes)
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_artifact_bytes must be <= max_artifact_store_bytes");
+  if (c->route) {
+    size_t n = strlen(c->route);
+    bool ok = n >= 1 && n <= SRV_ROUTE_MAX;
+    for (const char *p = c->route; ok && *p; p++)
+      ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9');
+    if (!ok)
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "argument --route: '%s' is not a route name (a-z and digits, 1 to %d)",
+                          c->route, SRV_ROUTE_MAX);
+  }
   if (strcmp(c->cgroup, "auto") && strcmp(c->cgroup, "off") && c->cgroup[0] != '/')
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "Invalid cgroup '%s', must be 'auto', 'off' or an absolute path",
@@ -849,4 +868,43 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
     return cm_error_set(err, 0, CM_ERR_INVALID,
                         "max_inline_bytes and max_inline_text_bytes must be <= 16M");
   return 0;
+}
+
+char *srv_route_id(const srv_config_t *c, const char *rest) {
+  return c->route ? xasprintf("%s.%s", c->route, rest) : xstrdup(rest);
+}
+
+/* The length of id's route ("<route>." at its start), or 0. */
+static size_t route_len(const char *id) {
+  const char *dot = strchr(id, '.');
+  size_t n = dot ? (size_t)(dot - id) : 0;
+  if (n < 1 || n > SRV_ROUTE_MAX) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9'))) return 0;
+  return n;
+}
+
+bool srv_route_foreign(const srv_config_t *c, const char *id) {
+  size_t n = route_len(id);
+  return n && !(c->route && strlen(c->route) == n && memcmp(c->route, id, n) == 0);
+}
+
+char *srv_route_unknown(const srv_config_t *c, const char *what, const char *id) {
+  size_t n = route_len(id);
+  if (srv_route_foreign(c, id))
+    return xasprintf(
+        "it belongs to replica %.*s, and this is %s%s: the request did not reach "
+        "its owner (that replica is gone, or the front does not route on the id's "
+        "prefix); whatever lived in %.*s is lost if it is gone",
+        (int)n, id, c->route ? "replica " : "a server without --route", c->route ? c->route : "",
+        (int)n, id);
+  if (c->route)
+    return xasprintf(
+        "no %s of yours has that id in replica %s (it ended or expired, the replica "
+        "restarted, or it was never yours)",
+        what, c->route);
+  return xasprintf(
+      "no %s of yours has that id (it ended or expired, the server restarted, or "
+      "it was never yours)",
+      what);
 }

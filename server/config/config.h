@@ -135,6 +135,8 @@ typedef struct srv_config {
   uint64_t max_replay_bytes;           /* --max-replay-bytes: events kept for resumption, in all */
   uint64_t max_unread_bytes_per_token; /* --max-unread-bytes-per-token (HTTP) */
   char *loopback_origins;              /* --loopback-origins auto|on|off */
+  char *route; /* --route: this replica's name in a fleet, the prefix of every id it hands out */
+  bool allow_none_with_tokens; /* --allow-none-with-tokens: backend none for several principals */
 } srv_config_t;
 
 void srv_config_defaults(srv_config_t *c);
@@ -149,6 +151,19 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err);
 int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, const char *path,
                              cm_error_t *err);
 void srv_config_release(srv_config_t *c);
+
+/* The longest --route: letters a-z and digits, 1 to SRV_ROUTE_MAX. */
+#define SRV_ROUTE_MAX 16
+/* An id this server hands out (a task, a Python session, a run): "<route>.<rest>" with
+ * --route, rest alone without.  Returns a new string. */
+char *srv_route_id(const srv_config_t *c, const char *rest);
+/* Why an id this server does not know is unknown, for the error a client reads: "it belongs
+ * to replica X, which this request did not reach ..." when id carries another route,
+ * "it no longer exists ..." otherwise.  `what` names the kind ("task", "session", "run").
+ * Returns a new string. */
+char *srv_route_unknown(const srv_config_t *c, const char *what, const char *id);
+/* Whether id carries a route other than this server's (another replica minted it). */
+bool srv_route_foreign(const srv_config_t *c, const char *id);
 /* A file of profiles/ ($MPS_PROFILES_DIR, the installed share directory relative to the binary,
  * beside the binary, or the source tree), or NULL. */
 char *srv_find_profile_file(const char *file);

@@ -385,7 +385,8 @@ static void handle_resources(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *s
   if (err.kind == CM_ERR_NOT_FOUND) {
     cleanup_free char *excerpt =
         cm_log_excerpt(json_string_value(uri), json_string_length(uri), 200);
-    cleanup_free char *msg = xasprintf("Resource not found: %s", excerpt);
+    cleanup_free char *msg =
+        xasprintf("Resource not found: %s: %s", excerpt, cm_error_message(&err));
     /* R7: -32002 is gone in 2026-07-28; not found is invalid params there, with data.uri. */
     srv_deliver(sink, batch, srv_batch_reserve(batch),
                 srv_jsonrpc_error(m->id, mm ? JSONRPC_INVALID_PARAMS : MCP_RESOURCE_NOT_FOUND, msg,

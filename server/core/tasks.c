@@ -53,7 +53,7 @@ typedef struct task_waiter task_waiter_t;
 
 typedef struct srv_task {
   struct srv_tasks *store;
-  char id[33]; /* 128 random bits, hex */
+  char id[SRV_ROUTE_MAX + 1 + 33]; /* [<route>.]128 random bits, hex */
   char *principal;
   task_status_t status;
   char *status_message;
@@ -174,7 +174,13 @@ static void task_unlink(srv_task_t *t) {
     }
 }
 
-static void random_id(char out[33]) {
+static void random_id(const srv_config_t *cfg, char out[SRV_ROUTE_MAX + 1 + 33]) {
+  if (cfg->route) {
+    size_t n = strlen(cfg->route);
+    memcpy(out, cfg->route, n);
+    out[n] = '.';
+    out += n + 1;
+  }
   unsigned char raw[16];
   size_t got = 0;
   while (got < sizeof raw) {
@@ -191,7 +197,7 @@ static void random_id(char out[33]) {
 static srv_task_t *task_new(srv_tasks_t *ts, const char *principal, uint64_t ttl_ms) {
   srv_task_t *t = xcalloc(1, sizeof *t);
   t->store = ts;
-  random_id(t->id);
+  random_id(ts->server->cfg, t->id);
   t->principal = xstrdup(principal);
   t->created_wall_ms = t->updated_wall_ms = wall_ms();
   t->ttl_ms = ttl_ms;
@@ -220,6 +226,13 @@ bool srv_tasks_room(srv_server_t *s, const char *principal) {
   const srv_config_t *cfg = s->cfg;
   return !cfg->max_tasks_per_principal || !s->tasks ||
          principal_count(s->tasks, principal) < cfg->max_tasks_per_principal;
+}
+
+/* The error of a task id that task_find does not find: whose it is when another replica
+ * minted it (--route), or that it does not exist (for this principal) any more. */
+static char *not_found(srv_server_t *s, const char *id) {
+  cleanup_free char *why = srv_route_unknown(s->cfg, "task", id);
+  return xasprintf("Invalid params: task not found: %s", why);
 }
 
 /* The task of this id, if principal owns it: another's is no task at all. */
@@ -824,10 +837,10 @@ static bool handle_modern(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink
   json_t *id = json_is_object(m->params) ? json_object_get(m->params, "taskId") : NULL;
   srv_task_t *t = json_is_string(id) ? task_find(ss->server, ss->principal, id) : NULL;
   if (!t) {
+    cleanup_free char *why =
+        json_is_string(id) ? not_found(ss->server, json_string_value(id)) : NULL;
     srv_reply_error(sink, NULL, m->id, JSONRPC_INVALID_PARAMS,
-                    json_is_string(id)
-                        ? "Invalid params: task not found (unknown, expired, or not yours)"
-                        : "Invalid params: a string \"taskId\" is needed");
+                    why ? why : "Invalid params: a string \"taskId\" is needed");
     return true;
   }
   if (get) {
@@ -877,8 +890,8 @@ bool srv_tasks_handle(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, sr
   srv_task_t *t = task_find(ss->server, ss->principal, id);
   if (!t) {
     /* Another principal's task is answered exactly like one that does not exist. */
-    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS,
-                    "Invalid params: task not found (unknown, expired, or not yours)");
+    cleanup_free char *why = not_found(ss->server, json_string_value(id));
+    srv_reply_error(sink, batch, m->id, JSONRPC_INVALID_PARAMS, why);
     return true;
   }
   if (get) {

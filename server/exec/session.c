@@ -52,7 +52,7 @@ struct exec_session {
   exec_state_t *exec;
   ks_stage_t stage;
   exec_session_t *next;
-  char id[2 + 2 * SESSION_ID_BYTES + 1];
+  char id[SRV_ROUTE_MAX + 1 + 2 + 2 * SESSION_ID_BYTES + 1]; /* [<route>.]s-<hex> */
   char *principal;
   uint64_t created_ms, last_used_ms;
   uint64_t calls;
@@ -336,9 +336,12 @@ static exec_session_t *session_new(exec_state_t *x, const char *principal, cm_er
     if (n < 0 && errno != EINTR) abort(); /* an unguessable id is a must */
     if (n > 0) got += (size_t)n;
   }
-  ks->id[0] = 's';
-  ks->id[1] = '-';
-  for (size_t i = 0; i < sizeof raw; i++) snprintf(ks->id + 2 + 2 * i, 3, "%02x", raw[i]);
+  /* --route: "<route>.s-<hex>", so that a front sends the calls naming it to this replica. */
+  char *p = ks->id;
+  if (cfg->route) p += snprintf(p, SRV_ROUTE_MAX + 2, "%s.", cfg->route);
+  p[0] = 's';
+  p[1] = '-';
+  for (size_t i = 0; i < sizeof raw; i++) snprintf(p + 2 + 2 * i, 3, "%02x", raw[i]);
   ks->principal = xstrdup(principal);
   ks->created_ms = ks->last_used_ms = cm_now_ms();
   ks->workdir = exec_workdir_make(x, &ks->workdir_mounted, err);
@@ -407,6 +410,13 @@ json_t *exec_session_claim(exec_state_t *x, exec_spec_t *spec, exec_session_t **
         strlen(spec->session) <= SESSION_MAX_ID ? find(x, principal, spec->session) : NULL;
     if (!ks) {
       cleanup_free char *shown = cm_log_excerpt(spec->session, strlen(spec->session), 64);
+      if (srv_route_foreign(cfg, spec->session)) {
+        cleanup_free char *whose = srv_route_unknown(cfg, "session", spec->session);
+        return srv_tool_error_result(
+            "Session '%s': %s. Start a new one with session: \"new\" "
+            "(files written in the old one are gone if its replica is).",
+            shown, whose);
+      }
       return srv_tool_error_result(
           "Session '%s': session expired or unknown. Sessions end when closed, after %llu s "
           "without a call, %llu s after they started, or when the server restarts; start a new "

@@ -27,6 +27,8 @@
 
 #define ART_URI_PREFIX "sandbox://runs/"
 #define ART_ID_BYTES 16
+/* The longest run id and its NUL: a route, a dot, the hex. */
+#define ART_ID_MAX (SRV_ROUTE_MAX + 1 + 2 * ART_ID_BYTES + 1)
 #define ART_PAGE_SIZE 100
 /* resources/read refuses (as not found) artifacts larger than this in one message. */
 #define ART_READ_MAX (256ull << 20)
@@ -41,7 +43,7 @@ typedef struct art_file {
 } art_file_t;
 
 typedef struct art_run {
-  char id[2 * ART_ID_BYTES + 1];
+  char id[ART_ID_MAX]; /* [<route>.]<hex> (--route), also its directory's name */
   char *dir;
   char *principal;
   uint64_t expires_ms; /* cm_now_ms() */
@@ -135,7 +137,15 @@ static bool drop_fairly(art_store_t *s, const art_run_t *keep) {
   return victim && drop_oldest_of(s, victim, keep);
 }
 
+/* "<hex>" or "<route>.<hex>" (the run directories of a replica started with --route). */
 static bool is_run_id(const char *name) {
+  const char *dot = strchr(name, '.');
+  if (dot) {
+    if (dot == name || dot - name > SRV_ROUTE_MAX) return false;
+    for (const char *p = name; p < dot; p++)
+      if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z'))) return false;
+    name = dot + 1;
+  }
   if (strlen(name) != 2 * ART_ID_BYTES) return false;
   for (const char *p = name; *p; p++)
     if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
@@ -234,7 +244,8 @@ void art_store_free(art_store_t *s) {
   free(s);
 }
 
-static void new_run_id(char out[2 * ART_ID_BYTES + 1]) {
+static void new_run_id(const srv_config_t *cfg, char out[ART_ID_MAX]) {
+  if (cfg->route) out += snprintf(out, SRV_ROUTE_MAX + 2, "%s.", cfg->route);
   unsigned char raw[ART_ID_BYTES];
   size_t got = 0;
   while (got < sizeof raw) {
@@ -261,7 +272,7 @@ void art_store_collect(art_store_t *s, const char *principal, const char *workdi
   const srv_config_t *cfg = s->cfg;
   expire(s);
   art_run_t *r = xcalloc(1, sizeof *r);
-  new_run_id(r->id);
+  new_run_id(cfg, r->id);
   r->dir = xasprintf("%s/%s", s->runs_dir, r->id);
   r->principal = xstrdup(principal);
   uint64_t max_bytes = CM_MIN(cfg->max_artifact_bytes, cfg->max_artifact_store_bytes);
@@ -368,13 +379,13 @@ int art_store_list(art_store_t *s, const char *principal, const char *cursor, js
   const art_run_t *from = NULL;
   uint64_t from_i = 0;
   if (cursor) {
-    char id[2 * ART_ID_BYTES + 1];
-    size_t n = strlen(cursor);
-    if (n <= 2 * ART_ID_BYTES + 1 || cursor[2 * ART_ID_BYTES] != ':' ||
-        cm_parse_u64(cursor + 2 * ART_ID_BYTES + 1, UINT32_MAX, &from_i) < 0)
+    char id[ART_ID_MAX];
+    const char *colon = strchr(cursor, ':');
+    size_t n = colon ? (size_t)(colon - cursor) : 0;
+    if (!n || n >= sizeof id || cm_parse_u64(colon + 1, UINT32_MAX, &from_i) < 0)
       return cm_error_set(err, 0, CM_ERR_INVALID, "unknown cursor");
-    memcpy(id, cursor, 2 * ART_ID_BYTES);
-    id[2 * ART_ID_BYTES] = '\0';
+    memcpy(id, cursor, n);
+    id[n] = '\0';
     if (!is_run_id(id)) return cm_error_set(err, 0, CM_ERR_INVALID, "unknown cursor");
     for (const art_run_t *r = s->head; r && !from; r = r->next)
       if (strcmp(r->principal, principal) == 0 && strcmp(r->id, id) == 0) from = r;
@@ -398,7 +409,7 @@ int art_store_list(art_store_t *s, const char *principal, const char *cursor, js
   }
   *result = json_pack("{s:o}", "resources", list);
   if (next_run) {
-    char next[2 * ART_ID_BYTES + 24];
+    char next[ART_ID_MAX + 24];
     snprintf(next, sizeof next, "%s:%zu", next_run->id, next_i);
     json_object_set_new(*result, "nextCursor", json_string(next));
   }
@@ -411,18 +422,36 @@ static const art_file_t *find(art_store_t *s, const char *principal, const char 
   if (strncmp(uri, ART_URI_PREFIX, strlen(ART_URI_PREFIX)) != 0) return NULL;
   const char *id = uri + strlen(ART_URI_PREFIX);
   for (art_run_t *r = s->head; r; r = r->next) {
-    if (strncmp(id, r->id, 2 * ART_ID_BYTES) != 0 || strcmp(r->principal, principal) != 0) continue;
+    size_t n = strlen(r->id);
+    if (strncmp(id, r->id, n) != 0 || id[n] != '/' || strcmp(r->principal, principal) != 0)
+      continue;
     for (size_t i = 0; i < r->n_files; i++)
       if (strcmp(r->files[i].uri, uri) == 0) return &r->files[i];
   }
   return NULL;
 }
 
+/* CM_ERR_NOT_FOUND for a uri find() does not find: whose run it names when another replica
+ * made it (--route), else that no run of the principal's holds it (any more). */
+static int not_found(art_store_t *s, const char *uri, cm_error_t *err) {
+  char id[ART_ID_MAX] = "";
+  if (strncmp(uri, ART_URI_PREFIX, strlen(ART_URI_PREFIX)) == 0) {
+    const char *p = uri + strlen(ART_URI_PREFIX);
+    size_t n = strcspn(p, "/");
+    if (n < sizeof id) {
+      memcpy(id, p, n);
+      id[n] = '\0';
+    }
+  }
+  cleanup_free char *why = srv_route_unknown(s->cfg, "run", id);
+  return cm_error_set(err, 0, CM_ERR_NOT_FOUND, "%s", why);
+}
+
 int art_store_read(art_store_t *s, const char *principal, const char *uri, size_t max_answer,
                    json_t **result, cm_error_t *err) {
   *result = NULL;
   const art_file_t *f = find(s, principal, uri);
-  if (!f) return cm_error_set(err, 0, CM_ERR_NOT_FOUND, "Resource not found");
+  if (!f) return not_found(s, uri, err);
   /* As base64, the smaller of the two forms a binary file can take. */
   if (f->size > ART_READ_MAX || (max_answer && (f->size + 2) / 3 * 4 > max_answer))
     return cm_error_set(err, 0, CM_ERR_LIMIT, "the resource is too large to read in one message");
@@ -447,7 +476,7 @@ int art_store_open(art_store_t *s, const char *principal, const char *uri, int *
                    const char **mime, uint64_t *size, cm_error_t *err) {
   *fd = -1;
   const art_file_t *f = find(s, principal, uri);
-  if (!f) return cm_error_set(err, 0, CM_ERR_NOT_FOUND, "Resource not found");
+  if (!f) return not_found(s, uri, err);
   *fd = open(f->host, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
   if (*fd < 0) return cm_error_set(err, errno, CM_ERR_IO, "opening an artifact");
   *mime = f->mime;

@@ -102,6 +102,12 @@ void srv_tool_close_session(srv_request_t *r, json_t *args) {
   }
   if (!exec_session_close(x, principal_of(r), json_string_value(id))) {
     cleanup_free char *shown = cm_log_excerpt(json_string_value(id), json_string_length(id), 64);
+    const srv_config_t *cfg = srv_server_config(s);
+    if (srv_route_foreign(cfg, json_string_value(id))) {
+      cleanup_free char *why = srv_route_unknown(cfg, "session", json_string_value(id));
+      srv_request_finish(r, srv_tool_error_result("Session '%s': %s.", shown, why));
+      return;
+    }
     srv_request_finish(r,
                        srv_tool_error_result("Session '%s': session expired or unknown.", shown));
     return;

@@ -22,6 +22,10 @@ BACKEND = os.environ.get("MPS_TEST_BACKEND", "none")
 # machine, at least): no server a test starts does it unless the test asks (--warm-cache,
 # with a loopback index).  Set here, every server inherits it, however it is started.
 os.environ.setdefault("MCP_PY_SANDBOX_WARM_CACHE", "0")
+# Most HTTP tests run backend none with a token file of two tenants (what they test is not
+# the sandbox): the server refuses that without --allow-none-with-tokens, which every server
+# a test starts inherits from here (test_http.py's refusal test removes it).
+os.environ.setdefault("MCP_PY_SANDBOX_ALLOW_NONE_WITH_TOKENS", "1")
 
 def pytest_configure(config):
     # test.sh runs the suite under pytest-xdist (several tests at once), then the tests marked

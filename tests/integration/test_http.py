@@ -442,6 +442,70 @@ def test_refuses_remote_address_without_tokens(tmp_path):
     assert b"--allow-insecure-remote" in p.stderr
 
 
+def test_refuses_backend_none_with_several_principals(tmp_path):
+    """Backend none runs every tenant's script as the server's user, which can read the token
+    file: with more than one principal over HTTP the server refuses to start, and a reload
+    that would bring a second one is refused, unless --allow-none-with-tokens says yes."""
+    env = {k: v for k, v in os.environ.items() if k != "MCP_PY_SANDBOX_ALLOW_NONE_WITH_TOKENS"}
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice:" + "a" * 24 + "\nbob:" + "b" * 24 + "\n")
+    argv = [BINARY, "--transport", "http", "--port", str(free_port()), "--sandbox-backend", "none",
+            "--state-dir", str(tmp_path / "state"), "--auth-token-file", str(tokens)]
+    p = subprocess.run(argv, capture_output=True, timeout=30, env=env)
+    assert p.returncode != 0
+    assert b"names 2 principals" in p.stderr and b"--allow-none-with-tokens" in p.stderr, p.stderr
+    assert b"every other tenant's token" in p.stderr
+    # Consent: it serves both.
+    port = free_port()
+    argv[4] = str(port)
+    ok = subprocess.Popen([*argv, "--allow-none-with-tokens"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, env=env)
+    try:
+        assert wait_until(lambda: _get_status(port, "/readyz", "b" * 24) == 200, 30)
+    finally:
+        ok.terminate()
+        ok.wait(30)
+    # One principal: fine; a reload that names a second one is refused, the tokens stay.
+    tokens.write_text("alice:" + "a" * 24 + "\n")
+    port = free_port()
+    argv[4] = str(port)
+    err = tmp_path / "stderr"
+    with open(err, "wb") as f:
+        one = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=f, env=env)
+    try:
+        assert wait_until(lambda: _get_status(port, "/readyz", "a" * 24) == 200, 30)
+        tokens.write_text("alice:" + "a" * 24 + "\nbob:" + "b" * 24 + "\n")
+        one.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: b"now names more than one principal" in err.read_bytes(), 30), err.read_bytes()
+        assert _post_status(port, "b" * 24) == 401
+        assert _post_status(port, "a" * 24) == 200
+    finally:
+        one.terminate()
+        one.wait(30)
+
+
+def _get_status(port, path, token):
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        c.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+        st = c.getresponse().status
+        c.close()
+        return st
+    except OSError:
+        return 0
+
+
+def _post_status(port, token):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                       "params": {"protocolVersion": "2025-11-25", "capabilities": {}}})
+    c.request("POST", "/mcp", body=body, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                                                  "Accept": "application/json, text/event-stream"})
+    st = c.getresponse().status
+    c.close()
+    return st
+
+
 # ================================================================ sessions
 
 def test_idle_expiry(make_http):

@@ -206,6 +206,7 @@ struct tr_http {
   bool health_auth;
   char **metrics_principals; /* who may read /metrics when there are tokens (NULL: nobody) */
   char *token_file;          /* --auth-token-file, read again by tr_http_reload_tokens */
+  char *one_principal_only;  /* tr_http_options_t.one_principal_only: why one principal at most */
   size_t principals_cap;
   bool draining;
   unsigned retry_after_s;

@@ -268,6 +268,11 @@ int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err) {
                    "there, and would become its tenant (its sessions, tasks and files): give "
                    "the tokens names (NAME:TOKEN); the tokens stay as they were",
                    h->token_file, tokens[i].name);
+    } else if (h->one_principal_only && h->n_principals > 1) {
+      cm_error_set(err, 0, CM_ERR_INVALID,
+                   "--auth-token-file %s now names more than one principal: %s (the tokens "
+                   "stay as they were)",
+                   h->token_file, h->one_principal_only);
     } else if (map[i] == PRINCIPAL_FULL) {
       /* Never two names as one tenant: the reload is refused as a whole. */
       cm_error_set(err, 0, CM_ERR_LIMIT,
@@ -323,6 +328,7 @@ static void http_release(tr_http_t *h) {
   free(h->metrics_path);
   cm_strv_free(h->metrics_principals);
   free(h->token_file);
+  free(h->one_principal_only);
   free(h->buckets);
   if (h->listen_fd >= 0) close(h->listen_fd);
 }
@@ -408,6 +414,14 @@ tr_http_t *tr_http_new(cm_loop_t *loop, const tr_http_options_t *opts,
   h->token_principal = xcalloc(h->n_tokens ? h->n_tokens : 1, sizeof *h->token_principal);
   if (!h->n_tokens) h->principals[h->n_principals++].name = xstrdup(HTTP_PRINCIPAL_LOCAL);
   for (size_t i = 0; i < h->n_tokens; i++) h->token_principal[i] = principal_for(h, &h->tokens[i]);
+  if (opts->one_principal_only) h->one_principal_only = xstrdup(opts->one_principal_only);
+  if (h->one_principal_only && h->n_principals > 1) {
+    cm_error_set(err, 0, CM_ERR_INVALID, "--auth-token-file %s names %zu principals: %s",
+                 opts->auth_token_file, h->n_principals, h->one_principal_only);
+    http_release(h);
+    free(h);
+    return NULL;
+  }
   if (opts->auth_token_file) h->token_file = xstrdup(opts->auth_token_file);
   metrics_access_log(h, true);
   h->max_sessions_per_principal = opts->max_sessions_per_principal;
