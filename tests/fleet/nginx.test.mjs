@@ -8,11 +8,11 @@ import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { request as httpsRequest } from "node:https";
 import { connect } from "node:net";
-import { mkdirSync, readFileSync, writeFileSync, chownSync, existsSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync, chownSync, existsSync } from "node:fs";
 import { join } from "node:path";
 
 import {
-  FLEET_DIR, ROOT, freePort, get, makeToken, metricValue, startInstance, tempDir, waitReady, waitUntil,
+  FLEET_DIR, ROOT, freePort, get, makeToken, metricValue, sleep, startInstance, tempDir, waitReady, waitUntil,
 } from "./lib.mjs";
 
 const ROUTES = ["i1", "i2", "i3"];
@@ -34,9 +34,11 @@ function makeCA(dir) {
 }
 
 /**
- * nginx with deploy/nginx/mcp-{maps,location,gone}.conf and a site of the test's: the pool
- * and one upstream per instance, as mcp-site.conf.example has them.  Returns { port, url,
- * dir, stop() }.
+ * nginx with the files of deploy/nginx/ as they are: mcp-{maps,location,proxy,gone}.conf in
+ * <dir>/mcp/ (they include each other as mcp/..., relative to the configuration's
+ * directory, as under /etc/nginx), and mcp-site.conf.example itself as the site, with the
+ * test's addresses, ports, certificate and log in place of the example's (one replica per
+ * instance: routes i1, i2, i3).  Returns { port, url, base, dir, stop(), log() }.
  */
 async function startNginx(t, { instances, tls }) {
   const dir = tempDir(t, "fleet-nginx");
@@ -46,44 +48,33 @@ async function startNginx(t, { instances, tls }) {
   }
   const port = await freePort();
   const deploy = join(ROOT, "deploy", "nginx");
-  const servers = instances.map((inst) => `    server 127.0.0.1:${inst.port} max_fails=1 fail_timeout=10s;`).join("\n");
-  const site = `
-include ${deploy}/mcp-maps.conf;
-upstream mcp_pool {
-    least_conn;
-${servers}
-    keepalive 32;
-}
-${instances.map((inst, i) => `upstream mcp_${ROUTES[i]} { server 127.0.0.1:${inst.port}; keepalive 8; }`).join("\n")}
-map $mcp_route $mcp_upstream {
-${instances.map((_, i) => `    ${ROUTES[i]} mcp_${ROUTES[i]};`).join("\n")}
-    default mcp_pool;
-}
-map $upstream_addr $mcp_self_route {
-${instances.map((inst, i) => `    "~(^|, )127\\.0\\.0\\.1:${inst.port}$" ${ROUTES[i]};`).join("\n")}
-    default "";
-}
-server {
-    listen 127.0.0.1:${port} ssl http2;
-    # nginx reaches the instances from an address of its own, as it would from another
-    # host: the instances trust it (--trusted-proxy) and tell it from its clients.
-    proxy_bind ${NGINX_SOURCE};
-    ssl_certificate ${tls.cert};
-    ssl_certificate_key ${tls.key};
-    ssl_protocols TLSv1.2 TLSv1.3;
-    access_log ${dir}/access.log mcp;
-    location = /mcp {
-        include ${deploy}/mcp-location.conf;
-    }
-    location = /healthz {
-        return 200 "ok\\n";
-    }
-    location / {
-        return 404;
-    }
-    include ${deploy}/mcp-gone.conf;
-}
-`;
+  mkdirSync(join(dir, "mcp"));
+  for (const f of ["mcp-maps.conf", "mcp-location.conf", "mcp-proxy.conf", "mcp-gone.conf"])
+    copyFileSync(join(deploy, f), join(dir, "mcp", f));
+  let site = readFileSync(join(deploy, "mcp-site.conf.example"), "utf8");
+  // The example's replicas are on ports 8101..8103: one line per replica names its port or
+  // its route; the lines of replicas the test does not start go.
+  site = site.split("\n").filter((line) => {
+    for (let i = instances.length; i < 3; i++) if (line.includes(`810${i + 1}`) || line.includes(`mcp_i${i + 1}`)) return false;
+    return true;
+  }).join("\n");
+  for (const [i, inst] of instances.entries()) {
+    site = site.replaceAll(`127.0.0.1:810${i + 1}`, `127.0.0.1:${inst.port}`).replaceAll(`127\\.0\\.0\\.1:810${i + 1}`, `127\\.0\\.0\\.1:${inst.port}`);
+  }
+  const must = (from, to) => {
+    assert.ok(site.includes(from), `mcp-site.conf.example has no "${from}"`);
+    site = site.replaceAll(from, to);
+  };
+  must("include /etc/nginx/mcp/", `include ${dir}/mcp/`);
+  must("    listen 443 ssl http2;\n", `    listen 127.0.0.1:${port} ssl http2;\n`);
+  must("    listen [::]:443 ssl http2;\n", "");
+  must("/etc/nginx/tls/mcp.example.lan.crt", tls.cert);
+  must("/etc/nginx/tls/mcp.example.lan.key", tls.key);
+  must("/var/log/nginx/mcp-access.log", `${dir}/access.log`);
+  // nginx reaches the instances from an address of its own, as it would from another
+  // host: the instances trust it (--trusted-proxy) and tell it from its clients.
+  must("# proxy_bind 127.0.0.3;", `proxy_bind ${NGINX_SOURCE};`);
+  writeFileSync(join(dir, "site.conf"), site);
   const conf = `
 ${process.getuid() === 0 ? "user nobody nogroup;" : ""}
 worker_processes 2;
@@ -96,7 +87,7 @@ http {
     fastcgi_temp_path ${dir}/fastcgi;
     uwsgi_temp_path ${dir}/uwsgi;
     scgi_temp_path ${dir}/scgi;
-    ${site}
+    include ${dir}/site.conf;
 }
 `;
   writeFileSync(join(dir, "nginx.conf"), conf);
@@ -115,7 +106,7 @@ http {
   };
   t.after(stop);
   assert.ok(await waitUntil(() => existsSync(join(dir, "nginx.pid")), 10000), `nginx did not start: ${err}`);
-  return { port, url: `https://127.0.0.1:${port}/mcp`, dir, stop, log: () => readFileSync(join(dir, "error.log"), "utf8") };
+  return { port, url: `https://127.0.0.1:${port}/mcp`, base: `https://127.0.0.1:${port}`, dir, stop, log: () => readFileSync(join(dir, "error.log"), "utf8") };
 }
 
 /** Three instances (their own state directories and audit logs, one token file), ready;
@@ -127,7 +118,7 @@ async function startInstances(t, n, tokenFile, dir, operator) {
     const audit = join(dir, `audit-${i}.log`);
     const inst = startInstance(t, {
       port, tokenFile,
-      args: ["--audit-log", audit, "--trusted-proxy", NGINX_SOURCE, "--metrics-token", operator, "--max-concurrent", "8", "--max-token-concurrent", "64", "--max-token-running", "8",
+      args: ["--route", ROUTES[i], "--audit-log", audit, "--trusted-proxy", NGINX_SOURCE, "--metrics-token", operator, "--max-concurrent", "8", "--max-token-concurrent", "64", "--max-token-running", "8",
         "--max-sessions-per-token", "256", "--max-session-concurrent", "2", "--kill-grace-seconds", "1"],
     });
     inst.audit = audit;
@@ -306,26 +297,257 @@ test("nginx: the audit log has the client's address behind nginx; a client's own
   assert.match(readFileSync(join(ngx.dir, "access.log"), "utf8"), new RegExp(`^${CLIENT_SOURCE.replaceAll(".", "\\.")} `, "m"));
 });
 
-test("nginx: the stateless era (2026-07-28) routes every request freely over the pool", async (t) => {
+test("nginx: the stateless era (2026-07-28): one principal's requests all reach one instance; principals spread", async (t) => {
   const dir = tempDir(t);
   const tok = makeToken(dir);
+  // Eight principals (and the operator): consistent hashing on the bearer token.
+  const tenants = Array.from({ length: 8 }, (_, i) => ({ name: `p${i}`, token: `${tok.token.slice(0, 20)}p${i}` }));
+  writeFileSync(tok.file, [`${tok.name}:${tok.token}`, ...tenants.map((p) => `${p.name}:${p.token}`)].join("\n") + "\n");
   const tls = makeCA(dir);
   const instances = await startInstances(t, 3, tok.file, dir, tok.name);
   const ngx = await startNginx(t, { instances, tls });
-  const res = execFileSync(process.execPath, [join(FLEET_DIR, "modern-calls.mjs"), ngx.url, tok.token, "30"], {
-    env: { ...process.env, NODE_EXTRA_CA_CERTS: tls.ca },
-  }).toString();
-  const r = JSON.parse(res.trim().split("\n").pop());
-  assert.equal(r.ok, 30);
-  assert.equal(r.sid, null, "a stateless client got a session id");
-  const per = [];
-  for (const inst of instances) {
-    const m = await get(`${inst.base}/metrics`, { headers: { authorization: `Bearer ${tok.token}` } });
-    per.push(metricValue(m.body, "mcp_sandbox_tool_calls_total", { tool: "execute_python" }) ?? 0);
+  for (const p of tenants) {
+    const res = execFileSync(process.execPath, [join(FLEET_DIR, "modern-calls.mjs"), ngx.url, p.token, "4"], {
+      env: { ...process.env, NODE_EXTRA_CA_CERTS: tls.ca },
+    }).toString();
+    const r = JSON.parse(res.trim().split("\n").pop());
+    assert.equal(r.ok, 4, `${p.name}: ${res}`);
+    assert.equal(r.sid, null, "a stateless client got a session id");
   }
-  t.diagnostic(`calls per instance: ${per.join(", ")}`);
-  assert.equal(per.reduce((a, b) => a + b, 0), 30);
-  assert.ok(per.filter((n) => n > 0).length >= 2, `one client's calls all went to one instance: ${per}`);
+  // Each principal's calls are in one instance's audit log, all of them.
+  const where = new Map();
+  for (const [i, inst] of instances.entries()) {
+    for (const a of auditLines(inst, "tool_call")) {
+      if (!where.has(a.principal)) where.set(a.principal, new Map());
+      where.get(a.principal).set(i, (where.get(a.principal).get(i) ?? 0) + 1);
+    }
+  }
+  for (const p of tenants) {
+    const m = where.get(p.name);
+    assert.ok(m, `${p.name}: no call in any audit log`);
+    assert.equal(m.size, 1, `${p.name}'s calls went to several instances: ${JSON.stringify([...m])}`);
+    assert.equal([...m.values()][0], 4);
+  }
+  const used = new Set(tenants.map((p) => [...where.get(p.name).keys()][0]));
+  t.diagnostic(`instances used by 8 principals: ${used.size}`);
+  assert.ok(used.size >= 2, "eight principals all hashed to one instance");
+});
+
+/** One JSON-RPC exchange through nginx: a POST, its answer (JSON or the SSE message with
+ * the request's id); resolves { status, headers, msg } (msg: the JSON-RPC message or null). */
+async function rpc(url, { ca, token, sid, modern, id, method, params = {}, name }) {
+  const headers = { authorization: `Bearer ${token}` };
+  const p = { ...params };
+  if (modern) {
+    // What a 2026-07-28 client sends (the SDK v2 does the same): the version and the
+    // capabilities in _meta, Mcp-Method, and Mcp-Name mirroring params.name/.uri/.taskId.
+    p._meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+      "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } } };
+    headers["mcp-protocol-version"] = "2026-07-28";
+    headers["mcp-method"] = method;
+    const mirrored = name ?? p.name ?? p.uri ?? p.taskId;
+    if (mirrored !== undefined) headers["mcp-name"] = mirrored;
+  } else {
+    headers["mcp-protocol-version"] = "2025-11-25";
+    if (sid) headers["mcp-session-id"] = sid;
+  }
+  const r = await postFrom(url, { ca, localAddress: "127.0.0.1", headers, body: { jsonrpc: "2.0", id, method, params: p } });
+  let msg = null;
+  if ((r.headers["content-type"] ?? "").startsWith("text/event-stream")) {
+    for (const block of r.body.split("\n\n")) {
+      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
+      if (!data) continue;
+      const m = JSON.parse(data);
+      if (m.id === id) msg = m;
+    }
+  } else if (r.body.trim()) {
+    try { msg = JSON.parse(r.body); } catch { msg = null; }
+  }
+  return { status: r.status, headers: r.headers, msg, body: r.body };
+}
+
+/** GET through nginx (TLS, the test's CA); resolves { status, headers, body }. */
+function getFrom(url, { ca, headers = {} }) {
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest(url, { method: "GET", ca: readFileSync(ca), agent: false, headers }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (c) => (text += c));
+      res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body: text }));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+test("nginx: state behind two instances, both eras: tasks, Python sessions, output files, the page and downloads reach their owner; after a SIGKILL the dead instance's ids get a clear error", async (t) => {
+  const dir = tempDir(t);
+  const tok = makeToken(dir);
+  const tenants = Array.from({ length: 6 }, (_, i) => ({ name: `q${i}`, token: `${tok.token.slice(0, 20)}q${i}` }));
+  writeFileSync(tok.file, [`${tok.name}:${tok.token}`, ...tenants.map((p) => `${p.name}:${p.token}`)].join("\n") + "\n");
+  const tls = makeCA(dir);
+  const instances = await startInstances(t, 2, tok.file, dir, tok.name);
+  const ngx = await startNginx(t, { instances, tls });
+  const listening = () => new Promise((r) => {
+    const sock = connect(ngx.port, "127.0.0.1", () => { sock.destroy(); r(true); });
+    sock.on("error", () => r(false));
+  });
+  assert.ok(await waitUntil(listening, 10000), "nginx does not listen");
+  const ca = tls.ca;
+  let nextId = 1;
+  const routeOf = (id) => id.split(".")[0];
+  const writeScript = (tag) => `import os\nos.makedirs('outputs', exist_ok=True)\nopen('outputs/${tag}.txt', 'w').write('${tag} ' * 10)\nprint('${tag}')\n`;
+  const uriOf = (result) => (result.content ?? []).map((c) => c.uri ?? c.resource?.uri).find((u) => u && u.startsWith("sandbox://runs/"));
+
+  // One principal's whole state, in one era: a task polled 10 times to its result, a Python
+  // session of 10 calls, 10 reads of an output file and 10 downloads of it.  Returns the ids.
+  async function exercise(p, modern) {
+    let sid = null;
+    if (!modern) {
+      const init = await rpc(ngx.url, { ca, token: p.token, id: nextId++, method: "initialize",
+        params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "state", version: "0" } } });
+      assert.equal(init.status, 200, JSON.stringify(init.msg));
+      sid = init.headers["mcp-session-id"];
+      assert.match(sid, /^i[12]\./);
+      const note = await postFrom(ngx.url, { ca, localAddress: "127.0.0.1", headers: { authorization: `Bearer ${p.token}`, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25" },
+        body: { jsonrpc: "2.0", method: "notifications/initialized" } });
+      assert.equal(note.status, 202);
+    }
+    const call = (args, extra = {}) => rpc(ngx.url, { ca, token: p.token, sid, modern, id: nextId++, method: "tools/call",
+      params: { name: "execute_python", arguments: args, ...extra } });
+    // A task: 2026-07-28 makes one of a call that may run over a minute (the client declared
+    // the extension); the handshake era of a call with params.task.
+    const created = modern
+      ? await call({ script: "import time\ntime.sleep(2)\nprint('task done')\n", timeout_seconds: 90 })
+      : await call({ script: "import time\ntime.sleep(2)\nprint('task done')\n", timeout_seconds: 90 }, { task: { ttl: 600000 } });
+    assert.equal(created.status, 200, JSON.stringify(created.msg));
+    const taskId = modern ? created.msg.result.taskId : created.msg.result.task.taskId;
+    assert.match(taskId, /^i[12]\.[0-9a-f]{32}$/, JSON.stringify(created.msg));
+    const owner = routeOf(taskId);
+    let last;
+    for (let i = 0; i < 10; i++) {
+      const got = await rpc(ngx.url, { ca, token: p.token, sid, modern, id: nextId++, method: "tasks/get", params: { taskId } });
+      assert.ok(got.msg?.result, `tasks/get ${i + 1}: ${JSON.stringify(got.msg)}`);
+      last = got.msg.result;
+      if (i < 9 && last.status === "working") await sleep(400);
+    }
+    // The 10th poll or a few more see it done (a loaded machine: wait on the condition).
+    await waitUntil(async () => {
+      last = (await rpc(ngx.url, { ca, token: p.token, sid, modern, id: nextId++, method: "tasks/get", params: { taskId } })).msg.result;
+      return last.status !== "working";
+    }, 120000);
+    assert.equal(last.status, "completed", JSON.stringify(last));
+    if (modern) {
+      assert.equal(last.result.structuredContent.stdout, "task done\n");
+    } else {
+      const res = await rpc(ngx.url, { ca, token: p.token, sid, id: nextId++, method: "tasks/result", params: { taskId } });
+      assert.equal(res.msg.result.structuredContent.stdout, "task done\n", JSON.stringify(res.msg));
+    }
+    // A Python session of 10 calls: a counter only one kernel holds.
+    const first = await call({ script: "n = 1\nprint(n)\n", session: "new" });
+    const session = first.msg.result.structuredContent.session.id;
+    assert.match(session, /^i[12]\.s-[0-9a-f]+$/);
+    for (let i = 2; i <= 10; i++) {
+      const r = await call({ script: "n += 1\nprint(n)\n", session });
+      assert.equal(r.msg?.result?.isError ?? false, false, `session call ${i}: ${JSON.stringify(r.msg)}`);
+      assert.equal(r.msg.result.structuredContent.stdout, `${i}\n`);
+    }
+    // An output file: 10 reads, 10 downloads.
+    const wrote = await call({ script: writeScript(p.name) });
+    const uri = uriOf(wrote.msg.result);
+    assert.ok(uri, JSON.stringify(wrote.msg.result.content));
+    assert.match(uri, /^sandbox:\/\/runs\/i[12]\.[0-9a-f]{32}\//);
+    for (let i = 0; i < 10; i++) {
+      const r = await rpc(ngx.url, { ca, token: p.token, sid, modern, id: nextId++, method: "resources/read", params: { uri } });
+      assert.equal(r.msg?.result?.contents?.[0]?.text, `${p.name} `.repeat(10), `read ${i + 1}: ${JSON.stringify(r.msg)}`);
+    }
+    const download = `${ngx.base}/mcp/runs/${uri.slice("sandbox://runs/".length)}`;
+    for (let i = 0; i < 10; i++) {
+      const d = await getFrom(download, { ca, headers: { authorization: `Bearer ${p.token}` } });
+      assert.equal(d.status, 200, `download ${i + 1}: ${d.body}`);
+      assert.equal(d.body, `${p.name} `.repeat(10));
+    }
+    return { owner, taskId, session, uri, download, sid };
+  }
+
+  // Every principal in the stateless era, and two in the handshake era.
+  const modernState = [];
+  for (const p of tenants) modernState.push({ p, ...(await exercise(p, true)) });
+  const owners = new Set(modernState.map((s) => s.owner));
+  t.diagnostic(`stateless owners: ${modernState.map((s) => `${s.p.name}->${s.owner}`).join(" ")}`);
+  for (const s of modernState) {
+    assert.equal(routeOf(s.session), s.owner, `${s.p.name}: the session and the task are on different instances`);
+    assert.equal(routeOf(s.uri.slice("sandbox://runs/".length)), s.owner);
+  }
+  assert.equal(owners.size, 2, "six principals all hashed to one instance");
+  const legacyState = [];
+  for (const p of tenants.slice(0, 2)) legacyState.push({ p, ...(await exercise(p, false)) });
+
+  // The page (a browser's GET) and its assets, through nginx.
+  const page = await getFrom(ngx.url, { ca, headers: { accept: "text/html,application/xhtml+xml" } });
+  assert.equal(page.status, 200);
+  assert.match(page.headers["content-type"], /text\/html/);
+  // Per replica, for the operator: readiness and metrics.
+  for (const r of ["i1", "i2"]) {
+    assert.equal((await getFrom(`${ngx.base}/readyz/${r}`, { ca })).status, 200, `/readyz/${r}`);
+    const m = await getFrom(`${ngx.base}/metrics/${r}`, { ca, headers: { authorization: `Bearer ${tok.token}` } });
+    assert.equal(m.status, 200, `/metrics/${r}`);
+    assert.match(m.body, /mcp_sandbox_tool_calls_total/);
+  }
+  assert.equal((await getFrom(`${ngx.base}/readyz/i9`, { ca })).status, 404, "an unknown replica's /readyz");
+
+  // SIGKILL the instance that owns the first principal's state.
+  const victimRoute = modernState[0].owner;
+  const victim = instances[ROUTES.indexOf(victimRoute)];
+  victim.proc.kill("SIGKILL");
+  await victim.exited;
+  const dead = modernState.filter((s) => s.owner === victimRoute);
+  const alive = modernState.filter((s) => s.owner !== victimRoute);
+  // New calls succeed, for every principal (those of the dead instance move to the other).
+  for (const s of modernState) {
+    const r = await rpc(ngx.url, { ca, token: s.p.token, modern: true, id: nextId++, method: "tools/call",
+      params: { name: "execute_python", arguments: { script: "print('after')" } } });
+    assert.equal(r.msg?.result?.structuredContent?.stdout, "after\n", `${s.p.name} after the kill: ${JSON.stringify(r.msg)}`);
+  }
+  // The survivor's ids still work.
+  for (const s of alive) {
+    const got = await rpc(ngx.url, { ca, token: s.p.token, modern: true, id: nextId++, method: "tasks/get", params: { taskId: s.taskId } });
+    assert.equal(got.msg?.result?.status, "completed", JSON.stringify(got.msg));
+    const r = await rpc(ngx.url, { ca, token: s.p.token, modern: true, id: nextId++, method: "resources/read", params: { uri: s.uri } });
+    assert.ok(r.msg?.result?.contents, JSON.stringify(r.msg));
+  }
+  // The dead instance's ids: a JSON-RPC error with the request's id, saying whose they were.
+  const gone = new RegExp(`belongs to replica ${victimRoute}`);
+  for (const s of dead) {
+    const id = nextId++;
+    const got = await rpc(ngx.url, { ca, token: s.p.token, modern: true, id, method: "tasks/get", params: { taskId: s.taskId } });
+    assert.equal(got.msg?.id, id, `${got.status} ${got.body}`);
+    assert.match(got.msg.error.message, gone);
+    assert.doesNotMatch(got.msg.error.message, /unknown/);
+    const rid = nextId++;
+    const read = await rpc(ngx.url, { ca, token: s.p.token, modern: true, id: rid, method: "resources/read", params: { uri: s.uri } });
+    assert.equal(read.msg?.id, rid, `${read.status} ${read.body}`);
+    assert.match(read.msg.error.message, gone);
+    const ses = await rpc(ngx.url, { ca, token: s.p.token, modern: true, id: nextId++, method: "tools/call",
+      params: { name: "execute_python", arguments: { script: "print(n)", session: s.session } } });
+    assert.equal(ses.msg?.result?.isError, true, JSON.stringify(ses.msg));
+    assert.match(ses.msg.result.content[0].text, gone);
+    const d = await getFrom(s.download, { ca, headers: { authorization: `Bearer ${s.p.token}` } });
+    assert.equal(d.status, 404, `a dead instance's download: ${d.status} ${d.body}`);
+  }
+  // The handshake era: a session of the dead instance is not found (the client starts a new
+  // one); one of the survivor's goes on.
+  for (const s of legacyState) {
+    const r = await rpc(ngx.url, { ca, token: s.p.token, sid: s.sid, id: nextId++, method: "tasks/get", params: { taskId: s.taskId } });
+    if (routeOf(s.sid) === victimRoute) {
+      assert.equal(r.status, 404, JSON.stringify(r.msg));
+      assert.match(r.msg.error.message, /Session not found/);
+    } else {
+      assert.equal(r.msg?.result?.status, "completed", JSON.stringify(r.msg));
+    }
+  }
+  // The page still loads.
+  assert.equal((await getFrom(ngx.url, { ca, headers: { accept: "text/html" } })).status, 200);
 });
 
 test("nginx: an instance killed mid-run loses only its in-flight calls; new sessions go to the others", async (t) => {
