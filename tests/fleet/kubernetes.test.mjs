@@ -155,6 +155,9 @@ test("kubernetes: probes, drain, Service, Secret and ConfigMap fit together and 
     } else {
       assert.equal(env.MPS_SANDBOX_BACKEND, "none");
       assert.ok(pod.spec.runtimeClassName, `${file}: backend none needs a runtime that isolates`);
+      // The server refuses backend none with several principals unless told it is accepted.
+      if (tokenNames(secret).length > 1)
+        assert.equal(env.MCP_PY_SANDBOX_ALLOW_NONE_WITH_TOKENS, "1", `${file}: backend none with ${tokenNames(secret).length} principals would not start`);
       assert.ok(docs.some((m) => m.doc.kind === "RuntimeClass" && m.doc.metadata.name === pod.spec.runtimeClassName));
     }
   }
@@ -180,7 +183,7 @@ test("kubernetes: the ConfigMap's config.toml is one the server starts with", as
     writeFileSync(join(dir, "config.toml"), text);
     // A bad key or value stops the server at start-up naming the line; a good file serves.
     const proc = spawn(binary, ["--profile", join(dir, "config.toml"), "--state-dir", join(dir, "state"), "--port", String(await freePort()),
-      "--host", "127.0.0.1", "--sandbox-backend", "none", "--auth-token-file", join(dir, "tokens")], { stdio: ["ignore", "ignore", "pipe"] });
+      "--host", "127.0.0.1", "--sandbox-backend", "none", "--allow-none-with-tokens", "--auth-token-file", join(dir, "tokens")], { stdio: ["ignore", "ignore", "pipe"] });
     let log = "";
     proc.stderr.on("data", (c) => (log += c));
     const exited = new Promise((r) => proc.once("exit", (code) => r(code)));
