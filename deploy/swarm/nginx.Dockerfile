@@ -8,7 +8,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends nginx \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /etc/nginx/sites-enabled/default
-COPY deploy/nginx/mcp-maps.conf deploy/nginx/mcp-location.conf deploy/nginx/mcp-gone.conf /etc/nginx/mcp/
+COPY deploy/nginx/mcp-maps.conf deploy/nginx/mcp-location.conf deploy/nginx/mcp-proxy.conf deploy/nginx/mcp-gone.conf /etc/nginx/mcp/
 COPY deploy/swarm/nginx.conf /etc/nginx/nginx.conf
 RUN nginx -t -q
 STOPSIGNAL SIGQUIT

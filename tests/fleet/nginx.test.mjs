@@ -106,6 +106,12 @@ http {
   };
   t.after(stop);
   assert.ok(await waitUntil(() => existsSync(join(dir, "nginx.pid")), 10000), `nginx did not start: ${err}`);
+  // nginx writes its pid file a moment before it listens.
+  const listening = () => new Promise((r) => {
+    const sock = connect(port, "127.0.0.1", () => { sock.destroy(); r(true); });
+    sock.on("error", () => r(false));
+  });
+  assert.ok(await waitUntil(listening, 10000), `nginx does not listen: ${err}`);
   return { port, url: `https://127.0.0.1:${port}/mcp`, base: `https://127.0.0.1:${port}`, dir, stop, log: () => readFileSync(join(dir, "error.log"), "utf8") };
 }
 
@@ -253,12 +259,6 @@ test("nginx: the audit log has the client's address behind nginx; a client's own
   const tls = makeCA(dir);
   const instances = await startInstances(t, 3, tok.file, dir, tok.name);
   const ngx = await startNginx(t, { instances, tls });
-  // nginx writes its pid file a moment before it listens.
-  const listening = () => new Promise((r) => {
-    const sock = connect(ngx.port, "127.0.0.1", () => { sock.destroy(); r(true); });
-    sock.on("error", () => r(false));
-  });
-  assert.ok(await waitUntil(listening, 10000), "nginx does not listen");
   const from = { ca: tls.ca, localAddress: CLIENT_SOURCE };
   const auth = { authorization: `Bearer ${tok.token}` };
   // A session (the handshake era) and a call in it, each request claiming another address.
@@ -388,11 +388,6 @@ test("nginx: state behind two instances, both eras: tasks, Python sessions, outp
   const tls = makeCA(dir);
   const instances = await startInstances(t, 2, tok.file, dir, tok.name);
   const ngx = await startNginx(t, { instances, tls });
-  const listening = () => new Promise((r) => {
-    const sock = connect(ngx.port, "127.0.0.1", () => { sock.destroy(); r(true); });
-    sock.on("error", () => r(false));
-  });
-  assert.ok(await waitUntil(listening, 10000), "nginx does not listen");
   const ca = tls.ca;
   let nextId = 1;
   const routeOf = (id) => id.split(".")[0];
@@ -574,7 +569,7 @@ test("nginx: an instance killed mid-run loses only its in-flight calls; new sess
     assert.ok(c.sentAt <= doc.killedAt + 1000, `a call sent ${c.sentAt - doc.killedAt} ms after the kill failed: ${c.error}`);
     // nginx says so when the instance died before its answer began (mcp-gone.conf); a
     // stream that had begun ends without the answer.
-    assert.match(c.error, /instance failed during the request; its outcome is unknown|terminated|socket|ECONNRESET|aborted|SSE stream disconnected|Maximum reconnection/i);
+    assert.match(c.error, /replica failed during the request; its outcome is unknown|terminated|socket|ECONNRESET|aborted|SSE stream disconnected|Maximum reconnection/i);
   }
   const i2Sessions = new Set(doc.calls.filter((c) => c.route === "i2" && c.sentAt <= doc.killedAt).map((c) => c.session));
   assert.ok(failed.length <= i2Sessions.size, `${failed.length} failed, more than the ${i2Sessions.size} session(s) on i2`);

@@ -40,6 +40,12 @@ cleanup() {
   if docker version >/dev/null 2>&1; then
     if [ "$swarm_ours" = 1 ] || [ -f /tmp/mps-fleet-swarm.ours ]; then
       docker stack rm mps-fleet >/dev/null 2>&1 || true
+      # The replicas' containers (deploy/swarm/launch.py's), should a launcher have left one.
+      local n rids
+      for n in 1 2 3 4 5 6 7 8; do
+        rids=$(docker ps -aq --filter "label=io.github.mcp-python-exec-sandbox.replica-of=mps-fleet_server-slot$n" 2>/dev/null || true)
+        if [ -n "$rids" ]; then docker rm -f -v $rids >/dev/null 2>&1 || true; fi
+      done
       docker swarm leave --force >/dev/null 2>&1 || true
       rm -f /tmp/mps-fleet-swarm.ours
     fi

@@ -69,6 +69,11 @@ test("swarm: the stack deploys, serves through nginx, scales 2 -> 4 -> 2, update
   t.after(async () => {
     await engine(["stack", "rm", STACK]).catch(() => {});
     await waitUntil(async () => (await engine(["ps", "-aq", "--filter", `label=com.docker.stack.namespace=${STACK}`])) === "", 60000, 500);
+    // The replicas' containers (the launchers remove theirs when stopped; a killed one's goes here).
+    for (let n = 1; n <= 8; n++) {
+      const ids = (await engine(["ps", "-aq", "--filter", `label=io.github.mcp-python-exec-sandbox.replica-of=${STACK}_server-slot${n}`]).catch(() => "")).split("\n").filter(Boolean);
+      if (ids.length) await engine(["rm", "-f", "-v", ...ids]).catch(() => {});
+    }
     await engine(["swarm", "leave", "--force"]).catch(() => {});
     rmSync(OURS, { force: true });
     // What the swarm made and leaves behind: the tasks' state volumes (the image's VOLUME,
@@ -83,6 +88,9 @@ test("swarm: the stack deploys, serves through nginx, scales 2 -> 4 -> 2, update
 
   const dir = tempDir(t);
   const tok = makeToken(dir);
+  // A second principal, for the isolation probe.
+  const other = `${tok.token.slice(0, 24)}other`;
+  writeFileSync(tok.file, `${tok.name}:${tok.token}\nother:${other}\n`);
   const env = { ...process.env, MPS_SERVER_IMAGE: image, MPS_NGINX_IMAGE: nginxImage, MPS_TOKENS_FILE: tok.file };
   const { execFileSync } = await import("node:child_process");
   execFileSync("docker", ["stack", "deploy", "-c", join(ROOT, "deploy", "swarm", "stack.yml"), STACK], { env, stdio: ["ignore", "ignore", "pipe"] });
@@ -109,6 +117,49 @@ test("swarm: the stack deploys, serves through nginx, scales 2 -> 4 -> 2, update
       return audit.some((a) => a.remote === "127.0.0.3" && a.client === "127.0.0.1" && a.forwarded === "ok");
     }, 30000, 1000);
     assert.ok(found, `no audit line naming the client behind nginx: ${JSON.stringify(audit.slice(-3))}`);
+  });
+
+  await t.test("the replicas run scripts in bubblewrap: the tokens file is out of reach, each principal's run another uid", async () => {
+    const probe = [
+      "import os, glob",
+      "print('uid', os.getuid())",
+      "seen = []",
+      "for p in ['/run/mps/tokens', '/run/secrets/mcp_tokens', '/proc/1/root/run/mps/tokens']:",
+      "    try:",
+      "        open(p, 'rb').read(); seen.append(p)",
+      "    except OSError as e:",
+      "        pass",
+      "print('readable', seen)",
+      "print('sock', os.path.exists('/var/run/docker.sock'))",
+    ].join("\n");
+    const uids = [];
+    for (const token of [tok.token, other]) {
+      const { client } = await connectModern(t, `${FRONT}/mcp`, token);
+      const r = await client.callTool({ name: "execute_python", arguments: { script: probe } });
+      await client.close();
+      const out = r.structuredContent?.stdout ?? "";
+      assert.match(out, /^readable \[\]$/m, `a script read the tokens file: ${JSON.stringify(r).slice(0, 1500)}`);
+      assert.match(out, /^sock False$/m, "a script sees the engine's socket");
+      const uid = Number(/^uid (\d+)$/m.exec(out)?.[1]);
+      assert.ok(uid > 0, `the script ran as root: ${out}`);
+      uids.push(uid);
+      const env = await connectModern(t, `${FRONT}/mcp`, token);
+      const ce = await env.client.callTool({ name: "check_environment", arguments: {} });
+      await env.client.close();
+      assert.equal(ce.structuredContent.sandbox_backend, "bwrap", JSON.stringify(ce.structuredContent).slice(0, 1000));
+      assert.equal(ce.structuredContent.sandbox_available, true);
+    }
+    assert.notEqual(uids[0], uids[1], `both principals' runs had uid ${uids[0]}`);
+    // The replicas are the launchers' containers: the seccomp profile, /proc unmasked, only
+    // the listed capabilities, no privileged mode.
+    const ids = (await engine(["ps", "-q", "--filter", `label=io.github.mcp-python-exec-sandbox.replica-of=${STACK}_server-slot1`])).trim();
+    assert.ok(ids, "no replica container of slot 1");
+    const hc = JSON.parse(await engine(["inspect", "--format", "{{json .HostConfig}}", ids.split("\n")[0]]));
+    assert.equal(hc.Privileged, false);
+    assert.deepEqual(hc.CapDrop, ["ALL"]);
+    assert.ok(!hc.CapAdd.includes("SYS_RESOURCE") && hc.CapAdd.includes("SYS_ADMIN"), JSON.stringify(hc.CapAdd));
+    assert.ok(hc.SecurityOpt.some((o) => o.startsWith("seccomp=")) && hc.SecurityOpt.includes("no-new-privileges"), JSON.stringify(hc.SecurityOpt).slice(0, 300));
+    assert.deepEqual(hc.MaskedPaths, []);
   });
 
   await t.test("scaled to 4: new sessions reach the new replicas", async () => {
