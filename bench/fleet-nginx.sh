@@ -45,31 +45,36 @@ run() {
     local port
     port=$(free_port)
     ports+=("$port")
-    "$binary" --transport http --host 127.0.0.1 --port "$port" --state-dir "$dir/state$i" --sandbox-backend "$backend" \
+    "$binary" --transport http --host 127.0.0.1 --port "$port" --state-dir "$dir/state$i" --route "i$i" --sandbox-backend "$backend" \
       --auth-token-file "$work/tokens" --prestart off --max-concurrent 8 --max-token-concurrent 64 --max-token-running 8 \
       --max-sessions-per-token 256 --max-session-concurrent 2 2>"$dir/server$i.log" &
     pids+=($!)
   done
   local front
   front=$(free_port)
+  # deploy/nginx/'s files include each other as mcp/..., relative to the configuration's directory.
+  mkdir -p "$dir/mcp" && cp "$root"/deploy/nginx/mcp-*.conf "$dir/mcp/"
   {
     [ "$(id -u)" = 0 ] && echo "user nobody nogroup;"
     echo "worker_processes 2; pid $dir/nginx.pid; error_log $dir/error.log warn; events { worker_connections 1024; }"
     echo "http { client_body_temp_path $dir/body; proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fastcgi;"
-    echo "  uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi; include $root/deploy/nginx/mcp-maps.conf;"
+    echo "  uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi; include $dir/mcp/mcp-maps.conf;"
     echo "  upstream mcp_pool { least_conn; keepalive 32;"
     for p in "${ports[@]}"; do echo "    server 127.0.0.1:$p max_fails=1 fail_timeout=10s;"; done
     echo "  }"
+    echo "  upstream mcp_principal { hash \$http_authorization consistent; keepalive 32;"
+    for p in "${ports[@]}"; do echo "    server 127.0.0.1:$p max_fails=1 fail_timeout=10s;"; done
+    echo "  }"
     for ((i = 1; i <= n; i++)); do echo "  upstream mcp_i$i { server 127.0.0.1:${ports[$((i - 1))]}; keepalive 8; }"; done
-    echo "  map \$mcp_route \$mcp_upstream { default mcp_pool;"
+    echo "  map \$mcp_route \$mcp_upstream { default \$mcp_unrouted;"
     for ((i = 1; i <= n; i++)); do echo "    i$i mcp_i$i;"; done
     echo "  }"
     echo "  map \$upstream_addr \$mcp_self_route { default \"\";"
     for ((i = 1; i <= n; i++)); do echo "    \"~(^|, )127\\.0\\.0\\.1:${ports[$((i - 1))]}\$\" i$i;"; done
     echo "  }"
     echo "  server { listen 127.0.0.1:$front ssl http2; ssl_certificate $work/srv.pem; ssl_certificate_key $work/srv.key;"
-    echo "    access_log off; location = /mcp { include $root/deploy/nginx/mcp-location.conf; }"
-    echo "    include $root/deploy/nginx/mcp-gone.conf; }"
+    echo "    access_log off; location = /mcp { include $dir/mcp/mcp-location.conf; }"
+    echo "    include $dir/mcp/mcp-gone.conf; }"
     echo "}"
   } >"$dir/nginx.conf"
   nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' &
