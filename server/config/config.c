@@ -319,6 +319,7 @@ void srv_config_release(srv_config_t *c) {
   free(c->tls_cert);
   free(c->tls_key);
   free(c->loopback_origins);
+  free(c->route);
   memset(c, 0, sizeof *c);
 }
 

@@ -111,7 +111,7 @@ NONE_PASS = {
 ASAN_MODULES = {
     "test_protocol", "test_protocol_2026", "test_http", "test_forwarded", "test_faults",
     "test_tenancy", "test_tasks", "test_tasks_attacks", "test_listen_lifetimes",
-    "test_sessions", "test_chaos", "test_token_rotation",
+    "test_sessions", "test_chaos", "test_token_rotation", "test_route",
 }
 
 
