@@ -113,6 +113,14 @@ def size(text):
     return int(float(text.rstrip("kmg")) * mult)
 
 
+def apparmor_enabled():
+    try:
+        with open("/sys/module/apparmor/parameters/enabled") as f:
+            return f.read().strip() == "Y"
+    except OSError:
+        return False
+
+
 def main():
     name = os.environ["MPS_LAUNCH_NAME"]
     image = os.environ["MPS_REPLICA_IMAGE"]
@@ -133,6 +141,12 @@ def main():
         # The replica's route is its slot's (nginx.conf's sN): every id it hands out says so.
         f"MPS_EXTRA_ARGS=--route s{slot} {extra}".strip(),
     ]
+    security = [f"seccomp={seccomp}", "no-new-privileges"]
+    # The engine's default AppArmor profile (docker-default) refuses mounts: where the node
+    # has AppArmor, the replica runs unconfined by it (as `docker run --security-opt
+    # apparmor=unconfined`, deploy/container/Dockerfile's comment).
+    if apparmor_enabled():
+        security.append("apparmor=unconfined")
     created = api("POST", f"/containers/create?name={urllib.parse.quote(name)}", {
         "Image": image,
         "Env": env,
@@ -142,7 +156,7 @@ def main():
             "NetworkMode": "host",
             "CapDrop": ["ALL"],
             "CapAdd": CAPS,
-            "SecurityOpt": [f"seccomp={seccomp}", "no-new-privileges"],
+            "SecurityOpt": security,
             # systempaths=unconfined: bubblewrap mounts a fresh /proc for each run.
             "MaskedPaths": [],
             "ReadonlyPaths": [],
