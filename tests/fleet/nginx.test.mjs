@@ -1,6 +1,7 @@
-// nginx (Debian's package) in front of three instances of the server on loopback, with the
-// files of deploy/nginx/ as they are: TLS from a CA the test makes, a session's requests on
-// the instance that answered its initialize, the stateless era routed freely, SSE unbuffered.
+// nginx (Debian's package) in front of two or three instances of the server on loopback, with
+// the files of deploy/nginx/ as they are (the site example too): TLS from a CA the test makes,
+// a session's requests on the instance that answered its initialize, a request naming an id
+// on the instance that made it, stateless requests by principal, SSE unbuffered.
 // The load (tests/fleet/load.mjs, the SDK v1 client) runs in a child process that trusts the
 // test's CA (NODE_EXTRA_CA_CERTS).
 import { test } from "node:test";

@@ -115,9 +115,9 @@ if want container; then
   trace=1 run "the server's image ($MPS_SERVER_IMAGE): bubblewrap in a container, both eras over HTTP" container.test.mjs
 fi
 if want nginx; then
-  run "nginx (TLS, session affinity, free stateless routing) in front of three instances" nginx.test.mjs
+  run "nginx (TLS, routing by session, id and principal, every endpoint) in front of the instances" nginx.test.mjs
 fi
 if want swarm; then
-  run "a one-node swarm: the stack of deploy/swarm/, scaled 2 -> 4 -> 2" swarm.test.mjs
+  run "a one-node swarm: the stack of deploy/swarm/ (bubblewrap replicas), scaled 2 -> 4 -> 2" swarm.test.mjs
 fi
 exit "$rc"
