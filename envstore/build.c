@@ -200,6 +200,18 @@ static void on_step_exit(void *data, const sbx_result_t *res) {
                                                  : "inspecting the environment";
     cleanup_free char *bound =
         res->timed_out ? NULL : env_bound_message(b->store, &b->space, res, tail);
+    /* Two failures say more in a sentence than in the installer's wall (logged below): an
+     * index this server cannot reach, and an interpreter without pip. */
+    bool plain = !res->timed_out && !bound && !res->cancelled && b->step == STEP_INSTALL;
+    cleanup_free char *why = plain ? env_no_pip_message(b->store, b->py.executable, tail) : NULL;
+    if (plain && !why) why = env_unreachable_message(b->store, tail);
+    if (why) {
+      cm_warn("environment %s: installing the dependencies failed (exit code %d):\n%s", b->key,
+              res->exit_code, tail);
+      cleanup_free char *msg = xasprintf("Building the environment failed: %s", why);
+      build_fail(b, CM_ERR_UNAVAILABLE, msg);
+      return;
+    }
     cleanup_free char *msg =
         res->timed_out
             ? xasprintf("Building the environment failed: %s took longer than %llus.\n%s", what,

@@ -116,6 +116,10 @@ env_handle_t *env_handle_copy_unlocked(const env_handle_t *env);
 void env_store_backend_probed(env_store_t *s);
 /* The installer in use ("pip" or "uv <path>") for check_environment. */
 const char *env_store_installer(env_store_t *s);
+/* Whether py has no pip of its own where builds need it (pip is the installer: no uv, and the
+ * host's interpreter runs, not an image's): a look below its prefix for the usual places
+ * (site-packages, Debian's dist-packages), for check_environment to say so. */
+bool env_store_pip_missing(env_store_t *s, const py_interp_t *py);
 /* Number of finished environments, and the bytes of the store (environments and the
  * wheelhouse: what --max-cache-bytes bounds). */
 void env_store_stats(env_store_t *s, size_t *count, uint64_t *bytes);

@@ -141,8 +141,23 @@ static bool build_net_prepare(env_store_t *s) {
 
 void env_index_args(env_store_t *s, bool uv, bool wheelhouse, cm_strv_builder_t *a) {
   const env_options_t *cfg = &s->opts;
-  if (cfg->offline && !uv) cm_strv_add(a, "--no-index");
-  if (cfg->offline && uv) cm_strv_add(a, "--offline");
+  if (cfg->offline) {
+    /* No index, and none of the index variables of the server's environment (installer_env
+     * keeps them out): the local directories of the effective --find-links (the flag's, else
+     * PIP_FIND_LINKS / UV_FIND_LINKS), which installer_binds mounts, and the wheelhouse. */
+    env_index_settings(s);
+    cm_strv_add(a, uv ? "--offline" : "--no-index");
+    for (char *const *l = s->find_links; l && *l; l++) {
+      if ((*l)[0] != '/') continue;
+      cm_strv_add(a, "--find-links");
+      cm_strv_add(a, *l);
+    }
+    if (wheelhouse && s->wheels_fd >= 0) {
+      cm_strv_add(a, "--find-links");
+      cm_strv_add(a, env_backend_maps(s) ? ENV_WHEELS_TARGET : s->wheels_dir);
+    }
+    return;
+  }
   /* Through the proxy: the effective settings, credentials mapped.  Otherwise (a backend
    * that cannot keep them out) the flags, and the environment's variables pass as they are. */
   bool proxied = build_net_prepare(s);
@@ -215,7 +230,9 @@ static void installer_env(env_store_t *s, const env_space_t *sp, bool proxied,
   for (char **e = environ; *e; e++) {
     for (size_t i = 0; i < CM_ARRAY_SIZE(harmless); i++)
       if (!strncmp(*e, harmless[i], strlen(harmless[i]))) cm_strv_add(env, *e);
-    if (proxied) continue;
+    /* Offline: no index and no network, so nothing of the host's index or proxy settings
+     * (env_index_args passes the effective local --find-links as flags). */
+    if (proxied || s->opts.offline) continue;
     /* A backend without the proxy: the host's proxy settings, and the index variables as
      * before (it cannot keep them from the installer's processes anyway). */
     for (size_t i = 0; i < CM_ARRAY_SIZE(host_proxy); i++)
@@ -274,10 +291,13 @@ void env_installer_release(env_store_t *s) {
   eg_policy_release(&s->build_policy);
 }
 
-/* Read-only in installer runs: the interpreter's prefix, local wheel directories, uv. */
+/* Read-only in installer runs: the interpreter's prefix, local wheel directories (of the
+ * effective --find-links: the flag's, else PIP_FIND_LINKS / UV_FIND_LINKS of the server's
+ * environment), uv. */
 static void installer_binds(env_store_t *s, const char *prefix, cm_strv_builder_t *binds) {
+  env_index_settings(s);
   cm_strv_add(binds, prefix);
-  for (char *const *l = s->opts.find_links; l && *l; l++)
+  for (char *const *l = s->find_links; l && *l; l++)
     if ((*l)[0] == '/') cm_strv_add(binds, *l);
   if (s->uv) cm_strv_add(binds, s->uv);
 }
@@ -367,4 +387,93 @@ int env_start_installer_run(env_store_t *s, const char *prefix, char **argv, con
   cm_strv_free(env.v);
   cm_strv_free(binds.v);
   return rc;
+}
+
+/* ---------------------------------------------------------------- what a failed installer
+ * run means for its caller */
+
+/* What an installer prints when the index's host cannot be resolved or reached (pip's
+ * retries, through the egress proxy or not; uv's causes).  A refusal of the build's policy
+ * (the proxy's 403) is not one: that wall names the host. */
+static const char *const unreachable_marks[] = {
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "No address associated with hostname",
+    "Failed to establish a new connection",
+    "NewConnectionError",
+    "ConnectTimeoutError",
+    "Network is unreachable",
+    "502 Bad Gateway",
+    "504 Gateway",
+    "dns error",
+    "failed to lookup address",
+    "tcp connect error",
+};
+
+char *env_unreachable_message(env_store_t *s, const char *output) {
+  if (!output || s->opts.offline || strstr(output, "403 Forbidden")) return NULL;
+  const char *mark = NULL;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(unreachable_marks) && !mark; i++)
+    if (strstr(output, unreachable_marks[i])) mark = unreachable_marks[i];
+  if (!mark) return NULL;
+  env_index_settings(s);
+  cleanup_free char *index = s->index_url ? eg_url_redact(s->index_url)
+                                          : xstrdup("https://pypi.org/simple, the default index");
+  cleanup_free char *extra = env_redacted_join(s->extra_index_urls);
+  return xasprintf(
+      "the package index (%s%s%s) cannot be resolved or reached from this server (the "
+      "installer said: %s). Without an index, dependencies come from local wheels: put them in "
+      "a directory (pip download -d DIR PACKAGE... on a machine that reaches an index) and start "
+      "the server with --find-links DIR --offline, or point it at a private index with "
+      "--index-url URL. A script without dependencies can import the system interpreter's "
+      "packages (Debian: apt-get install python3-numpy python3-matplotlib; --python "
+      "/usr/bin/python3).",
+      index, extra ? "; also " : "", extra ? extra : "", mark);
+}
+
+/* Where an interpreter's own pip may live below its prefix: the usual site-packages, Debian's
+ * dist-packages (python3-pip) and /usr/local's. */
+static bool python_has_pip(const char *prefix, const char *version, bool free_threaded) {
+  if (!prefix || !version) return true;
+  const char *dot = strchr(version, '.');
+  const char *end = dot ? dot + 1 + strspn(dot + 1, "0123456789") : NULL;
+  if (!end) return true;
+  cleanup_free char *xy =
+      xasprintf("%.*s%s", (int)(end - version), version, free_threaded ? "t" : "");
+  /* Below the prefix: {directory, versioned}: a versioned one takes "pythonX.Y" or "pypyX.Y". */
+  const struct {
+    const char *dir, *sub;
+  } places[] = {{"lib", "site-packages"},
+                {"lib64", "site-packages"},
+                {"lib", "dist-packages"},
+                {"local/lib", "dist-packages"}};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(places); i++) {
+    const char *const names[] = {"python", "pypy"};
+    for (size_t k = 0; k < CM_ARRAY_SIZE(names); k++) {
+      cleanup_free char *p =
+          xasprintf("%s/%s/%s%s/%s/pip", prefix, places[i].dir, names[k], xy, places[i].sub);
+      struct stat st;
+      if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) return true;
+    }
+  }
+  /* Debian's python3-pip. */
+  cleanup_free char *debian = xasprintf("%s/lib/python3/dist-packages/pip", prefix);
+  struct stat st;
+  if (stat(debian, &st) == 0 && S_ISDIR(st.st_mode)) return true;
+  return false;
+}
+
+bool env_store_pip_missing(env_store_t *s, const py_interp_t *py) {
+  if (s->uv || !py || !py->ok || !sbx_backend_host_processes(s->backend)) return false;
+  return !python_has_pip(py->prefix, py->version, py->free_threaded);
+}
+
+char *env_no_pip_message(env_store_t *s, const char *executable, const char *output) {
+  if (s->uv || !output || !strstr(output, "No module named pip")) return NULL;
+  return xasprintf(
+      "the interpreter %s has no pip, and without uv the server installs dependencies with the "
+      "interpreter's own pip. Install pip for it (Debian: apt-get install python3-pip), or uv "
+      "(--uv-path), or choose an interpreter that has pip (python_version; check_environment "
+      "lists them)",
+      executable);
 }

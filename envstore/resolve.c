@@ -70,8 +70,12 @@ static void resolve_exit(void *data, const sbx_result_t *res) {
     while (n && (clean[n - 1] == '\n' || clean[n - 1] == ' ')) clean[--n] = '\0';
     cleanup_free char *bound =
         res->timed_out ? NULL : env_bound_message(j->store, &j->space, res, clean);
+    cleanup_free char *why =
+        res->timed_out || bound ? NULL : env_unreachable_message(j->store, clean);
     if (res->timed_out)
       cm_error_set(&error, 0, CM_ERR_LIMIT, "the resolution took too long");
+    else if (why)
+      cm_error_set(&error, 0, CM_ERR_UNAVAILABLE, "the resolution failed: %s", why);
     else if (bound)
       cm_error_set(&error, 0, CM_ERR_LIMIT, "the resolution failed: %s:\n%s", bound, clean);
     else

@@ -8,7 +8,9 @@
  *     the server's egress proxy (drop.c --egress-fd): the only way out;
  *   - a root tmpfs (remounted read-only once set up) holding read-only /usr (and /bin,
  *     /sbin, /lib* as the host has them: usr-merge symlinks or binds), a minimal /etc (the
- *     loader cache, the time zone, a synthesized passwd/group with only root and the
+ *     loader cache, the time zone, the alternatives and fontconfig's configuration read-only
+ *     (what libraries link through),
+ *     a synthesized passwd/group with only root and the
  *     sandbox user, a synthesized hosts (localhost and the sandbox's name); with network TLS
  *     trust, the service databases and the resolver's configuration, and through the egress
  *     proxy a synthesized resolv.conf that names nothing of the host (the proxy resolves
@@ -260,7 +262,13 @@ static char **system_args_new(char ***files) {
     }
   }
   args_add_parents(&a, "/etc/");
-  static const char *const etc[] = {"/etc/ld.so.cache", "/etc/localtime"};
+  /* What libraries under /usr resolve through: Debian's alternatives (libblas.so.3 and
+   * liblapack.so.3 of python3-numpy are links through /etc/alternatives), python3-matplotlib's
+   * matplotlibrc (Debian keeps it in /etc) and fontconfig's configuration (matplotlib asks
+   * fc-list for fonts): without them the system interpreter's own packages cannot be imported,
+   * or fill stderr with complaints. */
+  static const char *const etc[] = {"/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives",
+                                    "/etc/matplotlibrc", "/etc/fonts"};
   for (size_t i = 0; i < CM_ARRAY_SIZE(etc); i++) add_etc_file(&a, &copies, etc[i]);
   *files = cm_strv_steal(&copies);
   return args_steal(&a);

@@ -136,6 +136,18 @@ static bool hit_memory_limit(const exec_job_t *job, const sbx_result_t *res, con
   return memmem(tail, (size_t)(err + n - tail), "MemoryError", 11) != NULL;
 }
 
+/* A script without network sees only the resolver's failure ("Temporary failure in name
+ * resolution", a socket.gaierror): when its stderr shows one and the call had no network that
+ * the backend enforces, the result says why. */
+static bool network_off_hit(const exec_job_t *job, sbx_backend_t *b, const char *err, size_t n) {
+  if (job->spec.net.on || !sbx_backend_maps_paths(b) || !n) return false;
+  static const char *const marks[] = {"Temporary failure in name resolution", "gaierror",
+                                      "Name or service not known"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(marks); i++)
+    if (memmem(err, n, marks[i], strlen(marks[i]))) return true;
+  return false;
+}
+
 static const char *limit_hit(const sbx_result_t *res, bool memory) {
   if (res->timed_out) return "timeout";
   if (res->cpu_limit) return "cpu";
@@ -204,6 +216,10 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
                   "\n--- note: the %s backend cannot isolate the network; network: false was not "
                   "enforced ---",
                   sbx_backend_name(b));
+  if (network_off_hit(job, b, err, err_len))
+    cm_buf_appends(&t,
+                   "\n--- note: the network is off for this call (network: false, or the server's "
+                   "--network off): no name resolves and nothing can be reached ---");
   if (net_text->len) cm_buf_append(&t, net_text->data, net_text->len);
   /* Whatever the script left in outputs/, also after a failure or a timeout. */
   files_collection_t files;

@@ -1,5 +1,6 @@
 /* check_environment: what a call would get, without running anything. */
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 
 #include "envstore/envstore.h"
@@ -120,6 +121,30 @@ static json_t *tenant_share(srv_request_t *r, cm_buf_t *t) {
   return o;
 }
 
+/* Which interpreter sees the system's own packages (apt's python3-numpy and friends, in
+ * /usr/lib/python3/dist-packages): the system's, whose prefix is /usr; a pyenv or uv Python of
+ * the same minor version does not, and the newest match wins a python_version. */
+static void system_packages_line(cm_buf_t *t, py_interp_t *const *pys, size_t n_py) {
+  struct stat st;
+  if (stat("/usr/lib/python3/dist-packages", &st) < 0 || !S_ISDIR(st.st_mode)) return;
+  const py_interp_t *sys_py = NULL;
+  for (size_t i = 0; i < n_py && !sys_py; i++)
+    if (pys[i]->ok && pys[i]->prefix && strcmp(pys[i]->prefix, "/usr") == 0) sys_py = pys[i];
+  if (!sys_py) {
+    cm_buf_appends(t,
+                   "System packages (/usr/lib/python3/dist-packages): no system interpreter found, "
+                   "so no call sees them\n");
+    return;
+  }
+  cm_buf_printf(t,
+                "System packages (/usr/lib/python3/dist-packages, e.g. apt's python3-numpy): only "
+                "%s %s (%s) sees them%s; choose it per call with python_version \"%s\", or for "
+                "every call with --python %s\n",
+                sys_py->implementation, sys_py->version, sys_py->executable,
+                sys_py->is_default ? " (the default)" : ", not the default", sys_py->version,
+                sys_py->executable);
+}
+
 json_t *srv_tool_check_environment_describe(srv_server_t *s) {
   return json_pack(
       "{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}, "
@@ -238,7 +263,18 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
   cleanup_free char *env_max = human_size(cfg->max_cache_bytes);
   cm_buf_printf(&t, "Dependencies: %s; %zu cached environments (%s of %s)%s\n",
                 env_store_installer(srv_server_envs(s)), n_envs, env_bytes ? env_size : "0",
-                env_max, cfg->offline ? "; offline" : "");
+                env_max,
+                cfg->offline ? "; offline (no index: --find-links directories and the wheelhouse "
+                               "only)"
+                             : "");
+  /* Said plainly: without pip (Debian's python3 without python3-pip) every dependency fails. */
+  if (py && !in_image && env_store_pip_missing(srv_server_envs(s), py))
+    cm_buf_printf(&t,
+                  "Dependencies: not installable with the default interpreter (%s): it has no pip "
+                  "and uv was not found. Install pip for it (Debian: apt-get install python3-pip) "
+                  "or uv (--uv-path)\n",
+                  py->executable);
+  system_packages_line(&t, pys, n_py);
   bool isolating = sbx_backend_maps_paths(b);
   sbx_cgroups_t *cg = srv_server_cgroups(s);
   cleanup_free char *cg_text = sbx_cgroups_describe(cg);
