@@ -6,12 +6,32 @@
 #   ./run.sh [server flags...]     e.g. ./run.sh --sandbox-backend none --port 9000
 set -euo pipefail
 cd "$(dirname "$0")"
+# What building and running needs, nothing more (./test.sh installs the test set).
 ./deploy/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# The unit tests need cmocka (the test set): without it the build leaves them out.
+tests=OFF
+if pkg-config --exists cmocka 2>/dev/null; then tests=ON; fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPS_TESTS="$tests" >/dev/null
 cmake --build build -j"$(nproc 2>/dev/null || echo 2)" >/dev/null
 bin="$PWD/build/mcp-python-exec-sandbox"
 
 echo "Built $bin"
+# The playground's code editor (CodeMirror, from npm): built when npm is there; the page works
+# without it (a plain text area).  Node is not installed for it unless asked.
+if [ "${MPS_UI_INSTALL_NODE:-0}" = 1 ] && ! command -v npm >/dev/null 2>&1; then
+  echo "Installing nodejs and npm for the editor bundle (MPS_UI_INSTALL_NODE=1)"
+  MPS_DEPS_RUNTIME="nodejs npm" ./deploy/install-deps.sh
+fi
+if command -v npm >/dev/null 2>&1; then
+  if ./ui/build.sh build >build/ui-build.log 2>&1; then
+    echo "Built the playground's editor: build/mps-ui/editor.js"
+  else
+    echo "The playground's editor did not build (npm; see build/ui-build.log): the page uses a plain text area"
+  fi
+else
+  echo "The playground's page has a plain text area: for its code editor, install npm"
+  echo "  (MPS_UI_INSTALL_NODE=1 ./run.sh, or apt-get install nodejs npm) and run ./run.sh again"
+fi
 echo
 echo "Client configuration (Claude Desktop, Cursor, and most MCP clients):"
 printf '  {"mcpServers": {"python-sandbox": {"command": "%s", "args": []}}}\n' "$bin"

@@ -27,7 +27,7 @@ if [ "$quick" = 1 ] && [ "$full" = 1 ]; then
   exit 2
 fi
 
-./deploy/install-deps.sh
+./deploy/install-deps.sh --test
 
 jobs=$(nproc 2>/dev/null || echo 2)
 # As root the server can always use cgroups on our machines: their tests must run, not skip.
@@ -343,6 +343,8 @@ clients_normal() {
     # Packaging is not about sanitizers: the normal build's .deb only.
     stage "$name: the Debian package (built, installed into a fresh bookworm root, run, purged)"
     timed "$name: the Debian package" tests/package/test-deb.sh "$dir"
+    stage "$name: deploy/install-deps.sh (the runtime set pulls no test tool; nothing left enabled; a fresh bookworm root)"
+    timed "$name: install-deps" tests/package/test-install-deps.sh
   else
     echo "== SKIPPED: the Debian package test (needs root: chroot and mounts)" >&2
   fi

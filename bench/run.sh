@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-./deploy/install-deps.sh
+./deploy/install-deps.sh --test
 
 if ! command -v wrk >/dev/null 2>&1; then
   echo "bench: installing wrk" >&2

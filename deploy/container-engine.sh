@@ -190,7 +190,7 @@ want() { [ "$which" = all ] || [ "$which" = "$1" ]; }
 
 case "$cmd" in
   setup)
-    ./deploy/install-deps.sh
+    ./deploy/install-deps.sh --test
     if [ "$(id -u)" -ne 0 ]; then
       log "needs root (it starts dockerd and runs debootstrap)"
       exit 1
@@ -206,7 +206,7 @@ case "$cmd" in
     echo "MPS_DOCKER_IMAGE=$image"
     ;;
   base-tarball)
-    ./deploy/install-deps.sh >&2
+    ./deploy/install-deps.sh --test >&2
     base_tarball
     ;;
   *)
