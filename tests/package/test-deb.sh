@@ -16,6 +16,10 @@ say() { echo "package: $*"; }
 fail() { echo "package: FAIL: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || fail "needs root (chroot, mounts)"
+# The playground's editor bundle always goes with the package (docs/operations.md builds it
+# before cpack; test.sh does too): a .deb whose page has no editor is a broken package.
+[ -f "$build/mps-ui/editor.js" ] ||
+  fail "no $build/mps-ui/editor.js: build the editor bundle first (ui/build.sh $build, or cmake --build $build --target ui-bundle)"
 
 say "building the .deb (cpack in $build)"
 rm -f "$build"/mcp-python-exec-sandbox_*.deb
@@ -59,11 +63,8 @@ in_root apt-get update -qq >"$build/apt.log" 2>&1 || { tail -n 20 "$build/apt.lo
 DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -qq --no-install-recommends /tmp/pkg.deb systemd \
   >>"$build/apt.log" 2>&1 || { tail -n 30 "$build/apt.log" >&2; fail "apt-get install"; }
 in_root dpkg -L mcp-python-exec-sandbox >"$build/package-files.txt"
-# The playground's editor bundle goes with the package when the build made it (ui/build.sh).
-if [ -f "$build/mps-ui/editor.js" ]; then
-  grep -qxF /usr/share/mcp-python-exec-sandbox/ui/editor.js "$build/package-files.txt" ||
-    fail "the package lacks the editor bundle (share/mcp-python-exec-sandbox/ui/editor.js)"
-fi
+grep -qxF /usr/share/mcp-python-exec-sandbox/ui/editor.js "$build/package-files.txt" ||
+  fail "the package lacks the editor bundle (share/mcp-python-exec-sandbox/ui/editor.js)"
 
 say "the installed binary takes its helpers from the install tree"
 version=$(in_root mcp-python-exec-sandbox --version)
