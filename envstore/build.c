@@ -203,7 +203,8 @@ static void on_step_exit(void *data, const sbx_result_t *res) {
     /* Two failures say more in a sentence than in the installer's wall (logged below): an
      * index this server cannot reach, and an interpreter without pip. */
     bool plain = !res->timed_out && !bound && !res->cancelled && b->step == STEP_INSTALL;
-    cleanup_free char *why = plain ? env_no_pip_message(b->store, b->py.executable, tail) : NULL;
+    cleanup_free char *why =
+        plain ? env_no_pip_message(b->store, false, b->py.executable, tail) : NULL;
     if (plain && !why) why = env_unreachable_message(b->store, tail);
     if (why) {
       cm_warn("environment %s: installing the dependencies failed (exit code %d):\n%s", b->key,

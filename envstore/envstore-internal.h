@@ -198,9 +198,10 @@ void env_installer_release(env_store_t *s);
  * short paragraph, which index and what to do (a wheelhouse with --find-links DIR --offline, a
  * private index).  Heap; NULL when it says nothing of the kind. */
 char *env_unreachable_message(env_store_t *s, const char *output);
-/* When output says the interpreter (executable) has no pip and pip is the installer: what to
- * install.  Heap; NULL otherwise. */
-char *env_no_pip_message(env_store_t *s, const char *executable, const char *output);
+/* When output says the interpreter (executable) has no pip and pip ran (a resolution, or a
+ * build without uv): what to install.  Heap; NULL otherwise. */
+char *env_no_pip_message(env_store_t *s, bool resolving, const char *executable,
+                         const char *output);
 int env_start_installer_run(env_store_t *s, const char *prefix, char **argv, const env_space_t *sp,
                             const sbx_identity_t *identity, const sbx_run_callbacks_t *cbs,
                             void *data, sbx_run_t **run, cm_error_t *err);

@@ -468,12 +468,14 @@ bool env_store_pip_missing(env_store_t *s, const py_interp_t *py) {
   return !python_has_pip(py->prefix, py->version, py->free_threaded);
 }
 
-char *env_no_pip_message(env_store_t *s, const char *executable, const char *output) {
-  if (s->uv || !output || !strstr(output, "No module named pip")) return NULL;
+char *env_no_pip_message(env_store_t *s, bool resolving, const char *executable,
+                         const char *output) {
+  if ((!resolving && s->uv) || !output || !strstr(output, "No module named pip")) return NULL;
   return xasprintf(
-      "the interpreter %s has no pip, and without uv the server installs dependencies with the "
-      "interpreter's own pip. Install pip for it (Debian: apt-get install python3-pip), or uv "
-      "(--uv-path), or choose an interpreter that has pip (python_version; check_environment "
-      "lists them)",
-      executable);
+      "the interpreter %s has no pip, which %s. Install pip for it (Debian: apt-get "
+      "install python3-pip)%s, or choose an interpreter that has pip "
+      "(python_version; check_environment lists them)",
+      executable,
+      resolving ? "resolves dependencies" : "installs dependencies where the server has no uv",
+      resolving ? "" : " or uv (--uv-path)");
 }

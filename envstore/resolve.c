@@ -14,6 +14,7 @@ typedef struct resolve_job {
   env_resolved_cb cb;
   void *data;
   char *owner;
+  char *executable; /* the interpreter whose pip resolves */
   bool cancelled;
   struct resolve_job *next;
 } resolve_job_t;
@@ -31,6 +32,7 @@ void env_resolve_free(resolve_job_t *j) {
   cm_buf_release(&j->report);
   cm_headtail_release(&j->errors);
   free(j->owner);
+  free(j->executable);
   free(j);
 }
 
@@ -71,7 +73,8 @@ static void resolve_exit(void *data, const sbx_result_t *res) {
     cleanup_free char *bound =
         res->timed_out ? NULL : env_bound_message(j->store, &j->space, res, clean);
     cleanup_free char *why =
-        res->timed_out || bound ? NULL : env_unreachable_message(j->store, clean);
+        res->timed_out || bound ? NULL : env_no_pip_message(j->store, true, j->executable, clean);
+    if (!why && !res->timed_out && !bound) why = env_unreachable_message(j->store, clean);
     if (res->timed_out)
       cm_error_set(&error, 0, CM_ERR_LIMIT, "the resolution took too long");
     else if (why)
@@ -114,6 +117,7 @@ void *env_store_resolve(env_store_t *s, const py_interp_t *py, char *const *requ
   j->cb = cb;
   j->data = data;
   j->owner = xstrdup(owner);
+  j->executable = xstrdup(py->executable);
   j->next = s->resolves;
   s->resolves = j;
   s->resolving++;

@@ -236,6 +236,11 @@ def test_pip_missing_is_said_plainly(make_server, wheels, pipless_python):
     assert res["isError"] is True
     assert f"the interpreter {pipless_python} has no pip" in t and "apt-get install python3-pip" in t, t
     assert "Traceback" not in t and "exit code" not in t, t
+    # validate_script's resolution runs the interpreter's pip too.
+    res = s.call("validate_script", {"script": "pass", "dependencies": ["mps-alpha"], "resolve": True},
+                 timeout=180)
+    t = text(res)
+    assert f"the interpreter {pipless_python} has no pip" in t and "apt-get install python3-pip" in t, t
 
 
 # ------------------------------------------------------------------ network off
