@@ -23,7 +23,8 @@ if [ "${MPS_UI_INSTALL_NODE:-0}" = 1 ] && ! command -v npm >/dev/null 2>&1; then
   MPS_DEPS_RUNTIME="nodejs npm" ./deploy/install-deps.sh
 fi
 if command -v npm >/dev/null 2>&1; then
-  if ./ui/build.sh build >build/ui-build.log 2>&1; then
+  # npm's registry may be out of reach here: a short wait, not npm's minutes of retries.
+  if npm_config_fetch_retries=1 npm_config_fetch_timeout=30000 ./ui/build.sh build >build/ui-build.log 2>&1; then
     echo "Built the playground's editor: build/mps-ui/editor.js"
   else
     echo "The playground's editor did not build (npm; see build/ui-build.log): the page uses a plain text area"
