@@ -8,9 +8,9 @@
  *     the server's egress proxy (drop.c --egress-fd): the only way out;
  *   - a root tmpfs (remounted read-only once set up) holding read-only /usr (and /bin,
  *     /sbin, /lib* as the host has them: usr-merge symlinks or binds), a minimal /etc (the
- *     loader cache, the time zone, the alternatives and fontconfig's configuration read-only
- *     (what libraries link through),
- *     a synthesized passwd/group with only root and the
+ *     loader cache, the time zone, read-only what libraries under /usr resolve through: the
+ *     alternatives, fontconfig's configuration, matplotlibrc; a synthesized passwd/group
+ *     with only root and the
  *     sandbox user, a synthesized hosts (localhost and the sandbox's name); with network TLS
  *     trust, the service databases and the resolver's configuration, and through the egress
  *     proxy a synthesized resolv.conf that names nothing of the host (the proxy resolves
