@@ -393,8 +393,7 @@ int env_start_installer_run(env_store_t *s, const char *prefix, char **argv, con
  * run means for its caller */
 
 /* What an installer prints when the index's host cannot be resolved or reached (pip's
- * retries, through the egress proxy or not; uv's causes).  A refusal of the build's policy
- * (the proxy's 403) is not one: that wall names the host. */
+ * retries, through the egress proxy or not; uv's causes)... */
 static const char *const unreachable_marks[] = {
     "Temporary failure in name resolution",
     "Name or service not known",
@@ -410,8 +409,20 @@ static const char *const unreachable_marks[] = {
     "tcp connect error",
 };
 
+/* ... and what says the failure was something else, whose wall stays: a refusal of the
+ * build's policy (the proxy's 403; the wall names the host), or a package's own build (its
+ * code could not resolve a name of its own). */
+static const char *const build_failure_marks[] = {
+    "403 Forbidden",
+    "subprocess-exited-with-error",
+    "did not run successfully",
+    "Failed to build",
+};
+
 char *env_unreachable_message(env_store_t *s, const char *output) {
-  if (!output || s->opts.offline || strstr(output, "403 Forbidden")) return NULL;
+  if (!output || s->opts.offline) return NULL;
+  for (size_t i = 0; i < CM_ARRAY_SIZE(build_failure_marks); i++)
+    if (strstr(output, build_failure_marks[i])) return NULL;
   const char *mark = NULL;
   for (size_t i = 0; i < CM_ARRAY_SIZE(unreachable_marks) && !mark; i++)
     if (strstr(output, unreachable_marks[i])) mark = unreachable_marks[i];

@@ -7,10 +7,12 @@ name-resolution failure without network is told the network is off for its call.
 
 No real internet: the index is "unreachable" because the test's own DNS responder on loopback
 answers NXDOMAIN for every name (--dns-server); wheels are built locally (tests/fixtures)."""
+import http.server
 import json
 import os
 import shutil
 import socket
+import socketserver
 import struct
 import subprocess
 import sys
@@ -138,6 +140,44 @@ def test_unreachable_index_is_one_short_paragraph(make_server):
         assert "pypi.org" in dns.queries  # it did try, and only our responder heard it
     finally:
         dns.close()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+
+@needs_bwrap
+def test_a_packages_own_name_failure_keeps_its_wall(make_server):
+    """The index answers (over loopback); the package's build backend fails to resolve a name
+    of its own: that is the package's failure (its wall stays), not an unreachable index."""
+    dns = NxDomain()
+    d = tempfile.mkdtemp(prefix="mps-first-hour-index-")
+    try:
+        os.chmod(d, 0o755)
+        files = os.path.join(d, "files")
+        os.makedirs(files)
+        wheelhouse.make_sdist(files, "mps-resolver", "1.0",
+                              hostile="import socket\nsocket.getaddrinfo('nothing.test', 80)\n")
+        root = os.path.join(d, "index")
+        wheelhouse.index_layout(files, root)
+        handler = lambda *a, **kw: _Quiet(*a, directory=root, **kw)  # noqa: E731
+        httpd = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        try:
+            s = make_server("--dns-server", f"127.0.0.1:{dns.port}",
+                            "--index-url", f"http://127.0.0.1:{httpd.server_address[1]}/simple", env=NO_PIP_ENV)
+            s.initialize()
+            res = s.execute("import mps_resolver", dependencies=["mps-resolver"], timeout=300)
+            t = text(res)
+            assert res["isError"] is True
+            assert "Temporary failure in name resolution" in t  # what would look like an unreachable index
+            assert "cannot be resolved or reached" not in t and "subprocess-exited-with-error" in t, t
+        finally:
+            httpd.shutdown()
+    finally:
+        dns.close()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ PIP_FIND_LINKS and --offline
