@@ -1,6 +1,6 @@
 /* Control groups for runs.  Each run gets a cgroup of its own under a directory of the
- * server's ("mps-<pid>"), with the spec's limits on the whole process tree (memory,
- * processes, CPU bandwidth); at the end its peak memory, OOM kills, refused forks and CPU
+ * server instance's ("mps-<instance id>"), with the spec's limits on the whole process tree
+ * (memory, processes, CPU bandwidth); at the end its peak memory, OOM kills, refused forks and CPU
  * time are read back, everything still in it is killed and the directory removed.
  *
  * cgroup v2 when the server's own cgroup (or --cgroup DIR) has the controllers delegated;
@@ -32,7 +32,7 @@ static void closedirp(DIR **d) {
 #define cleanup_closedir __attribute__((cleanup(closedirp)))
 
 typedef struct cg_hier {
-  char *parent;         /* the server's directory in this hierarchy: .../mps-<pid> */
+  char *parent;         /* the server's directory in this hierarchy: .../mps-<instance id> */
   unsigned controllers; /* CG_* in this hierarchy */
 } cg_hier_t;
 
@@ -356,11 +356,16 @@ static void kill_members_below(const char *dir, int version) {
   kill_members(dir, version);
 }
 
-/* Whether "mps-<pid>" names a server that is gone. */
+/* The instance id in "mps-<id>", or NULL. */
+static const char *instance_of(const char *name) {
+  return strncmp(name, "mps-", 4) == 0 && sbx_instance_id_valid(name + 4) ? name + 4 : NULL;
+}
+
+/* Whether "mps-<id>" names an instance provably gone (its record says so); a directory of
+ * any other name, or of an instance without a record we can see, is not ours to touch. */
 static bool stale_name(const char *name) {
-  uint64_t pid;
-  if (strncmp(name, "mps-", 4) != 0 || cm_parse_u64(name + 4, INT32_MAX, &pid) < 0) return false;
-  return pid != (uint64_t)getpid() && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+  const char *id = instance_of(name);
+  return id && sbx_instance_gone(id);
 }
 
 /* A dead server's frozen session kernels (cgroup v1 freezer) take no signal, not even their
@@ -389,34 +394,51 @@ static void thaw_stale(const char *dir) {
   }
 }
 
-/* Removes directories "mps-<pid>" under dir left by servers that are gone. */
+/* Ids of the instances whose directories were swept, to forget once every hierarchy is. */
+static char **swept_ids;
+static size_t n_swept_ids;
+
+/* Removes directories "mps-<id>" under dir left by instances provably gone. */
 static void sweep_stale(const char *dir) {
   cleanup_closedir DIR *d = opendir(dir);
   if (!d) return;
   struct dirent *e;
   while ((e = readdir(d))) {
-    uint64_t pid;
-    if (strncmp(e->d_name, "mps-", 4) != 0 || cm_parse_u64(e->d_name + 4, INT32_MAX, &pid) < 0)
-      continue;
-    if (pid == (uint64_t)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    if (e->d_type != DT_DIR || !stale_name(e->d_name)) continue;
     cleanup_free char *sub = xasprintf("%s/%s", dir, e->d_name);
     kill_members_below(sub, 1);
     /* A server killed a moment ago still has processes dying in there (its children get
      * SIGKILL by the parent-death signal, and just now by us): a directory cannot go before
      * they are gone.  This runs once, at start-up, before anything is served; bounded. */
-    for (int i = 0; i < 200 && !remove_tree(sub); i++) {
+    bool removed = false;
+    for (int i = 0; i < 200 && !(removed = remove_tree(sub)); i++) {
       if (errno != EBUSY) break;
       usleep(5000);
       kill_members_below(sub, 1);
     }
+    if (!removed) continue;
+    swept_ids = xrealloc(swept_ids, (n_swept_ids + 1) * sizeof *swept_ids);
+    swept_ids[n_swept_ids++] = xstrdup(instance_of(e->d_name));
   }
+}
+
+/* The records of the instances whose directories are all gone now. */
+static void forget_swept(void) {
+  for (size_t i = 0; i < n_swept_ids; i++) {
+    sbx_instance_forget(swept_ids[i]);
+    free(swept_ids[i]);
+  }
+  free(swept_ids);
+  swept_ids = NULL;
+  n_swept_ids = 0;
 }
 
 static char *make_parent(const char *dir, cm_error_t *err) {
   sweep_stale(dir);
-  char *parent = xasprintf("%s/mps-%ld", dir, (long)getpid());
-  if (mkdir(parent, 0755) < 0 &&
-      (errno != EEXIST || !remove_tree(parent) || mkdir(parent, 0755) < 0)) {
+  /* The id is random and ours alone: an existing directory of that name is not ours to
+   * remove (never seen: 64 random bits). */
+  char *parent = xasprintf("%s/mps-%s", dir, sbx_instance_id());
+  if (mkdir(parent, 0755) < 0) {
     cm_error_set(err, errno, CM_ERR_UNAVAILABLE, "cannot create %s", parent);
     free(parent);
     return NULL;
@@ -531,7 +553,8 @@ static int setup_v1(sbx_cgroups_t *cg, const char *mountinfo, size_t mi_len, con
 
 static void cgroups_reset(sbx_cgroups_t *cg) {
   for (size_t i = 0; i < cg->n_hier; i++) {
-    remove_tree(cg->hier[i].parent);
+    /* Left behind: the instance's record stays as the proof that a later sweep needs. */
+    if (!remove_tree(cg->hier[i].parent)) sbx_instance_keep_record();
     free(cg->hier[i].parent);
   }
   cg->n_hier = 0;
@@ -539,7 +562,7 @@ static void cgroups_reset(sbx_cgroups_t *cg) {
   cg->version = 0;
 }
 
-sbx_cgroups_t *sbx_cgroups_open(const char *setting, cm_error_t *err) {
+static sbx_cgroups_t *cgroups_open(const char *setting, cm_error_t *err) {
   sbx_cgroups_t *cg = xcalloc(1, sizeof *cg);
   if (!setting || strcmp(setting, "off") == 0) {
     cg->reason = xstrdup("turned off (--cgroup off)");
@@ -586,6 +609,12 @@ sbx_cgroups_t *sbx_cgroups_open(const char *setting, cm_error_t *err) {
                          cm_error_message(&e1));
   cm_error_release(&e2);
   cm_error_release(&e1);
+  return cg;
+}
+
+sbx_cgroups_t *sbx_cgroups_open(const char *setting, cm_error_t *err) {
+  sbx_cgroups_t *cg = cgroups_open(setting, err);
+  forget_swept();
   return cg;
 }
 

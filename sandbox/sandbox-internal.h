@@ -36,6 +36,20 @@ void sbx_uid_reserve(int64_t slot, uint64_t until_ms);
 void sbx_uid_identity_new(sbx_identity_t *id);
 void sbx_uid_identity_release(sbx_identity_t *id);
 
+/* instance.c: this server instance (see sbx_instance_open).  Its id is
+ * SBX_INSTANCE_ID_LEN lowercase hex digits; sbx_instance_uid_block() is the index of the uid
+ * block it holds (0..2^15-1).  sbx_instance_gone(id) is true only when another instance's
+ * record proves it gone (another boot, or its lock is free); sbx_instance_forget(id)
+ * removes such a record once what was named after it is swept; keep_record: something
+ * named after this instance could not be removed, so its record outlives it as the proof a
+ * later sweep needs. */
+#define SBX_INSTANCE_ID_LEN 16
+bool sbx_instance_id_valid(const char *s);
+unsigned sbx_instance_uid_block(void);
+bool sbx_instance_gone(const char *id);
+void sbx_instance_forget(const char *id);
+void sbx_instance_keep_record(void);
+
 /* A deep copy of a NULL-terminated string vector. */
 char **sbx_strv_copy(char *const *v);
 

@@ -221,16 +221,28 @@ typedef struct sbx_identity sbx_identity_t;
 sbx_identity_t *sbx_identity_new(sbx_backend_t *b);
 void sbx_identity_free(sbx_identity_t *id);
 
+/* ---------------------------------------------------------------- the instance */
+
+/* This server instance: a random id (the name of its cgroup directories) and a uid block of
+ * its own (the per-run uids), recorded under state_dir/instances/ and locked for as long as
+ * the process lives, so that no two instances share a run uid or a cgroup whatever their
+ * pids, and a sweep removes only what an instance provably gone left behind.  Called once
+ * before the cgroups and backends are set up; without it (unit tests) the id and block are
+ * random and unrecorded.  sbx_instance_close() drops the record and the claim. */
+int sbx_instance_open(const char *state_dir, cm_error_t *err);
+const char *sbx_instance_id(void);
+void sbx_instance_close(void);
+
 /* ---------------------------------------------------------------- cgroups */
 
 /* The cgroups runs are put in.  setting: "auto" (cgroup v2 when the server's own cgroup
  * has the memory/pids/cpu controllers delegated, else the cgroup v1 hierarchies of a
  * hybrid host, else none, with the reason kept), "off", or the absolute path of a
  * delegated cgroup v2 directory (then failing is an error).  Makes a directory
- * "mps-<pid>" in each hierarchy (removing those of servers that are gone); freeing
- * removes it.  Each run then gets "run-N" below it with the spec's memory, processes and
- * CPU bandwidth limits, and the run reports the tree's peak memory, OOM kills and refused
- * forks. */
+ * "mps-<instance id>" in each hierarchy (removing those of instances provably gone: see
+ * sbx_instance_open); freeing removes it.  Each run then gets "run-N" below it with the spec's
+ * memory, processes and CPU bandwidth limits, and the run reports the tree's peak memory, OOM kills
+ * and refused forks. */
 sbx_cgroups_t *sbx_cgroups_open(const char *setting, cm_error_t *err);
 bool sbx_cgroups_active(const sbx_cgroups_t *cg);
 /* Whether a controller ("memory", "pids", "cpu", "cpuacct") is in use. */

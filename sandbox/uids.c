@@ -2,12 +2,14 @@
  * server is root: bubblewrap (the drop helper switches to it) and docker and podman (the
  * container's --user; rootful engines map no uids).
  *
- * Per-run uid: SBX_UID_BASE + (server pid mod 2^15) * 2^12 + slot, where a slot (0..4095) is
+ * Per-run uid: SBX_UID_BASE + block * 2^12 + slot, where block (0..2^15-1) is the instance's
+ * own (chosen at random and claimed under the state directory: sbx_instance_open, never the
+ * pid, which two servers in their own pid namespaces share) and a slot (0..4095) is
  * reserved from a run's build until the run must be over (timeout + grace + a margin).  A
  * fresh uid per run means RLIMIT_NPROC (counted per uid by the kernel) bounds this run alone,
  * not this run plus concurrent runs plus real users, and runs never share an identity for
  * files, signals or the kernel's per-uid state (the user keyring, inotify's per-user limits).
- * The pid part keeps several server processes apart.  Environment builds take their uid from
+ * The block keeps several server instances apart.  Environment builds take their uid from
  * the same pool (sbx_identity_new: one slot for all steps of a build, reserved until the build
  * ends and the margin after it), so no two builds and no build and run share a uid, an
  * RLIMIT_NPROC budget or files.  The range 2,000,000,000-2,134,217,727 is far above the ids
@@ -22,7 +24,6 @@
 #include "sandbox/sandbox-internal.h"
 
 #define SBX_UID_BASE 2000000000u
-#define SBX_UID_PID_BITS 15
 #define SBX_UID_RUN_BITS 12
 #define SBX_UID_RUNS (1u << SBX_UID_RUN_BITS)
 #define SBX_UID_REUSE_MARGIN_MS 60000
@@ -50,7 +51,7 @@ static bool uid_in_use(uid_t uid) {
 
 uid_t sbx_uid_block(unsigned *count) {
   *count = SBX_UID_RUNS;
-  return SBX_UID_BASE + (((uint32_t)getpid() & ((1u << SBX_UID_PID_BITS) - 1)) << SBX_UID_RUN_BITS);
+  return SBX_UID_BASE + (sbx_instance_uid_block() << SBX_UID_RUN_BITS);
 }
 
 /* No /proc scan on the normal path (it costs ~3 us per host process); only if every slot is

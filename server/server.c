@@ -102,6 +102,10 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
     cm_error_wrap(err, "creating the work directory");
     return NULL;
   }
+  if (sbx_instance_open(state, err) < 0) {
+    cm_error_wrap(err, "recording the server instance");
+    return NULL;
+  }
   const char *backend_name = cfg->sandbox_backend;
   sbx_backend_t *backend = sbx_backend_new(backend_name, err);
   if (!backend) return NULL;
@@ -266,6 +270,7 @@ void srv_server_free(srv_server_t *s) {
   sbx_backend_free(srv_server_backend_kind(s));
   sbx_backend_free(srv_server_host_backend(s));
   sbx_cgroups_free(srv_server_cgroups(s)); /* after the runs: it removes their directories */
+  sbx_instance_close();                    /* after the cgroups named after it */
   srv_workdir_release(a->runs_dir, a->runs_lock);
   /* Last: the requests above wrote their lines as they were cancelled. */
   srv_audit_close(srv_server_audit(s), 2000);

@@ -1,4 +1,5 @@
 """Shared fixtures: start the real binary and talk JSON-RPC to it over stdio."""
+import glob
 import io
 import json
 import glob
@@ -145,16 +146,68 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.asan)
 
 
-# The pids of every server this test run started (cgroup directories are named after them;
-# other sessions on the machine run servers too).
+# The pids of every server this test run started (other sessions on the machine run servers
+# too).
 STARTED_SERVERS = set()
+# pid -> state directory of the servers Server started; pid -> instance id, once looked up.
+SERVER_STATE_DIRS = {}
+INSTANCE_IDS = {}
+
+
+def instance_id(pid, state_dir=None, timeout=10):
+    """The instance id of the server with this pid (its cgroup directories are mps-<id>), from
+    its record in <state>/instances/ (written at start-up, removed at a clean exit: look it up
+    while the server lives; it is remembered).  None when there is none."""
+    if pid in INSTANCE_IDS:
+        return INSTANCE_IDS[pid]
+    records = os.path.join(state_dir or SERVER_STATE_DIRS.get(pid, ""), "instances")
+
+    def find():
+        try:
+            names = os.listdir(records)
+        except OSError:
+            return None
+        for name in names:
+            try:
+                with open(os.path.join(records, name)) as f:
+                    fields = dict(line.split(" ", 1) for line in f.read().splitlines() if " " in line)
+            except OSError:
+                continue
+            if fields.get("pid") == str(pid) and fields.get("instance") == name:
+                return name
+        return None
+
+    found = [None]
+
+    def look():
+        found[0] = find()
+        return found[0] is not None or not os.path.exists(f"/proc/{pid}")
+    wait_until(look, timeout=timeout)
+    if found[0]:
+        INSTANCE_IDS[pid] = found[0]
+    return found[0]
+
+
+def started_instances():
+    """The instance ids of the servers this test run started and looked up."""
+    return {iid for pid, iid in INSTANCE_IDS.items() if pid in STARTED_SERVERS}
+
+
+def cgroup_dirs(pid, state_dir=None):
+    """The cgroup directories (mps-<instance id>, in any hierarchy) of the server with this pid."""
+    iid = instance_id(pid, state_dir, timeout=0)
+    if not iid:
+        return []
+    return [d for d in glob.glob(f"/sys/fs/cgroup/**/mps-{iid}", recursive=True) if os.path.isdir(d)]
 
 
 class Server:
-    def __init__(self, *args, backend=None, state_dir=None, env=None, cwd=None, preexec_fn=None):
+    def __init__(self, *args, backend=None, state_dir=None, env=None, cwd=None, preexec_fn=None,
+                 wrapper=()):
+        """wrapper: a command the server runs under (e.g. unshare ... in its own namespaces)."""
         self.tmp = tempfile.TemporaryDirectory(prefix="mps-itest-")
         self.state_dir = state_dir or os.path.join(self.tmp.name, "state")
-        argv = [BINARY, "--sandbox-backend", backend or BACKEND, "--state-dir", self.state_dir, *args]
+        argv = [*wrapper, BINARY, "--sandbox-backend", backend or BACKEND, "--state-dir", self.state_dir, *args]
         self.stderr_path = os.path.join(self.tmp.name, "stderr.log")
         self.stderr_file = open(self.stderr_path, "wb")
         full_env = dict(os.environ)
@@ -169,6 +222,7 @@ class Server:
                                      stderr=self.stderr_file, env=full_env, bufsize=0, cwd=cwd,
                                      preexec_fn=preexec_fn)
         STARTED_SERVERS.add(self.proc.pid)
+        SERVER_STATE_DIRS[self.proc.pid] = self.state_dir
         self.lines = queue.Queue()
         self.notifications = []
         self.stray = []
@@ -293,6 +347,7 @@ class Server:
             return self.proc.returncode
         self.closed = True
         if self.proc.poll() is None:
+            instance_id(self.proc.pid, timeout=1)  # remembered: its record goes with it
             try:
                 self.proc.stdin.close()
             except BrokenPipeError:
@@ -477,9 +532,6 @@ def mounts_under(path):
     return found
 
 
-def cgroup_dirs(pid):
-    """The cgroup directories a server with this pid made (mps-<pid>), in any hierarchy."""
-    return [d for d in glob.glob(f"/sys/fs/cgroup/**/mps-{pid}", recursive=True) if os.path.isdir(d)]
 
 
 def processes_with_marker(marker):

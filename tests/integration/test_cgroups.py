@@ -11,11 +11,12 @@ Where the host has no usable cgroup these tests skip, unless MPS_TEST_REQUIRE_CG
 (set by test.sh when it runs as root), which turns the skip into a failure."""
 import glob
 import os
+import threading
 import time
 
 import pytest
 
-from conftest import BACKEND, STARTED_SERVERS, Server, daemon_script, held_sandboxes, processes_with_marker, wait_until
+from conftest import BACKEND, Server, instance_id, cgroup_dirs, started_instances, daemon_script, held_sandboxes, processes_with_marker, wait_until
 
 
 def cgroups_line(s):
@@ -36,9 +37,10 @@ def cg_available():
     return line
 
 
-def start(make_server, *args):
-    s = make_server(*args)
+def start(make_server, *args, **kwargs):
+    s = make_server(*args, **kwargs)
     s.initialize()
+    instance_id(s.proc.pid)  # run_dirs() knows its cgroups by it
     return s
 
 
@@ -53,14 +55,13 @@ def run_dirs():
             pass
     return [d for d in glob.glob("/sys/fs/cgroup/**/mps-*/run-*", recursive=True)
             if os.path.isdir(d) and not any(d.endswith(h) for h in held if h != "/")
-            and _server_of(d) in STARTED_SERVERS]
+            and _server_of(d) in started_instances()]
 
 
 def _server_of(run_dir):
-    """The pid in the mps-<pid> directory above a run directory (other sessions' servers
-    have theirs too)."""
-    name = os.path.basename(os.path.dirname(run_dir))
-    return int(name[4:]) if name[4:].isdigit() else None
+    """The instance id in the mps-<id> directory above a run directory (other sessions'
+    servers have theirs too)."""
+    return os.path.basename(os.path.dirname(run_dir))[4:]
 
 
 def test_check_environment_says_which_cgroups(cg_available, make_server):
@@ -167,8 +168,7 @@ def test_run_cgroups_are_removed(cg_available, make_server):
         assert s.execute("print(1)")["structuredContent"]["exit_code"] == 0
     assert wait_until(lambda: run_dirs() == [], timeout=5), run_dirs()
     s.close()
-    mine = [d for d in glob.glob("/sys/fs/cgroup/**/mps-%d" % s.proc.pid, recursive=True)]
-    assert mine == []
+    assert cgroup_dirs(s.proc.pid) == []
 
 
 def test_cgroup_off(make_server):
@@ -258,7 +258,7 @@ def test_a_sessions_cgroup_goes_with_it(cg_available, make_server):
     # and a kernel killed with its session's server leaves none either
     s.execute("print(2)", session="new")
     s.close()
-    assert glob.glob("/sys/fs/cgroup/**/mps-%d" % s.proc.pid, recursive=True) == []
+    assert cgroup_dirs(s.proc.pid) == []
 
 
 def test_a_session_kernel_killed_by_the_oom_killer_is_reported(cg_available, make_server):
@@ -301,3 +301,97 @@ time.sleep(5)
     assert "out-of-memory" in sc["session"]["note"] and "lost" in sc["session"]["note"], text
     res = s.execute("print(open('kept.txt').read(), 'state' in globals())", session=sid)
     assert res["structuredContent"]["stdout"] == "file False\n", res["content"][0]["text"]
+
+
+PID_NAMESPACE = ("unshare", "--pid", "--fork", "--mount-proc")
+
+
+def _records(state_dir):
+    d = os.path.join(state_dir, "instances")
+    out = {}
+    for name in os.listdir(d):
+        if len(name) == 16 and all(c in "0123456789abcdef" for c in name):
+            with open(os.path.join(d, name)) as f:
+                out[name] = dict(line.split(" ", 1) for line in f.read().splitlines())
+    return out
+
+
+def test_two_instances_as_pid_1_share_no_uid_and_no_cgroup(cg_available, make_server, tmp_path):
+    """Two servers, each pid 1 of its own pid namespace (as in every container deployment):
+    concurrent calls of both run, as different uids, each in a cgroup of its own instance
+    (with the pid in the names, the second start removed the first's cgroups, their runs
+    collided on "run-N", and both ran scripts as the same uids)."""
+    state = str(tmp_path / "state")
+    a = make_server("--prestart", "off", state_dir=state, wrapper=PID_NAMESPACE)
+    a.initialize()
+    assert wait_until(lambda: len(_records(state)) == 1, timeout=30)
+    (id_a, rec_a), = _records(state).items()
+    assert rec_a["pid"] == "1", rec_a  # really pid 1 in its namespace
+    b = make_server("--prestart", "off", state_dir=state, wrapper=PID_NAMESPACE)
+    b.initialize()
+    assert wait_until(lambda: len(_records(state)) == 2, timeout=30)
+    records = _records(state)
+    id_b = next(i for i in records if i != id_a)
+    assert records[id_b]["pid"] == "1" and records[id_a]["uid_block"] != records[id_b]["uid_block"]
+    dirs_a = glob.glob(f"/sys/fs/cgroup/**/mps-{id_a}", recursive=True)
+    dirs_b = glob.glob(f"/sys/fs/cgroup/**/mps-{id_b}", recursive=True)
+    assert dirs_a and dirs_b, (dirs_a, dirs_b)  # b's start kept a's
+    script = "import os, sys, time\nprint(os.getuid())\nsys.stdout.flush()\ntime.sleep(3)\n"
+    results = {}
+
+    def call(name, s):
+        results[name] = s.execute(script, timeout_seconds=60)
+    threads = [threading.Thread(target=call, args=(n, s)) for n, s in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+
+    def both_running():
+        return all(glob.glob(f"{d}/run-*") for d in dirs_a + dirs_b
+                   if "/memory/" in d or "/pids/" in d)
+    # Both runs at once, each in its own instance's directory (memory and pids: a run has no
+    # directory in the cpu hierarchy without a CPU cap, nor in the freezer's unless frozen).
+    assert wait_until(both_running, timeout=60), (
+        results, {d: os.listdir(d) for d in dirs_a + dirs_b if os.path.isdir(d)})
+    for t in threads:
+        t.join(120)
+    sa, sb = results["a"]["structuredContent"], results["b"]["structuredContent"]
+    assert sa["exit_code"] == 0 and sb["exit_code"] == 0, (sa, sb)
+    if BACKEND != "none":  # (the none backend runs scripts as the server's own uid)
+        uid_a, uid_b = int(sa["stdout"]), int(sb["stdout"])
+        assert uid_a != uid_b, (uid_a, uid_b)
+        # Each uid from its own instance's block, and the blocks do not overlap.
+        for uid, rec in ((uid_a, records[id_a]), (uid_b, records[id_b])):
+            first = 2000000000 + int(rec["uid_block"]) * 4096
+            assert first <= uid < first + 4096, (uid, rec)
+    a.close()
+    b.close()
+    assert not glob.glob(f"/sys/fs/cgroup/**/mps-{id_a}", recursive=True)
+    assert not glob.glob(f"/sys/fs/cgroup/**/mps-{id_b}", recursive=True)
+    assert _records(state) == {}  # a clean exit takes its record with it
+
+
+def test_a_directory_without_a_record_is_left_alone(cg_available, make_server):
+    """A cgroup directory named like an instance's whose record the server cannot see (an
+    instance with another state directory, in another pid namespace) is not swept."""
+    s = start(make_server)
+    mine = cgroup_dirs(s.proc.pid)
+    assert mine
+    foreign = [os.path.join(os.path.dirname(d), "mps-0123456789abcdef") for d in mine]
+    for d in foreign:
+        os.mkdir(d)
+    try:
+        s2 = start(make_server)
+        assert cgroup_dirs(s2.proc.pid)
+        assert all(os.path.isdir(d) for d in foreign), foreign
+        # ...while a dead instance's (its record is there and unlocked) is swept.
+        s3 = start(make_server, state_dir=s2.state_dir)
+        dead = cgroup_dirs(s3.proc.pid)
+        s3.proc.kill()
+        s3.proc.wait()
+        assert dead and all(os.path.isdir(d) for d in dead)
+        start(make_server, state_dir=s2.state_dir)
+        assert not any(os.path.isdir(d) for d in dead), dead
+        assert all(os.path.isdir(d) for d in foreign), foreign
+    finally:
+        for d in foreign:
+            os.rmdir(d)

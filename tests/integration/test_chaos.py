@@ -45,7 +45,7 @@ import traceback
 
 import pytest
 
-from conftest import BACKEND, BINARY, STARTED_SERVERS, Server, cgroup_dirs, mounts_under, processes_with_marker, wait_until
+from conftest import BACKEND, BINARY, STARTED_SERVERS, Server, cgroup_dirs, instance_id, mounts_under, processes_with_marker, wait_until
 from test_http import ACCEPT_BOTH, free_port, messages, sse_events_from_bytes
 
 HS = "2025-11-25"
@@ -472,6 +472,7 @@ class Chaos:
         for name, proc, state_dir, log in (
                 ("http", self.http.proc, self.http.state_dir, self.http.stderr_text),
                 ("stdio", self.stdio.proc, self.stdio.state_dir, self.stdio.stderr_text)):
+            instance_id(proc.pid, state_dir)  # remembered for cgroup_dirs() after its exit
             proc.send_signal(signal.SIGTERM)
             try:
                 rc = proc.wait(timeout=BOUND)

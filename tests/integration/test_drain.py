@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import BACKEND, Server, _processes, cgroup_dirs, held_sandboxes, mounts_under, wait_until
+from conftest import BACKEND, Server, _processes, cgroup_dirs, instance_id, held_sandboxes, mounts_under, wait_until
 from test_http import HttpServer, call_msg
 
 pytestmark = [
@@ -182,6 +182,7 @@ def one_round(kind, delay):
     tracker.start()
     try:
         r.start()
+        instance_id(pid, r.state_dir)  # remembered for cgroup_dirs(pid) after its exit
         # The pool is up (two held), plus the session's kernel.
         assert wait_until(lambda: len(held_sandboxes()) >= 2, timeout=60), r.stderr_text()[-3000:]
         r.burst()

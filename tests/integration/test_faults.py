@@ -34,7 +34,7 @@ import time
 
 import pytest
 
-from conftest import BACKEND, BINARY, cgroup_dirs, descendants, mounts_under, processes_with_marker, wait_until, work_left
+from conftest import BACKEND, BINARY, cgroup_dirs, instance_id, descendants, mounts_under, processes_with_marker, wait_until, work_left
 from test_http import LATEST, HttpServer, call_msg, sse_events
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
@@ -66,6 +66,7 @@ def _descends_from(pid, ancestor):
 
 
 def kill9(server):
+    instance_id(server.proc.pid)  # remembered: the next server forgets its record
     server.proc.send_signal(signal.SIGKILL)
     server.proc.wait(timeout=10)
     return server.proc.pid

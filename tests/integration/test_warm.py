@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BACKEND, _cmdline, held_sandboxes, wait_until, work_left
+from conftest import BACKEND, _cmdline, held_sandboxes, instance_id, cgroup_dirs, wait_until, work_left
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 import wheelhouse  # noqa: E402
@@ -503,6 +503,7 @@ def test_shutdown_leaves_nothing(make_server):
     assert len(dirs) == 8, dirs
     assert all(os.path.exists(d + ".ctl/go") for d in dirs), dirs
     assert wait_until(lambda: work_left(s.state_dir) == [], timeout=5), work_left(s.state_dir)
+    instance_id(s.proc.pid)  # remembered: its record goes with it
     s.proc.stdin.close()
     assert s.proc.wait(timeout=15) == 0
     assert wait_until(lambda: held_sandboxes() == {}, timeout=5)
@@ -522,7 +523,7 @@ def test_shutdown_leaves_nothing(make_server):
     with open("/proc/self/mountinfo") as f:
         mounts = f.read()
     assert not any(d in mounts for d in dirs)
-    assert not glob.glob(f"/sys/fs/cgroup/**/mps-{s.proc.pid}", recursive=True)
+    assert not cgroup_dirs(s.proc.pid)
     work = os.path.join(s.state_dir, "work")
     assert not [e for e in os.listdir(work) if e.startswith("srv-")], os.listdir(work)
 

@@ -28,8 +28,16 @@
 #define UNUSED __attribute__((unused))
 #define SYSTEM_PYTHON "/usr/bin/python3"
 #define UID_BASE 2000000000u
-/* The 4096 uids the backend hands out in this process (other processes get others). */
-#define OUR_UID_FIRST (UID_BASE + (((uint32_t)getpid() & 0x7fff) << 12))
+/* The 4096 uids the backend hands out in this process (its instance's block: other
+ * instances get others). */
+static uid_t our_uid_first(void) {
+  unsigned count;
+  uid_t first = sbx_uid_block(&count);
+  assert_int_equal(count, 4096);
+  assert_true(first >= UID_BASE && (first - UID_BASE) % 4096 == 0);
+  return first;
+}
+#define OUR_UID_FIRST our_uid_first()
 #define OUR_UID_END (OUR_UID_FIRST + 4096)
 #define SECRET_ENV_VALUE "hunter2-host-secret"
 
