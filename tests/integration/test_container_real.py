@@ -22,6 +22,7 @@ import pytest
 
 from conftest import Server, wait_until
 import policy_probes
+import test_hostile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 import wheelhouse  # noqa: E402
@@ -599,3 +600,42 @@ def test_build_reaches_a_loopback_index_through_the_proxy(engine, start, wheels,
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+# ---------------------------------------------------------------- the escape battery
+
+@pytest.fixture(scope="module", params=ENGINES or ["none"])
+def hostile(request, tmp_path_factory):
+    """test_hostile.py's server (the same limits, a host secret in root's home and in the
+    server's environment) on a container engine: its probes run here unchanged."""
+    engine = request.param
+    run_dir = str(tmp_path_factory.mktemp("hostile-runs"))
+    with open(test_hostile.SECRET_FILE, "w") as f:
+        f.write(test_hostile.SECRET)
+    os.chmod(test_hostile.SECRET_FILE, 0o644)
+    s = Server("--network", "off", "--tmp-size", "16M", "--max-file-size", "8M", "--max-processes", "64",
+               "--memory-limit", "512M", backend=engine,
+               env={"MPS_TEST_SECRET": test_hostile.SECRET, "MPS_DOCKER_RUN_DIR": run_dir, "MPS_DOCKER": None})
+    try:
+        s.initialize()
+        res = s.probed_environment(timeout=120)
+        assert res["structuredContent"]["sandbox_available"], res["content"][0]["text"]
+        s.execute("pass")  # warm up before measuring memory
+        s.rss_before = s.rss_kib("VmRSS")
+        yield s
+    finally:
+        os.unlink(test_hostile.SECRET_FILE)
+        s.close()
+    assert wait_until(lambda: ours(engine) == [], timeout=30), ours(engine)
+    assert os.listdir(run_dir) == []
+
+
+# test_hostile.py's probes, each as it is there, against the fixture above (pytest resolves
+# `hostile` in this module): the same answers on docker and podman as on bubblewrap.  Its
+# tests of bubblewrap's own flags (--network host, --work-size) are not here.
+HOSTILE_PROBES = [name for name in dir(test_hostile) if name.startswith("test_")
+                  and "hostile" in test_hostile.__dict__[name].__code__.co_varnames[
+                      :test_hostile.__dict__[name].__code__.co_argcount]]
+for _name in HOSTILE_PROBES:
+    globals()["test_hostile_" + _name[len("test_"):]] = test_hostile.__dict__[_name]
+del _name

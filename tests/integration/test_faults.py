@@ -403,11 +403,13 @@ def test_fd_exhaustion_refuses_or_queues_and_keeps_serving(tmp_path):
 
 
 def test_fd_exhaustion_refuses_new_calls_with_an_error(make_server):
-    """A stdio server with RLIMIT_NOFILE 40 and eight calls at once: those that get their
+    """A stdio server with RLIMIT_NOFILE 42 and eight calls at once: those that get their
     pipes run; the others are refused with an error that says why; every call is answered
     once, and once descriptors are free again calls run."""
     def low_fds():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+        # 42: the server's own descriptors (among them the instance's two locks in
+        # <state>/instances/) leave it room for about one call's pipes.
+        resource.setrlimit(resource.RLIMIT_NOFILE, (42, 42))
 
     s = make_server("--max-concurrent", "16", "--prestart", "off", preexec_fn=low_fds)
     s.initialize()
