@@ -60,7 +60,7 @@
 
 #define BWRAP_DROP_IN_SANDBOX "/run/mps-sandbox-drop"
 #define BWRAP_WORKDIR "/work"
-#define BWRAP_HOSTNAME "sandbox"
+#define BWRAP_HOSTNAME SBX_SANDBOX_HOSTNAME
 /* /tmp when the spec gives no size: never unbounded (it is RAM). */
 #define BWRAP_DEFAULT_TMP_BYTES (100ULL << 20)
 /* /dev/shm (POSIX semaphores and shared memory for multiprocessing) gets the /tmp size up
@@ -301,19 +301,11 @@ static char **resolver_args_new(char ***files) {
   return args_steal(&a);
 }
 
-/* The hosts file of every sandbox but one on the host's network. */
-#define BWRAP_HOSTS                             \
-  "127.0.0.1\tlocalhost\n"                      \
-  "::1\tlocalhost ip6-localhost ip6-loopback\n" \
-  "127.0.1.1\t" BWRAP_HOSTNAME "\n"
-/* The resolv.conf of a sandbox whose way out is the egress proxy: it resolves nothing itself
- * (its namespace has nothing but loopback, where no resolver listens: a lookup fails at once),
- * and learns nothing of the host's resolvers or search domains. */
-#define BWRAP_RESOLV_CONF                                                                     \
-  "# mcp-python-exec-sandbox: this sandbox resolves no names itself; its clients reach the\n" \
-  "# network through the egress proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY), which does.\n"    \
-  "nameserver 127.0.0.1\n"                                                                    \
-  "options timeout:1 attempts:1\n"
+/* The hosts file of every sandbox but one on the host's network, and the resolv.conf of one
+ * whose way out is the egress proxy (sandbox-internal.h: the container backends use them
+ * too). */
+#define BWRAP_HOSTS SBX_HOSTS_TEXT
+#define BWRAP_RESOLV_CONF SBX_RESOLV_CONF_TEXT
 
 /* ---------------------------------------------------------------- build */
 

@@ -90,7 +90,7 @@
 #define DOCKER_PYTHONS_LABEL "io.github.mcp-python-exec-sandbox.pythons"
 #define DOCKER_IMAGE_BIN "/usr/local/bin"
 #define DOCKER_WORKDIR "/work"
-#define DOCKER_HOSTNAME "sandbox"
+#define DOCKER_HOSTNAME SBX_SANDBOX_HOSTNAME
 #define DOCKER_NAME_PREFIX "mps-"
 #define DOCKER_PROBE_TIMEOUT_MS 5000
 #define DOCKER_PROBE_OUTPUT_MAX 4096
@@ -125,6 +125,7 @@ typedef struct docker_priv {
   char *run_dir;                  /* where each run's channel directory is made (0700, ours) */
   char *seccomp_path;             /* the OCI seccomp profile every container gets (0600, ours) */
   char *passwd_path, *group_path; /* its /etc/passwd and /etc/group (0644, ours) */
+  char *hosts_path, *resolv_path; /* its /etc/hosts and /etc/resolv.conf (0644, ours) */
   char *image;                    /* image reference */
   char *image_id;                 /* "sha256:…" from the probe */
   /* What the probe found in the image: its python3 (full version, real path, the
@@ -524,7 +525,10 @@ static int write_container_files(sbx_backend_t *b, docker_priv_t *p, cm_error_t 
   cleanup_free char *group_text = cm_buf_steal(&group);
   if (write_container_file(dir, "seccomp", json, 0600, &p->seccomp_path, err) < 0 ||
       write_container_file(dir, "passwd", passwd_text, 0644, &p->passwd_path, err) < 0 ||
-      write_container_file(dir, "group", group_text, 0644, &p->group_path, err) < 0)
+      write_container_file(dir, "group", group_text, 0644, &p->group_path, err) < 0 ||
+      write_container_file(dir, "hosts", SBX_HOSTS_TEXT, 0644, &p->hosts_path, err) < 0 ||
+      write_container_file(dir, "resolv.conf", SBX_RESOLV_CONF_TEXT, 0644, &p->resolv_path, err) <
+          0)
     return -1;
   return 0;
 }
@@ -562,7 +566,8 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   cleanup_free char *chan_dir = xasprintf("%s/%s", p->run_dir, name);
   /* The files the probe wrote, written again should someone have removed them since. */
   if (!p->seccomp_path || access(p->seccomp_path, R_OK) < 0 || access(p->passwd_path, R_OK) < 0 ||
-      access(p->group_path, R_OK) < 0) {
+      access(p->group_path, R_OK) < 0 || access(p->hosts_path, R_OK) < 0 ||
+      access(p->resolv_path, R_OK) < 0) {
     if (write_container_files(b, p, err) < 0) return -1;
   }
 
@@ -681,6 +686,17 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   cm_strv_addf(&a, "%s:/etc/passwd:ro", p->passwd_path);
   cm_strv_add(&a, "-v");
   cm_strv_addf(&a, "%s:/etc/group:ro", p->group_path);
+  /* Only a container on the engine's network (network without egress) gets the engine's
+   * resolver files (both engines copy the host's resolvers and search domains, also with
+   * --network none, and podman's hosts names the host as host.containers.internal); every
+   * other gets localhost alone and a resolv.conf that names nothing of the host, as under
+   * bubblewrap. */
+  if (!(spec->network && !egress)) {
+    cm_strv_add(&a, "-v");
+    cm_strv_addf(&a, "%s:/etc/hosts:ro", p->hosts_path);
+    cm_strv_add(&a, "-v");
+    cm_strv_addf(&a, "%s:/etc/resolv.conf:ro", p->resolv_path);
+  }
   for (char *const *e = spec->envp; e && *e; e++) cm_strv_addv(&a, "--env", *e, NULL);
   cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", "--entrypoint",
                DOCKER_DROP_IN_CONTAINER, p->image, "--connect", DOCKER_CHANNEL_DIR "/channel",
@@ -1164,6 +1180,8 @@ static void docker_free(sbx_backend_t *b) {
   free(p->seccomp_path);
   free(p->passwd_path);
   free(p->group_path);
+  free(p->hosts_path);
+  free(p->resolv_path);
   free(p->server_version);
   cm_strv_free(p->cli_envp);
   free(p);

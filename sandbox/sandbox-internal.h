@@ -50,6 +50,23 @@ bool sbx_instance_gone(const char *id);
 void sbx_instance_forget(const char *id);
 void sbx_instance_keep_record(void);
 
+/* What every backend gives a sandbox in place of the host's resolver files: the hostname, the
+ * hosts file of every sandbox but one on the host's network (localhost and the sandbox's own
+ * name, nothing of the host's), and the resolv.conf of one whose way out is the egress proxy:
+ * it resolves nothing itself (its namespace has nothing but loopback, where no resolver
+ * listens: a lookup fails at once), and learns nothing of the host's resolvers or search
+ * domains. */
+#define SBX_SANDBOX_HOSTNAME "sandbox"
+#define SBX_HOSTS_TEXT                          \
+  "127.0.0.1\tlocalhost\n"                      \
+  "::1\tlocalhost ip6-localhost ip6-loopback\n" \
+  "127.0.1.1\t" SBX_SANDBOX_HOSTNAME "\n"
+#define SBX_RESOLV_CONF_TEXT                                                                  \
+  "# mcp-python-exec-sandbox: this sandbox resolves no names itself; its clients reach the\n" \
+  "# network through the egress proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY), which does.\n"    \
+  "nameserver 127.0.0.1\n"                                                                    \
+  "options timeout:1 attempts:1\n"
+
 /* A deep copy of a NULL-terminated string vector. */
 char **sbx_strv_copy(char *const *v);
 

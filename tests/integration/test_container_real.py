@@ -639,3 +639,47 @@ HOSTILE_PROBES = [name for name in dir(test_hostile) if name.startswith("test_")
 for _name in HOSTILE_PROBES:
     globals()["test_hostile_" + _name[len("test_"):]] = test_hostile.__dict__[_name]
 del _name
+
+
+RESOLVER_FILES = "print(open('/etc/hosts').read()); print('---'); print(open('/etc/resolv.conf').read())"
+
+
+def _host_resolver_words():
+    """Names, addresses and search domains of the host's resolver files (a sandbox must see
+    none of them): everything but localhost's."""
+    words = set()
+    for path in ("/etc/hosts", "/etc/resolv.conf"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    line = line.split("#", 1)[0].split()
+                    if line and line[0] in ("nameserver", "search", "domain"):
+                        line = line[1:]
+                    words.update(line)
+        except OSError:
+            pass
+    return words - {"localhost", "127.0.0.1", "::1", "ip6-localhost", "ip6-loopback",
+                    "ip6-localnet", "ip6-mcastprefix", "ip6-allnodes", "ip6-allrouters",
+                    "fe00::0", "ff00::0", "ff02::1", "ff02::2", "options"}
+
+
+def test_a_networked_container_gets_resolver_files_of_its_own(engine, start):
+    """As under bubblewrap (issue 30, 9): a networked container's /etc/hosts names localhost
+    and the sandbox alone, and its resolv.conf nothing of the host (the engines copied the
+    host's resolvers and search domains, and podman's hosts named the host); a container
+    without network gets the same files."""
+    s = start()
+    host_words = _host_resolver_words()
+    for network in (True, False):
+        res = s.execute(RESOLVER_FILES, network=network)
+        sc = res["structuredContent"]
+        assert sc["exit_code"] == 0, text(res)
+        hosts, resolv = sc["stdout"].split("---\n", 1)
+        entries = [line.split() for line in hosts.splitlines() if line.strip()]
+        assert entries == [["127.0.0.1", "localhost"], ["::1", "localhost", "ip6-localhost", "ip6-loopback"],
+                           ["127.0.1.1", "sandbox"]], hosts
+        leaked = {w for w in host_words if w in sc["stdout"].split()}
+        assert not leaked, (leaked, sc["stdout"])
+        servers = [line.split()[1] for line in resolv.splitlines() if line.startswith("nameserver")]
+        assert servers == ["127.0.0.1"], resolv
+        assert not any(line.startswith(("search", "domain")) for line in resolv.splitlines()), resolv
