@@ -375,6 +375,75 @@ static int hand_over(const char *dir, uid_t uid, gid_t gid, cm_error_t *err) {
   return chown_workdir(dir, uid, gid, err);
 }
 
+/* ---------------------------------------------------------------- the mount plan */
+
+typedef struct plan_fds {
+  int fds[8];
+  size_t n;
+} plan_fds_t;
+
+static void plan_fds_close(plan_fds_t *f) {
+  for (size_t i = 0; i < f->n; i++)
+    if (f->fds[i] >= 0) close(f->fds[i]);
+}
+#define cleanup_fds __attribute__((cleanup(plan_fds_close)))
+#define cleanup_mount_plan __attribute__((cleanup(sbx_mount_plan_free)))
+
+/* The plan as bwrap's arguments: files with data as sealed memfds (--file), binds and capped
+ * tmpfs mounts with their parents made 0755 first. */
+static int render_mounts(argv_builder_t *a, const sbx_mount_plan_t *plan, int *fds, size_t *n_fds,
+                         size_t max_fds, cm_error_t *err) {
+  for (size_t i = 0; i < plan->n; i++) {
+    const sbx_mount_op_t *op = &plan->ops[i];
+    char mode[16];
+    snprintf(mode, sizeof mode, "%04o", op->mode);
+    args_add_parents(a, op->target);
+    switch (op->kind) {
+      case SBX_MOUNT_FILE:
+        if (op->source) {
+          args_add(a, "--ro-bind", op->source, op->target, NULL);
+          break;
+        }
+        if (*n_fds >= max_fds)
+          return cm_error_set(err, 0, CM_ERR_INTERNAL, "too many files in a mount plan");
+        cleanup_free char *name = xasprintf("mps-%s", op->name ? op->name : "file");
+        int fd = data_fd(name, op->data, err);
+        if (fd < 0) return -1;
+        fds[(*n_fds)++] = fd;
+        args_add(a, "--perms", mode, "--file", NULL);
+        args_addf(a, "%d", fd);
+        args_add1(a, op->target);
+        break;
+      case SBX_MOUNT_TMPFS:
+        args_add(a, "--size", NULL);
+        args_addf(a, "%llu", (unsigned long long)op->size);
+        args_add(a, "--perms", mode, "--tmpfs", op->target, NULL);
+        break;
+      case SBX_MOUNT_RO_BIND:
+      case SBX_MOUNT_BIND:
+        args_add(a, op->kind == SBX_MOUNT_BIND ? "--bind" : "--ro-bind", op->source, op->target,
+                 NULL);
+        if (op->workdir) args_add(a, "--chdir", op->target, NULL);
+        break;
+    }
+  }
+  return 0;
+}
+
+int sbx_bwrap_render_mounts(const sbx_mount_plan_t *plan, cm_strv_builder_t *out, int *fds,
+                            size_t *n_fds, size_t max_fds, cm_error_t *err) {
+  argv_builder_t a = {0};
+  /* As in a run: made by the system mounts already. */
+  a.dirs[a.n_dirs++] = xstrdup("/etc");
+  a.dirs[a.n_dirs++] = xstrdup("/tmp");
+  a.dirs[a.n_dirs++] = xstrdup("/dev");
+  int rc = render_mounts(&a, plan, fds, n_fds, max_fds, err);
+  char **v = args_steal(&a);
+  for (char **s = v; rc == 0 && *s; s++) cm_strv_add(out, *s);
+  cm_strv_free(v);
+  return rc;
+}
+
 static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
                        cm_error_t *err) {
   bwrap_priv_t *p = priv_of(b);
@@ -400,10 +469,6 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
       "sandbox:x:%u:%u:sandbox:" BWRAP_WORKDIR ":/usr/sbin/nologin\n",
       (unsigned)uid, (unsigned)gid);
   cleanup_free char *group = xasprintf("root:x:0:\nsandbox:x:%u:\n", (unsigned)gid);
-  cleanup_close int passwd_fd = data_fd("mps-passwd", passwd, err);
-  if (passwd_fd < 0) return -1;
-  cleanup_close int group_fd = data_fd("mps-group", group, err);
-  if (group_fd < 0) return -1;
   /* The channel to the supervisor (drop.c): the sandbox gets the status pipe's write end
    * and the control pipe's read end, the server keeps the other two. */
   int status_pipe[2] = {-1, -1}, control_pipe[2] = {-1, -1};
@@ -414,22 +479,26 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   if (cm_set_nonblock(status_read, true) < 0)
     return cm_error_set(err, errno, CM_ERR_IO, "fcntl(O_NONBLOCK)");
   /* Only a sandbox on the host's network (network without egress) sees the host's resolver
-   * files; every other gets its own. */
-  bool host_network = spec->network && !spec->egress;
-  cleanup_close int hosts_fd = -1, resolv_fd = -1;
-  if (!host_network) {
-    hosts_fd = data_fd("mps-hosts", BWRAP_HOSTS, err);
-    if (hosts_fd < 0) return -1;
-  }
-  if (spec->network && spec->egress) {
-    resolv_fd = data_fd("mps-resolv", BWRAP_RESOLV_CONF, err);
-    if (resolv_fd < 0) return -1;
-  }
+   * files; every other gets its own (the plan's). */
+  bool host_network = sbx_spec_host_network(spec);
+  sbx_mount_plan_in_t plan_in = {
+      .workdir_target = BWRAP_WORKDIR,
+      .default_tmp_bytes = BWRAP_DEFAULT_TMP_BYTES,
+      .max_shm_bytes = BWRAP_MAX_SHM_BYTES,
+      .passwd = {.data = passwd},
+      .group = {.data = group},
+      .hosts = {.data = BWRAP_HOSTS},
+      .resolv = {.data = BWRAP_RESOLV_CONF},
+  };
+  cleanup_mount_plan sbx_mount_plan_t plan;
+  sbx_mount_plan_build(spec, &plan_in, &plan);
+  cleanup_fds plan_fds_t plan_fds = {.n = 0};
 
   argv_builder_t a = {0};
-  /* Made by the system mounts already. */
+  /* Made by the system mounts already (/dev: by --dev). */
   a.dirs[a.n_dirs++] = xstrdup("/etc");
   a.dirs[a.n_dirs++] = xstrdup("/tmp");
+  a.dirs[a.n_dirs++] = xstrdup("/dev");
   args_add(&a, p->bwrap_path, NULL);
   if (!p->as_root) args_add(&a, "--unshare-user", NULL);
   args_add(&a, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup", NULL);
@@ -460,56 +529,17 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   if (host_network) {
     for (char **s = p->resolver_args; *s; s++) args_add1(&a, *s);
     add_file_copies(&a, p->resolver_files, copy_fds, &n_copies, CM_ARRAY_SIZE(copy_fds));
-  } else {
-    args_add(&a, "--perms", "0644", "--file", NULL);
-    args_addf(&a, "%d", hosts_fd);
-    args_add(&a, "/etc/hosts", NULL);
   }
-  if (resolv_fd >= 0) {
-    args_add(&a, "--perms", "0644", "--file", NULL);
-    args_addf(&a, "%d", resolv_fd);
-    args_add(&a, "/etc/resolv.conf", NULL);
-  }
-  /* Plain files in the root tmpfs (no mount each), owned by root, read-only once the root
-   * is remounted read-only below. */
-  args_add(&a, "--perms", "0644", "--file", NULL);
-  args_addf(&a, "%d", passwd_fd);
-  args_add(&a, "/etc/passwd", "--perms", "0644", "--file", NULL);
-  args_addf(&a, "%d", group_fd);
-  args_add(&a, "/etc/group", NULL);
-
-  uint64_t tmp_bytes = spec->limits.tmp_bytes ? spec->limits.tmp_bytes : BWRAP_DEFAULT_TMP_BYTES;
-  uint64_t shm_bytes = CM_MIN(tmp_bytes, BWRAP_MAX_SHM_BYTES);
-  args_add(&a, "--proc", "/proc", "--dev", "/dev", "--size", NULL);
-  args_addf(&a, "%llu", (unsigned long long)shm_bytes);
-  args_add(&a, "--perms", "01777", "--tmpfs", "/dev/shm", NULL);
-  /* A spec mount at /tmp (a build's, on its own bounded space) replaces the tmpfs, in the
-   * same place: before the binds, which may be below /tmp. */
-  const sbx_mount_t *tmp_mount = NULL;
-  for (size_t i = 0; i < spec->n_mounts; i++)
-    if (strcmp(spec->mounts[i].target, "/tmp") == 0) tmp_mount = &spec->mounts[i];
-  if (tmp_mount) {
-    args_add(&a, tmp_mount->writable ? "--bind" : "--ro-bind", tmp_mount->host, "/tmp", NULL);
-  } else {
-    args_add(&a, "--size", NULL);
-    args_addf(&a, "%llu", (unsigned long long)tmp_bytes);
-    args_add(&a, "--perms", "01777", "--tmpfs", "/tmp", NULL);
-  }
-
-  for (char *const *r = spec->ro_binds; r && *r; r++) {
-    if (path_is_under(*r, "/usr")) continue; /* already visible, read-only */
-    args_add_parents(&a, *r);
-    args_add(&a, "--ro-bind", *r, *r, NULL);
-  }
-  for (size_t i = 0; i < spec->n_mounts; i++) {
-    const sbx_mount_t *m = &spec->mounts[i];
-    if (m == tmp_mount) continue;
-    args_add_parents(&a, m->target);
-    args_add(&a, m->writable ? "--bind" : "--ro-bind", m->host, m->target, NULL);
+  args_add(&a, "--proc", "/proc", "--dev", "/dev", NULL);
+  /* The run's own mounts and files: /etc's files are plain files in the root tmpfs (no mount
+   * each), owned by root, read-only once the root is remounted read-only below. */
+  if (render_mounts(&a, &plan, plan_fds.fds, &plan_fds.n, CM_ARRAY_SIZE(plan_fds.fds), err) < 0) {
+    for (size_t i = 0; i < n_copies; i++) close(copy_fds[i]);
+    cm_strv_free(args_steal(&a));
+    return -1;
   }
   args_add_parents(&a, BWRAP_DROP_IN_SANDBOX);
   args_add(&a, "--ro-bind", p->drop_path, BWRAP_DROP_IN_SANDBOX, NULL);
-  args_add(&a, "--bind", spec->workdir, BWRAP_WORKDIR, "--chdir", BWRAP_WORKDIR, NULL);
   /* Nothing may be written into the root tmpfs itself (it has no size limit); only /work,
    * /tmp and /dev/shm are writable. */
   args_add(&a, "--remount-ro", "/", NULL);
@@ -562,10 +592,7 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   launch->set_rlimits = false;               /* the drop helper applies them */
   size_t n = 0;
   launch->pass_fds[n++] = steal_fd(&seccomp_fd);
-  launch->pass_fds[n++] = steal_fd(&passwd_fd);
-  launch->pass_fds[n++] = steal_fd(&group_fd);
-  if (hosts_fd >= 0) launch->pass_fds[n++] = steal_fd(&hosts_fd);
-  if (resolv_fd >= 0) launch->pass_fds[n++] = steal_fd(&resolv_fd);
+  for (size_t i = 0; i < plan_fds.n; i++) launch->pass_fds[n++] = steal_fd(&plan_fds.fds[i]);
   launch->pass_fds[n++] = steal_fd(&status_write);
   launch->pass_fds[n++] = steal_fd(&control_read);
   if (egress_fd >= 0) launch->pass_fds[n++] = steal_fd(&egress_fd);

@@ -533,6 +533,52 @@ static int write_container_files(sbx_backend_t *b, docker_priv_t *p, cm_error_t 
   return 0;
 }
 
+/* ---------------------------------------------------------------- the mount plan */
+
+int sbx_docker_render_mounts(const sbx_mount_plan_t *plan, const char *image_command,
+                             cm_strv_builder_t *out, cm_error_t *err) {
+  for (size_t i = 0; i < plan->n; i++) {
+    const sbx_mount_op_t *op = &plan->ops[i];
+    switch (op->kind) {
+      case SBX_MOUNT_FILE:
+        if (!op->source)
+          return cm_error_set(err, 0, CM_ERR_INTERNAL, "a container's %s needs a host file",
+                              op->target);
+        cm_strv_add(out, "-v");
+        cm_strv_addf(out, "%s:%s:ro", op->source, op->target);
+        break;
+      case SBX_MOUNT_TMPFS:
+        /* The engines make /dev/shm themselves: its size is a flag of its own. */
+        if (strcmp(op->target, "/dev/shm") == 0) {
+          cm_strv_add(out, "--shm-size");
+          cm_strv_addf(out, "%llu", (unsigned long long)op->size);
+          break;
+        }
+        cm_strv_add(out, "--tmpfs");
+        if (op->mode == 01777) /* the engines' default mode */
+          cm_strv_addf(out, "%s:rw,nosuid,nodev,size=%llu", op->target,
+                       (unsigned long long)op->size);
+        else
+          cm_strv_addf(out, "%s:rw,nosuid,nodev,size=%llu,mode=%o", op->target,
+                       (unsigned long long)op->size, op->mode);
+        break;
+      case SBX_MOUNT_RO_BIND:
+      case SBX_MOUNT_BIND:
+        /* A read-only bind at its own path that holds the host's interpreter (its prefix):
+         * the image's interpreter replaces it. */
+        if (op->kind == SBX_MOUNT_RO_BIND && image_command && strcmp(op->source, op->target) == 0 &&
+            path_is_under(image_command, op->source))
+          break;
+        cm_strv_add(out, "-v");
+        cm_strv_addf(out, "%s:%s:%s", op->source, op->target,
+                     op->kind == SBX_MOUNT_BIND ? "rw" : "ro");
+        if (op->workdir) cm_strv_addv(out, "-w", op->target, NULL);
+        break;
+    }
+  }
+  return 0;
+}
+
 /* ---------------------------------------------------------------- build */
 
 static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *launch,
@@ -651,30 +697,28 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   if (p->podman) cm_strv_addv(&a, "--ulimit", "nproc=" DOCKER_PODMAN_NPROC, NULL);
   cm_strv_addv(&a, "--ulimit", "core=0:0", NULL);
 
-  uint64_t tmp_bytes = l->tmp_bytes ? l->tmp_bytes : DOCKER_DEFAULT_TMP_BYTES;
-  bool tmp_mounted = false;
-  for (size_t i = 0; i < spec->n_mounts; i++)
-    tmp_mounted |= strcmp(spec->mounts[i].target, "/tmp") == 0;
-  if (!tmp_mounted) {
-    cm_strv_addv(&a, "--tmpfs", NULL);
-    cm_strv_addf(&a, "/tmp:rw,nosuid,nodev,size=%llu", (unsigned long long)tmp_bytes);
-  }
-  cm_strv_addv(&a, "--shm-size", NULL);
-  cm_strv_addf(&a, "%llu", (unsigned long long)CM_MIN(tmp_bytes, DOCKER_MAX_SHM_BYTES));
-
-  cm_strv_addv(&a, "-v", NULL);
-  cm_strv_addf(&a, "%s:" DOCKER_WORKDIR ":rw", spec->workdir);
-  cm_strv_addv(&a, "-w", DOCKER_WORKDIR, NULL);
-  for (size_t i = 0; i < spec->n_mounts; i++) {
-    const sbx_mount_t *m = &spec->mounts[i];
-    cm_strv_addv(&a, "-v", NULL);
-    cm_strv_addf(&a, "%s:%s:%s", m->host, m->target, m->writable ? "rw" : "ro");
-  }
-  for (char *const *r = spec->ro_binds; r && *r; r++) {
-    /* The host interpreter's prefix: the image's interpreter replaces it. */
-    if (path_is_under(spec->argv[0], *r) || path_is_under(*r, "/usr")) continue;
-    cm_strv_addv(&a, "-v", NULL);
-    cm_strv_addf(&a, "%s:%s:ro", *r, *r);
+  /* The run's own mounts and files (the plan every backend renders).  /etc's files are ours,
+   * written once (write_container_files); only a container on the engine's network (network
+   * without egress) keeps the engine's resolver files (both engines copy the host's resolvers
+   * and search domains, also with --network none, and podman's hosts names the host as
+   * host.containers.internal); every other gets localhost alone and a resolv.conf that names
+   * nothing of the host, as under bubblewrap. */
+  sbx_mount_plan_in_t plan_in = {
+      .workdir_target = DOCKER_WORKDIR,
+      .default_tmp_bytes = DOCKER_DEFAULT_TMP_BYTES,
+      .max_shm_bytes = DOCKER_MAX_SHM_BYTES,
+      .passwd = {.path = p->passwd_path},
+      .group = {.path = p->group_path},
+      .hosts = {.path = p->hosts_path},
+      .resolv = {.path = p->resolv_path},
+  };
+  sbx_mount_plan_t plan;
+  sbx_mount_plan_build(spec, &plan_in, &plan);
+  int rendered = sbx_docker_render_mounts(&plan, spec->argv[0], &a, err);
+  sbx_mount_plan_free(&plan);
+  if (rendered < 0) {
+    cm_strv_free(cm_strv_steal(&a));
+    return -1;
   }
   /* The supervisor, bind-mounted, is the container's pid 1 (in place of --init): it
    * reaps, forwards egress, and reports the command's real status and OOM kills. */
@@ -682,21 +726,6 @@ static int docker_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *
   cm_strv_addf(&a, "%s:" DOCKER_CHANNEL_DIR ":ro", chan_dir);
   cm_strv_add(&a, "-v");
   cm_strv_addf(&a, "%s:" DOCKER_DROP_IN_CONTAINER ":ro", p->drop_path);
-  cm_strv_add(&a, "-v");
-  cm_strv_addf(&a, "%s:/etc/passwd:ro", p->passwd_path);
-  cm_strv_add(&a, "-v");
-  cm_strv_addf(&a, "%s:/etc/group:ro", p->group_path);
-  /* Only a container on the engine's network (network without egress) gets the engine's
-   * resolver files (both engines copy the host's resolvers and search domains, also with
-   * --network none, and podman's hosts names the host as host.containers.internal); every
-   * other gets localhost alone and a resolv.conf that names nothing of the host, as under
-   * bubblewrap. */
-  if (!(spec->network && !egress)) {
-    cm_strv_add(&a, "-v");
-    cm_strv_addf(&a, "%s:/etc/hosts:ro", p->hosts_path);
-    cm_strv_add(&a, "-v");
-    cm_strv_addf(&a, "%s:/etc/resolv.conf:ro", p->resolv_path);
-  }
   for (char *const *e = spec->envp; e && *e; e++) cm_strv_addv(&a, "--env", *e, NULL);
   cm_strv_addv(&a, "--label", "io.github.mcp-python-exec-sandbox.run=1", "--entrypoint",
                DOCKER_DROP_IN_CONTAINER, p->image, "--connect", DOCKER_CHANNEL_DIR "/channel",

@@ -67,6 +67,63 @@ void sbx_instance_keep_record(void);
   "nameserver 127.0.0.1\n"                                                                    \
   "options timeout:1 attempts:1\n"
 
+/* mountplan.c: what a run's sandbox sees besides the backend's own system layout, as one
+ * typed list built once per run and rendered by each backend (bubblewrap arguments, container
+ * --mount/-v flags), the way bubblewrap builds its SetupOp list and runs it in one place: the
+ * backends cannot drift on a mount.  In order: the files of /etc (passwd, group, and hosts
+ * and resolv.conf unless the sandbox is on the host's network), /dev/shm's and /tmp's capped
+ * tmpfs (or a spec mount at /tmp), the read-only binds at their own paths (not those under
+ * /usr, which every backend shows already), the spec's mounts, and the work directory. */
+typedef enum sbx_mount_op_kind {
+  SBX_MOUNT_RO_BIND, /* source (host path) at target, read-only */
+  SBX_MOUNT_BIND,    /* source at target, writable */
+  SBX_MOUNT_TMPFS,   /* a tmpfs of size bytes and mode at target */
+  SBX_MOUNT_FILE,    /* a read-only file of mode at target: data, or the host file source */
+} sbx_mount_op_kind_t;
+
+typedef struct sbx_mount_op {
+  sbx_mount_op_kind_t kind;
+  const char *source; /* binds: host path; FILE: a host file holding it (NULL: data) */
+  const char *target;
+  const char *data; /* FILE without source: the contents */
+  const char *name; /* FILE: what it is ("passwd"), e.g. for a memfd's name */
+  uint64_t size;    /* TMPFS */
+  unsigned mode;    /* TMPFS, FILE */
+  bool workdir;     /* the work directory (the command's cwd) */
+} sbx_mount_op_t;
+
+typedef struct sbx_mount_plan {
+  sbx_mount_op_t *ops;
+  size_t n, cap;
+} sbx_mount_plan_t;
+
+/* What a backend brings: the work directory's path inside, the /tmp size when the spec gives
+ * none and the cap of /dev/shm, and the files of /etc, each as contents (data) or as a host
+ * file (path).  Strings are borrowed: they (and the spec's) must outlive the plan. */
+typedef struct sbx_mount_files {
+  const char *data, *path;
+} sbx_mount_file_t;
+typedef struct sbx_mount_plan_in {
+  const char *workdir_target;
+  uint64_t default_tmp_bytes, max_shm_bytes;
+  sbx_mount_file_t passwd, group, hosts, resolv;
+} sbx_mount_plan_in_t;
+
+void sbx_mount_plan_build(const sbx_spec_t *spec, const sbx_mount_plan_in_t *in,
+                          sbx_mount_plan_t *plan);
+void sbx_mount_plan_free(sbx_mount_plan_t *plan);
+/* Whether the sandbox is on the host's (or engine's) network: network without egress. */
+bool sbx_spec_host_network(const sbx_spec_t *spec);
+/* The renderings, for the backends and their unit test.  bwrap: arguments (files with data
+ * become memfds, their fds appended to fds, at most max_fds; -1 with err when one cannot be
+ * made or there is no room), with `--perms 0755 --dir` for parents.  Containers: -v/--tmpfs/
+ * --shm-size/-w flags; a FILE must have a host path, and read-only binds that hold
+ * image_command are left out (the image's interpreter replaces the host's). */
+int sbx_bwrap_render_mounts(const sbx_mount_plan_t *plan, cm_strv_builder_t *out, int *fds,
+                            size_t *n_fds, size_t max_fds, cm_error_t *err);
+int sbx_docker_render_mounts(const sbx_mount_plan_t *plan, const char *image_command,
+                             cm_strv_builder_t *out, cm_error_t *err);
+
 /* A deep copy of a NULL-terminated string vector. */
 char **sbx_strv_copy(char *const *v);
 
