@@ -2,7 +2,6 @@
 import glob
 import io
 import json
-import glob
 import os
 import queue
 import subprocess
