@@ -23,6 +23,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sandbox/sandbox-internal.h"
@@ -159,13 +160,23 @@ static bool record_field(const char *text, const char *key, char *out, size_t ou
 }
 
 /* Removes the records of instances that are gone and named another boot: nothing of theirs
- * (cgroups, processes) can exist any more.  Records of this boot stay for the sweeps that
- * need them as proof. */
+ * (cgroups, processes) can exist any more; and half-written records nobody holds.  Records of this
+ * boot stay for the sweeps that need them as proof. */
 static void forget_other_boots(void) {
   DIR *d = opendir(inst.dir);
   if (!d) return;
   struct dirent *e;
   while ((e = readdir(d))) {
+    if (strncmp(e->d_name, ".new-", 5) == 0) {
+      /* A record an instance died writing: nobody holds it, and it is older than the moment
+       * between a live instance's creating and locking it. */
+      int fd = lock_existing(inst.dir, e->d_name, false);
+      struct stat st;
+      if (fd >= 0 && fstat(fd, &st) == 0 && time(NULL) - st.st_mtime > 60)
+        unlinkat(dirfd(d), e->d_name, 0);
+      if (fd >= 0) close(fd);
+      continue;
+    }
     if (!sbx_instance_id_valid(e->d_name) || strcmp(e->d_name, inst.id) == 0) continue;
     cleanup_free char *path = xasprintf("%s/%s", inst.dir, e->d_name), *text = NULL;
     char boot[64];
