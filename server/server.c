@@ -106,6 +106,8 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
     cm_error_wrap(err, "recording the server instance");
     return NULL;
   }
+  cm_info("instance %s (its cgroups: mps-%s; its records: %s/instances)", sbx_instance_id(),
+          sbx_instance_id(), state);
   const char *backend_name = cfg->sandbox_backend;
   sbx_backend_t *backend = sbx_backend_new(backend_name, err);
   if (!backend) return NULL;
