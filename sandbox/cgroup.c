@@ -409,9 +409,11 @@ static void sweep_stale(const char *dir) {
     kill_members_below(sub, 1);
     /* A server killed a moment ago still has processes dying in there (its children get
      * SIGKILL by the parent-death signal, and just now by us): a directory cannot go before
-     * they are gone.  This runs once, at start-up, before anything is served; bounded. */
+     * they are gone.  This runs once, at start-up, before anything is served; bounded (5 s:
+     * 1 s was too short for a killed server's tree on a loaded machine; what is still busy
+     * then is swept by the next start). */
     bool removed = false;
-    for (int i = 0; i < 200 && !(removed = remove_tree(sub)); i++) {
+    for (int i = 0; i < 1000 && !(removed = remove_tree(sub)); i++) {
       if (errno != EBUSY) break;
       usleep(5000);
       kill_members_below(sub, 1);
