@@ -418,7 +418,10 @@ static void sweep_stale(const char *dir) {
       usleep(5000);
       kill_members_below(sub, 1);
     }
-    if (!removed) continue;
+    if (!removed) {
+      cm_warn("cgroup %s of a gone instance is still busy; the next start sweeps it", sub);
+      continue;
+    }
     swept_ids = xrealloc(swept_ids, (n_swept_ids + 1) * sizeof *swept_ids);
     swept_ids[n_swept_ids++] = xstrdup(instance_of(e->d_name));
   }
