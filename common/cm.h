@@ -173,6 +173,11 @@ typedef enum cm_log_level {
 } cm_log_level_t;
 
 /* Logs go to stderr, never stdout. */
+/* Looks whether stderr is the systemd journal's stream (JOURNAL_STREAM): its lines then carry
+ * sd-daemon priority prefixes ("<4>warning: ...").  Called once at start, before any thread. */
+bool cm_log_detect_journal(void);
+/* What the last cm_log_detect_journal found. */
+bool cm_log_journal(void);
 void cm_log_set_level(cm_log_level_t level);
 cm_log_level_t cm_log_get_level(void);
 int cm_log_parse_level(const char *name, cm_log_level_t *level);

@@ -1,9 +1,17 @@
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "common/cm.h"
 
 static cm_log_level_t current_level = CM_LOG_INFO;
+/* Whether stderr is the journal's stream (systemd's JOURNAL_STREAM names it): each line then
+ * starts with its sd-daemon priority ("<4>" for a warning) instead of a timestamp and the
+ * program's name, which the journal records itself, so `journalctl -p warning` finds it. */
+static bool to_journal;
+/* sd-daemon.h's SD_DEBUG, SD_INFO, SD_WARNING, SD_ERR. */
+static const char journal_priorities[] = {'7', '6', '4', '3'};
 
 static const char *const level_names[] = {"debug", "info", "warning", "error", "off"};
 
@@ -12,6 +20,23 @@ void cm_log_set_level(cm_log_level_t level) {
 }
 cm_log_level_t cm_log_get_level(void) {
   return current_level;
+}
+
+bool cm_log_detect_journal(void) {
+  to_journal = false;
+  const char *stream = getenv("JOURNAL_STREAM");
+  unsigned long long dev, ino;
+  int end = 0;
+  struct stat st;
+  if (stream && sscanf(stream, "%llu:%llu%n", &dev, &ino, &end) == 2 && stream[end] == '\0' &&
+      fstat(STDERR_FILENO, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+      (unsigned long long)st.st_ino == ino)
+    to_journal = true;
+  return to_journal;
+}
+
+bool cm_log_journal(void) {
+  return to_journal;
 }
 
 int cm_log_parse_level(const char *name, cm_log_level_t *level) {
@@ -35,10 +60,12 @@ void cm_log(cm_log_level_t level, const char *fmt, ...) {
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
-  int n = snprintf(line, sizeof line,
-                   "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s mcp-python-exec-sandbox: ",
-                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                   ts.tv_nsec / 1000000, level_names[level]);
+  int n = to_journal ? snprintf(line, sizeof line, "<%c>%s: ", journal_priorities[level],
+                                level_names[level])
+                     : snprintf(line, sizeof line,
+                                "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s mcp-python-exec-sandbox: ",
+                                tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                                tm.tm_sec, ts.tv_nsec / 1000000, level_names[level]);
   if (n < 0) return;
   va_list ap;
   va_start(ap, fmt);

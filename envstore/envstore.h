@@ -132,6 +132,7 @@ typedef struct env_counters {
   uint64_t build_ms;      /* their time, start to end */
   uint64_t evictions;     /* environments removed to make room (or too old) */
   uint64_t evicted_bytes;
+  uint64_t warm_failed; /* package cache warm-ups that did not complete */
 } env_counters_t;
 void env_store_counters(env_store_t *s, env_counters_t *out);
 /* The environments built for `owner` (a principal's name; NULL: the server's own) that

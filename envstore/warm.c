@@ -103,9 +103,11 @@ static void warm_imported(void *data, int rc, const char *text) {
   if (rc == 0)
     cm_info("package cache warmed in %llums (wheelhouse: %s)",
             (unsigned long long)(cm_now_ms() - w->started_ms), text);
-  else
-    cm_info("package cache warming did not complete: %s", text);
   env_store_t *s = w->store;
+  if (rc != 0) {
+    cm_warn("package cache warming did not complete: %s", text);
+    s->counters.warm_failed++;
+  }
   env_warm_free(w);
   env_evict(s);
 }
@@ -120,7 +122,8 @@ static void warm_exit(void *data, const sbx_result_t *res) {
     size_t hl, tl;
     cm_headtail_get(&w->output, &head, &hl, &tail, &tl);
     cleanup_free char *excerpt = cm_log_excerpt(tl ? tail : head, tl ? tl : hl, 300);
-    cm_info("package cache warming did not complete (exit code %d): %s", res->exit_code, excerpt);
+    cm_warn("package cache warming did not complete (exit code %d): %s", res->exit_code, excerpt);
+    s->counters.warm_failed++;
     env_warm_free(w);
     return;
   }
@@ -133,7 +136,8 @@ static void warm_exit(void *data, const sbx_result_t *res) {
   if (src < 0 || s->wheels_fd < 0 ||
       sbx_call_start(s->loop, import_wheels, &imp, keep, 2, s->opts.build_timeout_ms, warm_imported,
                      w, &w->import, &err) < 0) {
-    cm_info("package cache warming did not complete: %s", src < 0 ? "no downloads"
+    s->counters.warm_failed++;
+    cm_warn("package cache warming did not complete: %s", src < 0 ? "no downloads"
                                                           : s->wheels_fd < 0
                                                               ? "no wheelhouse"
                                                               : cm_error_message(&err));
@@ -148,7 +152,8 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
   size_t len;
   cm_error_t err = CM_ERROR_INIT;
   if (cm_read_file(warmup_file, 1u << 20, &text, &len, &err) < 0) {
-    cm_info("cache warming: %s", cm_error_message(&err));
+    cm_warn("cache warming: %s", cm_error_message(&err));
+    s->counters.warm_failed++;
     cm_error_release(&err);
     return;
   }
@@ -158,7 +163,8 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
   cm_headtail_init(&w->output, 2048, 2048);
   env_space_init(&w->space);
   if (env_space_make(s, "warm", false, &w->space, &err) < 0) {
-    cm_info("cache warming: %s", cm_error_message(&err));
+    cm_warn("cache warming: %s", cm_error_message(&err));
+    s->counters.warm_failed++;
     cm_error_release(&err);
     env_warm_free(w);
     return;
@@ -189,7 +195,8 @@ void env_store_warm(env_store_t *s, const py_interp_t *py, const char *warmup_fi
   }
   sbx_run_callbacks_t cbs = {.on_output = warm_output, .on_exit = warm_exit};
   if (env_start_installer_run(s, py->prefix, a.v, &w->space, NULL, &cbs, w, &w->run, &err) < 0) {
-    cm_info("cache warming could not start: %s", cm_error_message(&err));
+    cm_warn("cache warming could not start: %s", cm_error_message(&err));
+    s->counters.warm_failed++;
     cm_error_release(&err);
     env_warm_free(w);
   } else {

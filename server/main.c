@@ -18,6 +18,7 @@ typedef struct app {
   bool shutting_down;
   cm_timer_t *shutdown_timer;
   bool draining;
+  uint64_t drain_started_ms;
   cm_timer_t *drain_poll, *drain_deadline;
 } app_t;
 
@@ -90,6 +91,8 @@ static void drain_poll(cm_loop_t *loop, cm_timer_t *t, void *data) {
   app_t *app = data;
   app->drain_poll = NULL;
   if (srv_server_calls(app->server) == 0) {
+    cm_info("drain: done in %llums (no call left); stopping",
+            (unsigned long long)(cm_now_ms() - app->drain_started_ms));
     begin_shutdown(app, "drained");
     return;
   }
@@ -99,7 +102,7 @@ static void drain_poll(cm_loop_t *loop, cm_timer_t *t, void *data) {
 static void drain_deadline(cm_loop_t *loop, cm_timer_t *t, void *data) {
   app_t *app = data;
   app->drain_deadline = NULL;
-  cm_info("drain: %zu calls still running after --drain-seconds; cancelling them",
+  cm_warn("drain: %zu calls still running after --drain-seconds; cancelling them",
           srv_server_calls(app->server));
   begin_shutdown(app, "the drain's deadline");
 }
@@ -113,6 +116,7 @@ static void begin_drain(app_t *app, const char *why) {
     return;
   }
   app->draining = true;
+  app->drain_started_ms = cm_now_ms();
   cm_info("%s: draining (new calls are refused; %zu running may finish within %llus)", why,
           srv_server_calls(app->server), (unsigned long long)seconds);
   srv_server_drain(app->server);
@@ -139,6 +143,9 @@ static void on_signal(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
 }
 
 int main(int argc, char **argv) {
+  bool journal = cm_log_detect_journal();
+  /* What is always shown (not log lines) gets its priority in the journal too. */
+  const char *error_prefix = journal ? "<3>" : "";
   srv_config_t cfg;
   srv_config_defaults(&cfg);
   cm_error_t err = CM_ERROR_INIT;
@@ -154,7 +161,8 @@ int main(int argc, char **argv) {
     fputs(text, stdout);
   }
   if (rc != 0) {
-    if (rc < 0) fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
+    if (rc < 0)
+      fprintf(stderr, "%s%s: error: %s\n", error_prefix, SRV_NAME, cm_error_message(&err));
     cm_error_release(&err);
     srv_config_release(&cfg);
     return rc < 0 ? 2 : 0;
@@ -173,13 +181,13 @@ int main(int argc, char **argv) {
   app_t app = {0};
   app.loop = cm_loop_new(&err);
   if (!app.loop || sfd < 0) {
-    fprintf(stderr, "%s: error: %s\n", SRV_NAME,
+    fprintf(stderr, "%s%s: error: %s\n", error_prefix, SRV_NAME,
             app.loop ? "signalfd failed" : cm_error_message(&err));
     return 1;
   }
   app.server = srv_server_new(app.loop, &cfg, &err);
   if (!app.server) {
-    fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
+    fprintf(stderr, "%s%s: error: %s\n", error_prefix, SRV_NAME, cm_error_message(&err));
     cm_error_release(&err);
     cm_loop_free(app.loop);
     close(sfd);
@@ -188,7 +196,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cfg.transport, "http") == 0) {
     if (srv_serve_http(app.loop, app.server, &cfg, &app.http, &err) < 0) {
-      fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
+      fprintf(stderr, "%s%s: error: %s\n", error_prefix, SRV_NAME, cm_error_message(&err));
       cm_error_release(&err);
       srv_server_free(app.server);
       cm_loop_free(app.loop);
@@ -196,16 +204,17 @@ int main(int argc, char **argv) {
       return 1;
     }
     cleanup_free char *url = srv_http_url(&cfg, tr_http_port(app.http));
-    /* Always shown (not a log line): users need it to configure their client. */
-    fprintf(stderr, "%s %s listening on %s (sandbox %s)\n", SRV_NAME, srv_version(), url,
-            cfg.sandbox_backend);
+    /* Always shown (not a log line): users need it to configure their client.  In the
+     * journal, a notice. */
+    fprintf(stderr, "%s%s %s listening on %s (sandbox %s)\n", journal ? "<5>" : "", SRV_NAME,
+            srv_version(), url, cfg.sandbox_backend);
   } else {
     tr_stdio_callbacks_t cbs = {
         .on_message = on_message, .on_oversize = on_oversize, .on_eof = on_eof};
     app.stdio = tr_stdio_new(app.loop, STDIN_FILENO, STDOUT_FILENO, cfg.max_message_bytes, &cbs,
                              &app, &err);
     if (!app.stdio) {
-      fprintf(stderr, "%s: error: %s\n", SRV_NAME, cm_error_message(&err));
+      fprintf(stderr, "%s%s: error: %s\n", error_prefix, SRV_NAME, cm_error_message(&err));
       return 1;
     }
     app.session = srv_session_new(app.server, tr_stdio_sink(app.stdio));

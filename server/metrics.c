@@ -129,6 +129,10 @@ char *srv_metrics_render(srv_server_t *s, const char *http_extra) {
   cm_buf_printf(&b, "mcp_sandbox_env_build_seconds_total %.3f\n", (double)ec.build_ms / 1000.0);
   family(&b, "mcp_sandbox_env_evictions_total", "counter", "Environments evicted.");
   sample(&b, "mcp_sandbox_env_evictions_total", ec.evictions);
+  family(&b, "mcp_sandbox_warmup_failures_total", "counter",
+         "Package cache warm-ups (the start-up download of profiles/warmup.txt) that did not "
+         "complete.");
+  sample(&b, "mcp_sandbox_warmup_failures_total", ec.warm_failed);
   family(&b, "mcp_sandbox_env_evicted_bytes_total", "counter",
          "Bytes of the environments evicted.");
   sample(&b, "mcp_sandbox_env_evicted_bytes_total", ec.evicted_bytes);

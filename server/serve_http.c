@@ -126,7 +126,8 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
     char fp[96];
     if (tr_tls_check_pair(cert, key, fp, err) < 0)
       return cm_error_wrap(err, "--tls-cert/--tls-key");
-    fprintf(stderr, "%s: TLS certificate SHA-256 fingerprint: %s\n", SRV_NAME, fp);
+    fprintf(stderr, "%s%s: TLS certificate SHA-256 fingerprint: %s\n",
+            cm_log_journal() ? "<5>" : "", SRV_NAME, fp);
   } else if (cfg->tls_self_signed) {
     /* (checked here, not with the other flags: the transport knows what a name may be) */
     if (cm_strv_len(cfg->tls_san) > TR_TLS_MAX_EXTRA_NAMES)
@@ -141,7 +142,8 @@ int srv_serve_http(cm_loop_t *loop, srv_server_t *server, const srv_config_t *cf
     if (tr_tls_self_signed(dir, SRV_NAME, cfg->host, (const char *const *)cfg->tls_san, &cert, &key,
                            fp, err) < 0)
       return -1;
-    fprintf(stderr, "%s: TLS certificate SHA-256 fingerprint: %s\n", SRV_NAME, fp);
+    fprintf(stderr, "%s%s: TLS certificate SHA-256 fingerprint: %s\n",
+            cm_log_journal() ? "<5>" : "", SRV_NAME, fp);
   }
   cleanup_strv char **hosts = split_list(cfg->allowed_hosts);
   cleanup_strv char **origins = split_list(cfg->allowed_origins);
