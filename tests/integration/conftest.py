@@ -73,6 +73,7 @@ SANDBOX_INDEPENDENT = {
     "test_docker_standin": "all",       # backend="docker" against the stand-in
     "test_probe": "all",                # backend="bwrap" with a stand-in bwrap
     "test_journal": "all",              # its own servers, --sandbox-backend none
+    "test_monitoring": "all",           # HttpServer (none), and promtool
     # the stdio servers here run no script, but these two tests:
     "test_protocol": ("all but", {"test_batches_only_on_2025_03_26", "test_stdout_is_only_json"}),
     # every test but one passes --sandbox-backend none or runs nothing

@@ -1,5 +1,7 @@
 """/metrics scraped by a real Prometheus (Debian's package), started by the test on loopback
-with a bearer token: a query through its HTTP API sees the counters move after a few calls."""
+with a bearer token: a query through its HTTP API sees the counters move after a few calls.
+It loads deploy/prometheus's rules as an operator would: every rule evaluates without error,
+the recording rules have values, and no alert fires on a healthy server."""
 import json
 import os
 import shutil
@@ -15,6 +17,8 @@ from conftest import BACKEND, wait_until
 from test_http import HttpServer, call_msg
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+RULES = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "prometheus",
+                     "mcp-python-exec-sandbox.rules.yml")
 
 
 def free_port():
@@ -53,6 +57,8 @@ def test_prometheus_scrapes_the_counters(tmp_path):
 global:
   scrape_interval: 1s
   evaluation_interval: 1s
+rule_files:
+  - {os.path.abspath(RULES)}
 scrape_configs:
   - job_name: mcp
     metrics_path: /metrics
@@ -80,6 +86,19 @@ scrape_configs:
         q = 'histogram_quantile(0.5, rate(mcp_sandbox_tool_call_duration_seconds_bucket{tool="execute_python"}[1m]))'
         assert wait_until(lambda: value(prom_port, q) is not None, timeout=30)
         assert value(prom_port, "mcp_sandbox_ready") == 1
+        # The rules file, loaded: every group there, every rule evaluated without error, the
+        # recording rules computed from the server's series, and no alert firing.
+        def rules_ok():
+            with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/rules", timeout=5) as r:
+                groups = json.loads(r.read())["data"]["groups"]
+            rules = [rule for g in groups for rule in g["rules"]]
+            return (len(groups) == 2 and len(rules) >= 15 and
+                    all(rule.get("health") == "ok" for rule in rules)), groups
+        assert wait_until(lambda: rules_ok()[0], timeout=60), rules_ok()[1]
+        rec = 'mcp_sandbox:tool_calls:rate5m{tool="execute_python",outcome="ok"}'
+        assert wait_until(lambda: (value(prom_port, rec) or 0) > 0, timeout=60), query(prom_port, rec)
+        assert value(prom_port, 'mcp_sandbox:run_limit_kills:rate5m{limit="timeout"}') == 0
+        assert query(prom_port, 'ALERTS{alertstate="firing"}') == []
     finally:
         prom.terminate()
         try:
