@@ -77,7 +77,8 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 cp /etc/apt/sources.list "$root/etc/apt/" 2>/dev/null || true
 cp -r /etc/apt/sources.list.d "$root/etc/apt/" 2>/dev/null || true
 cp "$deb" "$root/tmp/pkg.deb"
-# /usr/local/sbin first: the systemctl stand-in below.
+# /usr/local/sbin first: the systemctl stand-in below (apt gives dpkg a PATH of its own).
+dpkg_path=(-o DPkg::Path=/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin)
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
 
 # systemd does not run in the root: a stand-in systemctl records what the maintainer scripts
@@ -90,7 +91,8 @@ cat >"$root/usr/local/sbin/systemctl" <<STUB
 #!/bin/sh
 echo "\$*" >>/run/mps-systemctl.log
 pidfile=/run/mps-service.pid
-running() { [ -f \$pidfile ] && kill -0 "\$(cat \$pidfile)" 2>/dev/null; }
+# (a zombie nobody reaped yet is not running)
+running() { [ -f \$pidfile ] && kill -0 "\$(cat \$pidfile)" 2>/dev/null && [ "\$(cut -d' ' -f3 /proc/\$(cat \$pidfile)/stat 2>/dev/null)" != Z ]; }
 stop() {
   running || return 0
   kill -TERM "\$(cat \$pidfile)"
@@ -111,15 +113,17 @@ case "\$verb" in
   stop) stop ;;
   try-restart) if running; then stop; start; fi ;;
   daemon-reload) ;;
-  *) echo "systemctl stand-in: \$*: not played" >&2; exit 1 ;;
+  *) exec /usr/bin/systemctl "\$@" ;;
 esac
 STUB
 chmod 755 "$root/usr/local/sbin/systemctl"
 : >"$root/run/mps-systemctl.log"
 
-say "installing $(basename "$deb") (and systemd, for systemd-analyze) with apt into a fresh bookworm root"
+say "installing systemd (for systemd-analyze, journald), then $(basename "$deb") with apt into a fresh bookworm root"
 in_root apt-get update -qq >"$build/apt.log" 2>&1 || { tail -n 20 "$build/apt.log" >&2; fail "apt-get update"; }
-DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -qq --no-install-recommends /tmp/pkg.deb systemd \
+DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -qq --no-install-recommends systemd \
+  >>"$build/apt.log" 2>&1 || { tail -n 30 "$build/apt.log" >&2; fail "apt-get install systemd"; }
+DEBIAN_FRONTEND=noninteractive in_root apt-get "${dpkg_path[@]}" install -y -qq --no-install-recommends /tmp/pkg.deb \
   >>"$build/apt.log" 2>&1 || { tail -n 30 "$build/apt.log" >&2; fail "apt-get install"; }
 in_root dpkg -L mcp-python-exec-sandbox >"$build/package-files.txt"
 grep -qxF /usr/share/mcp-python-exec-sandbox/ui/editor.js "$build/package-files.txt" ||
@@ -134,7 +138,7 @@ done
 top=$(zcat "$root/usr/share/doc/mcp-python-exec-sandbox/changelog.gz" | head -n 1)
 [[ "$top" == "mcp-python-exec-sandbox ($pkg_version) "* ]] || fail "the changelog's first entry is not $pkg_version: $top"
 in_root dpkg-query -W -f='${Conffiles}\n' mcp-python-exec-sandbox | grep -q tokens && fail "dpkg keeps the token file as a conffile"
-[ "$(cat "$root/run/mps-systemctl.log" 2>/dev/null)" = "" ] ||
+! grep -q "mcp-python-exec-sandbox\|daemon-reload\|try-restart\|^stop" "$root/run/mps-systemctl.log" ||
   fail "without systemd the maintainer scripts called systemctl: $(cat "$root/run/mps-systemctl.log")"
 
 say "the installed binary takes its helpers from the install tree"
@@ -159,6 +163,20 @@ caps=$(sed -n 's/^CapabilityBoundingSet=//p' "$unit" | tr 'A-Z' 'a-z' | sed 's/c
 seccomp_helper="$build/unit-seccomp"
 cc -O2 -Wall -o "$seccomp_helper" tests/package/unit-seccomp.c -lseccomp || fail "building unit-seccomp"
 as_unit=(unshare --mount --propagation private "$PWD/tests/package/unit-env.sh" "$PWD/$unit" "$root" "$seccomp_helper" --)
+
+say "the unit's sandboxing, reproduced: tunables read-only, no device but the pseudo-devices, only its socket families"
+"${as_unit[@]}" chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin python3 -c '
+import os, socket
+assert not os.access("/proc/sys/kernel/domainname", os.W_OK) or not os.path.exists("/proc/sys"), "tunables writable"
+assert sorted(os.listdir("/dev")) <= ["fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+                                      "stdout", "tty", "urandom", "zero"], os.listdir("/dev")
+socket.socket(socket.AF_INET6).close()
+try:
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    raise AssertionError("AF_PACKET allowed")
+except OSError as e:
+    assert e.errno == 97, e
+' || fail "the unit's sandboxing is not what it says"
 
 say "stdio: a bubblewrap run of the installed binary, under the unit's capabilities and sandboxing"
 /usr/bin/python3 tests/package/mcp_check.py stdio -- "${as_unit[@]}" chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin MCP_PY_SANDBOX_WARM_CACHE=0 \
@@ -251,7 +269,7 @@ cp -p "$root/etc/mcp-python-exec-sandbox/tokens" "$build/tokens.before"
 # (Were the token file a conffile, a template that changed would make dpkg ask about it.)
 cp "$deb_upgrade" "$root/tmp/pkg-upgrade.deb"
 : >"$root/run/mps-systemctl.log"
-DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -qq --no-install-recommends /tmp/pkg-upgrade.deb \
+DEBIAN_FRONTEND=noninteractive in_root apt-get "${dpkg_path[@]}" install -y -qq --no-install-recommends /tmp/pkg-upgrade.deb \
   >"$build/apt-upgrade.log" 2>&1 </dev/null || { tail -n 30 "$build/apt-upgrade.log" >&2; fail "apt-get install (upgrade)"; }
 [ "$(in_root dpkg-query -W -f='${Version}' mcp-python-exec-sandbox)" = "$upgrade_version" ] || fail "not upgraded"
 ! grep -qi "configuration file" "$build/apt-upgrade.log" || fail "the upgrade asked about a configuration file: $(cat "$build/apt-upgrade.log")"
@@ -271,7 +289,7 @@ ln -sf /lib/systemd/system/mcp-python-exec-sandbox.service "$root/etc/systemd/sy
   { mkdir -p "$root/etc/systemd/system/multi-user.target.wants" &&
     ln -sf /lib/systemd/system/mcp-python-exec-sandbox.service "$root/etc/systemd/system/multi-user.target.wants/"; }
 : >"$root/run/mps-systemctl.log"
-DEBIAN_FRONTEND=noninteractive in_root apt-get remove -y -qq mcp-python-exec-sandbox >>"$build/apt.log" 2>&1 ||
+DEBIAN_FRONTEND=noninteractive in_root apt-get "${dpkg_path[@]}" remove -y -qq mcp-python-exec-sandbox >>"$build/apt.log" 2>&1 ||
   { tail -n 20 "$build/apt.log" >&2; fail "apt-get remove"; }
 grep -qx "stop mcp-python-exec-sandbox.service" "$root/run/mps-systemctl.log" ||
   fail "remove did not stop the service: $(cat "$root/run/mps-systemctl.log")"
@@ -282,9 +300,10 @@ grep -qx "stop mcp-python-exec-sandbox.service" "$root/run/mps-systemctl.log" ||
 say "purge (without systemd: no systemctl call): nothing of the package is left but the state directory"
 rm -rf "$root/run/systemd/system"
 : >"$root/run/mps-systemctl.log"
-DEBIAN_FRONTEND=noninteractive in_root apt-get purge -y -qq mcp-python-exec-sandbox >>"$build/apt.log" 2>&1 ||
+DEBIAN_FRONTEND=noninteractive in_root apt-get "${dpkg_path[@]}" purge -y -qq mcp-python-exec-sandbox >>"$build/apt.log" 2>&1 ||
   { tail -n 20 "$build/apt.log" >&2; fail "apt-get purge"; }
-[ ! -s "$root/run/mps-systemctl.log" ] || fail "purge without systemd called systemctl: $(cat "$root/run/mps-systemctl.log")"
+! grep -q "mcp-python-exec-sandbox\|daemon-reload\|try-restart\|^stop" "$root/run/mps-systemctl.log" ||
+  fail "purge without systemd called systemctl: $(cat "$root/run/mps-systemctl.log")"
 left=()
 while read -r f; do
   [ -e "$root$f" ] || [ -L "$root$f" ] || continue
