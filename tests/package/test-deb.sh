@@ -293,7 +293,9 @@ DEBIAN_FRONTEND=noninteractive in_root apt-get "${dpkg_path[@]}" remove -y -qq m
   { tail -n 20 "$build/apt.log" >&2; fail "apt-get remove"; }
 grep -qx "stop mcp-python-exec-sandbox.service" "$root/run/mps-systemctl.log" ||
   fail "remove did not stop the service: $(cat "$root/run/mps-systemctl.log")"
-! kill -0 "$new_pid" 2>/dev/null || fail "the service still runs after remove"
+# (gone, or a zombie its parent has not reaped yet)
+! kill -0 "$new_pid" 2>/dev/null || [ "$(cut -d' ' -f3 "/proc/$new_pid/stat" 2>/dev/null)" = Z ] ||
+  fail "the service still runs after remove"
 [ -f "$root/etc/mcp-python-exec-sandbox/tokens" ] && [ -f "$root/etc/mcp-python-exec-sandbox/config.toml" ] ||
   fail "remove took the configuration"
 
