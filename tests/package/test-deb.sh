@@ -63,6 +63,8 @@ root=$(mktemp -d /tmp/mps-deb.XXXXXX)
 mounted=()
 cleanup() {
   local i
+  # The service the systemctl stand-in started, if a failure left it running.
+  [ -f "$root/run/mps-service.pid" ] && kill -KILL "$(cat "$root/run/mps-service.pid")" 2>/dev/null
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
   rm -rf --one-file-system "$root"
 }
