@@ -34,6 +34,9 @@ struct tr_stdio {
   uint64_t written, stall_mark;
   cm_timer_t *t_resume;
   cm_buf_t in;
+  /* The first in_scanned bytes of `in` hold no newline: a long line arriving in many reads
+   * is searched once (linear), not from its start at every read. */
+  size_t in_scanned;
   bool discarding;
   size_t discarded;
   cm_buf_t out;
@@ -120,12 +123,14 @@ static bool blank(const char *p, size_t n) {
 
 /* Hands every complete line in the input buffer to the router. */
 static void process_lines(tr_stdio_t *t) {
-  size_t start = 0;
+  size_t start = 0, from = CM_MIN(t->in_scanned, t->in.len);
   bool partial = false; /* (what is left is the start of a line, not lines held back) */
+  t->in_scanned = 0;
   while (!t->stopped && !t->paused) {
-    char *nl = memchr(t->in.data + start, '\n', t->in.len - start);
+    char *nl = memchr(t->in.data + from, '\n', t->in.len - from);
     if (!nl) {
       partial = true;
+      t->in_scanned = t->in.len - start;
       break;
     }
     size_t len = (size_t)(nl - (t->in.data + start));
@@ -145,6 +150,7 @@ static void process_lines(tr_stdio_t *t) {
       }
     }
     start += len + 1;
+    from = start;
   }
   cm_buf_consume(&t->in, start);
   if (partial && t->in.len > t->max_message + 1) {
@@ -152,6 +158,7 @@ static void process_lines(tr_stdio_t *t) {
     t->discarding = true;
     t->discarded += t->in.len;
     cm_buf_reset(&t->in);
+    t->in_scanned = 0;
   }
 }
 
