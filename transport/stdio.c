@@ -4,7 +4,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 
-#include "transport/tr.h"
+#include "transport/transport-internal.h"
 
 #define TR_STDIO_READ_CHUNK 65536
 /* Progress and log notifications are dropped while this much output waits for the client. */
@@ -37,6 +37,7 @@ struct tr_stdio {
   /* The first in_scanned bytes of `in` hold no newline: a long line arriving in many reads
    * is searched once (linear), not from its start at every read. */
   size_t in_scanned;
+  uint64_t searched; /* bytes searched for a newline so far (tr_stdio_bytes_searched) */
   bool discarding;
   size_t discarded;
   cm_buf_t out;
@@ -128,6 +129,7 @@ static void process_lines(tr_stdio_t *t) {
   t->in_scanned = 0;
   while (!t->stopped && !t->paused) {
     char *nl = memchr(t->in.data + from, '\n', t->in.len - from);
+    t->searched += nl ? (uint64_t)(nl - (t->in.data + from)) + 1 : t->in.len - from;
     if (!nl) {
       partial = true;
       t->in_scanned = t->in.len - start;
@@ -346,6 +348,10 @@ tr_sink_t *tr_stdio_sink(tr_stdio_t *t) {
 void tr_stdio_stop_reading(tr_stdio_t *t) {
   t->stopped = true;
   unwatch_stdin(t);
+}
+
+uint64_t tr_stdio_bytes_searched(const tr_stdio_t *t) {
+  return t->searched;
 }
 
 size_t tr_stdio_pending(const tr_stdio_t *t) {
