@@ -7,6 +7,8 @@
 #include "transport/transport-internal.h"
 
 #define TR_STDIO_READ_CHUNK 65536
+/* Input buffer kept between messages (larger ones are freed once handled). */
+#define TR_STDIO_KEEP_BYTES (1u << 20)
 /* Progress and log notifications are dropped while this much output waits for the client. */
 #define TR_STDIO_MAX_PENDING (4u << 20)
 /* Back-pressure: past this much output waiting for the client, stdin is not read (nor its
@@ -161,6 +163,15 @@ static void process_lines(tr_stdio_t *t) {
     t->discarded += t->in.len;
     cm_buf_reset(&t->in);
     t->in_scanned = 0;
+  }
+  /* A large message grew the buffer: once it is handled, its memory goes back (a server
+   * that accepted one 100 MB input file does not keep 128 MiB for its life). */
+  if (t->in.cap > TR_STDIO_KEEP_BYTES && t->in.len < TR_STDIO_KEEP_BYTES / 2) {
+    cm_buf_t small;
+    cm_buf_init(&small, t->in.max);
+    cm_buf_append(&small, t->in.data, t->in.len);
+    cm_buf_release(&t->in);
+    t->in = small;
   }
 }
 
