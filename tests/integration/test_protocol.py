@@ -270,8 +270,11 @@ def test_a_large_message_is_read_in_linear_memory_and_given_back(make_server):
     size = 40 * 1000 * 1000
     s.send({"jsonrpc": "2.0", "id": 77, "method": "ping", "params": {"_meta": {}, "pad": "x" * size}})
     assert "result" in s.recv_response(77, timeout=120)
+    assert s.request("ping")["result"] == {}  # (the big one is wholly handled by then)
+    with open(f"/proc/{s.proc.pid}/maps") as f:
+        if "libasan" in f.read():
+            return  # (the sanitizer's redzones and quarantine: its figures are not the server's)
     peak = s.rss_kib("VmHWM") * 1024
     assert peak < base + 3.5 * size, (base, peak)
-    assert s.request("ping")["result"] == {}  # (the big one is wholly handled by then)
     after = s.rss_kib("VmRSS") * 1024
     assert after < base + size / 4, (base, after)
