@@ -107,6 +107,8 @@ def fmt_val(v, unit):
         return f"{v:.2f} s"
     if unit == "req/s":
         return f"{v:,.0f} req/s"
+    if unit == "calls/s":
+        return f"{v:.1f} calls/s"
     if unit == "MiB":
         return f"{v:.2f} MiB"
     if unit == "KiB":
@@ -143,6 +145,10 @@ CASE_NAMES = {
     9: "Time bounds the tests used to assert",
     10: "A call in a warm session (stdio)",
     11: "Prestarted interpreters (issue 20)",
+    12: "Sustained trivial calls: CPU per call (stdio)",
+    13: "Sustained session calls: CPU per call, PSS per session",
+    14: "The data path: a large input, a large environment store",
+    15: "HTTP at 8 clients: cold pool and sustained",
 }
 
 
@@ -1175,6 +1181,312 @@ class Bench:
             x.join()
         return time.monotonic() - t0
 
+    # -------------------------------------------------------------- cases 12-15 (issue 32)
+    # CPU is the figure to trust on a loaded machine: it is what a call costs, whoever else
+    # runs.  Wall-clock ratios of these cases are for a quiet machine.
+
+    @staticmethod
+    def _proc_stat(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return rest  # rest[1] is the ppid; rest[11..14] utime, stime, cutime, cstime
+
+    def tree(self, root):
+        """The live processes under root (root included)."""
+        kids = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    kids.setdefault(int(self._proc_stat(d)[1]), []).append(int(d))
+                except (OSError, IndexError):
+                    pass
+        out, todo = [], [root]
+        while todo:
+            p = todo.pop()
+            out.append(p)
+            todo.extend(kids.get(p, []))
+        return out
+
+    def tree_cpu(self, root):
+        """CPU seconds of root's whole tree so far: each live process's own time plus what its
+        reaped children used (a reaped child is in its parent's cutime/cstime, a live one not)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for p in self.tree(root):
+            try:
+                f = self._proc_stat(p)
+                total += sum(int(x) for x in f[11:15])
+            except (OSError, IndexError):
+                pass
+        return total / tick
+
+    @staticmethod
+    def pss_kib(pid):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def sustained(self, call, seconds, cpu_of):
+        """Back-to-back calls for `seconds`: (calls, wall seconds, CPU seconds, latencies)."""
+        lat = []
+        c0, t0 = cpu_of(), time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            t = time.monotonic()
+            call()
+            lat.append(time.monotonic() - t)
+        wall, cpu = time.monotonic() - t0, cpu_of() - c0
+        return len(lat), wall, cpu, lat
+
+    @staticmethod
+    def children_cpu():
+        import resource
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    def case12(self):
+        """Sustained back-to-back trivial calls over stdio (the pool refilling as fast as the
+        calls take it), against bare `python -c pass` and bare bwrap back to back: CPU per call
+        (the server's whole process tree, sandboxes included) and time per call, p99."""
+        log("case 12: sustained back-to-back trivial calls, CPU per call")
+        block = self.n(20, 5)
+        s = StdioServer(self.binary, [], self.state_dir("c12"))
+        try:
+            s.initialize()
+            res, _ = s.execute("pass")
+            py = self.python_of(res)
+            for _ in range(self.n(20, 5)):
+                s.execute("pass")
+            kinds = {
+                "ours": (lambda: s.execute("pass"), lambda: self.tree_cpu(s.proc.pid)),
+                "bare python": (lambda: self.spawner.run([py, "-c", "pass"], SCRIPT_ENV), self.children_cpu),
+                "bare bwrap": (lambda: self.bare_bwrap(py), self.children_cpu),
+            }
+            got = {k: [0, 0.0, 0.0, []] for k in kinds}
+            for _ in range(3):  # three blocks each, interleaved: the load hits all alike
+                order = list(kinds)
+                self.rng.shuffle(order)
+                for k in order:
+                    n, wall, cpu, lat = self.sustained(kinds[k][0], block, kinds[k][1])
+                    g = got[k]
+                    g[0] += n
+                    g[1] += wall
+                    g[2] += cpu
+                    g[3] += lat
+            per = {k: {"calls": g[0], "cpu_ms": g[2] / g[0] * 1e3, "time_ms": g[1] / g[0] * 1e3,
+                       "p50_ms": median(g[3]) * 1e3, "p99_ms": pct(g[3], 99) * 1e3} for k, g in got.items()}
+            o, bp, bb = per["ours"], per["bare python"], per["bare bwrap"]
+            self.res.add(12, f"sustained execute_python(\"pass\") over stdio, {3 * block} s: CPU per call",
+                         o["cpu_ms"], "ms", "bare python -c pass", bp["cpu_ms"], o["cpu_ms"] / bp["cpu_ms"],
+                         "≤ 0.6×", o["cpu_ms"] / bp["cpu_ms"] <= 0.6,
+                         note=f"{o['calls']} calls (bare bwrap's CPU is not shown: what runs in its pid "
+                              f"namespace is not all reaped into ours)", details=per)
+            self.res.add(12, "the same: time per call", o["time_ms"], "ms", "bare python -c pass", bp["time_ms"],
+                         o["time_ms"] / bp["time_ms"], "≤ 0.8×", o["time_ms"] / bp["time_ms"] <= 0.8,
+                         note=f"p99 {o['p99_ms']:.1f} ms (bare python {bp['p99_ms']:.1f} ms); "
+                              f"bare bwrap {bb['time_ms']:.1f} ms")
+            # What a held interpreter costs while it waits: the server's tree's PSS, idle.
+            time.sleep(2)
+            procs = self.tree(s.proc.pid)
+            def is_held(p):
+                try:
+                    return ("python" in os.path.basename(os.readlink(f"/proc/{p}/exe"))
+                            and "--mps-warm" in open(f"/proc/{p}/cmdline").read().replace("\0", " "))
+                except OSError:
+                    return False
+            held = [p for p in procs if is_held(p)]
+            if held:
+                sandboxes = sum(self.pss_kib(p) for p in procs if p != s.proc.pid)
+                self.res.add(12, "PSS per held interpreter (its sandbox's processes included)",
+                             sandboxes / len(held) / 1024, "MiB",
+                             note=f"{len(held)} held; the interpreter alone "
+                                  f"{median([self.pss_kib(p) for p in held]) / 1024:.1f} MiB")
+        finally:
+            s.close()
+
+    def case13(self):
+        """A call in a warm session, sustained: CPU per call (the kernel's and the server's),
+        time per call; the PSS a session's kernel holds."""
+        log("case 13: sustained session calls, CPU per call, PSS per session")
+        block = self.n(10, 3)
+        s = StdioServer(self.binary, ["--prestart", "off"], self.state_dir("c13"))
+        try:
+            s.initialize()
+            res, _ = s.execute("x = 0", session="new")
+            sid = res["structuredContent"]["session"]["id"]
+            py = self.python_of(res)
+            kinds = {
+                "session": (lambda: s.execute("x += 1", session=sid), lambda: self.tree_cpu(s.proc.pid)),
+                "bare python": (lambda: self.spawner.run([py, "-c", "pass"], SCRIPT_ENV), self.children_cpu),
+            }
+            got = {k: [0, 0.0, 0.0, []] for k in kinds}
+            for _ in range(3):
+                for k in kinds:
+                    n, wall, cpu, lat = self.sustained(kinds[k][0], block, kinds[k][1])
+                    got[k][0] += n
+                    got[k][1] += wall
+                    got[k][2] += cpu
+                    got[k][3] += lat
+            per = {k: {"calls": g[0], "cpu_ms": g[2] / g[0] * 1e3, "p50_ms": median(g[3]) * 1e3,
+                       "p99_ms": pct(g[3], 99) * 1e3} for k, g in got.items()}
+            o, bp = per["session"], per["bare python"]
+            self.res.add(13, "a call in a warm session, sustained: time per call (median)", o["p50_ms"], "ms",
+                         "bare python -c pass", bp["p50_ms"], o["p50_ms"] / bp["p50_ms"], "≤ 0.04×",
+                         o["p50_ms"] / bp["p50_ms"] <= 0.04, note=f"p99 {o['p99_ms']:.2f} ms", details=per)
+            self.res.add(13, "the same: CPU per call (server + kernel)", o["cpu_ms"], "ms", "bare python -c pass",
+                         bp["cpu_ms"], o["cpu_ms"] / bp["cpu_ms"], None, None)
+            procs = [p for p in self.tree(s.proc.pid) if p != s.proc.pid]
+            self.res.add(13, "PSS per session (its kernel's sandbox, all processes)",
+                         sum(self.pss_kib(p) for p in procs) / 1024, "MiB")
+        finally:
+            s.close()
+
+    def case14(self):
+        """The data path: a 100 MB input file; check_environment beside 10,000 cached
+        environments, and a ping sent right behind it (the loop's wait)."""
+        log("case 14: the data path")
+        size = self.n(100, 20) * 1000 * 1000
+        s = StdioServer(self.binary, ["--sandbox-backend", "none", "--prestart", "off", "--max-message-bytes", "400M",
+                                      "--max-input-file-bytes", "300M", "--max-input-bytes", "300M"],
+                        self.state_dir("c14-input"))
+        try:
+            s.initialize()
+            s.execute("pass")
+            rss0 = s.rss_kib()
+            content = "x" * size
+            t0 = time.monotonic()
+            res, _ = s.execute("import os\nprint(os.path.getsize('big.txt'))", files=[{"path": "big.txt",
+                                                                                    "content": content}])
+            dt = time.monotonic() - t0
+            hwm = s.rss_kib("VmHWM")
+            ok = res["structuredContent"]["stdout"].strip() == str(size)
+            self.res.add(14, f"a {size // 10**6} MB input file: request sent → answer", dt, "s", goal="< 3 s",
+                         ok=dt < 3 and ok, note=f"peak RSS {hwm / 1024:.0f} MiB = {hwm * 1024 / size:.2f}× the file "
+                                                f"(goal < 2×; {rss0 / 1024:.0f} MiB before)")
+        finally:
+            s.close()
+        n_envs = self.n(10000, 2000)
+        state = self.state_dir("c14-envs")
+        envs = os.path.join(state, "envs")
+        for i in range(n_envs):
+            d = os.path.join(envs, f"{i:064x}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "mps-manifest.json"), "w") as f:
+                json.dump({"key": f"{i:064x}", "size": 1000, "built_by": "stdio", "created": 1700000000,
+                           "packages": {"mps-fake": "1.0"}, "python": {"version": "3.11.7"}}, f)
+        s = StdioServer(self.binary, ["--sandbox-backend", "none", "--prestart", "off"], state)
+        try:
+            s.initialize()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                r, _ = s.request("tools/call", {"name": "check_environment", "arguments": {}})
+                if f"{n_envs} cached environments" in r["result"]["content"][0]["text"]:
+                    break
+                time.sleep(0.5)
+            answer, ping = [], []
+            for _ in range(self.n(20, 8)):
+                time.sleep(0.3)  # (listings older than 2 s are made again in the background)
+                rid = s.next_id
+                s.next_id += 2
+                t0 = time.monotonic()
+                s.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                        "params": {"name": "check_environment", "arguments": {}}})
+                t1 = time.monotonic()
+                s.send({"jsonrpc": "2.0", "id": rid + 1, "method": "ping"})
+                got = {}
+                while len(got) < 2:
+                    m, t = s.read()
+                    if m.get("id") in (rid, rid + 1):
+                        got[m["id"]] = t
+                answer.append(got[rid] - t0)
+                ping.append(got[rid + 1] - t1)
+            a, p = median(answer), median(ping)
+            self.res.add(14, f"check_environment with {n_envs} cached environments", a * 1e3, "ms", goal="< 50 ms",
+                         ok=a < 0.05, note=f"p90 {pct(answer, 90) * 1e3:.1f} ms")
+            self.res.add(14, "a ping sent right behind it: its wait", p * 1e3, "ms", goal="< 5 ms", ok=p < 0.005,
+                         note=f"p90 {pct(ping, 90) * 1e3:.1f} ms (the answer to check_environment is "
+                              f"{len(json.dumps(r)) // 1024} KiB: every environment is listed)")
+        finally:
+            s.close()
+
+    def case15(self):
+        """HTTP at 8 clients, each calling back to back: from a cold pool (the server just
+        started) and sustained (the second half), against the ideal of bare bwrap runs two at
+        a time for as long."""
+        log("case 15: HTTP throughput at 8 clients, cold and sustained")
+        ok, why = self.http_available()
+        if not ok:
+            self.res.unavailable(15, "HTTP throughput at 8 clients", why, "≥ 2× the ideal")
+            return
+        seconds = self.n(40, 12)
+        p, port = self.start_http((), name="c15")
+        try:
+            c = McpHttp(port)
+            c.initialize()
+            _, ans = c.request("tools/call", {"name": "execute_python", "arguments": {"script": "pass"}})
+            py = ans[0]["result"]["structuredContent"]["python"]["path"]
+            c.close()
+            self.stop(p)
+            p, port = self.start_http((), name="c15")  # cold: no pool yet
+            done, bad = [], [0]
+            lock = threading.Lock()
+            t0 = time.monotonic()
+
+            def client():
+                cl = McpHttp(port)
+                cl.initialize()
+                while time.monotonic() - t0 < seconds:
+                    ts = time.monotonic()
+                    _, a = cl.request("tools/call", {"name": "execute_python", "arguments": {"script": "pass"}})
+                    te = time.monotonic()
+                    good = len(a) == 1 and a[0].get("result", {}).get("structuredContent", {}).get("exit_code") == 0
+                    with lock:
+                        done.append((te - t0, te - ts))
+                        bad[0] += not good
+                cl.close()
+            ths = [threading.Thread(target=client) for _ in range(8)]
+            for t in ths:
+                t.start()
+            for t in ths:
+                t.join()
+            cpu = self.tree_cpu(p.pid)
+            half = [lat for at, lat in done if at >= seconds / 2]
+            rate_all = len(done) / seconds
+            rate_half = len(half) / (seconds / 2)
+            # The ideal: bare bwrap runs, two at a time, for as long.
+            n_ideal = [0]
+            ti = time.monotonic()
+
+            def w():
+                while time.monotonic() - ti < seconds / 2:
+                    try:
+                        self.spawner.run([self.bwrap, *BARE_BWRAP, py, "-c", "pass"], SCRIPT_ENV)
+                        with lock:
+                            n_ideal[0] += 1
+                    except RuntimeError:
+                        self.ideal_failures += 1
+            ws = [threading.Thread(target=w) for _ in range(2)]
+            for x in ws:
+                x.start()
+            for x in ws:
+                x.join()
+            ideal = n_ideal[0] / (time.monotonic() - ti)
+            p50, p99 = median(half) if half else 0, pct(half, 99) if half else 0
+            self.res.add(15, f"execute_python(\"pass\") over HTTP, 8 clients back to back, cold pool, {seconds} s",
+                         rate_all, "calls/s", "bare bwrap, 2 at a time", ideal, rate_all / ideal, None, None,
+                         note=f"{bad[0]} bad answers; server tree CPU {cpu / max(1, len(done)) * 1e3:.1f} ms/call "
+                              f"(includes the server's start)")
+            self.res.add(15, "the same, sustained (second half)", rate_half, "calls/s", "bare bwrap, 2 at a time",
+                         ideal, rate_half / ideal, "≥ 2×, p99 < 3× p50", rate_half / ideal >= 2 and p99 < 3 * p50,
+                         note=f"p50 {p50 * 1e3:.1f} ms, p99 {p99 * 1e3:.1f} ms")
+        finally:
+            self.stop(p)
+
+
     def case10(self):
         """Issue 19: a call in a warm session (`x += 1`: no process starts) end to end over
         stdio, against a fresh-sandbox trivial call and a bare `python -c pass`."""
@@ -1457,7 +1769,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", default=os.path.join(ROOT, "build-bench", "mcp-python-exec-sandbox"))
     ap.add_argument("--quick", action="store_true", help="fewer samples: under 2 minutes")
-    ap.add_argument("--cases", default="1,2,3,4,5,6,7,8,9,10,11", help="comma-separated case numbers")
+    ap.add_argument("--cases", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14,15", help="comma-separated case numbers")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="where latest.json/md go")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()

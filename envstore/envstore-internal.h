@@ -145,6 +145,12 @@ struct env_store {
   struct entry_list *listing;
   uint64_t listing_at_ms;
   bool listing_wheels; /* (with the wheelhouse's wheels) */
+  /* A listing older than ENV_LISTING_MS is made again by the background worker (cm_bg_run),
+   * while the readers keep the old one: a store of 10,000 environments costs the event loop
+   * no directory read.  listing_gen counts this process's changes to envs/: a background
+   * listing begun before one is dropped. */
+  struct env_lister *lister;
+  unsigned listing_gen;
 };
 
 /* ---------------------------------------------------------------- the copy (in a child) */
@@ -212,10 +218,19 @@ int env_copy_run(void *arg, cm_buf_t *out, cm_error_t *err);
 /* build.c */
 void env_build_free(env_build_t *b);
 
+/* manifest.c: a finished environment's manifest, if it is one of ours (a regular file of the
+ * server's own, not too big, for this key), and its status; with fd_out, its open file (the
+ * caller closes it).  Touches nothing of a store's: the background listing reads with it. */
+json_t *env_manifest_read(int envs_fd, const char *key, struct stat *st_out, int *fd_out);
+
 /* evict.c */
 void env_known_release(struct env_known *v, size_t n);
-/* Frees the kept listing (env_store_free). */
+/* Frees the kept listing (env_store_free), and lets go of a background listing. */
 void env_listing_free(env_store_t *s);
+/* This process changed envs/: the kept listing (and one being made) is stale. */
+void env_listing_changed(env_store_t *s);
+/* Starts a listing in the background (the store's start: the readers find one ready). */
+void env_listing_prime(env_store_t *s);
 void env_evict(env_store_t *s);
 
 /* warm.c */

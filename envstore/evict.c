@@ -47,6 +47,7 @@ typedef struct env_known {
   ino_t ino;
   uint64_t size;
   char *owner;
+  json_t *item; /* what env_store_list shows of it: built, packages, python */
 } env_known_t;
 
 static int by_known_name(const void *a, const void *b) {
@@ -61,40 +62,65 @@ void env_known_release(env_known_t *v, size_t n) {
   for (size_t i = 0; i < n; i++) {
     free(v[i].name);
     free(v[i].owner);
+    json_decref(v[i].item);
   }
   free(v);
+}
+
+/* What a listing reads (the store's, or the background worker's own copy): envs/ and the
+ * wheelhouse, and the manifests read by the last listing. */
+typedef struct env_scan {
+  int envs_fd, wheels_fd;
+  const env_known_t *known; /* sorted by name */
+  size_t n_known;
+} env_scan_t;
+
+static json_t *manifest_item(json_t *m) {
+  json_t *o = json_object();
+  json_t *created = json_object_get(m, "created");
+  if (json_is_integer(created)) json_object_set(o, "built", created);
+  json_t *pkgs = json_object_get(m, "packages");
+  if (json_is_object(pkgs) || json_is_array(pkgs)) json_object_set(o, "packages", pkgs);
+  json_t *py = json_object_get(json_object_get(m, "python"), "version");
+  if (json_is_string(py)) json_object_set(o, "python", py);
+  return o;
 }
 
 /* An environment's size and builder from its manifest: from what was read before when the
  * manifest is the same file (its status now, in st), else read and parsed.  false: not one
  * of ours.  *owner is allocated (NULL when no principal built it). */
-static bool entry_size(env_store_t *s, const char *name, struct stat *st, uint64_t *size,
-                       char **owner) {
+static bool entry_size(const env_scan_t *sc, const char *name, struct stat *st, uint64_t *size,
+                       char **owner, json_t **item) {
   *owner = NULL;
+  *item = NULL;
   cm_error_t err = CM_ERROR_INIT;
-  cleanup_close int dfd = cm_open_dir_at(s->envs_fd, name, &err);
+  cleanup_close int dfd = cm_open_dir_at(sc->envs_fd, name, &err);
   cm_error_release(&err);
   if (dfd < 0 || fstatat(dfd, ENV_MANIFEST, st, AT_SYMLINK_NOFOLLOW) < 0) return false;
-  env_known_t *k = s->known ? bsearch(name, s->known, s->n_known, sizeof *k, name_vs_known) : NULL;
+  const env_known_t *k =
+      sc->known ? bsearch(name, sc->known, sc->n_known, sizeof *k, name_vs_known) : NULL;
   if (k && k->dev == st->st_dev && k->ino == st->st_ino && S_ISREG(st->st_mode) &&
       st->st_uid == geteuid()) {
     *size = k->size;
     *owner = k->owner ? xstrdup(k->owner) : NULL;
+    *item = json_incref(k->item);
     return true;
   }
-  json_t *m = env_load_manifest(s, name, true, false, st);
+  json_t *m = env_manifest_read(sc->envs_fd, name, st, NULL);
   if (!m) return false;
   *size = (uint64_t)json_integer_value(json_object_get(m, "size"));
   const char *by = json_string_value(json_object_get(m, "built_by"));
   *owner = by ? xstrdup(by) : NULL;
+  *item = manifest_item(m);
   json_decref(m);
   return true;
 }
 
 /* The finished environments (size from their manifests, last use from the manifests'
  * time) and the wheelhouse's wheels (their size on disk, last download). */
-static void list_entries(env_store_t *s, entry_list_t *l, bool wheels) {
-  DIR *d = env_list_dir(s->envs_fd);
+static void scan_entries(const env_scan_t *sc, entry_list_t *l, bool wheels,
+                         env_known_t **known_out, size_t *n_known_out) {
+  DIR *d = env_list_dir(sc->envs_fd);
   struct dirent *e;
   env_known_t *known = NULL;
   size_t n_known = 0, cap_known = 0;
@@ -103,30 +129,40 @@ static void list_entries(env_store_t *s, entry_list_t *l, bool wheels) {
     struct stat st;
     uint64_t size;
     char *owner;
-    if (!entry_size(s, e->d_name, &st, &size, &owner)) continue;
+    json_t *item;
+    if (!entry_size(sc, e->d_name, &st, &size, &owner, &item)) continue;
     entry_add(l, e->d_name, owner, false, size, (int64_t)st.st_mtim.tv_sec);
     if (n_known == cap_known) {
       cap_known = cap_known ? cap_known * 2 : 16;
       known = xrealloc(known, cap_known * sizeof *known);
     }
-    known[n_known++] = (env_known_t){xstrdup(e->d_name), st.st_dev, st.st_ino, size, owner};
+    known[n_known++] = (env_known_t){xstrdup(e->d_name), st.st_dev, st.st_ino, size, owner, item};
   }
   if (d) closedir(d);
   /* What is gone is forgotten with the old list. */
   if (n_known) qsort(known, n_known, sizeof *known, by_known_name);
-  env_known_release(s->known, s->n_known);
-  s->known = known;
-  s->n_known = n_known;
-  if (!wheels || s->wheels_fd < 0) return;
-  d = env_list_dir(s->wheels_fd);
+  *known_out = known;
+  *n_known_out = n_known;
+  if (!wheels || sc->wheels_fd < 0) return;
+  d = env_list_dir(sc->wheels_fd);
   while (d && (e = readdir(d))) {
     struct stat st;
     if (!env_wheel_name_ok(e->d_name) ||
-        fstatat(s->wheels_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+        fstatat(sc->wheels_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
       continue;
     entry_add(l, e->d_name, NULL, true, (uint64_t)st.st_blocks * 512, (int64_t)st.st_mtim.tv_sec);
   }
   if (d) closedir(d);
+}
+
+static void list_entries(env_store_t *s, entry_list_t *l, bool wheels) {
+  env_scan_t sc = {s->envs_fd, s->wheels_fd, s->known, s->n_known};
+  env_known_t *known;
+  size_t n_known;
+  scan_entries(&sc, l, wheels, &known, &n_known);
+  env_known_release(s->known, s->n_known);
+  s->known = known;
+  s->n_known = n_known;
 }
 
 static void entries_release(entry_list_t *l) {
@@ -142,7 +178,112 @@ static void entries_release(entry_list_t *l) {
  * per environment, on the event loop) per this, not one per call. */
 #define ENV_LISTING_MS 2000
 
+/* A listing made by the background worker: its own descriptors and copy of the known
+ * manifests in, a listing and the new known manifests out.  Shared by the store and the
+ * worker until both let go (refs, atomic); `done` (atomic) says the worker's part is over. */
+typedef struct env_lister {
+  int refs;
+  bool done;
+  unsigned gen; /* the store's listing_gen when it began */
+  env_scan_t scan;
+  env_known_t *known; /* in: a copy of the store's; out: the new ones */
+  size_t n_known;
+  entry_list_t *listing; /* out */
+  uint64_t at_ms;
+} env_lister_t;
+
+static void lister_unref(env_lister_t *j) {
+  if (__atomic_sub_fetch(&j->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+  if (j->scan.envs_fd >= 0) close(j->scan.envs_fd);
+  if (j->scan.wheels_fd >= 0) close(j->scan.wheels_fd);
+  env_known_release(j->known, j->n_known);
+  if (j->listing) entries_release(j->listing);
+  free(j->listing);
+  free(j);
+}
+
+/* In the worker's thread: touches nothing but the job. */
+static void lister_run(void *data) {
+  env_lister_t *j = data;
+  j->scan.known = j->known;
+  j->scan.n_known = j->n_known;
+  j->listing = xcalloc(1, sizeof *j->listing);
+  env_known_t *known;
+  size_t n_known;
+  scan_entries(&j->scan, j->listing, true, &known, &n_known);
+  env_known_release(j->known, j->n_known);
+  j->known = known;
+  j->n_known = n_known;
+  j->at_ms = cm_now_ms();
+  __atomic_store_n(&j->done, true, __ATOMIC_RELEASE);
+  lister_unref(j);
+}
+
+/* Takes a finished background listing, unless this process changed envs/ since it began. */
+static void lister_adopt(env_store_t *s) {
+  env_lister_t *j = s->lister;
+  if (!j || !__atomic_load_n(&j->done, __ATOMIC_ACQUIRE)) return;
+  s->lister = NULL;
+  if (j->gen == s->listing_gen) {
+    if (s->listing) entries_release(s->listing);
+    free(s->listing);
+    s->listing = steal_pointer(&j->listing);
+    s->listing_at_ms = j->at_ms;
+    s->listing_wheels = true;
+    env_known_release(s->known, s->n_known);
+    s->known = steal_pointer(&j->known);
+    s->n_known = j->n_known;
+    j->n_known = 0;
+  }
+  lister_unref(j);
+}
+
+/* Queues a background listing unless one is on its way; false: none could be (the worker's
+ * queue is full or it has no thread), the caller lists itself. */
+static bool lister_start(env_store_t *s) {
+  if (s->lister) return true;
+  if (s->envs_fd < 0) return false;
+  env_lister_t *j = xcalloc(1, sizeof *j);
+  j->refs = 2;
+  j->gen = s->listing_gen;
+  j->scan.envs_fd = fcntl(s->envs_fd, F_DUPFD_CLOEXEC, 0);
+  j->scan.wheels_fd = s->wheels_fd >= 0 ? fcntl(s->wheels_fd, F_DUPFD_CLOEXEC, 0) : -1;
+  if (j->scan.envs_fd < 0 || (s->wheels_fd >= 0 && j->scan.wheels_fd < 0)) {
+    j->refs = 1;
+    lister_unref(j);
+    return false;
+  }
+  j->known = s->n_known ? xcalloc(s->n_known, sizeof *j->known) : NULL;
+  for (size_t i = 0; i < s->n_known; i++) {
+    const env_known_t *k = &s->known[i];
+    j->known[i] = (env_known_t){
+        xstrdup(k->name),    k->dev, k->ino, k->size, k->owner ? xstrdup(k->owner) : NULL,
+        json_incref(k->item)};
+  }
+  j->n_known = s->n_known;
+  if (!cm_bg_run(lister_run, j)) {
+    j->refs = 1;
+    lister_unref(j);
+    return false;
+  }
+  s->lister = j;
+  return true;
+}
+
+void env_listing_prime(env_store_t *s) {
+  (void)lister_start(s);
+}
+
+void env_listing_changed(env_store_t *s) {
+  s->listing_at_ms = 0;
+  s->listing_gen++;
+}
+
 void env_listing_free(env_store_t *s) {
+  if (s->lister) {
+    lister_unref(s->lister); /* the worker frees it, if it has not run yet */
+    s->lister = NULL;
+  }
   if (!s->listing) return;
   entries_release(s->listing);
   free(s->listing);
@@ -150,13 +291,18 @@ void env_listing_free(env_store_t *s) {
   s->listing_at_ms = 0;
 }
 
-/* The kept listing when it is recent enough (and has the wheels if asked), else a new one. */
+/* The kept listing when it is recent enough (and has the wheels if asked); when it is older,
+ * the same while the background worker makes a new one; else (none yet, or this process
+ * changed envs/: what it did counts at once) a new one, here. */
 static const entry_list_t *listing(env_store_t *s, bool wheels) {
   uint64_t now = cm_now_ms();
-  if (s->listing && s->listing_at_ms && now - s->listing_at_ms < ENV_LISTING_MS &&
-      (s->listing_wheels || !wheels))
-    return s->listing;
-  env_listing_free(s);
+  lister_adopt(s);
+  bool usable = s->listing && s->listing_at_ms && (s->listing_wheels || !wheels);
+  if (usable && now - s->listing_at_ms < ENV_LISTING_MS) return s->listing;
+  if (usable && lister_start(s)) return s->listing;
+  if (s->listing) entries_release(s->listing);
+  free(s->listing);
+  s->listing = NULL;
   s->listing = xcalloc(1, sizeof *s->listing);
   list_entries(s, s->listing, wheels);
   s->listing_at_ms = now;
@@ -241,7 +387,7 @@ static bool evict_one(env_store_t *s, env_entry_t *en, bool wheels_ok) {
  * holding the most, and only of that one).  An environment in use or being built is never touched,
  * and no wheel goes while an installer of ours may be reading the wheelhouse. */
 void env_evict(env_store_t *s) {
-  s->listing_at_ms = 0; /* (a build was published, and environments may go) */
+  env_listing_changed(s); /* (a build was published, and environments may go) */
   bool installing = s->resolving > 0;
   for (env_build_t *b = s->builds; b; b = b->next) installing |= b->run != NULL;
   entry_list_t l = {0};
@@ -316,14 +462,10 @@ json_t *env_store_list(env_store_t *s, const char *owner) {
     const env_entry_t *en = &l->v[k];
     if (en->wheel || !same_owner(en->owner, owner)) continue;
     json_t *o = json_pack("{s:s, s:I}", "key", en->name, "bytes", (json_int_t)en->size);
-    json_t *m = env_load_manifest(s, en->name, true, false, NULL);
-    json_t *created = m ? json_object_get(m, "created") : NULL;
-    if (json_is_integer(created)) json_object_set(o, "built", created);
-    json_t *pkgs = m ? json_object_get(m, "packages") : NULL;
-    if (json_is_object(pkgs) || json_is_array(pkgs)) json_object_set(o, "packages", pkgs);
-    json_t *py = m ? json_object_get(json_object_get(m, "python"), "version") : NULL;
-    if (json_is_string(py)) json_object_set(o, "python", py);
-    json_decref(m);
+    /* From the manifest as the listing read it (a published manifest never changes). */
+    const env_known_t *kn =
+        s->known ? bsearch(en->name, s->known, s->n_known, sizeof *kn, name_vs_known) : NULL;
+    if (kn && kn->item) json_object_update(o, kn->item);
     json_array_append_new(out, o);
   }
   return out;
@@ -340,7 +482,7 @@ int env_store_evict_owned(env_store_t *s, const char *owner, const char *key, cm
     rc = cm_error_set(err, 0, CM_ERR_NOT_FOUND, "no such environment of yours");
   else if (!evict_one(s, en, false))
     rc = cm_error_set(err, 0, CM_ERR_UNAVAILABLE, "the environment is in use or being built");
-  s->listing_at_ms = 0;
+  env_listing_changed(s);
   entries_release(&l);
   return rc;
 }

@@ -14,8 +14,29 @@
  * status (before the touch). */
 json_t *env_load_manifest(env_store_t *s, const char *key, bool pinned, bool touch,
                           struct stat *st_out) {
+  struct stat st;
+  cleanup_close int fd = -1;
+  json_t *m = env_manifest_read(s->envs_fd, key, &st, &fd);
+  if (!m) return NULL;
+  if (!pinned && s->opts.env_max_age_ms) {
+    json_int_t created = json_integer_value(json_object_get(m, "created"));
+    if ((uint64_t)time(NULL) * 1000 > (uint64_t)created * 1000 + s->opts.env_max_age_ms) {
+      cm_info(
+          "environment %s has unpinned requirements and is older than its maximum age: "
+          "re-resolving",
+          key);
+      json_decref(m);
+      return NULL;
+    }
+  }
+  if (st_out) *st_out = st;
+  if (touch) (void)futimens(fd, NULL);
+  return m;
+}
+
+json_t *env_manifest_read(int envs_fd, const char *key, struct stat *st_out, int *fd_out) {
   cm_error_t err = CM_ERROR_INIT;
-  cleanup_close int dfd = cm_open_dir_at(s->envs_fd, key, &err);
+  cleanup_close int dfd = cm_open_dir_at(envs_fd, key, &err);
   struct stat st;
   cleanup_close int fd = dfd < 0 ? -1
                                  : cm_open_regular_at(dfd, ENV_MANIFEST, O_RDONLY, geteuid(),
@@ -38,19 +59,8 @@ json_t *env_load_manifest(env_store_t *s, const char *key, bool pinned, bool tou
     json_decref(m);
     return NULL;
   }
-  if (!pinned && s->opts.env_max_age_ms) {
-    json_int_t created = json_integer_value(json_object_get(m, "created"));
-    if ((uint64_t)time(NULL) * 1000 > (uint64_t)created * 1000 + s->opts.env_max_age_ms) {
-      cm_info(
-          "environment %s has unpinned requirements and is older than its maximum age: "
-          "re-resolving",
-          key);
-      json_decref(m);
-      return NULL;
-    }
-  }
   if (st_out) *st_out = st;
-  if (touch) (void)futimens(fd, NULL);
+  if (fd_out) *fd_out = steal_fd(&fd);
   return m;
 }
 

@@ -97,7 +97,7 @@ void env_discard(env_store_t *s, int dir_fd, const char *name, const char *kind)
     if (errno != ENOENT) cm_warn("moving %s aside: %s", name, strerror(errno));
     return;
   }
-  s->listing_at_ms = 0; /* (it may have been an environment: the kept listing is stale) */
+  env_listing_changed(s); /* (it may have been an environment) */
   env_remove_later(s, dir_fd, trash);
 }
 

@@ -93,6 +93,7 @@ env_store_t *env_store_new(cm_loop_t *loop, const env_options_t *opts, const cha
   /* The sweeps first: what clean_downloads moves aside is already on its way out. */
   if (s->envs_fd >= 0) sweep_dir(s, s->envs_fd);
   if (s->envs_fd >= 0) sweep_staging(s);
+  if (s->envs_fd >= 0) env_listing_prime(s); /* (check_environment and /metrics find one) */
   if (s->state_fd >= 0) sweep_dir(s, s->state_fd);
   if (s->state_fd >= 0) env_clean_downloads(s);
   bool want_uv = strcmp(cfg->installer, "pip") != 0;

@@ -94,4 +94,5 @@ void env_clean_downloads(env_store_t *s) {
   }
   if (d) closedir(d);
   s->wheels_fd = wfd;
+  env_listing_changed(s); /* (listings from now on count its wheels) */
 }

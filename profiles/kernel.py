@@ -7,10 +7,11 @@ CONTROL_DIR (read-only for the sandbox): `req`, which the kernel reads, and `res
 writes.  Both carry frames: a 4-byte big-endian length, then that many bytes of one JSON
 object.  Requests:
 
-- {"op": "run", "id": N, "code_file": PATH, "filename": NAME, "export": BOOL}: run the code
-  in PATH (a file the server wrote in CONTROL_DIR) in the session's namespace, compiled as
-  NAME so tracebacks name its lines; with export, then write the work directory (less
-  outputs/) as outputs/workspace.tar;
+- {"op": "run", "id": N, "code": TEXT, "filename": NAME, "export": BOOL}: run TEXT in the
+  session's namespace, compiled as NAME so tracebacks name its lines; with export, then write
+  the work directory (less outputs/) as outputs/workspace.tar.  A script too long for one
+  request comes as "code_file": PATH instead of "code" (a file the server wrote in
+  CONTROL_DIR);
 - {"op": "interrupt", "id": N}: raise KeyboardInterrupt in call N if it is still running.
 
 After each run the kernel answers {"id": N, "status": "ok"|"error"|"interrupted"|"exit",
@@ -214,8 +215,12 @@ def _run(msg, namespace, workdir):
         sys.stderr.write("mcp-python-exec-sandbox: cannot empty outputs/: %s\n" % (exc,))
     codes = []
     try:
-        with open(str(msg.get("code_file")), "rb") as f:
-            source = f.read()
+        code = msg.get("code")
+        if isinstance(code, str):
+            source = code.encode("utf-8", "surrogatepass")
+        else:
+            with open(str(msg.get("code_file")), "rb") as f:
+                source = f.read()
         text = source.decode("utf-8", "replace")
         linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)

@@ -99,6 +99,116 @@ def _mps_wait_go(os, path):
     return fields["script"]
 
 
+def _mps_watch_writes():
+    """From 3.8 on: an audit hook (the runner's only trace in the script's run; hooks are
+    not traced or profiled) that notes a file opened for writing through Python's io, or
+    a database connection, whose unwritten buffers only finalisation would flush.  None
+    before 3.8: every run then ends through the interpreter's finalisation."""
+    if not hasattr(sys, "addaudithook"):
+        return None
+    seen = []
+
+    def _mps_audit(event, args):
+        if seen:
+            return
+        if event == "open":
+            mode = args[1]
+            if mode.__class__ is str and ("w" in mode or "a" in mode or "x" in mode or "+" in mode):
+                seen.append("file")
+        elif event == "sqlite3.connect":
+            seen.append("database")
+
+    sys.addaudithook(_mps_audit)
+    return seen
+
+
+def _mps_std_streams():
+    ids = set()
+    for name in ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__"):
+        stream = getattr(sys, name, None)
+        for _ in range(3):  # the text layer, its buffer, its raw file
+            if stream is None:
+                break
+            ids.add(id(stream))
+            stream = getattr(stream, "buffer", None) or getattr(stream, "raw", None)
+    return ids
+
+
+def _mps_needs_finalisation(namespace, watch):
+    """Whether skipping the interpreter's finalisation could lose what the script wrote:
+    a file opened for writing (through io) and still open, a database connection, or a
+    value of the script's namespace whose type has a finaliser (an object with __del__,
+    a class defining one, a generator).  Conservative: any doubt is a yes."""
+    if watch.count("database"):
+        return True
+    std = _mps_std_streams()
+    try:
+        for value in list(namespace.values()):
+            if id(value) in std:
+                continue
+            kind = value if isinstance(value, type) else type(value)
+            if getattr(kind, "__del__", None) is not None:
+                return True
+        if not watch:
+            return False
+        import gc
+
+        base = sys.modules["_io"]._IOBase
+        for obj in gc.get_objects():
+            if isinstance(obj, base) and id(obj) not in std and not obj.closed and obj.writable():
+                return True
+    except BaseException:
+        return True
+    return False
+
+
+def _mps_exit(os, code, namespace, watch):
+    """Ends the process as the interpreter would, without its finalisation (freeing every
+    module and object costs a few milliseconds a call): joins the non-daemon threads, runs
+    the atexit handlers, flushes stdout and stderr, then os._exit with the status
+    `python script.py` would have had.  Returns (the code to raise SystemExit with) only
+    when the normal way must be taken: the code is not one the fast way can give, a flush
+    failed, or _mps_needs_finalisation says so; what already ran does not run twice."""
+    if watch is None:
+        return code  # before 3.8: no audit hook to tell what finalisation would flush
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        if not -(2**31) <= code < 2**31:
+            return code
+        status = int(code)
+    else:
+        # What the interpreter does with sys.exit("message"): print it, status 1.
+        try:
+            err = sys.stderr
+            if err is None:
+                return code
+            err.write(str(code))
+            err.write("\n")
+        except BaseException:
+            return code
+        code = status = 1
+    try:
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+        import atexit
+
+        try:
+            atexit._run_exitfuncs()
+        except BaseException:
+            pass  # the interpreter ignores what the handlers raise (each was reported)
+        # The current streams, then the ones they replaced (flushed when freed).
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            if stream is not None and not stream.closed:
+                stream.flush()
+        if _mps_needs_finalisation(namespace, watch):
+            return code
+    except BaseException:
+        return code
+    os._exit(status)
+
+
 def _mps_run():
     import os
 
@@ -141,13 +251,14 @@ def _mps_run():
     with open(script, "rb") as f:
         source = f.read()
     code = None
+    watch = _mps_watch_writes()
     try:
         code = compile(source, shown_path, "exec", dont_inherit=True)
         del source
         exec(code, namespace)
-    except SystemExit:
+    except SystemExit as exc:
         _mps_save_open_figures(outputs_dir)
-        raise
+        raise SystemExit(_mps_exit(os, exc.code, namespace, watch))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
@@ -162,8 +273,10 @@ def _mps_run():
         exc.__traceback__ = tb
         sys.excepthook(type(exc), exc, tb)
         del exc, tb
+        _mps_exit(os, 1, namespace, watch)
         raise SystemExit(1)
     _mps_save_open_figures(outputs_dir)
+    _mps_exit(os, None, namespace, watch)
 
 
 _mps_run()

@@ -4,9 +4,11 @@
 #include <poll.h>
 #include <sys/epoll.h>
 
-#include "transport/tr.h"
+#include "transport/transport-internal.h"
 
 #define TR_STDIO_READ_CHUNK 65536
+/* Input buffer kept between messages (larger ones are freed once handled). */
+#define TR_STDIO_KEEP_BYTES (1u << 20)
 /* Progress and log notifications are dropped while this much output waits for the client. */
 #define TR_STDIO_MAX_PENDING (4u << 20)
 /* Back-pressure: past this much output waiting for the client, stdin is not read (nor its
@@ -34,6 +36,10 @@ struct tr_stdio {
   uint64_t written, stall_mark;
   cm_timer_t *t_resume;
   cm_buf_t in;
+  /* The first in_scanned bytes of `in` hold no newline: a long line arriving in many reads
+   * is searched once (linear), not from its start at every read. */
+  size_t in_scanned;
+  uint64_t searched; /* bytes searched for a newline so far (tr_stdio_bytes_searched) */
   bool discarding;
   size_t discarded;
   cm_buf_t out;
@@ -120,12 +126,15 @@ static bool blank(const char *p, size_t n) {
 
 /* Hands every complete line in the input buffer to the router. */
 static void process_lines(tr_stdio_t *t) {
-  size_t start = 0;
+  size_t start = 0, from = CM_MIN(t->in_scanned, t->in.len);
   bool partial = false; /* (what is left is the start of a line, not lines held back) */
+  t->in_scanned = 0;
   while (!t->stopped && !t->paused) {
-    char *nl = memchr(t->in.data + start, '\n', t->in.len - start);
+    char *nl = memchr(t->in.data + from, '\n', t->in.len - from);
+    t->searched += nl ? (uint64_t)(nl - (t->in.data + from)) + 1 : t->in.len - from;
     if (!nl) {
       partial = true;
+      t->in_scanned = t->in.len - start;
       break;
     }
     size_t len = (size_t)(nl - (t->in.data + start));
@@ -145,6 +154,7 @@ static void process_lines(tr_stdio_t *t) {
       }
     }
     start += len + 1;
+    from = start;
   }
   cm_buf_consume(&t->in, start);
   if (partial && t->in.len > t->max_message + 1) {
@@ -152,6 +162,16 @@ static void process_lines(tr_stdio_t *t) {
     t->discarding = true;
     t->discarded += t->in.len;
     cm_buf_reset(&t->in);
+    t->in_scanned = 0;
+  }
+  /* A large message grew the buffer: once it is handled, its memory goes back (a server
+   * that accepted one 100 MB input file does not keep 128 MiB for its life). */
+  if (t->in.cap > TR_STDIO_KEEP_BYTES && t->in.len < TR_STDIO_KEEP_BYTES / 2) {
+    cm_buf_t small;
+    cm_buf_init(&small, t->in.max);
+    cm_buf_append(&small, t->in.data, t->in.len);
+    cm_buf_release(&t->in);
+    t->in = small;
   }
 }
 
@@ -339,6 +359,10 @@ tr_sink_t *tr_stdio_sink(tr_stdio_t *t) {
 void tr_stdio_stop_reading(tr_stdio_t *t) {
   t->stopped = true;
   unwatch_stdin(t);
+}
+
+uint64_t tr_stdio_bytes_searched(const tr_stdio_t *t) {
+  return t->searched;
 }
 
 size_t tr_stdio_pending(const tr_stdio_t *t) {

@@ -9,6 +9,10 @@
 
 #include "transport/tr.h"
 
+/* Bytes the stdio transport has searched for line ends so far: linear in what it read, however
+ * the lines were split across reads (the unit test's measure). */
+uint64_t tr_stdio_bytes_searched(const tr_stdio_t *t);
+
 /* Longest host name we keep (a DNS name is at most 253 characters). */
 #define TR_HTTP_HOST_MAX 256
 

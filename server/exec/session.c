@@ -5,7 +5,8 @@
  * The server talks to the kernel through two FIFOs in a control directory of the session's
  * (mounted read-only at EXEC_KERNEL_CTL_TARGET), which the server holds open read-write (so
  * neither end ever sees the other go, and opening never blocks): `req` carries requests, each
- * under PIPE_BUF (the script itself is a file the server writes next to them), `res` the
+ * under PIPE_BUF (a script that fits goes in its request; a longer one is a file the server
+ * writes next to them and removes at the call's end), `res` the
  * kernel's results (kframe.c: length-prefixed, capped, parsed as hostile input: the kernel
  * runs the user's code, which may write anything there).  The kernel's stdout and stderr are
  * its run's pipes: the call's output, streamed and bounded as a run's.  A result is acted on
@@ -20,6 +21,7 @@
  * Nothing of a session survives the server: on restart its id is unknown. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/epoll.h>
@@ -85,11 +87,16 @@ struct exec_session {
   exec_job_t *job; /* the call in the session (from exec_session_run) */
   uint64_t call_id;
   bool sent, timed_out, interrupt_sent, restarting, have_done;
+  bool code_in_file; /* the call's script is ctl_dir/call-N.py (too long for its request) */
   uint64_t call_start_ms;
-  /* The kernel's cgroup counters when the call was sent (between calls: when the last one
-   * ended): a call, or a death, with more OOM kills or refused forks than that hit the
-   * limit (the kernel may live on, its children killed).  The counters are the kernel's
-   * whole life's, so a death is judged by them too, not by sbx_result_t's. */
+  /* The kernel's cgroup counters when they were last read (at the end of the last call that
+   * failed; zero for a new kernel): a failed call, or a death, with more OOM kills or refused
+   * forks than that hit the limit (the kernel may live on, its children killed).  They are
+   * read only when the kernel reports a failure (a call that succeeded does not need them,
+   * and reading costs four file operations), so a failure also counts what struck in
+   * earlier calls that succeeded anyway (a child killed, a refused fork caught).  The
+   * counters are the kernel's whole life's, so a death is judged by them too, not by
+   * sbx_result_t's. */
   sbx_run_events_t call_events;
   /* The counters read as the kernel exited (ks->run is gone then): a call whose answer came
    * before the kernel died is judged by them. */
@@ -806,29 +813,45 @@ static void call_send(exec_session_t *ks) {
     return;
   }
   ks->call_id++;
-  cleanup_free char *code_name = xasprintf("call-%llu.py", (unsigned long long)ks->call_id);
-  cleanup_free char *code_path = xasprintf("%s/%s", ks->ctl_dir, code_name);
-  if (cm_write_file(code_path, job->spec.script, job->spec.script_len, 0644, &err) < 0 ||
-      write_inputs(ks, job, &err) < 0) {
+  ks->code_in_file = false;
+  if (write_inputs(ks, job, &err) < 0) {
     ks->job = NULL;
     exec_job_finish(job, srv_tool_error_result("%s", cm_error_message(&err)));
     cm_error_release(&err);
     return;
   }
+  cleanup_free char *code_name = xasprintf("call-%llu.py", (unsigned long long)ks->call_id);
   bool maps = sbx_backend_maps_paths(srv_server_backend(ks->exec->server));
-  cleanup_free char *code_file =
-      maps ? xasprintf(EXEC_KERNEL_CTL_TARGET "/%s", code_name) : xstrdup(code_path);
   cleanup_free char *filename = xasprintf("%s/%s", maps ? "/work" : ks->workdir, code_name);
-  json_t *req =
-      json_pack("{s:s, s:I, s:s, s:s, s:b}", "op", "run", "id", (json_int_t)ks->call_id,
-                "code_file", code_file, "filename", filename, "export", job->spec.export_workspace);
-  size_t len;
-  cleanup_free char *frame = exec_kframe_encode(req, &len);
+  /* The script in the request when the frame stays under PIPE_BUF (most cells): no file to
+   * create, write and remove on the server's disk. */
+  json_t *req = json_pack("{s:s, s:I, s:s%, s:s, s:b}", "op", "run", "id", (json_int_t)ks->call_id,
+                          "code", job->spec.script, job->spec.script_len, "filename", filename,
+                          "export", job->spec.export_workspace);
+  size_t len = 0;
+  cleanup_free char *frame = req ? exec_kframe_encode(req, &len) : NULL;
   json_decref(req);
+  if (!frame || len > PIPE_BUF) {
+    free(steal_pointer(&frame));
+    cleanup_free char *code_path = xasprintf("%s/%s", ks->ctl_dir, code_name);
+    if (cm_write_file(code_path, job->spec.script, job->spec.script_len, 0644, &err) < 0) {
+      ks->job = NULL;
+      exec_job_finish(job, srv_tool_error_result("%s", cm_error_message(&err)));
+      cm_error_release(&err);
+      return;
+    }
+    ks->code_in_file = true;
+    cleanup_free char *code_file =
+        maps ? xasprintf(EXEC_KERNEL_CTL_TARGET "/%s", code_name) : xstrdup(code_path);
+    req = json_pack("{s:s, s:I, s:s, s:s, s:b}", "op", "run", "id", (json_int_t)ks->call_id,
+                    "code_file", code_file, "filename", filename, "export",
+                    job->spec.export_workspace);
+    frame = exec_kframe_encode(req, &len);
+    json_decref(req);
+  }
   ks->sent = true;
   ks->timed_out = ks->interrupt_sent = ks->have_done = false;
   ks->call_start_ms = cm_now_ms();
-  sbx_run_events(ks->run, &ks->call_events);
   /* Under PIPE_BUF: written whole, or the FIFO is full because the user's code filled it. */
   if (write(ks->req_fd, frame, len) != (ssize_t)len) {
     kill_kernel(ks, "it stopped reading its requests");
@@ -899,6 +922,8 @@ bool exec_session_cancel(exec_job_t *job) {
  * size limit), so it must not stay for the session's life; the kernel keeps its text in
  * linecache for tracebacks. */
 static void remove_code_file(exec_session_t *ks) {
+  if (!ks->code_in_file) return;
+  ks->code_in_file = false;
   cleanup_free char *path =
       xasprintf("%s/call-%llu.py", ks->ctl_dir, (unsigned long long)ks->call_id);
   if (unlink(path) < 0 && errno != ENOENT) cm_warn("removing %s: %s", path, strerror(errno));
@@ -914,12 +939,14 @@ static void call_finish(exec_session_t *ks, const sbx_result_t *death) {
     res.cancelled = false;
   } else {
     res.exit_code = ks->done.exit_code;
-    sbx_run_events_t now = ks->exit_events;
-    if (ks->run) sbx_run_events(ks->run, &now);
-    res.memory_limit = now.known && now.oom_kills > ks->call_events.oom_kills;
-    res.process_limit = now.known && now.forks_refused > ks->call_events.forks_refused;
-    /* Between calls, a death is judged from here. */
-    if (ks->run) ks->call_events = now;
+    if (ks->done.status != EXEC_KSTATUS_OK || ks->done.exit_code != 0) {
+      sbx_run_events_t now = ks->exit_events;
+      if (ks->run) sbx_run_events(ks->run, &now);
+      res.memory_limit = now.known && now.oom_kills > ks->call_events.oom_kills;
+      res.process_limit = now.known && now.forks_refused > ks->call_events.forks_refused;
+      /* From now on, a failure or a death is judged from here. */
+      if (ks->run) ks->call_events = now;
+    }
   }
   res.timed_out = ks->timed_out;
   res.duration_ms = cm_now_ms() - ks->call_start_ms;

@@ -62,6 +62,30 @@ def test_help_and_version():
     assert "start-up runner: /nonexistent/runner.py (MPS_RUNNER)" in r.stdout, r.stdout
 
 
+def _elf_has_interpreter(path):
+    """Whether an ELF64 file asks for a dynamic loader (a PT_INTERP program header)."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b"\x7fELF" and data[4] == 2, path
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    return any(struct.unpack_from("<I", data, phoff + i * phentsize)[0] == 3 for i in range(phnum))
+
+
+def test_the_drop_helper_is_static():
+    """The drop helper runs twice in every call's sandbox set-up: linked statically, it skips
+    the dynamic loader (not in a sanitizer build, whose runtimes are shared libraries)."""
+    with open(BINARY, "rb") as f:
+        if b"libasan" in f.read():
+            pytest.skip("a sanitizer build: the helper is linked dynamically")
+    helper = os.path.join(os.path.dirname(os.path.realpath(BINARY)), "mps-sandbox-drop")
+    if not os.path.exists(helper):
+        pytest.skip("no drop helper next to the binary")
+    assert not _elf_has_interpreter(helper), "mps-sandbox-drop asks for a dynamic loader"
+    assert _elf_has_interpreter(BINARY)  # (the check itself: the server is dynamic)
+
+
 def test_environment_variables_and_override():
     import os
     env = dict(os.environ, MCP_PY_SANDBOX_MAX_TIMEOUT="0")

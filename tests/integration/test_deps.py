@@ -451,3 +451,60 @@ def test_check_environment_reads_a_listing_of_the_store_at_most_every_two_second
     assert wait_until(lambda: cached() == 0, timeout=10)
     s.execute("import mps_alpha", dependencies=["mps-alpha==1.0"], timeout=120)
     assert cached() == 1
+
+
+def _fake_envs(envs_dir, names, built_by=None):
+    """Environments as the store lists them: a directory named by its key holding the
+    manifest (the packages themselves are never looked at by a listing)."""
+    for name in names:
+        os.makedirs(os.path.join(envs_dir, name), exist_ok=True)
+        with open(os.path.join(envs_dir, name, "mps-manifest.json"), "w") as f:
+            json.dump({"key": name, "size": 1000, "built_by": built_by, "created": 1700000000,
+                       "packages": {"mps-fake": "1.0"}, "python": {"version": "3.11.7"}}, f)
+
+
+def _reads_by_thread(pid):
+    """read() system calls so far of each thread of pid (/proc/PID/task/TID/io's syscr)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/io") as f:
+                out[int(tid)] = int(next(l for l in f if l.startswith("syscr:")).split()[1])
+        except (OSError, StopIteration):
+            pass
+    return out
+
+
+def test_check_environment_lists_a_large_store_off_the_event_loop(make_server, tmp_path):
+    """With thousands of cached environments, check_environment answers from a listing that
+    the background worker keeps: the event loop reads no manifest.  Each manifest is read
+    once (a published one never changes), and what check_environment shows of each (built,
+    packages, python) comes from that read."""
+    state = str(tmp_path / "state")
+    envs = os.path.join(state, "envs")
+    _fake_envs(envs, [f"{i:064x}" for i in range(2000)], built_by="stdio")
+    s = make_server("--prestart", "off", state_dir=state)
+    s.initialize()
+
+    def cached():
+        sc = s.call("check_environment")
+        n = int(re.search(r"(\d+) cached environments", sc["content"][0]["text"]).group(1))
+        return n, sc["structuredContent"]["tenant"]["environments"]
+    assert wait_until(lambda: cached()[0] == 2000, timeout=30)
+    n, mine = cached()
+    assert mine["count"] == 2000 and mine["bytes"] == 2000 * 1000, {k: mine[k] for k in ("count", "bytes")}
+    item = next(i for i in mine["items"] if i["key"] == f"{7:064x}")
+    assert item == {"key": f"{7:064x}", "bytes": 1000, "built": 1700000000,
+                    "packages": {"mps-fake": "1.0"}, "python": "3.11.7"}, item
+    # 500 more appear, written by someone else: found by a later listing, whose manifest
+    # reads are the worker's, not the loop's.
+    before = _reads_by_thread(s.proc.pid)
+    _fake_envs(envs, [f"{i:064x}" for i in range(2000, 2500)], built_by="stdio")
+    assert wait_until(lambda: cached()[0] == 2500, timeout=30)
+    after = _reads_by_thread(s.proc.pid)
+    grew = {tid: after[tid] - before.get(tid, 0) for tid in after}
+    assert grew.get(s.proc.pid, 0) < 500, grew  # the loop's thread: requests only
+    assert max(v for tid, v in grew.items() if tid != s.proc.pid) >= 500, grew
+    # One removed by someone else goes from the count with a later listing too.
+    shutil.rmtree(os.path.join(envs, f"{3:064x}"))
+    assert wait_until(lambda: cached()[0] == 2499, timeout=30)

@@ -205,6 +205,83 @@ def test_runner_runs_compiled_and_stays_invisible(files_server):
     test_runner_is_invisible_to_scripts(files_server)
     test_matplotlib_hook_runs_on_failure_and_keeps_tracebacks_true(files_server)
     test_matplotlib_figures_left_open_are_saved(files_server)
+    test_runner_ends_without_finalisation_keeping_what_the_script_wrote(files_server)
+    test_runner_exit_statuses_are_pythons(files_server)
+
+
+def embedded_texts(res):
+    by_uri = {b["resource"]["uri"]: b["resource"]["text"] for b in blocks(res, "resource")}
+    return {path: by_uri.get(f["uri"]) for path, f in files_of(res).items()}
+
+
+def test_runner_ends_without_finalisation_keeping_what_the_script_wrote(files_server):
+    """The runner ends a script with os._exit once the non-daemon threads are joined, the
+    atexit handlers ran and stdout/stderr are flushed: the interpreter's finalisation is
+    skipped, and nothing the script wrote is lost."""
+    script = '''import atexit, os, sys, threading, time
+def bye():
+    print("atexit")
+    os.makedirs("outputs", exist_ok=True)
+    with open("outputs/atexit.txt", "w") as f:
+        f.write("from atexit")
+atexit.register(bye)
+threading.Thread(target=lambda: (time.sleep(0.2), print("thread"))).start()
+sys.stdout.write("unflushed ")
+sys.stderr.write("err unflushed")
+sys.exit(5)
+'''
+    sc = files_server.execute(script)
+    res = sc
+    sc = sc["structuredContent"]
+    assert sc["exit_code"] == 5, sc
+    assert sc["stdout"] == "unflushed thread\natexit\n", sc
+    assert sc["stderr"] == "err unflushed", sc
+    assert embedded_texts(res) == {"outputs/atexit.txt": "from atexit"}
+    # Finalisation is skipped: an object alive in a module other than the script's is not
+    # finalised (Python does not promise that it is).
+    sc = files_server.execute(
+        "import sys, types\n"
+        "sys.modules['holder'] = types.SimpleNamespace(d=type('D', (), {'__del__': lambda self: print('finalised')})())\n"
+        "print('end')\n")["structuredContent"]
+    assert sc["exit_code"] == 0 and sc["stdout"] == "end\n", sc
+    # What only finalisation would flush or run takes the normal way: files left open for
+    # writing (in the namespace or deeper), a class of the script's with a finaliser.
+    res = files_server.execute('''import os
+os.makedirs("outputs")
+f = open("outputs/open.txt", "w")
+f.write("left open")
+keep = [open("outputs/deep.txt", "w")]
+keep[0].write("in a list")
+class Noisy:
+    def __del__(self):
+        print("finalised")
+n = Noisy()
+print("end")
+''')
+    sc = res["structuredContent"]
+    assert sc["exit_code"] == 0 and sc["stdout"] == "end\nfinalised\n", sc
+    assert embedded_texts(res) == {"outputs/open.txt": "left open", "outputs/deep.txt": "in a list"}
+    res = files_server.execute("import os\nos.makedirs('outputs')\nkeep = [open('outputs/deep.txt', 'w')]\n"
+                               "keep[0].write('alone in a list')\n")
+    assert embedded_texts(res) == {"outputs/deep.txt": "alone in a list"}, res
+
+
+def test_runner_exit_statuses_are_pythons(files_server):
+    def run(script):
+        return files_server.execute(script)["structuredContent"]
+    for code, status in (("None", 0), ("0", 0), ("3", 3), ("True", 1), ("256", 0), ("-1", 255)):
+        sc = run(f"import atexit, sys\natexit.register(print, 'atexit')\nsys.exit({code})\n")
+        assert sc["exit_code"] == status, (code, sc)
+        assert sc["stdout"] == "atexit\n", (code, sc)
+    sc = run("import sys\nprint('out')\nsys.exit('a message')\n")
+    assert sc["exit_code"] == 1 and sc["stdout"] == "out\n" and sc["stderr"] == "a message\n", sc
+    sc = run("import atexit\natexit.register(print, 'atexit')\nraise ValueError('boom')\n")
+    assert sc["exit_code"] == 1 and sc["stdout"] == "atexit\n", sc
+    assert sc["stderr"].startswith("Traceback") and sc["stderr"].endswith("ValueError: boom\n"), sc
+    # A handler that fails is reported as Python reports it, and the status stays.
+    sc = run("import atexit\natexit.register(lambda: 1 / 0)\nprint('end')\n")
+    assert sc["exit_code"] == 0 and sc["stdout"] == "end\n", sc
+    assert "ZeroDivisionError" in sc["stderr"], sc
 
 
 def test_text_and_binary_outputs(files_server):

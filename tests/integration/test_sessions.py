@@ -263,12 +263,27 @@ def test_input_files_replace_earlier_ones_and_stay_the_kernels(make_server, tmp_
 
 
 def test_call_scripts_do_not_pile_up(make_server):
-    """Each call's script is a file in the control directory (on the server's disk, outside
-    the work directory's size limit): it goes when the call ends."""
+    """A call's script travels in its request when that fits in one FIFO write (PIPE_BUF);
+    a longer one is a file in the control directory (on the server's disk, outside the work
+    directory's size limit), which goes when the call ends.  Tracebacks name the call's
+    lines and show them either way."""
     s = start(make_server)
     _, sid = new_session(s)
     for _ in range(3):
         assert s.execute("x = 1", session=sid)["structuredContent"]["exit_code"] == 0
+    probe = ("import os, sys\n"
+             "ctl = [a for a in open('/proc/self/cmdline').read().split(chr(0)) if a][-1]\n"
+             "name = os.path.basename(sys._getframe().f_code.co_filename)\n"
+             "print(name, os.path.exists(os.path.join(ctl, name)), 'é')\n")
+    sc = s.execute(probe, session=sid)["structuredContent"]
+    assert sc["exit_code"] == 0 and sc["stdout"] == "call-5.py False é\n", sc
+    sc = s.execute(probe + "#" * 5000 + "\n", session=sid)["structuredContent"]
+    assert sc["exit_code"] == 0 and sc["stdout"] == "call-6.py True é\n", sc
+    for padding in ("", "#" * 5000):
+        sc = s.execute(f"{padding}\nx = 1\ny = x / 0\n", session=sid)["structuredContent"]
+        assert sc["exit_code"] == 1, sc
+        assert 'call-' in sc["stderr"] and '.py", line 3, in <module>' in sc["stderr"], sc
+        assert "    y = x / 0\n" in sc["stderr"] and "ZeroDivisionError" in sc["stderr"], sc
     ctl = [os.path.join(s.state_dir, "work", e) for e in work_left(s.state_dir)
            if e.split("/")[-1].startswith("ses-")]
     assert len(ctl) == 1

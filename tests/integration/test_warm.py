@@ -154,9 +154,12 @@ def test_refills_wait_while_calls_wait(make_server):
     # refill would take CPU from them for a later call's sake: it waits until none waits.
     s = start(make_server, "--prestart", "2", "--prestart-max", "2", "--max-concurrent", "1")
     wait_ready(s, 2)
-    for i in range(4):
-        s.send({"jsonrpc": "2.0", "id": f"q{i}", "method": "tools/call",
-                "params": {"name": "execute_python", "arguments": {"script": "import time; time.sleep(1.5)"}}})
+    # In one write, so that the server reads the four together: sent one by one, a refill
+    # the first one's take scheduled could run before the others were read (nothing waited yet).
+    s.send_raw(b"".join(json.dumps({
+        "jsonrpc": "2.0", "id": f"q{i}", "method": "tools/call",
+        "params": {"name": "execute_python", "arguments": {"script": "import time; time.sleep(1.5)"}}}).encode() + b"\n"
+        for i in range(4)))
     assert wait_until(lambda: pool(s)["taken"] == 1, timeout=20, interval=0.05), pool(s)
     for _ in range(5):  # ...and no refill while the other three wait
         p = pool(s)
