@@ -44,6 +44,9 @@ struct srv_server {
   srv_counters_t counters; /* for /metrics */
   bool draining;           /* SIGTERM: new tool calls are refused */
   uint64_t session_serial; /* the last session's number (srv_session_new) */
+  /* tools/list's tools, built once per era (handshake, 2026-07-28) and MCP Apps or not: the
+   * descriptions depend only on the configuration, which does not change while we run. */
+  json_t *tools_list[2][2];
 };
 
 /* JSON-RPC 2.0 error codes. */
