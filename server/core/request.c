@@ -116,6 +116,9 @@ void srv_request_progress(srv_request_t *r, double progress, const char *message
     return;
   }
   r->last_progress = progress;
+  r->last_progress_ms = cm_now_ms();
+  /* A background run's output waits for wait_run. */
+  if (r->task && srv_task_capture(r->task, message ? message : "", message ? len : 0)) return;
   json_t *params =
       json_pack("{s:O, s:f}", "progressToken", r->progress_token, "progress", progress);
   if (message) json_object_set_new(params, "message", srv_json_string_lossy(message, len));
@@ -123,6 +126,34 @@ void srv_request_progress(srv_request_t *r, double progress, const char *message
   json_t *n = srv_jsonrpc_notification("notifications/progress", params);
   srv_send_json(r->sink, n, TR_SEND_DROPPABLE);
   json_decref(n);
+}
+
+void srv_request_heartbeat(srv_request_t *r) {
+  /* A thousandth: the next byte count of output is still larger after a thousand beats. */
+  srv_request_progress(r, r->last_progress + 0.001, "still running", strlen("still running"));
+}
+
+static void on_heartbeat(cm_loop_t *loop, cm_timer_t *timer, void *data) {
+  (void)timer;
+  srv_request_t *r = data;
+  r->heartbeat = NULL;
+  uint64_t now = cm_now_ms(), quiet = now - r->last_progress_ms;
+  if (quiet >= SRV_HEARTBEAT_MS) {
+    srv_request_heartbeat(r);
+    quiet = 0;
+  }
+  r->heartbeat = cm_loop_timer(loop, SRV_HEARTBEAT_MS - quiet, on_heartbeat, r);
+}
+
+void srv_request_start_heartbeat(srv_request_t *r) {
+  if (!r->progress_token || r->heartbeat || r->task) return;
+  r->last_progress_ms = cm_now_ms();
+  r->heartbeat = cm_loop_timer(r->server->loop, SRV_HEARTBEAT_MS, on_heartbeat, r);
+}
+
+void srv_request_stop_heartbeat(srv_request_t *r) {
+  if (r->heartbeat) cm_timer_cancel(r->heartbeat);
+  r->heartbeat = NULL;
 }
 
 int srv_log_level_index(const char *level) {
@@ -187,6 +218,7 @@ srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, s
 }
 
 static void request_free(srv_request_t *r) {
+  srv_request_stop_heartbeat(r);
   /* Nothing of a stateless request outlives it. */
   if (r->sink && r->sink->peer_gone_data == r) tr_sink_on_peer_gone(r->sink, NULL, NULL);
   if (r->own_session && r->session) srv_session_release(r->session);
@@ -287,6 +319,7 @@ static void call_finish(srv_request_t *r, json_t *response) {
 
 void srv_request_complete(srv_request_t *r, json_t *response) {
   srv_server_t *s = r->server;
+  srv_request_stop_heartbeat(r);
   abandon_client_calls(r);
   if (r->call_tool >= 0) call_finish(r, response);
   if (r->task) {

@@ -309,6 +309,7 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
     if (s->ext && tool >= s->ext->tools && tool < s->ext->tools + s->ext->n_tools)
       r->params = json_incref(params);
     srv_request_set_progress_token(r, params);
+    srv_request_start_heartbeat(r);
     srv_request_audit_begin(r, tool->name, NULL, sink);
     tool->call(r, arguments);
   }

@@ -283,7 +283,7 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
     size_t brief_len;
     cleanup_free char *block = srv_format_result_n(&brief, &brief_len);
     cm_buf_t nt;
-    cm_buf_init(&nt, full_len - text_len + brief_len);
+    cm_buf_init(&nt, 0);
     cm_buf_append(&nt, block, brief_len);
     cm_buf_append(&nt, full + text_len, full_len - text_len);
     free(full);

@@ -141,10 +141,24 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     }
     spec.details = json_is_true(det);
   }
+  json_t *bg = json_object_get(args, "background");
+  if (bg && !json_is_null(bg) && !json_is_boolean(bg)) {
+    srv_request_finish(r, srv_tool_error_result("'background' must be true or false."));
+    return;
+  }
   srv_session_t *session = srv_request_session(r);
   spec.principal = xstrdup(session ? srv_session_principal(session) : SRV_PRINCIPAL_STDIO);
   spec.script = xstrndup(json_string_value(script), json_string_length(script));
   spec.script_len = json_string_length(script);
+  if (json_is_true(bg)) {
+    /* The client hears the run's id now; the run goes on without it (wait_run). Inside a
+     * task or a batch the call just runs. */
+    json_t *refusal;
+    if (!srv_request_background(r, &refusal) && refusal) {
+      srv_request_finish(r, refusal);
+      return;
+    }
+  }
   exec_submit(r, &spec);
 }
 
