@@ -204,6 +204,11 @@ srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, s
     r->own_session = true;
     /* Its client closing the stream is its cancellation (2026-07-28 over HTTP). */
     tr_sink_on_peer_gone(sink, request_peer_gone, r);
+  } else if (!batch && sink != ss->sink && !sink->peer_gone) {
+    /* A handshake-era POST's own stream (HTTP): its client closing it for good cancels it
+     * too (the AI SDK's abort does only that).  Not the session's stream (stdio, a task's
+     * run), and not a stream several requests share. */
+    tr_sink_on_peer_gone(sink, request_peer_gone, r);
   }
   r->id = json_incref(id);
   r->sink = tr_sink_ref(sink);

@@ -992,7 +992,7 @@ static json_t *ended_answer(const srv_task_t *t) {
   }
   bool cancelled = t->status == TASK_CANCELLED;
   json_t *msg = t->error ? json_object_get(t->error, "message") : NULL;
-  const char *why = cancelled ? (t->status_message ? t->status_message : "cancelled")
+  const char *why = cancelled             ? (t->status_message ? t->status_message : "cancelled")
                     : json_is_string(msg) ? json_string_value(msg)
                                           : "the call failed";
   cleanup_free char *text =
@@ -1036,9 +1036,10 @@ static srv_task_t *run_find(srv_request_t *r, const char *run_id) {
 
 static json_t *unknown_run(const char *run_id) {
   cleanup_free char *id = cm_log_excerpt(run_id, strlen(run_id), 40);
-  return srv_tool_error_result("Unknown run_id '%s': no run of yours has it (runs are kept for "
-                               "a while after they end, then forgotten).",
-                               id);
+  return srv_tool_error_result(
+      "Unknown run_id '%s': no run of yours has it (runs are kept for "
+      "a while after they end, then forgotten).",
+      id);
 }
 
 bool srv_request_background(srv_request_t *r, json_t **refusal) {

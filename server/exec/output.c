@@ -291,10 +291,10 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
     full = cm_buf_steal(&nt);
   }
   json_t *result = srv_tool_text_resultn(full, full_len, is_error);
-  json_t *sc = json_pack("{s:s%, s:s%, s:i, s:I, s:b, s:b}", "stdout", out, out_len, "stderr", err,
-                         err_len, "exit_code", res->exit_code, "duration_ms",
-                         (json_int_t)res->duration_ms, "timed_out", res->timed_out, "truncated",
-                         truncated);
+  json_t *sc =
+      json_pack("{s:s%, s:s%, s:i, s:I, s:b, s:b}", "stdout", out, out_len, "stderr", err, err_len,
+                "exit_code", res->exit_code, "duration_ms", (json_int_t)res->duration_ms,
+                "timed_out", res->timed_out, "truncated", truncated);
   if (!sc) {
     /* Only invalid UTF-8 could make packing fail, and the texts were sanitized. */
     cm_err("building structuredContent failed");
@@ -307,12 +307,12 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   }
   /* What a program may want and a model seldom does: with details: true. */
   if (job->spec.details) {
-    json_t *d = json_pack("{s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}", "stdout_bytes",
-                          (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total,
-                          "sandbox", sbx_backend_name(b), "python", "version", interp.version,
-                          "path", interp.path, "implementation", interp.implementation,
-                          "cpu_user_ms", (json_int_t)res->cpu_user_ms, "cpu_system_ms",
-                          (json_int_t)res->cpu_system_ms);
+    json_t *d =
+        json_pack("{s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}", "stdout_bytes",
+                  (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total, "sandbox",
+                  sbx_backend_name(b), "python", "version", interp.version, "path", interp.path,
+                  "implementation", interp.implementation, "cpu_user_ms",
+                  (json_int_t)res->cpu_user_ms, "cpu_system_ms", (json_int_t)res->cpu_system_ms);
     if (d) json_object_update_new(sc, d);
     json_object_set_new(sc, "limit", limit ? json_string(limit) : json_null());
     json_object_set_new(sc, "signal",

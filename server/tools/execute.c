@@ -7,10 +7,9 @@
 
 #define EXEC_MAX_DEPENDENCIES 256
 
-static const char *const known_args[] = {"script",         "dependencies", "timeout_seconds",
-                                         "python_version", "files",        "network",
-                                         "session",        "export",
-                                         "background",     "details"};
+static const char *const known_args[] = {
+    "script",  "dependencies", "timeout_seconds", "python_version", "files",
+    "network", "session",      "export",          "background",     "details"};
 
 void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   srv_server_t *s = srv_request_server(r);
@@ -176,11 +175,11 @@ bool srv_tool_execute_python_prefers_task(srv_server_t *s, json_t *arguments) {
  * metadata, which the schema allows without listing: tools/list is read by every agent in
  * every conversation). */
 static json_t *output_schema(void) {
-  return json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:[s, s]}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s, s, s]}",
-                   "type", "object", "properties", "stdout", "type", "string", "stderr", "type",
-                   "string", "exit_code", "type", "integer", "null", "error", "type", "string",
-                   "files", "type", "array", "run_id", "type", "string", "required", "stdout",
-                   "stderr", "exit_code");
+  return json_pack(
+      "{s:s, s:{s:{s:s}, s:{s:s}, s:{s:[s, s]}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s, s, s]}", "type",
+      "object", "properties", "stdout", "type", "string", "stderr", "type", "string", "exit_code",
+      "type", "integer", "null", "error", "type", "string", "files", "type", "array", "run_id",
+      "type", "string", "required", "stdout", "stderr", "exit_code");
 }
 
 json_t *srv_tool_execute_python_describe(srv_server_t *s) {
@@ -203,16 +202,16 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
       : unfiltered        ? "Network: not filtered (this backend)."
                           : "Network: the internet through a filtering proxy.");
   json_t *input = json_pack(
-      "{s:s, s:{s:{s:s}, s:{s:s, s:{s:s}}, s:{s:s, s:I, s:I, s:I}, s:{s:s}}, s:[s]}",
-      "type", "object", "properties", "script", "type", "string", "dependencies", "type", "array",
-      "items", "type", "string", "timeout_seconds", "type", "integer", "minimum", (json_int_t)1,
-      "maximum", (json_int_t)cfg->max_timeout, "default", (json_int_t)cfg->default_timeout,
-      "python_version", "type", "string", "required", "script");
+      "{s:s, s:{s:{s:s}, s:{s:s, s:{s:s}}, s:{s:s, s:I, s:I, s:I}, s:{s:s}}, s:[s]}", "type",
+      "object", "properties", "script", "type", "string", "dependencies", "type", "array", "items",
+      "type", "string", "timeout_seconds", "type", "integer", "minimum", (json_int_t)1, "maximum",
+      (json_int_t)cfg->max_timeout, "default", (json_int_t)cfg->default_timeout, "python_version",
+      "type", "string", "required", "script");
   json_t *props = json_object_get(input, "properties");
   json_object_set_new(props, "session", json_pack("{s:s}", "type", "string"));
-  json_object_set_new(props, "export",
-                      json_pack("{s:s, s:s}", "type", "boolean", "description",
-                                "Session files as a tar."));
+  json_object_set_new(
+      props, "export",
+      json_pack("{s:s, s:s}", "type", "boolean", "description", "Session files as a tar."));
   json_t *file_item =
       json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:[s, s]}}, s:[s, s]}", "type", "object",
                 "properties", "path", "type", "string", "content", "type", "string", "encoding",
@@ -222,19 +221,18 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
                                 (json_int_t)cfg->max_input_files, "items", file_item));
   const char *net_desc = !cfg->network       ? "Off on this server."
                          : cfg->network_host ? "false: no network."
-                         : unfiltered ? "false: none (a list of destinations is refused)."
-                                      : "false: none; a host list: only those.";
+                         : unfiltered        ? "false: none (a list of destinations is refused)."
+                                             : "false: none; a host list: only those.";
+  json_object_set_new(props, "network",
+                      json_pack("{s:[{s:s}, {s:s, s:{s:s}, s:I}], s:s}", "anyOf", "type", "boolean",
+                                "type", "array", "items", "type", "string", "maxItems",
+                                (json_int_t)SRV_NET_MAX_CALL_RULES, "description", net_desc));
   json_object_set_new(
-      props, "network",
-      json_pack("{s:[{s:s}, {s:s, s:{s:s}, s:I}], s:s}", "anyOf", "type", "boolean", "type",
-                "array", "items", "type", "string", "maxItems", (json_int_t)SRV_NET_MAX_CALL_RULES,
-                "description", net_desc));
-  json_object_set_new(props, "background",
-                      json_pack("{s:s, s:s}", "type", "boolean", "description",
-                                "Answer at once with a run_id."));
-  json_object_set_new(props, "details",
-                      json_pack("{s:s, s:s}", "type", "boolean", "description",
-                                "Add the run's metadata."));
+      props, "background",
+      json_pack("{s:s, s:s}", "type", "boolean", "description", "Answer at once with a run_id."));
+  json_object_set_new(
+      props, "details",
+      json_pack("{s:s, s:s}", "type", "boolean", "description", "Add the run's metadata."));
   return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:b, s:b, s:b}}", "name", "execute_python",
                    "title", "Run Python in a sandbox", "description", desc, "inputSchema", input,
                    "outputSchema", output_schema(), "annotations", "readOnlyHint", 0,

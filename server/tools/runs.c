@@ -55,7 +55,7 @@ json_t *srv_tool_wait_run_describe(srv_server_t *s) {
 json_t *srv_tool_cancel_run_describe(srv_server_t *s) {
   (void)s;
   return json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s}}, s:[s]}, s:{s:b}}", "name", "cancel_run",
-                   "title", "Cancel a run", "description", "Stops a background run.",
-                   "inputSchema", "type", "object", "properties", "run_id", "type", "string",
-                   "required", "run_id", "annotations", "readOnlyHint", 0);
+                   "title", "Cancel a run", "description", "Stops a background run.", "inputSchema",
+                   "type", "object", "properties", "run_id", "type", "string", "required", "run_id",
+                   "annotations", "readOnlyHint", 0);
 }

@@ -378,11 +378,10 @@ void srv_tool_validate_script(srv_request_t *r, json_t *args) {
 
 json_t *srv_tool_validate_script_describe(srv_server_t *s) {
   (void)s;
-  json_t *input = json_pack(
-      "{s:s, s:{s:{s:s}, s:{s:s, s:{s:s}}, s:{s:s}, s:{s:s}}, s:[s]}", "type", "object",
-      "properties", "script", "type", "string", "dependencies", "type", "array", "items", "type",
-      "string", "python_version", "type", "string", "resolve", "type", "boolean", "required",
-      "script");
+  json_t *input = json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:{s:s}}, s:{s:s}, s:{s:s}}, s:[s]}", "type",
+                            "object", "properties", "script", "type", "string", "dependencies",
+                            "type", "array", "items", "type", "string", "python_version", "type",
+                            "string", "resolve", "type", "boolean", "required", "script");
   return json_pack("{s:s, s:s, s:s, s:o, s:{s:b}}", "name", "validate_script", "title",
                    "Check a script", "description",
                    "Checks a script without running it: PEP 723 block, dependencies (resolve: true "

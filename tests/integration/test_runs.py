@@ -181,3 +181,28 @@ def test_modern_era_background_and_wait(http2):
     rid = r["structuredContent"]["run_id"]
     assert post(5, "cancel_run", {"run_id": rid})["structuredContent"]["status"] == "cancelled"
     assert post(6, "wait_run", {"run_id": rid, "timeout_seconds": 0})["structuredContent"]["status"] == "cancelled"
+
+
+# ================================================================ handshake era: a closed stream cancels
+
+def test_handshake_http_closed_stream_cancels_the_call(http2):
+    """The AI SDK's abort only closes the request's stream (it sends no notifications/cancelled):
+    in the handshake era over HTTP that cancels the call too once no resumption comes (issue 36, 4)."""
+    import socket
+    from test_http import wait_for_progress
+    h = http2
+    sid = h.initialize(TASKS_VERSION, headers=ALICE)
+    marker = f"mps-abort-{time.monotonic_ns()}"
+    msg = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+           "params": {"name": "execute_python", "_meta": {"progressToken": "p"},
+                      "arguments": {"script": "print('go', flush=True)\n" + sleeper(marker),
+                                    "timeout_seconds": 120}}}
+    c, resp = h.open_stream(msg, sid, headers={**ALICE, "MCP-Protocol-Version": TASKS_VERSION})
+    assert wait_for_progress(resp, "go")
+    assert wait_until(lambda: processes_with_marker(marker), 30)
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    assert wait_until(lambda: not processes_with_marker(marker), 30)
+    # The session goes on.
+    r = http_rpc(h, sid, ALICE, 10, "tools/call", {"name": "execute_python", "arguments": {"script": "print(2)"}})
+    assert r["result"]["structuredContent"]["stdout"] == "2\n"
