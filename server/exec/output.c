@@ -6,8 +6,13 @@
 #include "server/exec/exec-internal.h"
 
 /* Kept output (stdout and stderr together) up to this many bytes is in both the text block and
- * structuredContent: every host shows it, whichever of the two it gives its model. */
-#define EXEC_RESULT_TEXT_OUTPUT_MAX 1024
+ * structuredContent: every host shows it, whichever of the two it gives its model (Claude
+ * Code and Codex show structuredContent, the AI SDK and LangChain the text block). */
+#define EXEC_RESULT_TEXT_OUTPUT_MAX 2048
+/* Past it, the text block has the beginning and the end: this share (percent), at most
+ * EXEC_RESULT_EXCERPT_MAX bytes a stream (a result stays under 1.25 times its output). */
+#define EXEC_RESULT_EXCERPT_SHARE 15
+#define EXEC_RESULT_EXCERPT_MAX (16 * 1024)
 
 char *srv_truncation_marker(uint64_t max) {
   /* The seed formats max/1024 with Python's "{:.0f}" (round half to even), as printf does. */
@@ -161,6 +166,25 @@ static const char *limit_hit(const sbx_result_t *res, bool memory) {
   return NULL;
 }
 
+/* A stream's text in the text block of a result whose output is in structuredContent only:
+ * its beginning and end, EXEC_RESULT_EXCERPT_SHARE of it (at most EXEC_RESULT_EXCERPT_MAX
+ * bytes), and where the whole is.  NULL for an empty stream. */
+static char *excerpt(const char *text, size_t len, const char *field, size_t *out_len) {
+  if (!len) return NULL;
+  uint64_t budget =
+      CM_MIN((uint64_t)len * EXEC_RESULT_EXCERPT_SHARE / 100, (uint64_t)EXEC_RESULT_EXCERPT_MAX);
+  size_t half = len / 2, cut_len;
+  bool cut;
+  cleanup_free char *part = srv_truncate_output_n(text, half, text + half, len - half, len,
+                                                  CM_MAX(budget, (uint64_t)256), &cut_len, &cut);
+  cm_buf_t b;
+  cm_buf_init(&b, 0);
+  cm_buf_append(&b, part, cut_len);
+  cm_buf_printf(&b, "\n[all %zu bytes: structuredContent.%s]\n", len, field);
+  *out_len = b.len;
+  return cm_buf_steal(&b);
+}
+
 /* "what went wrong", in a line: the limit hit, the signal, or the exception (the last line of
  * stderr that starts a line at its left edge: "ZeroDivisionError: division by zero"). */
 static char *what_went_wrong(const exec_job_t *job, const sbx_result_t *res, const char *limit,
@@ -270,16 +294,17 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   size_t full_len = t.len;
   cleanup_free char *full = cm_buf_steal(&t);
   if (one_copy) {
-    /* The seed's block again, each stream's text replaced by a line saying where it is. */
-    cleanup_free char *out_line =
-        out_len ? xasprintf("[%zu bytes: in structuredContent.stdout]\n", out_len) : NULL;
-    cleanup_free char *err_line =
-        err_len ? xasprintf("[%zu bytes: in structuredContent.stderr]\n", err_len) : NULL;
+    /* The seed's block again, each stream's text cut to its beginning and end (hosts that
+     * show only the text block, as the AI SDK and LangChain do, still see a traceback) and a
+     * line saying where the whole is. */
+    size_t out_line_len = 0, err_line_len = 0;
+    cleanup_free char *out_line = excerpt(out, out_len, "stdout", &out_line_len);
+    cleanup_free char *err_line = excerpt(err, err_len, "stderr", &err_line_len);
     srv_exec_summary_t brief = sum;
     brief.stdout_text = out_line;
-    brief.stdout_len = out_line ? strlen(out_line) : 0;
+    brief.stdout_len = out_line_len;
     brief.stderr_text = err_line;
-    brief.stderr_len = err_line ? strlen(err_line) : 0;
+    brief.stderr_len = err_line_len;
     size_t brief_len;
     cleanup_free char *block = srv_format_result_n(&brief, &brief_len);
     cm_buf_t nt;

@@ -59,17 +59,23 @@ def test_files_have_names_and_sizes_and_no_resources_read(server):
 
 def test_kept_output_is_one_copy(server):
     # 90 KB of output: the result is at most 1.25 times the output (it was twice, and more).
-    script = "import sys\nsys.stdout.write('MARK-90K ' + 'y' * 90000 + '\\n')\n"
+    # (MID-MARK is in the middle: in no beginning or end the text block shows.)
+    script = "import sys\nsys.stdout.write('MARK-90K ' + 'y' * 45000 + 'MID-MARK' + 'y' * 44992 + '\\n')\n"
     res = lean_call(server, script)
     sc = res["structuredContent"]
     assert sc["stdout"].startswith("MARK-90K ") and len(sc["stdout"]) == 90010
     wire = json.dumps(res, separators=(",", ":"))
-    assert wire.count("MARK-90K") == 1
+    assert wire.count("MID-MARK") == 1
     assert len(wire) <= 1.25 * 90010
-    # The text block says where the output is, in the seed's frame.
+    # The text block has its beginning and end, and says where the whole is, in the seed's frame.
     text = text_of(res)
-    assert "--- stdout ---\n[90010 bytes: in structuredContent.stdout]" in text
+    assert "--- stdout ---\nMARK-90K yyyy" in text
+    assert "[all 90010 bytes: structuredContent.stdout]" in text and "yyyy\n" in text
     assert "--- exit_code: 0 ---" in text
+    # A traceback after a flood: the end of stderr is in the text block.
+    res = lean_call(server, "import sys\nsys.stderr.write('z' * 50000 + '\\n')\n1/0\n")
+    assert "ZeroDivisionError: division by zero" in text_of(res)
+    assert res["structuredContent"]["error"] == "exit code 1: ZeroDivisionError: division by zero"
     # A little output is in both: every host shows it, whichever part it reads.
     res = lean_call(server, "print('small')")
     assert "small" in text_of(res) and res["structuredContent"]["stdout"] == "small\n"
@@ -79,9 +85,10 @@ def test_100_mb_of_kept_output_is_one_copy_on_the_wire(make_server):
     # 60 MB on stdout and 40 MB on stderr, all kept: the response line holds each byte once.
     s = make_server("--max-output-bytes", str(64 << 20))
     s.initialize()
+    # (the marks are in the middle: in no beginning or end the text block shows)
     script = ("import sys\n"
-              "sys.stdout.write('OUT-MARK' + 'o' * (60_000_000 - 8))\n"
-              "sys.stderr.write('ERR-MARK' + 'e' * (40_000_000 - 8))\n")
+              "sys.stdout.write('o' * 30_000_000 + 'OUT-MARK' + 'o' * (30_000_000 - 8))\n"
+              "sys.stderr.write('e' * 20_000_000 + 'ERR-MARK' + 'e' * (20_000_000 - 8))\n")
     s.send({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
             "params": {"name": "execute_python", "arguments": {"script": script, "timeout_seconds": 120}}})
     while True:
@@ -95,3 +102,5 @@ def test_100_mb_of_kept_output_is_one_copy_on_the_wire(make_server):
     sc = res["structuredContent"]
     assert len(sc["stdout"]) == 60_000_000 and len(sc["stderr"]) == 40_000_000
     assert sc["truncated"] is False
+    # The text block: the beginning and end of each stream, not a copy.
+    assert len(res["content"][0]["text"]) <= 40 * 1024
