@@ -57,6 +57,8 @@ def result_of(h, body, req_id):
 
 
 def execute(s, sid, auth, req_id, script, **args):
+    # details: the run's metadata (its environment, prestart), which these tests check
+    args.setdefault("details", True)
     st, h, body = s.post(call_msg(req_id, script, **args), sid, headers=auth, version=LATEST)
     assert st == 200, (st, body[:500])
     msg = result_of(h, body, req_id)
