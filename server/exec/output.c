@@ -239,11 +239,15 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   /* The interpreter that really ran: the image's, with docker and podman. */
   sbx_interp_t interp = {job->py->version, job->py->executable, job->py->implementation};
   sbx_backend_interpreter(b, job->py->executable, &interp);
-  cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b),
-                interp.version, interp.path);
-  /* Session calls run in their kernel: nothing was prestarted for them. */
-  if (!job->ksession)
-    cm_buf_printf(&t, "\n--- prestarted: %s ---", exec_prestarted_name(job->prestarted));
+  /* Which sandbox, interpreter and set-up ran it: with details (a model seldom needs them, and
+   * every host shows it the text block or structuredContent on every call). */
+  if (job->spec.details) {
+    cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b),
+                  interp.version, interp.path);
+    /* Session calls run in their kernel: nothing was prestarted for them. */
+    if (!job->ksession)
+      cm_buf_printf(&t, "\n--- prestarted: %s ---", exec_prestarted_name(job->prestarted));
+  }
   if (res->term_signal && !res->timed_out)
     cm_buf_printf(&t, "\n--- killed_by_signal: %d ---", res->term_signal);
   if (res->status_unknown)
