@@ -117,8 +117,13 @@ void srv_request_progress(srv_request_t *r, double progress, const char *message
   }
   r->last_progress = progress;
   r->last_progress_ms = cm_now_ms();
-  /* A background run's output waits for wait_run. */
-  if (r->task && srv_task_capture(r->task, message ? message : "", message ? len : 0)) return;
+  /* A background run's output (the progress that carries the streams' _meta; a set-up note
+   * has none) waits for wait_run. */
+  bool output = meta && message;
+  if (r->task && srv_task_capture(r->task, output ? message : "", output ? len : 0)) {
+    json_decref(meta);
+    return;
+  }
   json_t *params =
       json_pack("{s:O, s:f}", "progressToken", r->progress_token, "progress", progress);
   if (message) json_object_set_new(params, "message", srv_json_string_lossy(message, len));
@@ -130,7 +135,7 @@ void srv_request_progress(srv_request_t *r, double progress, const char *message
 
 void srv_request_heartbeat(srv_request_t *r) {
   /* A thousandth: the next byte count of output is still larger after a thousand beats. */
-  srv_request_progress(r, r->last_progress + 0.001, "still running", strlen("still running"));
+  srv_request_progress(r, r->last_progress + 0.001, "still running", strlen("still running"), NULL);
 }
 
 static void on_heartbeat(cm_loop_t *loop, cm_timer_t *timer, void *data) {

@@ -109,14 +109,20 @@ def artifact_call(s, req_id, headers):
 def test_listen_streams_of_a_removed_token_end_and_free_their_places(rotation):
     """Before: the old token's listen streams kept delivering after it was removed (a run's
     notification arrived on them), and its eight kept the principal at its cap, so the new
-    token was refused a listen stream."""
+    token's streams went at the cost of the principal's others."""
     s = rotation()
     old = [open_listen(s, f"old{i}", OLD, resourcesListChanged=True) for i in range(8)]
-    st, _, body = mpost(s, listen_msg("ninth", resourcesListChanged=True), headers=NEW)
-    assert b"too many" in body, (st, body)  # one principal: alice is at her cap of eight
+    # One principal: alice is at her cap of eight, and a ninth (of her new token) ends her
+    # oldest idle stream (old0) with its result (issue 36: the newest is not the one refused).
+    c9, _ = open_listen(s, "ninth", NEW, resourcesListChanged=True)
+    got = rest_of(old[0][1])
+    assert got and got[-1]["id"] == "old0" and "result" in got[-1], got
+    old[0][0].close()
+    old = old[1:]
+    c9.close()
     s.rotate()
     artifact_call(s, 1, NEW)
-    for i, (c, events) in enumerate(old):
+    for i, (c, events) in enumerate(old, 1):
         got = rest_of(events)
         # the end says why, with the stream's id, and nothing follows it
         assert got and got[-1]["id"] == f"old{i}" and "removed" in got[-1]["error"]["message"], got
