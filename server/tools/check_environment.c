@@ -147,11 +147,13 @@ static void system_packages_line(cm_buf_t *t, py_interp_t *const *pys, size_t n_
 
 json_t *srv_tool_check_environment_describe(srv_server_t *s) {
   (void)s;
-  return json_pack("{s:s, s:s, s:s, s:{s:s}, s:{s:b}}", "name", "check_environment", "title",
-                   "Check the sandbox", "description",
+  /* (its structuredContent declared, briefly: the list is in every agent's context) */
+  return json_pack("{s:s, s:s, s:s, s:{s:s}, s:{s:s}, s:{s:b}}", "name", "check_environment",
+                   "title", "Check the sandbox", "description",
                    "The Python versions, sandbox, network policy, limits and your cached "
                    "environments.",
-                   "inputSchema", "type", "object", "annotations", "readOnlyHint", 1);
+                   "inputSchema", "type", "object", "outputSchema", "type", "object", "annotations",
+                   "readOnlyHint", 1);
 }
 
 typedef struct env_call {
