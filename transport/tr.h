@@ -104,9 +104,10 @@ void tr_sink_unref(tr_sink_t *s);
 void tr_sink_close_stream(tr_sink_t *s);
 /* Registers cb(data) (NULL: none) to run once when the peer gives up on this sink's stream
  * before the sink is done with: for HTTP the connection of a stateless (2026-07-28) POST
- * closing before its answer, which that revision makes the request's cancellation.  The
- * handshake era's streams never call it (a lost connection is not a cancellation there).
- * The callee must clear it before it lets go of its reference. */
+ * closing before its answer, which that revision makes the request's cancellation; in the
+ * handshake era a POST's connection closed by its client before the answer (a JSON answer
+ * at once; an SSE stream when no GET with Last-Event-ID resumed it within a few seconds).
+ * Stdio never calls it.  The callee must clear it before it lets go of its reference. */
 void tr_sink_on_peer_gone(tr_sink_t *s, void (*cb)(void *data), void *data);
 /* For transports: the peer is gone; runs and clears the callback. */
 void tr_sink_peer_gone(tr_sink_t *s);

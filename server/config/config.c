@@ -237,6 +237,12 @@ static const opt_def_t options[] = {
     {"max-tasks-per-principal", OPT_INT, OFF(max_tasks_per_principal), "N", "32",
      "tasks one principal may have kept at once (running or holding a result); more are "
      "refused; 0 = no limit"},
+    {"max-listens-per-principal", OPT_INT, OFF(max_listens_per_principal), "N", "8",
+     "subscriptions/listen streams one principal may hold open; past it the principal's "
+     "oldest idle stream is ended for the new one; at least 1"},
+    {"max-listens-local", OPT_INT, OFF(max_listens_local), "N", "64",
+     "the same for the local principal (HTTP without tokens: every local client is one "
+     "principal); at least 1"},
     {"log-level", OPT_LOGLEVEL, OFF(log_level), "{debug,info,warning,error}", "info",
      "stderr log level"},
     {"drain-seconds", OPT_INT, OFF(drain_seconds), "SECONDS", "30",
@@ -791,6 +797,9 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
     return cm_error_set(err, 0, CM_ERR_INVALID, "artifact_ttl must be >= 1");
   if (c->audit_log_keep < 1 || c->audit_log_keep > 100)
     return cm_error_set(err, 0, CM_ERR_INVALID, "audit_log_keep must be between 1 and 100");
+  if (c->max_listens_per_principal < 1 || c->max_listens_local < 1)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "max_listens_per_principal and max_listens_local must be >= 1");
   if (c->max_task_ttl_ms < 1000)
     return cm_error_set(err, 0, CM_ERR_INVALID, "max_task_ttl must be >= 1");
   if (c->max_artifact_bytes > c->max_artifact_store_bytes)

@@ -96,6 +96,8 @@ typedef struct srv_config {
   uint64_t artifact_ttl_ms;         /* --artifact-ttl: how long outputs stay readable */
   uint64_t max_task_ttl_ms;         /* --max-task-ttl: a task's longest life (and the default) */
   uint64_t max_tasks_per_principal; /* --max-tasks-per-principal: tasks kept; 0 = no limit */
+  uint64_t max_listens_per_principal; /* --max-listens-per-principal: listen streams */
+  uint64_t max_listens_local; /* --max-listens-local: the same, for the local/stdio principal */
   uint64_t max_task_result_bytes_per_principal; /* finished tasks' results kept, one principal */
   uint64_t max_task_result_bytes;               /* ... and in all */
   cm_log_level_t log_level;                     /* --log-level */

@@ -44,6 +44,9 @@ struct srv_server {
   srv_counters_t counters; /* for /metrics */
   bool draining;           /* SIGTERM: new tool calls are refused */
   uint64_t session_serial; /* the last session's number (srv_session_new) */
+  /* tools/list's tools, built once per era (handshake, 2026-07-28) and MCP Apps or not: the
+   * descriptions depend only on the configuration, which does not change while we run. */
+  json_t *tools_list[2][2];
 };
 
 /* JSON-RPC 2.0 error codes. */
@@ -152,6 +155,10 @@ struct srv_request {
   void (*cancel_cb)(void *data);
   void *cancel_data;
   double last_progress;
+  /* A tool call with a progress token: a heartbeat after every SRV_HEARTBEAT_MS without
+   * progress (srv_request_start_heartbeat). */
+  cm_timer_t *heartbeat;
+  uint64_t last_progress_ms;
   char *method; /* a request taken by the extension: its method and params */
   json_t *params;
   /* A request of the 2026-07-28 revision: its results carry resultType and serverInfo,
@@ -227,6 +234,8 @@ json_t *srv_tasks_detailed(srv_server_t *s, const char *principal, const char *i
 /* A task's run (r->task) ended: its response (borrowed; NULL when cancelled) goes to the
  * task, not to a client (srv_request_complete). */
 void srv_task_run_ended(srv_request_t *r, json_t *response);
+/* A background run's progress text is kept for wait_run (true), not sent. */
+bool srv_task_capture(struct srv_task *t, const char *text, size_t len);
 /* ss ends (srv_session_free): its tasks go on without it, their runs detached first. */
 void srv_tasks_session_gone(srv_session_t *ss);
 /* srv_request_call_client of a task's run (r->task) in the modern era: the question waits in
@@ -284,6 +293,11 @@ void srv_request_audit_begin(srv_request_t *r, const char *tool, const char *tas
                              const tr_sink_t *from);
 /* A params._meta.progressToken makes r report progress. */
 void srv_request_set_progress_token(srv_request_t *r, json_t *params);
+/* A tools/call with a progress token hears a heartbeat (srv_request_heartbeat) when its run
+ * said nothing for SRV_HEARTBEAT_MS, until it is answered. */
+#define SRV_HEARTBEAT_MS 10000
+void srv_request_start_heartbeat(srv_request_t *r);
+void srv_request_stop_heartbeat(srv_request_t *r);
 /* A response from the client: to one of our requests, or ignored. */
 void srv_client_response(srv_session_t *ss, json_t *msg, const srv_msg_t *m);
 

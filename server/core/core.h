@@ -396,6 +396,27 @@ void srv_listen_end_all(srv_server_t *s);
  * not a modern request, already a task, or the principal has no room for another. */
 bool srv_request_promote_task(srv_request_t *r);
 
+/* Background runs (execute_python's background: true; wait_run, cancel_run): a run is a task
+ * of its principal's (bounded by --max-tasks-per-principal, kept for --max-task-ttl, its
+ * process tree killed at the TTL), outside the tasks protocol.
+ *
+ * srv_request_background: r, a tools/call in flight, answers its client now with the run's
+ * id and goes on as the run, detached from its session and stream (the client may go); what
+ * it finishes with later is the run's result.  False when it cannot: r is already a task or
+ * in a batch (*refusal NULL: run it plainly), or the principal has no room (*refusal: the
+ * tool error to answer).
+ * srv_run_wait: r (wait_run) answers the run's result once it has ended, or, after timeout_ms,
+ * "still running" with the output since the last answer; its progress token gets a heartbeat
+ * while it waits.  Another principal's run is unknown.
+ * srv_run_cancel: r (cancel_run) ends the run (its process tree killed); a later wait_run
+ * answers that it was cancelled. */
+bool srv_request_background(srv_request_t *r, json_t **refusal);
+void srv_run_wait(srv_request_t *r, const char *run_id, uint64_t timeout_ms);
+void srv_run_cancel(srv_request_t *r, const char *run_id);
+/* A progress notification that says only "still working" (the progress value barely grows),
+ * when r has a progress token: clients that reset their timeout on progress keep waiting. */
+void srv_request_heartbeat(srv_request_t *r);
+
 /* Forgets every task (freeing the server, after every request ended). */
 void srv_tasks_free(srv_server_t *s);
 

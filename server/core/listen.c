@@ -20,10 +20,11 @@
 
 #define MCP_META_SUBSCRIPTION "io.modelcontextprotocol/subscriptionId"
 
-/* A principal's listen streams, and everyone's: each holds a request (and over HTTP a
- * connection), so a token cannot pile them up. */
-#define SRV_MAX_LISTENS_PER_PRINCIPAL 8
+/* Everyone's listen streams: each holds a request (and over HTTP a connection).  A
+ * principal's are bounded by --max-listens-per-principal (--max-listens-local for the local
+ * principal, which every client without a token is: one per Claude Code session). */
 #define SRV_MAX_LISTENS 256
+#define SRV_PRINCIPAL_LOCAL "local"
 /* resourceSubscriptions: URIs per stream, and bytes per URI. */
 #define SRV_MAX_LISTEN_URIS 64
 #define SRV_MAX_LISTEN_URI_BYTES 2048
@@ -34,9 +35,10 @@
 struct srv_listener {
   srv_request_t *r;
   char *principal;
-  unsigned kinds; /* SRV_LISTEN_* agreed */
-  json_t *uris;   /* resourceSubscriptions agreed (array of strings), or NULL */
-  json_t *tasks;  /* taskIds agreed (array of strings), or NULL */
+  unsigned kinds;     /* SRV_LISTEN_* agreed */
+  json_t *uris;       /* resourceSubscriptions agreed (array of strings), or NULL */
+  json_t *tasks;      /* taskIds agreed (array of strings), or NULL */
+  uint64_t active_ms; /* opened, or last sent to: the oldest idle goes first at the cap */
   srv_listener_t *next;
 };
 
@@ -88,7 +90,8 @@ static json_t *tagged_params(const srv_listener_t *l, json_t *params) {
   return params;
 }
 
-static void listener_send(const srv_listener_t *l, const char *method, json_t *params) {
+static void listener_send(srv_listener_t *l, const char *method, json_t *params) {
+  l->active_ms = cm_now_ms();
   json_t *n = srv_jsonrpc_notification(method, tagged_params(l, params));
   srv_send_json(l->r->sink, n, TR_SEND_DEFAULT);
   json_decref(n);
@@ -172,17 +175,35 @@ void srv_listen_start(srv_session_t *ss, json_t *id, json_t *params, tr_sink_t *
     srv_tasks_reply_missing(sink, id, "subscriptions/listen's \"taskIds\"");
     return;
   }
-  if (principal_listeners(s, ss->principal) >= SRV_MAX_LISTENS_PER_PRINCIPAL ||
-      s->n_listeners >= SRV_MAX_LISTENS) {
+  /* At the principal's cap the new stream wins: a client that opens one per connection and
+   * never closes them (Claude Code) would otherwise lock its newest sessions out. */
+  bool local = strcmp(ss->principal, SRV_PRINCIPAL_LOCAL) == 0 ||
+               strcmp(ss->principal, SRV_PRINCIPAL_STDIO) == 0;
+  uint64_t most = local ? s->cfg->max_listens_local : s->cfg->max_listens_per_principal;
+  while (principal_listeners(s, ss->principal) >= most) {
+    /* (newest first: on a tie the later one in the list, the older, wins) */
+    srv_listener_t *oldest = NULL;
+    for (srv_listener_t *o = s->listeners; o; o = o->next)
+      if (strcmp(o->principal, ss->principal) == 0 &&
+          (!oldest || o->active_ms <= oldest->active_ms))
+        oldest = o;
+    if (!oldest) break;
+    cm_info(
+        "subscriptions/listen: %s has %llu streams open; its oldest idle one ends for a new one",
+        ss->principal, (unsigned long long)most);
+    listener_end(oldest);
+  }
+  if (s->n_listeners >= SRV_MAX_LISTENS) {
     cleanup_free char *msg = xasprintf(
-        "Invalid Request: too many subscriptions/listen streams open (%d per principal, %d in "
-        "all): close one first",
-        SRV_MAX_LISTENS_PER_PRINCIPAL, SRV_MAX_LISTENS);
+        "Invalid Request: too many subscriptions/listen streams open (%d in all): close one "
+        "first",
+        SRV_MAX_LISTENS);
     srv_reply_error(sink, NULL, id, JSONRPC_INVALID_REQUEST, msg);
     return;
   }
   srv_listener_t *l = xcalloc(1, sizeof *l);
   l->principal = xstrdup(ss->principal);
+  l->active_ms = cm_now_ms();
   /* What is agreed: what was asked for and the capabilities say the server sends. */
   json_t *agreed = json_object();
   for (size_t i = 0; i < CM_ARRAY_SIZE(list_kinds); i++) {

@@ -27,6 +27,8 @@ srv_server_t *srv_core_new(const srv_parts_t *parts) {
 }
 
 void srv_core_free(srv_server_t *s) {
+  for (size_t era = 0; era < 2; era++)
+    for (size_t apps = 0; apps < 2; apps++) json_decref(s->tools_list[era][apps]);
   free(s);
 }
 

@@ -116,6 +116,14 @@ void srv_request_progress(srv_request_t *r, double progress, const char *message
     return;
   }
   r->last_progress = progress;
+  r->last_progress_ms = cm_now_ms();
+  /* A background run's output (the progress that carries the streams' _meta; a set-up note
+   * has none) waits for wait_run. */
+  bool output = meta && message;
+  if (r->task && srv_task_capture(r->task, output ? message : "", output ? len : 0)) {
+    json_decref(meta);
+    return;
+  }
   json_t *params =
       json_pack("{s:O, s:f}", "progressToken", r->progress_token, "progress", progress);
   if (message) json_object_set_new(params, "message", srv_json_string_lossy(message, len));
@@ -123,6 +131,34 @@ void srv_request_progress(srv_request_t *r, double progress, const char *message
   json_t *n = srv_jsonrpc_notification("notifications/progress", params);
   srv_send_json(r->sink, n, TR_SEND_DROPPABLE);
   json_decref(n);
+}
+
+void srv_request_heartbeat(srv_request_t *r) {
+  /* A thousandth: the next byte count of output is still larger after a thousand beats. */
+  srv_request_progress(r, r->last_progress + 0.001, "still running", strlen("still running"), NULL);
+}
+
+static void on_heartbeat(cm_loop_t *loop, cm_timer_t *timer, void *data) {
+  (void)timer;
+  srv_request_t *r = data;
+  r->heartbeat = NULL;
+  uint64_t now = cm_now_ms(), quiet = now - r->last_progress_ms;
+  if (quiet >= SRV_HEARTBEAT_MS) {
+    srv_request_heartbeat(r);
+    quiet = 0;
+  }
+  r->heartbeat = cm_loop_timer(loop, SRV_HEARTBEAT_MS - quiet, on_heartbeat, r);
+}
+
+void srv_request_start_heartbeat(srv_request_t *r) {
+  if (!r->progress_token || r->heartbeat || r->task) return;
+  r->last_progress_ms = cm_now_ms();
+  r->heartbeat = cm_loop_timer(r->server->loop, SRV_HEARTBEAT_MS, on_heartbeat, r);
+}
+
+void srv_request_stop_heartbeat(srv_request_t *r) {
+  if (r->heartbeat) cm_timer_cancel(r->heartbeat);
+  r->heartbeat = NULL;
 }
 
 int srv_log_level_index(const char *level) {
@@ -173,6 +209,11 @@ srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, s
     r->own_session = true;
     /* Its client closing the stream is its cancellation (2026-07-28 over HTTP). */
     tr_sink_on_peer_gone(sink, request_peer_gone, r);
+  } else if (!batch && sink != ss->sink && !sink->peer_gone) {
+    /* A handshake-era POST's own stream (HTTP): its client closing it for good cancels it
+     * too (the AI SDK's abort does only that).  Not the session's stream (stdio, a task's
+     * run), and not a stream several requests share. */
+    tr_sink_on_peer_gone(sink, request_peer_gone, r);
   }
   r->id = json_incref(id);
   r->sink = tr_sink_ref(sink);
@@ -187,6 +228,7 @@ srv_request_t *srv_request_new(srv_session_t *ss, json_t *id, tr_sink_t *sink, s
 }
 
 static void request_free(srv_request_t *r) {
+  srv_request_stop_heartbeat(r);
   /* Nothing of a stateless request outlives it. */
   if (r->sink && r->sink->peer_gone_data == r) tr_sink_on_peer_gone(r->sink, NULL, NULL);
   if (r->own_session && r->session) srv_session_release(r->session);
@@ -287,6 +329,7 @@ static void call_finish(srv_request_t *r, json_t *response) {
 
 void srv_request_complete(srv_request_t *r, json_t *response) {
   srv_server_t *s = r->server;
+  srv_request_stop_heartbeat(r);
   abandon_client_calls(r);
   if (r->call_tool >= 0) call_finish(r, response);
   if (r->task) {

@@ -181,13 +181,18 @@ static void handle_tools_list(srv_session_t *ss, json_t *id, json_t *params, tr_
   }
   const srv_tool_t *tools = ss->server->tools;
   bool apps = apps_advertised(ss, mm);
-  json_t *list = json_array();
-  for (size_t i = 0; i < ss->server->n_tools; i++)
-    json_array_append_new(list, describe_tool(ss->server, &tools[i], apps));
-  const srv_extension_t *ext = ss->server->ext;
-  for (size_t i = 0; ext && i < ext->n_tools; i++)
-    json_array_append_new(list, describe_tool(ss->server, &ext->tools[i], apps));
-  json_t *result = json_pack("{s:o}", "tools", list);
+  json_t **cached = &ss->server->tools_list[mm != NULL][apps];
+  if (!*cached) {
+    json_t *list = json_array();
+    for (size_t i = 0; i < ss->server->n_tools; i++)
+      json_array_append_new(list, describe_tool(ss->server, &tools[i], apps));
+    const srv_extension_t *ext = ss->server->ext;
+    for (size_t i = 0; ext && i < ext->n_tools; i++)
+      json_array_append_new(list, describe_tool(ss->server, &ext->tools[i], apps));
+    *cached = list;
+  }
+  /* Shared, never changed: the answer is serialised before the next request is read. */
+  json_t *result = json_pack("{s:O}", "tools", *cached);
   add_cache_hints(result, "tools/list", 60000, mm);
   reply_result(sink, batch, id, result, mm);
 }
@@ -304,6 +309,7 @@ static void handle_tools_call(srv_session_t *ss, json_t *id, json_t *params, tr_
     if (s->ext && tool >= s->ext->tools && tool < s->ext->tools + s->ext->n_tools)
       r->params = json_incref(params);
     srv_request_set_progress_token(r, params);
+    srv_request_start_heartbeat(r);
     srv_request_audit_begin(r, tool->name, NULL, sink);
     tool->call(r, arguments);
   }

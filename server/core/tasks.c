@@ -73,6 +73,11 @@ typedef struct srv_task {
   uint64_t next_ask;
   uint64_t told; /* changes its listen streams were told of (notify_listeners) */
   json_t *client_caps;
+  /* A background run (execute_python's background: true): its output since the last
+   * wait_run (what its progress carried), bounded; what did not fit is counted. */
+  bool background;
+  cm_buf_t news;
+  uint64_t news_dropped;
   struct srv_task *prev, *next; /* creation order */
   struct srv_task *exp_next;    /* expiry order */
 } srv_task_t;
@@ -81,6 +86,10 @@ struct task_waiter {
   srv_request_t *r;
   srv_task_t *task;
   task_waiter_t *next;
+  /* A wait_run: it answers "still running" at its deadline (its progress token, if any, hears
+   * the tools/call heartbeat meanwhile). */
+  bool run_wait;
+  cm_timer_t *deadline;
 };
 
 typedef struct srv_tasks {
@@ -147,6 +156,7 @@ static void asks_drop(srv_task_t *t, bool tell) {
 
 static void task_free(srv_task_t *t) {
   asks_drop(t, false);
+  cm_buf_release(&t->news);
   json_decref(t->client_caps);
   t->store->bytes -= t->bytes;
   free(t->principal);
@@ -345,6 +355,8 @@ json_t *srv_tasks_detailed(srv_server_t *s, const char *principal, const char *i
   return t ? detailed_task(t) : NULL;
 }
 
+static void run_wait_end(task_waiter_t *w, bool answer);
+
 /* t becomes terminal: its waiters get their answers. */
 static void task_settle(srv_task_t *t, task_status_t status, const char *message) {
   t->status = status;
@@ -358,8 +370,12 @@ static void task_settle(srv_task_t *t, task_status_t status, const char *message
   while (w) {
     task_waiter_t *next = w->next;
     srv_request_on_cancel(w->r, NULL, NULL);
-    answer_waiter(w->r, t);
-    free(w);
+    if (w->run_wait)
+      run_wait_end(w, true);
+    else {
+      answer_waiter(w->r, t);
+      free(w);
+    }
     w = next;
   }
 }
@@ -659,6 +675,10 @@ bool srv_request_promote_task(srv_request_t *r) {
 
 static void waiter_cancelled(void *data) {
   task_waiter_t *w = data;
+  if (w->run_wait) {
+    run_wait_end(w, false);
+    return;
+  }
   for (task_waiter_t **p = &w->task->waiters; *p; p = &(*p)->next)
     if (*p == w) {
       *p = w->next;
@@ -909,4 +929,206 @@ bool srv_tasks_handle(srv_session_t *ss, const srv_msg_t *m, tr_sink_t *sink, sr
     reply(sink, batch, m->id, task_json(t), mm);
   }
   return true;
+}
+
+/* ---------------------------------------------------------------- background runs */
+
+/* What a background run's output since the last wait_run keeps (the result has it all). */
+#define RUN_NEWS_MAX (64 * 1024)
+
+static json_t *run_result(const char *text, json_t *sc, bool is_error) {
+  json_t *r = srv_tool_text_result(text, is_error);
+  json_object_set_new(r, "structuredContent", sc);
+  return r;
+}
+
+/* The structuredContent of an answer without the run's result: the same required fields. */
+static json_t *run_sc(const srv_task_t *t, const char *status, json_t *out) {
+  return json_pack("{s:s, s:s, s:o, s:s, s:n}", "run_id", t->id, "status", status, "stdout",
+                   out ? out : json_string(""), "stderr", "", "exit_code");
+}
+
+bool srv_task_capture(srv_task_t *t, const char *text, size_t len) {
+  if (!t->background) return false;
+  size_t room = RUN_NEWS_MAX > t->news.len ? RUN_NEWS_MAX - t->news.len : 0;
+  size_t take = cm_utf8_clip(text, CM_MIN(room, len));
+  cm_buf_append(&t->news, text, take);
+  t->news_dropped += len - take;
+  return true;
+}
+
+/* "Still running", with the output since the last answer (which it consumes). */
+static json_t *running_answer(srv_task_t *t) {
+  cm_buf_t text;
+  cm_buf_init(&text, 0);
+  cm_buf_printf(&text, "--- run %s: still running ---\n", t->id);
+  if (t->news.len || t->news_dropped) {
+    cm_buf_appends(&text, "--- new output ---\n");
+    cm_buf_append(&text, t->news.data, t->news.len);
+    if (t->news_dropped)
+      cm_buf_printf(&text, "\n... [%llu more bytes; the result has the beginning and the end]",
+                    (unsigned long long)t->news_dropped);
+  } else {
+    cm_buf_appends(&text, "--- no new output ---");
+  }
+  cm_buf_appends(&text, "\nCall wait_run again to keep waiting, or cancel_run to stop it.");
+  json_t *out = srv_json_string_lossy(t->news.data, t->news.len);
+  cm_buf_reset(&t->news);
+  t->news_dropped = 0;
+  cleanup_free char *s = cm_buf_steal(&text);
+  return run_result(s, run_sc(t, "running", out), false);
+}
+
+/* A finished run's answer: its result (run_id and status added), or why it has none. */
+static json_t *ended_answer(const srv_task_t *t) {
+  if (t->status == TASK_COMPLETED) {
+    json_t *result = json_deep_copy(t->result);
+    json_t *sc = json_object_get(result, "structuredContent");
+    if (json_is_object(sc)) {
+      json_object_set_new(sc, "run_id", json_string(t->id));
+      json_object_set_new(sc, "status", json_string("completed"));
+    }
+    return result;
+  }
+  bool cancelled = t->status == TASK_CANCELLED;
+  json_t *msg = t->error ? json_object_get(t->error, "message") : NULL;
+  const char *why = cancelled             ? (t->status_message ? t->status_message : "cancelled")
+                    : json_is_string(msg) ? json_string_value(msg)
+                                          : "the call failed";
+  cleanup_free char *text =
+      xasprintf("--- run %s: %s: %s ---", t->id, cancelled ? "cancelled" : "failed", why);
+  json_t *sc = run_sc(t, cancelled ? "cancelled" : "failed", NULL);
+  json_object_set_new(sc, "error", json_string(why));
+  return run_result(text, sc, true);
+}
+
+/* Ends a wait_run waiter: its timers stopped, answered (answer) or not (it was cancelled). */
+static void run_wait_end(task_waiter_t *w, bool answer) {
+  srv_task_t *t = w->task;
+  for (task_waiter_t **p = &t->waiters; *p; p = &(*p)->next)
+    if (*p == w) {
+      *p = w->next;
+      break;
+    }
+  if (w->deadline) cm_timer_cancel(w->deadline);
+  srv_request_on_cancel(w->r, NULL, NULL);
+  if (!answer)
+    srv_request_complete(w->r, NULL);
+  else
+    srv_request_finish(w->r, terminal(t) ? ended_answer(t) : running_answer(t));
+  free(w);
+}
+
+static void on_wait_deadline(cm_loop_t *loop, cm_timer_t *timer, void *data) {
+  (void)loop, (void)timer;
+  task_waiter_t *w = data;
+  w->deadline = NULL;
+  run_wait_end(w, true);
+}
+
+static srv_task_t *run_find(srv_request_t *r, const char *run_id) {
+  const char *principal = r->session ? r->session->principal : SRV_PRINCIPAL_STDIO;
+  json_t *id = json_string(run_id);
+  srv_task_t *t = id ? task_find(r->server, principal, id) : NULL;
+  json_decref(id);
+  return t && t->background ? t : NULL;
+}
+
+static json_t *unknown_run(const char *run_id) {
+  cleanup_free char *id = cm_log_excerpt(run_id, strlen(run_id), 40);
+  return srv_tool_error_result(
+      "Unknown run_id '%s': no run of yours has it (runs are kept for "
+      "a while after they end, then forgotten).",
+      id);
+}
+
+bool srv_request_background(srv_request_t *r, json_t **refusal) {
+  srv_session_t *ss = r->session;
+  srv_server_t *s = r->server;
+  *refusal = NULL;
+  if (r->task || r->batch || r->cancelled || r->done || !ss) return false;
+  if (!srv_tasks_room(s, ss->principal)) {
+    *refusal = srv_tool_error_result(
+        "You have %llu runs and tasks already (the server's limit); a finished one is kept "
+        "until its TTL. Run this one without background, or wait.",
+        (unsigned long long)s->cfg->max_tasks_per_principal);
+    return false;
+  }
+  srv_tasks_t *ts = store_of(s);
+  srv_task_t *t = task_new(ts, ss->principal, s->cfg->max_task_ttl_ms);
+  t->background = true;
+  cm_buf_init(&t->news, 0);
+  /* The client's answer now: the run's id. */
+  cleanup_free char *text = xasprintf(
+      "--- run %s: started in the background ---\nCall wait_run with run_id \"%s\" for its "
+      "output and its result; cancel_run stops it.",
+      t->id, t->id);
+  json_t *answer = run_result(text, run_sc(t, "running", NULL), false);
+  if (r->modern) srv_modern_decorate(answer);
+  srv_reply_result(r->sink, NULL, r->id, answer);
+  /* The call goes on as the run, on a session of its own with a stream that goes nowhere:
+   * the client may go (its stream, its session) and come back with wait_run. Its progress
+   * (its output) is kept for wait_run. */
+  if (r->sink->peer_gone_data == r) tr_sink_on_peer_gone(r->sink, NULL, NULL);
+  tr_sink_unref(r->sink);
+  r->sink = tr_sink_ref(&null_sink);
+  srv_session_t *own = srv_session_new(s, &null_sink);
+  srv_session_set_principal(own, ss->principal);
+  own->ephemeral = true;
+  own->owned = true;
+  if (r->own_session) srv_session_release(ss);
+  r->session = own;
+  r->own_session = true;
+  srv_request_stop_heartbeat(r);
+  json_decref(r->progress_token);
+  r->progress_token = json_string("background");
+  r->task = t;
+  t->run = r;
+  cm_debug("run %s: a background execute_python of %s", t->id, ss->principal);
+  return true;
+}
+
+void srv_run_wait(srv_request_t *r, const char *run_id, uint64_t timeout_ms) {
+  srv_task_t *t = run_find(r, run_id);
+  if (!t) {
+    srv_request_finish(r, unknown_run(run_id));
+    return;
+  }
+  if (terminal(t)) {
+    srv_request_finish(r, ended_answer(t));
+    return;
+  }
+  size_t n = 0;
+  for (task_waiter_t *w = t->waiters; w; w = w->next) n++;
+  if (n >= TASK_MAX_WAITERS || timeout_ms == 0) {
+    srv_request_finish(r, running_answer(t));
+    return;
+  }
+  task_waiter_t *w = xcalloc(1, sizeof *w);
+  w->r = r;
+  w->task = t;
+  w->run_wait = true;
+  w->next = t->waiters;
+  t->waiters = w;
+  w->deadline = cm_loop_timer(r->server->loop, timeout_ms, on_wait_deadline, w);
+  srv_request_on_cancel(r, waiter_cancelled, w);
+}
+
+void srv_run_cancel(srv_request_t *r, const char *run_id) {
+  srv_task_t *t = run_find(r, run_id);
+  if (!t) {
+    srv_request_finish(r, unknown_run(run_id));
+    return;
+  }
+  if (terminal(t)) {
+    cleanup_free char *text =
+        xasprintf("--- run %s had already ended (%s) ---", t->id, status_names[t->status]);
+    srv_request_finish(r, run_result(text, run_sc(t, status_names[t->status], NULL), false));
+    return;
+  }
+  cm_debug("run %s cancelled by cancel_run", t->id);
+  task_stop_run(t);
+  task_settle(t, TASK_CANCELLED, "cancelled by cancel_run");
+  cleanup_free char *text = xasprintf("--- run %s: cancelled ---", t->id);
+  srv_request_finish(r, run_result(text, run_sc(t, "cancelled", NULL), false));
 }

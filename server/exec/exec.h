@@ -61,6 +61,7 @@ typedef struct exec_spec {
   char *session;
   bool export_workspace; /* the work directory comes back as outputs/workspace.tar */
   bool close_session;    /* the session is closed after the call (close_session's export) */
+  bool details;          /* structuredContent carries the run's metadata too (details: true) */
 } exec_spec_t;
 
 /* The one place a call's timeout is decided: requested_s seconds (0: not given, so

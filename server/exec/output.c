@@ -5,6 +5,15 @@
 
 #include "server/exec/exec-internal.h"
 
+/* Kept output (stdout and stderr together) up to this many bytes is in both the text block and
+ * structuredContent: every host shows it, whichever of the two it gives its model (Claude
+ * Code and Codex show structuredContent, the AI SDK and LangChain the text block). */
+#define EXEC_RESULT_TEXT_OUTPUT_MAX 2048
+/* Past it, the text block has the beginning and the end: this share (percent), at most
+ * EXEC_RESULT_EXCERPT_MAX bytes a stream (a result stays under 1.25 times its output). */
+#define EXEC_RESULT_EXCERPT_SHARE 15
+#define EXEC_RESULT_EXCERPT_MAX (16 * 1024)
+
 char *srv_truncation_marker(uint64_t max) {
   /* The seed formats max/1024 with Python's "{:.0f}" (round half to even), as printf does. */
   return xasprintf("\n... [truncated at %.0fKB]", (double)max / 1024.0);
@@ -157,6 +166,53 @@ static const char *limit_hit(const sbx_result_t *res, bool memory) {
   return NULL;
 }
 
+/* A stream's text in the text block of a result whose output is in structuredContent only:
+ * its beginning and end, EXEC_RESULT_EXCERPT_SHARE of it (at most EXEC_RESULT_EXCERPT_MAX
+ * bytes), and where the whole is.  NULL for an empty stream. */
+static char *excerpt(const char *text, size_t len, const char *field, size_t *out_len) {
+  if (!len) return NULL;
+  uint64_t budget =
+      CM_MIN((uint64_t)len * EXEC_RESULT_EXCERPT_SHARE / 100, (uint64_t)EXEC_RESULT_EXCERPT_MAX);
+  size_t half = len / 2, cut_len;
+  bool cut;
+  cleanup_free char *part = srv_truncate_output_n(text, half, text + half, len - half, len,
+                                                  CM_MAX(budget, (uint64_t)256), &cut_len, &cut);
+  cm_buf_t b;
+  cm_buf_init(&b, 0);
+  cm_buf_append(&b, part, cut_len);
+  cm_buf_printf(&b, "\n[all %zu bytes: structuredContent.%s]\n", len, field);
+  *out_len = b.len;
+  return cm_buf_steal(&b);
+}
+
+/* "what went wrong", in a line: the limit hit, the signal, or the exception (the last line of
+ * stderr that starts a line at its left edge: "ZeroDivisionError: division by zero"). */
+static char *what_went_wrong(const exec_job_t *job, const sbx_result_t *res, const char *limit,
+                             const char *err, size_t err_len) {
+  if (res->timed_out)
+    return xasprintf("timed out after %llu s: the script and its processes were killed",
+                     (unsigned long long)(job->spec.timeout_ms / 1000));
+  if (limit && strcmp(limit, "memory") == 0) return xstrdup("out of memory (the memory limit)");
+  if (limit && strcmp(limit, "cpu") == 0) return xstrdup("the CPU time limit was exceeded");
+  if (limit && strcmp(limit, "file_size") == 0) return xstrdup("the file size limit was exceeded");
+  if (limit && strcmp(limit, "processes") == 0)
+    return xstrdup("the process limit was reached (a fork was refused)");
+  if (res->term_signal) return xasprintf("killed by signal %d", res->term_signal);
+  /* The last line that does not start with a space: a traceback's exception line. */
+  size_t end = err_len;
+  while (end > 0) {
+    while (end > 0 && (err[end - 1] == '\n' || err[end - 1] == '\r')) end--;
+    size_t start = end;
+    while (start > 0 && err[start - 1] != '\n') start--;
+    if (end > start && err[start] != ' ' && err[start] != '\t') {
+      size_t n = cm_utf8_clip(err + start, CM_MIN(end - start, (size_t)200));
+      return xasprintf("exit code %d: %.*s", res->exit_code, (int)n, err + start);
+    }
+    end = start;
+  }
+  return xasprintf("exit code %d", res->exit_code);
+}
+
 json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *network,
                            cm_buf_t *net_text) {
   const srv_config_t *cfg = job->cfg;
@@ -183,11 +239,15 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   /* The interpreter that really ran: the image's, with docker and podman. */
   sbx_interp_t interp = {job->py->version, job->py->executable, job->py->implementation};
   sbx_backend_interpreter(b, job->py->executable, &interp);
-  cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b),
-                interp.version, interp.path);
-  /* Session calls run in their kernel: nothing was prestarted for them. */
-  if (!job->ksession)
-    cm_buf_printf(&t, "\n--- prestarted: %s ---", exec_prestarted_name(job->prestarted));
+  /* Which sandbox, interpreter and set-up ran it: with details (a model seldom needs them, and
+   * every host shows it the text block or structuredContent on every call). */
+  if (job->spec.details) {
+    cm_buf_printf(&t, "\n--- sandbox: %s ---\n--- python: %s (%s) ---", sbx_backend_name(b),
+                  interp.version, interp.path);
+    /* Session calls run in their kernel: nothing was prestarted for them. */
+    if (!job->ksession)
+      cm_buf_printf(&t, "\n--- prestarted: %s ---", exec_prestarted_name(job->prestarted));
+  }
   if (res->term_signal && !res->timed_out)
     cm_buf_printf(&t, "\n--- killed_by_signal: %d ---", res->term_signal);
   if (res->status_unknown)
@@ -229,40 +289,80 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
   if (files.stored_files)
     srv_listen_list_changed(job->server, SRV_LISTEN_RESOURCES, job->tenant->principal);
   files_result_append(&files, &t, NULL, NULL);
-  size_t full_len = t.len;
-  cleanup_free char *full = cm_buf_steal(&t);
   bool truncated = out_cut || err_cut;
   bool is_error = res->exit_code != 0 || res->timed_out;
+  /* The kept output goes once into the response when it is more than a few lines: in
+   * structuredContent (which the hosts that show one of the two show), the text block saying
+   * where it is. */
+  bool one_copy = out_len + err_len > EXEC_RESULT_TEXT_OUTPUT_MAX;
+  size_t full_len = t.len;
+  cleanup_free char *full = cm_buf_steal(&t);
+  if (one_copy) {
+    /* The seed's block again, each stream's text cut to its beginning and end (hosts that
+     * show only the text block, as the AI SDK and LangChain do, still see a traceback) and a
+     * line saying where the whole is. */
+    size_t out_line_len = 0, err_line_len = 0;
+    cleanup_free char *out_line = excerpt(out, out_len, "stdout", &out_line_len);
+    cleanup_free char *err_line = excerpt(err, err_len, "stderr", &err_line_len);
+    srv_exec_summary_t brief = sum;
+    brief.stdout_text = out_line;
+    brief.stdout_len = out_line_len;
+    brief.stderr_text = err_line;
+    brief.stderr_len = err_line_len;
+    size_t brief_len;
+    cleanup_free char *block = srv_format_result_n(&brief, &brief_len);
+    cm_buf_t nt;
+    cm_buf_init(&nt, 0);
+    cm_buf_append(&nt, block, brief_len);
+    cm_buf_append(&nt, full + text_len, full_len - text_len);
+    free(full);
+    full_len = nt.len;
+    full = cm_buf_steal(&nt);
+  }
   json_t *result = srv_tool_text_resultn(full, full_len, is_error);
-  json_t *sc = json_pack(
-      "{s:s%, s:s%, s:i, s:I, s:b, s:b, s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}", "stdout", out,
-      out_len, "stderr", err, err_len, "exit_code", res->exit_code, "duration_ms",
-      (json_int_t)res->duration_ms, "timed_out", res->timed_out, "truncated", truncated,
-      "stdout_bytes", (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total,
-      "sandbox", sbx_backend_name(b), "python", "version", interp.version, "path", interp.path,
-      "implementation", interp.implementation, "cpu_user_ms", (json_int_t)res->cpu_user_ms,
-      "cpu_system_ms", (json_int_t)res->cpu_system_ms);
+  json_t *sc =
+      json_pack("{s:s%, s:s%, s:i, s:I, s:b, s:b}", "stdout", out, out_len, "stderr", err, err_len,
+                "exit_code", res->exit_code, "duration_ms", (json_int_t)res->duration_ms,
+                "timed_out", res->timed_out, "truncated", truncated);
   if (!sc) {
     /* Only invalid UTF-8 could make packing fail, and the texts were sanitized. */
     cm_err("building structuredContent failed");
     sc = json_object();
   }
   const char *limit = limit_hit(res, memory);
-  json_object_set_new(sc, "limit", limit ? json_string(limit) : json_null());
-  json_object_set_new(sc, "signal",
-                      res->term_signal ? json_integer(res->term_signal) : json_null());
-  json_object_set_new(sc, "status_confirmed", json_boolean(!res->status_unknown));
-  json_object_set_new(sc, "prestarted", json_string(exec_prestarted_name(job->prestarted)));
-  json_object_set_new(sc, "max_rss_kib", json_integer((json_int_t)res->max_rss_kib));
-  json_object_set_new(
-      sc, "memory_peak_bytes",
-      res->memory_peak_bytes ? json_integer((json_int_t)res->memory_peak_bytes) : json_null());
-  json_object_set_new(sc, "environment",
-                      job->env ? json_pack("{s:s, s:b, s:O}", "key", job->env->key, "cached",
-                                           job->env->cached, "packages", job->env->packages)
-                               : json_null());
-  json_object_set_new(sc, "network", network);
+  if (is_error || limit) {
+    cleanup_free char *what = what_went_wrong(job, res, limit, err, err_len);
+    json_object_set_new(sc, "error", json_string(what));
+  }
+  /* What a program may want and a model seldom does: with details: true. */
+  if (job->spec.details) {
+    json_t *d =
+        json_pack("{s:I, s:I, s:s, s:{s:s, s:s, s:s}, s:I, s:I}", "stdout_bytes",
+                  (json_int_t)job->out.total, "stderr_bytes", (json_int_t)job->err.total, "sandbox",
+                  sbx_backend_name(b), "python", "version", interp.version, "path", interp.path,
+                  "implementation", interp.implementation, "cpu_user_ms",
+                  (json_int_t)res->cpu_user_ms, "cpu_system_ms", (json_int_t)res->cpu_system_ms);
+    if (d) json_object_update_new(sc, d);
+    json_object_set_new(sc, "limit", limit ? json_string(limit) : json_null());
+    json_object_set_new(sc, "signal",
+                        res->term_signal ? json_integer(res->term_signal) : json_null());
+    json_object_set_new(sc, "status_confirmed", json_boolean(!res->status_unknown));
+    json_object_set_new(sc, "prestarted", json_string(exec_prestarted_name(job->prestarted)));
+    json_object_set_new(sc, "max_rss_kib", json_integer((json_int_t)res->max_rss_kib));
+    json_object_set_new(
+        sc, "memory_peak_bytes",
+        res->memory_peak_bytes ? json_integer((json_int_t)res->memory_peak_bytes) : json_null());
+    json_object_set_new(sc, "environment",
+                        job->env ? json_pack("{s:s, s:b, s:O}", "key", job->env->key, "cached",
+                                             job->env->cached, "packages", job->env->packages)
+                                 : json_null());
+    json_object_set_new(sc, "network", network);
+  } else {
+    json_decref(network);
+  }
   files_result_append(&files, NULL, json_object_get(result, "content"), sc);
+  if (!job->spec.details && json_array_size(json_object_get(sc, "files")) == 0)
+    json_object_del(sc, "files");
   srv_request_audit(job->req, "artifacts", json_integer((json_int_t)files.stored_files));
   srv_request_audit(job->req, "artifact_bytes", json_integer((json_int_t)files.stored_bytes));
   files_collection_release(&files);

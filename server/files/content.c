@@ -28,8 +28,7 @@ static void text_line(cm_buf_t *t, const files_output_t *e) {
   }
   cm_buf_printf(t, "\n--- file: %s (%s, %llu bytes): %s", e->path, e->mime,
                 (unsigned long long)e->size, how_name(e->how));
-  if (e->how == FILES_RESOURCE_LINK && e->uri)
-    cm_buf_printf(t, " %s (read it with resources/read)", e->uri);
+  if (e->how == FILES_RESOURCE_LINK && e->uri) cm_buf_printf(t, " %s", e->uri);
   cm_buf_appends(t, " ---");
 }
 
@@ -79,7 +78,7 @@ void files_result_append(const files_collection_t *c, cm_buf_t *text, json_t *co
   size_t shown = 0;
   for (size_t i = 0; i < c->n; i++) {
     if (shown == FILES_TEXT_LINES) {
-      cm_buf_printf(text, "\n--- ... and %zu more (see structuredContent.files) ---", c->n - shown);
+      cm_buf_printf(text, "\n--- ... and %zu more ---", c->n - shown);
       break;
     }
     text_line(text, &c->v[i]);

@@ -43,15 +43,12 @@ void srv_tool_evict_environment(srv_request_t *r, json_t *args) {
 }
 
 json_t *srv_tool_evict_environment_describe(srv_server_t *s) {
-  return json_pack(
-      "{s:s, s:s, s:s, s:{s:s, s:{s:{s:s, s:I, s:s}}, s:[s], s:b}, s:{s:s, s:b, s:b, s:b, "
-      "s:b}}",
-      "name", "evict_environment", "title", "Remove a cached environment", "description",
-      "Removes one of the cached dependency environments your calls built (check_environment "
-      "lists them with their size and last use); the next call that needs it builds it again. "
-      "One in use or being built stays.",
-      "inputSchema", "type", "object", "properties", "key", "type", "string", "maxLength",
-      (json_int_t)128, "description", "The environment's key.", "required", "key",
-      "additionalProperties", 0, "annotations", "title", "Remove a cached environment",
-      "readOnlyHint", 0, "destructiveHint", 1, "idempotentHint", 1, "openWorldHint", 0);
+  (void)s;
+  return json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s, s:I}}, s:[s]}, s:{s:b}}", "name",
+                   "evict_environment", "title", "Remove an environment", "description",
+                   "Removes one of your cached dependency environments (check_environment lists "
+                   "them).",
+                   "inputSchema", "type", "object", "properties", "key", "type", "string",
+                   "maxLength", (json_int_t)128, "required", "key", "annotations", "readOnlyHint",
+                   0);
 }

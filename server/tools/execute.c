@@ -7,9 +7,9 @@
 
 #define EXEC_MAX_DEPENDENCIES 256
 
-static const char *const known_args[] = {"script",         "dependencies", "timeout_seconds",
-                                         "python_version", "files",        "network",
-                                         "session",        "export"};
+static const char *const known_args[] = {
+    "script",  "dependencies", "timeout_seconds", "python_version", "files",
+    "network", "session",      "export",          "background",     "details"};
 
 void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   srv_server_t *s = srv_request_server(r);
@@ -24,7 +24,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
       srv_request_finish(r, srv_tool_error_result("Unknown argument '%s'. execute_python accepts: "
                                                   "script, dependencies, timeout_seconds, "
                                                   "python_version, files, network, session, "
-                                                  "export.",
+                                                  "export, background, details.",
                                                   k));
       return;
     }
@@ -132,10 +132,32 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
     }
     spec.export_workspace = json_is_true(exp);
   }
+  json_t *det = json_object_get(args, "details");
+  if (det && !json_is_null(det)) {
+    if (!json_is_boolean(det)) {
+      srv_request_finish(r, srv_tool_error_result("'details' must be true or false."));
+      return;
+    }
+    spec.details = json_is_true(det);
+  }
+  json_t *bg = json_object_get(args, "background");
+  if (bg && !json_is_null(bg) && !json_is_boolean(bg)) {
+    srv_request_finish(r, srv_tool_error_result("'background' must be true or false."));
+    return;
+  }
   srv_session_t *session = srv_request_session(r);
   spec.principal = xstrdup(session ? srv_session_principal(session) : SRV_PRINCIPAL_STDIO);
   spec.script = xstrndup(json_string_value(script), json_string_length(script));
   spec.script_len = json_string_length(script);
+  if (json_is_true(bg)) {
+    /* The client hears the run's id now; the run goes on without it (wait_run). Inside a
+     * task or a batch the call just runs. */
+    json_t *refusal;
+    if (!srv_request_background(r, &refusal) && refusal) {
+      srv_request_finish(r, refusal);
+      return;
+    }
+  }
   exec_submit(r, &spec);
 }
 
@@ -149,75 +171,15 @@ bool srv_tool_execute_python_prefers_task(srv_server_t *s, json_t *arguments) {
          srv_server_config(s)->max_timeout > EXEC_TASK_THRESHOLD_S;
 }
 
-/* The structuredContent declaration: every field with its type. */
+/* The structuredContent declaration: what every result has (details: true adds the run's
+ * metadata, which the schema allows without listing: tools/list is read by every agent in
+ * every conversation). */
 static json_t *output_schema(void) {
-  static const struct {
-    const char *name, *type, *description;
-  } fields[] = {
-      {"stdout", "string",
-       "Standard output (the beginning and the end when it was longer than the limit)."},
-      {"stderr", "string", "Standard error, same rules: the traceback of a failed script is here."},
-      {"exit_code", "integer", "The exit status; -N when killed by signal N."},
-      {"duration_ms", "integer", "Wall-clock run time."},
-      {"timed_out", "boolean", "The timeout killed it."},
-      {"truncated", "boolean", "Some output was cut to the limit."},
-      {"stdout_bytes", "integer", "Bytes written to stdout in all."},
-      {"stderr_bytes", "integer", "Bytes written to stderr in all."},
-      {"sandbox", "string", "The sandbox backend that ran it."},
-      {"cpu_user_ms", "integer", "User CPU time."},
-      {"cpu_system_ms", "integer", "System CPU time."},
-      {"max_rss_kib", "integer", "Peak resident memory of the largest process."},
-      {"prestarted", "string",
-       "What was set up before the call (--prestart): interpreter (the sandbox, with the "
-       "interpreter already started), sandbox (the sandbox only) or no."},
-      {"status_confirmed", "boolean",
-       "The sandbox reported the script's own exit status and usage (false: the sandbox's own)."},
-  };
-  json_t *props = json_object();
-  for (size_t i = 0; i < CM_ARRAY_SIZE(fields); i++)
-    json_object_set_new(
-        props, fields[i].name,
-        json_pack("{s:s, s:s}", "type", fields[i].type, "description", fields[i].description));
-  json_object_set_new(
-      props, "python",
-      json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}}}", "type", "object", "properties", "version",
-                "type", "string", "path", "type", "string", "implementation", "type", "string"));
-  json_object_set_new(props, "limit",
-                      json_pack("{s:[s, s], s:s}", "type", "string", "null", "description",
-                                "The limit the run hit: \"timeout\", \"cpu\", \"file_size\", "
-                                "\"memory\" or \"processes\" (a fork "
-                                "was refused); null if none."));
-  json_object_set_new(
-      props, "memory_peak_bytes",
-      json_pack(
-          "{s:[s, s], s:s}", "type", "integer", "null", "description",
-          "Peak memory of the whole process tree (from its cgroup); null when not measured."));
-  json_object_set_new(props, "signal",
-                      json_pack("{s:[s, s], s:s}", "type", "integer", "null", "description",
-                                "The signal that killed the script, or null."));
-  json_object_set_new(
-      props, "environment",
-      json_pack("{s:[s, s], s:s, s:{s:{s:s}, s:{s:s}, s:{s:s, s:{s:s}}}}", "type", "object", "null",
-                "description",
-                "The cached dependency environment used, or null without dependencies.",
-                "properties", "key", "type", "string", "cached", "type", "boolean", "packages",
-                "type", "object", "additionalProperties", "type", "string"));
-  json_object_set_new(props, "files", files_output_schema());
-  json_object_set_new(
-      props, "session",
-      json_pack("{s:s, s:s}", "type", "object", "description",
-                "With the session argument: the session (id, state, calls, python, environment, "
-                "memory, note: what happened to it in this call)."));
-  json_object_set_new(props, "display",
-                      json_pack("{s:[s, s], s:s}", "type", "string", "null", "description",
-                                "In a session: repr() of the script's final expression, if any."));
-  json_object_set_new(props, "call_status",
-                      json_pack("{s:s, s:s}", "type", "string", "description",
-                                "In a session: ok, error, interrupted, exit or kernel_died."));
-  json_object_set_new(props, "network", srv_network_output_schema());
-  return json_pack("{s:s, s:o, s:[s, s, s, s, s, s]}", "type", "object", "properties", props,
-                   "required", "stdout", "stderr", "exit_code", "duration_ms", "timed_out",
-                   "truncated");
+  return json_pack(
+      "{s:s, s:{s:{s:s}, s:{s:s}, s:{s:[s, s]}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s, s, s]}", "type",
+      "object", "properties", "stdout", "type", "string", "stderr", "type", "string", "exit_code",
+      "type", "integer", "null", "error", "type", "string", "files", "type", "array", "run_id",
+      "type", "string", "required", "stdout", "stderr", "exit_code");
 }
 
 json_t *srv_tool_execute_python_describe(srv_server_t *s) {
@@ -226,141 +188,53 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
   bool unfiltered =
       cfg->network && !cfg->network_host && !srv_network_proxied(cfg, srv_server_backend_kind(s));
   cleanup_free char *desc = xasprintf(
-      "Run a Python script in a sandbox and get back its output, its exit code and the files it "
-      "writes to outputs/.\n"
-      "\n"
-      "How it runs: the script is saved as script.py in a fresh, empty working directory (deleted "
-      "afterwards) and run with no standard input, a clean environment and these limits: "
-      "timeout_seconds (default %llu, at most %llu; the whole process tree is killed when it "
-      "expires), %llu bytes of stdout and of stderr kept (the beginning and the end of longer "
-      "output), and the server's memory and process limits. %s\n"
-      "\n"
-      "Dependencies: the standard library needs nothing. Declare third-party packages in a PEP "
-      "723 block at the top of the script:\n"
-      "# /// script\n"
-      "# requires-python = \">=3.11\"\n"
-      "# dependencies = [\"requests<3\", \"rich\"]\n"
-      "# ///\n"
-      "or in the dependencies argument ([\"numpy\", \"pandas>=2\"]). They are installed once into "
-      "a cached environment; the first call with a new set takes longer.\n"
-      "\n"
-      "Python version: python_version picks one (\"3.12\", \"3.13t\", \">=3.11\"); "
-      "check_environment lists them.\n"
-      "\n"
-      "Files in: files=[{\"path\": \"data/input.csv\", \"content\": \"...\", \"encoding\": "
-      "\"utf-8\" or \"base64\"}] are written into the working directory before the script starts "
-      "(relative paths only; at most %llu files, %llu bytes each, %llu bytes in all).\n"
-      "\n"
-      "Files and plots out: write what you want back into the outputs/ directory (create it "
-      "first: os.makedirs(\"outputs\", exist_ok=True)). Images (PNG, JPEG, GIF, WebP, SVG) up to "
-      "%llu bytes come back as images, UTF-8 text files up to %llu bytes as embedded resources, "
-      "anything else as a resource_link (sandbox://runs/...) to read with resources/read within "
-      "%llu seconds; at most %llu files and %llu bytes per run. Matplotlib figures still open "
-      "when the script ends are saved as outputs/figure-N.png (the Agg backend is preset; close a "
-      "figure you saved yourself, or it comes back twice).\n"
-      "\n"
-      "Sessions: session: \"new\" runs the script in a new session and names it in the result; "
-      "session: \"<id>\" runs the next script in it. A session keeps one Python process alive "
-      "between calls (variables, imports, open files persist, like a notebook), and its working "
-      "directory. The value of a final expression is printed. A timeout raises "
-      "KeyboardInterrupt (the session survives); if the process dies (out of memory, a crash, it "
-      "did not stop), its variables are lost but its files stay. A later call may add "
-      "dependencies (the process restarts on a new environment). export: true returns the working "
-      "directory as outputs/workspace.tar. Sessions end after %llu seconds without a call; "
-      "list_sessions and close_session manage them.\n"
-      "\n"
-      "Result: a text block with '--- stdout ---', '--- stderr ---', '--- exit_code: N ---' and "
-      "'--- duration_ms: N ---' sections (plus '--- timed_out: true ---' on timeout) and a line "
-      "per returned file, then the images and resources, and the same data as structured content. "
-      "A non-zero exit, a timeout or a kill is an error result: the traceback in stderr has your "
-      "script's line numbers. Output is streamed as progress notifications when the client asks "
-      "for progress.",
+      "Runs a Python script in a fresh sandbox: stdout, stderr, exit code, and the files it "
+      "writes to outputs/ (images, open matplotlib figures). Timeout %llus by default, %llus at "
+      "most. %s\n"
+      "Packages: a PEP 723 block (# /// script, # dependencies = [\"numpy\"], # ///) or "
+      "dependencies; cached.\n"
+      "session: \"new\" keeps the process and files for later calls with the returned id.\n"
+      "Over a minute? background: true answers at once with a run_id; then wait_run(run_id) "
+      "until it ends.",
       (unsigned long long)cfg->default_timeout, (unsigned long long)cfg->max_timeout,
-      (unsigned long long)cfg->max_output_bytes,
-      !cfg->network ? "Network access is off on this server."
-      : cfg->network_host
-          ? "Network access is on (the host's own network); pass network: false to run without it."
-      : unfiltered
-          ? "Network access is on, not filtered: this sandbox backend does not apply the server's "
-            "egress policy; pass network: false to run without it."
-          : "Network access is on through the server's egress proxy (HTTP_PROXY/HTTPS_PROXY are "
-            "set; "
-            "loopback, private and metadata addresses are refused); pass network: false to run "
-            "without it, or a list of destinations to allow only those.",
-      (unsigned long long)cfg->max_input_files, (unsigned long long)cfg->max_input_file_bytes,
-      (unsigned long long)cfg->max_input_bytes, (unsigned long long)cfg->max_inline_bytes,
-      (unsigned long long)cfg->max_inline_text_bytes,
-      (unsigned long long)(cfg->artifact_ttl_ms / 1000), (unsigned long long)cfg->max_output_files,
-      (unsigned long long)cfg->max_artifact_bytes,
-      (unsigned long long)(cfg->exec_session_idle_ms / 1000));
+      !cfg->network       ? "No network."
+      : cfg->network_host ? "Network: the host's."
+      : unfiltered        ? "Network: not filtered (this backend)."
+                          : "Network: the internet through a filtering proxy.");
   json_t *input = json_pack(
-      "{s:s, s:{s:{s:s, s:s}, s:{s:[{s:s, s:{s:s}}, {s:s}], s:n, s:s}, s:{s:s, s:I, s:I, s:I, "
-      "s:s}}, s:[s], s:b}",
-      "type", "object", "properties", "script", "type", "string", "description",
-      "The Python source code to run. It may start with a PEP 723 '# /// script' metadata block.",
-      "dependencies", "anyOf", "type", "array", "items", "type", "string", "type", "null",
-      "default", "description",
-      "Extra requirement strings (PEP 508), merged with the script's PEP 723 dependencies.",
-      "timeout_seconds", "type", "integer", "minimum", (json_int_t)1, "maximum",
-      (json_int_t)cfg->max_timeout, "default", (json_int_t)cfg->default_timeout, "description",
-      "Wall-clock limit in seconds; the script and everything it started are killed when it "
-      "expires.",
-      "required", "script", "additionalProperties", 0);
+      "{s:s, s:{s:{s:s}, s:{s:s, s:{s:s}}, s:{s:s, s:I, s:I, s:I}, s:{s:s}}, s:[s]}", "type",
+      "object", "properties", "script", "type", "string", "dependencies", "type", "array", "items",
+      "type", "string", "timeout_seconds", "type", "integer", "minimum", (json_int_t)1, "maximum",
+      (json_int_t)cfg->max_timeout, "default", (json_int_t)cfg->default_timeout, "python_version",
+      "type", "string", "required", "script");
   json_t *props = json_object_get(input, "properties");
+  json_object_set_new(props, "session", json_pack("{s:s}", "type", "string"));
   json_object_set_new(
-      props, "python_version",
-      json_pack(
-          "{s:s, s:s}", "type", "string", "description",
-          "Which Python to run: \"3.12\", \"3.12.1\", \"3.13t\" (free-threaded), \"pypy3.10\" or "
-          "a specifier such as \">=3.11,<3.13\"; the newest match wins. Default: the script's "
-          "requires-python, else the server's default. check_environment lists them."));
-  json_object_set_new(
-      props, "session",
-      json_pack("{s:s, s:I, s:s}", "type", "string", "maxLength", (json_int_t)64, "description",
-                "\"new\" starts a session (a Python process and working directory kept between "
-                "calls) and runs the script in it; a session id from an earlier result runs the "
-                "script in that session. Omit for a fresh sandbox."));
-  json_object_set_new(props, "export",
-                      json_pack("{s:s, s:b, s:s}", "type", "boolean", "default", 0, "description",
-                                "With session: also return the session's working directory "
-                                "(less outputs/) as outputs/workspace.tar."));
-  json_t *file_item = json_pack(
-      "{s:s, s:{s:{s:s, s:s}, s:{s:s}, s:{s:s, s:[s, s], s:s}}, s:[s, s], s:b}", "type", "object",
-      "properties", "path", "type", "string", "description",
-      "Relative path, e.g. \"data/input.csv\"; parent directories are created.", "content", "type",
-      "string", "encoding", "type", "string", "enum", "utf-8", "base64", "default", "utf-8",
-      "required", "path", "content", "additionalProperties", 0);
+      props, "export",
+      json_pack("{s:s, s:s}", "type", "boolean", "description", "Session files as a tar."));
+  json_t *file_item =
+      json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:[s, s]}}, s:[s, s]}", "type", "object",
+                "properties", "path", "type", "string", "content", "type", "string", "encoding",
+                "enum", "utf-8", "base64", "required", "path", "content");
   json_object_set_new(props, "files",
-                      json_pack("{s:s, s:I, s:s, s:o}", "type", "array", "maxItems",
-                                (json_int_t)cfg->max_input_files, "description",
-                                "Input files written into the working directory before the "
-                                "script starts.",
-                                "items", file_item));
-  const char *net_desc =
-      !cfg->network       ? "The network is off on this server; true or a list is refused."
-      : cfg->network_host ? "false runs this call without any network access. (This server shares "
-                            "its own network with scripts.)"
-      : unfiltered        ? "false runs this call without any network access where the backend can "
-                            "isolate it. (This "
-                            "backend does not filter the network: a list of destinations is refused.)"
-                   : "false: no network at all. true (the default): the public internet through "
-                     "the server's egress proxy "
-                     "(the sandbox's HTTP_PROXY/HTTPS_PROXY/ALL_PROXY; loopback, private, "
-                     "link-local and metadata addresses "
-                     "are refused unless the server allows them). A list of destinations "
-                     "(\"api.github.com\", "
-                     "\"*.example.com:443\", \"93.184.216.0/24\") allows only those, within what "
-                     "the server allows; an entry "
-                     "the server denies entirely is an error. Refused destinations are listed in "
-                     "the result.";
+                      json_pack("{s:s, s:I, s:o}", "type", "array", "maxItems",
+                                (json_int_t)cfg->max_input_files, "items", file_item));
+  const char *net_desc = !cfg->network       ? "Off on this server."
+                         : cfg->network_host ? "false: no network."
+                         : unfiltered        ? "false: none (a list of destinations is refused)."
+                                             : "false: none; a host list: only those.";
+  json_object_set_new(props, "network",
+                      json_pack("{s:[{s:s}, {s:s, s:{s:s}, s:I}], s:s}", "anyOf", "type", "boolean",
+                                "type", "array", "items", "type", "string", "maxItems",
+                                (json_int_t)SRV_NET_MAX_CALL_RULES, "description", net_desc));
   json_object_set_new(
-      props, "network",
-      json_pack("{s:[{s:s}, {s:s, s:{s:s}, s:I}], s:b, s:s}", "anyOf", "type", "boolean", "type",
-                "array", "items", "type", "string", "maxItems", (json_int_t)SRV_NET_MAX_CALL_RULES,
-                "default", cfg->network, "description", net_desc));
-  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
-                   "execute_python", "title", "Run Python in a sandbox", "description", desc,
-                   "inputSchema", input, "outputSchema", output_schema(), "annotations", "title",
-                   "Run Python in a sandbox", "readOnlyHint", 0, "destructiveHint", 0,
-                   "idempotentHint", 0, "openWorldHint", cfg->network);
+      props, "background",
+      json_pack("{s:s, s:s}", "type", "boolean", "description", "Answer at once with a run_id."));
+  json_object_set_new(
+      props, "details",
+      json_pack("{s:s, s:s}", "type", "boolean", "description", "Add the run's metadata."));
+  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:b, s:b, s:b}}", "name", "execute_python",
+                   "title", "Run Python in a sandbox", "description", desc, "inputSchema", input,
+                   "outputSchema", output_schema(), "annotations", "readOnlyHint", 0,
+                   "destructiveHint", 0, "openWorldHint", cfg->network);
 }

@@ -50,17 +50,10 @@ void srv_tool_list_sessions(srv_request_t *r, json_t *args) {
 }
 
 json_t *srv_tool_list_sessions_describe(srv_server_t *s) {
-  return json_pack(
-      "{s:s, s:s, s:s, s:{s:s, s:{}, s:b}, s:{s:s, s:{s:{s:s}}}, s:{s:s, s:b, s:b, "
-      "s:b, s:b}}",
-      "name", "list_sessions", "title", "List your Python sessions", "description",
-      "Lists your execute_python sessions (started with session: \"new\"): id, "
-      "state, age and idle time in seconds, Python version, dependency environment, "
-      "memory and working directory size.",
-      "inputSchema", "type", "object", "properties", "additionalProperties", 0, "outputSchema",
-      "type", "object", "properties", "sessions", "type", "array", "annotations", "title",
-      "List your Python sessions", "readOnlyHint", 1, "destructiveHint", 0, "idempotentHint", 1,
-      "openWorldHint", 0);
+  (void)s;
+  return json_pack("{s:s, s:s, s:s, s:{s:s}, s:{s:b}}", "name", "list_sessions", "title",
+                   "List sessions", "description", "Lists your execute_python sessions.",
+                   "inputSchema", "type", "object", "annotations", "readOnlyHint", 1);
 }
 
 void srv_tool_close_session(srv_request_t *r, json_t *args) {
@@ -122,16 +115,12 @@ void srv_tool_close_session(srv_request_t *r, json_t *args) {
 }
 
 json_t *srv_tool_close_session_describe(srv_server_t *s) {
-  return json_pack(
-      "{s:s, s:s, s:s, s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:b, s:s}}, s:[s], s:b}, s:{s:s, s:b, "
-      "s:b, s:b, s:b}}",
-      "name", "close_session", "title", "Close a Python session", "description",
-      "Closes one of your execute_python sessions: its Python process is stopped and its working "
-      "directory deleted. With export: true the working directory (less outputs/) comes back "
-      "first, as outputs/workspace.tar.",
-      "inputSchema", "type", "object", "properties", "session", "type", "string", "description",
-      "The session's id.", "export", "type", "boolean", "default", 0, "description",
-      "Return the working directory as a tar archive before closing.", "required", "session",
-      "additionalProperties", 0, "annotations", "title", "Close a Python session", "readOnlyHint",
-      0, "destructiveHint", 1, "idempotentHint", 0, "openWorldHint", 0);
+  (void)s;
+  return json_pack("{s:s, s:s, s:s, s:{s:s, s:{s:{s:s}, s:{s:s}}, s:[s]}, s:{s:b}}", "name",
+                   "close_session", "title", "Close a session", "description",
+                   "Closes a session (its process and files); export: true returns its files "
+                   "first as outputs/workspace.tar.",
+                   "inputSchema", "type", "object", "properties", "session", "type", "string",
+                   "export", "type", "boolean", "required", "session", "annotations",
+                   "readOnlyHint", 0);
 }

@@ -17,5 +17,9 @@ void srv_tool_close_session(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_close_session_describe(srv_server_t *s);
 void srv_tool_evict_environment(srv_request_t *r, json_t *arguments);
 json_t *srv_tool_evict_environment_describe(srv_server_t *s);
+void srv_tool_wait_run(srv_request_t *r, json_t *arguments);
+json_t *srv_tool_wait_run_describe(srv_server_t *s);
+void srv_tool_cancel_run(srv_request_t *r, json_t *arguments);
+json_t *srv_tool_cancel_run_describe(srv_server_t *s);
 
 #endif

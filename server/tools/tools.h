@@ -4,8 +4,8 @@
  * call's dependencies (script.c), which execute_python and validate_script share.
  *
  * Files: table.c, execute.c, check_environment.c, validate.c, script.c, sessions.c
- * (list_sessions, close_session), environments.c (evict_environment), app.c (execute_python's
- * MCP App).
+ * (list_sessions, close_session), environments.c (evict_environment), runs.c (wait_run,
+ * cancel_run: background runs), app.c (execute_python's MCP App).
  *
  * May use: server/exec/, server/core/ (requests, tool results), server/net/, server/files/,
  * server/config/, envstore/, interp/, sandbox/, transport/ (check_environment's HTTP usage),

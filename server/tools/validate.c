@@ -377,37 +377,14 @@ void srv_tool_validate_script(srv_request_t *r, json_t *args) {
 }
 
 json_t *srv_tool_validate_script_describe(srv_server_t *s) {
-  json_t *input = json_pack(
-      "{s:s, s:{s:{s:s, s:s}, s:{s:[{s:s, s:{s:s}}, {s:s}], s:n, s:s}, s:{s:s, s:s}}, s:[s], s:b}",
-      "type", "object", "properties", "script", "type", "string", "description",
-      "The Python source code to check.", "dependencies", "anyOf", "type", "array", "items", "type",
-      "string", "type", "null", "default", "description",
-      "Extra requirement strings (PEP 508), merged with the script's PEP 723 dependencies.",
-      "python_version", "type", "string", "description",
-      "The Python that would run it (as for execute_python).", "required", "script",
-      "additionalProperties", 0);
-  json_object_set_new(
-      json_object_get(input, "properties"), "resolve",
-      json_pack("{s:s, s:b, s:s}", "type", "boolean", "default", 0, "description",
-                "Also resolve the dependencies against the package index (a dry run: nothing is "
-                "installed) and list the exact versions that would be installed."));
-  json_t *output = json_pack("{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}, s:[s, s, s]}", "type",
-                             "object", "properties", "valid", "type", "boolean", "errors", "type",
-                             "array", "warnings", "type", "array", "dependencies", "type", "array",
-                             "required", "valid", "errors", "warnings");
-  return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
-                   "validate_script", "title", "Check a Python script without running it",
-                   "description",
-                   "Checks a script without running it: its PEP 723 '# /// script' metadata block "
-                   "(TOML), every dependency "
-                   "string (PEP 508), requires-python against the interpreters this server has, "
-                   "and the script's syntax as "
-                   "compiled by the interpreter that would run it. Answers 'VALID' with the "
-                   "requires-python value, the merged "
-                   "dependency list, the interpreter and warnings (unpinned requirements, "
-                   "requirements a marker excludes), "
-                   "or 'INVALID: <reason>' with a message that points at the problem.",
-                   "inputSchema", input, "outputSchema", output, "annotations", "title",
-                   "Check a Python script without running it", "readOnlyHint", 1, "destructiveHint",
-                   0, "idempotentHint", 1, "openWorldHint", 0);
+  (void)s;
+  json_t *input = json_pack("{s:s, s:{s:{s:s}, s:{s:s, s:{s:s}}, s:{s:s}, s:{s:s}}, s:[s]}", "type",
+                            "object", "properties", "script", "type", "string", "dependencies",
+                            "type", "array", "items", "type", "string", "python_version", "type",
+                            "string", "resolve", "type", "boolean", "required", "script");
+  return json_pack("{s:s, s:s, s:s, s:o, s:{s:b}}", "name", "validate_script", "title",
+                   "Check a script", "description",
+                   "Checks a script without running it: PEP 723 block, dependencies (resolve: true "
+                   "lists the versions), syntax.",
+                   "inputSchema", input, "annotations", "readOnlyHint", 1);
 }

@@ -275,7 +275,7 @@ def victim_intact(victim):
 def test_special_files_in_the_build_fail_it_and_the_server_keeps_serving(dep_server, victim, package, words):
     s = dep_server()
     s.send({"jsonrpc": "2.0", "id": "build", "method": "tools/call", "params": {
-        "name": "execute_python", "arguments": {"script": "print('never')", "dependencies": [package],
+        "name": "execute_python", "arguments": {"details": True, "script": "print('never')", "dependencies": [package],
                                                 "timeout_seconds": 60}}})
     # Answered while the build runs (the backends sleep after the deed), and before it.
     assert s.request("ping", timeout=60)["result"] == {}
@@ -452,7 +452,7 @@ def test_a_build_cancelled_while_it_is_copied_stops(dep_server):
     # The call goes (and its slot with it): the build must not go on without it.
     s = dep_server("--max-concurrent", "1")
     s.send({"jsonrpc": "2.0", "id": "big", "method": "tools/call", "params": {
-        "name": "execute_python", "arguments": {"script": "print('never')", "dependencies": ["mps-slow-copy"]}}})
+        "name": "execute_python", "arguments": {"details": True, "script": "print('never')", "dependencies": ["mps-slow-copy"]}}})
     staging = os.path.join(s.state_dir, "envs", ".staging-*")
     assert wait_until(lambda: glob.glob(staging), timeout=180, interval=0.01)
     s.notify("notifications/cancelled", {"requestId": "big"})
@@ -468,7 +468,7 @@ def test_a_copy_left_by_a_server_killed_while_copying_goes_at_the_next_start(dep
     state = str(tmp_path / "state")
     s = dep_server(state_dir=state)
     s.send({"jsonrpc": "2.0", "id": "big", "method": "tools/call", "params": {
-        "name": "execute_python", "arguments": {"script": "print('never')", "dependencies": ["mps-slow-copy"]}}})
+        "name": "execute_python", "arguments": {"details": True, "script": "print('never')", "dependencies": ["mps-slow-copy"]}}})
     staging = os.path.join(state, "envs", ".staging-*")
     assert wait_until(lambda: glob.glob(staging), timeout=180, interval=0.01)
     s.proc.send_signal(signal.SIGKILL)
@@ -492,7 +492,7 @@ def test_dry_run_resolutions_are_bounded(dep_server, caps, why):
     # They run package code in a space of their own, like builds, but hold no execution slot.
     s = dep_server(*caps)
     s.send({"jsonrpc": "2.0", "id": "stall", "method": "tools/call", "params": {
-        "name": "validate_script", "arguments": {"script": "pass", "dependencies": ["mps-stall"], "resolve": True}}})
+        "name": "validate_script", "arguments": {"details": True, "script": "pass", "dependencies": ["mps-stall"], "resolve": True}}})
     spaces = os.path.join(s.state_dir, "work", "srv-*", "resolve-*")
     assert wait_until(lambda: glob.glob(spaces), timeout=60)
     res = s.call("validate_script", {"script": "pass", "dependencies": ["mps-gamma"], "resolve": True}, timeout=60)
@@ -542,7 +542,7 @@ def test_what_earlier_steps_wrote_counts_against_a_later_steps_memory(dep_server
         pytest.skip("the build space is a tmpfs only when the server runs as root")
     s = dep_server("--max-build-bytes", "256M")
     s.send({"jsonrpc": "2.0", "id": "m", "method": "tools/call", "params": {
-        "name": "execute_python", "arguments": {"script": "print('done')", "dependencies": ["mps-memory-steps"]}}})
+        "name": "execute_python", "arguments": {"details": True, "script": "print('done')", "dependencies": ["mps-memory-steps"]}}})
     assert wait_until(lambda: processes_with_marker(SLEEPER), timeout=180)
     pid = processes_with_marker(SLEEPER)[0]
     limit, cgroups = memory_limit_of(pid), cgroups_of(pid) or {}
@@ -558,7 +558,7 @@ def test_what_earlier_steps_wrote_counts_against_a_later_steps_memory(dep_server
 def test_a_build_forking_hundreds_does_not_starve_a_concurrent_one(dep_server):
     s = dep_server()
     s.send({"jsonrpc": "2.0", "id": "a", "method": "tools/call", "params": {
-        "name": "execute_python", "arguments": {"script": "pass", "dependencies": ["mps-sleepers"],
+        "name": "execute_python", "arguments": {"details": True, "script": "pass", "dependencies": ["mps-sleepers"],
                                                 "timeout_seconds": 120}}})
     assert wait_until(lambda: len(processes_with_marker(SLEEPER)) >= 450, timeout=120), \
         len(processes_with_marker(SLEEPER))
@@ -611,7 +611,7 @@ def test_a_hit_whose_lock_is_taken_is_a_miss(dep_server):
     with open(os.path.join(envs, key + ".lock"), "r+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         s.send({"jsonrpc": "2.0", "id": "hit", "method": "tools/call", "params": {
-            "name": "execute_python", "arguments": {"script": "import mps_gamma\nprint('two')",
+            "name": "execute_python", "arguments": {"details": True, "script": "import mps_gamma\nprint('two')",
                                                     "dependencies": ["mps-gamma"]}}})
         assert wait_until(lambda: f"environment {key} is locked elsewhere" in s.stderr_text(), timeout=30), \
             s.stderr_text()[-2000:]
@@ -639,7 +639,7 @@ def test_a_build_cancelled_while_it_waits_for_the_lock_never_starts(dep_server):
         fcntl.flock(lock, fcntl.LOCK_EX)
         os.rename(os.path.join(envs, key), os.path.join(envs, f".evicted-{key}-test"))
         s.send({"jsonrpc": "2.0", "id": "wait", "method": "tools/call", "params": {
-            "name": "execute_python", "arguments": {"script": "print('never')", "dependencies": ["mps-gamma"]}}})
+            "name": "execute_python", "arguments": {"details": True, "script": "print('never')", "dependencies": ["mps-gamma"]}}})
         assert wait_until(lambda: f"environment {key} is locked elsewhere" in s.stderr_text(), timeout=30), \
             s.stderr_text()[-2000:]
         s.notify("notifications/cancelled", {"requestId": "wait"})

@@ -601,7 +601,7 @@ class Chaos:
                   "    sys.stdout.write(line)\nsys.stderr.write('e' * 100000)\n")
 
         def go():
-            r = self.execute(p, era, {"script": script})
+            r = self.execute(p, era, {"script": script, "details": True})
             sc = r["structuredContent"]
             assert sc["exit_code"] == 0 and sc["stdout_bytes"] == mib << 20, sc.get("stdout_bytes")
             assert len(sc["stdout"]) < (mib << 20) or not sc["truncated"]

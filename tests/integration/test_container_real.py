@@ -362,7 +362,7 @@ def test_a_killed_servers_container_goes_with_it(engine, start, run_dir):
     container; nothing of ours is left running."""
     s = start()
     s.send({"jsonrpc": "2.0", "id": "k", "method": "tools/call",
-            "params": {"name": "execute_python", "arguments": {"script": "import time\nprint('up', flush=True)\ntime.sleep(300)",
+            "params": {"name": "execute_python", "arguments": {"details": True, "script": "import time\nprint('up', flush=True)\ntime.sleep(300)",
                                                                "timeout_seconds": 300}}})
     assert wait_until(lambda: ours(engine) != [], timeout=60)
     s.proc.kill()
@@ -559,7 +559,7 @@ def test_runs_do_not_share_a_uid(engine, start):
     script = "import os, time\nprint(os.getuid())\ntime.sleep(1)\n"
     for i in range(2):
         s.send({"jsonrpc": "2.0", "id": f"u{i}", "method": "tools/call",
-                "params": {"name": "execute_python", "arguments": {"script": script}}})
+                "params": {"name": "execute_python", "arguments": {"details": True, "script": script}}})
     answers, deadline = {}, time.monotonic() + 180
     while len(answers) < 2:  # in either order
         msg = s.recv(timeout=max(1, deadline - time.monotonic()))

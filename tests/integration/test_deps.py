@@ -126,7 +126,7 @@ def test_concurrent_first_calls_build_once(dep_server):
     n = 4
     for i in range(n):
         s.send({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
-            "name": "execute_python", "arguments": {"script": "import mps_alpha\nprint(mps_alpha.__version__)",
+            "name": "execute_python", "arguments": {"details": True, "script": "import mps_alpha\nprint(mps_alpha.__version__)",
                                                     "dependencies": ["mps-alpha==2.0", "mps-gamma"]}}})
     got = {}
     while len(got) < n:
@@ -244,7 +244,7 @@ def test_kill_during_build_then_retry(make_server, wheels, tmp_path):
         s = make_server(*args, state_dir=state, env=NO_PIP_ENV)
         s.initialize()
         s.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "execute_python", "arguments": {"script": "import mps_gamma", "dependencies": ["mps-gamma"]}}})
+            "name": "execute_python", "arguments": {"details": True, "script": "import mps_gamma", "dependencies": ["mps-gamma"]}}})
         # The build in progress: its space in the server's own work directory.
         staging = os.path.join(state, "work", "srv-*", "build-*")
         assert wait_until(lambda: glob.glob(os.path.join(staging, "env", "bin")), timeout=30)

@@ -281,7 +281,7 @@ def test_a_hanging_engine_does_not_block_the_server(standin):
         assert "Sandbox available: probing" in res["content"][0]["text"]
         # Sent while probing: answered once the probe has given up on the engine.
         s.send({"jsonrpc": "2.0", "id": "waits", "method": "tools/call",
-                "params": {"name": "execute_python", "arguments": {"script": "print('never')"}}})
+                "params": {"name": "execute_python", "arguments": {"details": True, "script": "print('never')"}}})
         assert s.request("tools/list")["result"]["tools"]
         res = s.recv_response("waits", timeout=60)["result"]
         assert res["isError"] is True

@@ -134,7 +134,7 @@ class StdioRound:
     def burst(self):
         for i in range(BURST):
             self.s.send({"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call",
-                         "params": {"name": "execute_python", "arguments": {"script": script(i)}}})
+                         "params": {"name": "execute_python", "arguments": {"details": True, "script": script(i)}}})
 
     def stderr_text(self):
         return self.s.stderr_text()

@@ -423,7 +423,7 @@ def test_progress_runs_are_bounded_and_skipped_output_is_a_note(server):
     script = ("import os\nos.write(1, b'o' * 200000)\n"
               "for i in range(20000):\n    os.write(1, b'o')\n    os.write(2, b'e')\n")
     server.send({"jsonrpc": "2.0", "id": "f", "method": "tools/call",
-                 "params": {"name": "execute_python", "arguments": {"script": script}, "_meta": {"progressToken": "t"}}})
+                 "params": {"name": "execute_python", "arguments": {"script": script, "details": True}, "_meta": {"progressToken": "t"}}})
     notes, most = [], 0
     while True:
         m = server.recv(timeout=60)

@@ -364,7 +364,8 @@ print(hashlib.sha256(data).hexdigest())
     links = blocks(res, "resource_link")
     assert len(links) == 1 and links[0]["size"] == 5 * 1024 * 1024
     uri = links[0]["uri"]
-    assert "resources/read" in text_of(res) and uri in text_of(res)
+    # The text names the link, not a method the host may not offer its model (issue 36).
+    assert "resources/read" not in text_of(res) and uri in text_of(res)
     listed = s.request("resources/list")["result"]["resources"]
     assert [r["uri"] for r in listed] == [uri] and listed[0]["size"] == 5 * 1024 * 1024
     read = s.request("resources/read", {"uri": uri}, timeout=30)["result"]["contents"][0]
@@ -692,9 +693,11 @@ def test_structured_content_matches_the_output_schema(files_server):
     tools = {t["name"]: t for t in files_server.request("tools/list")["result"]["tools"]}
     tool = tools["execute_python"]
     schema = tool["outputSchema"]
-    assert schema["required"] == ["stdout", "stderr", "exit_code", "duration_ms", "timed_out", "truncated"]
-    assert {"files", "limit", "signal", "cpu_user_ms", "cpu_system_ms", "max_rss_kib", "environment", "python",
-            "sandbox", "stdout_bytes", "stderr_bytes"} <= set(schema["properties"])
+    # What every result has, declared; details: true adds metadata the schema allows unlisted
+    # (tools/list is in every agent's context: issue 36).
+    assert schema["required"] == ["stdout", "stderr", "exit_code"]
+    assert {"stdout", "stderr", "exit_code", "error", "files", "run_id"} <= set(schema["properties"])
+    assert schema.get("additionalProperties", True) is True
     for name, prop in schema["properties"].items():
         assert "type" in prop, name
     inputs = tool["inputSchema"]["properties"]
@@ -702,8 +705,9 @@ def test_structured_content_matches_the_output_schema(files_server):
     assert [t["type"] for t in inputs["network"]["anyOf"]] == ["boolean", "array"]
     assert tool["annotations"]["openWorldHint"] is True
     desc = tool["description"]
-    for needle in ("outputs/", "# /// script", "dependencies", "python_version", "figure", "resources/read"):
+    for needle in ("outputs/", "# /// script", "dependencies", "figure", "background", "wait_run"):
         assert needle in desc, needle
+    assert "resources/read" not in desc
     cases = [
         (PNG_WRITER + "os.makedirs('outputs')\nopen('outputs/p.png','wb').write(tiny_png())\n"
          "os.symlink('/etc/passwd', 'outputs/l')\nopen('outputs/b.bin','wb').write(b'\\0\\1')\n", {}),
@@ -712,8 +716,9 @@ def test_structured_content_matches_the_output_schema(files_server):
         ("while True: pass\n", {"timeout_seconds": 1}),
     ]
     for script, extra in cases:
-        res = files_server.execute(script, **extra)
-        check_type(res["structuredContent"], schema, "structuredContent")
+        for details in (False, True):
+            res = files_server.execute(script, details=details, **extra)
+            check_type(res["structuredContent"], schema, "structuredContent")
     sc = res["structuredContent"]
     assert res["isError"] is True and sc["timed_out"] is True and sc["limit"] == "timeout"
 

@@ -90,7 +90,7 @@ def test_http_listen_opened_during_the_drain_is_refused_as_new_work(make_http):
     s = make_http("--drain-seconds", "30", "--prestart", "off")
     marker = "mps-listen-drain-%d" % os.getpid()
     call = modern_msg(1, "tools/call", {"name": "execute_python",
-                                        "arguments": {"script": _marked(marker, 4)}})
+                                        "arguments": {"details": True, "script": _marked(marker, 4)}})
     busy = _post_async(s, call)
     assert wait_until(lambda: processes_with_marker(marker), timeout=30)  # the call runs
     s.proc.send_signal(signal.SIGTERM)
@@ -140,11 +140,14 @@ def test_http_listen_hangups_readers_that_never_read_and_a_drain(make_http, toke
     cb, eb = _open_listen(s, "b", BOB, resourcesListChanged=True)
     assert _next_message(eb)["params"]["_meta"][SUB] == "b"
     deaf = [_raw_listen(s, f"deaf{i}", ALICE) for i in range(2)]
-    # the deaf ones are real listeners: alice is at her cap of eight
-    st, _, body = mpost(s, listen_msg("ninth"), headers=ALICE)
-    assert b"too many" in body, (st, body)
+    # the deaf ones are real listeners: alice is at her cap of eight, and a ninth ends her
+    # oldest idle stream (a0) with its result instead of being refused
+    c9, e9 = _open_listen(s, "ninth", ALICE, resourcesListChanged=True)
+    assert _next_message(e9)["params"]["_meta"][SUB] == "ninth"
+    end = _next_message(streams[0][1])
+    assert end and end.get("id") == "a0" and "result" in end, end
     call = lambda i: mpost(s, modern_msg(100 + i, "tools/call", {  # noqa: E731
-        "name": "execute_python", "arguments": {"script": WRITES_ARTIFACT}}), headers=ALICE)
+        "name": "execute_python", "arguments": {"details": True, "script": WRITES_ARTIFACT}}), headers=ALICE)
     # hang up half of alice's streams while her runs send on them
     threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
     for t in threads:
@@ -176,6 +179,7 @@ def test_http_listen_hangups_readers_that_never_read_and_a_drain(make_http, toke
     for d in deaf:
         d.close()
     cb.close()
+    c9.close()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, "twice"])
@@ -193,7 +197,7 @@ def test_http_shutdown_with_listen_streams_open(make_http, tokens, sig):  # noqa
     deaf = _raw_listen(s, "deaf", BOB)
     marker = "mps-listen-shutdown-%d-%s" % (os.getpid(), "twice" if sig == "twice" else "int")
     busy = _post_async(s, modern_msg(1, "tools/call", {"name": "execute_python",
-                                                       "arguments": {"script": _marked(marker, 60)}}),
+                                                       "arguments": {"details": True, "script": _marked(marker, 60)}}),
                        headers=ALICE)
     assert wait_until(lambda: processes_with_marker(marker), timeout=30)  # the call runs
     if sig == "twice":
@@ -231,7 +235,7 @@ def test_stdio_listen_cancel_reuse_and_eof(make_server):
     for i in range(8):
         s.send(listen_msg(f"k{i}", resourcesListChanged=True))
         s.recv(timeout=30)
-    s.send(modern_msg(2, "tools/call", {"name": "execute_python", "arguments": {"script": WRITES_ARTIFACT}}))
+    s.send(modern_msg(2, "tools/call", {"name": "execute_python", "arguments": {"details": True, "script": WRITES_ARTIFACT}}))
     # EOF with eight streams open and a run going
 
 
@@ -239,7 +243,7 @@ def test_stdio_listen_opened_during_the_drain_ends_with_its_result(make_server):
     s = make_server("--drain-seconds", "30")
     marker = "mps-stdio-listen-drain-%d" % os.getpid()
     s.send(modern_msg(1, "tools/call", {"name": "execute_python",
-                                        "arguments": {"script": _marked(marker, 3)}}))
+                                        "arguments": {"details": True, "script": _marked(marker, 3)}}))
     assert wait_until(lambda: processes_with_marker(marker), timeout=30)  # the call runs
     s.proc.send_signal(signal.SIGTERM)
     assert wait_until(lambda: "draining" in s.stderr_text(), timeout=10)  # the drain has begun

@@ -68,7 +68,7 @@ def test_calls_wait_for_the_probe_without_blocking_the_loop(held_bwrap):
         assert "Sandbox available: probing" in res["content"][0]["text"]
         # A call that needs the sandbox waits for the probe...
         s.send({"jsonrpc": "2.0", "id": "waits", "method": "tools/call",
-                "params": {"name": "execute_python", "arguments": {"script": "print('ran after the probe')"}}})
+                "params": {"name": "execute_python", "arguments": {"details": True, "script": "print('ran after the probe')"}}})
         assert s.request("tools/list")["result"]["tools"]
         assert s.request("ping")["result"] == {}
         assert waiting_in_version(s)  # still held: nothing above waited for it

@@ -76,12 +76,32 @@ def test_tools_list(server):
     assert ex["outputSchema"]["type"] == "object"
     for t in tools:
         assert t["description"]
-        # close_session (a session tool) and evict_environment change state too; every other
-        # tool only reads.
+        # close_session (a session tool), cancel_run and evict_environment change state too;
+        # every other tool only reads.
         assert t["annotations"]["readOnlyHint"] == (
-            t["name"] not in ("execute_python", "close_session", "evict_environment"))
+            t["name"] not in ("execute_python", "close_session", "evict_environment", "cancel_run"))
+    assert {"wait_run", "cancel_run"} <= set(names)
     # deterministic
     assert server.request("tools/list")["result"] == r["result"]
+
+
+def test_tools_list_is_small(make_server):
+    # Every agent pays for the list in context in every conversation (issue 36): 4 KB in all,
+    # the JSON-RPC answer as sent, on each backend's description and with MCP Apps declared.
+    for backend, apps in (("none", False), ("none", True), ("bwrap", False), ("bwrap", True)):
+        s = make_server(backend=backend)
+        caps = {"extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}} \
+            if apps else {}
+        s.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": caps,
+                                 "clientInfo": {"name": "t", "version": "1"}})
+        s.notify("notifications/initialized")
+        r = s.request("tools/list")
+        wire = json.dumps(r, separators=(",", ":"))
+        assert len(wire.encode()) <= 4096, len(wire)
+        # Nothing in it names a method a host may not offer its model.
+        assert "resources/read" not in wire
+        # The cached answer is the same answer.
+        assert s.request("tools/list")["result"] == r["result"]
 
 
 def test_tools_list_bad_cursor(server):

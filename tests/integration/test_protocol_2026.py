@@ -562,7 +562,8 @@ def test_stdio_listen_acknowledges_tags_and_ends_on_cancel(stdio):
     assert not late, late
 
 
-def test_stdio_listen_checks_its_filter_and_caps_streams(stdio):
+def test_stdio_listen_checks_its_filter_and_caps_streams(make_server):
+    stdio = make_server("--max-listens-local", "8")
     bad = [{}, {"notifications": "all"}, {"notifications": {"toolsListChanged": "yes"}},
            {"notifications": {"resourceSubscriptions": "sandbox://x"}},
            {"notifications": {"resourceSubscriptions": [1]}},
@@ -571,13 +572,18 @@ def test_stdio_listen_checks_its_filter_and_caps_streams(stdio):
     for i, params in enumerate(bad):
         r = modern(stdio, 10 + i, "subscriptions/listen", params)
         assert r["id"] == 10 + i and r["error"]["code"] == -32602, (params, r)
-    # eight streams per principal; the ninth is refused until one goes
+    # eight streams (--max-listens-local); the ninth ends the oldest idle one (s0) with its
+    # result, not itself: a client that opens one per connection keeps hearing on its newest
     for i in range(8):
         stdio.send(listen_msg(f"s{i}", resourcesListChanged=True))
         assert stdio.recv(timeout=30)["params"]["_meta"][SUB] == f"s{i}"
-    r = modern(stdio, "s8", "subscriptions/listen", {"notifications": {}})
-    assert r["error"]["code"] == -32600 and "too many" in r["error"]["message"], r
-    stdio.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "s0"}})
+    stdio.send(listen_msg("s8"))
+    got = [stdio.recv(timeout=30), stdio.recv(timeout=30)]
+    ended = [m for m in got if m.get("id") == "s0"]
+    assert ended and ended[0]["result"]["_meta"][SUB] == "s0", got
+    ack = [m for m in got if m.get("method") == "notifications/subscriptions/acknowledged"]
+    assert ack and ack[0]["params"]["_meta"][SUB] == "s8", got
+    stdio.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "s1"}})
     stdio.send(listen_msg("s9"))
     ack = stdio.recv(timeout=30)
     assert ack["params"]["_meta"][SUB] == "s9" and ack["params"]["notifications"] == {}, ack
@@ -719,3 +725,11 @@ def test_http_listen_hears_each_answered_question_of_a_watched_task(fixture_http
     heard = [_next_message(events)["params"]["status"] for _ in range(2)]
     assert heard == ["working", "completed"], heard
     c.close()
+
+
+def test_stdio_local_principal_holds_more_listen_streams_by_default(stdio):
+    # Every local client is one principal: twelve streams (a dozen Claude Code sessions) all hear.
+    for i in range(12):
+        stdio.send(listen_msg(f"m{i}", resourcesListChanged=True))
+        m = stdio.recv(timeout=30)
+        assert m.get("method") == "notifications/subscriptions/acknowledged" and m["params"]["_meta"][SUB] == f"m{i}", m

@@ -201,7 +201,7 @@ def test_allow_python_downloads_with_uv(make_server, tmp_path):
     s2 = make_server("--uv-path", str(uv), "--allow-python-downloads", env=env)
     s2.initialize()
     s2.send({"jsonrpc": "2.0", "id": "d", "method": "tools/call", "params": {
-        "name": "execute_python", "arguments": {"script": "print('ran')", "python_version": "3.97"},
+        "name": "execute_python", "arguments": {"details": True, "script": "print('ran')", "python_version": "3.97"},
         "_meta": {"progressToken": "p"}}})
     r = s2.recv_response("d", timeout=60)
     res = r["result"]

@@ -27,7 +27,7 @@ def test_a_queued_session_call_leaves_the_kernel_frozen(make_server):
     cpu_before = float(sc["stdout"])
     # Another call takes the one slot; the session's call waits for it.
     s.send({"jsonrpc": "2.0", "id": 901, "method": "tools/call",
-            "params": {"name": "execute_python", "arguments": {
+            "params": {"name": "execute_python", "arguments": {"details": True,
                 "script": "import time\nprint('started', flush=True)\ntime.sleep(5)"},
                 "_meta": {"progressToken": "p"}}})
     deadline = time.monotonic() + 30
@@ -36,7 +36,7 @@ def test_a_queued_session_call_leaves_the_kernel_frozen(make_server):
         if msg.get("method") == "notifications/progress" and "started" in msg["params"].get("message", ""):
             break
     s.send({"jsonrpc": "2.0", "id": 902, "method": "tools/call",
-            "params": {"name": "execute_python", "arguments": {
+            "params": {"name": "execute_python", "arguments": {"details": True,
                 "script": "import time\nprint(time.process_time())", "session": sid}}})
     first = s.recv_response(901, timeout=60)
     assert first["result"]["structuredContent"]["exit_code"] == 0, first

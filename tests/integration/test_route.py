@@ -32,7 +32,7 @@ def test_ids_carry_the_route_and_a_foreign_id_says_whose_it_is(make_server):
     sid = ses["structuredContent"]["session"]["id"]
     assert re.fullmatch(r"r1\.s-[0-9a-f]{20}", sid), sid
     assert s.execute("print(n + 1)", session=sid)["structuredContent"]["stdout"] == "2\n"
-    task = s.request("tools/call", {"name": "execute_python", "arguments": {"script": "print(3)"},
+    task = s.request("tools/call", {"name": "execute_python", "arguments": {"details": True, "script": "print(3)"},
                                     "task": {"ttl": 60000}})["result"]["task"]
     assert re.fullmatch(r"r1\.[0-9a-f]{32}", task["taskId"]), task
 

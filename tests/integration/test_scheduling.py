@@ -25,7 +25,7 @@ def run_together(s, n, sleep):
     when its response came."""
     for i in range(n):
         s.send({"jsonrpc": "2.0", "id": f"c{i}", "method": "tools/call",
-                "params": {"name": "execute_python", "arguments": {"script": SCRIPT % (i, sleep)},
+                "params": {"name": "execute_python", "arguments": {"details": True, "script": SCRIPT % (i, sleep)},
                            "_meta": {"progressToken": f"p{i}"}}})
     events = []
     done = set()

@@ -57,6 +57,8 @@ def result_of(h, body, req_id):
 
 
 def execute(s, sid, auth, req_id, script, **args):
+    # details: the run's metadata (its environment, prestart), which these tests check
+    args.setdefault("details", True)
     st, h, body = s.post(call_msg(req_id, script, **args), sid, headers=auth, version=LATEST)
     assert st == 200, (st, body[:500])
     msg = result_of(h, body, req_id)
@@ -585,7 +587,7 @@ NUL_SCRIPT = ("import sys\nsys.stdout.write('before\\x00after\\n')\nsys.stdout.f
 def test_output_with_nul_bytes_arrives_whole(make_tenants):
     s = make_tenants()
     a = s.initialize(headers=ALICE)
-    c, r = s.open_stream(call_msg(1, NUL_SCRIPT, token="n"), a, headers=ALICE)
+    c, r = s.open_stream(call_msg(1, NUL_SCRIPT, token="n", details=True), a, headers=ALICE)
     msgs = messages(list(sse_events(r)))
     c.close()
     res = [m for m in msgs if m.get("id") == 1][0]["result"]

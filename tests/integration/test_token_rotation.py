@@ -109,14 +109,20 @@ def artifact_call(s, req_id, headers):
 def test_listen_streams_of_a_removed_token_end_and_free_their_places(rotation):
     """Before: the old token's listen streams kept delivering after it was removed (a run's
     notification arrived on them), and its eight kept the principal at its cap, so the new
-    token was refused a listen stream."""
+    token's streams went at the cost of the principal's others."""
     s = rotation()
     old = [open_listen(s, f"old{i}", OLD, resourcesListChanged=True) for i in range(8)]
-    st, _, body = mpost(s, listen_msg("ninth", resourcesListChanged=True), headers=NEW)
-    assert b"too many" in body, (st, body)  # one principal: alice is at her cap of eight
+    # One principal: alice is at her cap of eight, and a ninth (of her new token) ends her
+    # oldest idle stream (old0) with its result (issue 36: the newest is not the one refused).
+    c9, _ = open_listen(s, "ninth", NEW, resourcesListChanged=True)
+    got = rest_of(old[0][1])
+    assert got and got[-1]["id"] == "old0" and "result" in got[-1], got
+    old[0][0].close()
+    old = old[1:]
+    c9.close()
     s.rotate()
     artifact_call(s, 1, NEW)
-    for i, (c, events) in enumerate(old):
+    for i, (c, events) in enumerate(old, 1):
         got = rest_of(events)
         # the end says why, with the stream's id, and nothing follows it
         assert got and got[-1]["id"] == f"old{i}" and "removed" in got[-1]["error"]["message"], got
@@ -275,3 +281,33 @@ def test_a_listen_stream_whose_client_reads_nothing_ends(rotation):
     # (and a tick) its connection goes
     assert wait_until(lambda: in_progress(s, NEW) == 1, 150), in_progress(s, NEW)
     deaf.close()
+
+
+def test_a_wait_run_of_a_removed_token_ends_and_the_run_goes_on(rotation):
+    """A background run (issue 36) is its principal's, as a task is: the old token's wait_run
+    gets the 401 error at the reload, the run goes on, and the new token waits for it or ends it."""
+    s = rotation("--kill-grace-seconds", "1")
+    sid = s.initialize(headers=OLD)
+    _, r = rpc(s, sid, OLD, 1, "tools/call", {"name": "execute_python", "arguments": {
+        "script": "import time\ntime.sleep(300)\n", "timeout_seconds": 600, "background": True}})
+    rid = r["result"]["structuredContent"]["run_id"]
+    answer = {}
+
+    def wait():
+        answer["got"] = s.post({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                "params": {"name": "wait_run", "arguments": {"run_id": rid, "timeout_seconds": 50}}},
+                               sid, headers=OLD, version=LATEST)
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(1)  # it waits
+    assert t.is_alive()
+    s.rotate()
+    t.join(20)
+    assert not t.is_alive(), "wait_run of the removed token still waits"
+    st, _, body = answer["got"]
+    assert st == 401, (st, body)
+    mine = s.initialize(headers=NEW)
+    st, got = rpc(s, mine, NEW, 3, "tools/call", {"name": "wait_run", "arguments": {"run_id": rid, "timeout_seconds": 0}})
+    assert st == 200 and got["result"]["structuredContent"]["status"] == "running", got
+    st, got = rpc(s, mine, NEW, 4, "tools/call", {"name": "cancel_run", "arguments": {"run_id": rid}})
+    assert got["result"]["structuredContent"]["status"] == "cancelled", got

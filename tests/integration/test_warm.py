@@ -83,7 +83,7 @@ def test_a_burst_takes_the_whole_pool(make_server):
     wait_ready(s, 4)
     for i in range(4):
         s.send({"jsonrpc": "2.0", "id": f"b{i}", "method": "tools/call",
-                "params": {"name": "execute_python", "arguments": {"script": f"print({i})"}}})
+                "params": {"name": "execute_python", "arguments": {"details": True, "script": f"print({i})"}}})
     answers = {}
     deadline = time.monotonic() + 120
     while len(answers) < 4 and time.monotonic() < deadline:
@@ -102,7 +102,7 @@ def burst(s, n, script, prefix="g", **args):
     """n calls at once; their structuredContent in order, each answered exactly once."""
     for i in range(n):
         s.send({"jsonrpc": "2.0", "id": f"{prefix}{i}", "method": "tools/call",
-                "params": {"name": "execute_python", "arguments": {"script": script, **args}}})
+                "params": {"name": "execute_python", "arguments": {"details": True, "script": script, **args}}})
     answers = {}
     deadline = time.monotonic() + 120
     while len(answers) < n and time.monotonic() < deadline:
@@ -158,7 +158,7 @@ def test_refills_wait_while_calls_wait(make_server):
     # the first one's take scheduled could run before the others were read (nothing waited yet).
     s.send_raw(b"".join(json.dumps({
         "jsonrpc": "2.0", "id": f"q{i}", "method": "tools/call",
-        "params": {"name": "execute_python", "arguments": {"script": "import time; time.sleep(1.5)"}}}).encode() + b"\n"
+        "params": {"name": "execute_python", "arguments": {"details": True, "script": "import time; time.sleep(1.5)"}}}).encode() + b"\n"
         for i in range(4)))
     assert wait_until(lambda: pool(s)["taken"] == 1, timeout=20, interval=0.05), pool(s)
     for _ in range(5):  # ...and no refill while the other three wait

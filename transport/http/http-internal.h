@@ -108,6 +108,10 @@ struct hs_stream {
   json_t *request_id;               /* a POST of one request: its id (for `lost`) */
   bool lost;                        /* its response was dropped to save memory */
   bool lost_noticed;                /* the error saying so is queued */
+  /* A handshake-era POST whose client closed the connection before the answer: when (0:
+   * not), so that the tick cancels its request once no resumption came for
+   * HTTP_ABANDON_GRACE_MS (an AI SDK abort closes the stream and sends nothing else). */
+  uint64_t abandoned_at;
   hs_stream_t *prev, *next;         /* session->streams */
   hs_stream_t *all_prev, *all_next; /* h->streams */
 };

@@ -610,6 +610,19 @@ void tr_hs_on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                                    !c->stream->finished && c->stream->sink.refs > 0
                                ? c->stream
                                : NULL;
+  /* A handshake-era POST the client gave up on (the connection ended, not the answer): a
+   * stream that cannot be resumed (a JSON answer, an unlisted stream) is cancelled as the
+   * 2026 era's is; a resumable SSE stream is cancelled by the tick unless a GET with
+   * Last-Event-ID takes it up within HTTP_ABANDON_GRACE_MS. */
+  hs_stream_t *st = c->stream;
+  if (!abandoned && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && c->session &&
+      !c->session->stateless && st && st->kind == STREAM_POST && !st->finished &&
+      st->sink.refs > 0 && st->conn == c) {
+    if (st->mode != MODE_SSE || !st->listed || !c->session->open)
+      abandoned = st;
+    else
+      st->abandoned_at = cm_now_ms();
+  }
   if (abandoned) tr_sink_ref(&abandoned->sink);
   tr_hs_conn_detach(c, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
   if (c->get_stream) {
@@ -627,7 +640,7 @@ void tr_hs_on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     tr_hs_session_unref(s);
   }
   if (abandoned) {
-    cm_debug("http: the client closed a stateless request's stream: cancelling the request");
+    cm_debug("http: the client closed a request's stream: cancelling the request");
     tr_sink_peer_gone(&abandoned->sink);
     tr_sink_unref(&abandoned->sink);
   }

@@ -19,6 +19,9 @@
 #define HTTP_REPLAY_MAX_BYTES (512u << 10)
 /* A finished stream whose client went away is kept this long for resumption... */
 #define HTTP_RETAIN_MS (5u * 60 * 1000)
+/* A handshake-era POST stream its client closed before the answer: resumed within this, it
+ * goes on; otherwise its request is cancelled. */
+#define HTTP_ABANDON_GRACE_MS 3000u
 /* ...and at most this many per session. */
 #define HTTP_RETAIN_MAX 16
 /* Replay memory over its bounds is logged at most this often. */
@@ -486,6 +489,7 @@ void tr_hs_conn_wake(hs_conn_t *c) {
 void tr_hs_conn_attach(hs_conn_t *c, hs_stream_t *st) {
   c->stream = st;
   st->conn = c;
+  st->abandoned_at = 0; /* resumed */
 }
 
 /* The request is over (or another took its stream). */
@@ -633,6 +637,15 @@ void tr_hs_streams_expire(hs_session_t *s, uint64_t now) {
   hs_stream_t *next;
   for (hs_stream_t *st = s->streams; st; st = next) {
     next = st->next;
+    if (st->kind == STREAM_POST && st->abandoned_at && !st->conn && !st->finished &&
+        now - st->abandoned_at >= HTTP_ABANDON_GRACE_MS && st->sink.refs > 0) {
+      st->abandoned_at = 0;
+      cm_debug("http: a request's stream was not resumed: cancelling the request");
+      tr_sink_ref(&st->sink);
+      tr_sink_peer_gone(&st->sink);
+      tr_sink_unref(&st->sink); /* may free st: next was read first */
+      continue;
+    }
     if (st->kind == STREAM_POST && st->finished && !st->conn &&
         now - st->finished_at >= HTTP_RETAIN_MS)
       tr_hs_stream_unlist(st);

@@ -57,7 +57,7 @@ test("http: initialize, tools/list and the core calls over Streamable HTTP", asy
   assert.equal(r.structuredContent.timed_out, true);
   assert.ok(await waitUntil(() => processesWithMarker(mark).length === 0, 10000), "the script's child outlived the timeout");
 
-  r = await callChecked(client, tools, "execute_python", { script: "print('z' * 100000)" });
+  r = await callChecked(client, tools, "execute_python", { script: "print('z' * 100000)", details: true });
   assert.equal(r.structuredContent.truncated, true);
   assert.equal(r.structuredContent.stdout_bytes, 100001);
   assert.ok(r.structuredContent.stdout.length < 4096);

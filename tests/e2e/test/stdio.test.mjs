@@ -96,7 +96,7 @@ test("execute_python: a timeout kills the script and says timed_out", async (t) 
 test("execute_python: long output is truncated to --max-output-bytes", async (t) => {
   const { client } = await connectStdio(t, ["--max-output-bytes", "2048"]);
   const tools = await listToolsChecked(client);
-  const r = await callChecked(client, tools, "execute_python", { script: "print('a' * 50000 + 'b' * 50000)" });
+  const r = await callChecked(client, tools, "execute_python", { script: "print('a' * 50000 + 'b' * 50000)", details: true });
   const sc = r.structuredContent;
   assert.equal(r.isError, false);
   assert.equal(sc.truncated, true);
