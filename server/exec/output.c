@@ -7,8 +7,11 @@
 
 /* Kept output (stdout and stderr together) up to this many bytes is in both the text block and
  * structuredContent: every host shows it, whichever of the two it gives its model (Claude
- * Code and Codex show structuredContent, the AI SDK and LangChain the text block). */
-#define EXEC_RESULT_TEXT_OUTPUT_MAX 2048
+ * Code and Codex show structuredContent, the AI SDK and LangChain the text block), and the
+ * seed's clients, which read the text block, see it whole as before (a table, a report, a
+ * traceback: what scripts print is seldom more).  16 KiB doubled is a small price; past it
+ * the output goes once. */
+#define EXEC_RESULT_TEXT_OUTPUT_MAX (16 * 1024)
 /* Past it, the text block has the beginning and the end: this share (percent), at most
  * EXEC_RESULT_EXCERPT_MAX bytes a stream (a result stays under 1.25 times its output). */
 #define EXEC_RESULT_EXCERPT_SHARE 15

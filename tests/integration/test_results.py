@@ -104,3 +104,14 @@ def test_100_mb_of_kept_output_is_one_copy_on_the_wire(make_server):
     assert sc["truncated"] is False
     # The text block: the beginning and end of each stream, not a copy.
     assert len(res["content"][0]["text"]) <= 40 * 1024
+
+
+def test_output_up_to_16_kib_is_whole_in_the_seeds_text_block(server):
+    """The seed's clients read the text block: a table or a report of a few KiB is there whole,
+    as before, and in structuredContent too (hosts that show that one see it whole)."""
+    script = "print('\\n'.join('row %04d ' % i + 'v' * 60 for i in range(200)))"
+    res = lean_call(server, script)
+    want = "\n".join("row %04d " % i + "v" * 60 for i in range(200)) + "\n"
+    assert len(want) > 12000
+    assert res["structuredContent"]["stdout"] == want
+    assert text_of(res).startswith("--- stdout ---\n" + want + "\n--- exit_code: 0 ---")
