@@ -386,6 +386,12 @@ clients_stop() {
   echo "== stopped unfinished: the package, conformance, e2e and browser suites in the background; the end of build/clients.log:"
   tail -n 60 build/clients.log 2>/dev/null || true
 }
+# (when the bwrap pass's parallel run ends: the ASan build's suites start, and the clients
+# end, before the serial tests)
+clients_join() {
+  [ "$quick" = 1 ] || asan_suite_start
+  clients_wait
+}
 integration_hook=""
 integration_join=""
 
@@ -400,11 +406,11 @@ suite_normal() {
   local none_expr="sandbox_independent or none_pass"
   [ "$full" = 0 ] || none_expr=""
   if [ "$full" = 0 ]; then
-    integration_hook="none:clients_start" integration_join=clients_wait
+    integration_hook="none:clients_start" integration_join=clients_join
   fi
   integration "$dir" "$name" "$workers" "bwrap=not sandbox_independent" "none=$none_expr" || return 1
   integration_hook="" integration_join=""
-  [ "$quick" = 1 ] || [ "$full" = 1 ] || asan_suite_start
+  [ "$quick" = 1 ] || [ "$full" = 1 ] || [ -n "$asan_suite_pid" ] || asan_suite_start
   [ "$full" = 0 ] || clients_normal "$dir" "$name"
 }
 

@@ -32,7 +32,6 @@ const PNG_SCRIPT = [
 ].join("\n");
 // 90 s, saying where it is now and then.
 const LONG_SCRIPT = "import time\nfor i in range(9):\n    print(f'step {i}', flush=True)\n    time.sleep(10)\nprint('finished')";
-const LONG_TEST = { timeout: 240000 };
 
 /** The server's stdio command line (a fresh state directory, removed at the end: after the
  * client's own end, which the test registers first, and with retries while the server exits). */
@@ -120,12 +119,6 @@ test("ai-sdk: stdio", async (t) => {
   await aiSdkChecks(t, client);
 });
 
-test("ai-sdk: http, and a 90 s script through background + wait_run", LONG_TEST, async (t) => {
-  const url = await httpUrl(t);
-  if (!url) return;
-  const client = await aiClient(t, { type: "http", url: url.href });
-  await aiSdkChecks(t, client, { long: true });
-});
 
 // ------------------------------------------------------------------ LangChain
 
@@ -162,11 +155,6 @@ test("langchain: stdio", async (t) => {
   await langchainChecks(t, { transport: "stdio", command, args });
 });
 
-test("langchain: http, and a 90 s script through background + wait_run", LONG_TEST, async (t) => {
-  const url = await httpUrl(t);
-  if (!url) return;
-  await langchainChecks(t, { transport: "http", url: url.href }, { long: true });
-});
 
 // ------------------------------------------------------------------ Mastra
 
@@ -192,11 +180,6 @@ test("mastra: stdio", async (t) => {
   await mastraChecks(t, { command, args });
 });
 
-test("mastra: http, and a 90 s script through background + wait_run", LONG_TEST, async (t) => {
-  const url = await httpUrl(t);
-  if (!url) return;
-  await mastraChecks(t, { url }, { long: true });
-});
 
 // ------------------------------------------------------------------ mcp-remote
 
@@ -232,8 +215,30 @@ async function remoteChecks(t, url, { long = false } = {}) {
   }
 }
 
-test("mcp-remote: stdio to http, and a 90 s script through background + wait_run", LONG_TEST, async (t) => {
-  const url = await httpUrl(t);
-  if (!url) return;
-  await remoteChecks(t, url, { long: true });
+// The four long runs side by side (each mostly waits on its script's sleeps): one after the
+// other they took six minutes of the suite.
+test("http: each client's 90 s script through background + wait_run, side by side", { timeout: 300000, concurrency: 4 }, async (t) => {
+  await Promise.all([
+    t.test("ai-sdk: http, and a 90 s script through background + wait_run", { timeout: 240000 }, async (t) => {
+      const url = await httpUrl(t);
+      if (!url) return;
+      const client = await aiClient(t, { type: "http", url: url.href });
+      await aiSdkChecks(t, client, { long: true });
+    }),
+    t.test("langchain: http, and a 90 s script through background + wait_run", { timeout: 240000 }, async (t) => {
+      const url = await httpUrl(t);
+      if (!url) return;
+      await langchainChecks(t, { transport: "http", url: url.href }, { long: true });
+    }),
+    t.test("mastra: http, and a 90 s script through background + wait_run", { timeout: 240000 }, async (t) => {
+      const url = await httpUrl(t);
+      if (!url) return;
+      await mastraChecks(t, { url }, { long: true });
+    }),
+    t.test("mcp-remote: stdio to http, and a 90 s script through background + wait_run", { timeout: 240000 }, async (t) => {
+      const url = await httpUrl(t);
+      if (!url) return;
+      await remoteChecks(t, url, { long: true });
+    }),
+  ]);
 });
