@@ -239,6 +239,18 @@ def ip(*args, check=True):
     return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
 
 
+def sweep_stale_namespaces():
+    """The namespaces (and their host routes) of test processes gone without cleaning up (a run
+    killed mid-way): their fixed addresses would collide with a new one's."""
+    for line in ip("netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        tag = name[len("mps-net-"):]
+        if not name.startswith("mps-net-") or not tag.isdigit() or os.path.exists(f"/proc/{int(tag)}"):
+            continue
+        ip("netns", "del", name, check=False)
+        ip("link", "del", f"mpsh{tag}", check=False)
+
+
 class TestNamespace:
     """netns with 192.175.48.1 (public as far as the policy goes), plus 10.77.0.1 (private),
     169.254.77.1 (link-local) and NS_SPECIAL, routed from the host over a veth whose host end
@@ -250,6 +262,7 @@ class TestNamespace:
         self.host_if, self.ns_if = f"mpsh{tag}", f"mpsn{tag}"
         self.proc = None
         self.hits = []
+        sweep_stale_namespaces()
         try:
             ip("netns", "add", self.ns)
             ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
