@@ -109,6 +109,7 @@ struct conn {
   bool resp_head; /* K_FORWARD/K_INDEX: response heads to rewrite (up to the final one) */
   bool c_eof, u_eof, c_shut, u_shut;
   eg_tls_t *tls;
+  bool secret_bytes; /* a secret's value went through its buffers: wiped when freed */
 };
 
 typedef struct ares_watch {
@@ -125,8 +126,19 @@ typedef struct eg_index {
   eg_link_set_t *links; /* what its pages linked to (the credentials go with those too) */
 } eg_index_t;
 
+/* A secret a session may use (eg_session_add_secret). */
+typedef struct session_secret {
+  char name[EG_SECRET_NAME_MAX + 1];
+  char placeholder[EG_SECRET_PLACEHOLDER_MAX];
+  const eg_secret_value_t *value;
+  eg_rule_t *hosts;
+  size_t n_hosts;
+} session_secret_t;
+
 struct eg_session {
   eg_proxy_t *proxy;
+  session_secret_t secrets[EG_SESSION_SECRETS_MAX];
+  size_t n_secrets;
   eg_session_t *prev, *next;
   int fd;
   cm_watch_t *w;
@@ -165,6 +177,7 @@ static void conn_update(conn_t *c);
 static void conn_connect_next(conn_t *c);
 static void session_update_reading(eg_session_t *s);
 static void ares_reschedule(eg_proxy_t *p);
+static bool substitute_secrets(conn_t *c, bool tls);
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -1246,6 +1259,8 @@ static void head_request(conn_t *c) {
   }
   snprintf(c->host, sizeof c->host, "%s", req->host);
   c->port = req->port;
+  /* Cleartext: a placeholder in it is never replaced, and the request never leaves. */
+  if (c->kind == K_FORWARD && !substitute_secrets(c, false)) return;
   conn_route(c);
 }
 
@@ -1320,6 +1335,10 @@ static void on_client(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
 
 static void conn_free(void *data) {
   conn_t *c = data;
+  if (c->secret_bytes) {
+    if (c->head) explicit_bzero(c->head, EG_HEAD_MAX);
+    if (c->c2u.data) explicit_bzero(c->c2u.data, EG_RELAY_BUF);
+  }
   free(c->head);
   free(c->req);
   free(c->page_target);
@@ -1538,6 +1557,93 @@ void eg_session_narrow(eg_session_t *s, const eg_rule_t *rules, size_t n) {
   s->n_narrow = n;
 }
 
+int eg_session_add_secret(eg_session_t *s, const char *name, const char *placeholder,
+                          const eg_secret_value_t *value, const eg_rule_t *hosts, size_t n_hosts) {
+  if (s->n_secrets >= EG_SESSION_SECRETS_MAX) return -1;
+  session_secret_t *k = &s->secrets[s->n_secrets];
+  snprintf(k->name, sizeof k->name, "%s", name);
+  snprintf(k->placeholder, sizeof k->placeholder, "%s", placeholder);
+  k->value = value;
+  k->hosts = n_hosts ? xmemdup(hosts, n_hosts * sizeof *hosts) : NULL;
+  k->n_hosts = n_hosts;
+  return (int)s->n_secrets++;
+}
+
+/* Is host:port one that secret k is bound to?  A name rule without a port binds 443. */
+static bool secret_bound(const session_secret_t *k, const char *host, uint16_t port) {
+  for (size_t i = 0; i < k->n_hosts; i++) {
+    eg_rule_t r = k->hosts[i];
+    if (r.port == 0) r.port = 443;
+    if (eg_rule_match_name(&r, host, port)) return true;
+  }
+  return false;
+}
+
+/* The session's placeholders as bindings for a request to host:port; tls: over TLS the proxy
+ * terminated (cleartext is never substituted). */
+static size_t secret_bindings(const eg_session_t *s, const char *host, uint16_t port, bool tls,
+                              eg_secret_binding_t *b) {
+  for (size_t i = 0; i < s->n_secrets; i++) {
+    const session_secret_t *k = &s->secrets[i];
+    b[i] = (eg_secret_binding_t){.placeholder = k->placeholder,
+                                 .placeholder_len = strlen(k->placeholder),
+                                 .value = k->value ? k->value->data : NULL,
+                                 .value_len = k->value ? k->value->len : 0,
+                                 .bound = tls && secret_bound(k, host, port)};
+  }
+  return s->n_secrets;
+}
+
+/* A request head (c->head, parsed as c->req) about to go upstream: its placeholders replaced
+ * where the secret may go (c->head and c->req rewritten), or the request refused (403, false). */
+static bool substitute_secrets(conn_t *c, bool tls) {
+  eg_session_t *s = c->s;
+  if (!s->n_secrets) return true;
+  eg_secret_binding_t b[EG_SESSION_SECRETS_MAX];
+  size_t n = secret_bindings(s, c->host, c->port, tls, b);
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  uint64_t used = 0;
+  size_t refused = n;
+  int rc = eg_secret_rewrite_head(c->head, c->req, b, n, &out, &used, &refused);
+  if (rc < 0) {
+    if (out.data) explicit_bzero(out.data, out.len);
+    cm_buf_release(&out);
+    if (refused < n) s->stats.secrets_refused |= 1ull << refused;
+    cleanup_free char *why =
+        refused < n ? xasprintf(
+                          "the request carries the placeholder of secret %s, which is not "
+                          "bound to this destination%s",
+                          s->secrets[refused].name,
+                          tls ? "" : " (or was sent without TLS: never substituted)")
+                    : xstrdup("the request head with its secrets is too large");
+    deny(c, why);
+    return false;
+  }
+  if (rc == 0) return true;
+  s->stats.secrets_used |= used;
+  c->secret_bytes = true;
+  /* The head with the values, then the body bytes that came with it. */
+  size_t body = c->head_len - c->req->head_len;
+  eg_request_t *req = c->req;
+  if (out.len + body > EG_HEAD_MAX || eg_http_parse_request(out.data, out.len, req) != 1) {
+    explicit_bzero(out.data, out.len);
+    cm_buf_release(&out);
+    deny(c, "the request head with its secrets is too large");
+    return false;
+  }
+  char *head = xmalloc(EG_HEAD_MAX);
+  memcpy(head, out.data, out.len);
+  memcpy(head + out.len, c->head + (c->head_len - body), body);
+  explicit_bzero(c->head, c->head_len);
+  free(c->head);
+  c->head = head;
+  c->head_len = out.len + body;
+  explicit_bzero(out.data, out.len);
+  cm_buf_release(&out);
+  return true;
+}
+
 void eg_session_stats(const eg_session_t *s, eg_stats_t *out) {
   *out = s->stats;
 }
@@ -1555,6 +1661,7 @@ void eg_session_close(eg_session_t *s) {
   cm_timer_cancel(s->rate_timer);
   eg_policy_release(&s->policy);
   free(s->narrow);
+  for (size_t i = 0; i < s->n_secrets; i++) free(s->secrets[i].hosts);
   if (s->prev)
     s->prev->next = s->next;
   else

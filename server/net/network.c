@@ -10,6 +10,7 @@ struct srv_network {
   bool proxy_failed;
   eg_policy_t script; /* public internet + allow - deny */
   eg_policy_t deny;   /* the deny rules alone */
+  srv_secrets_t *secrets;
 };
 
 static void add_rules(eg_policy_t *p, char *const *list, bool deny) {
@@ -27,8 +28,9 @@ static void add_rules(eg_policy_t *p, char *const *list, bool deny) {
   }
 }
 
-srv_network_t *srv_network_new(cm_loop_t *loop, const srv_config_t *cfg) {
+srv_network_t *srv_network_new(cm_loop_t *loop, const srv_config_t *cfg, srv_secrets_t *secrets) {
   srv_network_t *n = xcalloc(1, sizeof *n);
+  n->secrets = secrets;
   n->loop = loop;
   n->cfg = cfg;
   n->script.public_internet = true;
@@ -43,6 +45,7 @@ void srv_network_free(srv_network_t *n) {
   eg_proxy_free(n->proxy);
   eg_policy_release(&n->script);
   eg_policy_release(&n->deny);
+  srv_secrets_free(n->secrets);
   free(n);
 }
 
@@ -67,6 +70,10 @@ eg_proxy_t *srv_network_proxy(srv_network_t *n, cm_error_t *err) {
     cm_warn("the egress proxy cannot start: %s", cm_error_message(err));
   }
   return n->proxy;
+}
+
+srv_secrets_t *srv_network_secrets(srv_network_t *n) {
+  return n->secrets;
 }
 
 const eg_policy_t *srv_network_script_policy(srv_network_t *n) {

@@ -1,0 +1,210 @@
+"""Secrets that never enter the sandbox (issue 37): --secret NAME=PATH@HOST and [secrets.NAME] in
+a --profile file; a call names them in `secrets`; the script gets a placeholder in $NAME, never
+the value; an unknown or foreign name is a tool error; check_environment lists names and hosts;
+a placeholder sent in cleartext (plain HTTP, here to an allowed loopback server) is never
+replaced and the request is refused (403) before it leaves; a missing or world-readable file
+stops the start; the value is in no result, log or audit line.
+
+Only loopback: the upstream is a plain HTTP server on 127.0.0.1 that records what reaches it."""
+import http.server
+import json
+import os
+import socketserver
+import sys
+import threading
+
+import pytest
+
+from conftest import BACKEND, Server  # noqa: E402
+
+pytestmark = [pytest.mark.skipif(BACKEND != "bwrap", reason="secrets need the bwrap backend's egress proxy"),
+              pytest.mark.xdist_group("secrets")]
+
+VALUE = "val-7c1e9b2d-never-in-a-sandbox"
+
+
+def text_of(res):
+    return "\n".join(c.get("text", "") for c in res["content"] if c.get("type") == "text")
+
+
+class Recorder(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+
+
+def recording_server():
+    seen = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.requestline + "\n" + str(self.headers))
+            body = b"ok"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    srv = Recorder(("127.0.0.1", 0), H)
+    srv.seen = seen
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    srv = recording_server()
+    yield srv
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def secret_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("secrets")
+    f = d / "token"
+    f.write_text(VALUE + "\n")
+    os.chmod(f, 0o600)
+    return f
+
+
+@pytest.fixture(scope="module")
+def audit_path(tmp_path_factory):
+    return tmp_path_factory.mktemp("audit") / "audit.log"
+
+
+@pytest.fixture(scope="module")
+def server(upstream, secret_file, audit_path):
+    port = upstream.server_address[1]
+    s = Server("--network-allow", f"127.0.0.1:{port}",
+               "--secret", f"API_TOKEN={secret_file}@api.example.test,*.example.org:8443",
+               "--audit-log", str(audit_path), "--prestart", "off")
+    s.initialize()
+    yield s
+    s.close()
+
+
+def test_placeholder_in_env_value_nowhere(server):
+    script = r'''
+import os, json, glob
+ph = os.environ.get("API_TOKEN", "")
+found = []
+for p in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline"):
+    try:
+        if b"%s" in open(p, "rb").read():
+            found.append(p)
+    except OSError:
+        pass
+print(json.dumps({"ph": ph, "found": found}))
+''' % VALUE.encode().decode()
+    res = server.execute(script, secrets=["API_TOKEN"], timeout=120)
+    sc = res["structuredContent"]
+    assert sc["exit_code"] == 0, text_of(res)
+    out = json.loads(sc["stdout"])
+    assert out["ph"].startswith("mps-secret:API_TOKEN:") and len(out["ph"]) == len("mps-secret:API_TOKEN:") + 32
+    assert out["found"] == []
+    assert sc["network"]["secrets_used"] == []
+    # A call that does not name it gets nothing of it.
+    res = server.execute("import os; print(os.environ.get('API_TOKEN'))", timeout=120)
+    assert res["structuredContent"]["stdout"].strip() == "None"
+    # Placeholders are per call.
+    res2 = server.execute("import os; print(os.environ['API_TOKEN'])", secrets=["API_TOKEN"], timeout=120)
+    assert res2["structuredContent"]["stdout"].strip() != out["ph"]
+
+
+def test_cleartext_placeholder_is_refused(server, upstream):
+    port = upstream.server_address[1]
+    before = len(upstream.seen)
+    script = f'''
+import base64, os, urllib.request, urllib.error
+ph = os.environ["API_TOKEN"]
+def get(url, headers):
+    try:
+        r = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=20)
+        return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+print(get("http://127.0.0.1:{port}/plain", {{"Authorization": "Bearer " + ph}}))
+basic = base64.b64encode(("user:" + ph).encode()).decode()
+print(get("http://127.0.0.1:{port}/basic", {{"Authorization": "Basic " + basic}}))
+print(get("http://127.0.0.1:{port}/q?token=" + ph, {{}}))
+print(get("http://127.0.0.1:{port}/clean", {{"X-Other": "nothing"}}))
+'''
+    res = server.execute(script, secrets=["API_TOKEN"], timeout=120)
+    sc = res["structuredContent"]
+    assert sc["exit_code"] == 0, text_of(res)
+    assert sc["stdout"].split() == ["403", "403", "403", "200"]
+    # Only the clean request reached the upstream; no placeholder and no value did.
+    got = upstream.seen[before:]
+    assert len(got) == 1 and "/clean" in got[0]
+    assert "mps-secret" not in "".join(got) and VALUE not in "".join(got)
+    assert sc["network"]["secrets_used"] == []
+    assert any("API_TOKEN" in d["reason"] for d in sc["network"]["denied"]), sc["network"]
+    assert VALUE not in json.dumps(res)
+
+
+def test_unknown_secret_and_no_network_are_tool_errors(server):
+    for bad in (["NOPE"], ["api_token"], "API_TOKEN", [1]):
+        res = server.execute("print(1)", secrets=bad, timeout=60)
+        assert res["isError"] is True, bad
+    res = server.execute("print(1)", secrets=["NOPE"], timeout=60)
+    assert "Unknown secret 'NOPE'" in text_of(res)
+    res = server.execute("print(1)", secrets=["API_TOKEN"], network=False, timeout=60)
+    assert res["isError"] is True and "network" in text_of(res)
+
+
+def test_check_environment_lists_names_and_hosts(server):
+    res = server.call("check_environment")
+    text = text_of(res)
+    assert "API_TOKEN (hosts: api.example.test, *.example.org:8443)" in text
+    assert res["structuredContent"]["secrets"] == [
+        {"name": "API_TOKEN", "hosts": ["api.example.test", "*.example.org:8443"]}]
+    assert VALUE not in json.dumps(res)
+
+
+def test_value_in_no_log_or_audit(server, audit_path):
+    server.execute("import os; print(os.environ['API_TOKEN'])", secrets=["API_TOKEN"], timeout=120)
+    audit = audit_path.read_text()
+    assert VALUE not in audit and VALUE not in server.stderr_text()
+    lines = [json.loads(l) for l in audit.splitlines() if l.strip()]
+    assert any(l.get("secrets_used") == [] for l in lines), audit[-2000:]
+
+
+def test_start_up_errors(tmp_path):
+    f = tmp_path / "v"
+    f.write_text("x\n")
+    os.chmod(f, 0o644)
+    s = Server("--secret", f"A={f}@api.example.test")
+    assert s.proc.wait(timeout=30) != 0 and "world-readable" in s.stderr_text()
+    s.close()
+    s = Server("--secret", f"A={tmp_path}/missing@api.example.test")
+    assert s.proc.wait(timeout=30) != 0 and "secret A" in s.stderr_text()
+    s.close()
+    os.chmod(f, 0o600)
+    for bad in (f"a={f}@h.test", f"A={f}", f"A={f}@10.0.0.1"):
+        s = Server("--secret", bad)
+        assert s.proc.wait(timeout=30) != 0, bad
+        s.close()
+    s = Server("--secret", f"A={f}@api.example.test", "--network-deny", "api.example.test")
+    assert s.proc.wait(timeout=30) != 0 and "--network-deny" in s.stderr_text()
+    s.close()
+
+
+def test_profile_secrets_and_principals(tmp_path):
+    f = tmp_path / "tok"
+    f.write_text(VALUE)
+    os.chmod(f, 0o600)
+    prof = tmp_path / "p.toml"
+    prof.write_text('[secrets.MINE]\nfile = "tok"\nhosts = ["api.example.test"]\n\n'
+                    '[secrets.ALICE_ONLY]\nfile = "tok"\nhosts = ["a.example.test"]\nprincipals = ["alice"]\n')
+    s = Server("--profile", str(prof), "--prestart", "off")
+    try:
+        s.initialize()
+        sc = s.call("check_environment")["structuredContent"]
+        assert sc["secrets"] == [{"name": "MINE", "hosts": ["api.example.test"]}]
+        # Another principal's secret answers like an unknown one (stdio is principal "stdio").
+        res = s.execute("print(1)", secrets=["ALICE_ONLY"], timeout=60)
+        assert res["isError"] is True and "Unknown secret 'ALICE_ONLY'" in text_of(res)
+        res = s.execute("import os; print(os.environ['MINE'][:15])", secrets=["MINE"], timeout=120)
+        assert res["structuredContent"]["stdout"].strip() == "mps-secret:MINE"
+    finally:
+        s.close()
