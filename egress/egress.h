@@ -423,6 +423,7 @@ typedef struct eg_proxy_config {
   uint64_t max_connections;       /* per run at once (more wait in the sandbox); 0 = 64 */
   uint64_t max_total_connections; /* per run in all (more are refused); 0 = 4096 */
   uint64_t rate_bytes;            /* per run, bytes per second both ways together; 0 = none */
+  const char *ca_file; /* PEM trusted besides the system store for upstream TLS, or NULL */
 } eg_proxy_config_t;
 
 /* Creates the proxy on loop (c-ares channel, no sockets yet).  Fails when the resolver
@@ -440,6 +441,10 @@ int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err);
 /* The URL the builder gets for index n: the forwarder's origin of the index plus its path.  Heap.
  */
 char *eg_proxy_index_url(eg_proxy_t *p, int n);
+/* The certificate (PEM) of the CA the proxy makes leaf certificates with for the connections
+ * it intercepts (a secret's hosts): made at the first call, its key kept in memory only.
+ * NULL (and err) when libcrypto cannot make it. */
+const char *eg_proxy_ca_pem(eg_proxy_t *p, cm_error_t *err);
 /* "resolver: the host's resolv.conf" or the servers, for check_environment.  Heap. */
 char *eg_proxy_describe(eg_proxy_t *p);
 

@@ -95,8 +95,21 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
                "PYTHONDONTWRITEBYTECODE=1", "PYTHONIOENCODING=utf-8", "MPLBACKEND=Agg", NULL);
   if (venv_var) cm_strv_add(&envb, venv_var);
   if (proxied) srv_network_env(srv_server_network(s), &envb, false);
-  /* Placeholders only: the values stay with the proxy. */
-  if (proxied && secrets) srv_secrets_env(cfg, secrets, &envb);
+  /* Placeholders only: the values stay with the proxy; and trust in its CA, which signs what
+   * it shows for the secrets' hosts. */
+  const char *ca_bundle = NULL;
+  if (proxied && secrets && secrets->n) {
+    srv_secrets_env(cfg, secrets, &envb);
+    srv_secrets_ca_env(&envb);
+    ca_bundle = srv_network_ca_bundle(srv_server_network(s), srv_server_state_dir(s), err);
+    if (!ca_bundle) {
+      cm_strv_free(cm_strv_steal(&envb));
+      if (egress_fd >= 0) close(egress_fd);
+      eg_session_close(*egress_out);
+      *egress_out = NULL;
+      return cm_error_wrap(err, "the CA bundle of a call with secrets");
+    }
+  }
   cleanup_strv char **envp = cm_strv_steal(&envb);
   char *binds[] = {py->prefix, NULL};
   sbx_mount_t mounts[3];
@@ -117,6 +130,7 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
       .n_mounts = n_mounts,
       .network = network,
       .egress = proxied ? &egress : NULL,
+      .ca_bundle = ca_bundle,
       .hold = hold || warm_ctl,
       .hold_in_command = warm_ctl != NULL,
       .identity = identity,

@@ -46,6 +46,14 @@ int srv_secrets_parse_call(srv_network_t *n, const srv_config_t *cfg, sbx_backen
 /* The variables the sandbox gets for the call's secrets: NAME=placeholder each. */
 void srv_secrets_env(const srv_config_t *cfg, const srv_secret_call_t *call,
                      cm_strv_builder_t *env);
+/* The CA bundle of calls with secrets: the host's system bundle plus the egress proxy's CA,
+ * written (once per server start) as state_dir/egress-ca/ca-certificates.crt; its path, or
+ * NULL and err. */
+const char *srv_network_ca_bundle(srv_network_t *n, const char *state_dir, cm_error_t *err);
+/* Where a sandbox finds it, and the variables that name it (SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+ * CURL_CA_BUNDLE, PIP_CERT, NODE_EXTRA_CA_CERTS). */
+#define SRV_SANDBOX_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+void srv_secrets_ca_env(cm_strv_builder_t *env);
 /* Gives a run's egress session the call's secrets. */
 void srv_secrets_bind(srv_network_t *n, const srv_config_t *cfg, const srv_secret_call_t *call,
                       eg_session_t *session);

@@ -224,3 +224,12 @@ json_t *srv_secrets_describe(const srv_config_t *cfg, const char *principal, cm_
   }
   return a;
 }
+
+void srv_secrets_ca_env(cm_strv_builder_t *env) {
+  static const char *const vars[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                                     "PIP_CERT", "NODE_EXTRA_CA_CERTS"};
+  for (size_t i = 0; i < CM_ARRAY_SIZE(vars); i++) {
+    cleanup_free char *v = xasprintf("%s=" SRV_SANDBOX_CA_BUNDLE, vars[i]);
+    cm_strv_add(env, v);
+  }
+}

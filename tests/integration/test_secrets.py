@@ -208,3 +208,144 @@ def test_profile_secrets_and_principals(tmp_path):
         assert res["structuredContent"]["stdout"].strip() == "mps-secret:MINE"
     finally:
         s.close()
+
+
+# ------------------------------------------------------------------ TLS interception
+
+from test_network import DnsResponder  # noqa: E402
+import ssl  # noqa: E402
+import subprocess  # noqa: E402
+
+
+def make_test_ca(d):
+    """A CA of the test's own and a certificate for the upstream's names, made with openssl."""
+    run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True)  # noqa: E731
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+        "-subj", "/CN=test upstream CA", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"),
+        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=upstream",
+        "-keyout", str(d / "up.key"), "-out", str(d / "up.csr"))
+    (d / "ext.cnf").write_text("subjectAltName=DNS:api.example.test,DNS:other.example.test\n"
+                               "extendedKeyUsage=serverAuth\nbasicConstraints=critical,CA:FALSE\n"
+                               "keyUsage=critical,digitalSignature\n"
+                               "authorityKeyIdentifier=keyid\nsubjectKeyIdentifier=hash\n")
+    run("x509", "-req", "-in", str(d / "up.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+        "-CAcreateserial", "-days", "2", "-extfile", str(d / "ext.cnf"), "-out", str(d / "up.pem"))
+
+
+@pytest.fixture(scope="module")
+def tls_world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tlsworld")
+    make_test_ca(d)
+    seen = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.requestline + "\n" + str(self.headers))
+            body = b"upstream ok"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    srv = Recorder(("127.0.0.1", 0), H)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(d / "up.pem"), str(d / "up.key"))
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    dns = DnsResponder({"api.example.test": "127.0.0.1", "other.example.test": "127.0.0.1"})
+    port = srv.server_address[1]
+    for name, host in (("tok", "api"), ("other", "other")):
+        (d / name).write_text(f"{VALUE}-{name}\n")
+        os.chmod(d / name, 0o600)
+    s = Server("--dns-server", f"127.0.0.1:{dns.port}", "--egress-ca-file", str(d / "ca.pem"),
+               "--network-allow", f"api.example.test:{port}", "--network-allow", f"other.example.test:{port}",
+               "--secret", f"API_TOKEN={d / 'tok'}@api.example.test:{port}",
+               "--secret", f"OTHER={d / 'other'}@other.example.test:{port}", "--prestart", "off")
+    s.initialize()
+    yield {"server": s, "port": port, "seen": seen, "dir": d}
+    s.close()
+    srv.shutdown()
+
+
+def test_upstream_receives_the_value_over_intercepted_tls(tls_world):
+    s, port, seen = tls_world["server"], tls_world["port"], tls_world["seen"]
+    before = len(seen)
+    script = f'''
+import base64, http.client, json, os, ssl, subprocess, urllib.request
+ph = os.environ["API_TOKEN"]
+out = {{}}
+url = "https://api.example.test:{port}/u?key=" + ph
+r = urllib.request.urlopen(urllib.request.Request(url, headers={{"Authorization": "Bearer " + ph}}), timeout=30)
+out["urllib"] = r.read().decode()
+basic = base64.b64encode(("user:" + ph).encode()).decode()
+# http.client through the proxy with the default context, and with Python 3.13's strict flag
+for name, flags in (("default", 0), ("strict", ssl.VERIFY_X509_STRICT)):
+    ctx = ssl.create_default_context()
+    ctx.verify_flags |= flags
+    c = http.client.HTTPSConnection("127.0.0.1", 3128, context=ctx, timeout=30)
+    c.set_tunnel("api.example.test", {port})
+    c.request("GET", "/b", headers={{"Authorization": "Basic " + basic}})
+    out[name] = c.getresponse().read().decode()
+p = subprocess.run(["curl", "-sS", "-H", "X-Key: " + ph, "https://api.example.test:{port}/c"],
+                   capture_output=True, text=True)
+out["curl"] = p.stdout + p.stderr
+out["env"] = {{k: os.environ.get(k) for k in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS")}}
+print(json.dumps(out))
+'''
+    res = s.execute(script, secrets=["API_TOKEN"], timeout=120)
+    sc = res["structuredContent"]
+    assert sc["exit_code"] == 0, text_of(res)
+    out = json.loads(sc["stdout"])
+    assert out["urllib"] == out["default"] == out["strict"] == "upstream ok", out
+    assert "upstream ok" in out["curl"], out["curl"]
+    assert set(out["env"].values()) == {"/etc/ssl/certs/ca-certificates.crt"}
+    got = seen[before:]
+    assert len(got) == 4, got
+    import base64
+    value = VALUE + "-tok"
+    assert f"/u?key={value}" in got[0] and f"Bearer {value}" in got[0]
+    assert base64.b64encode(f"user:{value}".encode()).decode() in got[1]
+    assert f"X-Key: {value}" in got[3]
+    assert "mps-secret" not in "".join(got)
+    assert sc["network"]["secrets_used"] == ["API_TOKEN"]
+    assert value not in json.dumps(res) and value not in s.stderr_text()
+
+
+def test_placeholder_to_another_secrets_host_is_refused(tls_world):
+    s, port, seen = tls_world["server"], tls_world["port"], tls_world["seen"]
+    before = len(seen)
+    script = f'''
+import os, urllib.request, urllib.error
+ph = os.environ["OTHER"]
+try:
+    urllib.request.urlopen(urllib.request.Request("https://api.example.test:{port}/x",
+                           headers={{"Authorization": "Bearer " + ph}}), timeout=30)
+    print("sent")
+except urllib.error.HTTPError as e:
+    print(e.code)
+'''
+    res = s.execute(script, secrets=["API_TOKEN", "OTHER"], timeout=120)
+    sc = res["structuredContent"]
+    assert sc["stdout"].strip() == "403", text_of(res)
+    assert len(seen) == before
+    assert sc["network"]["secrets_used"] == []
+
+
+def test_no_secret_no_ca(tls_world):
+    """A call that names no secret: no interception, no CA variables (the host's trust)."""
+    s, port = tls_world["server"], tls_world["port"]
+    script = f'''
+import os, ssl, urllib.request
+print(os.environ.get("SSL_CERT_FILE"))
+try:
+    urllib.request.urlopen("https://api.example.test:{port}/n", timeout=30)
+    print("verified")
+except Exception as e:
+    print("refused", type(e).__name__)
+'''
+    res = s.execute(script, timeout=120)
+    lines = res["structuredContent"]["stdout"].split("\n")
+    assert lines[0] == "None" and lines[1].startswith("refused"), lines  # the test CA is not the host's
