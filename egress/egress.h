@@ -401,13 +401,16 @@ typedef struct eg_secret_binding {
   bool bound; /* the request goes to a host (and port) the secret is bound to */
 } eg_secret_binding_t;
 
+#define EG_SECRET_BINDINGS_MAX 64
 /* The request head buf (parsed as req) with every placeholder of a bound binding replaced by
  * its value in the request target and in header values (also inside the base64 of an
  * `Authorization: Basic` value), written whole into out (the request line and the headers as
  * they came; the caller re-parses it).  *used gets a bit per binding (of the first 64)
  * replaced.  1 = something was replaced, 0 = no placeholder at all (out untouched), -1 = a
  * placeholder of a binding that is not bound here is in the head (anywhere, or inside a Basic
- * value): refuse the request (*refused = that binding's index).  A head that would grow past
+ * value), or one of a bound binding sits where nothing is replaced (a header's name, across a
+ * name and its value): refuse the request (*refused = that binding's index).  At most
+ * EG_SECRET_BINDINGS_MAX bindings are looked at.  A head that would grow past
  * EG_HEAD_MAX is -1 with *refused = n. */
 int eg_secret_rewrite_head(const char *buf, const eg_request_t *req, const eg_secret_binding_t *b,
                            size_t n, cm_buf_t *out, uint64_t *used, size_t *refused);

@@ -79,11 +79,15 @@ static bool match_at(const char *hay, size_t len, size_t i, const char *ph, size
   return true;
 }
 
-static bool contains(const char *hay, size_t len, const char *ph, size_t ph_len, bool pct) {
-  size_t m;
+static size_t count(const char *hay, size_t len, const char *ph, size_t ph_len, bool pct) {
+  size_t m, n = 0;
   for (size_t i = 0; i < len; i++)
-    if ((hay[i] == 'm' || hay[i] == 'M') && match_at(hay, len, i, ph, ph_len, pct, &m)) return true;
-  return false;
+    if (hay[i] == ph[0] && match_at(hay, len, i, ph, ph_len, pct, &m)) n++;
+  return n;
+}
+
+static bool contains(const char *hay, size_t len, const char *ph, size_t ph_len, bool pct) {
+  return count(hay, len, ph, ph_len, pct) > 0;
 }
 
 typedef enum { ENC_NONE, ENC_TARGET, ENC_PCT } enc_t;
@@ -105,7 +109,7 @@ static void append_value(cm_buf_t *out, const char *v, size_t n, enc_t enc) {
 /* hay with every bound placeholder replaced, appended to out.  -1 (and *refused) when an unbound
  * one is in it. */
 static int replace(const char *hay, size_t len, const eg_secret_binding_t *b, size_t n, bool target,
-                   cm_buf_t *out, uint64_t *used, size_t *refused) {
+                   cm_buf_t *out, uint64_t *used, size_t *refused, size_t *replaced) {
   for (size_t k = 0; k < n; k++)
     if ((!b[k].bound || !b[k].value) &&
         contains(hay, len, b[k].placeholder, b[k].placeholder_len, target)) {
@@ -126,6 +130,7 @@ static int replace(const char *hay, size_t len, const eg_secret_binding_t *b, si
     bool pct = m != b[k].placeholder_len;
     append_value(out, b[k].value, b[k].value_len, !target ? ENC_NONE : pct ? ENC_PCT : ENC_TARGET);
     if (k < 64) *used |= 1ull << k;
+    if (replaced) replaced[k]++;
     i += m;
     from = i;
   }
@@ -196,7 +201,7 @@ static int basic_value(const char *v, size_t len, const eg_secret_binding_t *b, 
     for (size_t k = 0; k < n && !any; k++)
       any = contains(plain.data, plain.len, b[k].placeholder, b[k].placeholder_len, false);
     if (any) {
-      rc = replace(plain.data, plain.len, b, n, false, &replaced, used, refused);
+      rc = replace(plain.data, plain.len, b, n, false, &replaced, used, refused, NULL);
       if (rc == 0) {
         cm_buf_append(out, v, start);
         b64_encode(replaced.data, replaced.len, out);
@@ -217,6 +222,15 @@ int eg_secret_rewrite_head(const char *buf, const eg_request_t *req, const eg_se
                            size_t n, cm_buf_t *out, uint64_t *used, size_t *refused) {
   *used = 0;
   *refused = n;
+  if (n > EG_SECRET_BINDINGS_MAX) n = EG_SECRET_BINDINGS_MAX;
+  /* A placeholder that may not go here, anywhere in the head (however the head's syntax cuts
+   * it up): refused. */
+  for (size_t k = 0; k < n; k++)
+    if ((!b[k].bound || !b[k].value) &&
+        contains(buf, req->head_len, b[k].placeholder, b[k].placeholder_len, true)) {
+      *refused = k;
+      return -1;
+    }
   bool any = false;
   for (size_t k = 0; k < n && !any; k++)
     any = contains(buf, req->head_len, b[k].placeholder, b[k].placeholder_len, true);
@@ -235,6 +249,7 @@ int eg_secret_rewrite_head(const char *buf, const eg_request_t *req, const eg_se
   if (!any) return 0;
   cm_buf_t tmp;
   cm_buf_init(&tmp, 0);
+  size_t replaced[EG_SECRET_BINDINGS_MAX] = {0};
   /* The request line: up to the target, the target, the rest of the line. */
   size_t eol = 0;
   while (eol + 1 < req->head_len && !(buf[eol] == '\r' && buf[eol + 1] == '\n')) eol++;
@@ -250,7 +265,7 @@ int eg_secret_rewrite_head(const char *buf, const eg_request_t *req, const eg_se
   }
   if (rc == 0) {
     cm_buf_append(&tmp, buf, t_off);
-    rc = replace(buf + t_off, t_len, b, n, true, &tmp, used, refused);
+    rc = replace(buf + t_off, t_len, b, n, true, &tmp, used, refused, replaced);
   }
   if (rc == 0) {
     cm_buf_append(&tmp, buf + t_off + t_len, eol - t_off - t_len);
@@ -273,9 +288,17 @@ int eg_secret_rewrite_head(const char *buf, const eg_request_t *req, const eg_se
       rc = -1;
       break;
     }
-    if (brc == 0) rc = replace(buf + h->value.off, h->value.len, b, n, false, &tmp, used, refused);
+    if (brc == 0)
+      rc = replace(buf + h->value.off, h->value.len, b, n, false, &tmp, used, refused, replaced);
     cm_buf_appends(&tmp, "\r\n");
   }
+  /* Every occurrence was replaced: none sat where nothing is substituted (a header's name,
+   * across a name and its value). */
+  for (size_t k = 0; k < n && rc == 0; k++)
+    if (count(buf, req->head_len, b[k].placeholder, b[k].placeholder_len, true) != replaced[k]) {
+      *refused = k;
+      rc = -1;
+    }
   if (rc == 0) {
     cm_buf_appends(&tmp, "\r\n");
     if (tmp.len > EG_HEAD_MAX) {

@@ -205,6 +205,7 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   cm_buf_init(&net_text, 0);
   srv_network_text(job->cfg, nb, &job->spec.net, job->egress, &net_text);
   if (job->spec.secrets.n) {
+    srv_secrets_text(job->cfg, &job->spec.secrets, &job->spec.net, job->egress, &net_text);
     /* Names only: which of the call's secrets went out in place of their placeholders. */
     json_t *used = srv_secrets_used(job->cfg, &job->spec.secrets, job->egress);
     srv_request_audit(job->req, "secrets_used", json_copy(used));

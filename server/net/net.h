@@ -60,6 +60,11 @@ void srv_secrets_bind(srv_network_t *n, const srv_config_t *cfg, const srv_secre
 /* The names of the call's secrets that were substituted (a JSON array of strings). */
 json_t *srv_secrets_used(const srv_config_t *cfg, const srv_secret_call_t *call,
                          const eg_session_t *session);
+/* The result's lines about the call's secrets: one whose hosts the call's own network list
+ * does not name (no substitution can happen), and requests refused for carrying a placeholder
+ * where it may not go. */
+void srv_secrets_text(const srv_config_t *cfg, const srv_secret_call_t *call,
+                      const srv_net_call_t *net, const eg_session_t *session, cm_buf_t *t);
 /* check_environment: the secrets principal may use, with their hosts ([{name, hosts}]), and
  * their lines of text. */
 json_t *srv_secrets_describe(const srv_config_t *cfg, const char *principal, cm_buf_t *t);

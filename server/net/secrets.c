@@ -233,3 +233,40 @@ void srv_secrets_ca_env(cm_strv_builder_t *env) {
     cm_strv_add(env, v);
   }
 }
+
+/* Does the call's list name a destination of one of the secret's hosts? */
+static bool listed(const srv_config_t *cfg, size_t k, const srv_net_call_t *net) {
+  for (char *const *h = cfg->secrets[k].hosts; *h; h++) {
+    eg_rule_t r;
+    cm_error_t err = CM_ERROR_INIT;
+    if (eg_rule_parse(*h, strlen(*h), &r, &err) < 0) {
+      cm_error_release(&err);
+      continue;
+    }
+    uint16_t port = r.port ? r.port : 443;
+    /* A suffix binding: a name below it stands for it. */
+    cleanup_free char *name = r.kind == EG_RULE_SUFFIX ? xasprintf("x%s", r.host) : xstrdup(r.host);
+    for (size_t i = 0; i < net->n_rules; i++)
+      if (eg_rule_match_name(&net->rules[i], name, port)) return true;
+  }
+  return false;
+}
+
+void srv_secrets_text(const srv_config_t *cfg, const srv_secret_call_t *call,
+                      const srv_net_call_t *net, const eg_session_t *session, cm_buf_t *t) {
+  for (size_t i = 0; i < call->n && net->rules; i++)
+    if (!listed(cfg, call->index[i], net))
+      cm_buf_printf(t,
+                    "\n--- note: secret %s: none of its hosts is in this call's network list, so "
+                    "it was never substituted ---",
+                    cfg->secrets[call->index[i]].name);
+  if (!session) return;
+  eg_stats_t st;
+  eg_session_stats(session, &st);
+  for (size_t i = 0; i < call->n && i < 64; i++)
+    if (st.secrets_refused & (1ull << i))
+      cm_buf_printf(t,
+                    "\n--- network: a request carrying secret %s's placeholder was refused (403): "
+                    "it went to a host the secret is not bound to, or without TLS ---",
+                    cfg->secrets[call->index[i]].name);
+}

@@ -349,3 +349,58 @@ except Exception as e:
     res = s.execute(script, timeout=120)
     lines = res["structuredContent"]["stdout"].split("\n")
     assert lines[0] == "None" and lines[1].startswith("refused"), lines  # the test CA is not the host's
+
+
+def test_network_list_without_the_host_gets_a_note(tls_world):
+    s, port, seen = tls_world["server"], tls_world["port"], tls_world["seen"]
+    res = s.execute("print(1)", secrets=["API_TOKEN"], network=[f"other.example.test:{port}"], timeout=120)
+    assert "secret API_TOKEN: none of its hosts is in this call's network list" in text_of(res)
+    res = s.execute("print(1)", secrets=["API_TOKEN"], network=[f"api.example.test:{port}"], timeout=120)
+    assert "none of its hosts" not in text_of(res)
+
+
+def test_refusal_is_said_in_the_text(tls_world):
+    s, port = tls_world["server"], tls_world["port"]
+    script = f'''
+import os, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(urllib.request.Request("https://api.example.test:{port}/x",
+                           headers={{"X": os.environ["OTHER"]}}), timeout=30)
+except urllib.error.HTTPError as e:
+    print(e.code)
+'''
+    res = s.execute(script, secrets=["API_TOKEN", "OTHER"], timeout=120)
+    assert "secret OTHER's placeholder was refused (403)" in text_of(res)
+
+
+def test_sighup_reads_the_values_again(tls_world):
+    import signal
+    s, port, seen, d = tls_world["server"], tls_world["port"], tls_world["seen"], tls_world["dir"]
+    (d / "tok").write_text("rotated-value-5e2\n")
+    s.proc.send_signal(signal.SIGHUP)
+    from conftest import wait_until
+    assert wait_until(lambda: "SIGHUP: secrets read again" in s.stderr_text(), timeout=15)
+    before = len(seen)
+    script = f'''
+import os, urllib.request
+urllib.request.urlopen(urllib.request.Request("https://api.example.test:{port}/r",
+                       headers={{"X": os.environ["API_TOKEN"]}}), timeout=30).read()
+'''
+    res = s.execute(script, secrets=["API_TOKEN"], timeout=120)
+    assert res["structuredContent"]["exit_code"] == 0, text_of(res)
+    assert "X: rotated-value-5e2" in seen[before]
+    # A file that turned world-readable keeps the old value (and says so).
+    os.chmod(d / "tok", 0o644)
+    s.proc.send_signal(signal.SIGHUP)
+    assert wait_until(lambda: "world-readable" in s.stderr_text(), timeout=15)
+    os.chmod(d / "tok", 0o600)
+
+
+def test_other_backends_refuse_secrets(secret_file):
+    s = Server("--secret", f"API_TOKEN={secret_file}@api.example.test", backend="none")
+    try:
+        s.initialize()
+        res = s.execute("print(1)", secrets=["API_TOKEN"], timeout=60)
+        assert res["isError"] is True and "bwrap backend" in text_of(res)
+    finally:
+        s.close()
