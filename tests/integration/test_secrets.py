@@ -86,16 +86,27 @@ def server(upstream, secret_file, audit_path):
 def test_placeholder_in_env_value_nowhere(server):
     script = r'''
 import os, json, glob
+needle = b"%s"[::-1]  # (reversed: the script itself must not hold the value)
 ph = os.environ.get("API_TOKEN", "")
 found = []
 for p in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline"):
     try:
-        if b"%s" in open(p, "rb").read():
+        if needle in open(p, "rb").read():
             found.append(p)
     except OSError:
         pass
+# Every file the sandbox can read in its writable and configuration trees.
+for top in ("/work", "/tmp", "/etc", "/opt", "/dev/shm"):
+    for root, dirs, files in os.walk(top):
+        for f in files:
+            p = os.path.join(root, f)
+            try:
+                if os.path.getsize(p) < (8 << 20) and needle in open(p, "rb").read():
+                    found.append(p)
+            except OSError:
+                pass
 print(json.dumps({"ph": ph, "found": found}))
-''' % VALUE.encode().decode()
+''' % VALUE[::-1]
     res = server.execute(script, secrets=["API_TOKEN"], timeout=120)
     sc = res["structuredContent"]
     assert sc["exit_code"] == 0, text_of(res)
