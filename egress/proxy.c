@@ -976,7 +976,7 @@ static void conn_update(conn_t *c) {
   bool can_read = !c->s->throttled;
   switch (c->state) {
     case C_HEAD:
-      cev = EPOLLIN;
+      cev = c->ctls ? eg_tls_adjust(c->ctls, EPOLLIN) : EPOLLIN;
       break;
     case C_RESOLVING:
       break;
@@ -1468,6 +1468,19 @@ static void on_client(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
   c->head_len += (size_t)r;
   if (c->ctls_up) {
     intercepted_head(c);
+    /* More of the head may wait decrypted in the library, which no event announces. */
+    while (!c->closed && c->state == C_HEAD && eg_tls_pending(c->ctls) > 0 &&
+           c->head_len < EG_HEAD_MAX) {
+      r = cl_read(c, c->head + c->head_len, EG_HEAD_MAX - c->head_len);
+      if (r == -1) break;
+      if (r <= 0) {
+        conn_close(c);
+        return;
+      }
+      c->head_len += (size_t)r;
+      intercepted_head(c);
+    }
+    if (!c->closed && c->state == C_HEAD) conn_update(c);
     return;
   }
   if (c->kind == K_SOCKS || (c->head_len > 0 && (uint8_t)c->head[0] == 5)) {

@@ -259,6 +259,14 @@ def tls_world(tmp_path_factory):
             self.end_headers()
             self.wfile.write(body)
 
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length", "0"))
+            seen.append(self.requestline + "\n" + str(self.headers) + "\nBODY " + str(len(self.rfile.read(n))))
+            self.send_response(200)
+            self.send_header("Content-Length", "7")
+            self.end_headers()
+            self.wfile.write(b"posted!")
+
         def log_message(self, *a):
             pass
     srv = Recorder(("127.0.0.1", 0), H)
@@ -402,9 +410,16 @@ urllib.request.urlopen(urllib.request.Request("https://api.example.test:{port}/r
     assert "X: rotated-value-5e2" in seen[before]
     # A file that turned world-readable keeps the old value (and says so).
     os.chmod(d / "tok", 0o644)
+    n = s.stderr_text().count("SIGHUP: secrets read again")
     s.proc.send_signal(signal.SIGHUP)
-    assert wait_until(lambda: "world-readable" in s.stderr_text(), timeout=15)
+    assert wait_until(lambda: s.stderr_text().count("SIGHUP: secrets read again") > n, timeout=15)
+    assert "world-readable" in s.stderr_text()
     os.chmod(d / "tok", 0o600)
+    # The value the other tests expect, back.
+    (d / "tok").write_text(f"{VALUE}-tok\n")
+    n = s.stderr_text().count("SIGHUP: secrets read again")
+    s.proc.send_signal(signal.SIGHUP)
+    assert wait_until(lambda: s.stderr_text().count("SIGHUP: secrets read again") > n, timeout=15)
 
 
 def test_other_backends_refuse_secrets(secret_file):
@@ -415,3 +430,19 @@ def test_other_backends_refuse_secrets(secret_file):
         assert res["isError"] is True and "bwrap backend" in text_of(res)
     finally:
         s.close()
+
+
+def test_large_head_and_body_through_interception(tls_world):
+    s, port, seen = tls_world["server"], tls_world["port"], tls_world["seen"]
+    before = len(seen)
+    script = f'''
+import os, urllib.request
+ph = os.environ["API_TOKEN"]
+req = urllib.request.Request("https://api.example.test:{port}/post", data=b"x" * 300000,
+                             headers={{"X-Big": "y" * 12000, "X-Key": ph}}, method="POST")
+print(urllib.request.urlopen(req, timeout=60).read().decode())
+'''
+    res = s.execute(script, secrets=["API_TOKEN"], timeout=120)
+    assert res["structuredContent"]["stdout"].strip() == "posted!", text_of(res)
+    got = seen[before]
+    assert f"X-Key: {VALUE}-tok" in got and got.endswith("BODY 300000")
