@@ -446,3 +446,39 @@ print(urllib.request.urlopen(req, timeout=60).read().decode())
     assert res["structuredContent"]["stdout"].strip() == "posted!", text_of(res)
     got = seen[before]
     assert f"X-Key: {VALUE}-tok" in got and got.endswith("BODY 300000")
+
+
+def test_principals_over_http(tmp_path):
+    """[secrets.NAME] principals: the secret is alice's; bob neither sees it in check_environment
+    nor may name it (the answer is that of an unknown name)."""
+    from test_http import HttpServer, LATEST, call_msg
+    from test_tenancy import result_of
+    (tmp_path / "tokens").write_text("alice: tok-alice-0123456789\nbob: tok-bob-9876543210\n")
+    (tmp_path / "v").write_text(VALUE)
+    os.chmod(tmp_path / "v", 0o600)
+    (tmp_path / "p.toml").write_text('[secrets.ALICE_KEY]\nfile = "v"\nhosts = ["api.example.test"]\n'
+                                     'principals = ["alice"]\n')
+    s = HttpServer("--auth-token-file", str(tmp_path / "tokens"), "--profile", str(tmp_path / "p.toml"),
+                   "--sandbox-backend", "bwrap", "--no-warm-cache", "--prestart", "off")
+    try:
+        answers = {}
+        for who, tok in (("alice", "tok-alice-0123456789"), ("bob", "tok-bob-9876543210")):
+            auth = {"Authorization": f"Bearer {tok}"}
+            sid = s.initialize(headers=auth)
+            msg = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": "check_environment", "arguments": {}}}
+            st, h, body = s.post(msg, sid, headers=auth, version=LATEST)
+            env = result_of(h, body, 1)["result"]
+            st, h, body = s.post(call_msg(2, "import os; print(os.environ['ALICE_KEY'][:21])", secrets=["ALICE_KEY"]),
+                                 sid, headers=auth, version=LATEST)
+            answers[who] = (env, result_of(h, body, 2)["result"])
+        alice_env, alice_run = answers["alice"]
+        bob_env, bob_run = answers["bob"]
+        assert alice_env["structuredContent"]["secrets"] == [{"name": "ALICE_KEY", "hosts": ["api.example.test"]}]
+        assert bob_env["structuredContent"]["secrets"] == []
+        assert "ALICE_KEY" not in text_of(bob_env)
+        assert alice_run["structuredContent"]["stdout"].strip() == "mps-secret:ALICE_KEY:"
+        assert bob_run["isError"] is True and "Unknown secret 'ALICE_KEY'" in text_of(bob_run)
+        assert VALUE not in json.dumps(answers) and VALUE not in s.stderr_text()
+    finally:
+        s.close()
