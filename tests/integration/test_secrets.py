@@ -482,3 +482,17 @@ def test_principals_over_http(tmp_path):
         assert VALUE not in json.dumps(answers) and VALUE not in s.stderr_text()
     finally:
         s.close()
+
+
+def test_values_are_kept_out_of_core_dumps(tls_world):
+    """Each value lives in a mapping marked MADV_DONTDUMP (VmFlags "dd" in smaps)."""
+    def dontdump(pid):
+        flags = [l.split()[1:] for l in open(f"/proc/{pid}/smaps") if l.startswith("VmFlags:")]
+        return sum("dd" in f for f in flags)
+    plain = Server("--prestart", "off")  # the same binary without secrets: its libraries' own
+    try:
+        plain.initialize()
+        baseline = dontdump(plain.proc.pid)
+    finally:
+        plain.close()
+    assert dontdump(tls_world["server"].proc.pid) >= baseline + 2  # API_TOKEN and OTHER
