@@ -47,8 +47,8 @@ int srv_secrets_parse_call(srv_network_t *n, const srv_config_t *cfg, sbx_backen
 void srv_secrets_env(const srv_config_t *cfg, const srv_secret_call_t *call,
                      cm_strv_builder_t *env);
 /* The CA bundle of calls with secrets: the host's system bundle plus the egress proxy's CA,
- * written (once per server start) as state_dir/egress-ca/ca-certificates.crt; its path, or
- * NULL and err. */
+ * written (once per server process, removed when it stops) as
+ * state_dir/egress-ca/ca-certificates-<pid>.crt; its path, or NULL and err. */
 const char *srv_network_ca_bundle(srv_network_t *n, const char *state_dir, cm_error_t *err);
 /* Where a sandbox finds it, and the variables that name it (SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
  * CURL_CA_BUNDLE, PIP_CERT, NODE_EXTRA_CA_CERTS). */

@@ -49,6 +49,7 @@ void srv_network_free(srv_network_t *n) {
   eg_policy_release(&n->script);
   eg_policy_release(&n->deny);
   srv_secrets_free(n->secrets);
+  if (n->ca_bundle) unlink(n->ca_bundle);
   free(n->ca_bundle);
   free(n);
 }
@@ -95,7 +96,9 @@ const char *srv_network_ca_bundle(srv_network_t *n, const char *state_dir, cm_er
   cm_error_release(&e2);
   cleanup_free char *text = xasprintf("%.*s%s%s", (int)len, system ? system : "",
                                       len && system[len - 1] != '\n' ? "\n" : "", pem);
-  cleanup_free char *path = xasprintf("%s/ca-certificates.crt", dir);
+  /* One per server process: several instances may share a state directory, each with a CA
+   * of its own.  Removed when the server stops (a certificate, nothing secret, if one stays). */
+  cleanup_free char *path = xasprintf("%s/ca-certificates-%d.crt", dir, (int)getpid());
   cleanup_free char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
   if (cm_write_file(tmp, text, strlen(text), 0644, err) < 0) return NULL;
   if (rename(tmp, path) < 0) {

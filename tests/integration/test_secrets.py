@@ -503,3 +503,20 @@ def test_values_are_kept_out_of_core_dumps(tls_world):
         plain.close()
     page_kb = os.sysconf("SC_PAGESIZE") // 1024
     assert dontdump(tls_world["server"].proc.pid) >= baseline + 2 * page_kb  # API_TOKEN and OTHER
+
+
+def test_ca_bundle_is_per_process_and_removed(secret_file, tmp_path):
+    s = Server("--secret", f"API_TOKEN={secret_file}@api.example.test", "--prestart", "off",
+               state_dir=str(tmp_path / "state"))
+    try:
+        s.initialize()
+        res = s.execute("print(open('/etc/ssl/certs/ca-certificates.crt').read().count('BEGIN CERTIFICATE') > 0)",
+                        secrets=["API_TOKEN"], timeout=120)
+        assert res["structuredContent"]["stdout"].strip() == "True", text_of(res)
+        made = os.listdir(tmp_path / "state" / "egress-ca")
+        assert made == [f"ca-certificates-{s.proc.pid}.crt"]
+        pem = (tmp_path / "state" / "egress-ca" / made[0]).read_text()
+        assert "PRIVATE KEY" not in pem and pem.rstrip().endswith("-----END CERTIFICATE-----")
+    finally:
+        s.close()
+    assert os.listdir(tmp_path / "state" / "egress-ca") == []
