@@ -284,7 +284,7 @@ def tls_world(tmp_path_factory):
                "--secret", f"API_TOKEN={d / 'tok'}@api.example.test:{port}",
                "--secret", f"OTHER={d / 'other'}@other.example.test:{port}", "--prestart", "off")
     s.initialize()
-    yield {"server": s, "port": port, "seen": seen, "dir": d}
+    yield {"server": s, "port": port, "seen": seen, "dir": d, "dns": dns}
     s.close()
     srv.shutdown()
 
@@ -520,3 +520,30 @@ def test_ca_bundle_is_per_process_and_removed(secret_file, tmp_path):
     finally:
         s.close()
     assert os.listdir(tmp_path / "state" / "egress-ca") == []
+
+
+def test_upstream_is_verified(tls_world):
+    """Without --egress-ca-file the test upstream's certificate is not trusted: the proxy answers
+    the CONNECT with 502 and nothing (no value) reaches the upstream."""
+    port, seen, d = tls_world["port"], tls_world["seen"], tls_world["dir"]
+    s = Server("--dns-server", f"127.0.0.1:{tls_world['dns'].port}",
+               "--network-allow", f"api.example.test:{port}",
+               "--secret", f"API_TOKEN={d / 'tok'}@api.example.test:{port}", "--prestart", "off")
+    try:
+        s.initialize()
+        before = len(seen)
+        script = f'''
+import os, urllib.request
+try:
+    urllib.request.urlopen(urllib.request.Request("https://api.example.test:{port}/v",
+                           headers={{"X": os.environ["API_TOKEN"]}}), timeout=30)
+    print("sent")
+except Exception as e:
+    print("refused", e)
+'''
+        res = s.execute(script, secrets=["API_TOKEN"], timeout=120)
+        out = res["structuredContent"]["stdout"]
+        assert out.startswith("refused") and "502" in out, text_of(res)
+        assert len(seen) == before
+    finally:
+        s.close()
