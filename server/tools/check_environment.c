@@ -336,7 +336,8 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
                   "hosts only):\n%.*s\n",
                   (int)sec_text.len, sec_text.data ? sec_text.data : "");
   else
-    cm_buf_appends(&t, "Secrets: none for you\n");
+    cm_buf_appends(&t, cfg->n_secrets ? "Secrets: none for you\n"
+                                      : "Secrets: none (an operator gives them with --secret)\n");
   cm_buf_release(&sec_text);
   uint64_t taken = 0;
   bool prestarting = exec_prestart_describe(srv_server_exec(s), &taken);
