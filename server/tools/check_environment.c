@@ -150,8 +150,8 @@ json_t *srv_tool_check_environment_describe(srv_server_t *s) {
   /* (its structuredContent declared, briefly: the list is in every agent's context) */
   return json_pack("{s:s, s:s, s:s, s:{s:s}, s:{s:s}, s:{s:b}}", "name", "check_environment",
                    "title", "Check the sandbox", "description",
-                   "The Python versions, sandbox, network policy, limits, your secrets' names and "
-                   "your cached environments.",
+                   "The Python versions, sandbox, network policy, limits and your cached "
+                   "environments.",
                    "inputSchema", "type", "object", "outputSchema", "type", "object", "annotations",
                    "readOnlyHint", 1);
 }

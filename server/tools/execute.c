@@ -249,13 +249,12 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
   json_object_set_new(
       props, "details",
       json_pack("{s:s, s:s}", "type", "boolean", "description", "Add the run's metadata."));
-  json_object_set_new(
-      props, "secrets",
-      json_pack("{s:s, s:{s:s, s:s}, s:I, s:s}", "type", "array", "items", "type", "string",
-                "pattern", "^[A-Z][A-Z0-9_]{0,63}$", "maxItems", (json_int_t)SRV_SECRETS_MAX,
-                "description",
-                "Server-held secrets to use (check_environment lists yours): $NAME is a "
-                "placeholder the proxy replaces in HTTPS requests to the secret's hosts."));
+  /* Declared where there are secrets only, and briefly: tools/list is in every agent's
+   * context (the README and check_environment say the rest). */
+  if (cfg->n_secrets)
+    json_object_set_new(props, "secrets",
+                        json_pack("{s:s, s:{s:s}, s:s}", "type", "array", "items", "type", "string",
+                                  "description", "Secret names (check_environment)"));
   return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:b, s:b, s:b}}", "name", "execute_python",
                    "title", "Run Python in a sandbox", "description", desc, "inputSchema", input,
                    "outputSchema", output_schema(), "annotations", "readOnlyHint", 0,

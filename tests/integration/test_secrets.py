@@ -547,3 +547,30 @@ except Exception as e:
         assert len(seen) == before
     finally:
         s.close()
+
+
+def test_lean_result_still_says_which_secrets_were_used(tls_world):
+    """Without details the result is lean, but a call with secrets keeps its network object
+    (secrets_used); one without keeps none."""
+    s, port = tls_world["server"], tls_world["port"]
+    script = f'''
+import os, urllib.request
+urllib.request.urlopen(urllib.request.Request("https://api.example.test:{port}/lean",
+                       headers={{"X": os.environ["API_TOKEN"]}}), timeout=30).read()
+'''
+    res = s.execute(script, secrets=["API_TOKEN"], details=False, timeout=120)
+    assert res["structuredContent"]["network"]["secrets_used"] == ["API_TOKEN"], res["structuredContent"]
+    res = s.execute("print(1)", details=False, timeout=120)
+    assert "network" not in res["structuredContent"]
+
+
+def test_tools_list_declares_secrets_only_where_there_are_some(server, secret_file):
+    props = lambda s: [t for t in s.request("tools/list")["result"]["tools"]  # noqa: E731
+                       if t["name"] == "execute_python"][0]["inputSchema"]["properties"]
+    assert props(server)["secrets"]["type"] == "array"
+    plain = Server("--prestart", "off")
+    try:
+        plain.initialize()
+        assert "secrets" not in props(plain)
+    finally:
+        plain.close()
