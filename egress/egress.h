@@ -366,6 +366,55 @@ int eg_page_scan_feed(eg_page_scan_t *s, const char *buf, size_t len, eg_link_fn
  * ALL_PROXY and their lower-case forms, all http://127.0.0.1:EG_SANDBOX_PORT). */
 void eg_proxy_env(cm_strv_builder_t *env);
 
+/* ---------------------------------------------------------------- secrets (egress/secrets.c) */
+
+/* A secret's value is held by the proxy only; a sandbox sees a placeholder
+ * ("mps-secret:NAME:<32 hex>", one per call and secret) that the proxy replaces by the value in
+ * the header values and the request target of a request that goes to a host the secret is
+ * bound to (over TLS the proxy terminates), and refuses (403) anywhere else it sees it. */
+#define EG_SECRET_NAME_MAX 64
+#define EG_SECRET_VALUE_MAX 8192
+#define EG_SECRET_PREFIX "mps-secret:"
+#define EG_SECRET_PLACEHOLDER_MAX (sizeof EG_SECRET_PREFIX + EG_SECRET_NAME_MAX + 1 + 32)
+
+/* A value's memory: mmap'd, kept out of core dumps (MADV_DONTDUMP) and wiped when freed. */
+typedef struct eg_secret_value {
+  char *data;
+  size_t len, mapped;
+} eg_secret_value_t;
+/* Copies value (at most EG_SECRET_VALUE_MAX bytes) into v, wiping what v held. */
+void eg_secret_value_set(eg_secret_value_t *v, const char *value, size_t len);
+void eg_secret_value_wipe(eg_secret_value_t *v);
+
+/* Is name a secret's name: [A-Z][A-Z0-9_]{0,63}? */
+bool eg_secret_name_ok(const char *name, size_t len);
+/* A new placeholder for name into out (EG_SECRET_PLACEHOLDER_MAX bytes): the prefix, the name,
+ * ':' and 32 random hex digits. */
+void eg_secret_placeholder(const char *name, char *out, size_t out_size);
+
+/* One placeholder a request may carry: what replaces it (value) where bound says it may go. */
+typedef struct eg_secret_binding {
+  const char *placeholder;
+  size_t placeholder_len;
+  const char *value; /* NULL: never replaced here (only looked for) */
+  size_t value_len;
+  bool bound; /* the request goes to a host (and port) the secret is bound to */
+} eg_secret_binding_t;
+
+#define EG_SECRET_BINDINGS_MAX 64
+/* The request head buf (parsed as req) with every placeholder of a bound binding replaced by
+ * its value in the request target and in header values (also inside the base64 of an
+ * `Authorization: Basic` value), written whole into out (the request line and the headers as
+ * they came; the caller re-parses it).  *used gets a bit per binding (of the first 64)
+ * replaced.  1 = something was replaced, 0 = no placeholder at all (out untouched), -1 = a
+ * placeholder of a binding that is not bound here is in the head (anywhere, or inside a Basic
+ * value), or one of a bound binding sits where nothing is replaced (a header's name, across a
+ * name and its value): refuse the request (*refused = that binding's index).  At most
+ * EG_SECRET_BINDINGS_MAX bindings are looked at.  A head that would grow past
+ * EG_HEAD_MAX is -1 with *refused = n. */
+int eg_secret_rewrite_head(const char *buf, const eg_request_t *req, const eg_secret_binding_t *b,
+                           size_t n, cm_buf_t *out, uint64_t *used, size_t *refused);
+
 /* ---------------------------------------------------------------- the proxy */
 
 typedef struct eg_proxy eg_proxy_t;
@@ -377,6 +426,7 @@ typedef struct eg_proxy_config {
   uint64_t max_connections;       /* per run at once (more wait in the sandbox); 0 = 64 */
   uint64_t max_total_connections; /* per run in all (more are refused); 0 = 4096 */
   uint64_t rate_bytes;            /* per run, bytes per second both ways together; 0 = none */
+  const char *ca_file; /* PEM trusted besides the system store for upstream TLS, or NULL */
 } eg_proxy_config_t;
 
 /* Creates the proxy on loop (c-ares channel, no sockets yet).  Fails when the resolver
@@ -394,6 +444,10 @@ int eg_proxy_add_index(eg_proxy_t *p, const char *url, cm_error_t *err);
 /* The URL the builder gets for index n: the forwarder's origin of the index plus its path.  Heap.
  */
 char *eg_proxy_index_url(eg_proxy_t *p, int n);
+/* The certificate (PEM) of the CA the proxy makes leaf certificates with for the connections
+ * it intercepts (a secret's hosts): made at the first call, its key kept in memory only.
+ * NULL (and err) when libcrypto cannot make it. */
+const char *eg_proxy_ca_pem(eg_proxy_t *p, cm_error_t *err);
 /* "resolver: the host's resolv.conf" or the servers, for check_environment.  Heap. */
 char *eg_proxy_describe(eg_proxy_t *p);
 
@@ -422,6 +476,15 @@ size_t eg_session_open(eg_session_t *s);
  * session before its go, and a running one never (what it has open stays open). */
 void eg_session_narrow(eg_session_t *s, const eg_rule_t *rules, size_t n);
 
+/* Gives the session a secret (at most EG_SESSION_SECRETS_MAX): placeholder (copied) stands for
+ * value, which is not copied (the caller keeps it alive, and may change it, until the session
+ * is closed), on requests to a destination hosts names (copied; a name rule without a port
+ * binds port 443 only).  The proxy terminates TLS for a CONNECT to such a destination.
+ * Returns the secret's index in the session (its bit in eg_stats_t.secrets_used), or -1. */
+#define EG_SESSION_SECRETS_MAX 32
+int eg_session_add_secret(eg_session_t *s, const char *name, const char *placeholder,
+                          const eg_secret_value_t *value, const eg_rule_t *hosts, size_t n_hosts);
+
 #define EG_DENIED_MAX 20
 
 typedef struct eg_denied {
@@ -436,7 +499,9 @@ typedef struct eg_stats {
   uint64_t bytes_out;   /* from the sandbox to destinations */
   size_t n_denied;      /* distinct destinations denied, as far as kept */
   eg_denied_t denied[EG_DENIED_MAX];
-  uint64_t denied_more; /* denials beyond the kept ones */
+  uint64_t denied_more;     /* denials beyond the kept ones */
+  uint64_t secrets_used;    /* bit i: the session's secret i was substituted at least once */
+  uint64_t secrets_refused; /* bit i: a request carrying secret i's placeholder was refused */
 } eg_stats_t;
 
 void eg_session_stats(const eg_session_t *s, eg_stats_t *out);

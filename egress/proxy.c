@@ -54,7 +54,15 @@
 
 typedef struct conn conn_t;
 
-typedef enum conn_state { C_HEAD = 1, C_RESOLVING, C_CONNECTING, C_TLS, C_RELAY } conn_state_t;
+/* C_CTLS: an intercepted connection's TLS handshake with the client (after the upstream's). */
+typedef enum conn_state {
+  C_HEAD = 1,
+  C_RESOLVING,
+  C_CONNECTING,
+  C_TLS,
+  C_CTLS,
+  C_RELAY
+} conn_state_t;
 typedef enum conn_kind { K_CONNECT = 1, K_FORWARD, K_INDEX, K_SOCKS } conn_kind_t;
 
 typedef struct rbuf {
@@ -109,6 +117,12 @@ struct conn {
   bool resp_head; /* K_FORWARD/K_INDEX: response heads to rewrite (up to the final one) */
   bool c_eof, u_eof, c_shut, u_shut;
   eg_tls_t *tls;
+  bool secret_bytes; /* a secret's value went through its buffers: wiped when freed */
+  /* A CONNECT to a host a secret of the session is bound to: the proxy speaks TLS to both
+   * sides (ctls: the client's), reads the one request inside, substitutes and forwards it. */
+  bool intercept;
+  eg_tls_t *ctls;
+  bool ctls_up; /* its handshake is done: answers go through it */
 };
 
 typedef struct ares_watch {
@@ -125,8 +139,20 @@ typedef struct eg_index {
   eg_link_set_t *links; /* what its pages linked to (the credentials go with those too) */
 } eg_index_t;
 
+/* A secret a session may use (eg_session_add_secret). */
+typedef struct session_secret session_secret_t;
+struct session_secret {
+  char name[EG_SECRET_NAME_MAX + 1];
+  char placeholder[EG_SECRET_PLACEHOLDER_MAX];
+  const eg_secret_value_t *value;
+  eg_rule_t *hosts;
+  size_t n_hosts;
+};
+
 struct eg_session {
   eg_proxy_t *proxy;
+  session_secret_t secrets[EG_SESSION_SECRETS_MAX];
+  size_t n_secrets;
   eg_session_t *prev, *next;
   int fd;
   cm_watch_t *w;
@@ -158,6 +184,8 @@ struct eg_proxy {
   eg_index_t indexes[EG_MAX_INDEXES];
   size_t n_indexes;
   eg_tls_ctx_t *tls;
+  char *ca_file;
+  eg_tls_ca_t *ca;
 };
 
 static void conn_close(conn_t *c);
@@ -165,6 +193,8 @@ static void conn_update(conn_t *c);
 static void conn_connect_next(conn_t *c);
 static void session_update_reading(eg_session_t *s);
 static void ares_reschedule(eg_proxy_t *p);
+static bool substitute_secrets(conn_t *c, bool tls);
+static bool secret_bound(const session_secret_t *k, const char *host, uint16_t port);
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -196,7 +226,13 @@ static void reply_and_close(conn_t *c, int status, const char *reason, const cha
                      "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
                      "Content-Length: %d\r\nConnection: close\r\nX-MPS-Egress: %s\r\n\r\n%s\n",
                      status, reason, body, status == 403 ? "denied" : "error", text);
-    if (n > 0) (void)!write(c->cfd, buf, (size_t)CM_MIN((size_t)n, sizeof buf - 1));
+    size_t len = n > 0 ? CM_MIN((size_t)n, sizeof buf - 1) : 0;
+    if (c->ctls && c->ctls_up) {
+      (void)eg_tls_write(c->ctls, buf, len);
+      eg_tls_shutdown(c->ctls);
+    } else if (!c->ctls && len) {
+      (void)!write(c->cfd, buf, len);
+    }
   }
   conn_close(c);
 }
@@ -632,6 +668,7 @@ static void on_connect_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
 
 static void on_upstream(cm_loop_t *loop, int fd, uint32_t revents, void *data);
 static void start_relay(conn_t *c);
+static void start_intercept(conn_t *c);
 
 static void conn_connect_next(conn_t *c) {
   int saved = 0;
@@ -707,6 +744,21 @@ static ssize_t up_write(conn_t *c, const char *buf, size_t n) {
   return errno == EAGAIN || errno == EINTR ? -1 : -2;
 }
 
+/* The client's side, through TLS when intercepted: >0, 0 EOF, -1 again later, -2 error. */
+static ssize_t cl_read(conn_t *c, char *buf, size_t n) {
+  if (c->ctls) return eg_tls_read(c->ctls, buf, n);
+  ssize_t r = read(c->cfd, buf, n);
+  if (r >= 0) return r;
+  return errno == EAGAIN || errno == EINTR ? -1 : -2;
+}
+
+static ssize_t cl_write(conn_t *c, const char *buf, size_t n) {
+  if (c->ctls) return eg_tls_write(c->ctls, buf, n);
+  ssize_t r = send(c->cfd, buf, n, MSG_NOSIGNAL);
+  if (r >= 0) return r;
+  return errno == EAGAIN || errno == EINTR ? -1 : -2;
+}
+
 /* The upstream socket has nothing more to give or take: what is still to go to the client
  * goes on, what the client still sends is dropped. */
 static void upstream_gone(conn_t *c) {
@@ -745,6 +797,7 @@ static void maybe_finish(conn_t *c) {
        * turn unread bytes of the client's into a reset that loses the answer, so wait a
        * little for the client to close. */
       c->c_shut = true;
+      if (c->ctls) eg_tls_shutdown(c->ctls);
       shutdown(c->cfd, SHUT_WR);
       cm_timer_cancel(c->timer);
       c->timer = cm_loop_timer(c->s->proxy->loop, EG_LINGER_MS, on_linger, c);
@@ -861,15 +914,27 @@ static void drain_tls(conn_t *c) {
   }
 }
 
+static void relay_read_client(conn_t *c);
+
+/* The client's TLS may hold decrypted bytes too. */
+static void drain_ctls(conn_t *c) {
+  while (!c->closed && c->ctls && !c->c_eof && eg_tls_pending(c->ctls) > 0 && !c->s->throttled &&
+         rbuf_room(&c->c2u) > 0) {
+    size_t before = c->c2u.len;
+    relay_read_client(c);
+    if (c->c2u.len == before) break;
+  }
+}
+
 static void relay_read_client(conn_t *c) {
   eg_session_t *s = c->s;
   size_t room;
   char *t = rbuf_tail(&c->c2u, &room);
   size_t n = rate_allow(s, room);
   if (n == 0) return;
-  ssize_t r = read(c->cfd, t, n);
+  ssize_t r = cl_read(c, t, n);
+  if (r == -1) return;
   if (r < 0) {
-    if (errno == EAGAIN || errno == EINTR) return;
     conn_close(c);
     return;
   }
@@ -894,9 +959,9 @@ static void relay_write_upstream(conn_t *c) {
 }
 
 static void relay_write_client(conn_t *c) {
-  ssize_t r = send(c->cfd, c->u2c.data + c->u2c.start, c->u2c.len, MSG_NOSIGNAL);
+  ssize_t r = cl_write(c, c->u2c.data + c->u2c.start, c->u2c.len);
+  if (r == -1) return;
   if (r < 0) {
-    if (errno == EAGAIN || errno == EINTR) return;
     conn_close(c);
     return;
   }
@@ -911,7 +976,7 @@ static void conn_update(conn_t *c) {
   bool can_read = !c->s->throttled;
   switch (c->state) {
     case C_HEAD:
-      cev = EPOLLIN;
+      cev = c->ctls ? eg_tls_adjust(c->ctls, EPOLLIN) : EPOLLIN;
       break;
     case C_RESOLVING:
       break;
@@ -921,6 +986,9 @@ static void conn_update(conn_t *c) {
     case C_TLS:
       uev = eg_tls_wants(c->tls);
       break;
+    case C_CTLS:
+      cev = eg_tls_wants(c->ctls);
+      break;
     case C_RELAY:
       if (!c->c_eof && rbuf_room(&c->c2u) > 0 && can_read) cev |= EPOLLIN;
       if (c->u2c.len) cev |= EPOLLOUT;
@@ -929,6 +997,7 @@ static void conn_update(conn_t *c) {
         if (c->c2u.len) uev |= EPOLLOUT;
         if (up_tls(c)) uev = eg_tls_adjust(c->tls, uev);
       }
+      if (c->ctls) cev = eg_tls_adjust(c->ctls, cev);
       break;
   }
   cm_error_t err = CM_ERROR_INIT;
@@ -968,6 +1037,8 @@ static void relay_step(conn_t *c, bool client_side, uint32_t revents) {
   if (c->u2c.len) relay_write_client(c);
   if (!c->closed && c->c2u.len && c->ufd >= 0) relay_write_upstream(c);
   if (!c->closed) drain_tls(c);
+  if (!c->closed) drain_ctls(c);
+  if (!c->closed && c->c2u.len && c->ufd >= 0) relay_write_upstream(c);
   if (!c->closed && c->u2c.len) relay_write_client(c);
   if (c->closed) return;
   maybe_finish(c);
@@ -1003,8 +1074,9 @@ static void start_relay(conn_t *c) {
       if (c->page_target) flags |= EG_FORWARD_PAGE;
     } else {
       bool v6 = strchr(c->host, ':') != NULL;
-      host_header = c->port == 80 ? xasprintf(v6 ? "[%s]" : "%s", c->host)
-                                  : xasprintf(v6 ? "[%s]:%u" : "%s:%u", c->host, (unsigned)c->port);
+      host_header = c->port == (c->intercept ? 443 : 80)
+                        ? xasprintf(v6 ? "[%s]" : "%s", c->host)
+                        : xasprintf(v6 ? "[%s]:%u" : "%s:%u", c->host, (unsigned)c->port);
     }
     eg_http_forward_head(c->head, c->req, path, path_len, host_header, auth, flags, &out);
     size_t body = c->head_len - c->req->head_len;
@@ -1030,6 +1102,34 @@ static void start_relay(conn_t *c) {
   free(c->req);
   c->req = NULL;
   relay_step(c, true, EPOLLOUT);
+}
+
+static void on_head_timeout(cm_loop_t *loop, cm_timer_t *t, void *data);
+
+/* The upstream's TLS is up (verified): the client gets its 200, then the proxy's own TLS for
+ * the host, inside which its request comes. */
+static void start_intercept(conn_t *c) {
+  eg_proxy_t *p = c->s->proxy;
+  static const char ok[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
+  if (send(c->cfd, ok, sizeof ok - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof ok - 1)) {
+    conn_close(c);
+    return;
+  }
+  cm_error_t err = CM_ERROR_INIT;
+  if (!p->ca) p->ca = eg_tls_ca_new(&err);
+  c->ctls = p->ca ? eg_tls_server_new(p->ca, c->cfd, c->host, &err) : NULL;
+  if (!c->ctls) {
+    cm_warn("egress: intercepting %s: %s", c->host, cm_error_message(&err));
+    cm_error_release(&err);
+    conn_close(c);
+    return;
+  }
+  free(c->req);
+  c->req = NULL;
+  c->head_len = 0;
+  c->state = C_CTLS;
+  c->timer = cm_loop_timer(p->loop, EG_HEAD_TIMEOUT_MS, on_head_timeout, c);
+  conn_update(c);
 }
 
 static void on_upstream(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
@@ -1065,11 +1165,12 @@ static void on_upstream(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
       deny(c, "this server's own address");
       return;
     }
-    if (c->index >= 0 && c->s->proxy->indexes[c->index].url.https) {
+    if ((c->index >= 0 && c->s->proxy->indexes[c->index].url.https) || c->intercept) {
       cm_error_t err = CM_ERROR_INIT;
       eg_proxy_t *p = c->s->proxy;
-      if (!p->tls) p->tls = eg_tls_ctx_new(&err);
-      c->tls = p->tls ? eg_tls_new(p->tls, c->ufd, p->indexes[c->index].url.host, &err) : NULL;
+      if (!p->tls) p->tls = eg_tls_ctx_new(p->ca_file, &err);
+      const char *name = c->intercept ? c->host : p->indexes[c->index].url.host;
+      c->tls = p->tls ? eg_tls_new(p->tls, c->ufd, name, &err) : NULL;
       if (!c->tls) {
         cleanup_free char *text = xasprintf("mcp-python-exec-sandbox egress proxy: TLS to %s: %s",
                                             c->host, cm_error_message(&err));
@@ -1100,7 +1201,10 @@ static void on_upstream(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
     }
     cm_timer_cancel(c->timer);
     c->timer = NULL;
-    start_relay(c);
+    if (c->intercept)
+      start_intercept(c);
+    else
+      start_relay(c);
     return;
   }
   if (c->state == C_RELAY) relay_step(c, false, revents);
@@ -1246,6 +1350,18 @@ static void head_request(conn_t *c) {
   }
   snprintf(c->host, sizeof c->host, "%s", req->host);
   c->port = req->port;
+  /* Cleartext: a placeholder in it is never replaced, and the request never leaves. */
+  if (c->kind == K_FORWARD && !substitute_secrets(c, false)) return;
+  if (c->kind == K_CONNECT) {
+    for (size_t i = 0; i < s->n_secrets && !c->intercept; i++)
+      c->intercept = secret_bound(&s->secrets[i], c->host, c->port);
+    if (c->intercept && c->head_len > req->head_len) {
+      reply_and_close(
+          c, 400, "Bad Request",
+          "mcp-python-exec-sandbox egress proxy: bytes after CONNECT before its answer");
+      return;
+    }
+  }
   conn_route(c);
 }
 
@@ -1283,6 +1399,24 @@ static void head_socks(conn_t *c) {
   conn_route(c);
 }
 
+/* The request inside an intercepted connection: its placeholders replaced (or it is refused),
+ * then forwarded to the upstream whose TLS is up, as one request (Connection: close). */
+static void intercepted_head(conn_t *c) {
+  eg_request_t *req = c->req ? c->req : (c->req = xmalloc(sizeof *c->req));
+  int rc = eg_http_parse_request(c->head, c->head_len, req);
+  if (rc == 0) return;
+  if (rc < 0 || req->form != EG_FORM_ORIGIN) {
+    reply_and_close(c, 400, "Bad Request",
+                    "mcp-python-exec-sandbox egress proxy: not an HTTP/1.x request (this "
+                    "connection carries secrets: the proxy reads its request)");
+    return;
+  }
+  if (!substitute_secrets(c, true)) return;
+  cm_timer_cancel(c->timer);
+  c->timer = NULL;
+  start_relay(c);
+}
+
 static void on_head_timeout(cm_loop_t *loop, cm_timer_t *t, void *data) {
   conn_t *c = data;
   c->timer = NULL;
@@ -1297,17 +1431,58 @@ static void on_client(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
     relay_step(c, true, revents);
     return;
   }
+  if (c->state == C_CTLS) {
+    cm_error_t err = CM_ERROR_INIT;
+    int rc = eg_tls_handshake(c->ctls, &err);
+    if (rc < 0) {
+      /* The client did not take the proxy's certificate (its own trust, or no TLS). */
+      cm_debug("egress: TLS with the client for %s: %s", c->host, cm_error_message(&err));
+      cm_error_release(&err);
+      conn_close(c);
+      return;
+    }
+    if (rc == 0) {
+      conn_update(c);
+      return;
+    }
+    c->ctls_up = true;
+    c->state = C_HEAD;
+    c->kind = K_FORWARD;
+    conn_update(c);
+    /* The request may already wait, decrypted. */
+    revents = EPOLLIN;
+  }
   if (c->state != C_HEAD) {
     if (revents & (EPOLLHUP | EPOLLERR)) conn_close(c);
     return;
   }
-  ssize_t r = read(fd, c->head + c->head_len, EG_HEAD_MAX - c->head_len);
-  if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  ssize_t r = cl_read(c, c->head + c->head_len, EG_HEAD_MAX - c->head_len);
+  if (r == -1) {
+    if (c->ctls) conn_update(c);
+    return;
+  }
   if (r <= 0) {
     conn_close(c);
     return;
   }
   c->head_len += (size_t)r;
+  if (c->ctls_up) {
+    intercepted_head(c);
+    /* More of the head may wait decrypted in the library, which no event announces. */
+    while (!c->closed && c->state == C_HEAD && eg_tls_pending(c->ctls) > 0 &&
+           c->head_len < EG_HEAD_MAX) {
+      r = cl_read(c, c->head + c->head_len, EG_HEAD_MAX - c->head_len);
+      if (r == -1) break;
+      if (r <= 0) {
+        conn_close(c);
+        return;
+      }
+      c->head_len += (size_t)r;
+      intercepted_head(c);
+    }
+    if (!c->closed && c->state == C_HEAD) conn_update(c);
+    return;
+  }
   if (c->kind == K_SOCKS || (c->head_len > 0 && (uint8_t)c->head[0] == 5)) {
     c->kind = K_SOCKS;
     head_socks(c);
@@ -1320,6 +1495,10 @@ static void on_client(cm_loop_t *loop, int fd, uint32_t revents, void *data) {
 
 static void conn_free(void *data) {
   conn_t *c = data;
+  if (c->secret_bytes) {
+    if (c->head) explicit_bzero(c->head, EG_HEAD_MAX);
+    if (c->c2u.data) explicit_bzero(c->c2u.data, EG_RELAY_BUF);
+  }
   free(c->head);
   free(c->req);
   free(c->page_target);
@@ -1346,6 +1525,8 @@ static void conn_close(conn_t *c) {
   c->cw = c->uw = NULL;
   if (c->tls) eg_tls_free(c->tls);
   c->tls = NULL;
+  if (c->ctls) eg_tls_free(c->ctls);
+  c->ctls = NULL;
   if (c->cfd >= 0) close(c->cfd);
   if (c->ufd >= 0) close(c->ufd);
   c->cfd = c->ufd = -1;
@@ -1538,6 +1719,93 @@ void eg_session_narrow(eg_session_t *s, const eg_rule_t *rules, size_t n) {
   s->n_narrow = n;
 }
 
+int eg_session_add_secret(eg_session_t *s, const char *name, const char *placeholder,
+                          const eg_secret_value_t *value, const eg_rule_t *hosts, size_t n_hosts) {
+  if (s->n_secrets >= EG_SESSION_SECRETS_MAX) return -1;
+  session_secret_t *k = &s->secrets[s->n_secrets];
+  snprintf(k->name, sizeof k->name, "%s", name);
+  snprintf(k->placeholder, sizeof k->placeholder, "%s", placeholder);
+  k->value = value;
+  k->hosts = n_hosts ? xmemdup(hosts, n_hosts * sizeof *hosts) : NULL;
+  k->n_hosts = n_hosts;
+  return (int)s->n_secrets++;
+}
+
+/* Is host:port one that secret k is bound to?  A name rule without a port binds 443. */
+static bool secret_bound(const session_secret_t *k, const char *host, uint16_t port) {
+  for (size_t i = 0; i < k->n_hosts; i++) {
+    eg_rule_t r = k->hosts[i];
+    if (r.port == 0) r.port = 443;
+    if (eg_rule_match_name(&r, host, port)) return true;
+  }
+  return false;
+}
+
+/* The session's placeholders as bindings for a request to host:port; tls: over TLS the proxy
+ * terminated (cleartext is never substituted). */
+static size_t secret_bindings(const eg_session_t *s, const char *host, uint16_t port, bool tls,
+                              eg_secret_binding_t *b) {
+  for (size_t i = 0; i < s->n_secrets; i++) {
+    const session_secret_t *k = &s->secrets[i];
+    b[i] = (eg_secret_binding_t){.placeholder = k->placeholder,
+                                 .placeholder_len = strlen(k->placeholder),
+                                 .value = k->value ? k->value->data : NULL,
+                                 .value_len = k->value ? k->value->len : 0,
+                                 .bound = tls && secret_bound(k, host, port)};
+  }
+  return s->n_secrets;
+}
+
+/* A request head (c->head, parsed as c->req) about to go upstream: its placeholders replaced
+ * where the secret may go (c->head and c->req rewritten), or the request refused (403, false). */
+static bool substitute_secrets(conn_t *c, bool tls) {
+  eg_session_t *s = c->s;
+  if (!s->n_secrets) return true;
+  eg_secret_binding_t b[EG_SESSION_SECRETS_MAX];
+  size_t n = secret_bindings(s, c->host, c->port, tls, b);
+  cm_buf_t out;
+  cm_buf_init(&out, 0);
+  uint64_t used = 0;
+  size_t refused = n;
+  int rc = eg_secret_rewrite_head(c->head, c->req, b, n, &out, &used, &refused);
+  if (rc < 0) {
+    if (out.data) explicit_bzero(out.data, out.len);
+    cm_buf_release(&out);
+    if (refused < n) s->stats.secrets_refused |= 1ull << refused;
+    cleanup_free char *why =
+        refused < n ? xasprintf(
+                          "the request carries the placeholder of secret %s, which is not "
+                          "bound to this destination%s",
+                          s->secrets[refused].name,
+                          tls ? "" : " (or was sent without TLS: never substituted)")
+                    : xstrdup("the request head with its secrets is too large");
+    deny(c, why);
+    return false;
+  }
+  if (rc == 0) return true;
+  s->stats.secrets_used |= used;
+  c->secret_bytes = true;
+  /* The head with the values, then the body bytes that came with it. */
+  size_t body = c->head_len - c->req->head_len;
+  eg_request_t *req = c->req;
+  if (out.len + body > EG_HEAD_MAX || eg_http_parse_request(out.data, out.len, req) != 1) {
+    explicit_bzero(out.data, out.len);
+    cm_buf_release(&out);
+    deny(c, "the request head with its secrets is too large");
+    return false;
+  }
+  char *head = xmalloc(EG_HEAD_MAX);
+  memcpy(head, out.data, out.len);
+  memcpy(head + out.len, c->head + (c->head_len - body), body);
+  explicit_bzero(c->head, c->head_len);
+  free(c->head);
+  c->head = head;
+  c->head_len = out.len + body;
+  explicit_bzero(out.data, out.len);
+  cm_buf_release(&out);
+  return true;
+}
+
 void eg_session_stats(const eg_session_t *s, eg_stats_t *out) {
   *out = s->stats;
 }
@@ -1555,6 +1823,7 @@ void eg_session_close(eg_session_t *s) {
   cm_timer_cancel(s->rate_timer);
   eg_policy_release(&s->policy);
   free(s->narrow);
+  for (size_t i = 0; i < s->n_secrets; i++) free(s->secrets[i].hosts);
   if (s->prev)
     s->prev->next = s->next;
   else
@@ -1618,6 +1887,7 @@ eg_proxy_t *eg_proxy_new(cm_loop_t *loop, const eg_proxy_config_t *cfg, cm_error
     return NULL;
   }
   p->channel_ok = true;
+  p->ca_file = cfg->ca_file ? xstrdup(cfg->ca_file) : NULL;
   ares_set_socket_configure_callback(p->channel, on_ares_sock_config, p);
   if (cfg->dns_servers && *cfg->dns_servers) {
     rc = ares_set_servers_ports_csv(p->channel, cfg->dns_servers);
@@ -1651,6 +1921,8 @@ void eg_proxy_free(eg_proxy_t *p) {
     eg_link_set_free(ix->links);
   }
   eg_tls_ctx_free(p->tls);
+  eg_tls_ca_free(p->ca);
+  free(p->ca_file);
   free(p->dns_servers);
   free(p);
 }
@@ -1701,6 +1973,11 @@ char *eg_proxy_index_url(eg_proxy_t *p, int n) {
   if (n < 0 || (size_t)n >= p->n_indexes) return NULL;
   return xasprintf("http://%d.%d.%d.%d:%d%s", EG_INDEX_NET_A, EG_INDEX_NET_B, EG_INDEX_NET_C, n + 1,
                    EG_SANDBOX_PORT, p->indexes[n].origin_path);
+}
+
+const char *eg_proxy_ca_pem(eg_proxy_t *p, cm_error_t *err) {
+  if (!p->ca) p->ca = eg_tls_ca_new(err);
+  return p->ca ? eg_tls_ca_pem(p->ca) : NULL;
 }
 
 char *eg_proxy_describe(eg_proxy_t *p) {

@@ -83,6 +83,8 @@ typedef struct bwrap_priv {
   char **system_files, **network_files, **resolver_files;
 } bwrap_priv_t;
 
+#define BWRAP_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+
 /* ---------------------------------------------------------------- argv builder */
 
 typedef struct argv_builder {
@@ -525,6 +527,11 @@ static int bwrap_build(sbx_backend_t *b, const sbx_spec_t *spec, sbx_launch_t *l
   if (spec->network) {
     for (char **s = p->network_args; *s; s++) args_add1(&a, *s);
     add_file_copies(&a, p->network_files, copy_fds, &n_copies, CM_ARRAY_SIZE(copy_fds));
+    /* Over the host's bundle (bound with /etc/ssl/certs just above). */
+    if (spec->ca_bundle) {
+      args_add_parents(&a, BWRAP_CA_BUNDLE);
+      args_add(&a, "--ro-bind", spec->ca_bundle, BWRAP_CA_BUNDLE, NULL);
+    }
   }
   if (host_network) {
     for (char **s = p->resolver_args; *s; s++) args_add1(&a, *s);

@@ -55,6 +55,9 @@ typedef struct sbx_spec {
    * namespace (--network host, and backends that cannot isolate). */
   bool network;
   const sbx_egress_t *egress;
+  /* With network: a host file (the system bundle plus the egress proxy's CA) the sandbox sees
+   * as /etc/ssl/certs/ca-certificates.crt, read-only; NULL: the host's own. */
+  const char *ca_bundle;
   /* The identity to run as, kept by the caller across several runs (the steps of one
    * environment build: each step sees what the one before wrote as its own); NULL: a
    * fresh one for this run alone. */

@@ -68,7 +68,14 @@ static bool state_path_is_clean(const char *p) {
   return true;
 }
 
+static void secrets_cleanup(srv_secrets_t **s) {
+  srv_secrets_free(*s);
+}
+
 srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err) {
+  /* First: a secret that cannot be read (missing, world-readable) stops the start. */
+  __attribute__((cleanup(secrets_cleanup))) srv_secrets_t *secrets = srv_secrets_load(cfg, err);
+  if (!secrets) return NULL;
   cleanup_free char *state = cfg->state_dir ? xstrdup(cfg->state_dir) : default_state_dir();
   if (cm_mkdir_p(state, 0700, err) < 0) {
     cm_error_wrap(err, "creating the state directory");
@@ -176,7 +183,7 @@ srv_server_t *srv_server_new(cm_loop_t *loop, srv_config_t *cfg, cm_error_t *err
       .max_resolutions_per_owner = cfg->max_token_running,
   };
   env_store_t *envs = env_store_new(loop, &env_opts, a->state_dir, a->runs_dir, backend);
-  struct srv_network *network = srv_network_new(loop, cfg);
+  struct srv_network *network = srv_network_new(loop, cfg, steal_pointer(&secrets));
   env_network_t env_net = {
       .proxy = network_proxy, .deny = srv_network_deny_policy(network), .data = network};
   env_store_set_network(envs, &env_net);
@@ -240,6 +247,7 @@ void srv_server_reopen_logs(srv_server_t *s) {
     cm_info("SIGHUP: reopening the audit log");
     srv_audit_reopen(audit);
   }
+  srv_network_reload_secrets(srv_server_network(s));
   cm_error_t err = CM_ERROR_INIT;
   tr_http_t *http = srv_server_http(s);
   if (http && tr_http_reload_tokens(http, &err) < 0) cm_err("SIGHUP: %s", cm_error_message(&err));

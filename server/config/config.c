@@ -27,6 +27,7 @@ typedef enum opt_kind {
   OPT_LOGLEVEL,
   OPT_CPUS,
   OPT_NETWORK,
+  OPT_SECRET,
   OPT_HELP,
   OPT_VERSION
 } opt_kind_t;
@@ -142,6 +143,14 @@ static const opt_def_t options[] = {
      "deny a destination (wins over every allow rule; repeatable): a host name also denies the "
      "addresses it resolves to (at connect time), so the same server is denied by its address "
      "or any other name; a *.suffix denies the names below it only"},
+    {"secret", OPT_SECRET, 0, "NAME=PATH@HOST[,HOST...]", NULL,
+     "a secret a call may ask for by NAME ([A-Z][A-Z0-9_]*): the value is read from the file PATH "
+     "(not world-readable; trailing newline stripped) at start and on SIGHUP, and never enters a "
+     "sandbox: the script gets a placeholder in $NAME that the egress proxy replaces in requests "
+     "to the HOSTs only (a name, *.suffix or name:port; port 443 when none); repeatable"},
+    {"egress-ca-file", OPT_STRING, OFF(egress_ca_file), "PEM", NULL,
+     "certificates the egress proxy trusts, besides the system store, when it verifies a secret's "
+     "host (a private CA)"},
     {"build-network-allow", OPT_LIST, OFF(build_network_allow), "RULE", NULL,
      "let dependency builds reach a destination besides the index hosts (repeatable)"},
     {"dns-server", OPT_LIST, OFF(dns_servers), "ADDR[:PORT]", NULL,
@@ -307,6 +316,9 @@ void srv_config_release(srv_config_t *c) {
   cm_strv_free(c->network_allow);
   cm_strv_free(c->network_deny);
   cm_strv_free(c->build_network_allow);
+  for (size_t i = 0; i < c->n_secrets; i++) srv_secret_spec_release(&c->secrets[i]);
+  free(c->secrets);
+  free(c->egress_ca_file);
   cm_strv_free(c->dns_servers);
   free(c->sandbox_backend);
   free(c->uv_path);
@@ -423,9 +435,92 @@ static void strv_append(char ***v, const char *value) {
   (*v)[n + 1] = NULL;
 }
 
+void srv_secret_spec_release(srv_secret_spec_t *s) {
+  free(s->name);
+  free(s->file);
+  cm_strv_free(s->hosts);
+  cm_strv_free(s->principals);
+  memset(s, 0, sizeof *s);
+}
+
+/* Checks a secret's host: a name rule (a name or *.suffix, with an optional port). */
+static int secret_host_ok(const char *name, const char *host, const char *origin, cm_error_t *err) {
+  eg_rule_t r;
+  cm_error_t e2 = CM_ERROR_INIT;
+  bool ok = eg_rule_parse(host, strlen(host), &r, &e2) == 0 && r.kind != EG_RULE_NET;
+  cm_error_release(&e2);
+  if (!ok)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "secret %s: invalid host '%s' (a DNS name, *.suffix or name:port)%s", name,
+                        host, origin);
+  return 0;
+}
+
+/* Adds s (taken) to the secrets; one of the same name is replaced (flags override a profile). */
+static int add_secret(srv_config_t *c, srv_secret_spec_t *s, const char *origin, cm_error_t *err) {
+  if (!eg_secret_name_ok(s->name, strlen(s->name))) {
+    int rc = cm_error_set(err, 0, CM_ERR_INVALID,
+                          "secret '%s': invalid name (an upper-case letter, then upper-case "
+                          "letters, digits or '_', at most %d)%s",
+                          s->name, EG_SECRET_NAME_MAX, origin);
+    srv_secret_spec_release(s);
+    return rc;
+  }
+  if (!s->file || !*s->file || !s->hosts || !*s->hosts) {
+    int rc = cm_error_set(err, 0, CM_ERR_INVALID,
+                          "secret %s: a file and at least one host are needed%s", s->name, origin);
+    srv_secret_spec_release(s);
+    return rc;
+  }
+  for (char **h = s->hosts; *h; h++)
+    if (secret_host_ok(s->name, *h, origin, err) < 0) {
+      srv_secret_spec_release(s);
+      return -1;
+    }
+  for (size_t i = 0; i < c->n_secrets; i++)
+    if (strcmp(c->secrets[i].name, s->name) == 0) {
+      srv_secret_spec_release(&c->secrets[i]);
+      c->secrets[i] = *s;
+      return 0;
+    }
+  if (c->n_secrets >= SRV_SECRETS_MAX) {
+    int rc = cm_error_set(err, 0, CM_ERR_INVALID, "at most %d secrets%s", SRV_SECRETS_MAX, origin);
+    srv_secret_spec_release(s);
+    return rc;
+  }
+  c->secrets = xrealloc(c->secrets, (c->n_secrets + 1) * sizeof *c->secrets);
+  c->secrets[c->n_secrets++] = *s;
+  return 0;
+}
+
+/* --secret NAME=PATH@HOST[,HOST...] (the last '@' ends the path). */
+static int parse_secret_flag(srv_config_t *c, const char *value, const char *origin,
+                             cm_error_t *err) {
+  const char *eq = strchr(value, '=');
+  const char *at = strrchr(value, '@');
+  if (!eq || !at || at < eq)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "argument --secret: invalid value: '%s' (NAME=PATH@HOST[,HOST...])%s",
+                        value, origin);
+  srv_secret_spec_t s = {.name = xstrndup(value, (size_t)(eq - value)),
+                         .file = xstrndup(eq + 1, (size_t)(at - eq - 1))};
+  const char *h = at + 1;
+  while (*h) {
+    const char *comma = strchr(h, ',');
+    size_t n = comma ? (size_t)(comma - h) : strlen(h);
+    if (n) {
+      cleanup_free char *one = xstrndup(h, n);
+      strv_append(&s.hosts, one);
+    }
+    h += n + (comma ? 1 : 0);
+  }
+  return add_secret(c, &s, origin, err);
+}
+
 static int apply(srv_config_t *c, const opt_def_t *o, const char *value, const char *origin,
                  cm_error_t *err) {
   char *base = (char *)c;
+  if (o->kind == OPT_SECRET) return parse_secret_flag(c, value, origin, err);
   uint64_t v;
   switch (o->kind) {
     case OPT_LIST:
@@ -601,6 +696,71 @@ static char *profile_path(const char *name) {
   return srv_find_profile_file(file);
 }
 
+/* A list of strings of a [secrets.NAME] table, into *out. */
+static int profile_strings(const toml_value_t *v, const char *name, const char *key,
+                           const char *path, char ***out, cm_error_t *err) {
+  if (toml_type(v) != TOML_ARRAY || toml_array_len(v) == 0)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "profile %s (line %zu): secrets.%s.%s must be a non-empty list of strings",
+                        path, toml_line(v), name, key);
+  for (size_t k = 0; k < toml_array_len(v); k++) {
+    const toml_value_t *e = toml_array_at(v, k);
+    if (toml_type(e) != TOML_STRING)
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "profile %s (line %zu): secrets.%s.%s must be a list of strings", path,
+                          toml_line(e), name, key);
+    strv_append(out, toml_string(e, NULL));
+  }
+  return 0;
+}
+
+/* [secrets.NAME] tables: file (relative to the profile's directory), hosts, principals. */
+static int profile_secrets(srv_config_t *c, const toml_value_t *secrets, const char *path,
+                           cm_error_t *err) {
+  if (toml_type(secrets) != TOML_TABLE)
+    return cm_error_set(err, 0, CM_ERR_INVALID,
+                        "profile %s (line %zu): 'secrets' must be tables [secrets.NAME]", path,
+                        toml_line(secrets));
+  cleanup_free char *origin = xasprintf(" (from profile %s)", path);
+  for (size_t i = 0; i < toml_table_len(secrets); i++) {
+    const char *name;
+    size_t name_len;
+    const toml_value_t *t = toml_table_at(secrets, i, &name, &name_len);
+    if (toml_type(t) != TOML_TABLE)
+      return cm_error_set(err, 0, CM_ERR_INVALID,
+                          "profile %s (line %zu): secrets.%s must be a table", path, toml_line(t),
+                          name);
+    srv_secret_spec_t s = {.name = xstrndup(name, name_len)};
+    int rc = 0;
+    for (size_t k = 0; k < toml_table_len(t) && rc == 0; k++) {
+      const char *key;
+      size_t key_len;
+      const toml_value_t *v = toml_table_at(t, k, &key, &key_len);
+      if (strcmp(key, "file") == 0 && toml_type(v) == TOML_STRING && !s.file) {
+        const char *f = toml_string(v, NULL);
+        const char *slash = strrchr(path, '/');
+        s.file =
+            f[0] == '/' || !slash ? xstrdup(f) : xasprintf("%.*s/%s", (int)(slash - path), path, f);
+      } else if (strcmp(key, "hosts") == 0 && !s.hosts) {
+        rc = profile_strings(v, s.name, "hosts", path, &s.hosts, err);
+      } else if (strcmp(key, "principals") == 0 && !s.principals) {
+        rc = profile_strings(v, s.name, "principals", path, &s.principals, err);
+      } else {
+        rc = cm_error_set(err, 0, CM_ERR_INVALID,
+                          "profile %s (line %zu): secrets.%s: unknown or repeated key '%s' "
+                          "(file = \"PATH\", hosts = [...], principals = [...])",
+                          path, toml_line(v), s.name, key);
+      }
+    }
+    if (rc < 0) {
+      srv_secret_spec_release(&s);
+      return -1;
+    }
+    if (add_secret(c, &s, origin, err) < 0) return -1;
+  }
+  return 0;
+}
+
 /* A profile is a TOML table of flag names (dashes or underscores) and values; it applies
  * before the environment and the flags, which override it. */
 int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, const char *path,
@@ -613,6 +773,10 @@ int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, cons
     size_t key_len;
     const toml_value_t *v = toml_table_at(doc, i, &key, &key_len);
     if (strcmp(key, "description") == 0) continue;
+    if (strcmp(key, "secrets") == 0) {
+      rc = profile_secrets(c, v, path, err);
+      continue;
+    }
     char flag[64];
     if (key_len >= sizeof flag) key_len = sizeof flag - 1;
     for (size_t k = 0; k < key_len; k++) flag[k] = key[k] == '_' ? '-' : key[k];
@@ -830,6 +994,26 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err) {
       eg_rule_t r;
       if (eg_rule_parse(*p, strlen(*p), &r, err) < 0)
         return cm_error_wrap(err, "argument --%s", rule_lists[i].flag);
+    }
+  }
+  /* A secret bound to a host a deny rule names could never be used: said at start. */
+  for (size_t i = 0; i < c->n_secrets; i++) {
+    for (char *const *h = c->secrets[i].hosts; *h; h++) {
+      eg_rule_t hr;
+      if (eg_rule_parse(*h, strlen(*h), &hr, err) < 0)
+        return cm_error_wrap(err, "secret %s", c->secrets[i].name);
+      for (char *const *d = c->network_deny; d && *d; d++) {
+        eg_rule_t dr;
+        if (eg_rule_parse(*d, strlen(*d), &dr, err) < 0) return -1;
+        const char *name = hr.kind == EG_RULE_SUFFIX ? hr.host + 1 : hr.host;
+        bool hit = dr.kind != EG_RULE_NET && (dr.port == 0 || hr.port == 0 || dr.port == hr.port) &&
+                   (eg_rule_match_name(&dr, name, dr.port ? dr.port : 443) ||
+                    (dr.kind == hr.kind && !strcmp(dr.host, hr.host)));
+        if (hit)
+          return cm_error_set(err, 0, CM_ERR_INVALID,
+                              "secret %s is bound to %s, which --network-deny %s denies",
+                              c->secrets[i].name, *h, *d);
+      }
     }
   }
   for (char *const *d = c->dns_servers; d && *d; d++) {

@@ -21,6 +21,17 @@ const char *srv_version(void);
  * of memory: 128 of them half a GiB, and only after a burst of 128 calls), and its cap. */
 #define SRV_PRESTART_BURST_DEFAULT 128
 #define SRV_PRESTART_BURST_MAX 1024
+/* A secret (--secret NAME=PATH@HOST[,HOST...], or a profile's [secrets.NAME] table): where its
+ * value is read from and where it may go.  Its value is never in the configuration. */
+typedef struct srv_secret_spec {
+  char *name;        /* [A-Z][A-Z0-9_]{0,63} */
+  char *file;        /* the file holding the value (a profile's relative path made absolute) */
+  char **hosts;      /* egress rules: a name, *.suffix, name:port (443 when none) */
+  char **principals; /* token names that may use it; NULL: every principal */
+} srv_secret_spec_t;
+
+#define SRV_SECRETS_MAX 32
+
 typedef struct srv_config {
   /* Seed flags (same names, defaults and validation messages). */
   char *python_version;      /* --python-version; NULL = the default interpreter */
@@ -53,8 +64,11 @@ typedef struct srv_config {
   bool network_host;    /* --network host: the host's namespace, no proxy (unsafe) */
   char **network_allow; /* --network-allow RULE (repeatable) */
   char **network_deny;  /* --network-deny RULE (repeatable) */
-  char **build_network_allow;             /* --build-network-allow RULE (repeatable) */
-  char **dns_servers;                     /* --dns-server ADDR[:PORT] (repeatable) */
+  char **build_network_allow; /* --build-network-allow RULE (repeatable) */
+  srv_secret_spec_t *secrets; /* --secret (repeatable) and [secrets.NAME] */
+  size_t n_secrets;
+  char *egress_ca_file; /* --egress-ca-file PEM: more trust for the proxy's upstream TLS */
+  char **dns_servers;   /* --dns-server ADDR[:PORT] (repeatable) */
   uint64_t network_max_connections;       /* --network-max-connections: per run at once */
   uint64_t network_max_total_connections; /* --network-max-total-connections: per run */
   uint64_t network_rate;                  /* --network-rate: bytes per second per run; 0 = no cap */
@@ -153,6 +167,7 @@ int srv_config_validate(const srv_config_t *c, cm_error_t *err);
 int srv_config_apply_profile(srv_config_t *c, const char *text, size_t len, const char *path,
                              cm_error_t *err);
 void srv_config_release(srv_config_t *c);
+void srv_secret_spec_release(srv_secret_spec_t *s);
 
 /* The longest --route: letters a-z and digits, 1 to SRV_ROUTE_MAX. */
 #define SRV_ROUTE_MAX 16

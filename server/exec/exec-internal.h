@@ -204,8 +204,8 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
  * limits (timeout_ms, and the server's).  *egress_out: the run's egress session, or NULL. */
 int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
                        const char *workdir, uint64_t timeout_ms, bool hold,
-                       const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
-                       eg_session_t **egress_out, cm_error_t *err);
+                       const srv_secret_call_t *secrets, const sbx_run_callbacks_t *cbs, void *data,
+                       sbx_run_t **out, eg_session_t **egress_out, cm_error_t *err);
 /* Starts a session's kernel (profiles/kernel.py, next to the start-up runner) in workdir as
  * identity, with ctl_dir (its FIFOs) mounted read-only at EXEC_KERNEL_CTL_TARGET, no
  * wall-clock or CPU-time limit (the session sets its calls' own) and the server's others. */

@@ -49,14 +49,15 @@ typedef struct exec_spec {
   size_t script_len;
   char **requirements; /* merged PEP 723 + argument requirements (NULL-terminated), or NULL */
   size_t n_requirements;
-  char *uv_config;       /* the script's [tool.uv] table as TOML, or NULL */
-  char *python_request;  /* the call's python_version, or NULL */
-  char *requires_python; /* the script's PEP 723 requires-python, or NULL */
-  uint64_t timeout_ms;   /* the run's wall-clock limit (exec_spec_set_timeout) */
-  char *timeout_note;    /* why it is not what the call asked for, or NULL */
-  srv_net_call_t net;    /* the call's network (never more than the server allows) */
-  files_inputs_t inputs; /* the files argument, written before the script starts */
-  char *principal;       /* whose call it is (the session's principal) */
+  char *uv_config;           /* the script's [tool.uv] table as TOML, or NULL */
+  char *python_request;      /* the call's python_version, or NULL */
+  char *requires_python;     /* the script's PEP 723 requires-python, or NULL */
+  uint64_t timeout_ms;       /* the run's wall-clock limit (exec_spec_set_timeout) */
+  char *timeout_note;        /* why it is not what the call asked for, or NULL */
+  srv_net_call_t net;        /* the call's network (never more than the server allows) */
+  srv_secret_call_t secrets; /* the call's secrets (names and placeholders, never values) */
+  files_inputs_t inputs;     /* the files argument, written before the script starts */
+  char *principal;           /* whose call it is (the session's principal) */
   /* The call's session: NULL (a fresh sandbox, as always), "new" or a session's id. */
   char *session;
   bool export_workspace; /* the work directory comes back as outputs/workspace.tar */

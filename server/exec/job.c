@@ -204,6 +204,13 @@ static void on_exit_cb(void *data, const sbx_result_t *res) {
   cm_buf_t net_text;
   cm_buf_init(&net_text, 0);
   srv_network_text(job->cfg, nb, &job->spec.net, job->egress, &net_text);
+  if (job->spec.secrets.n) {
+    srv_secrets_text(job->cfg, &job->spec.secrets, &job->spec.net, job->egress, &net_text);
+    /* Names only: which of the call's secrets went out in place of their placeholders. */
+    json_t *used = srv_secrets_used(job->cfg, &job->spec.secrets, job->egress);
+    srv_request_audit(job->req, "secrets_used", json_copy(used));
+    json_object_set_new(network, "secrets_used", used);
+  }
   eg_session_close(job->egress);
   job->egress = NULL;
   if (srv_request_cancelled(job->req)) {
@@ -356,8 +363,8 @@ static void start_run(exec_job_t *job) {
     return;
   }
   if (exec_sandbox_start(job->exec, job->py, job->env, job->spec.net.on, job->workdir,
-                         job->spec.timeout_ms, false, &cbs, job, &job->run, &job->egress,
-                         &err) < 0) {
+                         job->spec.timeout_ms, false, &job->spec.secrets, &cbs, job, &job->run,
+                         &job->egress, &err) < 0) {
     exec_job_finish(job, srv_tool_error_result("The sandbox could not start the script: %s",
                                                cm_error_message(&err)));
     cm_error_release(&err);

@@ -360,6 +360,10 @@ json_t *exec_output_result(exec_job_t *job, const sbx_result_t *res, json_t *net
                                              job->env->cached, "packages", job->env->packages)
                                  : json_null());
     json_object_set_new(sc, "network", network);
+  } else if (job->spec.secrets.n) {
+    /* A call with secrets is told which were substituted (network.secrets_used) and what was
+     * refused, details or not. */
+    json_object_set_new(sc, "network", network);
   } else {
     json_decref(network);
   }

@@ -353,8 +353,8 @@ static int held_start(prestart_slot_t *slot, prestart_held_t *h, cm_error_t *err
     return exec_sandbox_start_warm(p->exec, slot->py, slot->env, slot->network, h->workdir, ctl,
                                    &cbs, h, &h->run, &h->egress, err);
   }
-  return exec_sandbox_start(p->exec, slot->py, slot->env, slot->network, h->workdir, 0, true, &cbs,
-                            h, &h->run, &h->egress, err);
+  return exec_sandbox_start(p->exec, slot->py, slot->env, slot->network, h->workdir, 0, true, NULL,
+                            &cbs, h, &h->run, &h->egress, err);
 }
 
 static void prestart_fill_now(prestart_slot_t *slot) {
@@ -561,6 +561,8 @@ static prestart_slot_t *slot_for(exec_prestart_t *p, const char *principal) {
  * (when it is not the commonest), so that the principal's next such call finds one. */
 bool exec_prestart_take(exec_job_t *job) {
   exec_prestart_t *p = job->exec->prestart;
+  /* A call with secrets has their placeholders in its environment: a sandbox of its own. */
+  if (job->spec.secrets.n) return false;
   if (!p || !p->slots[0].used || !sbx_backend_can_hold(srv_server_backend(job->server)))
     return false;
   const char *principal = job->spec.principal ? job->spec.principal : "";

@@ -13,8 +13,8 @@
 static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
                          const char *workdir, uint64_t timeout_ms, bool hold, const char *ctl_dir,
                          const char *warm_ctl, sbx_identity_t *identity,
-                         const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
-                         eg_session_t **egress_out, cm_error_t *err) {
+                         const srv_secret_call_t *secrets, const sbx_run_callbacks_t *cbs,
+                         void *data, sbx_run_t **out, eg_session_t **egress_out, cm_error_t *err) {
   srv_server_t *s = x->server;
   const srv_config_t *cfg = srv_server_config(s);
   /* Through the start-up runner when there is one (it saves open matplotlib figures;
@@ -85,6 +85,8 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
                                &egress_fd, err)
               : NULL;
     if (!session) return cm_error_wrap(err, "the network of the sandbox (the egress proxy)");
+    /* Before the loop runs again, so before any connection of the script reaches the proxy. */
+    if (secrets && secrets->n) srv_secrets_bind(srv_server_network(s), cfg, secrets, session);
     *egress_out = session;
   }
   sbx_egress_t egress = {.fd = egress_fd, .port = EG_SANDBOX_PORT};
@@ -93,6 +95,21 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
                "PYTHONDONTWRITEBYTECODE=1", "PYTHONIOENCODING=utf-8", "MPLBACKEND=Agg", NULL);
   if (venv_var) cm_strv_add(&envb, venv_var);
   if (proxied) srv_network_env(srv_server_network(s), &envb, false);
+  /* Placeholders only: the values stay with the proxy; and trust in its CA, which signs what
+   * it shows for the secrets' hosts. */
+  const char *ca_bundle = NULL;
+  if (proxied && secrets && secrets->n) {
+    srv_secrets_env(cfg, secrets, &envb);
+    srv_secrets_ca_env(&envb);
+    ca_bundle = srv_network_ca_bundle(srv_server_network(s), srv_server_state_dir(s), err);
+    if (!ca_bundle) {
+      cm_strv_free(cm_strv_steal(&envb));
+      if (egress_fd >= 0) close(egress_fd);
+      eg_session_close(*egress_out);
+      *egress_out = NULL;
+      return cm_error_wrap(err, "the CA bundle of a call with secrets");
+    }
+  }
   cleanup_strv char **envp = cm_strv_steal(&envb);
   char *binds[] = {py->prefix, NULL};
   sbx_mount_t mounts[3];
@@ -113,6 +130,7 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
       .n_mounts = n_mounts,
       .network = network,
       .egress = proxied ? &egress : NULL,
+      .ca_bundle = ca_bundle,
       .hold = hold || warm_ctl,
       .hold_in_command = warm_ctl != NULL,
       .identity = identity,
@@ -144,24 +162,24 @@ static int sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bo
 
 int exec_sandbox_start(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
                        const char *workdir, uint64_t timeout_ms, bool hold,
-                       const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
-                       eg_session_t **egress_out, cm_error_t *err) {
-  return sandbox_start(x, py, env, network, workdir, timeout_ms, hold, NULL, NULL, NULL, cbs, data,
-                       out, egress_out, err);
+                       const srv_secret_call_t *secrets, const sbx_run_callbacks_t *cbs, void *data,
+                       sbx_run_t **out, eg_session_t **egress_out, cm_error_t *err) {
+  return sandbox_start(x, py, env, network, workdir, timeout_ms, hold, NULL, NULL, NULL, secrets,
+                       cbs, data, out, egress_out, err);
 }
 
 int exec_sandbox_start_warm(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
                             const char *workdir, const char *ctl_dir,
                             const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
                             eg_session_t **egress_out, cm_error_t *err) {
-  return sandbox_start(x, py, env, network, workdir, 0, true, NULL, ctl_dir, NULL, cbs, data, out,
-                       egress_out, err);
+  return sandbox_start(x, py, env, network, workdir, 0, true, NULL, ctl_dir, NULL, NULL, cbs, data,
+                       out, egress_out, err);
 }
 
 int exec_sandbox_start_kernel(exec_state_t *x, py_interp_t *py, env_handle_t *env, bool network,
                               const char *workdir, const char *ctl_dir, sbx_identity_t *identity,
                               const sbx_run_callbacks_t *cbs, void *data, sbx_run_t **out,
                               eg_session_t **egress_out, cm_error_t *err) {
-  return sandbox_start(x, py, env, network, workdir, 0, false, ctl_dir, NULL, identity, cbs, data,
-                       out, egress_out, err);
+  return sandbox_start(x, py, env, network, workdir, 0, false, ctl_dir, NULL, identity, NULL, cbs,
+                       data, out, egress_out, err);
 }

@@ -15,8 +15,59 @@
 #include "server/config/config.h"
 
 typedef struct srv_network srv_network_t;
+typedef struct srv_net_call srv_net_call_t;
 
-srv_network_t *srv_network_new(cm_loop_t *loop, const srv_config_t *cfg);
+/* The secrets' values (--secret, [secrets.NAME]): read at start (a missing, unreadable or
+ * world-readable file is an error), again on SIGHUP (srv_network_reload_secrets), held in
+ * memory kept out of core dumps.  Only the egress proxy ever reads them. */
+typedef struct srv_secrets srv_secrets_t;
+srv_secrets_t *srv_secrets_load(const srv_config_t *cfg, cm_error_t *err);
+void srv_secrets_free(srv_secrets_t *s);
+
+/* Takes secrets (may be NULL when the server has none). */
+srv_network_t *srv_network_new(cm_loop_t *loop, const srv_config_t *cfg, srv_secrets_t *secrets);
+srv_secrets_t *srv_network_secrets(srv_network_t *n);
+/* SIGHUP: every secret's file read again; a file that fails keeps its old value (logged). */
+void srv_network_reload_secrets(srv_network_t *n);
+
+/* A call's `secrets` argument: the names it asked for, each with its placeholder. */
+typedef struct srv_secret_call {
+  size_t n;
+  size_t index[SRV_SECRETS_MAX]; /* into cfg->secrets */
+  char placeholder[SRV_SECRETS_MAX][EG_SECRET_PLACEHOLDER_MAX];
+} srv_secret_call_t;
+
+/* 0, or -1 with a tool error's message in *error (heap): not a list of names, an unknown name or
+ * one principal may not use (the same message: a foreign secret is not shown to exist), with
+ * the network off for the call, or where runs do not go through the proxy. */
+int srv_secrets_parse_call(srv_network_t *n, const srv_config_t *cfg, sbx_backend_t *backend,
+                           const char *principal, const srv_net_call_t *net, json_t *arg,
+                           srv_secret_call_t *out, char **error);
+/* The variables the sandbox gets for the call's secrets: NAME=placeholder each. */
+void srv_secrets_env(const srv_config_t *cfg, const srv_secret_call_t *call,
+                     cm_strv_builder_t *env);
+/* The CA bundle of calls with secrets: the host's system bundle plus the egress proxy's CA,
+ * written (once per server process, removed when it stops) as
+ * state_dir/egress-ca/ca-certificates-<pid>.crt; its path, or NULL and err. */
+const char *srv_network_ca_bundle(srv_network_t *n, const char *state_dir, cm_error_t *err);
+/* Where a sandbox finds it, and the variables that name it (SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+ * CURL_CA_BUNDLE, PIP_CERT, NODE_EXTRA_CA_CERTS). */
+#define SRV_SANDBOX_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+void srv_secrets_ca_env(cm_strv_builder_t *env);
+/* Gives a run's egress session the call's secrets. */
+void srv_secrets_bind(srv_network_t *n, const srv_config_t *cfg, const srv_secret_call_t *call,
+                      eg_session_t *session);
+/* The names of the call's secrets that were substituted (a JSON array of strings). */
+json_t *srv_secrets_used(const srv_config_t *cfg, const srv_secret_call_t *call,
+                         const eg_session_t *session);
+/* The result's lines about the call's secrets: one whose hosts the call's own network list
+ * does not name (no substitution can happen), and requests refused for carrying a placeholder
+ * where it may not go. */
+void srv_secrets_text(const srv_config_t *cfg, const srv_secret_call_t *call,
+                      const srv_net_call_t *net, const eg_session_t *session, cm_buf_t *t);
+/* check_environment: the secrets principal may use, with their hosts ([{name, hosts}]), and
+ * their lines of text. */
+json_t *srv_secrets_describe(const srv_config_t *cfg, const char *principal, cm_buf_t *t);
 void srv_network_free(srv_network_t *n);
 
 /* The proxy, created at the first use; NULL (and err) when its resolver cannot be set up. */
@@ -32,11 +83,11 @@ const eg_policy_t *srv_network_deny_policy(srv_network_t *n);
 bool srv_network_proxied(const srv_config_t *cfg, sbx_backend_t *backend);
 
 /* A call's `network` argument: false, true, null (the server's default) or a list of rules. */
-typedef struct srv_net_call {
+struct srv_net_call {
   bool on;          /* the call uses the network */
   eg_rule_t *rules; /* its own list (only these destinations), or NULL */
   size_t n_rules;
-} srv_net_call_t;
+};
 
 #define SRV_NET_MAX_CALL_RULES 64
 

@@ -1,5 +1,7 @@
 /* The network of runs and builds (see net.h). */
+#include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "server/net/net.h"
 
@@ -10,6 +12,8 @@ struct srv_network {
   bool proxy_failed;
   eg_policy_t script; /* public internet + allow - deny */
   eg_policy_t deny;   /* the deny rules alone */
+  srv_secrets_t *secrets;
+  char *ca_bundle; /* written at the first call with secrets */
 };
 
 static void add_rules(eg_policy_t *p, char *const *list, bool deny) {
@@ -27,8 +31,9 @@ static void add_rules(eg_policy_t *p, char *const *list, bool deny) {
   }
 }
 
-srv_network_t *srv_network_new(cm_loop_t *loop, const srv_config_t *cfg) {
+srv_network_t *srv_network_new(cm_loop_t *loop, const srv_config_t *cfg, srv_secrets_t *secrets) {
   srv_network_t *n = xcalloc(1, sizeof *n);
+  n->secrets = secrets;
   n->loop = loop;
   n->cfg = cfg;
   n->script.public_internet = true;
@@ -43,6 +48,9 @@ void srv_network_free(srv_network_t *n) {
   eg_proxy_free(n->proxy);
   eg_policy_release(&n->script);
   eg_policy_release(&n->deny);
+  srv_secrets_free(n->secrets);
+  if (n->ca_bundle) unlink(n->ca_bundle);
+  free(n->ca_bundle);
   free(n);
 }
 
@@ -60,6 +68,7 @@ eg_proxy_t *srv_network_proxy(srv_network_t *n, cm_error_t *err) {
       .max_connections = n->cfg->network_max_connections,
       .max_total_connections = n->cfg->network_max_total_connections,
       .rate_bytes = n->cfg->network_rate,
+      .ca_file = n->cfg->egress_ca_file,
   };
   n->proxy = eg_proxy_new(n->loop, &pc, err);
   if (!n->proxy && !n->proxy_failed) {
@@ -67,6 +76,43 @@ eg_proxy_t *srv_network_proxy(srv_network_t *n, cm_error_t *err) {
     cm_warn("the egress proxy cannot start: %s", cm_error_message(err));
   }
   return n->proxy;
+}
+
+#define SYSTEM_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+#define CA_BUNDLE_MAX (8u << 20)
+
+const char *srv_network_ca_bundle(srv_network_t *n, const char *state_dir, cm_error_t *err) {
+  if (n->ca_bundle) return n->ca_bundle;
+  eg_proxy_t *p = srv_network_proxy(n, err);
+  const char *pem = p ? eg_proxy_ca_pem(p, err) : NULL;
+  if (!pem) return NULL;
+  cleanup_free char *dir = xasprintf("%s/egress-ca", state_dir);
+  if (cm_mkdir_p(dir, 0755, err) < 0) return NULL;
+  cleanup_free char *system = NULL;
+  size_t len = 0;
+  cm_error_t e2 = CM_ERROR_INIT;
+  if (cm_read_file(SYSTEM_CA_BUNDLE, CA_BUNDLE_MAX, &system, &len, &e2) < 0)
+    cm_warn("the sandbox's CA bundle: %s (only the proxy's CA is in it)", cm_error_message(&e2));
+  cm_error_release(&e2);
+  cleanup_free char *text = xasprintf("%.*s%s%s", (int)len, system ? system : "",
+                                      len && system[len - 1] != '\n' ? "\n" : "", pem);
+  /* One per server process: several instances may share a state directory, each with a CA
+   * of its own.  Removed when the server stops (a certificate, nothing secret, if one stays). */
+  cleanup_free char *path = xasprintf("%s/ca-certificates-%d.crt", dir, (int)getpid());
+  cleanup_free char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
+  if (cm_write_file(tmp, text, strlen(text), 0644, err) < 0) return NULL;
+  if (rename(tmp, path) < 0) {
+    int e = errno;
+    unlink(tmp);
+    cm_error_set(err, e, CM_ERR_IO, "rename %s", path);
+    return NULL;
+  }
+  n->ca_bundle = steal_pointer(&path);
+  return n->ca_bundle;
+}
+
+srv_secrets_t *srv_network_secrets(srv_network_t *n) {
+  return n->secrets;
 }
 
 const eg_policy_t *srv_network_script_policy(srv_network_t *n) {

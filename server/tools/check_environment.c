@@ -325,6 +325,20 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
   json_t *share = tenant_share(r, &t);
   srv_session_t *rs = srv_request_session(r);
   const char *me = rs ? srv_session_principal(rs) : SRV_PRINCIPAL_STDIO;
+  /* The secrets the caller may name (names and hosts, never a value). */
+  cm_buf_t sec_text;
+  cm_buf_init(&sec_text, 0);
+  json_t *secrets_obj = srv_secrets_describe(cfg, me, &sec_text);
+  if (json_array_size(secrets_obj))
+    cm_buf_printf(&t,
+                  "Secrets you may name in execute_python's 'secrets' (the script gets a "
+                  "placeholder; the egress proxy puts the value into HTTPS requests to the "
+                  "hosts only):\n%.*s\n",
+                  (int)sec_text.len, sec_text.data ? sec_text.data : "");
+  else
+    cm_buf_appends(&t, cfg->n_secrets ? "Secrets: none for you\n"
+                                      : "Secrets: none (an operator gives them with --secret)\n");
+  cm_buf_release(&sec_text);
   uint64_t taken = 0;
   bool prestarting = exec_prestart_describe(srv_server_exec(s), &taken);
   /* The shapes kept for the caller (the commonest and its own last other one), never
@@ -401,6 +415,7 @@ static void check_environment_ready(void *data, py_interp_t *py, const cm_error_
   json_object_set_new(sc, "server_files", files_obj);
   json_object_set_new(sc, "sessions", sessions_obj);
   json_object_set_new(sc, "prestart", prestart_obj);
+  json_object_set_new(sc, "secrets", secrets_obj);
   json_object_set_new(sc, "cgroups",
                       json_pack("{s:b, s:s}", "active", cg_runs, "description", cg_text));
   cleanup_free char *text = cm_buf_steal(&t);

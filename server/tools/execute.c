@@ -8,8 +8,8 @@
 #define EXEC_MAX_DEPENDENCIES 256
 
 static const char *const known_args[] = {
-    "script",  "dependencies", "timeout_seconds", "python_version", "files",
-    "network", "session",      "export",          "background",     "details"};
+    "script",  "dependencies", "timeout_seconds", "python_version", "files",  "network",
+    "session", "export",       "background",      "details",        "secrets"};
 
 void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   srv_server_t *s = srv_request_server(r);
@@ -24,7 +24,7 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
       srv_request_finish(r, srv_tool_error_result("Unknown argument '%s'. execute_python accepts: "
                                                   "script, dependencies, timeout_seconds, "
                                                   "python_version, files, network, session, "
-                                                  "export, background, details.",
+                                                  "export, background, details, secrets.",
                                                   k));
       return;
     }
@@ -46,6 +46,22 @@ void srv_tool_execute_python(srv_request_t *r, json_t *args) {
   if (srv_network_parse_call(srv_server_network(s), cfg, srv_server_backend_kind(s),
                              json_object_get(args, "network"), &spec.net, &net_error) < 0) {
     srv_request_finish(r, srv_tool_error_result("%s", net_error));
+    return;
+  }
+  srv_session_t *mcp_session = srv_request_session(r);
+  const char *principal = mcp_session ? srv_session_principal(mcp_session) : SRV_PRINCIPAL_STDIO;
+  json_t *secrets = json_object_get(args, "secrets");
+  if (srv_secrets_parse_call(srv_server_network(s), cfg, srv_server_backend_kind(s), principal,
+                             &spec.net, secrets, &spec.secrets, &net_error) < 0) {
+    srv_request_finish(r, srv_tool_error_result("%s", net_error));
+    return;
+  }
+  json_t *ses_arg = json_object_get(args, "session");
+  if (spec.secrets.n && ses_arg && !json_is_null(ses_arg)) {
+    srv_request_finish(r, srv_tool_error_result(
+                              "'secrets' cannot be combined with 'session' yet: a session's "
+                              "sandbox outlives the call, and a secret is given to one call only. "
+                              "Run the call that needs the secret without 'session'."));
     return;
   }
   json_t *deps = json_object_get(args, "dependencies");
@@ -233,6 +249,12 @@ json_t *srv_tool_execute_python_describe(srv_server_t *s) {
   json_object_set_new(
       props, "details",
       json_pack("{s:s, s:s}", "type", "boolean", "description", "Add the run's metadata."));
+  /* Declared where there are secrets only, and briefly: tools/list is in every agent's
+   * context (the README and check_environment say the rest). */
+  if (cfg->n_secrets)
+    json_object_set_new(props, "secrets",
+                        json_pack("{s:s, s:{s:s}, s:s}", "type", "array", "items", "type", "string",
+                                  "description", "Secret names (check_environment)"));
   return json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:b, s:b, s:b}}", "name", "execute_python",
                    "title", "Run Python in a sandbox", "description", desc, "inputSchema", input,
                    "outputSchema", output_schema(), "annotations", "readOnlyHint", 0,

@@ -1146,6 +1146,141 @@ static void test_urls(void **state) {
   free(r);
 }
 
+/* ---------------------------------------------------------------- secrets */
+
+#define PH_A "mps-secret:A:0123456789abcdef0123456789abcdef"
+#define PH_B "mps-secret:B:fedcba9876543210fedcba9876543210"
+
+/* Rewrites head with A bound (value va) and B not; returns rc, the head in *out (heap). */
+static int rewrite(const char *head, const char *va, bool a_bound, char **out, uint64_t *used,
+                   size_t *refused) {
+  eg_request_t req;
+  if (eg_http_parse_request(head, strlen(head), &req) != 1)
+    fail_msg("head did not parse: %s", head);
+  eg_secret_binding_t b[2] = {{PH_A, strlen(PH_A), va, strlen(va), a_bound},
+                              {PH_B, strlen(PH_B), "vb", 2, false}};
+  cm_buf_t o;
+  cm_buf_init(&o, 0);
+  int rc = eg_secret_rewrite_head(head, &req, b, 2, &o, used, refused);
+  *out = cm_buf_steal(&o);
+  return rc;
+}
+
+static void test_secret_rewrite(void **state) {
+  (void)state;
+  char *out;
+  uint64_t used;
+  size_t refused;
+  /* Nothing to do: untouched. */
+  assert_int_equal(rewrite("GET / HTTP/1.1\r\nHost: h\r\n\r\n", "v", true, &out, &used, &refused),
+                   0);
+  assert_string_equal(out, "");
+  free(out);
+  /* A header value and the target, raw and percent-encoded (the value encoded there). */
+  assert_int_equal(
+      rewrite("GET /p?a=" PH_A "&b=mps-secret%3AA%3a0123456789abcdef0123456789abcdef "
+              "HTTP/1.1\r\nAuthorization: Bearer " PH_A "\r\nX: a" PH_A "b" PH_A "\r\n\r\n",
+              "t/k n", true, &out, &used, &refused),
+      1);
+  assert_string_equal(out,
+                      "GET /p?a=t/k%20n&b=t%2Fk%20n HTTP/1.1\r\nAuthorization: Bearer t/k n\r\n"
+                      "X: at/k nbt/k n\r\n\r\n");
+  assert_int_equal(used, 1);
+  free(out);
+  /* Inside Basic credentials: decoded, replaced, encoded again (user:password = u:<ph>). */
+  {
+    /* base64("u:" PH_A) */
+    cm_buf_t plain;
+    cm_buf_init(&plain, 0);
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const char *src = "u:" PH_A;
+    size_t n = strlen(src);
+    for (size_t i = 0; i < n; i += 3) {
+      unsigned v = (unsigned)(unsigned char)src[i] << 16;
+      if (i + 1 < n) v |= (unsigned)(unsigned char)src[i + 1] << 8;
+      if (i + 2 < n) v |= (unsigned char)src[i + 2];
+      char q[4] = {tbl[(v >> 18) & 63], tbl[(v >> 12) & 63], i + 1 < n ? tbl[(v >> 6) & 63] : '=',
+                   i + 2 < n ? tbl[v & 63] : '='};
+      cm_buf_append(&plain, q, 4);
+    }
+    cm_buf_appends(&plain, "");
+    cleanup_free char *head =
+        xasprintf("GET / HTTP/1.1\r\nAuthorization: Basic %s\r\n\r\n", plain.data);
+    cm_buf_release(&plain);
+    assert_int_equal(rewrite(head, "secret", true, &out, &used, &refused), 1);
+    assert_string_equal(out, "GET / HTTP/1.1\r\nAuthorization: Basic dTpzZWNyZXQ=\r\n\r\n");
+    free(out);
+    /* The same head where A is not bound: refused. */
+    assert_int_equal(rewrite(head, "secret", false, &out, &used, &refused), -1);
+    assert_int_equal(refused, 0);
+    free(out);
+  }
+  /* Another secret's placeholder anywhere: refused, whatever else was bound. */
+  assert_int_equal(
+      rewrite("GET /?" PH_B " HTTP/1.1\r\nX: " PH_A "\r\n\r\n", "v", true, &out, &used, &refused),
+      -1);
+  assert_int_equal(refused, 1);
+  free(out);
+  assert_int_equal(rewrite("GET / HTTP/1.1\r\nX: mps-secret%3AB%3Afedcba9876543210fedcba9876543210"
+                           "\r\nY: " PH_B "\r\n\r\n",
+                           "v", true, &out, &used, &refused),
+                   -1);
+  assert_int_equal(refused, 1);
+  free(out);
+  /* Across a header's name and value (where nothing is substituted): refused, bound or not. */
+  assert_int_equal(
+      rewrite("GET / HTTP/1.1\r\nX-" PH_A ": v\r\n\r\n", "v", true, &out, &used, &refused), -1);
+  assert_int_equal(refused, 0);
+  free(out);
+  assert_int_equal(
+      rewrite("GET / HTTP/1.1\r\nX-" PH_B ": v\r\n\r\n", "v", true, &out, &used, &refused), -1);
+  assert_int_equal(refused, 1);
+  free(out);
+  /* A value that would grow the head past EG_HEAD_MAX: refused. */
+  {
+    char *big = xmalloc(EG_SECRET_VALUE_MAX + 1);
+    memset(big, 'x', EG_SECRET_VALUE_MAX);
+    big[EG_SECRET_VALUE_MAX] = '\0';
+    assert_int_equal(rewrite("GET / HTTP/1.1\r\nA: " PH_A "\r\nB: " PH_A "\r\nC: " PH_A "\r\n\r\n",
+                             big, true, &out, &used, &refused),
+                     -1);
+    assert_int_equal(refused, 2);
+    free(out);
+    free(big);
+  }
+}
+
+static void test_secret_names_and_placeholders(void **state) {
+  (void)state;
+  assert_true(eg_secret_name_ok("A", 1));
+  assert_true(eg_secret_name_ok("GITHUB_TOKEN_2", 14));
+  assert_false(eg_secret_name_ok("a", 1));
+  assert_false(eg_secret_name_ok("_A", 2));
+  assert_false(eg_secret_name_ok("A-B", 3));
+  assert_false(eg_secret_name_ok("", 0));
+  char long_name[66];
+  memset(long_name, 'A', 65);
+  long_name[65] = '\0';
+  assert_true(eg_secret_name_ok(long_name, 64));
+  assert_false(eg_secret_name_ok(long_name, 65));
+  char p1[EG_SECRET_PLACEHOLDER_MAX], p2[EG_SECRET_PLACEHOLDER_MAX];
+  eg_secret_placeholder(long_name, p1, sizeof p1);
+  eg_secret_placeholder("TOK", p2, sizeof p2);
+  assert_int_equal(strlen(p1), strlen("mps-secret::") + 64 + 32);
+  assert_int_equal(strncmp(p2, "mps-secret:TOK:", 15), 0);
+  char p3[EG_SECRET_PLACEHOLDER_MAX];
+  eg_secret_placeholder("TOK", p3, sizeof p3);
+  assert_string_not_equal(p2, p3);
+  eg_secret_value_t v = {0};
+  eg_secret_value_set(&v, "abc", 3);
+  assert_int_equal(v.len, 3);
+  assert_memory_equal(v.data, "abc", 3);
+  eg_secret_value_set(&v, "de", 2);
+  assert_string_equal(v.data, "de");
+  eg_secret_value_wipe(&v);
+  assert_null(v.data);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_addr_parse),
@@ -1167,6 +1302,8 @@ int main(void) {
       cmocka_unit_test(test_index_path_below),
       cmocka_unit_test(test_links),
       cmocka_unit_test(test_page_scan),
+      cmocka_unit_test(test_secret_rewrite),
+      cmocka_unit_test(test_secret_names_and_placeholders),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
