@@ -492,7 +492,7 @@ def test_dry_run_resolutions_are_bounded(dep_server, caps, why):
     # They run package code in a space of their own, like builds, but hold no execution slot.
     s = dep_server(*caps)
     s.send({"jsonrpc": "2.0", "id": "stall", "method": "tools/call", "params": {
-        "name": "validate_script", "arguments": {"details": True, "script": "pass", "dependencies": ["mps-stall"], "resolve": True}}})
+        "name": "validate_script", "arguments": {"script": "pass", "dependencies": ["mps-stall"], "resolve": True}}})
     spaces = os.path.join(s.state_dir, "work", "srv-*", "resolve-*")
     assert wait_until(lambda: glob.glob(spaces), timeout=60)
     res = s.call("validate_script", {"script": "pass", "dependencies": ["mps-gamma"], "resolve": True}, timeout=60)
@@ -673,7 +673,7 @@ def test_the_manifest_names_who_asked_for_the_build(wheels, tmp_path):
         alice = {"Authorization": "Bearer tok-alice"}
         sid = s.initialize(headers=alice)
         # (an environment build: a loaded CI machine may take longer than the default 30 s)
-        st, h, body = s.post(call_msg(1, "import mps_gamma\nprint('ok')", dependencies=["mps-gamma"]), sid,
+        st, h, body = s.post(call_msg(1, "import mps_gamma\nprint('ok')", dependencies=["mps-gamma"], details=True), sid,
                              headers=alice, version=LATEST, conn=s.connect(timeout=180))
         assert st == 200, body
         res = json.loads(body)["result"] if h["content-type"] == "application/json" else \

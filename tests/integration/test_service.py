@@ -103,7 +103,7 @@ def test_metrics_count_prestarted_interpreters():
             return metric(get(srv, "/metrics")[2].decode(), "mcp_sandbox_prestart_ready_interpreters")
         assert wait_until(lambda: ready() >= 1, timeout=60), get(srv, "/metrics")[2].decode()
         sid = srv.initialize()
-        st, _, b = srv.post(call_msg(1, "print(1)"), sid)
+        st, _, b = srv.post(call_msg(1, "print(1)", details=True), sid)
         assert st == 200 and "prestarted: interpreter" in answer_of(b)["result"]["content"][0]["text"], b
         after = get(srv, "/metrics")[2].decode()
         assert metric(after, "mcp_sandbox_prestart_taken_interpreter_total") == 1

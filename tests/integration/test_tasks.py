@@ -390,23 +390,23 @@ def test_modern_http_task_outlives_its_post(make_http_tasks):
 def test_kept_results_are_bounded_per_principal(tasks_server):
     """Results of finished tasks are held until their TTL: their bytes are bounded, the
     principal's own oldest go first, and one result over the bound is not kept at all."""
-    s = tasks_server("--max-task-result-bytes-per-principal", "20K")
+    s = tasks_server("--max-task-result-bytes-per-principal", "50K")
     get = stdio_get(s)
     ids = []
     for i in range(3):
-        # about 9.2 KB of result: the output in structuredContent, its beginning and end (15%)
-        # in the text block
-        r = task_call(s, f"print('{i}' * 7500)")
+        # about 23.3 KB of result: the output in structuredContent, its beginning and end (15%)
+        # in the text block (past 16 KiB of output, the output is in the result once)
+        r = task_call(s, f"print('{i}' * 20000)")
         ids.append(r["result"]["task"]["taskId"])
         assert poll(get, ids[-1])["status"] == "completed"
-    # Three results of about 9.2 KB in 20 KB: the oldest went, the two newest are there.
+    # Three results of about 23.3 KB in 50 KB: the oldest went, the two newest are there.
     first = s.request("tasks/get", {"taskId": ids[0]})
     assert first["error"]["code"] == -32602, first
     for t in ids[1:]:
         r = s.request("tasks/result", {"taskId": t})
         assert "result" in r and r["result"]["isError"] is False, r
     # One result larger than the bound: the task fails, saying why, and keeps nothing big.
-    r = task_call(s, "print('x' * 30000)")
+    r = task_call(s, "print('x' * 60000)")
     big = r["result"]["task"]["taskId"]
     task = poll(get, big)
     assert task["status"] == "failed" and "--max-task-result-bytes-per-principal" in task["statusMessage"], task
