@@ -21,6 +21,8 @@
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <seccomp.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #include "sandbox/sandbox-internal.h"
@@ -427,11 +429,72 @@ static void test_refuses_what_it_must(void **state) {
   json_decref(p);
 }
 
+/* docs/security.md's table of what the filter refuses (every backend's: both renderings come
+ * from the one table) names exactly the table's unconditional EPERM rules: the doc cannot
+ * drift from the source. */
+static bool doc_row_is_conditional(const char *row) {
+  return strstr(row, "| namespace clones |") || strstr(row, "| terminal injection |") ||
+         strstr(row, "| personality |");
+}
+
+static void test_the_docs_table_is_the_table(void **state) {
+  (void)state;
+  FILE *f = fopen(MPS_SOURCE_DIR "/docs/security.md", "r");
+  assert_non_null(f);
+  char line[4096];
+  bool in_table = false, seen_table = false;
+  char *documented[256];
+  size_t n_doc = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "| group | refused with `EPERM` |", 32) == 0) {
+      in_table = seen_table = true;
+      continue;
+    }
+    if (!in_table) continue;
+    if (line[0] != '|') break;
+    if (strncmp(line, "| ---", 5) == 0 || doc_row_is_conditional(line)) continue;
+    /* Only the second column's names (the first is the group). */
+    char *cell = strchr(line + 1, '|');
+    assert_non_null(cell);
+    for (char *p = strchr(cell, '`'); p; p = strchr(p, '`')) {
+      char *end = strchr(p + 1, '`');
+      assert_non_null(end);
+      assert_true(n_doc < CM_ARRAY_SIZE(documented));
+      documented[n_doc++] = strndup(p + 1, (size_t)(end - p - 1));
+      p = end + 1;
+    }
+  }
+  fclose(f);
+  assert_true(seen_table);
+  size_t n;
+  const sbx_seccomp_rule_t *rules = sbx_seccomp_rules(&n);
+  size_t n_rules = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (rules[i].arg >= 0 || rules[i].errno_value != EPERM) continue;
+    n_rules++;
+    bool found = false;
+    for (size_t j = 0; j < n_doc && !found; j++)
+      found = strcmp(documented[j], rules[i].syscall) == 0;
+    if (!found) fail_msg("%s is refused but not in docs/security.md's table", rules[i].syscall);
+  }
+  for (size_t j = 0; j < n_doc; j++) {
+    bool found = false;
+    for (size_t i = 0; i < n && !found; i++)
+      found = rules[i].arg < 0 && rules[i].errno_value == EPERM &&
+              strcmp(documented[j], rules[i].syscall) == 0;
+    if (!found)
+      fail_msg("docs/security.md's table names %s, which the table does not refuse", documented[j]);
+    free(documented[j]);
+  }
+  assert_int_equal(n_doc, n_rules);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_profile_lists_the_table),
       cmocka_unit_test(test_renderings_answer_alike),
       cmocka_unit_test(test_refuses_what_it_must),
+      cmocka_unit_test(test_the_docs_table_is_the_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
