@@ -104,12 +104,12 @@ typedef struct srv_config {
   uint64_t max_artifact_bytes;       /* --max-artifact-bytes: output bytes kept per run */
   uint64_t max_artifact_store_bytes; /* --max-artifact-store-bytes: kept for all runs */
   uint64_t
-      max_artifact_bytes_per_token; /* --max-artifact-bytes-per-token: per principal; 0 = none */
-  uint64_t max_inline_bytes;        /* --max-inline-bytes: largest image returned inline */
-  uint64_t max_inline_text_bytes;   /* --max-inline-text-bytes: largest text embedded */
-  uint64_t artifact_ttl_ms;         /* --artifact-ttl: how long outputs stay readable */
-  uint64_t max_task_ttl_ms;         /* --max-task-ttl: a task's longest life (and the default) */
-  uint64_t max_tasks_per_principal; /* --max-tasks-per-principal: tasks kept; 0 = no limit */
+      max_artifact_bytes_per_token;   /* --max-artifact-bytes-per-token: per principal; 0 = none */
+  uint64_t max_inline_bytes;          /* --max-inline-bytes: largest image returned inline */
+  uint64_t max_inline_text_bytes;     /* --max-inline-text-bytes: largest text embedded */
+  uint64_t artifact_ttl_ms;           /* --artifact-ttl: how long outputs stay readable */
+  uint64_t max_task_ttl_ms;           /* --max-task-ttl: a task's longest life (and the default) */
+  uint64_t max_tasks_per_principal;   /* --max-tasks-per-principal: tasks kept; 0 = no limit */
   uint64_t max_listens_per_principal; /* --max-listens-per-principal: listen streams */
   uint64_t max_listens_local; /* --max-listens-local: the same, for the local/stdio principal */
   uint64_t max_task_result_bytes_per_principal; /* finished tasks' results kept, one principal */

@@ -104,10 +104,10 @@ struct hs_stream {
   uint64_t unsent_from; /* first seq not yet copied to any connection */
   char *held;           /* the response while JSON vs SSE is undecided */
   size_t held_len;
-  hs_conn_t *conn;                  /* the attached request, if any */
-  json_t *request_id;               /* a POST of one request: its id (for `lost`) */
-  bool lost;                        /* its response was dropped to save memory */
-  bool lost_noticed;                /* the error saying so is queued */
+  hs_conn_t *conn;    /* the attached request, if any */
+  json_t *request_id; /* a POST of one request: its id (for `lost`) */
+  bool lost;          /* its response was dropped to save memory */
+  bool lost_noticed;  /* the error saying so is queued */
   /* A handshake-era POST whose client closed the connection before the answer: when (0:
    * not), so that the tick cancels its request once no resumption came for
    * HTTP_ABANDON_GRACE_MS (an AI SDK abort closes the stream and sends nothing else). */
