@@ -13,9 +13,14 @@
  * another's open and lock is not a claim), so two instances never hold one name.
  *
  * An instance is provably gone when its record exists and either names another boot or can
- * be locked: only then are the cgroup directories named after it swept.  What has no record
- * (a directory of an older version, "mps-<pid>", or of an instance with another state
- * directory) is left alone. */
+ * be locked: only then are the cgroup directories named after it swept.  The cgroup tree is
+ * the machine's, shared by instances of every state directory, so each instance also holds a
+ * lock on /run/mcp-python-exec-sandbox/instances/<id> (a tmpfs, emptied at boot; for a
+ * server that is not root, $XDG_RUNTIME_DIR/mcp-python-exec-sandbox/instances): an instance
+ * of another state directory that died (SIGKILL, a crash) is provably gone when that file
+ * can be locked, and its frozen or running leftovers are swept by the next start anywhere.
+ * What has neither (a directory of an older version, "mps-<pid>", or of an instance whose
+ * /run is not ours, in a container) is left alone. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,12 +39,14 @@
 static struct {
   char id[SBX_INSTANCE_ID_LEN + 1];
   char boot[64];
-  char *dir;     /* state/instances, or NULL (no records: unit tests, no state directory) */
-  int record_fd; /* our record, locked */
-  int block_fd;  /* our uid block's claim, locked */
-  int64_t block; /* -1: not chosen yet */
-  bool keep;     /* keep the record at close: something named after us is left behind */
-} inst = {.record_fd = -1, .block_fd = -1, .block = -1};
+  char *dir;      /* state/instances, or NULL (no records: unit tests, no state directory) */
+  int record_fd;  /* our record, locked */
+  int block_fd;   /* our uid block's claim, locked */
+  char *machine;  /* the machine-wide directory of live instances' locks, or NULL */
+  int machine_fd; /* ours there, locked */
+  int64_t block;  /* -1: not chosen yet */
+  bool keep;      /* keep the record at close: something named after us is left behind */
+} inst = {.record_fd = -1, .block_fd = -1, .machine_fd = -1, .block = -1};
 
 static void random_bytes(void *buf, size_t len) {
   size_t got = 0;
@@ -189,6 +196,49 @@ static void forget_other_boots(void) {
   closedir(d);
 }
 
+/* dir made (0700, ours) with its parents as needed; false if it is not a directory of ours. */
+static bool own_dir(const char *dir) {
+  cleanup_free char *copy = xstrdup(dir);
+  for (char *p = copy + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    (void)mkdir(copy, 0755);
+    *p = '/';
+  }
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST) return false;
+  struct stat st;
+  return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid();
+}
+
+/* Our lock in the machine-wide directory (best effort: without it, a leftover of ours is
+ * swept only by an instance of our state directory). */
+static void open_machine_lock(void) {
+  const char *runtime = getenv("XDG_RUNTIME_DIR");
+  free(inst.machine);
+  inst.machine = geteuid() == 0 ? xstrdup("/run/mcp-python-exec-sandbox/instances")
+                 : runtime && runtime[0] == '/'
+                     ? xasprintf("%s/mcp-python-exec-sandbox/instances", runtime)
+                     : NULL;
+  if (!inst.machine) return;
+  if (!own_dir(inst.machine)) {
+    cm_debug("instances: %s is not a directory of ours; no machine-wide record", inst.machine);
+    free(inst.machine);
+    inst.machine = NULL;
+    return;
+  }
+  cleanup_free char *tmp = xasprintf("%s/.new-%s", inst.machine, inst.id);
+  cleanup_free char *path = xasprintf("%s/%s", inst.machine, inst.id);
+  int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0 ||
+      renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) < 0) {
+    close(fd);
+    unlink(tmp);
+    return;
+  }
+  inst.machine_fd = fd;
+}
+
 int sbx_instance_open(const char *state_dir, cm_error_t *err) {
   ensure_id();
   if (inst.record_fd >= 0) return 0;
@@ -223,13 +273,23 @@ int sbx_instance_open(const char *state_dir, cm_error_t *err) {
     return cm_error_set(err, saved, CM_ERR_IO, "creating %s", path);
   }
   inst.record_fd = fd;
+  open_machine_lock();
   return 0;
+}
+
+/* An instance of another state directory: gone when its machine-wide lock can be taken. */
+static bool machine_gone(const char *id) {
+  if (!inst.machine) return false;
+  int fd = lock_existing(inst.machine, id, false);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
 }
 
 bool sbx_instance_gone(const char *id) {
   if (!inst.dir || !sbx_instance_id_valid(id) || strcmp(id, sbx_instance_id()) == 0) return false;
   cleanup_free char *path = xasprintf("%s/%s", inst.dir, id), *text = NULL;
-  if (cm_read_file(path, INSTANCE_RECORD_MAX, &text, NULL, NULL) < 0) return false;
+  if (cm_read_file(path, INSTANCE_RECORD_MAX, &text, NULL, NULL) < 0) return machine_gone(id);
   char boot[64];
   if (inst.boot[0] && record_field(text, "boot", boot, sizeof boot) && strcmp(boot, inst.boot))
     return true;
@@ -241,6 +301,14 @@ bool sbx_instance_gone(const char *id) {
 
 void sbx_instance_forget(const char *id) {
   if (!inst.dir || !sbx_instance_id_valid(id) || strcmp(id, sbx_instance_id()) == 0) return;
+  if (inst.machine) {
+    int mfd = lock_existing(inst.machine, id, false);
+    if (mfd >= 0) {
+      cleanup_free char *mpath = xasprintf("%s/%s", inst.machine, id);
+      unlink(mpath);
+      close(mfd);
+    }
+  }
   int fd = lock_existing(inst.dir, id, false);
   if (fd < 0) return;
   cleanup_free char *path = xasprintf("%s/%s", inst.dir, id), *text = NULL;
@@ -275,9 +343,16 @@ void sbx_instance_close(void) {
     cleanup_free char *path = xasprintf("%s/%s", inst.dir, inst.id);
     unlink(path);
   }
+  if (inst.machine && inst.machine_fd >= 0 && !inst.keep) {
+    cleanup_free char *path = xasprintf("%s/%s", inst.machine, inst.id);
+    unlink(path);
+  }
+  if (inst.machine_fd >= 0) close(inst.machine_fd);
+  free(inst.machine);
+  inst.machine = NULL;
   if (inst.block_fd >= 0) close(inst.block_fd);
   if (inst.record_fd >= 0) close(inst.record_fd);
-  inst.block_fd = inst.record_fd = -1;
+  inst.block_fd = inst.record_fd = inst.machine_fd = -1;
   free(inst.dir);
   inst.dir = NULL;
 }

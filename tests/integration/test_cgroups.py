@@ -395,3 +395,29 @@ def test_a_directory_without_a_record_is_left_alone(cg_available, make_server):
     finally:
         for d in foreign:
             os.rmdir(d)
+
+
+def test_a_killed_instance_of_another_state_directory_is_swept(cg_available, make_server):
+    """The cgroup tree is the machine's: a server killed with SIGKILL leaves its run cgroups and
+    a session's kernel (frozen between calls, it takes not even its parent-death signal) behind,
+    and the next server to start sweeps them whatever its state directory, for the dead one's
+    lock in /run/mcp-python-exec-sandbox/instances proves it gone."""
+    a = start(make_server)
+    res = a.execute("x = 41", session="new")
+    assert res["structuredContent"]["exit_code"] == 0, res
+    ida = instance_id(a.proc.pid)
+    assert os.path.exists(f"/run/mcp-python-exec-sandbox/instances/{ida}")
+    mine = glob.glob(f"/sys/fs/cgroup/**/mps-{ida}", recursive=True)
+    assert mine
+    kernels = processes_with_marker(a.state_dir)
+    assert kernels, "no process of the session's kernel"
+    a.proc.kill()
+    a.proc.wait()
+    b = start(make_server)  # another state directory
+    assert b.state_dir != a.state_dir
+    assert wait_until(lambda: not glob.glob(f"/sys/fs/cgroup/**/mps-{ida}", recursive=True), timeout=30), \
+        glob.glob(f"/sys/fs/cgroup/**/mps-{ida}", recursive=True)
+    assert wait_until(lambda: not processes_with_marker(a.state_dir), timeout=30), processes_with_marker(a.state_dir)
+    assert not os.path.exists(f"/run/mcp-python-exec-sandbox/instances/{ida}")
+    # (its work directories' mounts are the next server's of its own state directory to sweep)
+    start(make_server, state_dir=a.state_dir)
