@@ -270,9 +270,9 @@ integration() {
   for spec in "${specs[@]}"; do
     backend=${spec%%=*} expr=${spec#*=}
     [ -n "$integration_hook" ] && [ "$backend" = "$hook_backend" ] && hook_i=${#pids[@]}
-    rm -rf "/tmp/mps-it-$backend.$$"
+    rm -rf "/tmp/mps-it-$dir-$backend.$$"
     MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration \
-      --ignore=tests/integration/test_container_real.py --basetemp="/tmp/mps-it-$backend.$$" \
+      --ignore=tests/integration/test_container_real.py --basetemp="/tmp/mps-it-$dir-$backend.$$" \
       -n "$n" --dist loadgroup -m "$(mexpr "not serial" "$expr" "$not_long")" >"$dir/integration-$backend.log" 2>&1 &
     pids+=($!)
   done
@@ -298,7 +298,7 @@ integration() {
     backend=${spec%%=*} expr=${spec#*=}
     echo "-- the tests marked serial, one at a time" >>"$dir/integration-$backend.log"
     MPS_TEST_BACKEND=$backend MPS_BINARY="$PWD/$dir/mcp-python-exec-sandbox" "${PYTEST[@]}" tests/integration \
-      --ignore=tests/integration/test_container_real.py --basetemp="/tmp/mps-it-$backend.$$/serial" \
+      --ignore=tests/integration/test_container_real.py --basetemp="/tmp/mps-it-$dir-$backend.$$/serial" \
       -n 0 -m "$(mexpr "serial" "$expr" "$not_long")" >>"$dir/integration-$backend.log" 2>&1 &
     pids+=($!)
   done
@@ -310,7 +310,7 @@ integration() {
     [ "$rc" = 5 ] && rc=0
     stage "$name: integration tests (the real binary over stdio and HTTP, sandbox backend $backend${expr:+, the tests: $expr}; $n xdist workers, then the serial tests)"
     cat "$dir/integration-$backend.log"
-    rm -rf "/tmp/mps-it-$backend.$$"
+    rm -rf "/tmp/mps-it-$dir-$backend.$$"
     [ "$rc" = 0 ] && [ "${rcs[$i]}" = 0 ] || failed=1
   done
   note_time "$name: integration tests, serial pass" $(($(date +%s) - start))
