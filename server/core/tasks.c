@@ -636,6 +636,23 @@ void srv_task_call(srv_session_t *ss, const srv_tool_t *tool, json_t *id, json_t
   tool->call(r, arguments);
 }
 
+/* The call goes on without its client: its stream is over (closing it must not cancel the
+ * call), and it runs on an ephemeral session of its own, of the same principal, with a
+ * stream that goes nowhere (as srv_task_call makes them). */
+static void detach_to_own_session(srv_request_t *r) {
+  srv_session_t *ss = r->session;
+  if (r->sink->peer_gone_data == r) tr_sink_on_peer_gone(r->sink, NULL, NULL);
+  tr_sink_unref(r->sink);
+  r->sink = tr_sink_ref(&null_sink);
+  srv_session_t *own = srv_session_new(r->server, &null_sink);
+  srv_session_set_principal(own, ss->principal);
+  own->ephemeral = true;
+  own->owned = true;
+  if (r->own_session) srv_session_release(ss);
+  r->session = own;
+  r->own_session = true;
+}
+
 bool srv_request_promote_task(srv_request_t *r) {
   srv_session_t *ss = r->session;
   srv_server_t *s = r->server;
@@ -655,16 +672,7 @@ bool srv_request_promote_task(srv_request_t *r) {
   /* ...and the call goes on as the task's run, on a session of its own with a stream that
    * goes nowhere (as srv_task_call makes them): the call's stream is over, and closing it
    * must not cancel the task. */
-  if (r->sink->peer_gone_data == r) tr_sink_on_peer_gone(r->sink, NULL, NULL);
-  tr_sink_unref(r->sink);
-  r->sink = tr_sink_ref(&null_sink);
-  srv_session_t *own = srv_session_new(s, &null_sink);
-  srv_session_set_principal(own, ss->principal);
-  own->ephemeral = true;
-  own->owned = true;
-  if (r->own_session) srv_session_release(ss);
-  r->session = own;
-  r->own_session = true;
+  detach_to_own_session(r);
   r->task = t;
   t->run = r;
   cm_debug("task %s: a call of %s goes on as a task", t->id, ss->principal);
@@ -1069,16 +1077,7 @@ bool srv_request_background(srv_request_t *r, json_t **refusal) {
   /* The call goes on as the run, on a session of its own with a stream that goes nowhere:
    * the client may go (its stream, its session) and come back with wait_run. Its progress
    * (its output) is kept for wait_run. */
-  if (r->sink->peer_gone_data == r) tr_sink_on_peer_gone(r->sink, NULL, NULL);
-  tr_sink_unref(r->sink);
-  r->sink = tr_sink_ref(&null_sink);
-  srv_session_t *own = srv_session_new(s, &null_sink);
-  srv_session_set_principal(own, ss->principal);
-  own->ephemeral = true;
-  own->owned = true;
-  if (r->own_session) srv_session_release(ss);
-  r->session = own;
-  r->own_session = true;
+  detach_to_own_session(r);
   srv_request_stop_heartbeat(r);
   json_decref(r->progress_token);
   r->progress_token = json_string("background");
