@@ -1042,12 +1042,13 @@ static srv_task_t *run_find(srv_request_t *r, const char *run_id) {
   return t && t->background ? t : NULL;
 }
 
-static json_t *unknown_run(const char *run_id) {
+/* (with --route: an id of another replica is said to be that replica's, as tasks/get says) */
+static json_t *unknown_run(const srv_server_t *s, const char *run_id) {
   cleanup_free char *id = cm_log_excerpt(run_id, strlen(run_id), 40);
+  cleanup_free char *why = srv_route_unknown(s->cfg, "run", run_id);
   return srv_tool_error_result(
-      "Unknown run_id '%s': no run of yours has it (runs are kept for "
-      "a while after they end, then forgotten).",
-      id);
+      "Unknown run_id '%s': %s (runs are kept for a while after they end, then forgotten).", id,
+      why);
 }
 
 bool srv_request_background(srv_request_t *r, json_t **refusal) {
@@ -1090,7 +1091,7 @@ bool srv_request_background(srv_request_t *r, json_t **refusal) {
 void srv_run_wait(srv_request_t *r, const char *run_id, uint64_t timeout_ms) {
   srv_task_t *t = run_find(r, run_id);
   if (!t) {
-    srv_request_finish(r, unknown_run(run_id));
+    srv_request_finish(r, unknown_run(r->server, run_id));
     return;
   }
   if (terminal(t)) {
@@ -1116,7 +1117,7 @@ void srv_run_wait(srv_request_t *r, const char *run_id, uint64_t timeout_ms) {
 void srv_run_cancel(srv_request_t *r, const char *run_id) {
   srv_task_t *t = run_find(r, run_id);
   if (!t) {
-    srv_request_finish(r, unknown_run(run_id));
+    srv_request_finish(r, unknown_run(r->server, run_id));
     return;
   }
   if (terminal(t)) {

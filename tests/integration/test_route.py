@@ -51,6 +51,10 @@ def test_ids_carry_the_route_and_a_foreign_id_says_whose_it_is(make_server):
     assert "no task of yours has that id in replica r1" in e["message"], e
     e = s.request("resources/read", {"uri": f"sandbox://runs/r1.{ZEROS}/outputs/x.txt"})["error"]
     assert "no run of yours has that id in replica r1" in e["message"], e
+    # A background run's id too: wait_run and cancel_run of another replica's run say whose it is.
+    for tool in ("wait_run", "cancel_run"):
+        res = s.call(tool, {"run_id": f"r2.{ZEROS}"})
+        assert res["isError"] and "belongs to replica r2, and this is replica r1" in res["content"][0]["text"], res
     # (An id without a route, from a server without --route, is this server's kind of unknown.)
     res = s.execute("print(n)", session="s-" + "0" * 20)
     assert "session expired or unknown" in res["content"][0]["text"]
