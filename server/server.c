@@ -241,6 +241,10 @@ bool srv_server_ready(srv_server_t *s) {
          py_registry_default(srv_server_pythons(s)) != NULL;
 }
 
+static bool principal_revoked(void *ctx, const char *principal) {
+  return tr_http_principal_revoked(ctx, principal);
+}
+
 void srv_server_reopen_logs(srv_server_t *s) {
   srv_audit_t *audit = srv_server_audit(s);
   if (audit) {
@@ -252,6 +256,9 @@ void srv_server_reopen_logs(srv_server_t *s) {
   tr_http_t *http = srv_server_http(s);
   if (http && tr_http_reload_tokens(http, &err) < 0) cm_err("SIGHUP: %s", cm_error_message(&err));
   cm_error_release(&err);
+  /* A removed token's principal keeps nothing running: its tasks and background runs, which
+   * outlive their requests and sessions, end with it. */
+  if (http) srv_tasks_stop_revoked(s, principal_revoked, http);
 }
 
 void srv_server_free(srv_server_t *s) {

@@ -337,6 +337,9 @@ void tr_http_usage(const tr_http_t *h, const char *principal, tr_http_usage_t *o
  * principal's).  A new name is a new principal.  On an error (an unreadable or malformed
  * file) the tokens stay as they were, and so does everything else. */
 int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err);
+/* Whether name was a token's principal on h and no token names it any more (it was removed
+ * from the token file): what it left running is to be stopped. */
+bool tr_http_principal_revoked(const tr_http_t *h, const char *name);
 /* The drain (SIGTERM): new sessions and new tool calls get 503 with Retry-After, /readyz
  * 503; everything else (the calls already running, their streams, tasks/get) goes on until
  * tr_http_shutdown. */

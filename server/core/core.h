@@ -419,5 +419,9 @@ void srv_request_heartbeat(srv_request_t *r);
 
 /* Forgets every task (freeing the server, after every request ended). */
 void srv_tasks_free(srv_server_t *s);
+/* Cancels the live tasks and background runs (their scripts killed) of every principal
+ * revoked(ctx, principal) names: a token removed from the token file leaves nothing running. */
+void srv_tasks_stop_revoked(srv_server_t *s, bool (*revoked)(void *ctx, const char *principal),
+                            void *ctx);
 
 #endif

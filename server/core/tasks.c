@@ -1114,6 +1114,21 @@ void srv_run_wait(srv_request_t *r, const char *run_id, uint64_t timeout_ms) {
   srv_request_on_cancel(r, waiter_cancelled, w);
 }
 
+void srv_tasks_stop_revoked(srv_server_t *s, bool (*revoked)(void *ctx, const char *principal),
+                            void *ctx) {
+  srv_tasks_t *ts = s->tasks;
+  if (!ts) return;
+  size_t n = 0;
+  for (srv_task_t *t = ts->head; t; t = t->next) {
+    if (terminal(t) || !revoked(ctx, t->principal)) continue;
+    cm_debug("task %s of %s: cancelled, its token was removed", t->id, t->principal);
+    task_stop_run(t);
+    task_settle(t, TASK_CANCELLED, "cancelled: its principal's token was removed");
+    n++;
+  }
+  if (n) cm_info("SIGHUP: %zu tasks and background runs of removed tokens cancelled", n);
+}
+
 void srv_run_cancel(srv_request_t *r, const char *run_id) {
   srv_task_t *t = run_find(r, run_id);
   if (!t) {

@@ -4,7 +4,9 @@ output, cancel_run(run_id) ends it.  Runs belong to their principal, are bounded
 the client's session and stream.  In both eras, over stdio and HTTP; and the heartbeat a call
 with a progress token hears while its script is silent."""
 import json
+import os
 import re
+import signal
 import time
 
 import pytest
@@ -154,6 +156,42 @@ def test_http_run_outlives_its_session_and_is_its_principals(http2):
     a2 = h.initialize(TASKS_VERSION, headers=ALICE)
     res = http_call(h, a2, ALICE, 3, "wait_run", {"run_id": rid, "timeout_seconds": 30})
     assert res["structuredContent"]["stdout"] == "alice\n"
+
+
+def test_a_removed_tokens_background_runs_end_with_it(two_tokens):  # noqa: F811
+    """A token removed from the token file (SIGHUP) leaves nothing running: its principal's
+    background runs outlive their requests and sessions, so the reload cancels them (their
+    scripts killed); a token that stays keeps its runs."""
+    h = HttpServer("--auth-token-file", two_tokens, "--no-warm-cache", "--kill-grace-seconds", "1")
+    try:
+        marker = f"mps-revoked-{os.getpid()}"
+        a = h.initialize(TASKS_VERSION, headers=ALICE)
+        b = h.initialize(TASKS_VERSION, headers=BOB)
+        script = ("import subprocess, sys, time\n"
+                  f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', '{marker}'])\n"
+                  "time.sleep(300)")
+        ra = http_call(h, a, ALICE, 1, "execute_python", {"script": script, "background": True, "timeout_seconds": 300})
+        rb = http_call(h, b, BOB, 2, "execute_python",
+                       {"script": "import time\ntime.sleep(3)\nprint('bob')", "background": True})
+        assert wait_until(lambda: processes_with_marker(marker), timeout=30)
+        with open(two_tokens, "w") as f:
+            f.write("bob: tok-bob-9876543210\n")
+        h.proc.send_signal(signal.SIGHUP)
+        assert wait_until(lambda: not processes_with_marker(marker), timeout=30), processes_with_marker(marker)
+        res = http_call(h, b, BOB, 3, "wait_run", {"run_id": rb["structuredContent"]["run_id"], "timeout_seconds": 30})
+        assert res["structuredContent"]["stdout"] == "bob\n", res
+        # Alice's name back with a new token: her run is there, cancelled, saying why.
+        with open(two_tokens, "w") as f:
+            f.write("alice: tok-alice-new-0123456789\nbob: tok-bob-9876543210\n")
+        h.proc.send_signal(signal.SIGHUP)
+        new = {"Authorization": "Bearer tok-alice-new-0123456789"}
+        assert wait_until(lambda: h.post({"jsonrpc": "2.0", "id": 0, "method": "ping"}, None, headers=new,
+                                         version=TASKS_VERSION)[0] != 401, timeout=10)
+        a2 = h.initialize(TASKS_VERSION, headers=new)
+        res = http_call(h, a2, new, 4, "wait_run", {"run_id": ra["structuredContent"]["run_id"], "timeout_seconds": 5})
+        assert "cancel" in json.dumps(res).lower() and "token was removed" in json.dumps(res), res
+    finally:
+        h.close()
 
 
 def test_modern_era_background_and_wait(http2):

@@ -298,6 +298,16 @@ int tr_http_reload_tokens(tr_http_t *h, cm_error_t *err) {
   return 0;
 }
 
+bool tr_http_principal_revoked(const tr_http_t *h, const char *name) {
+  if (!h || !name || !h->n_tokens) return false;
+  size_t k = 0;
+  while (k < h->n_principals && strcmp(h->principals[k].name, name) != 0) k++;
+  if (k == h->n_principals) return false; /* never a token's (stdio, no tokens) */
+  for (size_t i = 0; i < h->n_tokens; i++)
+    if (h->token_principal[i] == k) return false;
+  return true;
+}
+
 void tr_http_drain(tr_http_t *h, unsigned retry_after_s) {
   if (!h) return;
   h->draining = true;
